@@ -1,0 +1,90 @@
+"""Every exception fxquant raises, in one tree.
+
+    FxquantError
+    ├── ConfigError (ValueError)            a config value is out of range or malformed
+    │   └── UnsafeNameError                 a JSON name resolves outside the allowed modules
+    ├── ConfigTypeError (TypeError)         a config argument has the wrong type
+    ├── UnknownBackendError (KeyError)      no installed plugin provides that backend
+    ├── MissingDefaultQConfigError (LookupError)  a backend has no default qconfig mapping
+    ├── PluginError (RuntimeError)          a plugin failed to load or answered wrongly
+    │   ├── PluginConflictError             two distributions configure one pattern
+    │   └── PluginAPIVersionError           a plugin targets a plugin-API version we lack
+    └── QuantizationSkipped (RuntimeError)  strict mode: a pattern would be left in float
+
+Catching the builtin base (``ValueError``, ``KeyError``...) keeps working for
+code written against torch.ao, while ``FxquantError`` catches everything of ours.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "ConfigTypeError",
+    "FxquantError",
+    "MissingDefaultQConfigError",
+    "PluginAPIVersionError",
+    "PluginConflictError",
+    "PluginError",
+    "QuantizationSkipped",
+    "UnknownBackendError",
+    "UnsafeNameError",
+]
+
+
+class FxquantError(Exception):
+    """Base class of every error fxquant raises on purpose."""
+
+
+class ConfigError(FxquantError, ValueError):
+    """A config value is invalid: out of range, unknown key, malformed pattern."""
+
+
+class ConfigTypeError(FxquantError, TypeError):
+    """A config argument has the wrong type."""
+
+
+class UnsafeNameError(ConfigError):
+    """A qualified name in a JSON config resolves outside the modules fxquant trusts."""
+
+
+class UnknownBackendError(FxquantError, KeyError):
+    """No installed plugin provides the requested backend."""
+
+    def __str__(self) -> str:
+        # KeyError repr()s its argument; a sentence should read as a sentence.
+        return str(self.args[0]) if self.args else ""
+
+
+class MissingDefaultQConfigError(FxquantError, LookupError):
+    """The backend exists but no plugin provides a default QConfigMapping for it."""
+
+
+class PluginError(FxquantError, RuntimeError):
+    """A plugin failed to load or one of its hooks answered wrongly.
+
+    The message names the distribution, its version, the entry point and the
+    hook; the original exception is chained as ``__cause__``.
+    """
+
+
+class PluginConflictError(PluginError):
+    """Two distributions configure the same pattern of one backend.
+
+    The later one must declare that it overrides the pattern (see
+    ``fxquant.registry.hookspecs``) for its config to win.
+    """
+
+
+class PluginAPIVersionError(PluginError):
+    """A plugin targets a plugin-API version this fxquant does not offer."""
+
+
+class QuantizationSkipped(FxquantError, RuntimeError):
+    """Strict mode: at least one pattern would not be quantized.
+
+    ``skipped`` holds one record per node with its reason code and words.
+    """
+
+    def __init__(self, message: str, skipped: list[object] | None = None) -> None:
+        super().__init__(message)
+        self.skipped: list[object] = list(skipped or [])

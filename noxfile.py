@@ -1,0 +1,89 @@
+"""Developer sessions: `nox -s tests`, `lint`, `typecheck`, `demo`, `bench`, `plugin`.
+
+Every session that needs torch installs ``torch==2.13.0`` first and explicitly:
+an unpinned torch (asked for directly or through a dependency's range) pulls
+several GB of CUDA packages.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+TORCH = "torch==2.13.0"
+PLUGINS = sorted(p.parent.name for p in (ROOT / "plugins").glob("*/pyproject.toml"))
+
+nox.options.default_venv_backend = "venv"
+nox.options.sessions = ["lint", "typecheck", "tests"]
+nox.options.reuse_existing_virtualenvs = True
+
+
+def install_core(session: nox.Session, *extras: str) -> None:
+    session.install(TORCH)  # pinned first: an unpinned torch pulls GBs of CUDA packages
+    target = f".[{','.join(extras)}]" if extras else "."
+    session.install("-e", target)
+
+
+@nox.session(python="3.11")
+def tests(session: nox.Session) -> None:
+    """Core tests with coverage, then each plugin folder's tests."""
+    install_core(session, "test")
+    session.run(
+        "pytest",
+        "tests",
+        "--cov=fxquant",
+        "--cov-report=term",
+        *session.posargs,
+        env={"OMP_NUM_THREADS": "1"},
+    )
+    for name in PLUGINS:
+        session.install("-e", f"./plugins/{name}[test]")
+        session.run("pytest", f"plugins/{name}/tests", env={"OMP_NUM_THREADS": "1"})
+
+
+@nox.session(python="3.11")
+@nox.parametrize("name", PLUGINS)
+def plugin(session: nox.Session, name: str) -> None:
+    """One plugin alone with the core in a fresh venv: its dependencies are its own."""
+    session.install(TORCH)
+    session.install(".", f"./plugins/{name}[test]")
+    session.run("pytest", f"plugins/{name}/tests")
+
+
+@nox.session(python="3.11")
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check over the whole tree."""
+    session.install("ruff")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python="3.11")
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict on core/."""
+    install_core(session)
+    session.install("mypy")
+    session.run("mypy", "core/fxquant")
+
+
+@nox.session(python="3.11")
+def demo(session: nox.Session) -> None:
+    """The main job: `fxquant demo` with every installed backend."""
+    install_core(session)
+    for name in PLUGINS:
+        session.install("-e", f"./plugins/{name}")
+    session.run("fxquant", "demo", *session.posargs)
+
+
+@nox.session(python="3.11")
+def bench(session: nox.Session) -> None:
+    """Benchmarks: print a table per benchmark and write JSON under bench/results/."""
+    install_core(session)
+    for name in PLUGINS:
+        session.install("-e", f"./plugins/{name}")
+    env = {"OMP_NUM_THREADS": "1", "PYTHONPATH": os.fspath(ROOT)}
+    for script in sorted((ROOT / "bench").glob("bench_*.py")):
+        session.run("python", os.fspath(script), *session.posargs, env=env)

@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from types import ModuleType
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from tests import oracle
+
+# The machine is shared: no per-example deadline, fewer examples on CI.
+settings.register_profile(
+    "default", deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=100
+)
+settings.register_profile(
+    "ci", deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=60
+)
+settings.load_profile("ci" if os.environ.get("CI") else "default")
+
+
+@pytest.fixture
+def ao() -> Iterator[ModuleType]:
+    """torch.ao.quantization as an oracle (skips when it is gone); releases its caches after."""
+    module = oracle.load()
+    try:
+        yield module
+    finally:
+        oracle.release()
