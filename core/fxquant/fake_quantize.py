@@ -1,0 +1,481 @@
+"""Fake quantization: quantize and dequantize in float during training (QAT).
+
+A fake-quantize module wraps an observer (``activation_post_process``). In
+``forward`` it updates the observer, copies the resulting qparams into its
+``scale``/``zero_point`` buffers, and returns
+``(clamp(round(x / scale + zero_point), quant_min, quant_max) - zero_point) * scale``
+in float. Gradients pass straight through inside the clamp range and are zero
+outside it (torch's ``fake_quantize_per_*_affine`` ops, which need no quantized
+dtype). Output and gradients equal torch.ao's modules with the same settings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from fxquant.dtypes import is_per_channel, is_symmetric, qscheme_name, quant_range
+from fxquant.errors import ConfigError, ConfigTypeError
+from fxquant.factory import ModuleFactory
+from fxquant.observer import (
+    FixedQParamsObserver,
+    HistogramObserver,
+    MovingAverageMinMaxObserver,
+    MovingAveragePerChannelMinMaxObserver,
+    default_fixed_qparams_range_0to1_observer,
+    default_fixed_qparams_range_neg1to1_observer,
+)
+
+__all__ = [
+    "FakeQuantize",
+    "FakeQuantizeBase",
+    "FixedQParamsFakeQuantize",
+    "FusedMovingAvgObsFakeQuantize",
+    "default_affine_fixed_qparams_fake_quant",
+    "default_dynamic_fake_quant",
+    "default_embedding_fake_quant",
+    "default_fake_quant",
+    "default_fixed_qparams_range_0to1_fake_quant",
+    "default_fixed_qparams_range_neg1to1_fake_quant",
+    "default_fused_act_fake_quant",
+    "default_fused_per_channel_wt_fake_quant",
+    "default_fused_wt_fake_quant",
+    "default_histogram_fake_quant",
+    "default_per_channel_weight_fake_quant",
+    "default_symmetric_fixed_qparams_fake_quant",
+    "default_weight_fake_quant",
+    "disable_fake_quant",
+    "disable_observer",
+    "enable_fake_quant",
+    "enable_observer",
+    "fused_per_channel_wt_fake_quant_range_neg_127_to_127",
+    "fused_wt_fake_quant_range_neg_127_to_127",
+]
+
+
+class FakeQuantizeBase(torch.nn.Module):
+    """Base of fake-quantize modules: two switches, ``fake_quant_enabled`` and ``observer_enabled``.
+
+    The switches are one-element uint8 buffers (not bools) so they replicate
+    under DDP, whose NCCL backend has no bool type.
+
+    Example:
+        >>> fq = FakeQuantize()
+        >>> fq.disable_observer()
+        >>> int(fq.observer_enabled[0])
+        0
+    """
+
+    fake_quant_enabled: torch.Tensor
+    observer_enabled: torch.Tensor
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("fake_quant_enabled", torch.tensor([1], dtype=torch.uint8))
+        self.register_buffer("observer_enabled", torch.tensor([1], dtype=torch.uint8))
+
+    @classmethod
+    def with_args(cls, **kwargs: Any) -> ModuleFactory:
+        """A factory building this module with ``kwargs`` bound.
+
+        Example:
+            >>> make = FakeQuantize.with_args(quant_min=0, quant_max=127)
+            >>> make().quant_max
+            127
+        """
+        return ModuleFactory(cls, kwargs)
+
+    def calculate_qparams(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(scale, zero_point)`` from the observer's statistics."""
+        raise NotImplementedError
+
+    def enable_fake_quant(self, enabled: bool = True) -> None:
+        """Turn fake quantization on (or off with ``enabled=False``)."""
+        self.fake_quant_enabled[0] = 1 if enabled else 0
+
+    def disable_fake_quant(self) -> None:
+        """Pass inputs through unquantized (statistics may still be collected)."""
+        self.enable_fake_quant(False)
+
+    def enable_observer(self, enabled: bool = True) -> None:
+        """Turn statistics collection on (or off with ``enabled=False``)."""
+        self.observer_enabled[0] = 1 if enabled else 0
+
+    def disable_observer(self) -> None:
+        """Freeze the current scale and zero point."""
+        self.enable_observer(False)
+
+
+def _observer_dtype(observer: Callable[..., torch.nn.Module], kwargs: dict[str, Any]) -> Any:
+    if "dtype" in kwargs:
+        return kwargs["dtype"]
+    if isinstance(observer, ModuleFactory) and "dtype" in observer.kwargs:
+        return observer.kwargs["dtype"]
+    return torch.uint8
+
+
+class FakeQuantize(FakeQuantizeBase):
+    """Observe, then quantize and dequantize in float, per tensor or per channel.
+
+    Args:
+        observer: observer class or factory (``MovingAverageMinMaxObserver`` by default).
+        quant_min: smallest integer; with ``quant_max``, passed on to the observer.
+        quant_max: largest integer; both must fit the observer's dtype.
+        is_dynamic: passed on to the observer.
+        **observer_kwargs: more arguments for the observer (dtype, qscheme, ch_axis, ...).
+
+    Raises:
+        ConfigError: ``quant_min > quant_max``, a range outside the dtype, or an
+            observer whose qscheme is neither per tensor nor per channel.
+
+    Example:
+        >>> fq = FakeQuantize(quant_min=0, quant_max=255)
+        >>> fq(torch.tensor([0.0, 0.3, 1.0]))
+        tensor([0.0000, 0.2980, 1.0000])
+    """
+
+    scale: torch.Tensor
+    zero_point: torch.Tensor
+
+    def __init__(
+        self,
+        observer: Callable[..., torch.nn.Module] = MovingAverageMinMaxObserver,
+        quant_min: int | None = None,
+        quant_max: int | None = None,
+        is_dynamic: bool = False,
+        **observer_kwargs: Any,
+    ) -> None:
+        super().__init__()
+        if quant_min is not None and quant_max is not None:
+            _check_fake_quant_range(
+                quant_min, quant_max, _observer_dtype(observer, observer_kwargs)
+            )
+            observer_kwargs.update(quant_min=quant_min, quant_max=quant_max)
+        observer_kwargs["is_dynamic"] = is_dynamic
+        self.activation_post_process: Any = observer(**observer_kwargs)
+        post: Any = self.activation_post_process
+        self.quant_min: int = post.quant_min
+        self.quant_max: int = post.quant_max
+        self.is_dynamic: bool = post.is_dynamic
+        self.dtype = post.dtype
+        self.qscheme = post.qscheme
+        self.ch_axis: int = getattr(post, "ch_axis", -1)
+        self.is_per_channel = is_per_channel(self.qscheme)
+        float_zero_point = qscheme_name(self.qscheme) == "per_channel_affine_float_qparams"
+        zero_point_dtype = torch.float if float_zero_point else torch.int
+        self.register_buffer("scale", torch.tensor([1.0], dtype=torch.float))
+        self.register_buffer("zero_point", torch.tensor([0], dtype=zero_point_dtype))
+
+    def calculate_qparams(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(scale, zero_point)`` from the observer."""
+        qparams: tuple[torch.Tensor, torch.Tensor] = (
+            self.activation_post_process.calculate_qparams()
+        )
+        return qparams
+
+    def _update_qparams(self, x: torch.Tensor) -> None:
+        self.activation_post_process(x.detach())
+        scale, zero_point = self.calculate_qparams()
+        scale, zero_point = scale.to(self.scale.device), zero_point.to(self.zero_point.device)
+        if self.scale.shape != scale.shape:
+            self.scale.resize_(scale.shape)
+            self.zero_point.resize_(zero_point.shape)
+        self.scale.copy_(scale)
+        self.zero_point.copy_(zero_point)
+
+    def _fake_quantize(self, x: torch.Tensor) -> torch.Tensor:
+        if self.is_per_channel:
+            return torch.fake_quantize_per_channel_affine(
+                x, self.scale, self.zero_point, self.ch_axis, self.quant_min, self.quant_max
+            )
+        return torch.fake_quantize_per_tensor_affine(
+            x, self.scale, self.zero_point, self.quant_min, self.quant_max
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Update qparams (if observing), then fake-quantize ``x`` (if enabled)."""
+        if self.observer_enabled[0] == 1:
+            self._update_qparams(x)
+        if self.fake_quant_enabled[0] == 1:
+            x = self._fake_quantize(x)
+        return x
+
+    def extra_repr(self) -> str:
+        return (
+            f"fake_quant_enabled={self.fake_quant_enabled}, "
+            f"observer_enabled={self.observer_enabled}, quant_min={self.quant_min}, "
+            f"quant_max={self.quant_max}, dtype={self.dtype}, qscheme={self.qscheme}, "
+            f"ch_axis={self.ch_axis}, scale={self.scale}, zero_point={self.zero_point}"
+        )
+
+    def _load_from_state_dict(  # noqa: PLR0913, PLR0917  # nn.Module's hook signature
+        self,
+        state_dict: dict[str, Any],
+        prefix: str,
+        local_metadata: dict[str, Any],
+        strict: bool,
+        missing_keys: list[str],
+        unexpected_keys: list[str],
+        error_msgs: list[str],
+    ) -> None:
+        # per-channel qparams change shape after the first batch: take the saved shape
+        for name in ("scale", "zero_point"):
+            saved = state_dict.get(prefix + name)
+            if isinstance(saved, torch.Tensor):
+                getattr(self, name).resize_(saved.shape)
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+
+
+def _check_fake_quant_range(quant_min: int, quant_max: int, dtype: torch.dtype) -> None:
+    if quant_min > quant_max:
+        msg = f"quant_min={quant_min!r} must not exceed quant_max={quant_max!r}"
+        raise ConfigError(msg)
+    low, high = quant_range(dtype)
+    if quant_min < low or quant_max > high:
+        msg = (
+            f"quant_min={quant_min!r}, quant_max={quant_max!r} do not fit dtype {dtype!r} "
+            f"({low}..{high}); narrow the range or pick a wider dtype"
+        )
+        raise ConfigError(msg)
+
+
+class FixedQParamsFakeQuantize(FakeQuantize):
+    """Fake quantization with fixed qparams (sigmoid, tanh, softmax outputs).
+
+    Args:
+        observer: a :class:`~fxquant.observer.FixedQParamsObserver` class or factory.
+
+    Raises:
+        ConfigTypeError: when ``observer`` builds anything else.
+
+    Example:
+        >>> from fxquant.observer import default_fixed_qparams_range_0to1_observer
+        >>> fq = FixedQParamsFakeQuantize(default_fixed_qparams_range_0to1_observer)
+        >>> fq(torch.tensor([0.5, 2.0]))
+        tensor([0.5000, 0.9961])
+    """
+
+    def __init__(self, observer: Callable[..., torch.nn.Module]) -> None:
+        super().__init__(observer=observer)
+        post = self.activation_post_process
+        if type(post) is not FixedQParamsObserver:
+            msg = (
+                f"FixedQParamsFakeQuantize needs a FixedQParamsObserver, got {observer!r}; "
+                "use FixedQParamsObserver.with_args(scale=..., zero_point=...)"
+            )
+            raise ConfigTypeError(msg)
+        # share the observer's buffers: the qparams are fixed, never recomputed
+        self.scale = post.scale
+        self.zero_point = post.zero_point
+
+    def calculate_qparams(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The fixed ``(scale, zero_point)``."""
+        return self.scale, self.zero_point
+
+
+class FusedMovingAvgObsFakeQuantize(FakeQuantize):
+    """:class:`FakeQuantize` with a moving-average min/max observer, run as one fused op.
+
+    Uses ``torch.fused_moving_avg_obs_fake_quant`` where torch has it, else the
+    unfused :class:`FakeQuantize` steps (same results).
+
+    Example:
+        >>> fq = FusedMovingAvgObsFakeQuantize()
+        >>> fq(torch.tensor([0.0, 1.0])).tolist()
+        [0.0, 1.0]
+    """
+
+    def __init__(
+        self,
+        observer: Callable[..., torch.nn.Module] = MovingAverageMinMaxObserver,
+        quant_min: int = 0,
+        quant_max: int = 255,
+        **observer_kwargs: Any,
+    ) -> None:
+        super().__init__(observer, quant_min, quant_max, **observer_kwargs)
+        post = self.activation_post_process
+        if not isinstance(
+            post, (MovingAverageMinMaxObserver, MovingAveragePerChannelMinMaxObserver)
+        ):
+            msg = (
+                f"FusedMovingAvgObsFakeQuantize needs a moving-average min/max observer, "
+                f"got {type(post).__name__}; use FakeQuantize for other observers"
+            )
+            raise ConfigTypeError(msg)
+        # the fused kernel takes int64 switches
+        self.register_buffer("fake_quant_enabled", torch.tensor([1], dtype=torch.long))
+        self.register_buffer("observer_enabled", torch.tensor([1], dtype=torch.long))
+        self.is_symmetric_quant = is_symmetric(self.qscheme)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Observe and fake-quantize ``x`` in one kernel call."""
+        fused = getattr(torch, "fused_moving_avg_obs_fake_quant", None)
+        if fused is None:
+            return super().forward(x)
+        post = self.activation_post_process
+        result: torch.Tensor = fused(
+            x,
+            self.observer_enabled,
+            self.fake_quant_enabled,
+            post.min_val,
+            post.max_val,
+            self.scale,
+            self.zero_point,
+            post.averaging_constant,
+            self.quant_min,
+            self.quant_max,
+            self.ch_axis,
+            self.is_per_channel,
+            self.is_symmetric_quant,
+        )
+        return result
+
+
+def _switch(
+    method: str,
+) -> Callable[[torch.nn.Module], None]:
+    def apply(module: torch.nn.Module) -> None:
+        if isinstance(module, FakeQuantizeBase):
+            getattr(module, method)()
+
+    apply.__name__ = method
+    apply.__qualname__ = method
+    apply.__doc__ = (
+        f"Call ``{method}()`` on ``module`` when it is a fake-quantize module.\n\n"
+        f"    Example:\n"
+        f"        >>> model = torch.nn.Sequential(FakeQuantize())\n"
+        f"        >>> _ = model.apply({method})\n"
+    )
+    return apply
+
+
+disable_fake_quant = _switch("disable_fake_quant")
+enable_fake_quant = _switch("enable_fake_quant")
+disable_observer = _switch("disable_observer")
+enable_observer = _switch("enable_observer")
+
+
+default_fake_quant = FakeQuantize.with_args(
+    observer=MovingAverageMinMaxObserver,
+    quant_min=0,
+    quant_max=255,
+    dtype=torch.uint8,
+    qscheme=torch.per_tensor_affine,
+    reduce_range=True,
+)
+"""Activation fake-quant: uint8 affine, range halved to 0..127."""
+
+default_weight_fake_quant = FakeQuantize.with_args(
+    observer=MovingAverageMinMaxObserver,
+    quant_min=-128,
+    quant_max=127,
+    dtype=torch.int8,
+    qscheme=torch.per_tensor_symmetric,
+    reduce_range=False,
+)
+"""Weight fake-quant: int8 symmetric per tensor."""
+
+default_dynamic_fake_quant = FakeQuantize.with_args(
+    observer=MovingAverageMinMaxObserver,
+    quant_min=0,
+    quant_max=255,
+    is_dynamic=True,
+    dtype=torch.uint8,
+    averaging_constant=1,
+)
+"""Dynamic activation fake-quant: each batch's own range (averaging_constant=1)."""
+
+default_fixed_qparams_range_neg1to1_fake_quant = FixedQParamsFakeQuantize.with_args(
+    observer=default_fixed_qparams_range_neg1to1_observer
+)
+"""Fixed qparams for outputs in [-1, 1]."""
+
+default_fixed_qparams_range_0to1_fake_quant = FixedQParamsFakeQuantize.with_args(
+    observer=default_fixed_qparams_range_0to1_observer
+)
+"""Fixed qparams for outputs in [0, 1]."""
+
+default_symmetric_fixed_qparams_fake_quant = default_fixed_qparams_range_neg1to1_fake_quant
+"""Older name of :data:`default_fixed_qparams_range_neg1to1_fake_quant`."""
+
+default_affine_fixed_qparams_fake_quant = default_fixed_qparams_range_0to1_fake_quant
+"""Older name of :data:`default_fixed_qparams_range_0to1_fake_quant`."""
+
+default_per_channel_weight_fake_quant = FakeQuantize.with_args(
+    observer=MovingAveragePerChannelMinMaxObserver,
+    quant_min=-128,
+    quant_max=127,
+    dtype=torch.int8,
+    qscheme=torch.per_channel_symmetric,
+    reduce_range=False,
+    ch_axis=0,
+)
+"""Per-channel weight fake-quant: int8 symmetric along axis 0."""
+
+default_embedding_fake_quant = FakeQuantize.with_args(
+    observer=MovingAveragePerChannelMinMaxObserver,
+    qscheme=torch.per_channel_affine_float_qparams,
+    dtype=torch.uint8,
+    quant_min=0,
+    quant_max=255,
+    ch_axis=0,
+    averaging_constant=1,
+)
+"""Embedding weights: per-row uint8 with float zero points."""
+
+default_histogram_fake_quant = FakeQuantize.with_args(
+    observer=HistogramObserver,
+    quant_min=0,
+    quant_max=255,
+    dtype=torch.uint8,
+    qscheme=torch.per_tensor_affine,
+    reduce_range=True,
+)
+"""Activation fake-quant with a histogram observer."""
+
+default_fused_act_fake_quant = FusedMovingAvgObsFakeQuantize.with_args(
+    observer=MovingAverageMinMaxObserver, quant_min=0, quant_max=255, dtype=torch.uint8
+)
+"""Fused version of :data:`default_fake_quant` (full 0..255 range)."""
+
+default_fused_wt_fake_quant = FusedMovingAvgObsFakeQuantize.with_args(
+    observer=MovingAverageMinMaxObserver,
+    quant_min=-128,
+    quant_max=127,
+    dtype=torch.int8,
+    qscheme=torch.per_tensor_symmetric,
+)
+"""Fused version of :data:`default_weight_fake_quant`."""
+
+default_fused_per_channel_wt_fake_quant = FusedMovingAvgObsFakeQuantize.with_args(
+    observer=MovingAveragePerChannelMinMaxObserver,
+    quant_min=-128,
+    quant_max=127,
+    dtype=torch.int8,
+    qscheme=torch.per_channel_symmetric,
+)
+"""Fused version of :data:`default_per_channel_weight_fake_quant`."""
+
+fused_wt_fake_quant_range_neg_127_to_127 = FusedMovingAvgObsFakeQuantize.with_args(
+    observer=MovingAverageMinMaxObserver,
+    quant_min=-127,
+    quant_max=127,
+    dtype=torch.int8,
+    qscheme=torch.per_tensor_symmetric,
+    eps=2**-12,
+)
+"""Fused weight fake-quant restricted to -127..127."""
+
+fused_per_channel_wt_fake_quant_range_neg_127_to_127 = FusedMovingAvgObsFakeQuantize.with_args(
+    observer=MovingAveragePerChannelMinMaxObserver,
+    quant_min=-127,
+    quant_max=127,
+    dtype=torch.int8,
+    qscheme=torch.per_channel_symmetric,
+    eps=2**-12,
+)
+"""Fused per-channel weight fake-quant restricted to -127..127."""

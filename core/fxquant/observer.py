@@ -1,0 +1,1066 @@
+"""Observers: modules that watch tensors during calibration and pick quantization parameters.
+
+An observer sits on a graph edge, passes its input through unchanged and
+records statistics (running min/max, a histogram). ``calculate_qparams()``
+turns those statistics into ``(scale, zero_point)``; the results are
+bit-identical to torch.ao's observers with the same settings and data.
+
+Dtypes: ``torch.uint8``/``int8``/``int32`` are the defaults and the names to
+write; torch's deprecated ``torch.quint8``/``qint8``/``qint32`` are accepted as
+the same dtypes (see :mod:`fxquant.dtypes`). Qschemes may be torch objects
+(``torch.per_tensor_affine``) or their names (``"per_tensor_affine"``).
+
+Unlike torch.ao, nothing here warns: an observer that saw no data returns
+``scale=1.0, zero_point=0`` and infinities are left out of histograms.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from fxquant.dtypes import (
+    canonical_dtype,
+    dtypes_match,
+    is_per_channel,
+    is_quantized_dtype,
+    is_symmetric,
+    qscheme_name,
+    qscheme_object,
+    quant_range,
+)
+from fxquant.errors import ConfigError, ConfigTypeError
+from fxquant.factory import ModuleFactory
+
+__all__ = [
+    "FixedQParamsObserver",
+    "HistogramObserver",
+    "MinMaxObserver",
+    "MovingAverageMinMaxObserver",
+    "MovingAveragePerChannelMinMaxObserver",
+    "NoopObserver",
+    "ObserverBase",
+    "PerChannelMinMaxObserver",
+    "PlaceholderObserver",
+    "RecordingObserver",
+    "ReuseInputObserver",
+    "UniformQuantizationObserverBase",
+    "default_affine_fixed_qparams_observer",
+    "default_debug_observer",
+    "default_dynamic_quant_observer",
+    "default_fixed_qparams_range_0to1_observer",
+    "default_fixed_qparams_range_neg1to1_observer",
+    "default_float_qparams_observer",
+    "default_histogram_observer",
+    "default_observer",
+    "default_per_channel_weight_observer",
+    "default_placeholder_observer",
+    "default_reuse_input_observer",
+    "default_symmetric_fixed_qparams_observer",
+    "default_weight_observer",
+    "per_channel_weight_observer_range_neg_127_to_127",
+    "weight_observer_range_neg_127_to_127",
+]
+
+FLOAT32_EPS: float = float(torch.finfo(torch.float32).eps)
+
+
+class ObserverBase(torch.nn.Module):
+    """Base of every observer: ``forward`` records, ``calculate_qparams`` answers.
+
+    Args:
+        dtype: the dtype the observed tensor is quantized to (or kept in, for placeholders).
+        is_dynamic: True when the quantization parameters are chosen at run time.
+
+    Example:
+        >>> class CountingObserver(ObserverBase):
+        ...     def forward(self, x):
+        ...         return x
+        >>> CountingObserver(torch.uint8).dtype
+        torch.uint8
+    """
+
+    def __init__(self, dtype: torch.dtype, is_dynamic: bool = False) -> None:
+        super().__init__()
+        self.dtype = dtype
+        self.is_dynamic = is_dynamic
+
+    @classmethod
+    def with_args(cls, **kwargs: Any) -> ModuleFactory:
+        """A factory building this observer with ``kwargs`` bound (comparable, JSON-able).
+
+        Example:
+            >>> MinMaxObserver.with_args(quant_min=0, quant_max=127)().quant_max
+            127
+        """
+        return ModuleFactory(cls, kwargs)
+
+    def calculate_qparams(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Quantization parameters ``(scale, zero_point)`` from the recorded statistics."""
+        msg = (
+            f"{type(self).__name__} computes no quantization parameters; it only carries "
+            f"dtype={self.dtype!r} to the converted model. Use an observer such as "
+            "MinMaxObserver where scale and zero_point are needed"
+        )
+        raise ConfigError(msg)
+
+
+def _custom_range(
+    quant_min: int, quant_max: int, dtype: torch.dtype, reduce_range: bool
+) -> tuple[int, int]:
+    low, high = quant_range(dtype)
+    if not (quant_min <= 0 <= quant_max and quant_min < quant_max):
+        msg = (
+            f"quant_min={quant_min!r}, quant_max={quant_max!r}: the range must include 0 "
+            "and quant_min must be below quant_max"
+        )
+        raise ConfigError(msg)
+    if quant_min < low or quant_max > high:
+        msg = (
+            f"quant_min={quant_min!r}, quant_max={quant_max!r} do not fit dtype {dtype!r} "
+            f"({low}..{high}); narrow the range or pick a wider dtype"
+        )
+        raise ConfigError(msg)
+    if not reduce_range:
+        return quant_min, quant_max
+    halved = (quant_min // 2, quant_max // 2)
+    if halved[0] >= halved[1]:
+        msg = (
+            f"reduce_range=True halves quant_min={quant_min!r}, quant_max={quant_max!r} to "
+            f"{halved[0]}..{halved[1]}, which holds one value; widen the range or drop reduce_range"
+        )
+        raise ConfigError(msg)
+    return halved
+
+
+def _default_range(dtype: torch.dtype, reduce_range: bool) -> tuple[int, int]:
+    plain = canonical_dtype(dtype)
+    if reduce_range and plain == torch.int8:
+        return -64, 63
+    if reduce_range and plain == torch.uint8:
+        return 0, 127
+    return quant_range(dtype)
+
+
+def _check_dtype(dtype: object) -> torch.dtype:
+    if not isinstance(dtype, torch.dtype):
+        msg = f"dtype must be a torch.dtype such as torch.uint8, got {dtype!r}"
+        raise ConfigTypeError(msg)
+    if not is_quantized_dtype(dtype):
+        msg = (
+            f"dtype {dtype!r} cannot be observed for integer quantization; expected "
+            "torch.uint8, torch.int8 or torch.int32 (torch.quint8/qint8/qint32 mean the same)"
+        )
+        raise ConfigError(msg)
+    return dtype
+
+
+class UniformQuantizationObserverBase(ObserverBase):
+    """Common base of observers that map a float range onto evenly spaced integers.
+
+    Args:
+        dtype: ``torch.uint8`` (default), ``torch.int8``, ``torch.int32``; the
+            ``torch.quint8``-style names are accepted as the same dtypes.
+        qscheme: ``per_tensor_affine`` (default), ``per_tensor_symmetric``,
+            ``per_channel_affine``, ``per_channel_symmetric`` or
+            ``per_channel_affine_float_qparams``, as a torch object or a string.
+        reduce_range: halve the integer range (x86 kernels avoid overflow this way).
+        quant_min: smallest integer; give it together with ``quant_max``.
+        quant_max: largest integer; the custom range must include 0 and fit ``dtype``.
+        factory_kwargs: ``device``/``dtype`` for the buffers.
+        eps: smallest scale allowed.
+        is_dynamic: quantization parameters are chosen at run time.
+
+    Raises:
+        ConfigError: unknown qscheme or dtype, or a custom range that is empty,
+            excludes 0 or does not fit ``dtype``.
+
+    Example:
+        >>> obs = MinMaxObserver(dtype=torch.int8, quant_min=-127, quant_max=127)
+        >>> obs.quant_min, obs.quant_max, obs.has_customized_qrange
+        (-127, 127, True)
+    """
+
+    # 3 is torch.ao's observer state-dict version: state dicts move between the two
+    _version = 3
+
+    eps: torch.Tensor
+
+    def __init__(  # noqa: PLR0913, PLR0917  # torch.ao's constructor signature, kept for users
+        self,
+        dtype: torch.dtype = torch.uint8,
+        qscheme: object = "per_tensor_affine",
+        reduce_range: bool = False,
+        quant_min: int | None = None,
+        quant_max: int | None = None,
+        factory_kwargs: Mapping[str, Any] | None = None,
+        eps: float = FLOAT32_EPS,
+        is_dynamic: bool = False,
+    ) -> None:
+        qscheme_name(qscheme)  # validates before anything is stored
+        super().__init__(dtype=_check_dtype(dtype), is_dynamic=is_dynamic)
+        self.qscheme = qscheme_object(qscheme)
+        self.reduce_range = reduce_range
+        self.register_buffer("eps", torch.tensor([eps], **_factory(factory_kwargs)))
+        if (quant_min is None) != (quant_max is None):
+            msg = (
+                f"quant_min={quant_min!r}, quant_max={quant_max!r}: give both or neither "
+                "(neither means the full range of dtype)"
+            )
+            raise ConfigError(msg)
+        self.has_customized_qrange = quant_min is not None and quant_max is not None
+        if quant_min is not None and quant_max is not None:
+            self.quant_min, self.quant_max = _custom_range(
+                quant_min, quant_max, dtype, reduce_range
+            )
+        else:
+            self.quant_min, self.quant_max = _default_range(dtype, reduce_range)
+
+    def _check_symmetric_reduce_range(self) -> None:
+        if (
+            is_symmetric(self.qscheme)
+            and self.reduce_range
+            and dtypes_match(self.dtype, torch.uint8)
+        ):
+            msg = (
+                f"reduce_range=True with qscheme={qscheme_name(self.qscheme)!r} and dtype "
+                f"{self.dtype!r} is not supported; use dtype=torch.int8 or reduce_range=False"
+            )
+            raise ConfigError(msg)
+
+    def _calculate_qparams(
+        self, min_val: torch.Tensor, max_val: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(scale, zero_point)`` for the range ``[min_val, max_val]`` (per tensor or channel)."""
+        if not _has_statistics(min_val, max_val):
+            device = min_val.device.type
+            return torch.tensor([1.0], device=device), torch.tensor([0], device=device)
+        name = qscheme_name(self.qscheme)
+        if name == "per_channel_affine_float_qparams":
+            return _float_qparams(min_val, max_val, self.quant_min, self.quant_max, self.eps)
+        if is_symmetric(name):
+            scale, zero_point = self._symmetric_qparams(min_val, max_val)
+        else:
+            scale, zero_point = _affine_qparams(
+                min_val, max_val, self.quant_min, self.quant_max, self.eps
+            )
+        # per-tensor results are shaped [1], like FakeQuantize's buffers
+        return scale.reshape(-1) if scale.dim() == 0 else scale, (
+            zero_point.reshape(-1) if zero_point.dim() == 0 else zero_point
+        )
+
+    def _symmetric_qparams(
+        self, min_val: torch.Tensor, max_val: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        min_neg = torch.min(min_val, torch.zeros_like(min_val))
+        max_pos = torch.max(max_val, torch.zeros_like(max_val))
+        bound = torch.max(-min_neg, max_pos)
+        scale = torch.max(bound / (float(self.quant_max - self.quant_min) / 2), self.eps)
+        zero_point = torch.zeros(min_neg.size(), dtype=torch.int64, device=min_neg.device)
+        plain = canonical_dtype(self.dtype)
+        if plain == torch.uint8:
+            # unsigned symmetric puts 0.0 mid-range: 128, or the custom range's floored midpoint
+            middle = (self.quant_min + self.quant_max) // 2 if self.has_customized_qrange else 128
+            zero_point.fill_(middle)
+        elif plain == getattr(torch, "uint16", None):
+            zero_point.fill_(2**15)
+        return scale, zero_point
+
+    def reset_min_max_vals(self) -> None:
+        """Forget the recorded range (the next batch starts afresh)."""
+        msg = f"{type(self).__name__} keeps no min/max values to reset"
+        raise ConfigError(msg)
+
+    def _load_from_state_dict(  # noqa: PLR0913, PLR0917  # nn.Module's hook signature
+        self,
+        state_dict: dict[str, Any],
+        prefix: str,
+        local_metadata: dict[str, Any],
+        strict: bool,
+        missing_keys: list[str],
+        unexpected_keys: list[str],
+        error_msgs: list[str],
+    ) -> None:
+        if local_metadata.get("version") in (None, 1):
+            # state dicts older than version 2 had no eps buffer
+            state_dict.setdefault(prefix + "eps", torch.tensor([FLOAT32_EPS]))
+        # a fresh observer's buffers may not have the saved shape yet (per-channel: empty)
+        for name in ("min_val", "max_val"):
+            buffer = getattr(self, name, None)
+            saved = state_dict.get(prefix + name)
+            if isinstance(buffer, torch.Tensor) and isinstance(saved, torch.Tensor):
+                buffer.resize_(saved.shape)
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+
+
+def _factory(factory_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
+    return dict(factory_kwargs or {})
+
+
+def _has_statistics(min_val: torch.Tensor, max_val: torch.Tensor) -> bool:
+    """False for an observer that saw no data; raises on an inverted range."""
+    if min_val.numel() == 0 or max_val.numel() == 0:
+        return False
+    if min_val.dim() == 0 and bool(min_val == float("inf")) and bool(max_val == float("-inf")):
+        return False
+    if bool(torch.any(min_val > max_val)):
+        msg = f"observer range is inverted: min_val={min_val} > max_val={max_val}"
+        raise ConfigError(msg)
+    return True
+
+
+def _affine_qparams(
+    min_val: torch.Tensor, max_val: torch.Tensor, quant_min: int, quant_max: int, eps: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    # the range is widened to include 0 so that 0.0 is exactly representable
+    min_neg = torch.min(min_val, torch.zeros_like(min_val))
+    max_pos = torch.max(max_val, torch.zeros_like(max_val))
+    scale = torch.max((max_pos - min_neg) / float(quant_max - quant_min), eps)
+    zero_point = quant_min - torch.round(min_neg / scale).to(torch.int)
+    return scale, torch.clamp(zero_point, quant_min, quant_max)
+
+
+def _float_qparams(
+    min_val: torch.Tensor, max_val: torch.Tensor, quant_min: int, quant_max: int, eps: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    scale = (max_val - min_val) / float(quant_max - quant_min)
+    scale = torch.where(scale > eps, scale, torch.ones_like(scale))
+    # a float zero point makes q = round((x - min) / scale): no rounding of the offset
+    zero_point = -1 * min_val / scale
+    if scale.dim() == 0:
+        return scale.reshape(-1), zero_point.reshape(-1)
+    return scale, zero_point
+
+
+class MinMaxObserver(UniformQuantizationObserverBase):
+    """Per-tensor observer of the running minimum and maximum.
+
+    ``scale = (max(max_val, 0) - min(min_val, 0)) / (quant_max - quant_min)`` (affine) or
+    ``max(|min_val|, max_val) / ((quant_max - quant_min) / 2)`` (symmetric), never below ``eps``.
+
+    Args: see :class:`UniformQuantizationObserverBase` (qscheme must be per tensor).
+
+    Example:
+        >>> obs = MinMaxObserver()
+        >>> _ = obs(torch.tensor([-1.0, 3.0]))
+        >>> obs.calculate_qparams()
+        (tensor([0.0157]), tensor([64], dtype=torch.int32))
+    """
+
+    min_val: torch.Tensor
+    max_val: torch.Tensor
+
+    def __init__(  # noqa: PLR0913, PLR0917  # torch.ao's constructor signature, kept for users
+        self,
+        dtype: torch.dtype = torch.uint8,
+        qscheme: object = "per_tensor_affine",
+        reduce_range: bool = False,
+        quant_min: int | None = None,
+        quant_max: int | None = None,
+        factory_kwargs: Mapping[str, Any] | None = None,
+        eps: float = FLOAT32_EPS,
+        is_dynamic: bool = False,
+    ) -> None:
+        _require_per_tensor(type(self).__name__, qscheme)
+        super().__init__(
+            dtype, qscheme, reduce_range, quant_min, quant_max, factory_kwargs, eps, is_dynamic
+        )
+        kwargs = _factory(factory_kwargs)
+        self.register_buffer("min_val", torch.tensor(float("inf"), **kwargs))
+        self.register_buffer("max_val", torch.tensor(float("-inf"), **kwargs))
+        self._check_symmetric_reduce_range()
+
+    def forward(self, x_orig: torch.Tensor) -> torch.Tensor:
+        """Record ``x``'s minimum and maximum; return ``x`` unchanged."""
+        if x_orig.numel() == 0:
+            return x_orig
+        x = x_orig.detach().to(self.min_val.dtype)
+        batch_min, batch_max = torch.aminmax(x)
+        self.min_val.copy_(torch.min(batch_min, self.min_val))
+        self.max_val.copy_(torch.max(batch_max, self.max_val))
+        return x_orig
+
+    def calculate_qparams(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(scale, zero_point)``, each of shape ``[1]``."""
+        return self._calculate_qparams(self.min_val, self.max_val)
+
+    def extra_repr(self) -> str:
+        return f"min_val={self.min_val}, max_val={self.max_val}"
+
+    def reset_min_max_vals(self) -> None:
+        """Forget the recorded range."""
+        self.min_val.fill_(float("inf"))
+        self.max_val.fill_(float("-inf"))
+
+
+def _require_per_tensor(owner: str, qscheme: object) -> None:
+    if is_per_channel(qscheme):
+        msg = (
+            f"{owner} supports per-tensor qschemes only, got {qscheme!r}; "
+            "use PerChannelMinMaxObserver for per-channel quantization"
+        )
+        raise ConfigError(msg)
+
+
+def _require_per_channel(owner: str, qscheme: object, is_dynamic: bool) -> None:
+    if not is_per_channel(qscheme):
+        msg = (
+            f"{owner} supports per-channel qschemes only, got {qscheme!r}; "
+            "use MinMaxObserver for per-tensor quantization"
+        )
+        raise ConfigError(msg)
+    if is_dynamic:
+        msg = f"{owner} does not support is_dynamic=True; use a per-tensor observer"
+        raise ConfigError(msg)
+
+
+class MovingAverageMinMaxObserver(MinMaxObserver):
+    """Per-tensor observer of an exponential moving average of each batch's min and max.
+
+    After the first batch, ``min_val += averaging_constant * (batch_min - min_val)``
+    (likewise ``max_val``); qparams are computed as in :class:`MinMaxObserver`.
+
+    Args:
+        averaging_constant: weight of the newest batch; 1 keeps only the last batch.
+        dtype: see :class:`UniformQuantizationObserverBase` for this and the rest.
+        qscheme: per-tensor qscheme.
+        reduce_range: halve the integer range.
+        quant_min: custom smallest integer.
+        quant_max: custom largest integer.
+        eps: smallest scale.
+        is_dynamic: only with ``averaging_constant=1``.
+
+    Example:
+        >>> obs = MovingAverageMinMaxObserver(averaging_constant=0.5)
+        >>> _ = obs(torch.tensor([0.0, 2.0]))
+        >>> _ = obs(torch.tensor([0.0, 4.0]))
+        >>> float(obs.max_val)
+        3.0
+    """
+
+    def __init__(  # noqa: PLR0913, PLR0917  # torch.ao's constructor signature, kept for users
+        self,
+        averaging_constant: float = 0.01,
+        dtype: torch.dtype = torch.uint8,
+        qscheme: object = "per_tensor_affine",
+        reduce_range: bool = False,
+        quant_min: int | None = None,
+        quant_max: int | None = None,
+        eps: float = FLOAT32_EPS,
+        is_dynamic: bool = False,
+        factory_kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
+        if is_dynamic and averaging_constant != 1:
+            msg = (
+                f"MovingAverageMinMaxObserver with is_dynamic=True needs averaging_constant=1, "
+                f"got {averaging_constant!r}"
+            )
+            raise ConfigError(msg)
+        super().__init__(
+            dtype, qscheme, reduce_range, quant_min, quant_max, factory_kwargs, eps, is_dynamic
+        )
+        self.averaging_constant = averaging_constant
+
+    def forward(self, x_orig: torch.Tensor) -> torch.Tensor:
+        """Fold ``x``'s min and max into the moving averages; return ``x`` unchanged."""
+        if x_orig.numel() == 0:
+            return x_orig
+        x = x_orig.detach().to(self.min_val.dtype)
+        batch_min, batch_max = torch.aminmax(x)
+        if bool(self.min_val == float("inf")) and bool(self.max_val == float("-inf")):
+            new_min, new_max = batch_min, batch_max
+        else:
+            c = self.averaging_constant
+            new_min = self.min_val + c * (batch_min - self.min_val)
+            new_max = self.max_val + c * (batch_max - self.max_val)
+        self.min_val.copy_(new_min)
+        self.max_val.copy_(new_max)
+        return x_orig
+
+
+def _per_channel_aminmax(x: torch.Tensor, ch_axis: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Min and max of each slice along ``ch_axis``."""
+    # min and max are exact, so the order of the other dims does not matter
+    rows = x.movedim(ch_axis, 0).reshape(x.shape[ch_axis], -1)
+    found = torch.aminmax(rows, dim=1)
+    return found.min, found.max
+
+
+class PerChannelMinMaxObserver(UniformQuantizationObserverBase):
+    """Observer of the running min and max of every slice along ``ch_axis`` (weights).
+
+    Args:
+        ch_axis: the channel axis (0 for Linear/Conv weights).
+        dtype: see :class:`UniformQuantizationObserverBase` for this and the rest.
+        qscheme: a per-channel qscheme (``per_channel_affine`` by default).
+        reduce_range: halve the integer range.
+        quant_min: custom smallest integer.
+        quant_max: custom largest integer.
+        factory_kwargs: device/dtype of the buffers.
+        eps: smallest scale.
+        is_dynamic: must be False.
+
+    Example:
+        >>> obs = PerChannelMinMaxObserver(dtype=torch.int8, qscheme=torch.per_channel_symmetric)
+        >>> _ = obs(torch.tensor([[1.0, -2.0], [0.5, 0.25]]))
+        >>> obs.calculate_qparams()[0]
+        tensor([0.0157, 0.0039])
+    """
+
+    min_val: torch.Tensor
+    max_val: torch.Tensor
+
+    def __init__(  # noqa: PLR0913, PLR0917  # torch.ao's constructor signature, kept for users
+        self,
+        ch_axis: int = 0,
+        dtype: torch.dtype = torch.uint8,
+        qscheme: object = "per_channel_affine",
+        reduce_range: bool = False,
+        quant_min: int | None = None,
+        quant_max: int | None = None,
+        factory_kwargs: Mapping[str, Any] | None = None,
+        eps: float = FLOAT32_EPS,
+        is_dynamic: bool = False,
+    ) -> None:
+        _require_per_channel(type(self).__name__, qscheme, is_dynamic)
+        super().__init__(
+            dtype, qscheme, reduce_range, quant_min, quant_max, factory_kwargs, eps, is_dynamic
+        )
+        self.ch_axis = ch_axis
+        kwargs = _factory(factory_kwargs)
+        # empty until the first batch tells how many channels there are
+        self.register_buffer("min_val", torch.tensor([], **kwargs))
+        self.register_buffer("max_val", torch.tensor([], **kwargs))
+        self._check_symmetric_reduce_range()
+
+    def _store(self, new_min: torch.Tensor, new_max: torch.Tensor) -> None:
+        self.min_val.resize_(new_min.shape).copy_(new_min)
+        self.max_val.resize_(new_max.shape).copy_(new_max)
+
+    def forward(self, x_orig: torch.Tensor) -> torch.Tensor:
+        """Record each channel's min and max; return ``x`` unchanged."""
+        if x_orig.numel() == 0:
+            return x_orig
+        batch_min, batch_max = _per_channel_aminmax(
+            x_orig.detach().to(self.min_val.dtype), self.ch_axis
+        )
+        if self.min_val.numel() == 0 or self.max_val.numel() == 0:
+            self._store(batch_min, batch_max)
+        else:
+            self._store(torch.min(batch_min, self.min_val), torch.max(batch_max, self.max_val))
+        return x_orig
+
+    def calculate_qparams(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(scales, zero_points)``, one entry per channel."""
+        return self._calculate_qparams(self.min_val, self.max_val)
+
+    def extra_repr(self) -> str:
+        return f"min_val={self.min_val}, max_val={self.max_val}"
+
+    def reset_min_max_vals(self) -> None:
+        """Forget the recorded ranges (the channel count too)."""
+        self.min_val.resize_(0)
+        self.max_val.resize_(0)
+
+
+class MovingAveragePerChannelMinMaxObserver(PerChannelMinMaxObserver):
+    """Per-channel observer of moving averages of each batch's channel min and max.
+
+    Args:
+        averaging_constant: weight of the newest batch; 1 keeps only the last batch.
+        ch_axis: the channel axis.
+        dtype: see :class:`UniformQuantizationObserverBase` for this and the rest.
+        qscheme: a per-channel qscheme.
+        reduce_range: halve the integer range.
+        quant_min: custom smallest integer.
+        quant_max: custom largest integer.
+        eps: smallest scale.
+        is_dynamic: must be False.
+
+    Example:
+        >>> obs = MovingAveragePerChannelMinMaxObserver(averaging_constant=0.5)
+        >>> _ = obs(torch.tensor([[0.0, 2.0]]))
+        >>> _ = obs(torch.tensor([[0.0, 4.0]]))
+        >>> obs.max_val
+        tensor([3.])
+    """
+
+    def __init__(  # noqa: PLR0913, PLR0917  # torch.ao's constructor signature, kept for users
+        self,
+        averaging_constant: float = 0.01,
+        ch_axis: int = 0,
+        dtype: torch.dtype = torch.uint8,
+        qscheme: object = "per_channel_affine",
+        reduce_range: bool = False,
+        quant_min: int | None = None,
+        quant_max: int | None = None,
+        eps: float = FLOAT32_EPS,
+        is_dynamic: bool = False,
+        factory_kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(
+            ch_axis,
+            dtype,
+            qscheme,
+            reduce_range,
+            quant_min,
+            quant_max,
+            factory_kwargs,
+            eps,
+            is_dynamic,
+        )
+        self.averaging_constant = averaging_constant
+
+    def forward(self, x_orig: torch.Tensor) -> torch.Tensor:
+        """Fold each channel's min and max into the moving averages; return ``x``."""
+        if x_orig.numel() == 0:
+            return x_orig
+        batch_min, batch_max = _per_channel_aminmax(
+            x_orig.detach().to(self.min_val.dtype), self.ch_axis
+        )
+        if self.min_val.numel() == 0 or self.max_val.numel() == 0:
+            self._store(batch_min, batch_max)
+        else:
+            c = self.averaging_constant
+            self._store(
+                self.min_val + c * (batch_min - self.min_val),
+                self.max_val + c * (batch_max - self.max_val),
+            )
+        return x_orig
+
+
+class FixedQParamsObserver(ObserverBase):
+    """Observer whose scale and zero point are fixed up front (sigmoid, tanh, ...).
+
+    Args:
+        scale: the fixed scale.
+        zero_point: the fixed zero point.
+        dtype: quantized dtype.
+        qscheme: a per-tensor qscheme.
+        quant_min: smallest integer.
+        quant_max: largest integer.
+        is_dynamic: must be False.
+
+    Example:
+        >>> obs = FixedQParamsObserver(scale=1.0 / 256.0, zero_point=0)
+        >>> obs.calculate_qparams()
+        (tensor([0.0039]), tensor([0], dtype=torch.int32))
+    """
+
+    scale: torch.Tensor
+    zero_point: torch.Tensor
+
+    def __init__(  # noqa: PLR0913, PLR0917  # torch.ao's constructor signature, kept for users
+        self,
+        scale: float,
+        zero_point: int,
+        dtype: torch.dtype = torch.uint8,
+        qscheme: object = "per_tensor_affine",
+        quant_min: int = 0,
+        quant_max: int = 255,
+        is_dynamic: bool = False,
+    ) -> None:
+        if is_dynamic:
+            msg = "FixedQParamsObserver does not support is_dynamic=True: its qparams are fixed"
+            raise ConfigError(msg)
+        _require_per_tensor("FixedQParamsObserver", qscheme)
+        super().__init__(dtype=_check_dtype(dtype), is_dynamic=False)
+        _custom_range(quant_min, quant_max, dtype, reduce_range=False)
+        self.quant_min = quant_min
+        self.quant_max = quant_max
+        self.qscheme = qscheme_object(qscheme)
+        self.register_buffer("scale", torch.tensor([scale], dtype=torch.float))
+        self.register_buffer("zero_point", torch.tensor([zero_point], dtype=torch.int))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Return ``x`` unchanged (nothing to record)."""
+        return x
+
+    def calculate_qparams(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The fixed ``(scale, zero_point)`` buffers."""
+        return self.scale, self.zero_point
+
+
+class PlaceholderObserver(ObserverBase):
+    """Records nothing; carries the dtype (float16, or a dynamic quantization config).
+
+    Args:
+        dtype: the target dtype (``torch.float32`` by default, ``torch.float16``, ``torch.uint8``).
+        custom_op_name: kept for torch.ao compatibility.
+        compute_dtype: deprecated spelling of ``is_dynamic=True`` (any value sets it).
+        quant_min: smallest integer, for dynamic quantization.
+        quant_max: largest integer, for dynamic quantization.
+        qscheme: qscheme, ``per_tensor_affine`` by default.
+        eps: smallest scale, float32 eps by default.
+        is_dynamic: quantize at run time with qparams computed from each input.
+
+    Example:
+        >>> obs = PlaceholderObserver(torch.uint8, quant_min=0, quant_max=255, is_dynamic=True)
+        >>> obs.is_dynamic, obs.quant_max
+        (True, 255)
+    """
+
+    def __init__(  # noqa: PLR0913, PLR0917  # torch.ao's constructor signature, kept for users
+        self,
+        dtype: torch.dtype = torch.float32,
+        custom_op_name: str = "",
+        compute_dtype: torch.dtype | None = None,
+        quant_min: int | None = None,
+        quant_max: int | None = None,
+        qscheme: object = None,
+        eps: float | None = None,
+        is_dynamic: bool = False,
+    ) -> None:
+        super().__init__(dtype=dtype, is_dynamic=is_dynamic or compute_dtype is not None)
+        self.qscheme = qscheme_object("per_tensor_affine" if qscheme is None else qscheme)
+        self.quant_min = quant_min
+        self.quant_max = quant_max
+        self.eps = FLOAT32_EPS if eps is None else eps
+        self.custom_op = custom_op_name
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Return ``x`` unchanged."""
+        return x
+
+    def extra_repr(self) -> str:
+        return f"dtype={self.dtype}, is_dynamic={self.is_dynamic}"
+
+
+class RecordingObserver(ObserverBase):
+    """Debug observer keeping a copy of every tensor it sees in ``tensor_val``.
+
+    Example:
+        >>> obs = RecordingObserver()
+        >>> _ = obs(torch.ones(2))
+        >>> obs.get_tensor_value()
+        [tensor([1., 1.])]
+    """
+
+    def __init__(self, dtype: torch.dtype = torch.uint8) -> None:
+        super().__init__(dtype=dtype, is_dynamic=False)
+        self.tensor_val: list[torch.Tensor] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Store a copy of ``x``; return ``x``."""
+        self.tensor_val.append(x.clone())
+        return x
+
+    def get_tensor_value(self) -> list[torch.Tensor]:
+        """Every tensor recorded so far, oldest first."""
+        return self.tensor_val
+
+
+class NoopObserver(ObserverBase):
+    """Records nothing; carries a dtype (``torch.float16`` by default).
+
+    Example:
+        >>> NoopObserver()(torch.ones(1))
+        tensor([1.])
+    """
+
+    def __init__(self, dtype: torch.dtype = torch.float16, custom_op_name: str = "") -> None:
+        super().__init__(dtype=dtype, is_dynamic=False)
+        self.custom_op = custom_op_name
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Return ``x`` unchanged."""
+        return x
+
+
+class ReuseInputObserver(ObserverBase):
+    """Marks an op (reshape, ...) whose output reuses its input's observer (FX flow only).
+
+    Example:
+        >>> ReuseInputObserver().dtype
+        torch.uint8
+    """
+
+    def __init__(self) -> None:
+        super().__init__(torch.uint8, is_dynamic=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Return ``x`` unchanged."""
+        return x
+
+
+def _f32(value: float) -> float:
+    """``value`` rounded to float32: torch compares a float32 tensor with a Python float so."""
+    return float(struct.unpack("f", struct.pack("f", value))[0])
+
+
+def _cube_integral(begin: torch.Tensor, end: torch.Tensor, density: torch.Tensor) -> torch.Tensor:
+    """``density * integral of t**2 from begin to end``: the L2 error of a uniform spread."""
+    return density * ((end * end * end - begin * begin * begin) / 3)
+
+
+class HistogramObserver(UniformQuantizationObserverBase):
+    """Per-tensor observer that keeps a histogram and picks the range minimizing L2 error.
+
+    Each batch is binned into ``bins`` bins over the running ``[min_val, max_val]``;
+    when the range grows, the old histogram is upsampled (``upsample_rate``) and
+    re-binned into the new range. ``calculate_qparams`` then narrows the range
+    from both ends, quantile step by quantile step, while the estimated
+    quantization error (L2, over ``2**bits`` destination bins) keeps falling,
+    and computes qparams for the narrowed range as :class:`MinMaxObserver` does.
+
+    Args:
+        bins: number of histogram bins.
+        dtype: see :class:`UniformQuantizationObserverBase` for this and the rest.
+        qscheme: per-tensor qscheme.
+        reduce_range: halve the integer range.
+        quant_min: custom smallest integer.
+        quant_max: custom largest integer.
+        factory_kwargs: device/dtype of the buffers.
+        eps: smallest scale.
+        is_dynamic: must be False.
+
+    Example:
+        >>> obs = HistogramObserver(bins=64)
+        >>> _ = obs(torch.linspace(-1.0, 1.0, 1000))
+        >>> scale, zero_point = obs.calculate_qparams()
+        >>> round(float(scale), 4), int(zero_point)
+        (0.0077, 130)
+    """
+
+    histogram: torch.Tensor
+    min_val: torch.Tensor
+    max_val: torch.Tensor
+
+    def __init__(  # noqa: PLR0913, PLR0917  # torch.ao's constructor signature, kept for users
+        self,
+        bins: int = 2048,
+        dtype: torch.dtype = torch.uint8,
+        qscheme: object = "per_tensor_affine",
+        reduce_range: bool = False,
+        quant_min: int | None = None,
+        quant_max: int | None = None,
+        factory_kwargs: Mapping[str, Any] | None = None,
+        eps: float = FLOAT32_EPS,
+        is_dynamic: bool = False,
+    ) -> None:
+        _require_per_tensor("HistogramObserver", qscheme)
+        if is_dynamic:
+            msg = "HistogramObserver does not support is_dynamic=True; use PlaceholderObserver"
+            raise ConfigError(msg)
+        super().__init__(
+            dtype, qscheme, reduce_range, quant_min, quant_max, factory_kwargs, eps, is_dynamic
+        )
+        kwargs = _factory(factory_kwargs)
+        self.bins = bins
+        self.register_buffer("histogram", torch.zeros(bins, **kwargs))
+        self.register_buffer("min_val", torch.tensor(float("inf"), **kwargs))
+        self.register_buffer("max_val", torch.tensor(float("-inf"), **kwargs))
+        low, high = quant_range(dtype)
+        # the error model spreads over every integer of the dtype, whatever quant_min/max say
+        self.dst_nbins = high - low + 1
+        self.upsample_rate = 16
+
+    def forward(self, x_orig: torch.Tensor) -> torch.Tensor:
+        """Add ``x`` (infinities left out) to the histogram; return ``x`` unchanged."""
+        if x_orig.numel() == 0:
+            return x_orig
+        x = x_orig.detach()
+        x_min, x_max = torch.aminmax(x)
+        if bool(x_min == float("-inf")) or bool(x_max == float("inf")):
+            # an infinite range would be useless; the kernels clamp such values anyway
+            x = x[x.abs() != float("inf")]
+            if x.numel() == 0:
+                return x_orig
+            x_min, x_max = torch.aminmax(x)
+        if bool(self.min_val == float("inf")) or bool(self.max_val == float("-inf")):
+            self._set_state(
+                torch.histc(x, self.bins, min=float(x_min), max=float(x_max)), x_min, x_max
+            )
+            return x_orig
+        new_min = torch.min(self.min_val, x_min).detach()
+        new_max = torch.max(self.max_val, x_max).detach()
+        batch = torch.histc(x, self.bins, min=float(new_min), max=float(new_max))
+        batch = batch.to(self.histogram.device)
+        if bool(new_min == self.min_val) and bool(new_max == self.max_val):
+            self._set_state(self.histogram + batch, new_min, new_max)
+        else:
+            old = self._rebin(self.histogram, self.min_val, self.max_val, new_min, new_max)
+            self._set_state(batch + old, new_min, new_max)
+        return x_orig
+
+    def _set_state(self, histogram: torch.Tensor, low: torch.Tensor, high: torch.Tensor) -> None:
+        self.histogram.detach_().resize_(histogram.shape).copy_(histogram)
+        self.min_val.detach_().resize_(low.shape).copy_(low)
+        self.max_val.detach_().resize_(high.shape).copy_(high)
+
+    def _rebin(
+        self,
+        histogram: torch.Tensor,
+        low: torch.Tensor,
+        high: torch.Tensor,
+        new_low: torch.Tensor,
+        new_high: torch.Tensor,
+    ) -> torch.Tensor:
+        """Move ``histogram`` over ``[low, high]`` onto ``bins`` bins over the wider range."""
+        if bool(low == high):
+            # a single value: all its mass goes to the bin that value falls in
+            point = torch.histc(low, bins=self.bins, min=float(new_low), max=float(new_high))
+            return point * torch.sum(histogram)
+        rate = self.upsample_rate
+        fine = histogram.repeat_interleave(rate) / rate
+        fine_width = (high - low) / (self.bins * rate)
+        centers = torch.linspace(low, high, self.bins * rate + 1, device=low.device)[:-1]
+        centers = centers.to(histogram.device) + 0.5 * fine_width
+        edges = torch.linspace(new_low, new_high, self.bins + 1, device=new_low.device)
+        target = torch.bucketize(centers, edges.to(histogram.device), right=True) - 1
+        # rounding can push a center just outside the new range: keep it in the edge bins
+        target = target.clamp_(0, self.bins - 1)
+        return torch.bincount(target, weights=fine, minlength=self.bins)
+
+    def _l2_error(self, start: int, end: int) -> float:
+        """Estimated L2 quantization error when bins ``start..end`` become the range."""
+        bin_width = (self.max_val.item() - self.min_val.item()) / self.bins
+        dst_width = bin_width * (end - start + 1) / self.dst_nbins
+        if dst_width == 0.0:
+            return 0.0
+        device = self.histogram.device
+        src_begin = (torch.arange(self.bins, device=device) - start) * bin_width
+        src_end = src_begin + bin_width
+        last = self.dst_nbins - 1
+        dst_of_begin = torch.clamp(torch.div(src_begin, dst_width, rounding_mode="floor"), 0, last)
+        dst_of_end = torch.clamp(torch.div(src_end, dst_width, rounding_mode="floor"), 0, last)
+        density = self.histogram / bin_width
+        half = dst_width / 2
+        # a source bin spans: the tail of one destination bin, whole bins, the head of another
+        norm = torch.zeros(self.bins, device=device)
+        head = src_begin - (dst_of_begin + 0.5) * dst_width
+        norm += _cube_integral(head, torch.ones(self.bins, device=device) * half, density)
+        whole = _cube_integral(torch.tensor(-half), torch.tensor(half), density)
+        norm += (dst_of_end - dst_of_begin - 1) * whole
+        tail = src_end - (dst_of_end * dst_width + half)
+        norm += _cube_integral(torch.tensor(-half), tail, density)
+        return float(norm.sum().item())
+
+    def _search_range(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Narrow ``[min_val, max_val]`` to the bins whose range minimizes :meth:`_l2_error`."""
+        total = float(torch.sum(self.histogram).item())
+        cumulative = torch.cumsum(self.histogram, dim=0).tolist()
+        step = 1e-5  # quantile granularity
+        alpha, beta = 0.0, 1.0
+        start, end = 0, self.bins - 1
+        best = float("inf")
+        while alpha < beta:
+            next_alpha, next_beta = alpha + step, beta - step
+            low_mass, high_mass = _f32(next_alpha * total), _f32(next_beta * total)
+            left, right = start, end
+            while left < end and cumulative[left] < low_mass:
+                left += 1
+            while right > start and cumulative[right] > high_mass:
+                right -= 1
+            # cut from the side that would drop more bins
+            if left - start > end - right:
+                candidate, alpha = (left, end), next_alpha
+            else:
+                candidate, beta = (start, right), next_beta
+            if candidate == (start, end):
+                continue
+            error = self._l2_error(*candidate)
+            if error > best:
+                break
+            best = error
+            start, end = candidate
+        bin_width = (self.max_val - self.min_val) / self.bins
+        return self.min_val + bin_width * start, self.min_val + bin_width * (end + 1)
+
+    def calculate_qparams(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(scale, zero_point)`` of shape ``[1]`` for the error-minimizing range."""
+        if bool(self.min_val == float("inf")) and bool(self.max_val == float("-inf")):
+            device = self.min_val.device.type
+            return torch.tensor([1.0], device=device), torch.tensor([0], device=device)
+        if self.histogram.numel() != self.bins:
+            msg = (
+                f"HistogramObserver has a histogram of {self.histogram.numel()} bins but "
+                f"bins={self.bins}; load a state dict saved with the same bins"
+            )
+            raise ConfigError(msg)
+        new_min, new_max = self._search_range()
+        return self._calculate_qparams(new_min, new_max)
+
+    def extra_repr(self) -> str:
+        return f"min_val={self.min_val}, max_val={self.max_val}"
+
+    def reset_min_max_vals(self) -> None:
+        """Forget the range and the histogram."""
+        self.min_val.fill_(float("inf"))
+        self.max_val.fill_(float("-inf"))
+        self.histogram.zero_()
+
+
+default_observer = MinMaxObserver.with_args(quant_min=0, quant_max=127)
+"""Static activation observer (uint8, 0..127 leaves headroom on x86)."""
+
+default_placeholder_observer = PlaceholderObserver
+"""Placeholder for float16 quantization."""
+
+default_debug_observer = RecordingObserver
+"""Records every tensor, for debugging."""
+
+default_weight_observer = MinMaxObserver.with_args(
+    dtype=torch.int8, qscheme=torch.per_tensor_symmetric
+)
+"""Weight observer: int8, symmetric per tensor."""
+
+weight_observer_range_neg_127_to_127 = MinMaxObserver.with_args(
+    dtype=torch.int8,
+    qscheme=torch.per_tensor_symmetric,
+    quant_min=-127,
+    quant_max=127,
+    eps=2**-12,
+)
+"""Weight observer restricted to -127..127 (XNNPACK's requirement), eps 2**-12."""
+
+default_histogram_observer = HistogramObserver.with_args(quant_min=0, quant_max=127)
+"""Histogram activation observer for post-training quantization."""
+
+default_per_channel_weight_observer = PerChannelMinMaxObserver.with_args(
+    dtype=torch.int8, qscheme=torch.per_channel_symmetric
+)
+"""Weight observer: int8, symmetric per output channel."""
+
+per_channel_weight_observer_range_neg_127_to_127 = PerChannelMinMaxObserver.with_args(
+    dtype=torch.int8,
+    qscheme=torch.per_channel_symmetric,
+    quant_min=-127,
+    quant_max=127,
+    eps=2**-12,
+)
+"""Per-channel weight observer restricted to -127..127, eps 2**-12."""
+
+default_dynamic_quant_observer = PlaceholderObserver.with_args(
+    dtype=torch.uint8, quant_min=0, quant_max=255, is_dynamic=True
+)
+"""Dynamic quantization: uint8 qparams chosen from each input at run time."""
+
+default_float_qparams_observer = PerChannelMinMaxObserver.with_args(
+    dtype=torch.uint8, qscheme=torch.per_channel_affine_float_qparams, ch_axis=0
+)
+"""Embedding weights: per-row uint8 with float zero points."""
+
+default_fixed_qparams_range_neg1to1_observer = FixedQParamsObserver.with_args(
+    scale=2.0 / 256.0, zero_point=128, dtype=torch.uint8, quant_min=0, quant_max=255
+)
+"""Fixed qparams for outputs in [-1, 1] (tanh)."""
+
+default_fixed_qparams_range_0to1_observer = FixedQParamsObserver.with_args(
+    scale=1.0 / 256.0, zero_point=0, dtype=torch.uint8, quant_min=0, quant_max=255
+)
+"""Fixed qparams for outputs in [0, 1] (sigmoid, softmax)."""
+
+default_symmetric_fixed_qparams_observer = default_fixed_qparams_range_neg1to1_observer
+"""Older name of :data:`default_fixed_qparams_range_neg1to1_observer`."""
+
+default_affine_fixed_qparams_observer = default_fixed_qparams_range_0to1_observer
+"""Older name of :data:`default_fixed_qparams_range_0to1_observer`."""
+
+default_reuse_input_observer = ReuseInputObserver
+"""For ops like reshape that reuse their input's observer."""

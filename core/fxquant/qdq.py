@@ -1,0 +1,490 @@
+"""Quantize/dequantize on plain integer tensors, registered as ``torch.ops.fxquant.*``.
+
+The reference model (``convert_to_reference_fx``) spells quantization with
+these ops instead of ``torch.quint8`` tensors, so it keeps working once torch
+drops its quantized dtypes and survives ``torch.export`` as opaque, pattern
+matchable nodes::
+
+    x (float32) -> fxquant.quantize_per_tensor -> q (uint8)
+      -> fxquant.dequantize_per_tensor -> float32
+
+Numerics are bit-identical to ``torch.quantize_per_tensor(...).int_repr()``
+and ``.dequantize()`` (measured on torch 2.13, x86):
+
+- per tensor, 8 bit: ``round(x * inv_scale + zp)`` with one float32 rounding of
+  the fused multiply-add (FBGEMM's path); int32: float32 multiply, then add;
+- per channel: float32 ``round(x * inv_scale + zp)`` (two roundings);
+- ``inv_scale = 1.0f / float32(scale)``; dequantize per tensor in float32,
+  per channel in float64 (torch keeps per-channel scales as doubles).
+
+Each op has an overload taking ``scale``/``zero_point`` as Python numbers and a
+``.tensor`` overload taking 0-d (or one-element) tensors, for graphs.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import torch
+
+from fxquant.dtypes import canonical_dtype, quant_range
+from fxquant.errors import ConfigError, ConfigTypeError
+
+__all__ = [
+    "choose_qparams_per_tensor",
+    "dequantize_per_channel",
+    "dequantize_per_tensor",
+    "quantize_per_channel",
+    "quantize_per_tensor",
+]
+
+_FBGEMM_SMALL_SCALE = struct.unpack("f", struct.pack("f", 6.1e-5))[0]
+
+_DEFS = (
+    "quantize_per_tensor(Tensor input, float scale, int zero_point, int quant_min, "
+    "int quant_max, ScalarType dtype) -> Tensor",
+    "quantize_per_tensor.tensor(Tensor input, Tensor scale, Tensor zero_point, int quant_min, "
+    "int quant_max, ScalarType dtype) -> Tensor",
+    "dequantize_per_tensor(Tensor input, float scale, int zero_point, int quant_min, "
+    "int quant_max, ScalarType dtype, *, ScalarType? out_dtype=None) -> Tensor",
+    "dequantize_per_tensor.tensor(Tensor input, Tensor scale, Tensor zero_point, int quant_min, "
+    "int quant_max, ScalarType dtype, *, ScalarType? out_dtype=None) -> Tensor",
+    "quantize_per_channel(Tensor input, Tensor scales, Tensor zero_points, int axis, "
+    "int quant_min, int quant_max, ScalarType dtype) -> Tensor",
+    "dequantize_per_channel(Tensor input, Tensor scales, Tensor zero_points, int axis, "
+    "int quant_min, int quant_max, ScalarType dtype, *, ScalarType? out_dtype=None) -> Tensor",
+    "choose_qparams_per_tensor(Tensor input, int quant_min, int quant_max, ScalarType dtype) "
+    "-> (Tensor, Tensor)",
+)
+
+
+def _f32(value: float) -> float:
+    """``value`` rounded to the nearest float32, as a Python float."""
+    return float(struct.unpack("f", struct.pack("f", value))[0])
+
+
+def _check_range(quant_min: int, quant_max: int, dtype: torch.dtype) -> torch.dtype:
+    plain = canonical_dtype(dtype)
+    low, high = quant_range(plain)
+    if not low <= quant_min < quant_max <= high:
+        msg = (
+            f"quant_min={quant_min!r}, quant_max={quant_max!r} do not fit dtype {dtype!r}; "
+            f"expected {low} <= quant_min < quant_max <= {high}"
+        )
+        raise ConfigError(msg)
+    return plain
+
+
+def _float_input(x: torch.Tensor) -> torch.Tensor:
+    if not x.is_floating_point():
+        msg = f"quantize expects a floating point input, got a tensor of dtype {x.dtype}"
+        raise ConfigTypeError(msg)
+    return x if x.dtype == torch.float32 else x.to(torch.float32)
+
+
+def _scalar(value: torch.Tensor, name: str) -> torch.Tensor:
+    if value.numel() != 1:
+        msg = f"{name} must hold one value for per-tensor ops, got shape {tuple(value.shape)}"
+        raise ConfigError(msg)
+    return value
+
+
+# --- kernels (CompositeExplicitAutograd) -----------------------------------------------
+
+
+def _quantize_per_tensor_impl(
+    x: torch.Tensor,
+    scale: float,
+    zero_point: int,
+    quant_min: int,
+    quant_max: int,
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    plain = _check_range(quant_min, quant_max, dtype)
+    x = _float_input(x)
+    inv_scale = _f32(1.0 / _f32(scale))
+    if plain == torch.int32:
+        # torch's int32 path: float32 multiply, float32 add, then round
+        y = torch.round(x * inv_scale + zero_point).to(torch.float64)
+    else:
+        # FBGEMM fuses x * inv_scale + zp (one rounding); float64 holds the
+        # product exactly, so one cast to float32 rounds the same way.
+        y = x.to(torch.float64).mul_(inv_scale).add_(zero_point).to(torch.float32).round_()
+    return y.clamp_(quant_min, quant_max).to(plain)
+
+
+def _quantize_per_tensor_tensor_impl(
+    x: torch.Tensor,
+    scale: torch.Tensor,
+    zero_point: torch.Tensor,
+    quant_min: int,
+    quant_max: int,
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    scale_value = float(_scalar(scale, "scale").item())
+    zero_point_value = int(_scalar(zero_point, "zero_point").item())
+    return _quantize_per_tensor_impl(x, scale_value, zero_point_value, quant_min, quant_max, dtype)
+
+
+def _dequantize_per_tensor_impl(  # noqa: PLR0913  # the op's schema
+    q: torch.Tensor,
+    scale: float,
+    zero_point: int,
+    quant_min: int,
+    quant_max: int,
+    dtype: torch.dtype,
+    *,
+    out_dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    _check_range(quant_min, quant_max, dtype)
+    y = (q.to(torch.int64) - zero_point).to(torch.float32).mul_(_f32(scale))
+    return y.to(out_dtype or torch.float32)
+
+
+def _dequantize_per_tensor_tensor_impl(  # noqa: PLR0913  # the op's schema
+    q: torch.Tensor,
+    scale: torch.Tensor,
+    zero_point: torch.Tensor,
+    quant_min: int,
+    quant_max: int,
+    dtype: torch.dtype,
+    *,
+    out_dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    scale_value = float(_scalar(scale, "scale").item())
+    zero_point_value = int(_scalar(zero_point, "zero_point").item())
+    return _dequantize_per_tensor_impl(
+        q, scale_value, zero_point_value, quant_min, quant_max, dtype, out_dtype=out_dtype
+    )
+
+
+def _channel_view(values: torch.Tensor, x: torch.Tensor, axis: int, name: str) -> torch.Tensor:
+    """Reshape per-channel ``values`` so they broadcast along ``axis`` of ``x``."""
+    axis = axis % x.dim() if x.dim() else 0
+    if values.dim() != 1 or (x.dim() and values.numel() != x.shape[axis]):
+        msg = (
+            f"{name} must be 1-d with one value per channel of axis {axis} "
+            f"(size {x.shape[axis] if x.dim() else 0}), got shape {tuple(values.shape)}"
+        )
+        raise ConfigError(msg)
+    shape = [1] * x.dim()
+    shape[axis] = -1
+    return values.reshape(shape)
+
+
+def _zero_point_view(zero_points: torch.Tensor, x: torch.Tensor, axis: int) -> torch.Tensor:
+    view = _channel_view(zero_points, x, axis, "zero_points")
+    return view.to(torch.float32) if view.is_floating_point() else view.to(torch.int64)
+
+
+def _quantize_per_channel_impl(  # noqa: PLR0913, PLR0917  # the op's schema
+    x: torch.Tensor,
+    scales: torch.Tensor,
+    zero_points: torch.Tensor,
+    axis: int,
+    quant_min: int,
+    quant_max: int,
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    plain = _check_range(quant_min, quant_max, dtype)
+    x = _float_input(x)
+    inv_scales = 1.0 / _channel_view(scales, x, axis, "scales").to(torch.float32)
+    zps = _zero_point_view(zero_points, x, axis)
+    y = torch.round(x * inv_scales + zps).to(torch.float64)
+    return y.clamp_(quant_min, quant_max).to(plain)
+
+
+def _dequantize_per_channel_impl(  # noqa: PLR0913, PLR0917  # the op's schema
+    q: torch.Tensor,
+    scales: torch.Tensor,
+    zero_points: torch.Tensor,
+    axis: int,
+    quant_min: int,
+    quant_max: int,
+    dtype: torch.dtype,
+    *,
+    out_dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    _check_range(quant_min, quant_max, dtype)
+    zps = _zero_point_view(zero_points, q, axis)
+    if zps.is_floating_point():
+        # float zero points (per_channel_affine_float_qparams): torch stays in float32
+        scales32 = _channel_view(scales, q, axis, "scales").to(torch.float32)
+        y = (q.to(torch.float32) - zps) * scales32
+    else:
+        scales64 = _channel_view(scales, q, axis, "scales").to(torch.float64)
+        y = (q.to(torch.int64) - zps).to(torch.float64) * scales64
+    return y.to(out_dtype or torch.float32)
+
+
+def _choose_qparams_per_tensor_impl(
+    x: torch.Tensor, quant_min: int, quant_max: int, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    _check_range(quant_min, quant_max, dtype)
+    x = _float_input(x)
+    low, high = (0.0, 0.0) if x.numel() == 0 else (float(v) for v in torch.aminmax(x))
+    scale, zero_point = _fbgemm_qparams(low, high, quant_min, quant_max)
+    return (
+        torch.tensor(scale, dtype=torch.float64, device=x.device),
+        torch.tensor(zero_point, dtype=torch.int64, device=x.device),
+    )
+
+
+def _fbgemm_qparams(low: float, high: float, quant_min: int, quant_max: int) -> tuple[float, int]:
+    """FBGEMM's ChooseQuantizationParams: the range always covers 0; scale stays a double."""
+    low, high = min(low, 0.0), max(high, 0.0)
+    steps = quant_max - quant_min
+    scale = (high - low) / steps
+    if _f32(scale) == 0.0 or _f32(1.0 / _f32(scale)) == float("inf"):
+        scale = 0.1  # a reciprocal of inf would poison the kernels that precompute it
+    if scale < _FBGEMM_SMALL_SCALE:
+        # FBGEMM floors the scale and stretches min/max (float32 math) to match it
+        amplifier = _f32(_FBGEMM_SMALL_SCALE / _f32(scale))
+        scale = _FBGEMM_SMALL_SCALE
+        if low == 0.0:
+            high = _f32(_FBGEMM_SMALL_SCALE * steps)
+        elif high == 0.0:
+            low = _f32(-_FBGEMM_SMALL_SCALE * steps)
+        else:
+            low, high = _f32(low * amplifier), _f32(high * amplifier)
+    # use the end whose terms are smaller: its rounding error is smaller
+    from_min_error = abs(quant_min) - abs(low / scale)
+    from_max_error = abs(quant_max) - abs(high / scale)
+    if from_min_error < from_max_error:
+        initial = quant_min - low / scale
+    else:
+        initial = quant_max - high / scale
+    zero_point = min(max(initial, quant_min), quant_max)
+    return scale, round(zero_point)
+
+
+# --- fake kernels (shapes only, for torch.export / FakeTensor) ---------------------------
+
+
+def _quantize_fake(x: torch.Tensor, *args: object) -> torch.Tensor:
+    dtype = args[-1]
+    assert isinstance(dtype, torch.dtype)  # the schema's last argument is a ScalarType
+    return torch.empty_like(x, dtype=canonical_dtype(dtype))
+
+
+def _dequantize_fake(
+    q: torch.Tensor, *args: object, out_dtype: torch.dtype | None = None
+) -> torch.Tensor:
+    return torch.empty_like(q, dtype=out_dtype or torch.float32)
+
+
+def _choose_qparams_fake(
+    x: torch.Tensor, quant_min: int, quant_max: int, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return (
+        torch.empty((), dtype=torch.float64, device=x.device),
+        torch.empty((), dtype=torch.int64, device=x.device),
+    )
+
+
+def _register() -> torch.library.Library:
+    # FRAGMENT, not DEF: other fxquant modules and plugins may add ops to the namespace
+    lib = torch.library.Library("fxquant", "FRAGMENT")  # type: ignore[no-untyped-call]  # untyped
+    for schema in _DEFS:
+        lib.define(schema)  # type: ignore[no-untyped-call]  # torch.library is untyped
+    kernels = {
+        "quantize_per_tensor": (_quantize_per_tensor_impl, _quantize_fake),
+        "quantize_per_tensor.tensor": (_quantize_per_tensor_tensor_impl, _quantize_fake),
+        "dequantize_per_tensor": (_dequantize_per_tensor_impl, _dequantize_fake),
+        "dequantize_per_tensor.tensor": (_dequantize_per_tensor_tensor_impl, _dequantize_fake),
+        "quantize_per_channel": (_quantize_per_channel_impl, _quantize_fake),
+        "dequantize_per_channel": (_dequantize_per_channel_impl, _dequantize_fake),
+        "choose_qparams_per_tensor": (_choose_qparams_per_tensor_impl, _choose_qparams_fake),
+    }
+    for name, (kernel, fake) in kernels.items():
+        lib.impl(name, kernel, "CompositeExplicitAutograd")  # type: ignore[no-untyped-call]  # untyped
+        # Meta serves FakeTensor (export) without the heavier register_fake machinery
+        lib.impl(name, fake, "Meta")  # type: ignore[no-untyped-call]  # torch.library is untyped
+    return lib
+
+
+_LIB = _register()
+
+
+# --- public Python wrappers ------------------------------------------------------------
+
+
+def _as_tensor(value: float | torch.Tensor) -> torch.Tensor:
+    # a tensor passes through untouched: as_tensor would add a copy node to exported graphs
+    return value if isinstance(value, torch.Tensor) else torch.tensor(value)
+
+
+def quantize_per_tensor(
+    x: torch.Tensor,
+    scale: float | torch.Tensor,
+    zero_point: int | torch.Tensor,
+    quant_min: int,
+    quant_max: int,
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    """Quantize ``x`` to a plain integer tensor with one scale and zero point.
+
+    Args:
+        x: float tensor (float16/bfloat16/float64 are converted to float32 first).
+        scale: a float, or a one-element tensor (then the ``.tensor`` overload runs).
+        zero_point: an int, or a one-element tensor.
+        quant_min: smallest integer kept.
+        quant_max: largest integer kept.
+        dtype: ``torch.uint8``/``int8``/``int32`` (``torch.quint8`` etc. mean the same).
+
+    Returns:
+        ``clamp(round(x / scale + zero_point), quant_min, quant_max)`` as ``dtype``,
+        bit-identical to ``torch.quantize_per_tensor(...).int_repr()``.
+
+    Raises:
+        ConfigError: when ``[quant_min, quant_max]`` does not fit ``dtype``.
+
+    Example:
+        >>> quantize_per_tensor(torch.tensor([0.0, 0.5, 9.0]), 0.1, 3, 0, 255, torch.uint8)
+        tensor([ 3,  8, 93], dtype=torch.uint8)
+    """
+    plain = canonical_dtype(dtype)
+    if isinstance(scale, torch.Tensor) or isinstance(zero_point, torch.Tensor):
+        result: torch.Tensor = torch.ops.fxquant.quantize_per_tensor.tensor(
+            x, _as_tensor(scale), _as_tensor(zero_point), quant_min, quant_max, plain
+        )
+        return result
+    result = torch.ops.fxquant.quantize_per_tensor.default(
+        x, float(scale), int(zero_point), quant_min, quant_max, plain
+    )
+    return result
+
+
+def dequantize_per_tensor(  # noqa: PLR0913  # the op's schema
+    q: torch.Tensor,
+    scale: float | torch.Tensor,
+    zero_point: int | torch.Tensor,
+    quant_min: int,
+    quant_max: int,
+    dtype: torch.dtype,
+    *,
+    out_dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """Map integers back to floats: ``(q - zero_point) * scale``, computed in float32.
+
+    Args:
+        q: integer tensor produced by :func:`quantize_per_tensor`.
+        scale: a float, or a one-element tensor.
+        zero_point: an int, or a one-element tensor.
+        quant_min: smallest integer of the quantized range (checked against ``dtype``).
+        quant_max: largest integer of the quantized range.
+        dtype: the integer dtype ``q`` was quantized to.
+        out_dtype: float dtype of the result.
+
+    Returns:
+        A float tensor equal to torch's ``dequantize()`` of the same quantized tensor.
+
+    Example:
+        >>> q = torch.tensor([3, 8, 93], dtype=torch.uint8)
+        >>> dequantize_per_tensor(q, 0.1, 3, 0, 255, torch.uint8)
+        tensor([0.0000, 0.5000, 9.0000])
+    """
+    plain = canonical_dtype(dtype)
+    if isinstance(scale, torch.Tensor) or isinstance(zero_point, torch.Tensor):
+        result: torch.Tensor = torch.ops.fxquant.dequantize_per_tensor.tensor(
+            q,
+            _as_tensor(scale),
+            _as_tensor(zero_point),
+            quant_min,
+            quant_max,
+            plain,
+            out_dtype=out_dtype,
+        )
+        return result
+    result = torch.ops.fxquant.dequantize_per_tensor.default(
+        q, float(scale), int(zero_point), quant_min, quant_max, plain, out_dtype=out_dtype
+    )
+    return result
+
+
+def quantize_per_channel(  # noqa: PLR0913, PLR0917  # the op's schema: one argument per qparam
+    x: torch.Tensor,
+    scales: torch.Tensor,
+    zero_points: torch.Tensor,
+    axis: int,
+    quant_min: int,
+    quant_max: int,
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    """Quantize ``x`` with one scale and zero point per slice along ``axis``.
+
+    Bit-identical to ``torch.quantize_per_channel(...).int_repr()``, also with
+    float zero points (``per_channel_affine_float_qparams``, embeddings).
+
+    Example:
+        >>> x = torch.tensor([[1.0, -1.0], [2.0, 4.0]])
+        >>> quantize_per_channel(
+        ...     x, torch.tensor([0.1, 0.5]), torch.tensor([0, 0]), 0, -128, 127, torch.int8
+        ... )
+        tensor([[ 10, -10],
+                [  4,   8]], dtype=torch.int8)
+    """
+    result: torch.Tensor = torch.ops.fxquant.quantize_per_channel.default(
+        x, scales, zero_points, axis, quant_min, quant_max, canonical_dtype(dtype)
+    )
+    return result
+
+
+def dequantize_per_channel(  # noqa: PLR0913, PLR0917  # the op's schema: one argument per qparam
+    q: torch.Tensor,
+    scales: torch.Tensor,
+    zero_points: torch.Tensor,
+    axis: int,
+    quant_min: int,
+    quant_max: int,
+    dtype: torch.dtype,
+    *,
+    out_dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """Map per-channel integers back to floats: ``(q - zero_points) * scales`` along ``axis``.
+
+    Example:
+        >>> q = torch.tensor([[10, -10], [4, 8]], dtype=torch.int8)
+        >>> dequantize_per_channel(
+        ...     q, torch.tensor([0.1, 0.5]), torch.tensor([0, 0]), 0, -128, 127, torch.int8
+        ... )
+        tensor([[ 1., -1.],
+                [ 2.,  4.]])
+    """
+    result: torch.Tensor = torch.ops.fxquant.dequantize_per_channel.default(
+        q,
+        scales,
+        zero_points,
+        axis,
+        quant_min,
+        quant_max,
+        canonical_dtype(dtype),
+        out_dtype=out_dtype,
+    )
+    return result
+
+
+def choose_qparams_per_tensor(
+    x: torch.Tensor, quant_min: int, quant_max: int, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scale and zero point for dynamic quantization of ``x``, chosen as torch's kernels do.
+
+    Matches ``torch.quantize_per_tensor_dynamic`` (FBGEMM's choice): the range
+    is widened to cover 0, the scale is a float64 ``(max - min) / (qmax - qmin)``
+    floored at ``6.1e-5``, and the zero point is rounded and clamped. For
+    ``reduce_range=True`` semantics pass the halved range (``0, 127``).
+
+    Returns:
+        ``(scale, zero_point)`` as 0-d float64 and int64 tensors.
+
+    Example:
+        >>> scale, zero_point = choose_qparams_per_tensor(
+        ...     torch.tensor([-1.0, 3.0]), 0, 255, torch.uint8
+        ... )
+        >>> round(float(scale), 6), int(zero_point)
+        (0.015686, 64)
+    """
+    scale, zero_point = torch.ops.fxquant.choose_qparams_per_tensor.default(
+        x, quant_min, quant_max, canonical_dtype(dtype)
+    )
+    return scale, zero_point

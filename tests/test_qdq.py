@@ -1,0 +1,198 @@
+"""fxquant.qdq: quantize/dequantize on plain integer tensors, as torch.ops.fxquant.* ops."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import pytest
+import torch
+from fxquant import qdq
+from fxquant.errors import ConfigError, ConfigTypeError
+from hypothesis import given
+from hypothesis import strategies as st
+
+RANGES = {torch.uint8: (0, 255), torch.int8: (-128, 127), torch.int32: (-(2**31), 2**31 - 1)}
+
+
+@given(
+    dtype=st.sampled_from([torch.uint8, torch.int8]),
+    exponent=st.integers(-20, 10),
+    data=st.data(),
+)
+def test_values_on_the_grid_round_trip_exactly(dtype: torch.dtype, exponent: int, data: Any):
+    low, high = RANGES[dtype]
+    zero_point = data.draw(st.integers(low, high))
+    levels = data.draw(st.lists(st.integers(low, high), min_size=1, max_size=50))
+    scale = 2.0**exponent  # a power of two keeps (level - zp) * scale exact
+    x = (torch.tensor(levels, dtype=torch.float64) - zero_point).mul(scale).float()
+    q = qdq.quantize_per_tensor(x, scale, zero_point, low, high, dtype)
+    assert q.tolist() == levels
+    assert torch.equal(qdq.dequantize_per_tensor(q, scale, zero_point, low, high, dtype), x)
+
+
+@given(
+    values=st.lists(st.floats(-1e6, 1e6, width=32), min_size=1, max_size=50),
+    quant_max=st.integers(1, 255),
+)
+def test_quantize_clamps_to_a_custom_range(values: list[float], quant_max: int):
+    q = qdq.quantize_per_tensor(torch.tensor(values), 0.5, 0, 0, quant_max, torch.uint8)
+    assert int(q.min()) >= 0
+    assert int(q.max()) <= quant_max
+
+
+def test_quantize_rounds_half_to_even_like_torch_kernels():
+    x = torch.tensor([0.5, 1.5, 2.5, -0.5, -1.5])
+    q = qdq.quantize_per_tensor(x, 1.0, 0, -128, 127, torch.int8)
+    assert q.tolist() == [0, 2, 2, 0, -2]
+
+
+def test_quantized_dtype_names_give_plain_integer_tensors():
+    quint8 = getattr(torch, "quint8", torch.uint8)
+    q = qdq.quantize_per_tensor(torch.tensor([1.0]), 0.1, 0, 0, 255, quint8)
+    assert q.dtype == torch.uint8
+    assert q.tolist() == [10]
+
+
+def test_dequantize_honours_out_dtype():
+    q = torch.tensor([3, 8], dtype=torch.uint8)
+    y = qdq.dequantize_per_tensor(q, 0.5, 2, 0, 255, torch.uint8, out_dtype=torch.float16)
+    assert y.dtype == torch.float16
+    assert y.tolist() == [0.5, 3.0]
+
+
+def test_per_channel_quantize_uses_each_channels_qparams():
+    x = torch.tensor([[1.0, -1.0], [2.0, 4.0]])
+    scales, zero_points = torch.tensor([0.5, 0.25]), torch.tensor([1, -2])
+    q = qdq.quantize_per_channel(x, scales, zero_points, 1, -128, 127, torch.int8)
+    assert q.tolist() == [[3, -6], [5, 14]]
+    back = qdq.dequantize_per_channel(q, scales, zero_points, 1, -128, 127, torch.int8)
+    assert torch.equal(back, x)
+
+
+def test_choose_qparams_covers_zero_and_the_data_range():
+    scale, zero_point = qdq.choose_qparams_per_tensor(
+        torch.tensor([-1.0, 3.0]), 0, 255, torch.uint8
+    )
+    assert scale.dtype == torch.float64
+    assert float(scale) == pytest.approx(4.0 / 255)
+    assert int(zero_point) == 64
+
+
+def test_a_range_outside_the_dtype_is_rejected_with_the_fix():
+    with pytest.raises(ConfigError) as info:
+        qdq.quantize_per_tensor(torch.ones(2), 0.1, 0, 0, 300, torch.uint8)
+    assert str(info.value) == (
+        "quant_min=0, quant_max=300 do not fit dtype torch.uint8; "
+        "expected 0 <= quant_min < quant_max <= 255"
+    )
+
+
+def test_quantizing_an_integer_tensor_is_a_type_error():
+    with pytest.raises(ConfigTypeError, match="floating point input, got a tensor of dtype"):
+        qdq.quantize_per_tensor(torch.ones(2, dtype=torch.int32), 0.1, 0, 0, 255, torch.uint8)
+
+
+def test_per_channel_scales_must_match_the_axis_size():
+    with pytest.raises(ConfigError, match="one value per channel of axis 0"):
+        qdq.quantize_per_channel(
+            torch.ones(3, 2), torch.ones(2), torch.zeros(2), 0, 0, 255, torch.uint8
+        )
+
+
+def test_per_tensor_tensor_overload_rejects_several_scales():
+    with pytest.raises(ConfigError, match="scale must hold one value"):
+        qdq.quantize_per_tensor(torch.ones(2), torch.ones(2), torch.tensor(0), 0, 255, torch.uint8)
+
+
+def test_ops_are_registered_with_float_and_tensor_overloads():
+    for name in ("quantize_per_tensor", "dequantize_per_tensor"):
+        assert set(getattr(torch.ops.fxquant, name).overloads()) == {"default", "tensor"}
+    for name in ("quantize_per_channel", "dequantize_per_channel", "choose_qparams_per_tensor"):
+        assert getattr(torch.ops.fxquant, name).overloads() == ["default"]
+
+
+def test_meta_tensors_get_the_output_dtype_and_shape():
+    x = torch.empty(2, 3, device="meta")
+    q = qdq.quantize_per_tensor(x, 0.1, 0, -128, 127, torch.int8)
+    assert (q.device.type, q.dtype, q.shape) == ("meta", torch.int8, (2, 3))
+    y = qdq.dequantize_per_channel(
+        q, torch.ones(2, device="meta"), torch.zeros(2, device="meta"), 0, -128, 127, torch.int8
+    )
+    assert (y.dtype, y.shape) == (torch.float32, (2, 3))
+
+
+class StaticQDQ(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q = qdq.quantize_per_tensor(x, 0.05, 3, 0, 255, torch.uint8)
+        y = qdq.dequantize_per_tensor(q, 0.05, 3, 0, 255, torch.uint8)
+        qc = qdq.quantize_per_channel(
+            y, torch.tensor([0.1, 0.2]), torch.tensor([0, 1]), 0, -128, 127, torch.int8
+        )
+        return qdq.dequantize_per_channel(
+            qc, torch.tensor([0.1, 0.2]), torch.tensor([0, 1]), 0, -128, 127, torch.int8
+        )
+
+
+class DynamicQDQ(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scale, zero_point = qdq.choose_qparams_per_tensor(x, 0, 255, torch.uint8)
+        q = qdq.quantize_per_tensor(x, scale, zero_point, 0, 255, torch.uint8)
+        return qdq.dequantize_per_tensor(q, scale, zero_point, 0, 255, torch.uint8)
+
+
+def fxquant_targets(graph: torch.fx.Graph) -> list[str]:
+    return [
+        str(node.target)
+        for node in graph.nodes
+        if node.op == "call_function" and str(node.target).startswith("fxquant.")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("module", "expected"),
+    [
+        (
+            StaticQDQ(),
+            [
+                "fxquant.quantize_per_tensor.default",
+                "fxquant.dequantize_per_tensor.default",
+                "fxquant.quantize_per_channel.default",
+                "fxquant.dequantize_per_channel.default",
+            ],
+        ),
+        (
+            DynamicQDQ(),
+            [
+                "fxquant.choose_qparams_per_tensor.default",
+                "fxquant.quantize_per_tensor.tensor",
+                "fxquant.dequantize_per_tensor.tensor",
+            ],
+        ),
+    ],
+)
+def test_torch_export_keeps_fxquant_ops_and_runs(module: torch.nn.Module, expected: list[str]):
+    x = torch.randn(2, 5, generator=torch.Generator().manual_seed(0))
+    exported = torch.export.export(module, (x,))
+    assert fxquant_targets(exported.graph) == expected
+    assert torch.equal(exported.module()(x), module(x))
+
+
+def test_fx_symbolic_trace_records_the_ops():
+    traced = torch.fx.symbolic_trace(StaticQDQ())
+    assert fxquant_targets(traced.graph) == [
+        "fxquant.quantize_per_tensor.default",
+        "fxquant.dequantize_per_tensor.default",
+        "fxquant.quantize_per_channel.default",
+        "fxquant.dequantize_per_channel.default",
+    ]
+
+
+def test_no_code_path_warns():
+    x = torch.randn(2, 3, requires_grad=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        StaticQDQ()(x)
+        DynamicQDQ()(x.detach())
+        qdq.quantize_per_tensor(x, 0.1, 0, 0, 255, getattr(torch, "quint8", torch.uint8))
+    assert [str(w.message) for w in caught] == []
