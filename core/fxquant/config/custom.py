@@ -1,0 +1,538 @@
+"""The ``*_custom_config`` arguments of the flow: exceptions to the normal rules.
+
+    FuseCustomConfig      attributes to keep on the fused model
+    PrepareCustomConfig   standalone modules, custom module swaps, untraceable modules,
+                          inputs/outputs already quantized, attributes to keep
+    ConvertCustomConfig   observed -> quantized custom module swaps, attributes to keep
+
+Setters and dict keys are torch.ao's (``input_quantized_idxs``,
+``float_to_observed_custom_module_class``...), so existing dicts load unchanged.
+Every setter validates and leaves the config unchanged when it raises.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
+
+import torch
+
+from fxquant.config.backend import BackendConfig
+from fxquant.config.qconfig_mapping import QConfigMapping
+from fxquant.errors import ConfigError, ConfigTypeError
+
+__all__ = [
+    "ConvertCustomConfig",
+    "FuseCustomConfig",
+    "PrepareCustomConfig",
+    "QuantType",
+    "StandaloneModuleConfigEntry",
+]
+
+STANDALONE_MODULE_NAME_KEY: Final = "standalone_module_name"
+STANDALONE_MODULE_CLASS_KEY: Final = "standalone_module_class"
+FLOAT_TO_OBSERVED_KEY: Final = "float_to_observed_custom_module_class"
+OBSERVED_TO_QUANTIZED_KEY: Final = "observed_to_quantized_custom_module_class"
+NON_TRACEABLE_MODULE_NAME_KEY: Final = "non_traceable_module_name"
+NON_TRACEABLE_MODULE_CLASS_KEY: Final = "non_traceable_module_class"
+INPUT_QUANTIZED_INDEXES_KEY: Final = "input_quantized_idxs"
+OUTPUT_QUANTIZED_INDEXES_KEY: Final = "output_quantized_idxs"
+PRESERVED_ATTRIBUTES_KEY: Final = "preserved_attributes"
+
+T = TypeVar("T")
+
+
+class QuantType(enum.Enum):
+    """The kind of quantization a custom module mapping applies to.
+
+    Example:
+        >>> QuantType("static") is QuantType.STATIC
+        True
+    """
+
+    DYNAMIC = "dynamic"
+    STATIC = "static"
+    QAT = "qat"
+    WEIGHT_ONLY = "weight_only"
+
+    @classmethod
+    def coerce(cls, value: object) -> QuantType:
+        """Accept a QuantType, its string name, or torch.ao's QuantType (same member names).
+
+        Example:
+            >>> QuantType.coerce("qat")
+            <QuantType.QAT: 'qat'>
+        """
+        if isinstance(value, QuantType):
+            return value
+        if isinstance(value, str) and value in {m.value for m in cls}:
+            return cls(value)
+        if isinstance(value, enum.Enum) and value.name in cls.__members__:
+            return cls[value.name]
+        choices = ", ".join(repr(m.value) for m in cls)
+        msg = f"quant_type must be a QuantType or one of {choices}, got {value!r}"
+        raise ConfigTypeError(msg)
+
+
+def _module_class(value: object, argument: str) -> type[torch.nn.Module]:
+    if isinstance(value, type) and issubclass(value, torch.nn.Module):
+        return value
+    msg = (
+        f"{argument} must be a torch.nn.Module subclass (the class, not an instance), "
+        f"got {value!r} of type {type(value).__name__}"
+    )
+    raise ConfigTypeError(msg)
+
+
+def _str(value: object, argument: str) -> str:
+    if isinstance(value, str):
+        return value
+    msg = f"{argument} must be a str, got {value!r} of type {type(value).__name__}"
+    raise ConfigTypeError(msg)
+
+
+def _index(value: object, argument: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        msg = f"{argument} must be an int, got {value!r} of type {type(value).__name__}"
+        raise ConfigTypeError(msg)
+    if value < 0:
+        msg = f"{argument} must be >= 0 (a position in the model's inputs/outputs), got {value!r}"
+        raise ConfigError(msg)
+    return value
+
+
+def _list_of(values: object, argument: str, check: Callable[[object, str], T]) -> list[T]:
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
+        msg = f"{argument} must be a list, got {values!r} of type {type(values).__name__}"
+        raise ConfigTypeError(msg)
+    return [check(v, f"{argument}[{i}]") for i, v in enumerate(values)]
+
+
+def _check_keys(data: object, valid: tuple[str, ...], owner: str) -> Mapping[str, Any]:
+    if not isinstance(data, Mapping):
+        msg = f"{owner}.from_dict expects a dict, got {data!r} of type {type(data).__name__}"
+        raise ConfigTypeError(msg)
+    unknown = [k for k in data if k not in valid]
+    if unknown:
+        msg = (
+            f"{owner}.from_dict got unknown key(s) {', '.join(map(repr, unknown))}; "
+            f"valid keys: {', '.join(map(repr, valid))}"
+        )
+        raise ConfigError(msg)
+    return data
+
+
+def _optional(value: Any, cls: type[T], argument: str) -> T | None:
+    """None, an instance of ``cls``, or its dict form (built with ``cls.from_dict``)."""
+    if value is None or isinstance(value, cls):
+        return value
+    if isinstance(value, Mapping):
+        built: T = cls.from_dict(value)  # type: ignore[attr-defined]  # every config class has it
+        return built
+    msg = (
+        f"{argument} must be a {cls.__name__}, its dict form, or None, got {value!r} "
+        f"of type {type(value).__name__}"
+    )
+    raise ConfigTypeError(msg)
+
+
+@dataclass(frozen=True)
+class StandaloneModuleConfigEntry:
+    """How to quantize one standalone module: it is prepared as a model of its own.
+
+    Example:
+        >>> entry = StandaloneModuleConfigEntry(None, (torch.randn(1, 3),), None, None)
+        >>> entry.example_inputs[0].shape
+        torch.Size([1, 3])
+    """
+
+    qconfig_mapping: QConfigMapping | None
+    example_inputs: tuple[Any, ...]
+    prepare_custom_config: PrepareCustomConfig | None
+    backend_config: BackendConfig | None
+
+    def __post_init__(self) -> None:
+        checks = {
+            "qconfig_mapping": _optional(self.qconfig_mapping, QConfigMapping, "qconfig_mapping"),
+            "prepare_custom_config": _optional(
+                self.prepare_custom_config, PrepareCustomConfig, "prepare_custom_config"
+            ),
+            "backend_config": _optional(self.backend_config, BackendConfig, "backend_config"),
+        }
+        if not isinstance(self.example_inputs, tuple):
+            msg = (
+                f"example_inputs must be a tuple of the module's positional inputs, got "
+                f"{self.example_inputs!r}; wrap a single input as (x,)"
+            )
+            raise ConfigTypeError(msg)
+        for name, value in checks.items():
+            object.__setattr__(self, name, value)
+
+    def as_tuple(self, key: object) -> tuple[Any, ...]:
+        """The dict-form entry ``(key, qconfig dict, example_inputs, prepare dict, backend)``."""
+        return (
+            key,
+            self.qconfig_mapping.to_dict() if self.qconfig_mapping is not None else None,
+            self.example_inputs,
+            self.prepare_custom_config.to_dict() if self.prepare_custom_config else None,
+            self.backend_config,
+        )
+
+
+class _Preserved:
+    """Shared ``set_preserved_attributes`` and equality of the three custom configs."""
+
+    def __init__(self) -> None:
+        self.preserved_attributes: list[str] = []
+
+    def set_preserved_attributes(self: T, attributes: Iterable[str]) -> T:
+        """Names of attributes to copy onto the resulting GraphModule.
+
+        Example:
+            >>> FuseCustomConfig().set_preserved_attributes(["scale"]).preserved_attributes
+            ['scale']
+        """
+        checked = _list_of(attributes, "preserved_attributes", _str)
+        self.preserved_attributes = checked  # type: ignore[attr-defined]  # T is a _Preserved
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self.to_dict() == other.to_dict()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable builder
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.to_dict()!r})"
+
+
+class FuseCustomConfig(_Preserved):
+    """Custom settings for ``fuse_fx``: attributes to keep.
+
+    Example:
+        >>> FuseCustomConfig().set_preserved_attributes(["attr1"]).to_dict()
+        {'preserved_attributes': ['attr1']}
+    """
+
+    def to_dict(self) -> dict[str, Any]:
+        """The dict form; empty settings are left out."""
+        return (
+            {PRESERVED_ATTRIBUTES_KEY: list(self.preserved_attributes)}
+            if self.preserved_attributes
+            else {}
+        )
+
+    @classmethod
+    def from_dict(cls, fuse_custom_config_dict: Mapping[str, Any]) -> FuseCustomConfig:
+        """Build from the dict form (key ``"preserved_attributes"``).
+
+        Example:
+            >>> FuseCustomConfig.from_dict({}).preserved_attributes
+            []
+        """
+        data = _check_keys(fuse_custom_config_dict, (PRESERVED_ATTRIBUTES_KEY,), cls.__name__)
+        return cls().set_preserved_attributes(data.get(PRESERVED_ATTRIBUTES_KEY, []))
+
+
+def _class_mappings_to_dict(
+    mappings: Mapping[QuantType, Mapping[type, type]],
+) -> dict[str, dict[type, type]]:
+    return {quant_type.value: dict(mapping) for quant_type, mapping in mappings.items()}
+
+
+def _class_mappings_from_dict(value: object, key: str) -> list[tuple[QuantType, type, type]]:
+    if not isinstance(value, Mapping):
+        msg = f"{key!r} must be a dict of quant type name -> {{class: class}}, got {value!r}"
+        raise ConfigTypeError(msg)
+    entries = []
+    for quant_type, mapping in value.items():
+        if not isinstance(mapping, Mapping):
+            msg = f"{key}[{quant_type!r}] must be a dict of class -> class, got {mapping!r}"
+            raise ConfigTypeError(msg)
+        entries += [(QuantType.coerce(quant_type), a, b) for a, b in mapping.items()]
+    return entries
+
+
+_PREPARE_KEYS: Final = (
+    STANDALONE_MODULE_NAME_KEY,
+    STANDALONE_MODULE_CLASS_KEY,
+    FLOAT_TO_OBSERVED_KEY,
+    NON_TRACEABLE_MODULE_NAME_KEY,
+    NON_TRACEABLE_MODULE_CLASS_KEY,
+    INPUT_QUANTIZED_INDEXES_KEY,
+    OUTPUT_QUANTIZED_INDEXES_KEY,
+    PRESERVED_ATTRIBUTES_KEY,
+)
+
+
+class PrepareCustomConfig(_Preserved):
+    """Custom settings for ``prepare_fx`` / ``prepare_qat_fx``.
+
+    Example:
+        >>> config = (PrepareCustomConfig()
+        ...     .set_non_traceable_module_names(["decoder"])
+        ...     .set_input_quantized_indexes([0])
+        ...     .set_preserved_attributes(["vocab"]))
+        >>> sorted(config.to_dict())
+        ['input_quantized_idxs', 'non_traceable_module_name', 'preserved_attributes']
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.standalone_module_names: dict[str, StandaloneModuleConfigEntry] = {}
+        self.standalone_module_classes: dict[type, StandaloneModuleConfigEntry] = {}
+        self.float_to_observed_mapping: dict[QuantType, dict[type, type]] = {}
+        self.non_traceable_module_names: list[str] = []
+        self.non_traceable_module_classes: list[type] = []
+        self.input_quantized_indexes: list[int] = []
+        self.output_quantized_indexes: list[int] = []
+
+    def set_standalone_module_name(
+        self,
+        module_name: str,
+        qconfig_mapping: QConfigMapping | None,
+        example_inputs: tuple[Any, ...],
+        prepare_custom_config: PrepareCustomConfig | None,
+        backend_config: BackendConfig | None,
+    ) -> PrepareCustomConfig:
+        """Prepare the submodule named ``module_name`` as a standalone model.
+
+        Example:
+            >>> c = PrepareCustomConfig().set_standalone_module_name(
+            ...     "sub", None, (torch.randn(2),), None, None)
+            >>> list(c.standalone_module_names)
+            ['sub']
+        """
+        name = _str(module_name, "module_name")
+        entry = StandaloneModuleConfigEntry(
+            qconfig_mapping, example_inputs, prepare_custom_config, backend_config
+        )
+        self.standalone_module_names[name] = entry
+        return self
+
+    def set_standalone_module_class(
+        self,
+        module_class: type,
+        qconfig_mapping: QConfigMapping | None,
+        example_inputs: tuple[Any, ...],
+        prepare_custom_config: PrepareCustomConfig | None,
+        backend_config: BackendConfig | None,
+    ) -> PrepareCustomConfig:
+        """Prepare every submodule of class ``module_class`` as a standalone model.
+
+        Example:
+            >>> c = PrepareCustomConfig().set_standalone_module_class(
+            ...     torch.nn.LSTM, None, (torch.randn(2, 3),), None, None)
+            >>> list(c.standalone_module_classes) == [torch.nn.LSTM]
+            True
+        """
+        cls = _module_class(module_class, "module_class")
+        entry = StandaloneModuleConfigEntry(
+            qconfig_mapping, example_inputs, prepare_custom_config, backend_config
+        )
+        self.standalone_module_classes[cls] = entry
+        return self
+
+    def set_float_to_observed_mapping(
+        self,
+        float_class: type,
+        observed_class: type,
+        quant_type: QuantType | str = QuantType.STATIC,
+    ) -> PrepareCustomConfig:
+        """Swap ``float_class`` modules for ``observed_class`` (its ``from_float``) in prepare.
+
+        Raises:
+            ConfigError: for a quant type other than static (the only one supported).
+
+        Example:
+            >>> c = PrepareCustomConfig().set_float_to_observed_mapping(
+            ...     torch.nn.LSTM, torch.nn.LSTM)
+            >>> list(c.float_to_observed_mapping)
+            [<QuantType.STATIC: 'static'>]
+        """
+        float_cls = _module_class(float_class, "float_class")
+        observed_cls = _module_class(observed_class, "observed_class")
+        kind = QuantType.coerce(quant_type)
+        if kind is not QuantType.STATIC:
+            msg = (
+                f"set_float_to_observed_mapping supports quant_type=QuantType.STATIC only, "
+                f"got {kind!r}; custom modules for QAT or dynamic quantization are not supported"
+            )
+            raise ConfigError(msg)
+        self.float_to_observed_mapping.setdefault(kind, {})[float_cls] = observed_cls
+        return self
+
+    def set_non_traceable_module_names(self, module_names: Iterable[str]) -> PrepareCustomConfig:
+        """Submodules (by name) that symbolic tracing must not enter.
+
+        Example:
+            >>> c = PrepareCustomConfig().set_non_traceable_module_names(["a"])
+            >>> c.non_traceable_module_names
+            ['a']
+        """
+        self.non_traceable_module_names = _list_of(module_names, "module_names", _str)
+        return self
+
+    def set_non_traceable_module_classes(
+        self, module_classes: Iterable[type]
+    ) -> PrepareCustomConfig:
+        """Submodule classes that symbolic tracing must not enter.
+
+        Example:
+            >>> c = PrepareCustomConfig().set_non_traceable_module_classes([torch.nn.LSTM])
+            >>> c.non_traceable_module_classes == [torch.nn.LSTM]
+            True
+        """
+        checked: list[type] = _list_of(module_classes, "module_classes", _module_class)
+        self.non_traceable_module_classes = checked
+        return self
+
+    def set_input_quantized_indexes(self, indexes: Iterable[int]) -> PrepareCustomConfig:
+        """Model inputs (by position) that arrive already quantized.
+
+        Example:
+            >>> PrepareCustomConfig().set_input_quantized_indexes([0]).input_quantized_indexes
+            [0]
+        """
+        self.input_quantized_indexes = _list_of(indexes, "indexes", _index)
+        return self
+
+    def set_output_quantized_indexes(self, indexes: Iterable[int]) -> PrepareCustomConfig:
+        """Model outputs (by position) to leave quantized.
+
+        Example:
+            >>> PrepareCustomConfig().set_output_quantized_indexes([0]).output_quantized_indexes
+            [0]
+        """
+        self.output_quantized_indexes = _list_of(indexes, "indexes", _index)
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """The dict form with torch.ao's keys; empty settings are left out."""
+        result: dict[str, Any] = {}
+        if self.standalone_module_names:
+            result[STANDALONE_MODULE_NAME_KEY] = [
+                e.as_tuple(k) for k, e in self.standalone_module_names.items()
+            ]
+        if self.standalone_module_classes:
+            result[STANDALONE_MODULE_CLASS_KEY] = [
+                e.as_tuple(k) for k, e in self.standalone_module_classes.items()
+            ]
+        if self.float_to_observed_mapping:
+            result[FLOAT_TO_OBSERVED_KEY] = _class_mappings_to_dict(self.float_to_observed_mapping)
+        lists: dict[str, list[Any]] = {
+            NON_TRACEABLE_MODULE_NAME_KEY: self.non_traceable_module_names,
+            NON_TRACEABLE_MODULE_CLASS_KEY: self.non_traceable_module_classes,
+            INPUT_QUANTIZED_INDEXES_KEY: self.input_quantized_indexes,
+            OUTPUT_QUANTIZED_INDEXES_KEY: self.output_quantized_indexes,
+            PRESERVED_ATTRIBUTES_KEY: self.preserved_attributes,
+        }
+        result.update({key: list(value) for key, value in lists.items() if value})
+        return result
+
+    @classmethod
+    def from_dict(cls, prepare_custom_config_dict: Mapping[str, Any]) -> PrepareCustomConfig:
+        """Build from the dict form (see :meth:`to_dict`; torch.ao's dicts load unchanged).
+
+        Raises:
+            ConfigError: for an unknown key (the message lists the valid ones).
+
+        Example:
+            >>> PrepareCustomConfig.from_dict({"input_quantized_idxs": [0]}).input_quantized_indexes
+            [0]
+        """
+        data = _check_keys(prepare_custom_config_dict, _PREPARE_KEYS, cls.__name__)
+        config = cls()
+        for key, setter in (
+            (STANDALONE_MODULE_NAME_KEY, config.set_standalone_module_name),
+            (STANDALONE_MODULE_CLASS_KEY, config.set_standalone_module_class),
+        ):
+            for i, entry in enumerate(data.get(key, [])):
+                if not isinstance(entry, (tuple, list)) or len(entry) != 5:
+                    msg = (
+                        f"{key}[{i}] must be a tuple (key, qconfig_mapping, example_inputs, "
+                        f"prepare_custom_config, backend_config), got {entry!r}"
+                    )
+                    raise ConfigError(msg)
+                setter(*entry)
+        for quant_type, float_cls, observed_cls in _class_mappings_from_dict(
+            data.get(FLOAT_TO_OBSERVED_KEY, {}), FLOAT_TO_OBSERVED_KEY
+        ):
+            config.set_float_to_observed_mapping(float_cls, observed_cls, quant_type)
+        config.set_non_traceable_module_names(data.get(NON_TRACEABLE_MODULE_NAME_KEY, []))
+        config.set_non_traceable_module_classes(data.get(NON_TRACEABLE_MODULE_CLASS_KEY, []))
+        config.set_input_quantized_indexes(data.get(INPUT_QUANTIZED_INDEXES_KEY, []))
+        config.set_output_quantized_indexes(data.get(OUTPUT_QUANTIZED_INDEXES_KEY, []))
+        return config.set_preserved_attributes(data.get(PRESERVED_ATTRIBUTES_KEY, []))
+
+
+class ConvertCustomConfig(_Preserved):
+    """Custom settings for ``convert_fx``: custom module swaps and attributes to keep.
+
+    Example:
+        >>> config = ConvertCustomConfig().set_observed_to_quantized_mapping(
+        ...     torch.nn.LSTM, torch.nn.LSTM)
+        >>> list(config.to_dict()["observed_to_quantized_custom_module_class"])
+        ['static']
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.observed_to_quantized_mapping: dict[QuantType, dict[type, type]] = {}
+
+    def set_observed_to_quantized_mapping(
+        self,
+        observed_class: type,
+        quantized_class: type,
+        quant_type: QuantType | str = QuantType.STATIC,
+    ) -> ConvertCustomConfig:
+        """Swap ``observed_class`` modules for ``quantized_class`` (its ``from_observed``).
+
+        Example:
+            >>> c = ConvertCustomConfig().set_observed_to_quantized_mapping(
+            ...     torch.nn.LSTM, torch.nn.LSTM, "dynamic")
+            >>> list(c.observed_to_quantized_mapping)
+            [<QuantType.DYNAMIC: 'dynamic'>]
+        """
+        observed_cls = _module_class(observed_class, "observed_class")
+        quantized_cls = _module_class(quantized_class, "quantized_class")
+        kind = QuantType.coerce(quant_type)
+        self.observed_to_quantized_mapping.setdefault(kind, {})[observed_cls] = quantized_cls
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """The dict form with torch.ao's keys; empty settings are left out."""
+        result: dict[str, Any] = {}
+        if self.observed_to_quantized_mapping:
+            result[OBSERVED_TO_QUANTIZED_KEY] = _class_mappings_to_dict(
+                self.observed_to_quantized_mapping
+            )
+        if self.preserved_attributes:
+            result[PRESERVED_ATTRIBUTES_KEY] = list(self.preserved_attributes)
+        return result
+
+    @classmethod
+    def from_dict(cls, convert_custom_config_dict: Mapping[str, Any]) -> ConvertCustomConfig:
+        """Build from the dict form (see :meth:`to_dict`).
+
+        Raises:
+            ConfigError: for an unknown key (the message lists the valid ones).
+
+        Example:
+            >>> ConvertCustomConfig.from_dict({"preserved_attributes": ["a"]}).preserved_attributes
+            ['a']
+        """
+        valid = (OBSERVED_TO_QUANTIZED_KEY, PRESERVED_ATTRIBUTES_KEY)
+        data = _check_keys(convert_custom_config_dict, valid, cls.__name__)
+        config = cls()
+        for quant_type, observed_cls, quantized_cls in _class_mappings_from_dict(
+            data.get(OBSERVED_TO_QUANTIZED_KEY, {}), OBSERVED_TO_QUANTIZED_KEY
+        ):
+            config.set_observed_to_quantized_mapping(observed_cls, quantized_cls, quant_type)
+        return config.set_preserved_attributes(data.get(PRESERVED_ATTRIBUTES_KEY, []))

@@ -1,0 +1,346 @@
+"""``QConfigMapping``: which QConfig each part of a model gets.
+
+Five levels, lowest priority first; the most specific level that matches wins:
+
+    global               set_global
+    object type          set_object_type         module class, function or method name
+    module name regex    set_module_name_regex   first registered regex that re.match()es
+    module name          set_module_name         the name, or its nearest named ancestor
+    name + type + index  set_module_name_object_type_order
+
+:meth:`QConfigMapping.qconfig_for` applies these rules; the flow calls it once per node.
+A qconfig of ``None`` is a real answer ("leave this in float"), not a miss.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+import torch
+
+from fxquant.config.qconfig import QConfig, QConfigAny
+from fxquant.errors import ConfigError, ConfigTypeError
+
+__all__ = ["ObjectType", "QConfigMapping"]
+
+ObjectType = Callable[..., Any] | str
+"""A module class, a function (``torch.add``, ``operator.add``) or a method name (``"relu"``)."""
+
+GLOBAL_KEY: Final = ""
+OBJECT_TYPE_KEY: Final = "object_type"
+MODULE_NAME_REGEX_KEY: Final = "module_name_regex"
+MODULE_NAME_KEY: Final = "module_name"
+MODULE_NAME_OBJECT_TYPE_ORDER_KEY: Final = "module_name_object_type_order"
+DICT_KEYS: Final = (
+    GLOBAL_KEY,
+    OBJECT_TYPE_KEY,
+    MODULE_NAME_REGEX_KEY,
+    MODULE_NAME_KEY,
+    MODULE_NAME_OBJECT_TYPE_ORDER_KEY,
+)
+
+
+def _check_qconfig(qconfig: object, argument: str) -> QConfigAny:
+    if qconfig is None or isinstance(qconfig, QConfig):
+        return qconfig
+    msg = (
+        f"{argument} must be a QConfig or None (None leaves the match in float), "
+        f"got {qconfig!r} of type {type(qconfig).__name__}"
+    )
+    raise ConfigTypeError(msg)
+
+
+def _check_object_type(object_type: object, argument: str) -> ObjectType:
+    if isinstance(object_type, str):
+        if object_type.isidentifier():
+            return object_type
+    elif isinstance(object_type, type):
+        if issubclass(object_type, torch.nn.Module):
+            return object_type
+    elif callable(object_type) and not isinstance(object_type, torch.nn.Module):
+        return object_type
+    msg = (
+        f"{argument} must be a module class, a function or a method name, got "
+        f"{object_type!r} of type {type(object_type).__name__}; e.g. torch.nn.Linear, "
+        "torch.add, 'relu'"
+    )
+    raise ConfigTypeError(msg)
+
+
+def _check_str(value: object, argument: str) -> str:
+    if isinstance(value, str):
+        return value
+    msg = f"{argument} must be a str, got {value!r} of type {type(value).__name__}"
+    raise ConfigTypeError(msg)
+
+
+def _compile(regex: object) -> re.Pattern[str]:
+    text = _check_str(regex, "module_name_regex")
+    try:
+        return re.compile(text)
+    except re.error as error:
+        msg = f"module_name_regex {text!r} is not a valid regular expression: {error}"
+        raise ConfigError(msg) from error
+
+
+def _parent_names(module_name: str) -> list[str]:
+    """``"a.b.c"`` -> ``["a.b.c", "a.b", "a"]``; the root (``""``) has no name entry."""
+    parts = module_name.split(".") if module_name else []
+    return [".".join(parts[:n]) for n in range(len(parts), 0, -1)]
+
+
+class QConfigMapping:
+    """Map model parts to QConfigs at five levels of priority (see the module docstring).
+
+    Setting a key that is already there replaces its QConfig; regexes keep the
+    position where they were first registered, because the first match wins.
+
+    Example:
+        >>> import torch
+        >>> from fxquant.config.qconfig import QConfig
+        >>> qconfig = QConfig(activation=torch.nn.Identity, weight=torch.nn.Identity)
+        >>> mapping = (QConfigMapping()
+        ...     .set_global(qconfig)
+        ...     .set_object_type(torch.nn.Linear, None)
+        ...     .set_module_name("head", qconfig))
+        >>> mapping.qconfig_for("body.fc", torch.nn.Linear) is None
+        True
+        >>> mapping.qconfig_for("head.fc", torch.nn.Linear) is qconfig
+        True
+    """
+
+    def __init__(self) -> None:
+        self.global_qconfig: QConfigAny = None
+        self.object_type_qconfigs: dict[ObjectType, QConfigAny] = {}
+        self.module_name_regex_qconfigs: dict[str, QConfigAny] = {}
+        self.module_name_qconfigs: dict[str, QConfigAny] = {}
+        self.module_name_object_type_order_qconfigs: dict[
+            tuple[str, ObjectType, int], QConfigAny
+        ] = {}
+        self._compiled: dict[str, re.Pattern[str]] = {}
+
+    def set_global(self, global_qconfig: QConfigAny) -> QConfigMapping:
+        """Set the QConfig used where no other level matches.
+
+        Example:
+            >>> QConfigMapping().set_global(None).global_qconfig is None
+            True
+        """
+        self.global_qconfig = _check_qconfig(global_qconfig, "global_qconfig")
+        return self
+
+    def set_object_type(self, object_type: ObjectType, qconfig: QConfigAny) -> QConfigMapping:
+        """Set the QConfig for a module class, function or method name.
+
+        Example:
+            >>> list(QConfigMapping().set_object_type("relu", None).object_type_qconfigs)
+            ['relu']
+        """
+        key = _check_object_type(object_type, "object_type")
+        self.object_type_qconfigs[key] = _check_qconfig(qconfig, "qconfig")
+        return self
+
+    def set_module_name_regex(self, module_name_regex: str, qconfig: QConfigAny) -> QConfigMapping:
+        """Set the QConfig for module names the regex ``re.match``-es; first registered wins.
+
+        Raises:
+            ConfigError: when the regex does not compile.
+
+        Example:
+            >>> m = QConfigMapping().set_module_name_regex("foo.*", None)
+            >>> list(m.module_name_regex_qconfigs)
+            ['foo.*']
+        """
+        compiled = _compile(module_name_regex)
+        checked = _check_qconfig(qconfig, "qconfig")
+        self._compiled[compiled.pattern] = compiled
+        self.module_name_regex_qconfigs[compiled.pattern] = checked
+        return self
+
+    def set_module_name(self, module_name: str, qconfig: QConfigAny) -> QConfigMapping:
+        """Set the QConfig for a module by its qualified name; its submodules inherit it.
+
+        Example:
+            >>> list(QConfigMapping().set_module_name("layer1", None).module_name_qconfigs)
+            ['layer1']
+        """
+        name = _check_str(module_name, "module_name")
+        self.module_name_qconfigs[name] = _check_qconfig(qconfig, "qconfig")
+        return self
+
+    def set_module_name_object_type_order(
+        self, module_name: str, object_type: ObjectType, index: int, qconfig: QConfigAny
+    ) -> QConfigMapping:
+        """Set the QConfig for the ``index``-th call of ``object_type`` inside ``module_name``.
+
+        Example:
+            >>> m = QConfigMapping().set_module_name_object_type_order("foo", torch.add, 0, None)
+            >>> len(m.module_name_object_type_order_qconfigs)
+            1
+        """
+        key = _order_key(module_name, object_type, index)
+        self.module_name_object_type_order_qconfigs[key] = _check_qconfig(qconfig, "qconfig")
+        return self
+
+    def qconfig_for(
+        self, module_name: str, object_type: ObjectType | None = None, index: int | None = None
+    ) -> QConfigAny:
+        """The QConfig of one node: the highest-priority level that matches wins.
+
+        Priority, highest first:
+
+        1. ``(module_name, object_type, index)`` set with
+           :meth:`set_module_name_object_type_order` (only when ``index`` is given);
+        2. ``module_name`` itself, else its nearest ancestor with a name entry
+           (``"a.b.c"`` looks up ``"a.b.c"``, ``"a.b"``, ``"a"``);
+        3. the first registered regex that ``re.match``-es ``module_name``;
+        4. ``object_type``;
+        5. the global QConfig.
+
+        Args:
+            module_name: qualified name of the module (for a function or method call,
+                the module whose ``forward`` makes the call; ``""`` for the root).
+            object_type: the module's class, the function, or the method name.
+            index: for function and method calls, how many earlier calls of the same
+                ``object_type`` the same module made (0 for the first).
+
+        Example:
+            >>> QConfigMapping().qconfig_for("fc", torch.nn.Linear) is None
+            True
+        """
+        order_key = (module_name, object_type, index)
+        if index is not None and object_type is not None:
+            orders = self.module_name_object_type_order_qconfigs
+            if order_key in orders:
+                return orders[(module_name, object_type, index)]
+        for name in _parent_names(module_name):
+            if name in self.module_name_qconfigs:
+                return self.module_name_qconfigs[name]
+        for regex, qconfig in self.module_name_regex_qconfigs.items():
+            if self._regex(regex).match(module_name):
+                return qconfig
+        if object_type is not None and object_type in self.object_type_qconfigs:
+            return self.object_type_qconfigs[object_type]
+        return self.global_qconfig
+
+    def _regex(self, regex: str) -> re.Pattern[str]:
+        # attributes are public (torch.ao's names): compile what was assigned directly too
+        if regex not in self._compiled:
+            self._compiled[regex] = _compile(regex)
+        return self._compiled[regex]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The dict form (torch.ao's keys): the global QConfig and lists of tuples.
+
+        Example:
+            >>> QConfigMapping().set_module_name("fc", None).to_dict()["module_name"]
+            [('fc', None)]
+        """
+        return {
+            GLOBAL_KEY: self.global_qconfig,
+            OBJECT_TYPE_KEY: list(self.object_type_qconfigs.items()),
+            MODULE_NAME_REGEX_KEY: list(self.module_name_regex_qconfigs.items()),
+            MODULE_NAME_KEY: list(self.module_name_qconfigs.items()),
+            MODULE_NAME_OBJECT_TYPE_ORDER_KEY: [
+                (*key, qconfig)
+                for key, qconfig in self.module_name_object_type_order_qconfigs.items()
+            ],
+        }
+
+    @classmethod
+    def from_dict(cls, qconfig_dict: Mapping[str, Any]) -> QConfigMapping:
+        """Build from the dict form (all keys optional; entries are tuples or lists).
+
+        Raises:
+            ConfigError: for an unknown key (the message lists the valid ones) or an
+                entry of the wrong length.
+
+        Example:
+            >>> QConfigMapping.from_dict({"module_name": [("fc", None)]}).module_name_qconfigs
+            {'fc': None}
+        """
+        _check_dict_keys(qconfig_dict)
+        mapping = cls()
+        if GLOBAL_KEY in qconfig_dict:
+            mapping.set_global(qconfig_dict[GLOBAL_KEY])
+        setters: dict[str, tuple[Callable[..., QConfigMapping], int]] = {
+            OBJECT_TYPE_KEY: (mapping.set_object_type, 2),
+            MODULE_NAME_REGEX_KEY: (mapping.set_module_name_regex, 2),
+            MODULE_NAME_KEY: (mapping.set_module_name, 2),
+            MODULE_NAME_OBJECT_TYPE_ORDER_KEY: (mapping.set_module_name_object_type_order, 4),
+        }
+        for key, (setter, size) in setters.items():
+            for i, entry in enumerate(qconfig_dict.get(key, [])):
+                if not isinstance(entry, (tuple, list)) or len(entry) != size:
+                    msg = (
+                        f"QConfigMapping.from_dict: {key}[{i}] must be a tuple of {size} items, "
+                        f"got {entry!r}"
+                    )
+                    raise ConfigError(msg)
+                setter(*entry)
+        return mapping
+
+    def to_json(self) -> str:
+        """The JSON form (see ``fxquant.config.serialize``).
+
+        Example:
+            >>> QConfigMapping().to_json()[:7]
+            '{"": nu'
+        """
+        from fxquant.config import serialize  # lazy: serialize imports this module
+
+        text: str = serialize.qconfig_mapping_to_json(self)
+        return text
+
+    @classmethod
+    def from_json(cls, text: str) -> QConfigMapping:
+        """Build from :meth:`to_json`'s output, resolving names only in trusted modules.
+
+        Example:
+            >>> QConfigMapping.from_json('{"": null}').global_qconfig is None
+            True
+        """
+        from fxquant.config import serialize  # lazy: serialize imports this module
+
+        mapping: QConfigMapping = serialize.qconfig_mapping_from_json(text)
+        return mapping
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, QConfigMapping):
+            return NotImplemented
+        return self.to_dict() == other.to_dict()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable builder
+
+    def __repr__(self) -> str:
+        entries = {k: v for k, v in self.to_dict().items() if v}
+        return f"QConfigMapping({entries!r})"
+
+
+def _order_key(
+    module_name: object, object_type: object, index: object
+) -> tuple[str, ObjectType, int]:
+    name = _check_str(module_name, "module_name")
+    checked = _check_object_type(object_type, "object_type")
+    if not isinstance(index, int) or isinstance(index, bool):
+        msg = f"index must be an int (the call's position in its module), got {index!r}"
+        raise ConfigTypeError(msg)
+    if index < 0:
+        msg = f"index must be >= 0 (0 is the first call in the module), got {index!r}"
+        raise ConfigError(msg)
+    return (name, checked, index)
+
+
+def _check_dict_keys(qconfig_dict: object) -> None:
+    if not isinstance(qconfig_dict, Mapping):
+        msg = f"QConfigMapping.from_dict expects a dict, got {qconfig_dict!r}"
+        raise ConfigTypeError(msg)
+    unknown = [k for k in qconfig_dict if k not in DICT_KEYS]
+    if unknown:
+        msg = (
+            f"QConfigMapping.from_dict got unknown key(s) {', '.join(map(repr, unknown))}; "
+            f"valid keys: {', '.join(map(repr, DICT_KEYS))}"
+        )
+        raise ConfigError(msg)

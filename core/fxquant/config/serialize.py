@@ -1,0 +1,706 @@
+"""JSON forms of ``BackendConfig`` and ``QConfigMapping``, and safe name resolution.
+
+The JSON mirrors ``to_dict()``; objects that JSON cannot hold are tagged:
+
+    module class / function / builtin   {"module": "torch.nn.modules.linear", "name": "Linear"}
+    method name (pattern op)            {"method": "relu"}
+    pattern tuple                       [op, op, ...]        (nested lists for complex format)
+    dtype                               "torch.quint8"       ({"dtype": ...} inside kwargs)
+    qscheme (kwargs)                    {"qscheme": "per_tensor_affine"}
+    observer constructor                {"module": ..., "name": ..., "kwargs": {...}}  (no
+                                        "kwargs" key: the class itself, not a factory)
+
+Reading a name must not let a JSON file run code of its choosing, so names resolve
+only under trusted roots, checked *before* importing: pattern ops and module classes
+under ``torch``, ``operator``, ``fxquant`` and installed fxquant plugins; functions
+fxquant calls (fusers, getters) and observer classes under ``fxquant`` and plugins
+only, and they must be plain functions / ``nn.Module`` classes defined there.
+A plugin root is the top-level package of an entry point in group
+``fxquant.backends``; listing them imports nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import importlib
+import json
+import types
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Final
+
+import torch
+
+from fxquant.config import pattern as patterns
+from fxquant.config.backend import (
+    BackendConfig,
+    BackendPatternConfig,
+    DTypeWithConstraints,
+    ObservationType,
+)
+from fxquant.config.qconfig import QConfig
+from fxquant.config.qconfig_mapping import QConfigMapping
+from fxquant.dtypes import dtype_from_name, dtype_name, qscheme_name, qscheme_object
+from fxquant.errors import ConfigError, ConfigTypeError, UnsafeNameError
+from fxquant.factory import ModuleFactory
+
+__all__ = [
+    "backend_config_from_json",
+    "backend_config_to_json",
+    "name_of",
+    "qconfig_mapping_from_json",
+    "qconfig_mapping_to_json",
+    "resolve",
+    "trusted_roots",
+]
+
+
+# what a name is used for -> the roots it may live under (plugins are added to each)
+OP: Final = "pattern op"
+MODULE_CLASS: Final = "module class"
+FUNCTION: Final = "function"
+CONSTRUCTOR: Final = "observer class"
+_BASE_ROOTS: Final = {
+    OP: ("torch", "operator", "fxquant"),
+    MODULE_CLASS: ("torch", "operator", "fxquant"),
+    FUNCTION: ("fxquant",),
+    CONSTRUCTOR: ("fxquant",),
+}
+# a builtin's __module__ can be an implementation module; these are the names users write
+_MODULE_ALIASES: Final = {"_operator": "operator"}
+
+
+def trusted_roots(kind: str) -> frozenset[str]:
+    """Top-level packages a name of ``kind`` may resolve under, plugins included.
+
+    Example:
+        >>> "torch" in trusted_roots("pattern op"), "torch" in trusted_roots("function")
+        (True, False)
+    """
+    return frozenset(_BASE_ROOTS[kind]) | _plugin_roots()
+
+
+def _plugin_roots() -> frozenset[str]:
+    scanned = _SCANNED_ROOTS.get()
+    return scanned if scanned is not None else _scan_plugin_roots()
+
+
+def _scan_plugin_roots() -> frozenset[str]:
+    # the registry owns discovery; imported here because the registry imports the configs
+    from fxquant.registry.loading import scan
+
+    roots = set()
+    for record in scan():
+        module = record.value.split(":", 1)[0].strip()
+        if module and not record.disabled:
+            roots.add(module.split(".", 1)[0])
+    return frozenset(roots)
+
+
+# one entry-point scan per to_json/from_json call: a scan costs milliseconds and a
+# backend has hundreds of names, while plugins may be installed between calls
+_SCANNED_ROOTS: contextvars.ContextVar[frozenset[str] | None] = contextvars.ContextVar(
+    "fxquant_plugin_roots", default=None
+)
+
+
+@contextlib.contextmanager
+def _one_scan() -> Iterator[None]:
+    token = _SCANNED_ROOTS.set(_scan_plugin_roots())
+    try:
+        yield
+    finally:
+        _SCANNED_ROOTS.reset(token)
+
+
+def _root(module: str) -> str:
+    return _MODULE_ALIASES.get(module, module).split(".", 1)[0]
+
+
+def _a(kind: str) -> str:
+    return f"an {kind}" if kind[0] in "aeiou" else f"a {kind}"
+
+
+def _unsafe(path: str, value: object, why: str) -> UnsafeNameError:
+    return UnsafeNameError(f"{path}: {value!r} {why}")
+
+
+# ---------------------------------------------------------------- naming objects
+
+
+def _candidates(obj: Any) -> list[tuple[str, str]]:
+    module = getattr(obj, "__module__", None)
+    name = getattr(obj, "__name__", None)
+    qualname = getattr(obj, "__qualname__", name)
+    found: list[tuple[str, str]] = []
+    if isinstance(obj, types.BuiltinFunctionType) and isinstance(name, str):
+        # torch builtins live in torch._C; users know them as torch.nn.functional.X / torch.X
+        found += [("torch.nn.functional", name), ("torch", name)]
+    if isinstance(module, str):
+        module = _MODULE_ALIASES.get(module, module)
+        # __name__ too: wrapped functions (F.max_pool2d) have a <locals> qualname
+        found += [(module, n) for n in (qualname, name) if isinstance(n, str)]
+    return found
+
+
+def name_of(obj: object, path: str, kind: str) -> dict[str, str]:
+    """The ``{"module", "name"}`` reference of ``obj``, checked against ``kind``'s roots.
+
+    Raises:
+        UnsafeNameError: when ``obj`` has no importable name or lives outside the roots.
+
+    Example:
+        >>> name_of(torch.nn.Linear, "pattern", "pattern op")
+        {'module': 'torch.nn.modules.linear', 'name': 'Linear'}
+    """
+    for module, name in _candidates(obj):
+        if "<" in name or _root(module) not in trusted_roots(kind):
+            continue
+        try:
+            if _lookup(module, name) is obj:
+                return {"module": module, "name": name}
+        except (ImportError, AttributeError):
+            continue
+    roots = ", ".join(sorted(trusted_roots(kind)))
+    why = (
+        f"cannot be written as {_a(kind)}: it needs an importable qualified name under "
+        f"{roots} (lambdas and local functions have none; define it at module level "
+        "in fxquant or an installed fxquant plugin)"
+    )
+    raise _unsafe(path, obj, why)
+
+
+def _lookup(module: str, name: str) -> Any:
+    found: Any = importlib.import_module(module)
+    for part in name.split("."):
+        found = getattr(found, part)
+    return found
+
+
+# ---------------------------------------------------------------- resolving names
+
+
+def _check_dotted(text: object, path: str) -> str:
+    if not isinstance(text, str) or not text:
+        msg = f"{path}: expected a dotted name (str), got {text!r}"
+        raise ConfigTypeError(msg)
+    for part in text.split("."):
+        if not part.isidentifier() or part.startswith("__"):
+            raise _unsafe(path, text, "is not a plain dotted name (no dunder parts allowed)")
+    return text
+
+
+def resolve(ref: object, path: str, kind: str) -> Any:
+    """Resolve a ``{"module", "name"}`` reference, importing only under trusted roots.
+
+    The root is checked before anything is imported; the object found must then be
+    of the right kind and defined under a trusted root itself (so a re-export such as
+    ``fxquant.x.eval`` does not pass).
+
+    Raises:
+        UnsafeNameError: for a root outside the trusted ones, or an object of the wrong
+            kind or origin.
+        ConfigError: when the name does not exist.
+
+    Example:
+        >>> resolve({"module": "operator", "name": "add"}, "pattern", "pattern op")
+        <built-in function add>
+    """
+    if not isinstance(ref, Mapping) or set(ref) != {"module", "name"}:
+        msg = f"{path}: expected {{'module': ..., 'name': ...}}, got {ref!r}"
+        raise ConfigError(msg)
+    module = _check_dotted(ref["module"], f"{path}.module")
+    name = _check_dotted(ref["name"], f"{path}.name")
+    roots = trusted_roots(kind)
+    if _root(module) not in roots:
+        allowed = ", ".join(sorted(roots))
+        raise _unsafe(
+            path, f"{module}.{name}", f"is outside the modules trusted for {_a(kind)} ({allowed})"
+        )
+    try:
+        found = _lookup(module, name)
+    except (ImportError, AttributeError) as error:
+        msg = f"{path}: {module}.{name} does not exist ({error})"
+        raise ConfigError(msg) from error
+    _check_resolved(found, path, kind, roots)
+    return found
+
+
+def _check_resolved(found: Any, path: str, kind: str, roots: frozenset[str]) -> None:
+    origin = getattr(found, "__module__", None)
+    if isinstance(found, str) or not isinstance(origin, str) or _root(origin) not in roots:
+        raise _unsafe(path, found, f"is not defined in a module trusted for {_a(kind)}")
+    if kind == FUNCTION and not isinstance(found, types.FunctionType):
+        raise _unsafe(path, found, "is not a plain function")
+    if kind in (MODULE_CLASS, CONSTRUCTOR) and not (
+        isinstance(found, type) and issubclass(found, torch.nn.Module)
+    ):
+        raise _unsafe(path, found, "is not a torch.nn.Module subclass")
+    if kind == OP:
+        try:
+            patterns.op_kind(found)
+        except ConfigTypeError as error:
+            raise _unsafe(path, found, "is not a pattern op") from error
+
+
+# ---------------------------------------------------------------- patterns and ops
+
+
+def _encode_op(op: object, path: str) -> Any:
+    if isinstance(op, str):
+        return {"method": op}
+    return name_of(op, path, OP)
+
+
+def _decode_op(data: object, path: str) -> Any:
+    if isinstance(data, Mapping) and set(data) == {"method"}:
+        method = data["method"]
+        if not isinstance(method, str) or not method.isidentifier():
+            msg = f"{path}: a method name must be an identifier, got {method!r}"
+            raise ConfigError(msg)
+        return method
+    return resolve(data, path, OP)
+
+
+def _encode_pattern(pattern: object, path: str) -> Any:
+    if isinstance(pattern, tuple):
+        return [_encode_pattern(p, f"{path}[{i}]") for i, p in enumerate(pattern)]
+    return _encode_op(pattern, path)
+
+
+def _decode_pattern(data: object, path: str) -> Any:
+    if isinstance(data, list):
+        return tuple(_decode_pattern(p, f"{path}[{i}]") for i, p in enumerate(data))
+    return _decode_op(data, path)
+
+
+# ---------------------------------------------------------------- observer constructors
+
+
+def _is_qscheme(value: object) -> bool:
+    qscheme_type = getattr(torch, "qscheme", None)
+    return isinstance(qscheme_type, type) and isinstance(value, qscheme_type)
+
+
+def _encode_value(value: object, path: str) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, torch.dtype):
+        return {"dtype": dtype_name(value)}
+    if _is_qscheme(value):
+        return {"qscheme": qscheme_name(value)}
+    if isinstance(value, (ModuleFactory, type)):
+        return _encode_constructor(value, path)
+    if isinstance(value, (list, tuple)):
+        items = [_encode_value(v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return items if isinstance(value, list) else {"tuple": items}
+    why = (
+        "cannot be written to JSON; constructor arguments may be None, bool, int, float, "
+        "str, a dtype, a qscheme, an observer class or factory, or a list/tuple of these"
+    )
+    raise _unsafe(path, value, why)
+
+
+def _decode_value(data: object, path: str) -> Any:
+    if data is None or isinstance(data, (bool, int, float, str)):
+        return data
+    if isinstance(data, list):
+        return [_decode_value(v, f"{path}[{i}]") for i, v in enumerate(data)]
+    if isinstance(data, Mapping):
+        if set(data) == {"dtype"}:
+            return _decode_dtype(data["dtype"], f"{path}.dtype")
+        if set(data) == {"qscheme"}:
+            return qscheme_object(data["qscheme"])
+        if set(data) == {"tuple"} and isinstance(data["tuple"], list):
+            return tuple(
+                _decode_value(v, f"{path}.tuple[{i}]") for i, v in enumerate(data["tuple"])
+            )
+        if "module" in data:
+            return _decode_constructor(data, path)
+    msg = f"{path}: cannot read {data!r} as a constructor argument"
+    raise ConfigError(msg)
+
+
+def _encode_constructor(ctor: object, path: str) -> dict[str, Any]:
+    if isinstance(ctor, ModuleFactory):
+        ref: dict[str, Any] = name_of(ctor.cls, path, CONSTRUCTOR)
+        kwargs = {str(k): _encode_value(v, f"{path}.kwargs.{k}") for k, v in ctor.kwargs.items()}
+        return {**ref, "kwargs": kwargs}
+    if isinstance(ctor, type):
+        return name_of(ctor, path, CONSTRUCTOR)
+    why = "is not an observer class or a .with_args(...) factory, so it cannot be written"
+    raise _unsafe(path, ctor, why)
+
+
+def _decode_constructor(data: object, path: str) -> Any:
+    if not isinstance(data, Mapping):
+        msg = (
+            f"{path}: expected an observer reference {{'module', 'name'[, 'kwargs']}}, got {data!r}"
+        )
+        raise ConfigError(msg)
+    ref = {k: v for k, v in data.items() if k != "kwargs"}
+    cls = resolve(ref, path, CONSTRUCTOR)
+    if "kwargs" not in data:
+        return cls
+    kwargs = data["kwargs"]
+    if not isinstance(kwargs, Mapping):
+        msg = f"{path}.kwargs: expected an object of keyword arguments, got {kwargs!r}"
+        raise ConfigError(msg)
+    return ModuleFactory(
+        cls, {k: _decode_value(v, f"{path}.kwargs.{k}") for k, v in kwargs.items()}
+    )
+
+
+def _encode_qconfig(qconfig: object, path: str) -> Any:
+    if qconfig is None:
+        return None
+    if not isinstance(qconfig, QConfig):
+        raise _unsafe(path, qconfig, "is not a QConfig")
+    return {
+        "activation": _encode_constructor(qconfig.activation, f"{path}.activation"),
+        "weight": _encode_constructor(qconfig.weight, f"{path}.weight"),
+    }
+
+
+def _decode_qconfig(data: object, path: str) -> QConfig | None:
+    if data is None:
+        return None
+    if not isinstance(data, Mapping) or set(data) != {"activation", "weight"}:
+        msg = f"{path}: expected null or {{'activation': ..., 'weight': ...}}, got {data!r}"
+        raise ConfigError(msg)
+    return QConfig(
+        activation=_decode_constructor(data["activation"], f"{path}.activation"),
+        weight=_decode_constructor(data["weight"], f"{path}.weight"),
+    )
+
+
+# ---------------------------------------------------------------- dtypes
+
+
+def _decode_dtype(name: object, path: str) -> torch.dtype:
+    if not isinstance(name, str):
+        msg = f"{path}: expected a dtype name like 'torch.uint8', got {name!r}"
+        raise ConfigError(msg)
+    try:
+        return dtype_from_name(name)
+    except ConfigError as error:
+        msg = f"{path}: {error}"
+        raise ConfigError(msg) from error
+
+
+_CONSTRAINT_FIELDS: Final = (
+    "quant_min_lower_bound",
+    "quant_max_upper_bound",
+    "scale_min_lower_bound",
+    "scale_max_upper_bound",
+    "scale_exact_match",
+    "zero_point_exact_match",
+)
+
+
+def _encode_constrained(value: object, path: str) -> Any:
+    if isinstance(value, torch.dtype):
+        return dtype_name(value)
+    if isinstance(value, DTypeWithConstraints):
+        encoded: dict[str, Any] = {
+            "dtype": None if value.dtype is None else dtype_name(value.dtype)
+        }
+        for field in _CONSTRAINT_FIELDS:
+            if getattr(value, field) is not None:
+                encoded[field] = getattr(value, field)
+        return encoded
+    raise _unsafe(path, value, "is not a dtype or DTypeWithConstraints")
+
+
+def _decode_constrained(data: object, path: str) -> Any:
+    if isinstance(data, str):
+        return _decode_dtype(data, path)
+    if isinstance(data, Mapping):
+        unknown = set(data) - {"dtype", *_CONSTRAINT_FIELDS}
+        if unknown:
+            msg = (
+                f"{path}: unknown key(s) {sorted(unknown)}; valid keys: "
+                f"{', '.join(('dtype', *_CONSTRAINT_FIELDS))}"
+            )
+            raise ConfigError(msg)
+        dtype = data.get("dtype")
+        fields = {k: v for k, v in data.items() if k != "dtype"}
+        return DTypeWithConstraints(
+            dtype=None if dtype is None else _decode_dtype(dtype, f"{path}.dtype"), **fields
+        )
+    msg = f"{path}: expected a dtype name or an object of dtype constraints, got {data!r}"
+    raise ConfigError(msg)
+
+
+def _encode_dtype_config(data: Mapping[str, Any], path: str) -> dict[str, Any]:
+    encoded: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in ("input_dtype", "output_dtype", "weight_dtype"):
+            encoded[key] = _encode_constrained(value, f"{path}.{key}")
+        elif key == "bias_dtype":
+            encoded[key] = dtype_name(value)
+        else:
+            encoded[key] = value
+    return encoded
+
+
+def _decode_dtype_config(data: object, path: str) -> Any:
+    if not isinstance(data, Mapping):
+        msg = f"{path}: expected an object, got {data!r}"
+        raise ConfigError(msg)
+    decoded: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in ("input_dtype", "output_dtype", "weight_dtype"):
+            decoded[key] = _decode_constrained(value, f"{path}.{key}")
+        elif key == "bias_dtype":
+            decoded[key] = _decode_dtype(value, f"{path}.{key}")
+        else:
+            decoded[key] = value
+    return decoded
+
+
+# ---------------------------------------------------------------- BackendConfig
+
+_Codec = tuple[Callable[[Any, str], Any], Callable[[Any, str], Any]]
+
+
+def _module_codec() -> _Codec:
+    return (
+        lambda v, p: name_of(v, p, MODULE_CLASS),
+        lambda d, p: resolve(d, p, MODULE_CLASS),
+    )
+
+
+def _function_codec() -> _Codec:
+    return (lambda v, p: name_of(v, p, FUNCTION), lambda d, p: resolve(d, p, FUNCTION))
+
+
+def _observation_type_name(value: object, path: str) -> str:
+    if isinstance(value, ObservationType):
+        return value.name
+    raise _unsafe(path, value, "is not an ObservationType")
+
+
+def _observation_type(data: object, path: str) -> ObservationType:
+    if isinstance(data, str) and data in ObservationType.__members__:
+        return ObservationType[data]
+    choices = ", ".join(ObservationType.__members__)
+    msg = f"{path}: expected one of {choices}, got {data!r}"
+    raise ConfigError(msg)
+
+
+def _encode_num_args(value: Mapping[int, ObservationType], path: str) -> dict[str, str]:
+    return {str(k): _observation_type_name(v, f"{path}.{k}") for k, v in value.items()}
+
+
+def _decode_num_args(data: object, path: str) -> dict[int, ObservationType]:
+    if not isinstance(data, Mapping):
+        msg = f"{path}: expected an object of argument count -> observation type, got {data!r}"
+        raise ConfigError(msg)
+    decoded = {}
+    for key, value in data.items():
+        if not (isinstance(key, str) and key.isdigit()):
+            msg = f"{path}: keys must be argument counts like '2', got {key!r}"
+            raise ConfigError(msg)
+        decoded[int(key)] = _observation_type(value, f"{path}.{key}")
+    return decoded
+
+
+def _identity(value: Any, path: str) -> Any:
+    return value
+
+
+def _pattern_config_codecs() -> dict[str, _Codec]:
+    modules, functions = _module_codec(), _function_codec()
+    return {
+        "pattern": (_encode_pattern, _decode_pattern),
+        "pattern_complex_format": (_encode_pattern, _decode_pattern),
+        "observation_type": (_observation_type_name, _observation_type),
+        "dtype_configs": (
+            lambda v, p: [_encode_dtype_config(c, f"{p}[{i}]") for i, c in enumerate(v)],
+            lambda d, p: [_decode_dtype_config(c, f"{p}[{i}]") for i, c in enumerate(_list(d, p))],
+        ),
+        "root_module": modules,
+        "qat_module": modules,
+        "reference_quantized_module_for_root": modules,
+        "fused_module": modules,
+        "fuser_method": functions,
+        "root_node_getter": functions,
+        "extra_inputs_getter": functions,
+        "num_tensor_args_to_observation_type": (_encode_num_args, _decode_num_args),
+        "input_type_to_index": (_identity, _identity),
+    }
+
+
+def _list(data: object, path: str) -> list[Any]:
+    if isinstance(data, list):
+        return data
+    msg = f"{path}: expected a list, got {data!r}"
+    raise ConfigError(msg)
+
+
+def _encode_pattern_config(config: BackendPatternConfig, path: str) -> dict[str, Any]:
+    codecs = _pattern_config_codecs()
+    return {key: codecs[key][0](value, f"{path}.{key}") for key, value in config.to_dict().items()}
+
+
+def _decode_pattern_config(data: object, path: str) -> BackendPatternConfig:
+    if not isinstance(data, Mapping):
+        msg = f"{path}: expected an object, got {data!r}"
+        raise ConfigError(msg)
+    codecs = _pattern_config_codecs()
+    # unknown keys pass through undecoded: from_dict names them and lists the valid keys
+    decoded = {
+        key: codecs[key][1](value, f"{path}.{key}") if key in codecs else value
+        for key, value in data.items()
+    }
+    config: BackendPatternConfig = _with_path(path, BackendPatternConfig.from_dict, decoded)
+    return config
+
+
+def _with_path(path: str, build: Callable[[Any], Any], data: Any) -> Any:
+    """Run ``build(data)``, prefixing a config error's message with the JSON path."""
+    try:
+        return build(data)
+    except (UnsafeNameError, ConfigError, ConfigTypeError) as error:
+        if str(error).startswith(path):
+            raise
+        msg = f"{path}: {error}"
+        raise type(error)(msg) from error
+
+
+def backend_config_to_json(backend_config: BackendConfig) -> str:
+    """Write ``backend_config`` as JSON (see the module docstring for the encoding).
+
+    Raises:
+        UnsafeNameError: naming the JSON path of a value that cannot be written.
+
+    Example:
+        >>> backend_config_to_json(BackendConfig("b"))
+        '{"name": "b", "configs": []}'
+    """
+    with _one_scan():
+        configs = [
+            _encode_pattern_config(c, f"configs[{i}]") for i, c in enumerate(backend_config.configs)
+        ]
+    return json.dumps({"name": backend_config.name, "configs": configs})
+
+
+def _loads(text: object, owner: str) -> dict[str, Any]:
+    if not isinstance(text, (str, bytes)):
+        msg = f"{owner}.from_json expects a str, got {text!r} of type {type(text).__name__}"
+        raise ConfigTypeError(msg)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        msg = f"{owner}.from_json: the text is not valid JSON ({error})"
+        raise ConfigError(msg) from error
+    if not isinstance(data, dict):
+        msg = f"{owner}.from_json expects a JSON object, got {data!r}"
+        raise ConfigError(msg)
+    return data
+
+
+def backend_config_from_json(text: str) -> BackendConfig:
+    """Read a BackendConfig written by :func:`backend_config_to_json`.
+
+    Raises:
+        UnsafeNameError: naming the JSON path of a name outside the trusted modules.
+        ConfigError: for malformed JSON or config values.
+
+    Example:
+        >>> backend_config_from_json('{"name": "b", "configs": []}').name
+        'b'
+    """
+    data = _loads(text, "BackendConfig")
+    if "configs" in data:
+        with _one_scan():
+            data["configs"] = [
+                _decode_pattern_config(c, f"configs[{i}]")
+                for i, c in enumerate(_list(data["configs"], "configs"))
+            ]
+    backend: BackendConfig = BackendConfig.from_dict(data)
+    return backend
+
+
+# ---------------------------------------------------------------- QConfigMapping
+
+# dict key -> which items of each entry are an object type (the rest: str/int as is)
+_OBJECT_TYPE_POSITIONS: Final = {
+    "object_type": (0,),
+    "module_name_regex": (),
+    "module_name": (),
+    "module_name_object_type_order": (1,),
+}
+
+
+def _encode_entry(
+    entry: tuple[Any, ...], path: str, object_positions: tuple[int, ...]
+) -> list[Any]:
+    *keys, qconfig = entry
+    encoded = [
+        _encode_op(key, f"{path}[{i}]") if i in object_positions else key
+        for i, key in enumerate(keys)
+    ]
+    return [*encoded, _encode_qconfig(qconfig, f"{path}[{len(keys)}]")]
+
+
+def _decode_entry(data: object, path: str, object_positions: tuple[int, ...]) -> tuple[Any, ...]:
+    *keys, qconfig = _list(data, path) or [None]
+    decoded = [
+        _decode_op(key, f"{path}[{i}]") if i in object_positions else key
+        for i, key in enumerate(keys)
+    ]
+    return (*decoded, _decode_qconfig(qconfig, f"{path}[{len(keys)}]"))
+
+
+def qconfig_mapping_to_json(mapping: QConfigMapping) -> str:
+    """Write ``mapping`` as JSON: observer classes by name with their keyword arguments.
+
+    Raises:
+        UnsafeNameError: naming the JSON path of a value that cannot be written.
+
+    Example:
+        >>> qconfig_mapping_to_json(QConfigMapping())[:10]
+        '{"": null,'
+    """
+    data = mapping.to_dict()
+    with _one_scan():
+        encoded: dict[str, Any] = {"": _encode_qconfig(data[""], '[""]')}
+        for key, positions in _OBJECT_TYPE_POSITIONS.items():
+            encoded[key] = [
+                _encode_entry(entry, f"{key}[{i}]", positions) for i, entry in enumerate(data[key])
+            ]
+    return json.dumps(encoded)
+
+
+def _decode_mapping(data: dict[str, Any]) -> dict[str, Any]:
+    decoded: dict[str, Any] = dict(data)
+    if "" in data:
+        decoded[""] = _decode_qconfig(data[""], '[""]')
+    for key, positions in _OBJECT_TYPE_POSITIONS.items():
+        if key in data:
+            entries = _list(data[key], key)
+            decoded[key] = [
+                _decode_entry(e, f"{key}[{i}]", positions) for i, e in enumerate(entries)
+            ]
+    return decoded
+
+
+def qconfig_mapping_from_json(text: str) -> QConfigMapping:
+    """Read a QConfigMapping written by :func:`qconfig_mapping_to_json`.
+
+    Raises:
+        UnsafeNameError: naming the JSON path of a name outside the trusted modules.
+        ConfigError: for malformed JSON or config values.
+
+    Example:
+        >>> mapping = qconfig_mapping_from_json('{"": null, "module_name": [["fc", null]]}')
+        >>> mapping.module_name_qconfigs
+        {'fc': None}
+    """
+    data = _loads(text, "QConfigMapping")
+    with _one_scan():
+        decoded = _decode_mapping(data)
+    mapping: QConfigMapping = QConfigMapping.from_dict(decoded)
+    return mapping

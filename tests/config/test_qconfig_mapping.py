@@ -1,0 +1,199 @@
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import pytest
+import torch
+from fxquant.config import QConfig, QConfigMapping
+from fxquant.errors import ConfigError, ConfigTypeError
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests import oracle
+from tests.config.fake_plugin import TinyObserver
+
+
+def make_qconfig(tag: int) -> QConfig:
+    return QConfig(activation=TinyObserver.with_args(tag=tag), weight=TinyObserver)
+
+
+Q1, Q2, Q3, Q4, Q5 = (make_qconfig(i) for i in range(1, 6))
+Linear = torch.nn.Linear
+linear_fn = torch.nn.functional.linear
+
+
+def test_each_level_overrides_the_ones_below_it() -> None:
+    mapping = QConfigMapping().set_global(Q1)
+    assert mapping.qconfig_for("a.fc", Linear, 0) is Q1
+    mapping.set_object_type(Linear, Q2)
+    assert mapping.qconfig_for("a.fc", Linear, 0) is Q2
+    mapping.set_module_name_regex(r"a\..*", Q3)
+    assert mapping.qconfig_for("a.fc", Linear, 0) is Q3
+    mapping.set_module_name("a", Q4)
+    assert mapping.qconfig_for("a.fc", Linear, 0) is Q4
+    mapping.set_module_name_object_type_order("a.fc", Linear, 0, Q5)
+    assert mapping.qconfig_for("a.fc", Linear, 0) is Q5
+    assert mapping.qconfig_for("a.fc", Linear, 1) is Q4
+    assert mapping.qconfig_for("a.fc", Linear) is Q4
+
+
+def test_regexes_match_in_registration_order_as_seed_003_says() -> None:
+    mapping = (
+        QConfigMapping()
+        .set_module_name_regex("foo.*bar.*conv[0-9]+", Q1)
+        .set_module_name_regex("foo.*bar.*", Q2)
+        .set_module_name_regex("foo.*", Q3)
+    )
+    assert mapping.qconfig_for("foo.bar.conv0") is Q1
+    assert mapping.qconfig_for("foo.bar.linear") is Q2
+    assert mapping.qconfig_for("foo.baz.relu") is Q3
+
+
+def test_overriding_a_regex_keeps_its_original_position() -> None:
+    mapping = QConfigMapping().set_module_name_regex("foo.*", Q1).set_module_name_regex("f.*", Q2)
+    mapping.set_module_name_regex("foo.*", Q3)
+    assert list(mapping.module_name_regex_qconfigs) == ["foo.*", "f.*"]
+    assert mapping.qconfig_for("foo.x") is Q3
+
+
+def test_module_name_applies_to_submodules_nearest_first() -> None:
+    mapping = QConfigMapping().set_module_name("a", Q1).set_module_name("a.b", Q2)
+    assert mapping.qconfig_for("a.b.c", Linear) is Q2
+    assert mapping.qconfig_for("a.x", Linear) is Q1
+    assert mapping.qconfig_for("ab", Linear) is None
+
+
+def test_none_is_an_answer_not_a_miss() -> None:
+    mapping = QConfigMapping().set_global(Q1).set_object_type("relu", None)
+    assert mapping.qconfig_for("", "relu", 0) is None
+    assert mapping.qconfig_for("", "add", 0) is Q1
+
+
+def test_to_dict_uses_torch_ao_keys_and_tuples() -> None:
+    mapping = (
+        QConfigMapping()
+        .set_global(Q1)
+        .set_object_type(Linear, Q2)
+        .set_module_name_regex("foo.*", Q3)
+        .set_module_name("m", None)
+        .set_module_name_object_type_order("foo.bar", linear_fn, 0, Q4)
+    )
+    assert mapping.to_dict() == {
+        "": Q1,
+        "object_type": [(Linear, Q2)],
+        "module_name_regex": [("foo.*", Q3)],
+        "module_name": [("m", None)],
+        "module_name_object_type_order": [("foo.bar", linear_fn, 0, Q4)],
+    }
+    assert QConfigMapping.from_dict(mapping.to_dict()) == mapping
+
+
+def test_from_dict_lists_the_valid_keys() -> None:
+    with pytest.raises(ConfigError) as info:
+        QConfigMapping.from_dict({"global": Q1})
+    assert str(info.value) == (
+        "QConfigMapping.from_dict got unknown key(s) 'global'; valid keys: '', 'object_type', "
+        "'module_name_regex', 'module_name', 'module_name_object_type_order'"
+    )
+
+
+def test_from_dict_rejects_entries_of_the_wrong_length() -> None:
+    with pytest.raises(ConfigError, match=r"module_name\[0\] must be a tuple of 2 items"):
+        QConfigMapping.from_dict({"module_name": [("a", "b", Q1)]})
+
+
+def test_regex_that_does_not_compile_is_rejected() -> None:
+    mapping = QConfigMapping()
+    with pytest.raises(ConfigError) as info:
+        mapping.set_module_name_regex("foo[", Q1)
+    assert str(info.value).startswith("module_name_regex 'foo[' is not a valid regular expression")
+    assert mapping.module_name_regex_qconfigs == {}
+
+
+def test_object_type_must_be_a_class_function_or_method_name() -> None:
+    with pytest.raises(ConfigTypeError) as info:
+        QConfigMapping().set_object_type(torch.nn.ReLU(), Q1)
+    assert str(info.value) == (
+        "object_type must be a module class, a function or a method name, got ReLU() of type "
+        "ReLU; e.g. torch.nn.Linear, torch.add, 'relu'"
+    )
+
+
+def test_qconfig_must_be_a_qconfig_or_none() -> None:
+    with pytest.raises(ConfigTypeError) as info:
+        QConfigMapping().set_object_type(Linear, "int8")  # type: ignore[arg-type]  # tested
+    assert str(info.value) == (
+        "qconfig must be a QConfig or None (None leaves the match in float), got 'int8' of type str"
+    )
+
+
+BAD_CALLS: list[tuple[str, tuple[Any, ...]]] = [
+    ("set_global", (1,)),
+    ("set_object_type", (3, Q1)),
+    ("set_object_type", ("not a method", Q1)),
+    ("set_object_type", (torch.nn.ReLU(), Q1)),
+    ("set_object_type", (int, Q1)),
+    ("set_module_name_regex", (1, Q1)),
+    ("set_module_name", (None, Q1)),
+    ("set_module_name", ("m", object())),
+    ("set_module_name_object_type_order", ("m", Linear, -1, Q1)),
+    ("set_module_name_object_type_order", ("m", Linear, True, Q1)),
+    ("set_module_name_object_type_order", (1, Linear, 0, Q1)),
+]
+
+
+@pytest.mark.parametrize(("setter", "args"), BAD_CALLS)
+def test_failed_setter_leaves_the_mapping_unchanged(setter: str, args: tuple[Any, ...]) -> None:
+    mapping = QConfigMapping().set_global(Q1).set_module_name("m", Q2)
+    before = mapping.to_dict()
+    with pytest.raises((ConfigError, ConfigTypeError)):
+        getattr(mapping, setter)(*args)
+    assert mapping.to_dict() == before
+
+
+names = st.sampled_from(["", "a", "a.b", "a.b.c", "b", "b.a", "ab"])
+object_types = st.sampled_from([Linear, torch.nn.ReLU, linear_fn, torch.add, "relu"])
+regexes = st.sampled_from(["a.*", "b", r"a\.b", ".*c$", "", "x"])
+qconfigs = st.none() | st.sampled_from([Q1, Q2, Q3, Q4, Q5])
+
+
+@st.composite
+def mappings(draw: st.DrawFn) -> QConfigMapping:
+    mapping = QConfigMapping()
+    if draw(st.booleans()):
+        mapping.set_global(draw(qconfigs))
+    for object_type in draw(st.lists(object_types, max_size=3)):
+        mapping.set_object_type(object_type, draw(qconfigs))
+    for regex in draw(st.lists(regexes, max_size=3)):
+        mapping.set_module_name_regex(regex, draw(qconfigs))
+    for name in draw(st.lists(names, max_size=3)):
+        mapping.set_module_name(name, draw(qconfigs))
+    for name, object_type, index in draw(
+        st.lists(st.tuples(names, object_types, st.integers(0, 2)), max_size=3)
+    ):
+        mapping.set_module_name_object_type_order(name, object_type, index, draw(qconfigs))
+    return mapping
+
+
+@given(mappings())
+def test_mapping_round_trips_through_its_dict(mapping: QConfigMapping) -> None:
+    assert QConfigMapping.from_dict(mapping.to_dict()).to_dict() == mapping.to_dict()
+
+
+@given(mappings(), names, object_types, st.none() | st.integers(0, 2))
+def test_qconfig_for_agrees_with_torch_ao(
+    mapping: QConfigMapping, name: str, object_type: Any, index: int | None
+) -> None:
+    oracle.load()
+    with oracle.quiet():
+        utils = importlib.import_module("torch.ao.quantization.fx.qconfig_mapping_utils")
+        # torch.ao's helpers read the same attribute names, so they run on our mapping
+        expected = utils._maybe_adjust_qconfig_for_module_type_or_name(
+            mapping, object_type, name, mapping.global_qconfig
+        )
+        if index is not None:
+            expected = utils._maybe_adjust_qconfig_for_module_name_object_type_order(
+                mapping, name, object_type, index, expected
+            )
+    assert mapping.qconfig_for(name, object_type, index) is expected
