@@ -1,0 +1,46 @@
+"""fxquant's modules: fused float (``intrinsic``), QAT (``qat``, ``intrinsic.qat``), reference.
+
+    fxquant.nn.intrinsic      ConvReLU2d, ConvBn2d, LinearReLU, ...   fused float containers
+    fxquant.nn.intrinsic.qat  QAT versions of the fused modules (BN folded while training)
+    fxquant.nn.qat            Linear, Conv1d/2d/3d, Embedding, EmbeddingBag with weight fake-quant
+    fxquant.nn.reference      float ops on quantize->dequantized weights (what convert emits)
+    fxquant.nn.fusers         fuser methods ``(is_qat, *modules)`` and BN folding
+
+The submodules load on first access, so ``import fxquant.nn`` stays cheap and
+``fxquant.nn.qat`` works without an explicit import.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from torch import nn
+
+__all__ = ["fusers", "intrinsic", "is_leaf_module", "qat", "reference"]
+
+_SUBMODULES = frozenset({"fusers", "intrinsic", "qat", "reference"})
+
+
+def __getattr__(name: str) -> ModuleType:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    msg = f"module {__name__!r} has no attribute {name!r}"
+    raise AttributeError(msg)
+
+
+def is_leaf_module(module: nn.Module) -> bool:
+    """True for fxquant's own modules, which FX tracing must keep as single nodes.
+
+    torch.fx only keeps modules defined under ``torch.nn`` as leaves; fused,
+    QAT and reference modules live here and must not be traced through, or
+    the flow would see their insides (a fused ``ConvReLU2d`` as conv + relu).
+
+    Example:
+        >>> from fxquant.nn.intrinsic import LinearReLU
+        >>> is_leaf_module(LinearReLU(nn.Linear(2, 2), nn.ReLU()))
+        True
+        >>> is_leaf_module(nn.Sequential())
+        False
+    """
+    return type(module).__module__.startswith(f"{__name__}.")

@@ -1,0 +1,423 @@
+"""Fuser methods (``fuser_method(is_qat, *modules)``) and the BatchNorm folding they use.
+
+A fuser method receives the matched modules in pattern order and returns the
+one module that replaces them. For post-training quantization BatchNorm is
+folded into the preceding weight (it is a per-channel affine map once its
+statistics are frozen); for QAT it is kept, in a fused container that
+``fxquant.nn.intrinsic.qat`` turns into a module that folds while training.
+
+    PTQ:  Conv2d -> BatchNorm2d -> ReLU   =>  ConvReLU2d[Conv2d(folded), ReLU]
+    QAT:  Conv2d -> BatchNorm2d -> ReLU   =>  ConvBnReLU2d[Conv2d, BatchNorm2d, ReLU]
+
+A ReLU matched as a function (``F.relu``) arrives as the function; the fusers
+replace it with an ``nn.ReLU`` module so the fused container holds modules only.
+
+Folding, per output channel ``c`` with ``s = gamma / sqrt(running_var + eps)``:
+``w'[c] = w[c] * s[c]`` and ``b'[c] = (b[c] - running_mean[c]) * s[c] + beta[c]``.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from fxquant.errors import ConfigError, ConfigTypeError
+from fxquant.nn import intrinsic as nni
+from fxquant.nn.intrinsic import relu_module, type_label
+
+__all__ = [
+    "bn_scale_and_shift",
+    "fold_bn_into_conv",
+    "fold_bn_into_linear",
+    "fold_bn_weights",
+    "fuse_bn_relu",
+    "fuse_conv_bn",
+    "fuse_conv_bn_relu",
+    "fuse_conv_relu",
+    "fuse_convtranspose_bn",
+    "fuse_linear_bn",
+    "fuse_linear_relu",
+    "sequential_fuser",
+]
+
+ConvNd = nn.Conv1d | nn.Conv2d | nn.Conv3d
+ConvTransposeNd = nn.ConvTranspose1d | nn.ConvTranspose2d | nn.ConvTranspose3d
+BatchNormNd = nn.BatchNorm1d | nn.BatchNorm2d | nn.BatchNorm3d
+# an nn.ReLU module, or F.relu / torch.relu when the pattern matched the function
+ReLULike = nn.ReLU | Callable[[torch.Tensor], torch.Tensor]
+
+_CONV_DIM: dict[type[nn.Module], int] = {
+    nn.Conv1d: 1,
+    nn.Conv2d: 2,
+    nn.Conv3d: 3,
+    nn.ConvTranspose1d: 1,
+    nn.ConvTranspose2d: 2,
+    nn.ConvTranspose3d: 3,
+}
+_BN_FOR_DIM: dict[int, type[nn.Module]] = {1: nn.BatchNorm1d, 2: nn.BatchNorm2d, 3: nn.BatchNorm3d}
+
+_CONV_BN: dict[type[nn.Module], type[nni.FusedModule]] = {
+    nn.Conv1d: nni.ConvBn1d,
+    nn.Conv2d: nni.ConvBn2d,
+    nn.Conv3d: nni.ConvBn3d,
+}
+_CONV_BN_RELU: dict[type[nn.Module], type[nni.FusedModule]] = {
+    nn.Conv1d: nni.ConvBnReLU1d,
+    nn.Conv2d: nni.ConvBnReLU2d,
+    nn.Conv3d: nni.ConvBnReLU3d,
+}
+_CONV_RELU: dict[type[nn.Module], type[nni.FusedModule]] = {
+    nn.Conv1d: nni.ConvReLU1d,
+    nn.Conv2d: nni.ConvReLU2d,
+    nn.Conv3d: nni.ConvReLU3d,
+}
+_BN_RELU: dict[type[nn.Module], type[nni.FusedModule]] = {
+    nn.BatchNorm2d: nni.BNReLU2d,
+    nn.BatchNorm3d: nni.BNReLU3d,
+}
+
+
+# ---------------------------------------------------------------- folding math
+
+
+def bn_scale_and_shift(bn: nn.modules.batchnorm._BatchNorm) -> tuple[torch.Tensor, torch.Tensor]:
+    """The per-channel ``(scale, shift)`` an eval-mode BatchNorm applies: ``y = x * scale + shift``.
+
+    Raises:
+        ConfigError: when ``bn`` tracks no running statistics (nothing to fold).
+
+    Example:
+        >>> bn = nn.BatchNorm1d(2).eval()
+        >>> scale, shift = bn_scale_and_shift(bn)
+        >>> x = torch.randn(3, 2)
+        >>> torch.allclose(bn(x), x * scale + shift)
+        True
+    """
+    mean, var = bn.running_mean, bn.running_var
+    if mean is None or var is None:
+        msg = (
+            f"cannot fold {bn!r}: it has no running statistics (track_running_stats=False); "
+            "only a BatchNorm with track_running_stats=True can be folded into a weight"
+        )
+        raise ConfigError(msg)
+    scale = torch.rsqrt(var + bn.eps)
+    if bn.weight is not None:
+        scale = scale * bn.weight
+    shift = -mean * scale
+    if bn.bias is not None:
+        shift = shift + bn.bias
+    return scale, shift
+
+
+def fold_bn_weights(
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    bn: nn.modules.batchnorm._BatchNorm,
+    *,
+    transpose: bool = False,
+    groups: int = 1,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fold an eval-mode BatchNorm into a conv/linear weight and bias; returns new tensors.
+
+    Args:
+        weight: ``(out, in/groups, *k)`` for conv and linear, ``(in, out/groups, *k)``
+            when ``transpose`` (a transposed convolution).
+        bias: the layer's bias, or ``None`` (treated as zeros).
+        bn: the BatchNorm applied to the layer's output.
+        transpose: ``weight`` is a transposed convolution's.
+        groups: the transposed convolution's groups (its output channels are
+            spread over dimension 1 of each group's block).
+
+    Example:
+        >>> conv, bn = nn.Conv2d(2, 3, 1), nn.BatchNorm2d(3).eval()
+        >>> w, b = fold_bn_weights(conv.weight, conv.bias, bn)
+        >>> x = torch.randn(1, 2, 4, 4)
+        >>> torch.allclose(bn(conv(x)), nn.functional.conv2d(x, w, b), atol=1e-6)
+        True
+    """
+    scale, shift = bn_scale_and_shift(bn)
+    scale = scale.to(weight.dtype)
+    if bias is None:
+        bias = torch.zeros_like(scale)
+    new_bias = (bias * scale + shift).to(bias.dtype)
+    spatial = [1] * (weight.dim() - 2)
+    if not transpose:
+        return weight * scale.reshape(-1, 1, *spatial), new_bias
+    in_channels, out_per_group = weight.shape[0], weight.shape[1]
+    # weight[g * in/groups + i, j] feeds output channel g * out/groups + j
+    blocks = weight.reshape(groups, in_channels // groups, out_per_group, *weight.shape[2:])
+    scaled = blocks * scale.reshape(groups, 1, out_per_group, *spatial)
+    return scaled.reshape(weight.shape), new_bias
+
+
+def _replace_params(module: nn.Module, weight: torch.Tensor, bias: torch.Tensor) -> None:
+    requires_grad = bool(getattr(module.weight, "requires_grad", True))
+    module.weight = nn.Parameter(weight.detach(), requires_grad)
+    module.bias = nn.Parameter(bias.detach(), requires_grad)
+
+
+def fold_bn_into_conv(
+    conv: ConvNd | ConvTransposeNd,
+    bn: nn.modules.batchnorm._BatchNorm,
+    transpose: bool = False,
+) -> nn.Module:
+    """A copy of ``conv`` with the eval-mode ``bn`` folded into its weight and bias.
+
+    Args:
+        conv: ``nn.Conv1d/2d/3d`` or, with ``transpose=True``, ``nn.ConvTranspose1d/2d/3d``.
+        bn: the BatchNorm of the same dimension that follows ``conv``, in eval mode.
+        transpose: ``conv`` is a transposed convolution (detected anyway; kept for
+            callers that spell it out, as ``torch.nn.utils.fuse_conv_bn_eval`` does).
+
+    Raises:
+        ConfigTypeError: ``conv``/``bn`` are not convolution/BatchNorm modules of one dimension.
+        ConfigError: channel counts differ, or ``bn`` is in training mode.
+
+    Example:
+        >>> conv, bn = nn.Conv1d(2, 3, 3), nn.BatchNorm1d(3).eval()
+        >>> folded = fold_bn_into_conv(conv, bn)
+        >>> x = torch.randn(2, 2, 8)
+        >>> torch.allclose(folded(x), bn(conv(x)), atol=1e-6)
+        True
+    """
+    _check_conv_bn("fold_bn_into_conv", conv, bn)
+    _check_eval("fold_bn_into_conv", bn)
+    is_transposed = transpose or isinstance(conv, nn.modules.conv._ConvTransposeNd)
+    fused = copy.deepcopy(conv)
+    weight, bias = fold_bn_weights(
+        conv.weight, conv.bias, bn, transpose=is_transposed, groups=conv.groups
+    )
+    _replace_params(fused, weight, bias)
+    return fused
+
+
+def fold_bn_into_linear(linear: nn.Linear, bn: nn.BatchNorm1d) -> nn.Linear:
+    """A copy of ``linear`` with the eval-mode ``bn`` folded into its weight and bias.
+
+    Example:
+        >>> linear, bn = nn.Linear(4, 3), nn.BatchNorm1d(3).eval()
+        >>> x = torch.randn(5, 4)
+        >>> torch.allclose(fold_bn_into_linear(linear, bn)(x), bn(linear(x)), atol=1e-6)
+        True
+    """
+    _check_linear_bn("fold_bn_into_linear", linear, bn)
+    _check_eval("fold_bn_into_linear", bn)
+    fused = copy.deepcopy(linear)
+    weight, bias = fold_bn_weights(linear.weight, linear.bias, bn)
+    _replace_params(fused, weight, bias)
+    return fused
+
+
+# ---------------------------------------------------------------- validation
+
+
+def _check_eval(fuser: str, bn: nn.Module) -> None:
+    if bn.training:
+        msg = (
+            f"{fuser}: {bn!r} is in training mode, so its running statistics are not final "
+            "and cannot be folded; call model.eval() before post-training fusion "
+            "(fuse_fx / prepare_fx), or use prepare_qat_fx to keep BatchNorm trainable"
+        )
+        raise ConfigError(msg)
+
+
+def _check_conv_bn(fuser: str, conv: nn.Module, bn: nn.Module) -> None:
+    dim = _CONV_DIM.get(type(conv))
+    if dim is None:
+        msg = (
+            f"{fuser}: argument 'conv' must be a torch.nn.Conv1d/2d/3d or ConvTranspose1d/2d/3d, "
+            f"got {conv!r} of type {type_label(type(conv))}"
+        )
+        raise ConfigTypeError(msg)
+    expected_bn = _BN_FOR_DIM[dim]
+    if type(bn) is not expected_bn:
+        msg = (
+            f"{fuser}: argument 'bn' must be a {type_label(expected_bn)} to follow "
+            f"{type_label(type(conv))}, got {bn!r} of type {type_label(type(bn))}"
+        )
+        raise ConfigTypeError(msg)
+    _check_channels(fuser, "out_channels", conv.out_channels, bn)
+
+
+def _check_linear_bn(fuser: str, linear: nn.Module, bn: nn.Module) -> None:
+    if type(linear) is not nn.Linear:
+        msg = f"{fuser}: argument 'linear' must be a torch.nn.Linear, got {linear!r}"
+        raise ConfigTypeError(msg)
+    if type(bn) is not nn.BatchNorm1d:
+        msg = f"{fuser}: argument 'bn' must be a torch.nn.BatchNorm1d, got {bn!r}"
+        raise ConfigTypeError(msg)
+    _check_channels(fuser, "out_features", linear.out_features, bn)
+
+
+def _check_channels(fuser: str, what: str, channels: object, bn: nn.Module) -> None:
+    if channels != bn.num_features:
+        msg = (
+            f"{fuser}: the layer's {what} ({channels}) must equal bn.num_features "
+            f"({bn.num_features}); this BatchNorm does not normalize this layer's output"
+        )
+        raise ConfigError(msg)
+
+
+def _check_qat_bn(fuser: str, bn: nn.Module) -> None:
+    if not (bn.affine and bn.track_running_stats):
+        msg = (
+            f"{fuser}: QAT fusion needs a BatchNorm with affine=True and "
+            f"track_running_stats=True, got {bn!r}"
+        )
+        raise ConfigError(msg)
+
+
+def _fused_class(
+    fuser: str, table: dict[type[nn.Module], type[nni.FusedModule]], module: object
+) -> type[nni.FusedModule]:
+    found = table.get(type(module)) if isinstance(module, nn.Module) else None
+    if found is None:
+        choices = ", ".join(type_label(t) for t in table)
+        msg = f"{fuser}: cannot fuse {module!r}; expected one of {choices}"
+        raise ConfigTypeError(msg)
+    return found
+
+
+# ---------------------------------------------------------------- fuser methods
+
+
+def fuse_conv_bn(is_qat: bool, conv: ConvNd, bn: BatchNormNd) -> nn.Module:
+    """Conv + BatchNorm: a folded plain conv for PTQ, a ``ConvBnNd`` container for QAT.
+
+    Raises:
+        ConfigTypeError: the modules are not a conv and a BatchNorm of one dimension.
+        ConfigError: channel mismatch; PTQ with ``bn`` in training mode; QAT with a
+            BatchNorm that is not affine or tracks no statistics.
+
+    Example:
+        >>> conv, bn = nn.Conv2d(2, 3, 3), nn.BatchNorm2d(3)
+        >>> type(fuse_conv_bn(True, conv, bn)).__name__
+        'ConvBn2d'
+        >>> type(fuse_conv_bn(False, conv.eval(), bn.eval())).__name__
+        'Conv2d'
+    """
+    fused_cls = _fused_class("fuse_conv_bn", _CONV_BN, conv)
+    _check_conv_bn("fuse_conv_bn", conv, bn)
+    if is_qat:
+        _check_qat_bn("fuse_conv_bn", bn)
+        return fused_cls(conv, bn)
+    return fold_bn_into_conv(conv, bn)
+
+
+def fuse_conv_bn_relu(is_qat: bool, conv: ConvNd, bn: BatchNormNd, relu: ReLULike) -> nn.Module:
+    """Conv + BatchNorm + ReLU: ``ConvReLUNd`` of the folded conv (PTQ) or ``ConvBnReLUNd`` (QAT).
+
+    Example:
+        >>> conv, bn = nn.Conv1d(2, 3, 3).eval(), nn.BatchNorm1d(3).eval()
+        >>> type(fuse_conv_bn_relu(False, conv, bn, nn.ReLU())).__name__
+        'ConvReLU1d'
+    """
+    relu = relu_module("fuse_conv_bn_relu", relu)
+    if is_qat:
+        fused_cls = _fused_class("fuse_conv_bn_relu", _CONV_BN_RELU, conv)
+        _check_conv_bn("fuse_conv_bn_relu", conv, bn)
+        _check_qat_bn("fuse_conv_bn_relu", bn)
+        return fused_cls(conv, bn, relu)
+    relu_cls = _fused_class("fuse_conv_bn_relu", _CONV_RELU, conv)
+    _check_conv_bn("fuse_conv_bn_relu", conv, bn)
+    return relu_cls(fold_bn_into_conv(conv, bn), relu)
+
+
+def fuse_linear_bn(is_qat: bool, linear: nn.Linear, bn: nn.BatchNorm1d) -> nn.Module:
+    """Linear + BatchNorm1d: a folded ``nn.Linear`` (PTQ) or a ``LinearBn1d`` container (QAT).
+
+    Example:
+        >>> linear, bn = nn.Linear(4, 3), nn.BatchNorm1d(3)
+        >>> type(fuse_linear_bn(True, linear, bn)).__name__
+        'LinearBn1d'
+    """
+    _check_linear_bn("fuse_linear_bn", linear, bn)
+    if is_qat:
+        _check_qat_bn("fuse_linear_bn", bn)
+        return nni.LinearBn1d(linear, bn)
+    return fold_bn_into_linear(linear, bn)
+
+
+def fuse_convtranspose_bn(is_qat: bool, convt: ConvTransposeNd, bn: BatchNormNd) -> nn.Module:
+    """ConvTranspose + BatchNorm, folded (PTQ only: there is no QAT ConvTransposeBn module).
+
+    Raises:
+        ConfigError: with ``is_qat=True``; BatchNorm in training mode; channel mismatch.
+
+    Example:
+        >>> convt, bn = nn.ConvTranspose2d(2, 3, 3).eval(), nn.BatchNorm2d(3).eval()
+        >>> type(fuse_convtranspose_bn(False, convt, bn)).__name__
+        'ConvTranspose2d'
+    """
+    if not isinstance(convt, nn.modules.conv._ConvTransposeNd):
+        msg = (
+            "fuse_convtranspose_bn: argument 'convt' must be a torch.nn.ConvTranspose1d/2d/3d, "
+            f"got {convt!r}"
+        )
+        raise ConfigTypeError(msg)
+    if is_qat:
+        msg = (
+            "fuse_convtranspose_bn: ConvTranspose + BatchNorm cannot be fused for QAT (no QAT "
+            "module keeps the BatchNorm); leave this pattern unfused in the QAT backend config"
+        )
+        raise ConfigError(msg)
+    return fold_bn_into_conv(convt, bn, transpose=True)
+
+
+def fuse_conv_relu(is_qat: bool, conv: ConvNd, relu: ReLULike) -> nn.Module:
+    """Conv + ReLU -> ``ConvReLU1d/2d/3d`` (the same for PTQ and QAT).
+
+    Example:
+        >>> type(fuse_conv_relu(False, nn.Conv3d(1, 1, 1), nn.ReLU())).__name__
+        'ConvReLU3d'
+    """
+    del is_qat  # a ReLU has no state: both modes keep the same container
+    fused_cls = _fused_class("fuse_conv_relu", _CONV_RELU, conv)
+    return fused_cls(conv, relu_module("fuse_conv_relu", relu))
+
+
+def fuse_linear_relu(is_qat: bool, linear: nn.Linear, relu: ReLULike) -> nn.Module:
+    """Linear + ReLU -> ``LinearReLU``.
+
+    Example:
+        >>> type(fuse_linear_relu(True, nn.Linear(2, 2), nn.ReLU())).__name__
+        'LinearReLU'
+    """
+    del is_qat
+    return nni.LinearReLU(linear, relu_module("fuse_linear_relu", relu))
+
+
+def fuse_bn_relu(is_qat: bool, bn: nn.BatchNorm2d | nn.BatchNorm3d, relu: ReLULike) -> nn.Module:
+    """BatchNorm2d/3d + ReLU -> ``BNReLU2d/3d``.
+
+    Example:
+        >>> type(fuse_bn_relu(False, nn.BatchNorm2d(3), nn.ReLU())).__name__
+        'BNReLU2d'
+    """
+    del is_qat
+    return _fused_class("fuse_bn_relu", _BN_RELU, bn)(bn, relu_module("fuse_bn_relu", relu))
+
+
+def sequential_fuser(
+    fused_cls: Callable[[nn.Module, nn.Module], nn.Module],
+) -> Callable[[bool, nn.Module, nn.Module], nn.Module]:
+    """A fuser method that wraps two modules in ``fused_cls`` whatever ``is_qat`` is.
+
+    Backends use it for fusions that keep the modules as they are (``Linear + ReLU``).
+
+    Example:
+        >>> fuser = sequential_fuser(nni.LinearReLU)
+        >>> type(fuser(False, nn.Linear(2, 2), nn.ReLU())).__name__
+        'LinearReLU'
+    """
+
+    def fuser(is_qat: bool, first: nn.Module, second: nn.Module) -> nn.Module:
+        del is_qat
+        return fused_cls(first, second)
+
+    fuser.__name__ = f"fuse_to_{getattr(fused_cls, '__name__', 'module')}"
+    fuser.__qualname__ = fuser.__name__
+    return fuser

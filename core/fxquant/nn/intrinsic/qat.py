@@ -1,0 +1,441 @@
+"""QAT versions of the fused modules; the BatchNorm ones fold BN into the weight as they train.
+
+A quantized conv+BN runs with BN folded into the conv weight, so QAT must
+fake-quantize that folded weight. With ``s = gamma / sqrt(running_var + eps)``
+per output channel, the forward is
+
+    y = bn(conv(x, fake_quant(w * s)) / s + b)
+
+The division undoes the scaling, so ``bn`` still sees (up to the weight's
+rounding) the plain conv output and, in training, normalizes it with batch
+statistics and updates its running ones exactly like a float ``BatchNorm``.
+``freeze_bn_stats()`` switches BN to its running statistics (late in training);
+``to_float()`` folds BN for good and returns the float fused modules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fxquant.errors import ConfigError
+from fxquant.nn import intrinsic as nni
+from fxquant.nn import qat as nnqat
+from fxquant.nn.fusers import fold_bn_weights
+
+__all__ = [
+    "ConvBn1d",
+    "ConvBn2d",
+    "ConvBn3d",
+    "ConvBnReLU1d",
+    "ConvBnReLU2d",
+    "ConvBnReLU3d",
+    "ConvReLU1d",
+    "ConvReLU2d",
+    "ConvReLU3d",
+    "LinearBn1d",
+    "LinearReLU",
+    "freeze_bn_stats",
+    "update_bn_stats",
+]
+
+BatchNorm = nn.modules.batchnorm._BatchNorm
+
+
+class LinearReLU(nnqat.Linear):
+    """QAT ``Linear`` followed by ReLU; built from ``fxquant.nn.intrinsic.LinearReLU``.
+
+    Example:
+        >>> from fxquant.config.qconfig import QConfig
+        >>> fused = nni.LinearReLU(nn.Linear(4, 2), nn.ReLU())
+        >>> fused.qconfig = QConfig(nn.Identity, nn.Identity)
+        >>> qat = LinearReLU.from_float(fused)
+        >>> bool((qat(torch.randn(3, 4)) >= 0).all()), type(qat.to_float()).__name__
+        (True, 'LinearReLU')
+    """
+
+    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nni.LinearReLU
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Fake-quantized linear, then ReLU."""
+        return F.relu(super().forward(x))
+
+    def to_float(self) -> nn.Module:
+        """``fxquant.nn.intrinsic.LinearReLU`` of a plain ``nn.Linear`` and ``nn.ReLU``."""
+        linear: nn.Linear = super().to_float()  # type: ignore[assignment]  # a plain nn.Linear
+        return nni.LinearReLU(linear, nn.ReLU()).train(self.training)
+
+
+class _ConvReLU(nnqat._QATConv):
+    """Shared by ``ConvReLU1d/2d/3d``: ReLU after the conv; ``to_float`` rebuilds the container.
+
+    Example:
+        >>> ConvReLU2d._FUSED_FLOAT is nni.ConvReLU2d
+        True
+    """
+
+    _FUSED_FLOAT: ClassVar[type[nni.FusedModule]]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Fake-quantized convolution, then ReLU."""
+        return F.relu(super().forward(x))
+
+    def to_float(self) -> nn.Module:
+        """The float ``ConvReLUNd`` container of a plain conv and ``nn.ReLU``."""
+        return self._FUSED_FLOAT(super().to_float(), nn.ReLU()).train(self.training)
+
+
+class ConvReLU1d(_ConvReLU, nn.Conv1d):
+    """QAT ``Conv1d`` + ReLU; built from ``fxquant.nn.intrinsic.ConvReLU1d``.
+
+    Example:
+        >>> from fxquant.config.qconfig import QConfig
+        >>> m = ConvReLU1d(2, 3, 3, qconfig=QConfig(nn.Identity, nn.Identity))
+        >>> type(m.to_float()).__name__
+        'ConvReLU1d'
+    """
+
+    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nni.ConvReLU1d
+    _FLOAT_CONV: ClassVar[type[nn.Module]] = nn.Conv1d
+    _FUSED_FLOAT = nni.ConvReLU1d
+
+
+class ConvReLU2d(_ConvReLU, nn.Conv2d):
+    """QAT ``Conv2d`` + ReLU; built from ``fxquant.nn.intrinsic.ConvReLU2d``.
+
+    Example:
+        >>> from fxquant.config.qconfig import QConfig
+        >>> fused = nni.ConvReLU2d(nn.Conv2d(2, 3, 3), nn.ReLU())
+        >>> fused.qconfig = QConfig(nn.Identity, nn.Identity)
+        >>> ConvReLU2d.from_float(fused)(torch.randn(1, 2, 4, 4)).shape
+        torch.Size([1, 3, 2, 2])
+    """
+
+    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nni.ConvReLU2d
+    _FLOAT_CONV: ClassVar[type[nn.Module]] = nn.Conv2d
+    _FUSED_FLOAT = nni.ConvReLU2d
+
+
+class ConvReLU3d(_ConvReLU, nn.Conv3d):
+    """QAT ``Conv3d`` + ReLU; built from ``fxquant.nn.intrinsic.ConvReLU3d``.
+
+    Example:
+        >>> from fxquant.config.qconfig import QConfig
+        >>> m = ConvReLU3d(2, 3, 1, qconfig=QConfig(nn.Identity, nn.Identity))
+        >>> m(torch.randn(1, 2, 2, 2, 2)).shape
+        torch.Size([1, 3, 2, 2, 2])
+    """
+
+    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nni.ConvReLU3d
+    _FLOAT_CONV: ClassVar[type[nn.Module]] = nn.Conv3d
+    _FUSED_FLOAT = nni.ConvReLU3d
+
+
+class _BnFolding(nn.Module):
+    """Shared by ConvBn*/LinearBn1d: the BN child, its freezing, and the folded forward.
+
+    Example:
+        >>> issubclass(ConvBnReLU2d, _BnFolding), issubclass(LinearBn1d, _BnFolding)
+        (True, True)
+    """
+
+    weight: torch.Tensor
+    weight_fake_quant: nn.Module
+    bn: BatchNorm
+    freeze_bn: bool
+
+    def _attach_bn(self, bn: BatchNorm, freeze_bn: bool) -> None:
+        if not (bn.affine and bn.track_running_stats):
+            msg = (
+                f"{type(self).__name__} needs a BatchNorm with affine=True and "
+                f"track_running_stats=True, got {bn!r}"
+            )
+            raise ConfigError(msg)
+        self.bn = bn
+        self.freeze_bn = freeze_bn
+        self.bn.train(self.training and not freeze_bn)
+
+    def _folded_forward(
+        self, x: torch.Tensor, run: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    ) -> torch.Tensor:
+        """``bn(run(x, fake_quant(w * s)) / s + b)``; ``run`` applies the layer without bias."""
+        running_var: torch.Tensor = self.bn.running_var  # type: ignore[assignment]  # tracked: checked in _attach_bn
+        gamma: torch.Tensor = self.bn.weight
+        scale = gamma / torch.sqrt(running_var + self.bn.eps)
+        weight_shape = [-1] + [1] * (self.weight.dim() - 1)
+        out = run(x, self.weight_fake_quant(self.weight * scale.reshape(weight_shape)))
+        channel_shape = [1, -1] + [1] * (out.dim() - 2)
+        out = out / scale.reshape(channel_shape)
+        bias = getattr(self, "bias", None)
+        if bias is not None:
+            out = out + bias.reshape(channel_shape)
+        result: torch.Tensor = self.bn(out)
+        return result
+
+    def _folded_params(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return fold_bn_weights(self.weight.detach(), _detach(getattr(self, "bias", None)), self.bn)
+
+    def train(self, mode: bool = True) -> Any:
+        """Set training mode; a frozen BN stays in eval mode (running statistics)."""
+        self.training = mode
+        for child in self.children():
+            child.train(mode and not (child is self.bn and self.freeze_bn))
+        return self
+
+    def freeze_bn_stats(self) -> Any:
+        """Use and keep BN's running statistics from now on (the usual late-QAT step)."""
+        self.freeze_bn = True
+        self.bn.train(False)
+        return self
+
+    def update_bn_stats(self) -> Any:
+        """Go back to batch statistics (and updating the running ones) while training."""
+        self.freeze_bn = False
+        self.bn.train(self.training)
+        return self
+
+    def reset_running_stats(self) -> None:
+        """Reset BN's running mean and variance."""
+        self.bn.reset_running_stats()
+
+
+def _detach(tensor: torch.Tensor | None) -> torch.Tensor | None:
+    return None if tensor is None else tensor.detach()
+
+
+_BN_FOR_CONV: dict[type[nn.Module], type[BatchNorm]] = {
+    nn.Conv1d: nn.BatchNorm1d,
+    nn.Conv2d: nn.BatchNorm2d,
+    nn.Conv3d: nn.BatchNorm3d,
+}
+
+
+class _ConvBn(_BnFolding, nnqat._QATConv):
+    """Shared by ``ConvBn*``/``ConvBnReLU*``; ``_FUSED_FLOAT`` set means a ReLU follows BN.
+
+    Example:
+        >>> ConvBn2d._FUSED_FLOAT is None, ConvBnReLU2d._FUSED_FLOAT is nni.ConvReLU2d
+        (True, True)
+    """
+
+    _FUSED_FLOAT: ClassVar[type[nni.FusedModule] | None] = None
+
+    def __init__(
+        self,
+        *args: Any,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        freeze_bn: bool = False,
+        qconfig: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        nnqat._QATConv.__init__(self, *args, qconfig=qconfig, **kwargs)
+        bn_cls = _BN_FOR_CONV[self._FLOAT_CONV]
+        bn = bn_cls(self.out_channels, eps, momentum, device=kwargs.get("device"))
+        self._attach_bn(bn, freeze_bn)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Conv with the BN-scaled fake-quantized weight, unscaled, then BN (then ReLU)."""
+        conv: Callable[..., torch.Tensor] = self._conv_forward
+        out = self._folded_forward(x, lambda inp, weight: conv(inp, weight, None))
+        return F.relu(out) if self._FUSED_FLOAT is not None else out
+
+    @classmethod
+    def from_float(cls, mod: nn.Module) -> Any:
+        """Build from the float ``ConvBnNd``/``ConvBnReLUNd``, sharing its conv and BN."""
+        qconfig = nnqat.qconfig_of(cls, mod)
+        conv, bn = nnqat.root_of(mod), mod.get_submodule("1")
+        qat = cls(**nnqat.conv_kwargs(conv), qconfig=qconfig, device=conv.weight.device)
+        nnqat.share_params(qat, conv)
+        qat._attach_bn(bn, freeze_bn=False)  # type: ignore[arg-type]  # checked by qconfig_of
+        return qat
+
+    def to_float(self) -> nn.Module:
+        """The float conv with BN folded in (wrapped with ReLU for ``ConvBnReLUNd``)."""
+        conv = self._FLOAT_CONV(**nnqat.conv_kwargs(self))
+        weight, bias = self._folded_params()
+        conv.weight = nn.Parameter(weight)
+        conv.bias = nn.Parameter(bias)
+        conv.train(self.training)
+        if self._FUSED_FLOAT is None:
+            return conv
+        return self._FUSED_FLOAT(conv, nn.ReLU()).train(self.training)
+
+
+class ConvBn1d(_ConvBn, nn.Conv1d):
+    """QAT ``Conv1d`` + ``BatchNorm1d`` with BN folded into the fake-quantized weight.
+
+    Takes ``nn.Conv1d``'s arguments plus keywords ``eps``, ``momentum`` (BN's),
+    ``freeze_bn`` and ``qconfig`` (required).
+
+    Example:
+        >>> from fxquant.config.qconfig import QConfig
+        >>> m = ConvBn1d(2, 4, 3, qconfig=QConfig(nn.Identity, nn.Identity))
+        >>> m(torch.randn(5, 2, 8)).shape, type(m.to_float()).__name__
+        (torch.Size([5, 4, 6]), 'Conv1d')
+    """
+
+    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nni.ConvBn1d
+    _FLOAT_CONV: ClassVar[type[nn.Module]] = nn.Conv1d
+
+
+class ConvBn2d(_ConvBn, nn.Conv2d):
+    """QAT ``Conv2d`` + ``BatchNorm2d`` with BN folded into the fake-quantized weight.
+
+    Example:
+        >>> from fxquant.config.qconfig import QConfig
+        >>> fused = nni.ConvBn2d(nn.Conv2d(2, 4, 3), nn.BatchNorm2d(4))
+        >>> fused.qconfig = QConfig(nn.Identity, nn.Identity)
+        >>> qat = ConvBn2d.from_float(fused)
+        >>> qat.freeze_bn_stats().bn.training
+        False
+    """
+
+    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nni.ConvBn2d
+    _FLOAT_CONV: ClassVar[type[nn.Module]] = nn.Conv2d
+
+
+class ConvBn3d(_ConvBn, nn.Conv3d):
+    """QAT ``Conv3d`` + ``BatchNorm3d`` with BN folded into the fake-quantized weight.
+
+    Example:
+        >>> from fxquant.config.qconfig import QConfig
+        >>> m = ConvBn3d(2, 4, 1, qconfig=QConfig(nn.Identity, nn.Identity))
+        >>> m(torch.randn(2, 2, 2, 2, 2)).shape
+        torch.Size([2, 4, 2, 2, 2])
+    """
+
+    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nni.ConvBn3d
+    _FLOAT_CONV: ClassVar[type[nn.Module]] = nn.Conv3d
+
+
+class ConvBnReLU1d(_ConvBn, nn.Conv1d):
+    """QAT ``Conv1d`` + ``BatchNorm1d`` + ReLU; ``to_float()`` gives a ``ConvReLU1d``.
+
+    Example:
+        >>> from fxquant.config.qconfig import QConfig
+        >>> m = ConvBnReLU1d(2, 4, 3, qconfig=QConfig(nn.Identity, nn.Identity))
+        >>> type(m.to_float()).__name__
+        'ConvReLU1d'
+    """
+
+    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nni.ConvBnReLU1d
+    _FLOAT_CONV: ClassVar[type[nn.Module]] = nn.Conv1d
+    _FUSED_FLOAT = nni.ConvReLU1d
+
+
+class ConvBnReLU2d(_ConvBn, nn.Conv2d):
+    """QAT ``Conv2d`` + ``BatchNorm2d`` + ReLU; ``to_float()`` gives a ``ConvReLU2d``.
+
+    Example:
+        >>> from fxquant.config.qconfig import QConfig
+        >>> m = ConvBnReLU2d(2, 4, 3, qconfig=QConfig(nn.Identity, nn.Identity))
+        >>> bool((m(torch.randn(2, 2, 5, 5)) >= 0).all())
+        True
+    """
+
+    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nni.ConvBnReLU2d
+    _FLOAT_CONV: ClassVar[type[nn.Module]] = nn.Conv2d
+    _FUSED_FLOAT = nni.ConvReLU2d
+
+
+class ConvBnReLU3d(_ConvBn, nn.Conv3d):
+    """QAT ``Conv3d`` + ``BatchNorm3d`` + ReLU; ``to_float()`` gives a ``ConvReLU3d``.
+
+    Example:
+        >>> from fxquant.config.qconfig import QConfig
+        >>> m = ConvBnReLU3d(2, 4, 1, qconfig=QConfig(nn.Identity, nn.Identity))
+        >>> type(m.to_float()).__name__
+        'ConvReLU3d'
+    """
+
+    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nni.ConvBnReLU3d
+    _FLOAT_CONV: ClassVar[type[nn.Module]] = nn.Conv3d
+    _FUSED_FLOAT = nni.ConvReLU3d
+
+
+class LinearBn1d(_BnFolding, nnqat.Linear):
+    """QAT ``Linear`` + ``BatchNorm1d`` with BN folded into the fake-quantized weight.
+
+    Example:
+        >>> from fxquant.config.qconfig import QConfig
+        >>> fused = nni.LinearBn1d(nn.Linear(4, 3), nn.BatchNorm1d(3))
+        >>> fused.qconfig = QConfig(nn.Identity, nn.Identity)
+        >>> qat = LinearBn1d.from_float(fused)
+        >>> qat(torch.randn(5, 4)).shape, type(qat.to_float()).__name__
+        (torch.Size([5, 3]), 'Linear')
+    """
+
+    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nni.LinearBn1d
+
+    def __init__(  # noqa: PLR0913  # Linear's arguments plus BN's
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        *,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        freeze_bn: bool = False,
+        qconfig: Any = None,
+        device: Any = None,
+    ) -> None:
+        nnqat.Linear.__init__(self, in_features, out_features, bias, qconfig, device)
+        bn = nn.BatchNorm1d(out_features, eps, momentum, device=device)
+        self._attach_bn(bn, freeze_bn)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Linear with the BN-scaled fake-quantized weight, unscaled, then BN."""
+        return self._folded_forward(x, lambda inp, weight: F.linear(inp, weight))
+
+    @classmethod
+    def from_float(cls, mod: nn.Module) -> Any:
+        """Build from the float ``LinearBn1d``, sharing its linear and BN."""
+        qconfig = nnqat.qconfig_of(cls, mod)
+        linear, bn = nnqat.root_of(mod), mod.get_submodule("1")
+        qat = cls(
+            linear.in_features,
+            linear.out_features,
+            linear.bias is not None,
+            qconfig=qconfig,
+            device=linear.weight.device,
+        )
+        nnqat.share_params(qat, linear)
+        qat._attach_bn(bn, freeze_bn=False)  # type: ignore[arg-type]  # checked by qconfig_of
+        return qat
+
+    def to_float(self) -> nn.Module:
+        """A plain ``nn.Linear`` with BN folded in."""
+        linear = nn.Linear(self.in_features, self.out_features)
+        weight, bias = self._folded_params()
+        linear.weight = nn.Parameter(weight)
+        linear.bias = nn.Parameter(bias)
+        return linear.train(self.training)
+
+
+def freeze_bn_stats(module: nn.Module) -> None:
+    """Freeze BN statistics if ``module`` is a BN-folding QAT module; for ``model.apply``.
+
+    Example:
+        >>> model = nn.Sequential(nn.Linear(2, 2))
+        >>> _ = model.apply(freeze_bn_stats)  # no BN-folding module: nothing changes
+    """
+    if isinstance(module, _BnFolding):
+        module.freeze_bn_stats()
+
+
+def update_bn_stats(module: nn.Module) -> None:
+    """Resume BN statistics updates if ``module`` is a BN-folding QAT module; for ``model.apply``.
+
+    Example:
+        >>> from fxquant.config.qconfig import QConfig
+        >>> m = ConvBn2d(1, 1, 1, freeze_bn=True, qconfig=QConfig(nn.Identity, nn.Identity))
+        >>> update_bn_stats(m); m.freeze_bn
+        False
+    """
+    if isinstance(module, _BnFolding):
+        module.update_bn_stats()

@@ -1,0 +1,425 @@
+"""QAT modules: float modules whose weight passes through a fake-quantize module.
+
+``prepare_qat_fx`` swaps each weighted float module for its QAT twin so
+training sees the rounding the quantized model will do; ``convert`` turns it
+back with ``to_float()`` and builds the reference module from that.
+
+    before: x -> Linear(w) -> y
+    after:  x -> Linear(weight_fake_quant(w)) -> y      weight_fake_quant = qconfig.weight()
+
+Gradients reach ``w`` through the fake-quantize module (straight-through).
+``from_float`` shares the float module's parameters, as torch.ao's does, so an
+optimizer built before the swap keeps training the same tensors.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fxquant import dtypes
+from fxquant.errors import ConfigError, ConfigTypeError
+from fxquant.nn.intrinsic import FusedModule, type_label
+
+__all__ = ["Conv1d", "Conv2d", "Conv3d", "Embedding", "EmbeddingBag", "Linear"]
+
+
+def require_qconfig(owner: str, qconfig: object) -> Any:
+    """Return ``qconfig`` if it can build a weight fake-quantize module, else raise.
+
+    Example:
+        >>> require_qconfig("qat.Linear", None)
+        Traceback (most recent call last):
+        ...
+        fxquant.errors.ConfigError: qat.Linear needs a qconfig ...
+    """
+    if qconfig is None or not callable(getattr(qconfig, "weight", None)):
+        msg = (
+            f"{owner} needs a qconfig with a weight constructor, got {qconfig!r}; pass "
+            "qconfig=QConfig(activation=..., weight=...) (e.g. a default QAT qconfig)"
+        )
+        raise ConfigError(msg)
+    return qconfig
+
+
+def build_weight_fake_quant(owner: str, qconfig: Any, device: object = None) -> nn.Module:
+    """``qconfig.weight()``, checked to be a module and moved to ``device``.
+
+    Example:
+        >>> from fxquant.config.qconfig import QConfig
+        >>> build_weight_fake_quant("qat.Linear", QConfig(nn.Identity, nn.Identity))
+        Identity()
+    """
+    fake_quant = qconfig.weight()
+    if not isinstance(fake_quant, nn.Module):
+        msg = f"{owner}: qconfig.weight() must build an nn.Module, got {fake_quant!r}"
+        raise ConfigTypeError(msg)
+    if device is not None:
+        fake_quant.to(device)  # type: ignore[call-overload]  # device is a torch device or str
+    return fake_quant
+
+
+def qconfig_of(cls: type, mod: nn.Module) -> Any:
+    """Check ``mod`` is exactly ``cls._FLOAT_MODULE`` and return its ``qconfig``.
+
+    Example:
+        >>> qconfig_of(Linear, nn.Linear(2, 2))
+        Traceback (most recent call last):
+        ...
+        fxquant.errors.ConfigError: qat.Linear.from_float needs mod.qconfig ...
+    """
+    owner = f"qat.{cls.__name__}.from_float"
+    expected: type = cls._FLOAT_MODULE  # type: ignore[attr-defined]  # every QAT class sets it
+    if type(mod) is not expected:
+        msg = (
+            f"{owner} expects a {type_label(expected)}, got {mod!r} of type {type_label(type(mod))}"
+        )
+        raise ConfigTypeError(msg)
+    qconfig = getattr(mod, "qconfig", None)
+    if qconfig is None:
+        msg = (
+            f"{owner} needs mod.qconfig to be set, got a {type(mod).__name__} without one; "
+            "set mod.qconfig = QConfig(...) first, or let prepare_qat_fx assign it"
+        )
+        raise ConfigError(msg)
+    return require_qconfig(owner, qconfig)
+
+
+def root_of(mod: nn.Module) -> Any:
+    """The weighted module of ``mod``: its first part when fused, else itself.
+
+    Typed ``Any``: callers have already checked ``mod``'s exact type, so they
+    know the root's class (and its attributes) better than a signature can say.
+
+    Example:
+        >>> root_of(nn.Sequential(nn.Linear(1, 1)))
+        Sequential(
+          (0): Linear(in_features=1, out_features=1, bias=True)
+        )
+    """
+    return mod[0] if isinstance(mod, FusedModule) else mod
+
+
+def conv_kwargs(mod: nn.Module) -> dict[str, Any]:
+    """Constructor arguments that rebuild the (non-transposed) convolution ``mod``.
+
+    Example:
+        >>> conv_kwargs(nn.Conv1d(2, 3, 5, bias=False))["bias"]
+        False
+    """
+    names = ("in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation")
+    kwargs = {name: getattr(mod, name) for name in names}
+    kwargs.update(groups=mod.groups, bias=mod.bias is not None, padding_mode=mod.padding_mode)
+    return kwargs
+
+
+def share_params(target: nn.Module, source: nn.Module) -> None:
+    """Make ``target`` use ``source``'s weight and bias Parameters (not copies).
+
+    Example:
+        >>> a, b = nn.Linear(2, 2), nn.Linear(2, 2)
+        >>> share_params(a, b); a.weight is b.weight
+        True
+    """
+    target.weight = source.weight
+    target.bias = source.bias
+
+
+def detached_copy(module: nn.Module, target: nn.Module) -> nn.Module:
+    """Give ``target`` ``module``'s weight and bias as new detached Parameters; returns it.
+
+    The new Parameters share storage with ``module``'s (no copy) but not its
+    autograd history; ``target`` takes ``module``'s training mode.
+
+    Example:
+        >>> source = nn.Linear(2, 2)
+        >>> copy = detached_copy(source, nn.Linear(2, 2))
+        >>> copy.weight is source.weight, bool((copy.weight == source.weight).all())
+        (False, True)
+    """
+    for name in ("weight", "bias"):
+        value = getattr(module, name, None)
+        if isinstance(value, torch.Tensor):
+            setattr(target, name, nn.Parameter(value.detach()))
+    target.train(module.training)
+    return target
+
+
+class Linear(nn.Linear):
+    """``nn.Linear`` whose forward uses ``weight_fake_quant(weight)``.
+
+    Args:
+        in_features, out_features, bias, device, dtype: as for ``nn.Linear``.
+        qconfig: required; ``qconfig.weight()`` builds ``weight_fake_quant``.
+
+    Example:
+        >>> from fxquant.config.qconfig import QConfig
+        >>> float_linear = nn.Linear(4, 2)
+        >>> float_linear.qconfig = QConfig(nn.Identity, nn.Identity)
+        >>> qat_linear = Linear.from_float(float_linear)
+        >>> qat_linear.weight is float_linear.weight
+        True
+        >>> type(qat_linear.to_float()).__name__
+        'Linear'
+    """
+
+    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nn.Linear
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        qconfig: Any = None,
+        device: Any = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__(in_features, out_features, bias, device=device, dtype=dtype)
+        owner = f"qat.{type(self).__name__}"
+        self.qconfig = require_qconfig(owner, qconfig)
+        self.weight_fake_quant = build_weight_fake_quant(owner, self.qconfig, device)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Linear with the fake-quantized weight."""
+        return F.linear(x, self.weight_fake_quant(self.weight), self.bias)
+
+    @classmethod
+    def from_float(cls, mod: nn.Module) -> Any:
+        """Build from ``mod`` (of type ``_FLOAT_MODULE``, with ``mod.qconfig``), sharing params."""
+        qconfig = qconfig_of(cls, mod)
+        root = root_of(mod)
+        qat = cls(
+            root.in_features,
+            root.out_features,
+            root.bias is not None,
+            qconfig=qconfig,
+            device=root.weight.device,
+        )
+        share_params(qat, root)
+        return qat
+
+    def to_float(self) -> nn.Module:
+        """A plain ``nn.Linear`` with this module's (detached) weight and bias."""
+        linear = nn.Linear(self.in_features, self.out_features, self.bias is not None)
+        return detached_copy(self, linear)
+
+
+class _QATConv(nn.modules.conv._ConvNd):
+    """Shared by the QAT convolutions: ``_FLOAT_CONV`` is the float class mixed in.
+
+    Example:
+        >>> issubclass(Conv2d, _QATConv), Conv2d._FLOAT_CONV.__name__
+        (True, 'Conv2d')
+    """
+
+    _FLOAT_MODULE: ClassVar[type[nn.Module]]
+    _FLOAT_CONV: ClassVar[type[nn.Module]]
+
+    def __init__(self, *args: Any, qconfig: Any = None, **kwargs: Any) -> None:
+        self._FLOAT_CONV.__init__(self, *args, **kwargs)
+        owner = f"qat.{type(self).__name__}"
+        self.qconfig = require_qconfig(owner, qconfig)
+        self.weight_fake_quant = build_weight_fake_quant(owner, self.qconfig, kwargs.get("device"))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Convolution (any padding mode) with the fake-quantized weight."""
+        weight = self.weight_fake_quant(self.weight)
+        out: torch.Tensor = self._conv_forward(x, weight, self.bias)
+        return out
+
+    @classmethod
+    def from_float(cls, mod: nn.Module) -> Any:
+        """Build from ``mod`` (of type ``_FLOAT_MODULE``, with ``mod.qconfig``), sharing params."""
+        qconfig = qconfig_of(cls, mod)
+        root = root_of(mod)
+        qat = cls(**conv_kwargs(root), qconfig=qconfig, device=root.weight.device)
+        share_params(qat, root)
+        return qat
+
+    def to_float(self) -> nn.Module:
+        """The plain float convolution with this module's (detached) weight and bias."""
+        return detached_copy(self, self._FLOAT_CONV(**conv_kwargs(self)))
+
+
+class Conv1d(_QATConv, nn.Conv1d):
+    """``nn.Conv1d`` whose forward uses ``weight_fake_quant(weight)``.
+
+    Takes ``nn.Conv1d``'s arguments plus a keyword ``qconfig`` (required).
+
+    Example:
+        >>> from fxquant.config.qconfig import QConfig
+        >>> conv = Conv1d(2, 4, 3, qconfig=QConfig(nn.Identity, nn.Identity))
+        >>> conv(torch.randn(1, 2, 8)).shape
+        torch.Size([1, 4, 6])
+    """
+
+    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nn.Conv1d
+    _FLOAT_CONV: ClassVar[type[nn.Module]] = nn.Conv1d
+
+
+class Conv2d(_QATConv, nn.Conv2d):
+    """``nn.Conv2d`` whose forward uses ``weight_fake_quant(weight)``.
+
+    Example:
+        >>> from fxquant.config.qconfig import QConfig
+        >>> conv = nn.Conv2d(2, 4, 3)
+        >>> conv.qconfig = QConfig(nn.Identity, nn.Identity)
+        >>> Conv2d.from_float(conv)(torch.randn(1, 2, 5, 5)).shape
+        torch.Size([1, 4, 3, 3])
+    """
+
+    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nn.Conv2d
+    _FLOAT_CONV: ClassVar[type[nn.Module]] = nn.Conv2d
+
+
+class Conv3d(_QATConv, nn.Conv3d):
+    """``nn.Conv3d`` whose forward uses ``weight_fake_quant(weight)``.
+
+    Example:
+        >>> from fxquant.config.qconfig import QConfig
+        >>> conv = Conv3d(2, 4, 1, qconfig=QConfig(nn.Identity, nn.Identity))
+        >>> type(conv.to_float()).__name__
+        'Conv3d'
+    """
+
+    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nn.Conv3d
+    _FLOAT_CONV: ClassVar[type[nn.Module]] = nn.Conv3d
+
+
+def _embedding_fake_quant(owner: str, qconfig: Any, device: object) -> nn.Module:
+    # embedding rows are quantized one by one with float zero points (the fbgemm
+    # embedding kernels' format); any other scheme has no lowering
+    fake_quant = build_weight_fake_quant(owner, qconfig, device)
+    qscheme = getattr(fake_quant, "qscheme", None)
+    name = None if qscheme is None else dtypes.qscheme_name(qscheme)
+    if name != "per_channel_affine_float_qparams":
+        msg = (
+            f"{owner} needs a weight fake-quantize with qscheme "
+            f"per_channel_affine_float_qparams, got {qscheme!r}; use a float-qparams "
+            "embedding qconfig"
+        )
+        raise ConfigError(msg)
+    return fake_quant
+
+
+_EMBEDDING_ARGS = ("padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "sparse")
+_BAG_ARGS = (
+    "max_norm",
+    "norm_type",
+    "scale_grad_by_freq",
+    "mode",
+    "sparse",
+    "include_last_offset",
+    "padding_idx",
+)
+
+
+class Embedding(nn.Embedding):
+    """``nn.Embedding`` whose lookup uses ``weight_fake_quant(weight)``.
+
+    Takes ``nn.Embedding``'s arguments plus a keyword ``qconfig`` whose weight
+    fake-quantize uses ``per_channel_affine_float_qparams``.
+
+    Example:
+        >>> emb = nn.Embedding(10, 4)
+        >>> emb.qconfig = None
+        >>> Embedding.from_float(emb)
+        Traceback (most recent call last):
+        ...
+        fxquant.errors.ConfigError: qat.Embedding.from_float needs mod.qconfig ...
+    """
+
+    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nn.Embedding
+
+    def __init__(self, *args: Any, qconfig: Any = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        owner = f"qat.{type(self).__name__}"
+        self.qconfig = require_qconfig(owner, qconfig)
+        self.weight_fake_quant = _embedding_fake_quant(owner, self.qconfig, kwargs.get("device"))
+
+    def forward(self, indices: torch.Tensor) -> torch.Tensor:
+        """Look up rows of the fake-quantized table."""
+        return F.embedding(
+            indices,
+            self.weight_fake_quant(self.weight),
+            self.padding_idx,
+            self.max_norm,
+            self.norm_type,
+            self.scale_grad_by_freq,
+            self.sparse,
+        )
+
+    @classmethod
+    def from_float(cls, mod: nn.Module) -> Embedding:
+        """Build from a ``nn.Embedding`` with ``mod.qconfig``, sharing its weight."""
+        qconfig = qconfig_of(cls, mod)
+        kwargs = {name: getattr(mod, name) for name in _EMBEDDING_ARGS}
+        source = root_of(mod)
+        qat = cls(source.num_embeddings, source.embedding_dim, **kwargs, qconfig=qconfig)
+        qat.weight = source.weight
+        return qat
+
+    def to_float(self) -> nn.Module:
+        """A plain ``nn.Embedding`` with this module's (detached) weight."""
+        kwargs = {name: getattr(self, name) for name in _EMBEDDING_ARGS}
+        return detached_copy(self, nn.Embedding(self.num_embeddings, self.embedding_dim, **kwargs))
+
+
+class EmbeddingBag(nn.EmbeddingBag):
+    """``nn.EmbeddingBag`` whose pooling uses ``weight_fake_quant(weight)``.
+
+    Example:
+        >>> bag = nn.EmbeddingBag(10, 4)
+        >>> EmbeddingBag.from_float(bag)
+        Traceback (most recent call last):
+        ...
+        fxquant.errors.ConfigError: qat.EmbeddingBag.from_float needs mod.qconfig ...
+    """
+
+    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nn.EmbeddingBag
+
+    def __init__(self, *args: Any, qconfig: Any = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        owner = f"qat.{type(self).__name__}"
+        self.qconfig = require_qconfig(owner, qconfig)
+        self.weight_fake_quant = _embedding_fake_quant(owner, self.qconfig, kwargs.get("device"))
+
+    def forward(
+        self,
+        indices: torch.Tensor,
+        offsets: torch.Tensor | None = None,
+        per_sample_weights: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Pool rows of the fake-quantized table."""
+        return F.embedding_bag(
+            indices,
+            self.weight_fake_quant(self.weight),
+            offsets,
+            self.max_norm,
+            self.norm_type,
+            self.scale_grad_by_freq,
+            self.mode,
+            self.sparse,
+            per_sample_weights,
+            self.include_last_offset,
+            self.padding_idx,
+        )
+
+    @classmethod
+    def from_float(cls, mod: nn.Module) -> EmbeddingBag:
+        """Build from a ``nn.EmbeddingBag`` with ``mod.qconfig``, sharing its weight."""
+        qconfig = qconfig_of(cls, mod)
+        kwargs = {name: getattr(mod, name) for name in _BAG_ARGS}
+        source = root_of(mod)
+        qat = cls(source.num_embeddings, source.embedding_dim, **kwargs, qconfig=qconfig)
+        qat.weight = source.weight
+        return qat
+
+    def to_float(self) -> nn.Module:
+        """A plain ``nn.EmbeddingBag`` with this module's (detached) weight."""
+        kwargs = {name: getattr(self, name) for name in _BAG_ARGS}
+        bag = nn.EmbeddingBag(self.num_embeddings, self.embedding_dim, **kwargs)
+        return detached_copy(self, bag)

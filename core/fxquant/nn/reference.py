@@ -1,0 +1,703 @@
+"""Reference quantized modules: the float op run on a quantize->dequantized weight.
+
+``convert_to_reference_fx`` swaps each quantized weighted module for one of
+these. The module keeps the float weight and the weight's qparams; its forward
+simulates the integer weight exactly, which a backend's lowering then
+recognises and replaces with a real kernel:
+
+    before: x -> Linear(w) -> y
+    after:  x -> Linear(dequantize(quantize(w, scale, zero_point))) -> y
+
+The qparams are buffers (``weight_scale``, ``weight_zero_point``,
+``weight_axis``) plus an extra state (qscheme, dtype, quant range), so
+``state_dict`` round-trips, also between per-tensor and per-channel modules.
+Integer weights are plain ``uint8``/``int8``/``int32`` tensors made by
+``fxquant.qdq``; no ``torch.quint8`` tensor is ever created.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fxquant import dtypes, qdq
+from fxquant.errors import ConfigError, ConfigTypeError
+from fxquant.nn.intrinsic import FusedModule, type_label
+
+__all__ = [
+    "Conv1d",
+    "Conv2d",
+    "Conv3d",
+    "ConvTranspose1d",
+    "ConvTranspose2d",
+    "ConvTranspose3d",
+    "Embedding",
+    "EmbeddingBag",
+    "Linear",
+    "ReferenceQuantizedModule",
+]
+
+_KEYS = frozenset(
+    {"qscheme", "dtype", "scale", "zero_point", "axis", "quant_min", "quant_max", "is_decomposed"}
+)
+_FLOAT_CAST = frozenset({torch.float16, torch.bfloat16})
+
+
+def _default_qparams() -> dict[str, Any]:
+    # torch.ao's default when no qparams are given: identity-scale quint8
+    return {"qscheme": "per_tensor_affine", "dtype": torch.uint8, "scale": 1.0, "zero_point": 0}
+
+
+def _storage_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The plain dtype holding the integers (4-bit and 2-bit packed types use uint8)."""
+    plain = dtypes.canonical_dtype(dtype)
+    return plain if plain in (torch.uint8, torch.int8, torch.int32) else torch.uint8
+
+
+def _as_tensor(value: object, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone().to(device)
+    return torch.tensor(value, dtype=dtype, device=device)
+
+
+class ReferenceQuantizedModule(nn.Module):
+    """Mixin holding a weight's qparams and simulating its quantization.
+
+    A reference module inherits from this and from the float module, e.g.
+    ``class Linear(ReferenceQuantizedModule, nn.Linear)``, and calls
+    :meth:`get_weight` in its forward.
+
+    ``weight_qparams`` keys: ``qscheme`` (``torch.per_tensor_affine`` or its
+    name; ``None`` keeps the weight float), ``dtype`` (``torch.qint8``,
+    ``torch.int8``, ``torch.float16``...), ``scale``, ``zero_point``, ``axis``
+    (per-channel only), ``quant_min``/``quant_max`` (default: the dtype's
+    full range), ``is_decomposed`` (accepted for torch.ao dicts and ignored:
+    fxquant always uses its plain-integer ops). Symmetric qschemes are
+    accepted and computed like their affine forms with the given qparams.
+
+    Example:
+        >>> qparams = {"qscheme": torch.per_tensor_affine, "dtype": torch.qint8,
+        ...            "scale": 0.1, "zero_point": 0}
+        >>> ref = Linear.from_float(nn.Linear(2, 2), qparams)
+        >>> ref.get_quantized_weight().dtype
+        torch.int8
+    """
+
+    weight: torch.Tensor
+    weight_scale: torch.Tensor
+    weight_zero_point: torch.Tensor
+    weight_axis: torch.Tensor
+    weight_qscheme: object
+    weight_dtype: torch.dtype
+    weight_quant_min: int
+    weight_quant_max: int
+    weight_axis_int: int
+
+    def _init_weight_qparams(self, weight_qparams: Mapping[str, Any] | None) -> None:
+        params = _default_qparams() if weight_qparams is None else weight_qparams
+        if not isinstance(params, Mapping):
+            msg = f"weight_qparams must be a dict, got {params!r} of type {type(params).__name__}"
+            raise ConfigTypeError(msg)
+        unknown = sorted(set(params) - _KEYS)
+        if unknown:
+            msg = f"weight_qparams has unknown keys {unknown}; allowed: {sorted(_KEYS)}"
+            raise ConfigError(msg)
+        for key in ("qscheme", "dtype"):
+            if key not in params:
+                msg = f"weight_qparams needs the key {key!r}, got keys {sorted(params)}"
+                raise ConfigError(msg)
+        self._set_scheme(params["qscheme"], params["dtype"], params)
+        device = self.weight.device
+        if self.is_weight_quantized():
+            for key in ("scale", "zero_point", *(("axis",) if self._per_channel() else ())):
+                if key not in params:
+                    msg = f"weight_qparams for {self.weight_qscheme} needs the key {key!r}"
+                    raise ConfigError(msg)
+            zp_dtype = torch.float32 if self._float_qparams() else torch.int32
+            scale = _as_tensor(params["scale"], torch.float32, device)
+            zero_point = _as_tensor(params["zero_point"], zp_dtype, device).to(zp_dtype)
+            axis = _as_tensor(params.get("axis", 0), torch.int32, device)
+        else:
+            # kept so every reference module has the same buffers (and state_dict keys)
+            scale = torch.tensor(1.0, device=device)
+            zero_point = torch.tensor(0, dtype=torch.int32, device=device)
+            axis = torch.tensor(0, dtype=torch.int32, device=device)
+        self.register_buffer("weight_scale", scale)
+        self.register_buffer("weight_zero_point", zero_point)
+        self.register_buffer("weight_axis", axis)
+        # a Python int as well: reading the buffer in forward would be data-dependent for export
+        self.weight_axis_int = int(axis)
+
+    def _set_scheme(self, qscheme: object, dtype: object, params: Mapping[str, Any]) -> None:
+        if not isinstance(dtype, torch.dtype):
+            msg = f"weight_qparams['dtype'] must be a torch.dtype, got {dtype!r}"
+            raise ConfigTypeError(msg)
+        self.weight_qscheme = None if qscheme is None else dtypes.qscheme_object(qscheme)
+        self.weight_dtype = dtype
+        low, high = dtypes.quant_range(dtype) if dtypes.is_quantized_dtype(dtype) else (0, 0)
+        quant_min = params.get("quant_min")
+        quant_max = params.get("quant_max")
+        self.weight_quant_min = low if quant_min is None else int(quant_min)
+        self.weight_quant_max = high if quant_max is None else int(quant_max)
+        if self.is_weight_quantized() and not (
+            low <= self.weight_quant_min <= self.weight_quant_max <= high
+        ):
+            msg = (
+                f"weight_qparams quant_min/quant_max ({quant_min}, {quant_max}) must satisfy "
+                f"{low} <= quant_min <= quant_max <= {high} for dtype {dtype}"
+            )
+            raise ConfigError(msg)
+
+    def _scheme_name(self) -> str | None:
+        return None if self.weight_qscheme is None else dtypes.qscheme_name(self.weight_qscheme)
+
+    def _per_channel(self) -> bool:
+        name = self._scheme_name()
+        return name is not None and name.startswith("per_channel")
+
+    def _float_qparams(self) -> bool:
+        return self._scheme_name() == "per_channel_affine_float_qparams"
+
+    def is_weight_quantized(self) -> bool:
+        """True when the weight is simulated as integers (not float, fp16 or unquantized).
+
+        Example:
+            >>> qparams = {"qscheme": None, "dtype": torch.float32}
+            >>> Linear.from_float(nn.Linear(2, 2), qparams).is_weight_quantized()
+            False
+        """
+        return self.weight_qscheme is not None and dtypes.is_quantized_dtype(self.weight_dtype)
+
+    def get_quantized_weight(self) -> torch.Tensor:
+        """The weight as stored by a quantized kernel: a plain integer tensor.
+
+        For an fp16/bf16 weight this is the weight cast to that dtype; for an
+        unquantized weight it is the float weight itself.
+
+        Example:
+            >>> qparams = {"qscheme": "per_tensor_affine", "dtype": torch.quint8,
+            ...            "scale": 0.5, "zero_point": 10}
+            >>> ref = Linear.from_float(nn.Linear(2, 1), qparams)
+            >>> ref.get_quantized_weight().dtype
+            torch.uint8
+        """
+        if not self.is_weight_quantized():
+            if self.weight_qscheme is not None and self.weight_dtype in _FLOAT_CAST:
+                return self.weight.to(self.weight_dtype)
+            return self.weight
+        if self._float_qparams():
+            return self._quantize_float_qparams()
+        storage = _storage_dtype(self.weight_dtype)
+        if self._per_channel():
+            return qdq.quantize_per_channel(
+                self.weight,
+                self.weight_scale,
+                self.weight_zero_point,
+                self.weight_axis_int,
+                self.weight_quant_min,
+                self.weight_quant_max,
+                storage,
+            )
+        # tensors, not .item(): keeps the qparams as graph inputs when traced or exported
+        return qdq.quantize_per_tensor(
+            self.weight,
+            self.weight_scale,
+            self.weight_zero_point,
+            self.weight_quant_min,
+            self.weight_quant_max,
+            storage,
+        )
+
+    def get_weight(self) -> torch.Tensor:
+        """The float weight after quantize -> dequantize: what the quantized kernel computes with.
+
+        Example:
+            >>> qparams = {"qscheme": "per_tensor_symmetric", "dtype": torch.qint8,
+            ...            "scale": 0.5, "zero_point": 0}
+            >>> ref = Linear.from_float(nn.Linear(2, 1), qparams)
+            >>> bool(((ref.get_weight() / 0.5).frac() == 0).all())
+            True
+        """
+        quantized = self.get_quantized_weight()
+        if not self.is_weight_quantized():
+            return quantized.to(self.weight.dtype)
+        if self._float_qparams():
+            return self._dequantize_float_qparams(quantized)
+        storage = _storage_dtype(self.weight_dtype)
+        if self._per_channel():
+            return qdq.dequantize_per_channel(
+                quantized,
+                self.weight_scale,
+                self.weight_zero_point,
+                self.weight_axis_int,
+                self.weight_quant_min,
+                self.weight_quant_max,
+                storage,
+                out_dtype=self.weight.dtype,
+            )
+        return qdq.dequantize_per_tensor(
+            quantized,
+            self.weight_scale,
+            self.weight_zero_point,
+            self.weight_quant_min,
+            self.weight_quant_max,
+            storage,
+            out_dtype=self.weight.dtype,
+        )
+
+    def _channel_shape(self) -> list[int]:
+        shape = [1] * self.weight.dim()
+        shape[self.weight_axis_int] = -1
+        return shape
+
+    def _quantize_float_qparams(self) -> torch.Tensor:
+        # float zero points are added before rounding (unlike integer ones), as torch's
+        # per_channel_affine_float_qparams kernels do; used by embedding weights.
+        shape = self._channel_shape()
+        inv_scale = (1.0 / self.weight_scale.float()).reshape(shape)
+        zero_point = self.weight_zero_point.float().reshape(shape)
+        q = torch.round(self.weight.float() * inv_scale + zero_point)
+        q = q.clamp(self.weight_quant_min, self.weight_quant_max)
+        return q.to(_storage_dtype(self.weight_dtype))
+
+    def _dequantize_float_qparams(self, q: torch.Tensor) -> torch.Tensor:
+        shape = self._channel_shape()
+        zero_point = self.weight_zero_point.float().reshape(shape)
+        scale = self.weight_scale.float().reshape(shape)
+        return ((q.float() - zero_point) * scale).to(self.weight.dtype)
+
+    def get_weight_qparams(self) -> dict[str, Any]:
+        """The weight qparams in the ``from_float`` dict form (what lowering reads).
+
+        Example:
+            >>> qparams = {"qscheme": None, "dtype": torch.float16}
+            >>> Linear.from_float(nn.Linear(2, 1), qparams).get_weight_qparams()["dtype"]
+            torch.float16
+        """
+        params: dict[str, Any] = {
+            "qscheme": self.weight_qscheme,
+            "dtype": self.weight_dtype,
+            "scale": self.weight_scale,
+            "zero_point": self.weight_zero_point,
+            "quant_min": self.weight_quant_min,
+            "quant_max": self.weight_quant_max,
+        }
+        if self._per_channel():
+            params["axis"] = self.weight_axis_int
+        return params
+
+    def get_extra_state(self) -> dict[str, Any]:
+        """The non-tensor qparams, saved in ``state_dict`` under ``_extra_state``."""
+        return {
+            "qscheme": self._scheme_name(),
+            "dtype": dtypes.dtype_name(self.weight_dtype),
+            "quant_min": self.weight_quant_min,
+            "quant_max": self.weight_quant_max,
+        }
+
+    def set_extra_state(self, state: Any) -> None:
+        """Restore what :meth:`get_extra_state` saved."""
+        qscheme = state["qscheme"]
+        self.weight_qscheme = None if qscheme is None else dtypes.qscheme_object(qscheme)
+        self.weight_dtype = dtypes.dtype_from_name(state["dtype"])
+        self.weight_quant_min = int(state["quant_min"])
+        self.weight_quant_max = int(state["quant_max"])
+
+    def _load_from_state_dict(  # type: ignore[no-untyped-def]  # noqa: PLR0913, PLR0917  # torch's private hook, untyped
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    ) -> None:
+        # a per-channel checkpoint loads into a per-tensor module (and back): adopt the
+        # saved qparam shapes instead of failing on a size mismatch
+        for name in ("weight_scale", "weight_zero_point", "weight_axis"):
+            saved = state_dict.get(prefix + name)
+            if isinstance(saved, torch.Tensor):
+                current: torch.Tensor = getattr(self, name)
+                setattr(self, name, saved.detach().clone().to(current.device))
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+        self.weight_axis_int = int(self.weight_axis)
+
+    def extra_repr(self) -> str:
+        """The float module's description plus the weight's qscheme and dtype."""
+        base = super().extra_repr()
+        scheme = f"weight_qscheme={self._scheme_name()}, weight_dtype={self.weight_dtype}"
+        return f"{base}, {scheme}" if base else scheme
+
+    def _get_name(self) -> str:
+        return f"Reference{type(self).__name__}"
+
+
+def _root(owner: type, float_module: nn.Module, expected: type[nn.Module]) -> nn.Module:
+    """The weighted module to copy: ``float_module``, a fused module's first part, or the
+    float form of a QAT module (whose ``to_float()`` folds any BatchNorm first)."""
+    module = float_module
+    to_float = getattr(module, "to_float", None)
+    if callable(to_float):
+        module = to_float()
+    if isinstance(module, FusedModule):
+        module = module[0]
+    if not isinstance(module, expected):
+        msg = (
+            f"reference {owner.__name__}.from_float expects a {type_label(expected)} (or a fused "
+            f"module whose first part is one), got {float_module!r}"
+        )
+        raise ConfigTypeError(msg)
+    return module
+
+
+def _copy_params(ref: nn.Module, float_module: nn.Module) -> None:
+    weight: torch.Tensor = float_module.weight  # type: ignore[assignment]  # checked by _root
+    ref.weight = nn.Parameter(weight.detach().clone())
+    bias = getattr(float_module, "bias", None)
+    if isinstance(bias, torch.Tensor):
+        ref.bias = nn.Parameter(bias.detach().clone())
+
+
+def _build(
+    cls: type[nn.Module],
+    float_module: nn.Module,
+    kwargs: dict[str, Any],
+    weight_qparams: Mapping[str, Any] | None,
+) -> Any:
+    weight: torch.Tensor = float_module.weight  # type: ignore[assignment]  # checked by _root
+    ref = cls(**kwargs, device=weight.device, dtype=weight.dtype, weight_qparams=weight_qparams)
+    _copy_params(ref, float_module)
+    return ref
+
+
+class Linear(ReferenceQuantizedModule, nn.Linear):
+    """Reference quantized ``nn.Linear``: ``F.linear(x, get_weight(), bias)``.
+
+    Args:
+        *args, **kwargs: those of ``nn.Linear``.
+        weight_qparams: the weight's qparams (see :class:`ReferenceQuantizedModule`).
+
+    Example:
+        >>> qparams = {"qscheme": torch.per_channel_affine, "dtype": torch.qint8,
+        ...            "scale": torch.full((3,), 0.05), "zero_point": torch.zeros(3), "axis": 0}
+        >>> ref = Linear.from_float(nn.Linear(4, 3), qparams)
+        >>> ref(torch.randn(2, 4)).shape
+        torch.Size([2, 3])
+    """
+
+    _IS_REFERENCE: ClassVar[bool] = True
+
+    def __init__(
+        self, *args: Any, weight_qparams: Mapping[str, Any] | None = None, **kwargs: Any
+    ) -> None:
+        nn.Linear.__init__(self, *args, **kwargs)
+        self._init_weight_qparams(weight_qparams)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Linear with the quantize->dequantized weight."""
+        return F.linear(x, self.get_weight(), self.bias)
+
+    @classmethod
+    def from_float(
+        cls, float_module: nn.Module, weight_qparams: Mapping[str, Any] | None
+    ) -> Linear:
+        """Copy ``float_module`` (a ``nn.Linear`` or a fused module rooted at one)."""
+        mod = _root(cls, float_module, nn.Linear)
+        kwargs = {
+            "in_features": mod.in_features,
+            "out_features": mod.out_features,
+            "bias": mod.bias is not None,
+        }
+        ref: Linear = _build(cls, mod, kwargs, weight_qparams)
+        return ref
+
+
+def _conv_kwargs(mod: nn.Module) -> dict[str, Any]:
+    names = ("in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation")
+    kwargs = {name: getattr(mod, name) for name in names}
+    kwargs.update(groups=mod.groups, bias=mod.bias is not None, padding_mode=mod.padding_mode)
+    if isinstance(mod, nn.modules.conv._ConvTransposeNd):
+        kwargs["output_padding"] = mod.output_padding
+    return kwargs
+
+
+class _ConvMixin(ReferenceQuantizedModule):
+    """Shared by the reference convolutions: ``_FLOAT_CONV`` is the float class mixed in.
+
+    Example:
+        >>> Conv2d._FLOAT_CONV is nn.Conv2d
+        True
+    """
+
+    _FLOAT_CONV: ClassVar[type[nn.Module]]
+    _conv_forward: Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
+    bias: torch.Tensor | None
+
+    def __init__(
+        self, *args: Any, weight_qparams: Mapping[str, Any] | None = None, **kwargs: Any
+    ) -> None:
+        self._FLOAT_CONV.__init__(self, *args, **kwargs)
+        self._init_weight_qparams(weight_qparams)
+
+    @classmethod
+    def from_float(cls, float_module: nn.Module, weight_qparams: Mapping[str, Any] | None) -> Any:
+        """Copy ``float_module`` (the float conv, or a fused module rooted at one)."""
+        mod = _root(cls, float_module, cls._FLOAT_CONV)
+        return _build(cls, mod, _conv_kwargs(mod), weight_qparams)
+
+
+class _PlainConv(_ConvMixin):
+    """Forward of ``Conv1d/2d/3d``: the float module's own ``_conv_forward`` (padding modes too).
+
+    Example:
+        >>> issubclass(Conv3d, _PlainConv)
+        True
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Convolution (any padding mode) with the quantize->dequantized weight."""
+        return self._conv_forward(x, self.get_weight(), self.bias)
+
+
+class Conv1d(_PlainConv, nn.Conv1d):
+    """Reference quantized ``nn.Conv1d``.
+
+    Example:
+        >>> qparams = {"qscheme": "per_tensor_affine", "dtype": torch.qint8,
+        ...            "scale": 0.02, "zero_point": 0}
+        >>> Conv1d.from_float(nn.Conv1d(2, 3, 3), qparams)(torch.randn(1, 2, 8)).shape
+        torch.Size([1, 3, 6])
+    """
+
+    _IS_REFERENCE: ClassVar[bool] = True
+    _FLOAT_CONV = nn.Conv1d
+
+
+class Conv2d(_PlainConv, nn.Conv2d):
+    """Reference quantized ``nn.Conv2d``.
+
+    Example:
+        >>> from fxquant.nn.intrinsic import ConvReLU2d
+        >>> fused = ConvReLU2d(nn.Conv2d(2, 3, 3), nn.ReLU())
+        >>> qparams = {"qscheme": "per_tensor_affine", "dtype": torch.qint8,
+        ...            "scale": 0.02, "zero_point": 0}
+        >>> Conv2d.from_float(fused, qparams)(torch.randn(1, 2, 5, 5)).shape
+        torch.Size([1, 3, 3, 3])
+    """
+
+    _IS_REFERENCE: ClassVar[bool] = True
+    _FLOAT_CONV = nn.Conv2d
+
+
+class Conv3d(_PlainConv, nn.Conv3d):
+    """Reference quantized ``nn.Conv3d``.
+
+    Example:
+        >>> qparams = {"qscheme": "per_tensor_affine", "dtype": torch.qint8,
+        ...            "scale": 0.02, "zero_point": 0}
+        >>> Conv3d.from_float(nn.Conv3d(2, 3, 1), qparams)(torch.randn(1, 2, 2, 2, 2)).shape
+        torch.Size([1, 3, 2, 2, 2])
+    """
+
+    _IS_REFERENCE: ClassVar[bool] = True
+    _FLOAT_CONV = nn.Conv3d
+
+
+_CONV_TRANSPOSE_FN: dict[int, Callable[..., torch.Tensor]] = {
+    1: F.conv_transpose1d,
+    2: F.conv_transpose2d,
+    3: F.conv_transpose3d,
+}
+
+
+class _TransposedConv(_ConvMixin):
+    """Forward of ``ConvTranspose1d/2d/3d``, with ``output_size`` as in ``nn.ConvTranspose*``.
+
+    Example:
+        >>> ConvTranspose2d._SPATIAL_DIMS
+        2
+    """
+
+    _SPATIAL_DIMS: ClassVar[int]
+    _output_padding: Callable[..., list[int]]
+    stride: tuple[int, ...]
+    padding: str | tuple[int, ...]
+    kernel_size: tuple[int, ...]
+    dilation: tuple[int, ...]
+    groups: int
+
+    def forward(self, x: torch.Tensor, output_size: list[int] | None = None) -> torch.Tensor:
+        """Transposed convolution with the quantize->dequantized weight."""
+        output_padding = self._output_padding(
+            x,
+            output_size,
+            self.stride,
+            self.padding,
+            self.kernel_size,
+            self._SPATIAL_DIMS,
+            self.dilation,
+        )
+        conv = _CONV_TRANSPOSE_FN[self._SPATIAL_DIMS]
+        return conv(
+            x,
+            self.get_weight(),
+            self.bias,
+            self.stride,
+            self.padding,
+            output_padding,
+            self.groups,
+            self.dilation,
+        )
+
+
+class ConvTranspose1d(_TransposedConv, nn.ConvTranspose1d):
+    """Reference quantized ``nn.ConvTranspose1d`` (weight axis 1 holds output channels).
+
+    Example:
+        >>> qparams = {"qscheme": "per_tensor_affine", "dtype": torch.quint8,
+        ...            "scale": 0.02, "zero_point": 128}
+        >>> ref = ConvTranspose1d.from_float(nn.ConvTranspose1d(2, 3, 3), qparams)
+        >>> ref(torch.randn(1, 2, 4)).shape
+        torch.Size([1, 3, 6])
+    """
+
+    _IS_REFERENCE: ClassVar[bool] = True
+    _FLOAT_CONV = nn.ConvTranspose1d
+    _SPATIAL_DIMS = 1
+
+
+class ConvTranspose2d(_TransposedConv, nn.ConvTranspose2d):
+    """Reference quantized ``nn.ConvTranspose2d``.
+
+    Example:
+        >>> qparams = {"qscheme": "per_channel_affine", "dtype": torch.qint8,
+        ...            "scale": torch.full((3,), 0.02), "zero_point": torch.zeros(3), "axis": 1}
+        >>> ref = ConvTranspose2d.from_float(nn.ConvTranspose2d(2, 3, 3), qparams)
+        >>> ref(torch.randn(1, 2, 4, 4)).shape
+        torch.Size([1, 3, 6, 6])
+    """
+
+    _IS_REFERENCE: ClassVar[bool] = True
+    _FLOAT_CONV = nn.ConvTranspose2d
+    _SPATIAL_DIMS = 2
+
+
+class ConvTranspose3d(_TransposedConv, nn.ConvTranspose3d):
+    """Reference quantized ``nn.ConvTranspose3d``.
+
+    Example:
+        >>> qparams = {"qscheme": "per_tensor_affine", "dtype": torch.qint8,
+        ...            "scale": 0.02, "zero_point": 0}
+        >>> ref = ConvTranspose3d.from_float(nn.ConvTranspose3d(2, 3, 1), qparams)
+        >>> ref(torch.randn(1, 2, 2, 2, 2)).shape
+        torch.Size([1, 3, 2, 2, 2])
+    """
+
+    _IS_REFERENCE: ClassVar[bool] = True
+    _FLOAT_CONV = nn.ConvTranspose3d
+    _SPATIAL_DIMS = 3
+
+
+class Embedding(ReferenceQuantizedModule, nn.Embedding):
+    """Reference quantized ``nn.Embedding`` (usually per-channel float qparams, axis 0).
+
+    Example:
+        >>> emb = nn.Embedding(10, 4)
+        >>> qparams = {"qscheme": torch.per_channel_affine_float_qparams, "dtype": torch.quint8,
+        ...            "scale": torch.full((10,), 0.02), "zero_point": torch.full((10,), 128.0),
+        ...            "axis": 0}
+        >>> Embedding.from_float(emb, qparams)(torch.tensor([1, 2])).shape
+        torch.Size([2, 4])
+    """
+
+    _IS_REFERENCE: ClassVar[bool] = True
+
+    def __init__(
+        self, *args: Any, weight_qparams: Mapping[str, Any] | None = None, **kwargs: Any
+    ) -> None:
+        nn.Embedding.__init__(self, *args, **kwargs)
+        self._init_weight_qparams(weight_qparams)
+
+    def forward(self, indices: torch.Tensor) -> torch.Tensor:
+        """Look up rows of the quantize->dequantized table."""
+        return F.embedding(
+            indices,
+            self.get_weight(),
+            self.padding_idx,
+            self.max_norm,
+            self.norm_type,
+            self.scale_grad_by_freq,
+            self.sparse,
+        )
+
+    @classmethod
+    def from_float(
+        cls, float_module: nn.Module, weight_qparams: Mapping[str, Any] | None
+    ) -> Embedding:
+        """Copy a ``nn.Embedding``."""
+        mod = _root(cls, float_module, nn.Embedding)
+        names = ("num_embeddings", "embedding_dim", "padding_idx", "max_norm", "norm_type")
+        kwargs = {name: getattr(mod, name) for name in names}
+        kwargs.update(scale_grad_by_freq=mod.scale_grad_by_freq, sparse=mod.sparse)
+        ref: Embedding = _build(cls, mod, kwargs, weight_qparams)
+        return ref
+
+
+class EmbeddingBag(ReferenceQuantizedModule, nn.EmbeddingBag):
+    """Reference quantized ``nn.EmbeddingBag``.
+
+    Example:
+        >>> bag = nn.EmbeddingBag(10, 4, mode="sum")
+        >>> qparams = {"qscheme": "per_channel_affine_float_qparams", "dtype": torch.quint8,
+        ...            "scale": torch.full((10,), 0.02), "zero_point": torch.full((10,), 128.0),
+        ...            "axis": 0}
+        >>> ref = EmbeddingBag.from_float(bag, qparams)
+        >>> ref(torch.tensor([1, 2, 3]), torch.tensor([0, 2])).shape
+        torch.Size([2, 4])
+    """
+
+    _IS_REFERENCE: ClassVar[bool] = True
+
+    def __init__(
+        self, *args: Any, weight_qparams: Mapping[str, Any] | None = None, **kwargs: Any
+    ) -> None:
+        nn.EmbeddingBag.__init__(self, *args, **kwargs)
+        self._init_weight_qparams(weight_qparams)
+
+    def forward(
+        self,
+        indices: torch.Tensor,
+        offsets: torch.Tensor | None = None,
+        per_sample_weights: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Pool rows of the quantize->dequantized table."""
+        return F.embedding_bag(
+            indices,
+            self.get_weight(),
+            offsets,
+            self.max_norm,
+            self.norm_type,
+            self.scale_grad_by_freq,
+            self.mode,
+            self.sparse,
+            per_sample_weights,
+            self.include_last_offset,
+            self.padding_idx,
+        )
+
+    @classmethod
+    def from_float(
+        cls, float_module: nn.Module, weight_qparams: Mapping[str, Any] | None
+    ) -> EmbeddingBag:
+        """Copy a ``nn.EmbeddingBag``."""
+        mod = _root(cls, float_module, nn.EmbeddingBag)
+        names = ("num_embeddings", "embedding_dim", "max_norm", "norm_type", "scale_grad_by_freq")
+        kwargs = {name: getattr(mod, name) for name in names}
+        kwargs.update(
+            mode=mod.mode,
+            sparse=mod.sparse,
+            include_last_offset=mod.include_last_offset,
+            padding_idx=mod.padding_idx,
+        )
+        ref: EmbeddingBag = _build(cls, mod, kwargs, weight_qparams)
+        return ref
