@@ -1,0 +1,100 @@
+"""Small constructors shared by the pattern builders.
+
+Every builder in this package turns a list of patterns plus the backend's
+dtype configs into :class:`BackendPatternConfig` objects. The three shapes of
+config that recur (a plain op, a weighted module with its QAT/reference
+counterparts, a fusion) each get one helper here so the builders read as
+tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from fxquant.config.backend import BackendPatternConfig, DTypeConfig, ObservationType
+from fxquant.config.pattern import Pattern
+
+__all__ = ["Pattern", "fusion_config", "module_config", "op_config"]
+
+
+def op_config(
+    pattern: Pattern,
+    dtype_configs: Sequence[DTypeConfig],
+    observation_type: ObservationType | None = None,
+) -> BackendPatternConfig:
+    """A config for ``pattern`` with ``dtype_configs`` and, when given, ``observation_type``.
+
+    Example:
+        >>> import torch
+        >>> op_config(torch.cat, []).pattern is torch.cat
+        True
+    """
+    config = BackendPatternConfig(pattern).set_dtype_configs(list(dtype_configs))
+    if observation_type is not None:
+        config.set_observation_type(observation_type)
+    return config
+
+
+def module_config(
+    pattern: Pattern,
+    dtype_configs: Sequence[DTypeConfig],
+    *,
+    root: type[Any],
+    reference: type[Any] | None,
+    qat: type[Any] | None = None,
+) -> BackendPatternConfig:
+    """A weighted module: observed as usual, its ``root`` swapped for ``reference`` on convert.
+
+    Args:
+        pattern: the float, fused or QAT module class that appears in the graph.
+        dtype_configs: the dtypes the backend accepts for it.
+        root: the weighted float module inside the pattern (``nn.Conv2d`` for ``ConvReLU2d``).
+        reference: the reference quantized module ``root`` becomes; ``None`` leaves it float.
+        qat: the module ``prepare_qat_fx`` swaps ``pattern`` for, if any.
+
+    Example:
+        >>> import torch
+        >>> from fxquant.nn import reference
+        >>> config = module_config(
+        ...     torch.nn.Linear, [], root=torch.nn.Linear, reference=reference.Linear
+        ... )
+        >>> config.reference_quantized_module is reference.Linear
+        True
+    """
+    config = op_config(
+        pattern, dtype_configs, ObservationType.OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT
+    )
+    config.set_root_module(root)
+    if reference is not None:
+        config.set_reference_quantized_module(reference)
+    if qat is not None:
+        config.set_qat_module(qat)
+    return config
+
+
+def fusion_config(
+    pattern: Pattern,
+    dtype_configs: Sequence[DTypeConfig],
+    *,
+    fuser: Callable[..., Any],
+    fused: type[Any] | None,
+) -> BackendPatternConfig:
+    """A sequence of modules that ``fuse_fx`` replaces by ``fuser(is_qat, *modules)``.
+
+    Example:
+        >>> import torch
+        >>> from fxquant.nn import fusers, intrinsic
+        >>> config = fusion_config(
+        ...     (torch.nn.Conv2d, torch.nn.ReLU),
+        ...     [],
+        ...     fuser=fusers.fuse_conv_relu,
+        ...     fused=intrinsic.ConvReLU2d,
+        ... )
+        >>> config.fused_module is intrinsic.ConvReLU2d
+        True
+    """
+    config = op_config(pattern, dtype_configs).set_fuser_method(fuser)
+    if fused is not None:
+        config.set_fused_module(fused)
+    return config
