@@ -1,0 +1,8 @@
+"""``python -m fxquant``: the same as the ``fxquant`` command."""
+
+from __future__ import annotations
+
+from fxquant.cli import main
+
+if __name__ == "__main__":
+    raise SystemExit(main())

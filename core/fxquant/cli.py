@@ -1,0 +1,249 @@
+"""The ``fxquant`` command: ``backends``, ``show NAME``, ``demo`` (argparse only).
+
+Every subcommand reads the registry and renders plain data (``--json``
+dumps the same data), so a broken plugin shows up as a status line instead
+of a traceback. Tables are Markdown, so a plugin's README can embed the
+output of ``fxquant show NAME`` as it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+__all__ = ["main", "markdown_table", "render_backends", "render_show"]
+
+_EPILOG = """\
+examples:
+  fxquant backends              list installed backends and their plugins
+  fxquant backends --json       the same, as JSON
+  fxquant show reference        the pattern table of the built-in backend
+  fxquant show x86 --json       one backend's patterns, as JSON
+  fxquant demo                  the tutorial backend, then every installed backend
+
+environment:
+  FXQUANT_DISABLE_PLUGIN_AUTOLOAD=1   load no installed plugin (built-ins stay)
+  FXQUANT_PLUGINS=a,b                 load only these distributions
+  FXQUANT_DISABLE_PLUGINS=a,b         skip these distributions
+"""
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Render a Markdown table with columns padded to their widest cell.
+
+    Example:
+        >>> print(markdown_table(["a", "bb"], [["1", "2"]]))
+        | a | bb |
+        | - | -- |
+        | 1 | 2  |
+    """
+    cells = [[str(c).replace("|", "\\|") for c in row] for row in [header, *rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    lines = [
+        "| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |"
+        for row in cells
+    ]
+    lines.insert(1, "| " + " | ".join("-" * w for w in widths) + " |")
+    return "\n".join(lines)
+
+
+def _backends_data() -> list[dict[str, Any]]:
+    from fxquant.registry import default_registry
+
+    data = []
+    for report in default_registry().reports():
+        plugins = [
+            {
+                "distribution": p.distribution,
+                "version": p.version,
+                "entry_point": p.entry_point,
+                "status": p.status,
+                "reason": p.reason,
+                "import_ms": round(p.import_seconds * 1000, 2),
+                "builtin": p.builtin,
+            }
+            for p in report.plugins
+        ]
+        data.append(
+            {
+                "name": report.name,
+                "status": report.status,
+                "reason": report.reason,
+                "pattern_count": report.pattern_count,
+                "kernel_count": report.kernel_count,
+                "plugins": plugins,
+            }
+        )
+    return data
+
+
+def render_backends(data: list[dict[str, Any]]) -> str:
+    """The text of ``fxquant backends``: one table row per backend, then the reasons.
+
+    Example:
+        >>> print(render_backends([]))
+        no backends installed (pip install fxquant-NAME)
+    """
+    if not data:
+        return "no backends installed (pip install fxquant-NAME)"
+    rows = []
+    notes = []
+    for backend in data:
+        plugins = ", ".join(
+            f"{p['distribution']} {p['version']}".strip() for p in backend["plugins"]
+        )
+        import_ms = sum(p["import_ms"] for p in backend["plugins"])
+        ok = backend["status"] == "ok"
+        counts = [str(backend["pattern_count"]), str(backend["kernel_count"])] if ok else ["-", "-"]
+        rows.append([backend["name"], backend["status"], *counts, plugins, f"{import_ms:.1f} ms"])
+        if backend["reason"]:
+            notes.append(f"{backend['name']}: {backend['status']}: {backend['reason']}")
+        notes += [
+            f"{backend['name']}: {p['distribution']} {p['version']} is {p['status']}: {p['reason']}"
+            for p in backend["plugins"]
+            if p["status"] not in ("ok", backend["status"])
+        ]
+    header = ["backend", "status", "patterns", "kernels", "plugins", "import"]
+    return "\n".join([markdown_table(header, rows), *notes])
+
+
+def render_show(data: dict[str, Any]) -> str:
+    """The text of ``fxquant show NAME``: the summary table, then every pattern config.
+
+    Example:
+        >>> from fxquant.registry import default_registry
+        >>> from fxquant.registry.describe import describe
+        >>> text = render_show(describe(default_registry().assembled("reference")))
+    """
+    summary = data["summary"]
+    name = data["name"]
+    plugins = ", ".join(f"{p['source']} {p['version']}".strip() for p in data["plugins"])
+    rows = [
+        ["Quantization Scheme", summary["quantization_scheme"]],
+        ["Data Type", summary["data_type"]],
+        [
+            "Quantized and Fused Operators and Mapping",
+            ", ".join(summary["reference_module_mapping"]),
+        ],
+        ["Fused Module Mapping", ", ".join(summary["fused_module_mapping"])],
+        ["QAT Module Mapping", ", ".join(summary["qat_module_mapping"])],
+    ]
+    patterns = [
+        [
+            p["pattern"],
+            p["observation_type"],
+            " / ".join(p["dtype_configs"]),
+            p["fused_module"],
+            p["qat_module"],
+            p["reference_quantized_module"],
+            p["lowering_kernel"],
+            p["source"],
+            f"overrides {', '.join(p['overrides'])}" if p["overrides"] else "",
+        ]
+        for p in data["patterns"]
+    ]
+    header = [
+        "pattern",
+        "observation type",
+        "dtypes",
+        "fused",
+        "QAT",
+        "reference",
+        "kernel",
+        "from",
+        "overridden",
+    ]
+    return "\n".join(
+        [
+            f"backend {name!r} ({len(data['patterns'])} patterns, "
+            f"{len(data['lowering_kernels'])} lowering kernels; plugins: {plugins})",
+            "",
+            markdown_table(["", name], rows),
+            "",
+            markdown_table(header, patterns),
+        ]
+    )
+
+
+def _emit(data: Any, text: str, as_json: bool, out: TextIO) -> None:
+    out.write(json.dumps(data, indent=2) if as_json else text)
+    out.write("\n")
+
+
+def _cmd_backends(args: argparse.Namespace, out: TextIO) -> int:
+    data = _backends_data()
+    _emit(data, render_backends(data), args.json, out)
+    return 0
+
+
+def _cmd_show(args: argparse.Namespace, out: TextIO) -> int:
+    from fxquant.errors import PluginError, UnknownBackendError
+    from fxquant.registry import default_registry
+    from fxquant.registry.describe import describe
+
+    try:
+        data = describe(default_registry().assembled(args.name))
+    except (UnknownBackendError, PluginError) as error:
+        print(f"fxquant: error: {error}", file=sys.stderr)
+        return 1
+    _emit(data, render_show(data), args.json, out)
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
+    from fxquant.demo import run_demo
+
+    return run_demo(out)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``fxquant`` (exposed for docs and tests).
+
+    Example:
+        >>> build_parser().parse_args(["show", "x86"]).name
+        'x86'
+    """
+    from fxquant import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="fxquant",
+        description="BackendConfig-driven FX quantization: inspect backends and their plugins.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"fxquant {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    backends = commands.add_parser("backends", help="list installed backends and their plugins")
+    backends.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    backends.set_defaults(run=_cmd_backends)
+    show = commands.add_parser("show", help="show one backend's summary and pattern table")
+    show.add_argument("name", help="the backend, e.g. reference or x86")
+    show.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    show.set_defaults(run=_cmd_show)
+    demo = commands.add_parser("demo", help="the tutorial's backend, then the installed ones")
+    demo.set_defaults(run=_cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``fxquant`` with ``argv`` (default: the process arguments); return the exit code.
+
+    Example:
+        >>> main(["--version"])  # doctest: +SKIP
+        fxquant 0.1.0
+    """
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        code: int = args.run(args, sys.stdout)
+    except BrokenPipeError:  # `fxquant show x86 | head`: the reader left, nothing to report
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (absorbs the final flush)
+        return 0
+    return code

@@ -1,0 +1,183 @@
+"""Backends by name: plugins found through entry points, assembled on demand.
+
+A backend is whatever the plugins registered for its name contribute: their
+entry points in the group ``fxquant.backends`` (entry-point name = backend)
+plus objects given to ``register_plugin``. ``list_backends`` reads metadata
+only; ``get_backend_config`` imports the plugins of that one backend, asks
+their hooks (see ``fxquant.registry.hookspecs``) and caches the result.
+
+Environment controls (read at the first scan and at every ``refresh()``):
+``FXQUANT_DISABLE_PLUGIN_AUTOLOAD=1`` loads no installed plugin (the core's
+built-in ``reference`` stays), ``FXQUANT_PLUGINS=a,b`` keeps only those
+distributions, ``FXQUANT_DISABLE_PLUGINS=a,b`` skips those.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fxquant.registry.hookspecs import (
+    PLUGIN_API_VERSIONS,
+    LoweringRule,
+    Override,
+    hookimpl,
+    hookspec,
+)
+
+if TYPE_CHECKING:
+    from fxquant.config.backend import BackendConfig
+    from fxquant.config.qconfig_mapping import QConfigMapping
+    from fxquant.registry.manager import Registry
+
+__all__ = [
+    "PLUGIN_API_VERSIONS",
+    "LoweringRule",
+    "Override",
+    "default_registry",
+    "get_backend_config",
+    "get_default_qconfig_mapping",
+    "hookimpl",
+    "hookspec",
+    "list_backends",
+    "refresh",
+    "register_plugin",
+    "unregister_plugin",
+]
+
+_registry: Registry | None = None
+
+
+def default_registry() -> Registry:
+    """The process-wide registry behind the functions of this module (made on first use).
+
+    Example:
+        >>> "reference" in default_registry().list_backends()
+        True
+    """
+    global _registry  # one registry per process, made lazily
+    if _registry is None:
+        # imported here: `import fxquant` must not pay for the registry until it is used
+        from fxquant.registry.manager import Registry
+
+        _registry = Registry()
+    return _registry
+
+
+def list_backends() -> list[str]:
+    """The installed backend names, sorted, found from metadata without importing any plugin.
+
+    A backend whose plugins are all switched off by the environment controls
+    is left out; ``fxquant backends`` still shows it.
+
+    Example:
+        >>> "reference" in list_backends()
+        True
+    """
+    return default_registry().list_backends()
+
+
+def get_backend_config(name: str) -> BackendConfig:
+    """The ``BackendConfig`` of backend ``name``, assembled from every plugin contributing to it.
+
+    The first call imports the backend's plugins and asks their hooks; later
+    calls reuse that answer. Each call returns a new ``BackendConfig`` of
+    copied pattern configs, so changing it never changes the registry.
+
+    Args:
+        name: the backend, e.g. ``"reference"`` or ``"x86"``.
+
+    Returns:
+        The backend's BackendConfig, named ``name``.
+
+    Raises:
+        UnknownBackendError: (a ``KeyError``) no installed plugin provides
+            ``name``; the message lists the installed backends and the
+            closest match.
+        PluginError: a plugin of this backend failed to import or answered
+            wrongly; names the distribution, version, entry point and hook.
+        PluginConflictError: two plugins configure one pattern and the later
+            one did not wrap it in ``Override``.
+
+    Example:
+        >>> get_backend_config("reference").name
+        'reference'
+    """
+    return default_registry().get_backend_config(name)  # type: ignore[no-any-return]  # typed by config
+
+
+def get_default_qconfig_mapping(name: str, is_qat: bool = False) -> QConfigMapping:
+    """The default ``QConfigMapping`` of backend ``name``, from its plugins' hook.
+
+    Args:
+        name: the backend.
+        is_qat: True for quantization-aware training, False for post-training.
+
+    Raises:
+        UnknownBackendError: no installed plugin provides ``name``.
+        MissingDefaultQConfigError: no plugin of the backend gives a mapping.
+        PluginError: a plugin failed or answered wrongly.
+
+    Example:
+        >>> mapping = get_default_qconfig_mapping("reference")
+    """
+    return default_registry().get_default_qconfig_mapping(name, is_qat)  # type: ignore[no-any-return]
+
+
+def register_plugin(plugin: object, *, backend: str) -> None:
+    """Register ``plugin`` (a module or object with hook implementations) for ``backend``.
+
+    For notebooks and tests: no entry point is needed, and the next
+    ``get_backend_config(backend)`` includes it. Its hooks are checked now.
+
+    Args:
+        plugin: the object whose ``fxquant_*`` functions carry ``@hookimpl``.
+        backend: the backend it contributes to (a new name creates a backend).
+
+    Raises:
+        PluginError: pluggy refuses the hooks (unknown hook, wrong arguments).
+        PluginAPIVersionError: the plugin targets a plugin API we do not offer.
+        ConfigError: it is already registered for ``backend``.
+
+    Example:
+        >>> class Mine:
+        ...     @hookimpl
+        ...     def fxquant_pattern_configs(self, backend):
+        ...         return []
+        >>> plugin = Mine()
+        >>> register_plugin(plugin, backend="mine")
+        >>> get_backend_config("mine").configs
+        []
+        >>> unregister_plugin(plugin)
+    """
+    default_registry().register_plugin(plugin, backend)
+
+
+def unregister_plugin(plugin: object) -> None:
+    """Remove a plugin given to ``register_plugin`` from every backend; effective at once.
+
+    Raises:
+        ConfigError: ``plugin`` was never registered.
+
+    Example:
+        >>> import types
+        >>> plugin = types.SimpleNamespace()
+        >>> register_plugin(plugin, backend="scratch")
+        >>> unregister_plugin(plugin)
+        >>> "scratch" in list_backends()
+        False
+    """
+    default_registry().unregister_plugin(plugin)
+
+
+def refresh() -> None:
+    """Rescan installed plugins (after a ``pip install`` in a running process).
+
+    Drops every cached scan, import outcome and assembled backend, and reads
+    the environment controls again; objects given to ``register_plugin`` stay.
+
+    Example:
+        >>> refresh()
+        >>> "reference" in list_backends()
+        True
+    """
+    default_registry().refresh()

@@ -1,0 +1,295 @@
+"""One backend from the answers of its plugins: call each hook, check, merge.
+
+Each backend gets its own pluggy ``PluginManager`` holding only the plugins
+registered for it, so a plugin that ignores ``backend`` cannot leak into
+another backend. Hook implementations are called one at a time (in pluggy's
+order, tryfirst/trylast included) so that a failure names its plugin::
+
+    plugins (builtin, dists sorted, registered)  ->  answers per plugin
+        -> checked (types, valid patterns)  ->  merged by normalized pattern
+        -> BackendConfig + lowering rules + who configured / overrode what
+"""
+
+from __future__ import annotations
+
+import reprlib
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pluggy
+
+from fxquant.errors import MissingDefaultQConfigError, PluginConflictError, PluginError
+from fxquant.registry import hookspecs
+from fxquant.registry.hookspecs import LoweringRule, Override
+from fxquant.registry.loading import LoadedPlugin, PluginInfo
+
+__all__ = ["AssembledBackend", "Origin", "assemble", "default_qconfig_mapping"]
+
+_PATTERN_HOOK = "fxquant_pattern_configs"
+_KERNEL_HOOK = "fxquant_lowering_kernels"
+_QCONFIG_HOOK = "fxquant_default_qconfig_mapping"
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Who configured a pattern, and whose answers it replaced with ``Override``.
+
+    Example:
+        >>> Origin("fxquant-x86-extra", overrides=("fxquant-x86",)).overrides
+        ('fxquant-x86',)
+    """
+
+    source: str
+    overrides: tuple[str, ...] = ()
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class AssembledBackend:
+    """A backend as its plugins made it: configs, kernels, provenance, manager.
+
+    Example:
+        >>> backend = assemble("empty", [])
+        >>> backend.config.configs
+        []
+    """
+
+    name: str
+    config: Any  # the BackendConfig (its class is typed by its owner module)
+    lowering_rules: tuple[LoweringRule, ...]
+    pattern_origins: Mapping[Hashable, Origin]
+    kernel_origins: Mapping[Hashable, Origin]
+    plugins: tuple[PluginInfo, ...]
+    manager: pluggy.PluginManager = field(repr=False)
+    members: Mapping[str, PluginInfo] = field(repr=False)
+
+
+@dataclass
+class _Merged:
+    items: dict[Hashable, Any] = field(default_factory=dict)
+    origins: dict[Hashable, Origin] = field(default_factory=dict)
+    owners: dict[Hashable, PluginInfo] = field(default_factory=dict)
+
+
+def _show(key: Hashable) -> str:
+    from fxquant.config.pattern import complex_to_simple, pattern_str
+
+    simple = complex_to_simple(key)
+    return pattern_str(key if simple is None else simple)
+
+
+def _plugin_error(
+    info: PluginInfo, hook: str, problem: str, cause: BaseException | None
+) -> PluginError:
+    msg = f"{info.label} {problem} in hook {hook} for backend {info.backend!r}"
+    if cause is not None:
+        msg += f": {type(cause).__name__}: {cause}"
+    error = PluginError(msg)
+    error.__cause__ = cause
+    return error
+
+
+def _manager(
+    plugins: Sequence[LoadedPlugin],
+) -> tuple[pluggy.PluginManager, dict[str, PluginInfo]]:
+    manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+    manager.add_hookspecs(hookspecs)
+    members: dict[str, PluginInfo] = {}
+    # reversed: pluggy calls the last registered first; we want builtin, then dists sorted (#3)
+    for index, loaded in reversed(list(enumerate(plugins))):
+        plugin_name = f"{index}:{loaded.info.label}"
+        members[plugin_name] = loaded.info
+        try:
+            manager.register(loaded.plugin, name=plugin_name)
+            manager.check_pending()
+        except (pluggy.PluginValidationError, ValueError) as error:
+            raise _plugin_error(loaded.info, "registration", "was refused", error) from error
+    return manager, members
+
+
+def _call(
+    manager: pluggy.PluginManager,
+    members: Mapping[str, PluginInfo],
+    hook: str,
+    kwargs: dict[str, Any],
+) -> list[tuple[PluginInfo, Any]]:
+    answers = []
+    caller = getattr(manager.hook, hook)
+    for impl in reversed(caller.get_hookimpls()):  # pluggy's call order, tryfirst/trylast applied
+        info = members[impl.plugin_name]
+        if impl.hookwrapper or impl.wrapper:
+            raise _plugin_error(info, hook, "declares a wrapper (fxquant hooks take none)", None)
+        try:
+            answer = impl.function(*(kwargs[arg] for arg in impl.argnames))
+        except Exception as error:
+            raise _plugin_error(info, hook, "raised", error) from error
+        if answer is not None:
+            answers.append((info, answer))
+    return answers
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = 80  # long enough for a qualified class name
+
+
+def _wrong_type(
+    info: PluginInfo, hook: str, answer: object, expected: str, item: bool = False
+) -> PluginError:
+    what = f"an item {_SHORT.repr(answer)} of type {type(answer).__name__}" if item else None
+    problem = f"returned {what or _SHORT.repr(answer)} (expected {expected}, or None)"
+    return _plugin_error(info, hook, problem, None)
+
+
+def _add(merged: _Merged, key: Hashable, raw: Any, info: PluginInfo, hook: str) -> None:
+    override = raw if isinstance(raw, Override) else None
+    reason = override.reason if override is not None else ""
+    previous = merged.owners.get(key)
+    if previous is None:
+        origin = Origin(info.source, reason=reason)
+    elif previous is info:
+        problem = f"returned pattern {_show(key)} twice"
+        raise _plugin_error(info, hook, problem, None)
+    elif override is None:
+        msg = (
+            f"backend {info.backend!r}: pattern {_show(key)} is configured by both "
+            f"{previous.label} and {info.label} (hook {hook}); the later plugin must return "
+            "it wrapped in fxquant.registry.Override(...) to replace it, or disable one "
+            "with FXQUANT_DISABLE_PLUGINS"
+        )
+        raise PluginConflictError(msg)
+    else:
+        before = merged.origins[key]
+        origin = Origin(info.source, (*before.overrides, before.source), reason)
+    merged.items[key] = raw.item if override is not None else raw
+    merged.origins[key] = origin
+    merged.owners[key] = info
+
+
+def _merge(
+    answers: list[tuple[PluginInfo, Any]],
+    hook: str,
+    expected: type,
+    key_of: Callable[[Any], Hashable],
+) -> _Merged:
+    merged = _Merged()
+    what = f"a list of {expected.__name__}"
+    for info, answer in answers:
+        if not isinstance(answer, (list, tuple)):
+            raise _wrong_type(info, hook, answer, what)
+        for raw in answer:
+            item = raw.item if isinstance(raw, Override) else raw
+            if not isinstance(item, expected):
+                raise _wrong_type(info, hook, raw, what, item=True)
+            try:
+                key = key_of(item)
+            except Exception as error:
+                problem = f"returned an invalid {expected.__name__} {item!r}"
+                raise _plugin_error(info, hook, problem, error) from error
+            _add(merged, key, raw, info, hook)
+    return merged
+
+
+def _pattern_key(config: Any) -> Hashable:
+    key = config.normalized_pattern
+    if key is None:
+        msg = "it has no pattern; call set_pattern(...) on it"
+        raise ValueError(msg)
+    return key  # type: ignore[no-any-return]  # BackendPatternConfig is typed by its owner
+
+
+def _backend_config(name: str, merged: _Merged) -> Any:
+    from fxquant.config.backend import BackendConfig
+
+    config = BackendConfig(name)
+    for key, pattern_config in merged.items.items():
+        try:
+            config.set_backend_pattern_config(pattern_config)
+        except (ValueError, TypeError) as error:
+            problem = f"returned an invalid pattern config for {_show(key)}"
+            raise _plugin_error(merged.owners[key], _PATTERN_HOOK, problem, error) from error
+    return config
+
+
+def assemble(name: str, plugins: Sequence[LoadedPlugin]) -> AssembledBackend:
+    """Ask every loaded plugin of backend ``name`` and merge the answers.
+
+    Args:
+        name: the backend.
+        plugins: its plugins that loaded, in assembly order.
+
+    Raises:
+        PluginError: a plugin was refused by pluggy, raised, or answered wrongly.
+        PluginConflictError: two plugins configured one pattern without ``Override``.
+
+    Example:
+        >>> assemble("nothing", []).lowering_rules
+        ()
+    """
+    from fxquant.config.backend import BackendPatternConfig
+
+    manager, members = _manager(plugins)
+    kwargs = {"backend": name}
+    patterns = _merge(
+        _call(manager, members, _PATTERN_HOOK, kwargs),
+        _PATTERN_HOOK,
+        BackendPatternConfig,
+        _pattern_key,
+    )
+    kernels = _merge(
+        _call(manager, members, _KERNEL_HOOK, kwargs),
+        _KERNEL_HOOK,
+        LoweringRule,
+        lambda rule: rule.key,
+    )
+    return AssembledBackend(
+        name=name,
+        config=_backend_config(name, patterns),
+        lowering_rules=tuple(kernels.items.values()),
+        pattern_origins=dict(patterns.origins),
+        kernel_origins=dict(kernels.origins),
+        plugins=tuple(p.info for p in plugins),
+        manager=manager,
+        members=members,
+    )
+
+
+def default_qconfig_mapping(backend: AssembledBackend, is_qat: bool) -> Any:
+    """Ask the backend's plugins for their default ``QConfigMapping``.
+
+    Raises:
+        MissingDefaultQConfigError: no plugin of the backend answers.
+        PluginError: a plugin raised or returned something else than a mapping.
+        PluginConflictError: two plugins answer and the later one did not use ``Override``.
+
+    Example:
+        >>> default_qconfig_mapping(assemble("nothing", []), is_qat=False)
+        Traceback (most recent call last):
+        ...
+        fxquant.errors.MissingDefaultQConfigError: backend 'nothing' has no default ...
+    """
+    from fxquant.config.qconfig_mapping import QConfigMapping
+
+    kwargs = {"backend": backend.name, "is_qat": is_qat}
+    chosen: tuple[PluginInfo, Any] | None = None
+    for info, answer in _call(backend.manager, backend.members, _QCONFIG_HOOK, kwargs):
+        mapping = answer.item if isinstance(answer, Override) else answer
+        if not isinstance(mapping, QConfigMapping):
+            raise _wrong_type(info, _QCONFIG_HOOK, answer, "a QConfigMapping")
+        if chosen is not None and not isinstance(answer, Override):
+            msg = (
+                f"backend {backend.name!r}: both {chosen[0].label} and {info.label} return a "
+                f"default QConfigMapping (is_qat={is_qat}); the later plugin must wrap its "
+                "mapping in fxquant.registry.Override(...) to replace it"
+            )
+            raise PluginConflictError(msg)
+        chosen = (info, mapping)
+    if chosen is None:
+        kind = "QAT" if is_qat else "post-training"
+        msg = (
+            f"backend {backend.name!r} has no default {kind} QConfigMapping: none of its plugins "
+            f"implements {_QCONFIG_HOOK}; build a QConfigMapping whose qconfigs match the "
+            f"dtypes shown by `fxquant show {backend.name}`"
+        )
+        raise MissingDefaultQConfigError(msg)
+    return chosen[1]

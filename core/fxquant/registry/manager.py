@@ -1,0 +1,288 @@
+"""The registry's state: scanned entry points, registered objects, assembled backends.
+
+One ``Registry`` per process (``fxquant.registry`` holds it); tests make fresh
+ones. Everything is cached after its first use and dropped by ``refresh()``;
+``register_plugin``/``unregister_plugin`` drop only the backend they touch.
+A lock makes concurrent first calls assemble a backend once.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import pluggy
+
+from fxquant.errors import ConfigError, ConfigTypeError, PluginError, UnknownBackendError
+from fxquant.registry import hookspecs
+from fxquant.registry.assembly import AssembledBackend, assemble, default_qconfig_mapping
+from fxquant.registry.compat import check_plugin_api
+from fxquant.registry.loading import EntryPointRecord, LoadedPlugin, PluginInfo, load, scan
+
+__all__ = ["BackendReport", "Registry"]
+
+
+@dataclass(frozen=True, slots=True)
+class BackendReport:
+    """One line of ``fxquant backends``: a backend, its plugins and its state.
+
+    Example:
+        >>> BackendReport("demo", "ok", "", (), 0, 0).status
+        'ok'
+    """
+
+    name: str
+    status: str
+    reason: str
+    plugins: tuple[PluginInfo, ...]
+    pattern_count: int
+    kernel_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Registered:
+    backend: str
+    plugin: object
+    info: PluginInfo
+
+
+def _object_name(plugin: object) -> str:
+    name = getattr(plugin, "__name__", None)
+    return name if isinstance(name, str) else type(plugin).__name__
+
+
+def _copy_error(error: PluginError) -> PluginError:
+    # a fresh exception per raise: re-raising one instance would pile up tracebacks
+    copy = type(error)(str(error))
+    copy.__cause__ = error.__cause__
+    return copy
+
+
+def _backend_name(backend: object) -> str:
+    if not isinstance(backend, str):
+        msg = f"backend must be a str naming the backend, got {backend!r}"
+        raise ConfigTypeError(msg)
+    if not backend:
+        msg = "backend must not be empty; pass the name the plugin contributes to, e.g. 'x86'"
+        raise ConfigError(msg)
+    return backend
+
+
+class Registry:
+    """Finds, loads and assembles backends; see ``fxquant.registry`` for the public face.
+
+    Example:
+        >>> "reference" in Registry().list_backends()
+        True
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._records: list[EntryPointRecord] | None = None
+        self._registered: list[_Registered] = []
+        self._loaded: dict[str, list[LoadedPlugin]] = {}
+        self._backends: dict[str, AssembledBackend] = {}
+        self._failures: dict[str, PluginError] = {}
+        self._assembling: set[str] = set()
+
+    # --- discovery (metadata only) -------------------------------------------------------------
+
+    def records(self) -> list[EntryPointRecord]:
+        """Every ``fxquant.backends`` entry point, scanned once until ``refresh()``."""
+        records = self._records
+        if records is None:
+            with self._lock:
+                if self._records is None:
+                    self._records = scan()
+                records = self._records
+        return records
+
+    def list_backends(self) -> list[str]:
+        """Backend names with at least one enabled plugin, sorted; imports nothing."""
+        names = {r.backend for r in self.records() if not r.disabled}
+        names.update(entry.backend for entry in self._registered)
+        return sorted(names)
+
+    def _all_names(self) -> list[str]:
+        names = {r.backend for r in self.records()}
+        names.update(entry.backend for entry in self._registered)
+        return sorted(names)
+
+    # --- loading and assembly ------------------------------------------------------------------
+
+    def _unknown(self, name: str) -> UnknownBackendError:
+        installed = self.list_backends()
+        records = [r for r in self.records() if r.backend == name]
+        if records:  # known, but every plugin is switched off or incompatible
+            outcomes = [p.info for p in self._load_all(name)]
+            why = "; ".join(
+                f"{i.distribution} {i.version} is {i.status} ({i.reason})" for i in outcomes
+            )
+            msg = f"backend {name!r} is not available: {why}"
+            return UnknownBackendError(msg)
+        close = difflib.get_close_matches(name, installed, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        msg = (
+            f"unknown backend {name!r}; {hint}installed: {', '.join(installed) or 'none'} "
+            "(pip install fxquant-NAME, or see `fxquant backends`)"
+        )
+        return UnknownBackendError(msg)
+
+    def _load_all(self, name: str) -> list[LoadedPlugin]:
+        loaded = self._loaded.get(name)
+        if loaded is None:
+            loaded = [load(r) for r in self.records() if r.backend == name]
+            self._loaded[name] = loaded
+        return loaded
+
+    def _plugins_of(self, name: str) -> list[LoadedPlugin]:
+        loaded = self._load_all(name)
+        failed = [p for p in loaded if p.error is not None]
+        if failed:
+            assert failed[0].error is not None  # narrowed above; mypy cannot see through the list
+            raise failed[0].error
+        usable = [p for p in loaded if p.ok]
+        usable += [LoadedPlugin(e.info, e.plugin) for e in self._registered if e.backend == name]
+        if not usable:
+            raise self._unknown(name)
+        return usable
+
+    @contextmanager
+    def _guard(self, name: str) -> Iterator[None]:
+        if name in self._assembling:
+            msg = (
+                f"backend {name!r} was asked for while it is being assembled "
+                "(one of its hooks asks for its own backend)"
+            )
+            raise PluginError(msg)
+        self._assembling.add(name)
+        try:
+            yield
+        finally:
+            self._assembling.discard(name)
+
+    def assembled(self, name: str) -> AssembledBackend:
+        """The backend as its plugins made it, assembled on first use.
+
+        Raises:
+            UnknownBackendError: no enabled plugin provides ``name``.
+            PluginError: one of its plugins failed (the same error on every call).
+        """
+        backend = self._backends.get(name)
+        if backend is not None:
+            return backend
+        _backend_name(name)
+        with self._lock:
+            if name in self._backends:
+                return self._backends[name]
+            if name in self._failures:
+                raise _copy_error(self._failures[name])
+            if name not in self._all_names():
+                raise self._unknown(name)
+            with self._guard(name):
+                try:
+                    backend = assemble(name, self._plugins_of(name))
+                except PluginError as error:
+                    self._failures[name] = error
+                    raise
+            self._backends[name] = backend
+            return backend
+
+    def get_backend_config(self, name: str) -> Any:
+        """A new ``BackendConfig`` holding the backend's pattern configs (see the module doc)."""
+        from fxquant.config.backend import BackendConfig
+
+        cached = self.assembled(name).config
+        # a fresh BackendConfig of copies: a caller's edits must not change the registry
+        return BackendConfig(name).set_backend_pattern_configs(c.copy() for c in cached.configs)
+
+    def get_default_qconfig_mapping(self, name: str, is_qat: bool = False) -> Any:
+        """The default ``QConfigMapping`` from the backend's plugins (asked on every call)."""
+        return default_qconfig_mapping(self.assembled(name), is_qat)
+
+    # --- explicit registration -----------------------------------------------------------------
+
+    def _drop(self, backend: str) -> None:
+        self._backends.pop(backend, None)
+        self._failures.pop(backend, None)
+
+    def register_plugin(self, plugin: object, backend: str) -> None:
+        """Register ``plugin`` for ``backend`` now; checked at once, used from the next call."""
+        backend = _backend_name(backend)
+        name = _object_name(plugin)
+        info = PluginInfo(backend, "(registered)", "", name, status="ok")
+        check_plugin_api(plugin, info.label)
+        with self._lock:
+            if any(e.plugin is plugin and e.backend == backend for e in self._registered):
+                msg = f"{info.label} is already registered for backend {backend!r}"
+                raise ConfigError(msg)
+            trial = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+            trial.add_hookspecs(hookspecs)
+            try:
+                trial.register(plugin)
+                trial.check_pending()
+            except (pluggy.PluginValidationError, ValueError) as error:
+                msg = f"{info.label} was refused for backend {backend!r}: {error}"
+                raise PluginError(msg) from error
+            self._registered.append(_Registered(backend, plugin, info))
+            self._drop(backend)
+
+    def unregister_plugin(self, plugin: object) -> None:
+        """Remove ``plugin`` from every backend it was registered for."""
+        with self._lock:
+            gone = [e for e in self._registered if e.plugin is plugin]
+            if not gone:
+                msg = (
+                    f"plugin {_object_name(plugin)!r} is not registered; only objects given to "
+                    "register_plugin can be unregistered (use FXQUANT_DISABLE_PLUGINS for "
+                    "installed ones)"
+                )
+                raise ConfigError(msg)
+            self._registered = [e for e in self._registered if e.plugin is not plugin]
+            for entry in gone:
+                self._drop(entry.backend)
+
+    def refresh(self) -> None:
+        """Forget everything scanned, loaded and assembled; keep registered objects."""
+        with self._lock:
+            importlib.invalidate_caches()  # a fresh pip install must be importable
+            self._records = None
+            self._loaded.clear()
+            self._backends.clear()
+            self._failures.clear()
+
+    # --- reports for the command line ----------------------------------------------------------
+
+    def report(self, name: str) -> BackendReport:
+        """Load and assemble ``name`` and say how it went; never raises for a plugin's fault.
+
+        Raises:
+            UnknownBackendError: no plugin at all declares ``name``.
+        """
+        with self._lock:
+            plugins = [*self._load_all(name)]
+        plugins += [LoadedPlugin(e.info, e.plugin) for e in self._registered if e.backend == name]
+        infos = tuple(p.info for p in plugins)
+        if not infos:
+            raise self._unknown(name)
+        statuses = {i.status for i in infos}
+        if statuses <= {"disabled"}:
+            return BackendReport(name, "disabled", infos[0].reason, infos, 0, 0)
+        if statuses <= {"disabled", "incompatible"}:
+            reason = next(i.reason for i in infos if i.status == "incompatible")
+            return BackendReport(name, "incompatible", reason, infos, 0, 0)
+        try:
+            backend = self.assembled(name)
+        except PluginError as error:
+            return BackendReport(name, "failed", str(error).splitlines()[0], infos, 0, 0)
+        counts = (len(backend.config.configs), len(backend.lowering_rules))
+        return BackendReport(name, "ok", "", infos, *counts)
+
+    def reports(self) -> list[BackendReport]:
+        """One report per backend found (disabled and incompatible ones included), sorted."""
+        return [self.report(name) for name in self._all_names()]

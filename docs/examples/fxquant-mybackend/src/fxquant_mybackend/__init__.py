@@ -1,0 +1,5 @@
+"""fxquant-mybackend: an example backend plugin for fxquant (see README.md)."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"

@@ -1,0 +1,227 @@
+"""The `fxquant` command: backends, show, demo, --version, --help, python -m fxquant."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import fxquant.registry
+import pytest
+import torch
+from fxquant import __version__
+from fxquant.cli import main, markdown_table, render_backends
+from fxquant.registry import Override
+from fxquant.registry.manager import Registry
+
+from tests.registry.conftest import Installed, config
+
+
+@pytest.fixture
+def installed(monkeypatch: pytest.MonkeyPatch) -> Iterator[Installed]:
+    """Fake metadata behind a fresh process-wide registry, so `main` sees only these plugins."""
+    for variable in (
+        "FXQUANT_DISABLE_PLUGIN_AUTOLOAD",
+        "FXQUANT_PLUGINS",
+        "FXQUANT_DISABLE_PLUGINS",
+    ):
+        monkeypatch.delenv(variable, raising=False)
+    state = Installed(monkeypatch)
+    state.install()
+    monkeypatch.setattr(fxquant.registry, "_registry", Registry())
+    return state
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_markdown_table_pads_columns_and_escapes_pipes() -> None:
+    assert markdown_table(["a", "b"], [["x|y", "1"]]) == (
+        "| a    | b |\n| ---- | - |\n| x\\|y | 1 |"
+    )
+
+
+def test_render_backends_shows_counts_plugins_import_time_and_reasons() -> None:
+    plugin = {
+        "distribution": "fxquant-x86",
+        "version": "1.0",
+        "status": "ok",
+        "reason": "",
+        "import_ms": 1.25,
+    }
+    broken = {**plugin, "distribution": "fxquant-bad", "status": "failed", "reason": "boom"}
+    data = [
+        {
+            "name": "x86",
+            "status": "ok",
+            "reason": "",
+            "pattern_count": 3,
+            "kernel_count": 1,
+            "plugins": [plugin],
+        },
+        {
+            "name": "bad",
+            "status": "failed",
+            "reason": "fxquant-bad 1.0 failed",
+            "pattern_count": 0,
+            "kernel_count": 0,
+            "plugins": [broken],
+        },
+    ]
+    assert render_backends(data) == (
+        "| backend | status | patterns | kernels | plugins         | import |\n"
+        "| ------- | ------ | -------- | ------- | --------------- | ------ |\n"
+        "| x86     | ok     | 3        | 1       | fxquant-x86 1.0 | 1.2 ms |\n"
+        "| bad     | failed | -        | -       | fxquant-bad 1.0 | 1.2 ms |\n"
+        "bad: failed: fxquant-bad 1.0 failed"
+    )
+
+
+def test_backends_keeps_working_with_a_broken_plugin(
+    installed: Installed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    installed.patterns("mine", "fxquant-mine", torch.nn.Linear)
+    installed.add("broken", "fxquant_missing_module", dist="fxquant-broken", version="0.2")
+    code, out, _ = run(capsys, "backends")
+    assert code == 0
+    assert "| mine      | ok     | 1        | 0       | fxquant-mine 1.0   |" in out
+    assert (
+        "broken: failed: fxquant-broken 0.2 (entry point 'broken = fxquant_missing_module') for "
+        "backend 'broken' failed to import: ModuleNotFoundError: No module named "
+        "'fxquant_missing_module'"
+    ) in out
+
+
+def test_backends_json_lists_every_backend_with_its_plugins(
+    installed: Installed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    installed.patterns("mine", "fxquant-mine", torch.nn.Linear, torch.nn.Conv2d)
+    installed.add("old", "never_imported", dist="fxquant-old", requires=["fxquant<0.0.1"])
+    installed.monkeypatch.setenv("FXQUANT_DISABLE_PLUGINS", "fxquant-off")
+    installed.add("off", "never_imported_either", dist="fxquant-off")
+    code, out, _ = run(capsys, "backends", "--json")
+    data = {b["name"]: b for b in json.loads(out)}
+    assert code == 0
+    assert sorted(data) == ["mine", "off", "old", "reference"]
+    assert (data["mine"]["status"], data["mine"]["pattern_count"]) == ("ok", 2)
+    assert data["mine"]["plugins"][0]["distribution"] == "fxquant-mine"
+    assert (data["old"]["status"], data["old"]["reason"]) == (
+        "incompatible",
+        f"requires fxquant<0.0.1, installed fxquant is {__version__}",
+    )
+    assert (data["off"]["status"], data["off"]["reason"]) == (
+        "disabled",
+        "listed in FXQUANT_DISABLE_PLUGINS",
+    )
+    assert data["reference"]["plugins"][0]["builtin"] is True
+
+
+def test_show_prints_the_summary_then_every_pattern_with_its_origin(
+    installed: Installed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    installed.patterns("mine", "fxquant-mine", torch.nn.Linear, (torch.nn.Conv2d, torch.nn.ReLU))
+    better = config(torch.nn.Linear).set_root_module(torch.nn.Linear)
+    installed.module("better", fxquant_pattern_configs=lambda backend: [Override(better)])
+    installed.add("mine", "better", dist="fxquant-mine-better", version="2.0")
+    code, out, _ = run(capsys, "show", "mine")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == (
+        "backend 'mine' (2 patterns, 0 lowering kernels; plugins: fxquant-mine 1.0, "
+        "fxquant-mine-better 2.0)"
+    )
+    assert "| Data Type                                 | activation: quint8; weight: qint8" in out
+    assert (
+        "| Quantization Scheme                       | not declared (no default qconfig mapping)"
+        in out
+    )
+    rows = [line for line in lines if line.startswith("| Linear") or line.startswith("| (Conv2d")]
+    assert [r.split("|")[1].strip() for r in rows] == ["Linear", "(Conv2d, ReLU)"]
+    assert rows[0].split("|")[8:10] == [" fxquant-mine-better ", " overrides fxquant-mine "]
+    assert "in quint8, out quint8, w qint8, b float32" in rows[1]
+
+
+def test_show_json_has_summary_patterns_and_overrides(
+    installed: Installed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    installed.patterns("mine", "fxquant-mine", torch.nn.Linear)
+    code, out, _ = run(capsys, "show", "mine", "--json")
+    data = json.loads(out)
+    assert code == 0
+    assert data["name"] == "mine"
+    assert data["patterns"][0] == {
+        "pattern": "Linear",
+        "observation_type": "OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT",
+        "dtype_configs": ["in quint8, out quint8, w qint8, b float32"],
+        "root_module": "",
+        "fused_module": "",
+        "qat_module": "",
+        "reference_quantized_module": "",
+        "lowering_kernel": "",
+        "source": "fxquant-mine",
+        "overrides": [],
+        "override_reason": "",
+    }
+
+
+def test_show_unknown_backend_exits_nonzero_with_the_closest_match(
+    installed: Installed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(capsys, "show", "refrence")
+    assert (code, out) == (1, "")
+    assert err == (
+        "fxquant: error: unknown backend 'refrence'; did you mean 'reference'? installed: "
+        "reference (pip install fxquant-NAME, or see `fxquant backends`)\n"
+    )
+
+
+def test_show_failed_backend_exits_nonzero_with_the_plugin_error(
+    installed: Installed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    installed.add("broken", "fxquant_missing_module", dist="fxquant-broken", version="0.2")
+    code, _, err = run(capsys, "show", "broken")
+    assert code == 1
+    assert err.startswith("fxquant: error: fxquant-broken 0.2 (entry point 'broken = ")
+
+
+def test_version_and_help_with_examples(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as version:
+        main(["--version"])
+    assert (version.value.code, capsys.readouterr().out) == (0, f"fxquant {__version__}\n")
+    with pytest.raises(SystemExit) as help_:
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert help_.value.code == 0
+    assert "fxquant show reference" in out
+    assert "FXQUANT_DISABLE_PLUGINS" in out
+
+
+def test_no_command_prints_help_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys)
+    assert code == 2
+    assert out.startswith("usage: fxquant")
+
+
+def test_demo_prints_the_tutorial_backend_and_the_installed_ones(
+    installed: Installed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(capsys, "demo")
+    assert code == 0
+    assert (
+        "backend 'my_backend' (3 patterns, 0 lowering kernels; "
+        "plugins: TutorialPlugin (registered))" in out
+    )
+    assert "| (Conv2d, ReLU)       |" in out
+    assert "Installed backends: reference" in out
+    assert fxquant.registry.list_backends() == ["reference"]  # the demo backend stays private
+
+
+def test_python_m_fxquant_runs_the_command() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "fxquant", "--version"], capture_output=True, text=True, check=False
+    )
+    assert (result.returncode, result.stdout) == (0, f"fxquant {__version__}\n")
