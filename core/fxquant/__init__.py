@@ -1,0 +1,66 @@
+"""fxquant: BackendConfig-driven FX graph mode quantization, one plugin per backend.
+
+The names here are the public contract (../shared/CONTRACT.md); everything
+else lives in submodules: ``fxquant.observer``, ``fxquant.fake_quantize``,
+``fxquant.nn.intrinsic``, ``fxquant.nn.qat``, ``fxquant.nn.reference``.
+
+Example:
+    >>> import torch, fxquant
+    >>> int8 = fxquant.DTypeConfig(input_dtype=torch.uint8, output_dtype=torch.uint8,
+    ...                            weight_dtype=torch.int8, bias_dtype=torch.float)
+    >>> linear = fxquant.BackendPatternConfig(torch.nn.Linear).add_dtype_config(int8)
+    >>> fxquant.BackendConfig("my_backend").set_backend_pattern_config(linear).name
+    'my_backend'
+"""
+
+from __future__ import annotations
+
+from fxquant.config import (
+    BackendConfig,
+    BackendPatternConfig,
+    ConvertCustomConfig,
+    DTypeConfig,
+    DTypeWithConstraints,
+    FuseCustomConfig,
+    ObservationType,
+    PrepareCustomConfig,
+    QConfig,
+    QConfigMapping,
+)
+from fxquant.errors import PluginConflictError, PluginError, QuantizationSkipped
+from fxquant.registry import (
+    get_backend_config,
+    get_default_qconfig_mapping,
+    hookimpl,
+    hookspec,
+    list_backends,
+    refresh,
+    register_plugin,
+    unregister_plugin,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BackendConfig",
+    "BackendPatternConfig",
+    "ConvertCustomConfig",
+    "DTypeConfig",
+    "DTypeWithConstraints",
+    "FuseCustomConfig",
+    "ObservationType",
+    "PluginConflictError",
+    "PluginError",
+    "PrepareCustomConfig",
+    "QConfig",
+    "QConfigMapping",
+    "QuantizationSkipped",
+    "get_backend_config",
+    "get_default_qconfig_mapping",
+    "hookimpl",
+    "hookspec",
+    "list_backends",
+    "refresh",
+    "register_plugin",
+    "unregister_plugin",
+]
