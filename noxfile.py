@@ -22,7 +22,9 @@ nox.options.reuse_existing_virtualenvs = True
 
 
 def install_core(session: nox.Session, *extras: str) -> None:
-    session.install(TORCH)  # pinned first: an unpinned torch pulls GBs of CUDA packages
+    # pinned first: an unpinned torch pulls GBs of CUDA packages. numpy because torch's
+    # wheel does not require it yet warns on import without it.
+    session.install(TORCH, "numpy")
     target = f".[{','.join(extras)}]" if extras else "."
     session.install("-e", target)
 
@@ -48,7 +50,7 @@ def tests(session: nox.Session) -> None:
 @nox.parametrize("name", PLUGINS)
 def plugin(session: nox.Session, name: str) -> None:
     """One plugin alone with the core in a fresh venv: its dependencies are its own."""
-    session.install(TORCH)
+    session.install(TORCH, "numpy")
     session.install(".", f"./plugins/{name}[test]")
     session.run("pytest", f"plugins/{name}/tests")
 
