@@ -142,12 +142,16 @@ def test_no_code_in_core_or_plugins_reaches_into_torch_ao() -> None:
     assert hits == []
 
 
-def test_fxquant_imports_and_builds_configs_on_a_torch_without_quantized_dtypes() -> None:
+def test_fxquant_imports_and_builds_configs_on_a_torch_without_quantized_dtypes_or_qschemes() -> (
+    None
+):
     # PyTorch is removing quint8/qint8/qint32: simulate a torch that no longer has them.
     code = textwrap.dedent(
         """
         import torch
-        for name in ("quint8", "qint8", "qint32", "quint4x2", "quint2x4"):
+        for name in ("quint8", "qint8", "qint32", "quint4x2", "quint2x4",
+                     "per_tensor_affine", "per_tensor_symmetric", "per_channel_affine",
+                     "per_channel_symmetric", "per_channel_affine_float_qparams"):
             delattr(torch, name)
         import fxquant
         from fxquant.observer import MinMaxObserver, default_weight_observer
@@ -156,6 +160,7 @@ def test_fxquant_imports_and_builds_configs_on_a_torch_without_quantized_dtypes(
         bc = fxquant.BackendConfig("b").set_backend_pattern_config(
             fxquant.BackendPatternConfig(torch.nn.Linear).add_dtype_config(cfg))
         assert fxquant.BackendConfig.from_json(bc.to_json()).to_dict() == bc.to_dict()
+        import fxquant.fake_quantize, fxquant.config.defaults, fxquant.demo
         obs = MinMaxObserver()
         obs(torch.randn(8))
         print(obs.calculate_qparams()[1].item() >= 0)

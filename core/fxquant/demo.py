@@ -59,8 +59,11 @@ def tutorial_pattern_configs() -> list[Any]:
     )
     from fxquant.nn.intrinsic import ConvReLU2d
 
+    # The tutorial's spelling; on a torch without quantized dtypes the plain ones mean the same.
+    quint8 = getattr(torch, "quint8", torch.uint8)
+    qint8 = getattr(torch, "qint8", torch.int8)
     quint8_with_constraints = DTypeWithConstraints(
-        dtype=torch.quint8,
+        dtype=quint8,
         quant_min_lower_bound=0,
         quant_max_upper_bound=255,
         scale_min_lower_bound=2**-12,
@@ -68,7 +71,7 @@ def tutorial_pattern_configs() -> list[Any]:
     weighted_int8 = DTypeConfig(
         input_dtype=quint8_with_constraints,
         output_dtype=quint8_with_constraints,
-        weight_dtype=torch.qint8,
+        weight_dtype=qint8,
         bias_dtype=torch.float,
     )
     different = ObservationType.OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT

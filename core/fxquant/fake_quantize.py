@@ -364,7 +364,7 @@ default_fake_quant = FakeQuantize.with_args(
     quant_min=0,
     quant_max=255,
     dtype=torch.uint8,
-    qscheme=torch.per_tensor_affine,
+    qscheme="per_tensor_affine",
     reduce_range=True,
 )
 """Activation fake-quant: uint8 affine, range halved to 0..127."""
@@ -374,7 +374,7 @@ default_weight_fake_quant = FakeQuantize.with_args(
     quant_min=-128,
     quant_max=127,
     dtype=torch.int8,
-    qscheme=torch.per_tensor_symmetric,
+    qscheme="per_tensor_symmetric",
     reduce_range=False,
 )
 """Weight fake-quant: int8 symmetric per tensor."""
@@ -410,7 +410,7 @@ default_per_channel_weight_fake_quant = FakeQuantize.with_args(
     quant_min=-128,
     quant_max=127,
     dtype=torch.int8,
-    qscheme=torch.per_channel_symmetric,
+    qscheme="per_channel_symmetric",
     reduce_range=False,
     ch_axis=0,
 )
@@ -418,7 +418,7 @@ default_per_channel_weight_fake_quant = FakeQuantize.with_args(
 
 default_embedding_fake_quant = FakeQuantize.with_args(
     observer=MovingAveragePerChannelMinMaxObserver,
-    qscheme=torch.per_channel_affine_float_qparams,
+    qscheme="per_channel_affine_float_qparams",
     dtype=torch.uint8,
     quant_min=0,
     quant_max=255,
@@ -432,7 +432,7 @@ default_histogram_fake_quant = FakeQuantize.with_args(
     quant_min=0,
     quant_max=255,
     dtype=torch.uint8,
-    qscheme=torch.per_tensor_affine,
+    qscheme="per_tensor_affine",
     reduce_range=True,
 )
 """Activation fake-quant with a histogram observer."""
@@ -447,7 +447,7 @@ default_fused_wt_fake_quant = FusedMovingAvgObsFakeQuantize.with_args(
     quant_min=-128,
     quant_max=127,
     dtype=torch.int8,
-    qscheme=torch.per_tensor_symmetric,
+    qscheme="per_tensor_symmetric",
 )
 """Fused version of :data:`default_weight_fake_quant`."""
 
@@ -456,7 +456,7 @@ default_fused_per_channel_wt_fake_quant = FusedMovingAvgObsFakeQuantize.with_arg
     quant_min=-128,
     quant_max=127,
     dtype=torch.int8,
-    qscheme=torch.per_channel_symmetric,
+    qscheme="per_channel_symmetric",
 )
 """Fused version of :data:`default_per_channel_weight_fake_quant`."""
 
@@ -465,7 +465,7 @@ fused_wt_fake_quant_range_neg_127_to_127 = FusedMovingAvgObsFakeQuantize.with_ar
     quant_min=-127,
     quant_max=127,
     dtype=torch.int8,
-    qscheme=torch.per_tensor_symmetric,
+    qscheme="per_tensor_symmetric",
     eps=2**-12,
 )
 """Fused weight fake-quant restricted to -127..127."""
@@ -475,7 +475,7 @@ fused_per_channel_wt_fake_quant_range_neg_127_to_127 = FusedMovingAvgObsFakeQuan
     quant_min=-127,
     quant_max=127,
     dtype=torch.int8,
-    qscheme=torch.per_channel_symmetric,
+    qscheme="per_channel_symmetric",
     eps=2**-12,
 )
 """Fused per-channel weight fake-quant restricted to -127..127."""

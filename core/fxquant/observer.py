@@ -506,7 +506,7 @@ class PerChannelMinMaxObserver(UniformQuantizationObserverBase):
         is_dynamic: must be False.
 
     Example:
-        >>> obs = PerChannelMinMaxObserver(dtype=torch.int8, qscheme=torch.per_channel_symmetric)
+        >>> obs = PerChannelMinMaxObserver(dtype=torch.int8, qscheme="per_channel_symmetric")
         >>> _ = obs(torch.tensor([[1.0, -2.0], [0.5, 0.25]]))
         >>> obs.calculate_qparams()[0]
         tensor([0.0157, 0.0039])
@@ -1005,14 +1005,12 @@ default_placeholder_observer = PlaceholderObserver
 default_debug_observer = RecordingObserver
 """Records every tensor, for debugging."""
 
-default_weight_observer = MinMaxObserver.with_args(
-    dtype=torch.int8, qscheme=torch.per_tensor_symmetric
-)
+default_weight_observer = MinMaxObserver.with_args(dtype=torch.int8, qscheme="per_tensor_symmetric")
 """Weight observer: int8, symmetric per tensor."""
 
 weight_observer_range_neg_127_to_127 = MinMaxObserver.with_args(
     dtype=torch.int8,
-    qscheme=torch.per_tensor_symmetric,
+    qscheme="per_tensor_symmetric",
     quant_min=-127,
     quant_max=127,
     eps=2**-12,
@@ -1023,13 +1021,13 @@ default_histogram_observer = HistogramObserver.with_args(quant_min=0, quant_max=
 """Histogram activation observer for post-training quantization."""
 
 default_per_channel_weight_observer = PerChannelMinMaxObserver.with_args(
-    dtype=torch.int8, qscheme=torch.per_channel_symmetric
+    dtype=torch.int8, qscheme="per_channel_symmetric"
 )
 """Weight observer: int8, symmetric per output channel."""
 
 per_channel_weight_observer_range_neg_127_to_127 = PerChannelMinMaxObserver.with_args(
     dtype=torch.int8,
-    qscheme=torch.per_channel_symmetric,
+    qscheme="per_channel_symmetric",
     quant_min=-127,
     quant_max=127,
     eps=2**-12,
@@ -1042,7 +1040,7 @@ default_dynamic_quant_observer = PlaceholderObserver.with_args(
 """Dynamic quantization: uint8 qparams chosen from each input at run time."""
 
 default_float_qparams_observer = PerChannelMinMaxObserver.with_args(
-    dtype=torch.uint8, qscheme=torch.per_channel_affine_float_qparams, ch_axis=0
+    dtype=torch.uint8, qscheme="per_channel_affine_float_qparams", ch_axis=0
 )
 """Embedding weights: per-row uint8 with float zero points."""
 
