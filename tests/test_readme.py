@@ -1,0 +1,30 @@
+"""The README is what a new user reads first: its commands and example must stay true."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+
+
+def test_the_usage_example_runs_and_prints_a_round_trippable_json(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    (code,) = re.findall(r"```python\n(.*?)```", README, re.S)
+    exec(compile(code, "README.md", "exec"), {})
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["name"] == "my_backend"
+    assert len(printed["configs"]) == 1
+
+
+def test_the_quickstart_is_two_commands_and_ci_runs_the_test_one_verbatim() -> None:
+    quickstart = README.split("## Quickstart", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    commands = [line.split("#", 1)[0].strip() for line in quickstart.splitlines() if line.strip()]
+    assert commands == ["pip install nox && nox -s demo", "pip install nox && nox -s tests"]
+    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()
+    assert ci[-1] == commands[1]
