@@ -196,3 +196,10 @@ def test_no_code_path_warns():
         DynamicQDQ()(x.detach())
         qdq.quantize_per_tensor(x, 0.1, 0, 0, 255, getattr(torch, "quint8", torch.uint8))
     assert [str(w.message) for w in caught] == []
+
+
+def test_choose_qparams_accepts_an_activation_that_requires_grad_without_warning() -> None:
+    # dynamic quantization runs on activations inside autograd-enabled forwards
+    x = torch.tensor([-1.0, 3.0], requires_grad=True)
+    scale, zero_point = qdq.choose_qparams_per_tensor(x, 0, 255, torch.uint8)
+    assert (round(float(scale), 6), int(zero_point)) == (0.015686, 64)

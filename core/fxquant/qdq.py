@@ -222,7 +222,7 @@ def _choose_qparams_per_tensor_impl(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     _check_range(quant_min, quant_max, dtype)
     x = _float_input(x)
-    low, high = (0.0, 0.0) if x.numel() == 0 else (float(v) for v in torch.aminmax(x))
+    low, high = (0.0, 0.0) if x.numel() == 0 else (float(v) for v in torch.aminmax(x.detach()))
     scale, zero_point = _fbgemm_qparams(low, high, quant_min, quant_max)
     return (
         torch.tensor(scale, dtype=torch.float64, device=x.device),
@@ -484,7 +484,8 @@ def choose_qparams_per_tensor(
         >>> round(float(scale), 6), int(zero_point)
         (0.015686, 64)
     """
+    # qparams are not differentiable: detached, the op's outputs do not require grad either
     scale, zero_point = torch.ops.fxquant.choose_qparams_per_tensor.default(
-        x, quant_min, quant_max, canonical_dtype(dtype)
+        x.detach(), quant_min, quant_max, canonical_dtype(dtype)
     )
     return scale, zero_point

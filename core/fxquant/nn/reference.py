@@ -18,6 +18,7 @@ Integer weights are plain ``uint8``/``int8``/``int32`` tensors made by
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from typing import Any, ClassVar
 
 import torch
@@ -58,6 +59,11 @@ def _storage_dtype(dtype: torch.dtype) -> torch.dtype:
     return plain if plain in (torch.uint8, torch.int8, torch.int32) else torch.uint8
 
 
+# Set while from_float builds a module whose parameters it then copies from the float module:
+# the float module's random init would be thrown away, and it is half of convert's time.
+_COPYING_PARAMS: ContextVar[bool] = ContextVar("fxquant_reference_copying_params", default=False)
+
+
 def _as_tensor(value: object, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     if isinstance(value, torch.Tensor):
         return value.detach().clone().to(device)
@@ -96,6 +102,13 @@ class ReferenceQuantizedModule(nn.Module):
     weight_quant_min: int
     weight_quant_max: int
     weight_axis_int: int
+
+    def reset_parameters(self) -> None:
+        """Initialize like the float module, except inside ``from_float`` (which copies them)."""
+        if _COPYING_PARAMS.get():
+            return
+        # the float module's reset_parameters, next in the MRO (nn.Module has none)
+        getattr(super(), "reset_parameters")()  # noqa: B009
 
     def _init_weight_qparams(self, weight_qparams: Mapping[str, Any] | None) -> None:
         params = _default_qparams() if weight_qparams is None else weight_qparams
@@ -365,7 +378,11 @@ def _build(
     weight_qparams: Mapping[str, Any] | None,
 ) -> Any:
     weight: torch.Tensor = float_module.weight  # type: ignore[assignment]  # checked by _root
-    ref = cls(**kwargs, device=weight.device, dtype=weight.dtype, weight_qparams=weight_qparams)
+    token = _COPYING_PARAMS.set(True)
+    try:
+        ref = cls(**kwargs, device=weight.device, dtype=weight.dtype, weight_qparams=weight_qparams)
+    finally:
+        _COPYING_PARAMS.reset(token)
     _copy_params(ref, float_module)
     return ref
 
