@@ -4,6 +4,7 @@
     ├── ConfigError (ValueError)            a config value is out of range or malformed
     │   └── UnsafeNameError                 a JSON name resolves outside the allowed modules
     ├── ConfigTypeError (TypeError)         a config argument has the wrong type
+    ├── UntraceableModelError (TypeError)   symbolic tracing failed inside the user's model
     ├── UnknownBackendError (KeyError)      no installed plugin provides that backend
     ├── MissingDefaultQConfigError (LookupError)  a backend has no default qconfig mapping
     ├── PluginError (RuntimeError)          a plugin failed to load or answered wrongly
@@ -28,6 +29,7 @@ __all__ = [
     "QuantizationSkipped",
     "UnknownBackendError",
     "UnsafeNameError",
+    "UntraceableModelError",
 ]
 
 
@@ -45,6 +47,14 @@ class ConfigTypeError(FxquantError, TypeError):
 
 class UnsafeNameError(ConfigError):
     """A qualified name in a JSON config resolves outside the modules fxquant trusts."""
+
+
+class UntraceableModelError(FxquantError, TypeError):
+    """The model cannot be captured by symbolic tracing (data-dependent control flow...).
+
+    The message names the module path and the user's source line, and how to
+    mark that module non-traceable in ``PrepareCustomConfig``.
+    """
 
 
 class UnknownBackendError(FxquantError, KeyError):

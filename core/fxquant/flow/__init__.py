@@ -1,0 +1,169 @@
+"""The FX flow: fuse_fx, prepare_fx, prepare_qat_fx, convert_fx, convert_to_reference_fx, explain.
+
+Each public function is a short recipe of the steps in this package::
+
+    trace -> fuse -> (qconfigs, QAT swap, match, plan_observers, insert_observers) -> report
+
+``convert_fx`` and ``convert_to_reference_fx`` live in ``fxquant.flow.convert``
+and are re-exported here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import fx, nn
+
+from fxquant.config.backend import BackendConfig
+from fxquant.config.custom import FuseCustomConfig, PrepareCustomConfig
+from fxquant.config.qconfig_mapping import QConfigMapping
+from fxquant.errors import ConfigTypeError
+from fxquant.flow.context import FlowContext
+from fxquant.flow.convert import convert_fx, convert_to_reference_fx
+
+# aliased: a bare `fuse`/`prepare`/`trace` here would hide the submodules of the same name
+from fxquant.flow.fuse import fuse as _fuse
+from fxquant.flow.prepare import prepare as _prepare_graph
+from fxquant.flow.report import Report, raise_if_skipped
+from fxquant.flow.state import META_KEY, FlowMeta, FlowState
+from fxquant.flow.trace import trace as _trace
+
+__all__ = [
+    "convert_fx",
+    "convert_to_reference_fx",
+    "explain",
+    "fuse_fx",
+    "prepare_fx",
+    "prepare_qat_fx",
+]
+
+
+def fuse_fx(
+    model: nn.Module,
+    fuse_custom_config: FuseCustomConfig | None = None,
+    backend_config: BackendConfig | None = None,
+) -> fx.GraphModule:
+    """Trace ``model`` and fuse the patterns the backend fuses (conv+bn+relu, ...).
+
+    Conv+BN is folded for an eval-mode model. ``model`` is not modified.
+
+    Example:
+        >>> import torch
+        >>> m = torch.nn.Sequential(torch.nn.Conv2d(1, 1, 1), torch.nn.ReLU()).eval()
+        >>> type(fuse_fx(m).get_submodule("0")).__name__
+        'ConvReLU2d'
+    """
+    ctx = FlowContext.for_fuse(fuse_custom_config, backend_config)
+    return _fuse(_trace(model, ctx), ctx)
+
+
+def _prepare(model: nn.Module, ctx: FlowContext, step: str) -> fx.GraphModule:
+    gm = _fuse(_trace(model, ctx), ctx, recompile=False)  # prepare recompiles once
+    gm, report = _prepare_graph(gm, ctx)
+    assert ctx.qconfig_mapping is not None  # for_prepare always sets it
+    gm.meta = FlowMeta(gm.meta)  # so torch.save of a prepared model works (without the state)
+    gm.meta[META_KEY] = FlowState(
+        ctx.backend_config, ctx.qconfig_mapping, ctx.is_qat, report, ctx.prepare_custom_config
+    )
+    if ctx.strict:
+        raise_if_skipped(report, step)
+    return gm
+
+
+def prepare_fx(  # the seed's signature plus strict
+    model: nn.Module,
+    qconfig_mapping: QConfigMapping,
+    example_inputs: tuple[Any, ...],
+    prepare_custom_config: PrepareCustomConfig | None = None,
+    backend_config: BackendConfig | None = None,
+    *,
+    strict: bool = False,
+) -> fx.GraphModule:
+    """Prepare an eval-mode model for post-training quantization: insert observers.
+
+    Args:
+        model: the float model (left unmodified; call ``model.eval()`` first).
+        qconfig_mapping: which qconfig each part gets.
+        example_inputs: positional inputs of ``model.forward`` (their dtypes tell
+            float tensors from integer ones).
+        prepare_custom_config: tracing and boundary settings.
+        backend_config: the backend's patterns; None means the ``reference`` backend.
+        strict: raise :class:`fxquant.QuantizationSkipped` instead of skipping a pattern.
+
+    Returns:
+        A GraphModule with observers; ``fxquant.explain(gm)`` tells what was decided.
+
+    Example:
+        >>> import torch, fxquant
+        >>> m = torch.nn.Sequential(torch.nn.Linear(4, 4)).eval()
+        >>> mapping = fxquant.get_default_qconfig_mapping("reference")
+        >>> gm = prepare_fx(m, mapping, (torch.randn(1, 4),))
+        >>> [n.target for n in gm.graph.nodes if n.op == "call_module"]
+        ['activation_post_process_0', '0', 'activation_post_process_1']
+    """
+    ctx = FlowContext.for_prepare(
+        qconfig_mapping,
+        example_inputs,
+        prepare_custom_config,
+        backend_config,
+        is_qat=False,
+        strict=strict,
+    )
+    return _prepare(model, ctx, "prepare_fx")
+
+
+def prepare_qat_fx(  # the seed's signature plus strict
+    model: nn.Module,
+    qconfig_mapping: QConfigMapping,
+    example_inputs: tuple[Any, ...],
+    prepare_custom_config: PrepareCustomConfig | None = None,
+    backend_config: BackendConfig | None = None,
+    *,
+    strict: bool = False,
+) -> fx.GraphModule:
+    """Prepare a train-mode model for quantization-aware training: QAT modules, fake quant.
+
+    Same arguments as :func:`prepare_fx`; ``model`` is copied, never modified.
+
+    Example:
+        >>> import torch, fxquant
+        >>> m = torch.nn.Sequential(torch.nn.Linear(4, 4)).train()
+        >>> mapping = fxquant.get_default_qconfig_mapping("reference", is_qat=True)
+        >>> gm = prepare_qat_fx(m, mapping, (torch.randn(1, 4),))
+        >>> type(gm.get_submodule("0")).__module__
+        'fxquant.nn.qat'
+    """
+    ctx = FlowContext.for_prepare(
+        qconfig_mapping,
+        example_inputs,
+        prepare_custom_config,
+        backend_config,
+        is_qat=True,
+        strict=strict,
+    )
+    return _prepare(model, ctx, "prepare_qat_fx")
+
+
+def explain(model: nn.Module, *, show: bool = True) -> Report:
+    """The report of a prepared or converted model; printed as a table unless ``show=False``.
+
+    Raises:
+        ConfigTypeError: for a model that did not come out of prepare or convert.
+
+    Example:
+        >>> import torch, fxquant
+        >>> m = torch.nn.Sequential(torch.nn.ReLU()).eval()
+        >>> gm = prepare_fx(m, fxquant.get_default_qconfig_mapping("reference"), (torch.randn(2),))
+        >>> [e.status for e in explain(gm, show=False).entries()]
+        ['float', 'quantized', 'float']
+    """
+    state = getattr(model, "meta", {}).get(META_KEY) if isinstance(model, fx.GraphModule) else None
+    if not isinstance(state, FlowState):
+        msg = (
+            f"explain(model) needs a model returned by prepare_fx, prepare_qat_fx or "
+            f"convert_fx; got {type(model).__name__} without a report"
+        )
+        raise ConfigTypeError(msg)
+    if show:
+        print(state.report.table())  # printing the table is the point
+    return state.report

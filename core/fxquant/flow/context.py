@@ -1,0 +1,120 @@
+"""FlowContext: everything a flow step reads besides the graph, frozen.
+
+Built once per public call (``prepare_fx`` ...) from the user's arguments,
+with ``backend_config=None`` resolved to the built-in ``reference`` backend.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from fxquant.config.backend import BackendConfig
+from fxquant.config.custom import FuseCustomConfig, PrepareCustomConfig
+from fxquant.config.qconfig_mapping import QConfigMapping
+from fxquant.errors import ConfigTypeError
+
+__all__ = ["FlowContext"]
+
+
+def _resolve_backend(backend_config: BackendConfig | None) -> BackendConfig:
+    if backend_config is None:
+        from fxquant.registry import get_backend_config  # lazy: the registry loads plugins
+
+        resolved: BackendConfig = get_backend_config("reference")
+        return resolved
+    if not isinstance(backend_config, BackendConfig):
+        msg = (
+            f"backend_config must be a fxquant.BackendConfig or None (the reference backend), "
+            f"got {backend_config!r} of type {type(backend_config).__name__}"
+        )
+        raise ConfigTypeError(msg)
+    return backend_config
+
+
+def _check(value: Any, cls: Any, argument: str) -> Any:
+    if value is None:
+        return cls()
+    if isinstance(value, dict):
+        return cls.from_dict(value)  # torch.ao's dict form
+    if not isinstance(value, cls):
+        msg = (
+            f"{argument} must be a fxquant.{cls.__name__}, its dict form or None, "
+            f"got {value!r} of type {type(value).__name__}"
+        )
+        raise ConfigTypeError(msg)
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class FlowContext:
+    """The inputs of one flow call, checked and resolved.
+
+    Example:
+        >>> from fxquant.config.backend import BackendConfig
+        >>> ctx = FlowContext.for_fuse(None, BackendConfig("mine"))
+        >>> ctx.backend_config.name, ctx.is_qat
+        ('mine', False)
+    """
+
+    backend_config: BackendConfig
+    qconfig_mapping: QConfigMapping | None = None
+    prepare_custom_config: PrepareCustomConfig = field(default_factory=PrepareCustomConfig)
+    preserved_attributes: tuple[str, ...] = ()
+    is_qat: bool = False
+    strict: bool = False
+    example_inputs: tuple[Any, ...] = ()
+
+    @classmethod
+    def for_fuse(
+        cls,
+        fuse_custom_config: FuseCustomConfig | None,
+        backend_config: BackendConfig | None,
+    ) -> FlowContext:
+        """The context of ``fuse_fx``.
+
+        Example:
+            >>> FlowContext.for_fuse(None, BackendConfig("b")).qconfig_mapping is None
+            True
+        """
+        custom = _check(fuse_custom_config, FuseCustomConfig, "fuse_custom_config")
+        return cls(
+            backend_config=_resolve_backend(backend_config),
+            preserved_attributes=tuple(custom.preserved_attributes),
+        )
+
+    @classmethod
+    def for_prepare(  # the seed's four arguments plus the two modes
+        cls,
+        qconfig_mapping: QConfigMapping,
+        example_inputs: Any,
+        prepare_custom_config: PrepareCustomConfig | None,
+        backend_config: BackendConfig | None,
+        *,
+        is_qat: bool,
+        strict: bool,
+    ) -> FlowContext:
+        """The context of ``prepare_fx`` / ``prepare_qat_fx``.
+
+        Raises:
+            ConfigTypeError: for a qconfig mapping or custom config of the wrong type.
+
+        Example:
+            >>> ctx = FlowContext.for_prepare(QConfigMapping(), (), None, BackendConfig("b"),
+            ...                               is_qat=True, strict=False)
+            >>> ctx.is_qat
+            True
+        """
+        mapping = _check(qconfig_mapping, QConfigMapping, "qconfig_mapping")
+        custom = _check(prepare_custom_config, PrepareCustomConfig, "prepare_custom_config")
+        if not isinstance(example_inputs, tuple):
+            example_inputs = (example_inputs,)  # torch.ao accepts a lone tensor too
+        return cls(
+            backend_config=_resolve_backend(backend_config),
+            qconfig_mapping=mapping,
+            prepare_custom_config=custom,
+            preserved_attributes=tuple(custom.preserved_attributes),
+            is_qat=bool(is_qat),
+            strict=bool(strict),
+            example_inputs=example_inputs,
+        )

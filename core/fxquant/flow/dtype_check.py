@@ -1,0 +1,241 @@
+"""Does a backend's DTypeConfig accept a QConfig? ``ok`` or a Reason naming the failed bound.
+
+The QConfig's observers are built once (:class:`QConfigProbe`) and read:
+dtype (quint8 == uint8), ``is_dynamic``, ``quant_min``/``quant_max``, ``eps``
+(the smallest scale the observer can produce) and fixed qparams. A
+BackendPatternConfig accepts the QConfig if any of its DTypeConfigs does;
+otherwise the reason of the closest DTypeConfig (same dtypes, a constraint
+failed) is reported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from fxquant.config.backend import BackendPatternConfig, DTypeConfig, DTypeWithConstraints
+from fxquant.config.qconfig import QConfig
+from fxquant.dtypes import canonical_dtype, dtype_name, is_quantized_dtype
+from fxquant.flow.report import Reason
+
+__all__ = ["ObserverFacts", "QConfigProbe", "select_dtype_config"]
+
+_FLOAT = torch.float32
+
+
+@dataclass(frozen=True, slots=True)
+class ObserverFacts:
+    """What the dtype check needs to know about one observer or fake-quantize module.
+
+    Example:
+        >>> from fxquant.observer import MinMaxObserver
+        >>> ObserverFacts.of(MinMaxObserver(quant_min=0, quant_max=127)).quant_max
+        127
+    """
+
+    dtype: torch.dtype
+    is_dynamic: bool
+    quant_min: int | None
+    quant_max: int | None
+    eps: float | None
+    fixed: tuple[float, int] | None
+
+    @classmethod
+    def of(cls, module: Any) -> ObserverFacts:
+        """Read the facts from a built observer or fake-quantize module."""
+        observer = getattr(module, "activation_post_process", module)
+        dtype = getattr(module, "dtype", None) or getattr(observer, "dtype", None) or _FLOAT
+        eps = getattr(observer, "eps", None)
+        fixed = None
+        if "FixedQParams" in type(module).__name__ or "FixedQParams" in type(observer).__name__:
+            fixed = (float(observer.scale), int(observer.zero_point))
+        return cls(
+            dtype=canonical_dtype(dtype),
+            is_dynamic=bool(getattr(module, "is_dynamic", False)),
+            quant_min=getattr(observer, "quant_min", None),
+            quant_max=getattr(observer, "quant_max", None),
+            eps=None if eps is None else float(eps),
+            fixed=fixed,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class QConfigProbe:
+    """Facts about a QConfig's activation and weight observers (built once per QConfig).
+
+    Example:
+        >>> from fxquant.config.defaults import default_qconfig
+        >>> QConfigProbe.of(default_qconfig).activation.dtype
+        torch.uint8
+    """
+
+    activation: ObserverFacts
+    weight: ObserverFacts
+
+    @classmethod
+    def of(cls, qconfig: QConfig) -> QConfigProbe:
+        """Build the observers once and read their facts."""
+        return cls(ObserverFacts.of(qconfig.activation()), ObserverFacts.of(qconfig.weight()))
+
+    @property
+    def output_dtype(self) -> torch.dtype:
+        """Dynamic quantization leaves the output in float."""
+        return _FLOAT if self.activation.is_dynamic else self.activation.dtype
+
+    @property
+    def bias_dtype(self) -> torch.dtype:
+        """float16 for static fp16 configs, float otherwise (torch.ao's rule)."""
+        half = torch.float16
+        static_half = self.activation.dtype == half and self.weight.dtype == half
+        return half if static_half and not self.activation.is_dynamic else _FLOAT
+
+
+def _same(a: torch.dtype | None, b: torch.dtype) -> bool:
+    return a is None or canonical_dtype(a) == b
+
+
+def _dtype_reason(what: str, got: torch.dtype, wanted: torch.dtype | None, label: str) -> Reason:
+    wanted_name = dtype_name(wanted) if wanted is not None else "any"
+    return Reason(
+        "dtype_mismatch",
+        f"{label}: qconfig {what} dtype {dtype_name(got)} is not the backend's {wanted_name}",
+        field=f"{what}_dtype",
+        bound=wanted,
+    )
+
+
+def _check_dtypes(config: DTypeConfig, probe: QConfigProbe, label: str) -> Reason | None:
+    act = probe.activation
+    if bool(config.is_dynamic) != act.is_dynamic:
+        kind = "dynamic" if config.is_dynamic else "static"
+        return Reason(
+            "is_dynamic",
+            f"{label}: qconfig activation is_dynamic={act.is_dynamic} but the backend wants "
+            f"{kind} quantization",
+            field="is_dynamic",
+            bound=config.is_dynamic,
+        )
+    if not _same(config.input_dtype, act.dtype):
+        return _dtype_reason("activation", act.dtype, config.input_dtype, label)
+    if not _same(config.output_dtype, probe.output_dtype):
+        return _dtype_reason("output", probe.output_dtype, config.output_dtype, label)
+    weight = config.weight_dtype
+    # a float weight needs no observer, so any weight observer will do
+    if (
+        weight is not None
+        and canonical_dtype(weight) != _FLOAT
+        and not _same(weight, probe.weight.dtype)
+    ):
+        return _dtype_reason("weight", probe.weight.dtype, weight, label)
+    if not _same(config.bias_dtype, probe.bias_dtype):
+        return _dtype_reason("bias", probe.bias_dtype, config.bias_dtype, label)
+    return None
+
+
+def _check_constraints(
+    constraints: DTypeWithConstraints, facts: ObserverFacts, what: str, label: str
+) -> Reason | None:
+    low, high = constraints.quant_min_lower_bound, constraints.quant_max_upper_bound
+    if low is not None and (facts.quant_min is None or facts.quant_min < low):
+        words = (
+            f"{label}: qconfig {what} quant_min {facts.quant_min} is below the backend bound {low}"
+        )
+        return Reason("quant_range", words, field="quant_min_lower_bound", bound=low)
+    if high is not None and (facts.quant_max is None or facts.quant_max > high):
+        words = (
+            f"{label}: qconfig {what} quant_max {facts.quant_max} exceeds the backend bound {high}"
+        )
+        return Reason("quant_range", words, field="quant_max_upper_bound", bound=high)
+    scale_min = constraints.scale_min_lower_bound
+    if scale_min is not None and (facts.eps is None or facts.eps < scale_min):
+        words = (
+            f"{label}: qconfig {what} smallest scale (eps) {facts.eps} is below the backend "
+            f"bound {scale_min}"
+        )
+        return Reason("scale_min", words, field="scale_min_lower_bound", bound=scale_min)
+    return _check_fixed(constraints, facts, what, label)
+
+
+def _check_fixed(
+    constraints: DTypeWithConstraints, facts: ObserverFacts, what: str, label: str
+) -> Reason | None:
+    scale, zero_point = constraints.scale_exact_match, constraints.zero_point_exact_match
+    if scale is None or zero_point is None:
+        return None
+    if facts.fixed is None:
+        words = (
+            f"{label}: the backend needs fixed qparams (scale {scale}, zero_point {zero_point}) "
+            f"but the qconfig {what} observer is not a FixedQParamsObserver/FakeQuantize"
+        )
+        return Reason("fixed_qparams", words, field="scale_exact_match", bound=scale)
+    if facts.fixed != (float(scale), int(zero_point)):
+        words = (
+            f"{label}: qconfig {what} fixed qparams {facts.fixed} differ from the backend's "
+            f"(scale {scale}, zero_point {zero_point})"
+        )
+        return Reason("fixed_qparams", words, field="scale_exact_match", bound=scale)
+    return None
+
+
+def check_dtype_config(config: DTypeConfig, probe: QConfigProbe, label: str) -> Reason | None:
+    """None if ``config`` accepts the probed QConfig, else the first failure.
+
+    Example:
+        >>> from fxquant.config.defaults import default_qconfig
+        >>> config = DTypeConfig(torch.quint8, torch.quint8, torch.qint8, torch.float)
+        >>> check_dtype_config(config, QConfigProbe.of(default_qconfig), "linear") is None
+        True
+    """
+    reason = _check_dtypes(config, probe, label)
+    if reason is not None:
+        return reason
+    act = config.input_dtype_with_constraints
+    if is_quantized_dtype(act.dtype) and not probe.activation.is_dynamic:
+        reason = _check_constraints(act, probe.activation, "activation", label)
+        if reason is not None:
+            return reason
+    out = config.output_dtype_with_constraints
+    if is_quantized_dtype(out.dtype) and out != act:
+        reason = _check_constraints(out, probe.activation, "activation", label)
+        if reason is not None:
+            return reason
+    weight = config.weight_dtype_with_constraints
+    if is_quantized_dtype(weight.dtype):
+        return _check_constraints(weight, probe.weight, "weight", label)
+    return None
+
+
+def select_dtype_config(
+    pattern_config: BackendPatternConfig, probe: QConfigProbe, label: str
+) -> DTypeConfig | Reason:
+    """The first DTypeConfig that accepts the QConfig, or the reason none does.
+
+    A constraint failure (dtypes right, a bound wrong) is more useful than a dtype
+    mismatch, so it wins when no config accepts.
+
+    Example:
+        >>> from fxquant.config.defaults import default_qconfig
+        >>> config = BackendPatternConfig(torch.nn.ReLU)
+        >>> select_dtype_config(config, QConfigProbe.of(default_qconfig), "relu").code
+        'dtype_mismatch'
+    """
+    best: Reason | None = None
+    for config in pattern_config.dtype_configs:
+        reason = check_dtype_config(config, probe, label)
+        if reason is None:
+            return config
+        if best is None or (
+            best.code in ("dtype_mismatch", "is_dynamic")
+            and reason.code not in ("dtype_mismatch", "is_dynamic")
+        ):
+            best = reason
+    if best is None:
+        return Reason(
+            "dtype_mismatch",
+            f"{label}: the backend lists no dtype configs for this pattern",
+            field="dtype_configs",
+            bound=[],
+        )
+    return best

@@ -1,0 +1,191 @@
+"""Fusion, driven only by the BackendConfig.
+
+Every BackendPatternConfig with a ``fuser_method`` is a fusion pattern. For each
+match (the one matcher), the root node (``_root_node_getter``, default: the
+first op of the chain) takes the fused module; the anchor's users now read the
+root; ``_extra_inputs_getter`` nodes become extra arguments::
+
+    x -> conv -> bn -> relu        ==>   x -> conv(ConvReLU2d with the BN folded in)
+
+Fusion needs one qconfig for all nodes of a pattern (when a qconfig mapping is
+known): otherwise the nodes stay unfused and the anchor carries the reason
+``fusion_qconfig_mismatch``.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import fx, nn
+
+from fxquant.config.backend import BackendPatternConfig
+from fxquant.config.pattern import MatchAllNode, is_match_all, pattern_str
+from fxquant.flow.context import FlowContext
+from fxquant.flow.match import Match, PatternIndex, match_graph, module_table
+from fxquant.flow.qconfig_assign import assign_qconfigs
+from fxquant.flow.report import Reason
+from fxquant.flow.state import update_info
+
+__all__ = ["fuse", "fusion_index"]
+
+_RELU_FUNCTIONS = (F.relu, torch.relu)
+
+
+def fusion_index(ctx: FlowContext) -> PatternIndex[BackendPatternConfig]:
+    """The backend's fusion patterns, indexed for the matcher.
+
+    Example:
+        >>> from fxquant.config.backend import BackendConfig
+        >>> len(fusion_index(FlowContext(BackendConfig("empty"))))
+        0
+    """
+    configs = ctx.backend_config.configs
+    return PatternIndex.build((c.normalized_pattern, c) for c in configs if c.fuser_method)
+
+
+def _default_root(structure: Any) -> Any:
+    while isinstance(structure, tuple):
+        structure = structure[-1]
+    return structure
+
+
+def _as_modules(
+    pattern: Any, structure: Any, modules: Mapping[str, nn.Module], shared: set[str]
+) -> Any:
+    """The matched structure with modules (or functions) in place of nodes."""
+    if isinstance(pattern, tuple):
+        return tuple(
+            _as_modules(p, s, modules, shared) for p, s in zip(pattern, structure, strict=True)
+        )
+    if is_match_all(pattern):
+        return MatchAllNode
+    node: fx.Node = structure
+    if node.op == "call_module":
+        module = modules[str(node.target)]
+        # a module called from several places (one ReLU reused) must not end up inside
+        # the fused module and at its old path too: named_modules() would list it once
+        return copy.deepcopy(module) if str(node.target) in shared else module
+    if node.target in _RELU_FUNCTIONS:
+        return nn.ReLU()  # fusers take modules; a functional relu fuses as nn.ReLU
+    return node.target
+
+
+def _chain(structure: Any) -> list[Any]:
+    items: list[Any] = []
+    while isinstance(structure, tuple):
+        items.append(structure[0])
+        structure = structure[1]
+    items.append(structure)
+    return items[::-1]
+
+
+def _fused_module(
+    match: Match[BackendPatternConfig],
+    modules: Mapping[str, nn.Module],
+    shared: set[str],
+    is_qat: bool,
+) -> nn.Module:
+    config = match.payload
+    parts = _as_modules(match.pattern, match.structure, modules, shared)
+    fuser: Callable[..., nn.Module] = config.fuser_method  # type: ignore[assignment]  # filtered
+    if config.pattern is not None:  # simple format: fuser takes the ops in execution order
+        return fuser(is_qat, *_chain(parts))
+    return fuser(is_qat, *parts)
+
+
+def _qconfig_mismatch(
+    match: Match[BackendPatternConfig], qconfigs: Mapping[fx.Node, Any]
+) -> Reason | None:
+    found = [qconfigs.get(n) for n in match.nodes]
+    if all(q == found[0] for q in found):
+        return None
+    names = ", ".join(n.name for n in match.nodes)
+    return Reason(
+        "fusion_qconfig_mismatch",
+        f"{pattern_str(match.payload.pattern or match.pattern)}: nodes {names} have different "
+        "qconfigs, so they cannot be fused; give them one qconfig to fuse and quantize them",
+        field="qconfig",
+    )
+
+
+def _set_module(gm: fx.GraphModule, target: str, module: nn.Module) -> None:
+    parent, _, name = target.rpartition(".")
+    setattr(gm.get_submodule(parent) if parent else gm, name, module)
+
+
+def _apply(
+    gm: fx.GraphModule, match: Match[BackendPatternConfig], fused: nn.Module, erased: set[str]
+) -> None:
+    config = match.payload
+    getter = config._root_node_getter or _default_root
+    root: fx.Node = getter(match.structure)
+    extra = (
+        list(config._extra_inputs_getter(match.structure)) if config._extra_inputs_getter else []
+    )
+    _set_module(gm, str(root.target), fused)
+    if root is not match.anchor:
+        match.anchor.prepend(root)  # extra inputs may be defined after the root
+        match.anchor.replace_all_uses_with(root)
+    root.args = (*root.args, *extra)
+    for node in reversed(match.nodes):
+        if node is not root:
+            if node.op == "call_module":
+                erased.add(str(node.target))
+            node.graph.erase_node(node)
+    heads = tuple(p[0] if isinstance(p, tuple) else p for p in _chain(match.pattern))
+    update_info(root, module_type=type(fused), fused_from=heads, anchor=root.name, is_root=True)
+
+
+def _drop_unused(gm: fx.GraphModule, erased: set[str]) -> None:
+    """Delete the modules that fusion absorbed, unless another call still uses them."""
+    used = {str(n.target) for n in gm.graph.nodes if n.op in ("call_module", "get_attr")}
+    # every container on the path of a used module must stay too
+    kept = {u.rsplit(".", i)[0] for u in used for i in range(u.count(".") + 1)}
+    for target in erased - kept:
+        parent, _, name = target.rpartition(".")
+        delattr(gm.get_submodule(parent) if parent else gm, name)
+
+
+def fuse(gm: fx.GraphModule, ctx: FlowContext, *, recompile: bool = True) -> fx.GraphModule:
+    """Fuse every fusion pattern of the backend in ``gm`` (in place) and return it.
+
+    ``recompile=False`` leaves the generated code stale, for a caller (prepare) that
+    edits the graph again and recompiles once at the end.
+
+    Example:
+        >>> import fxquant
+        >>> m = nn.Sequential(nn.Conv2d(1, 1, 1), nn.ReLU()).eval()
+        >>> from fxquant.flow.trace import trace
+        >>> ctx = FlowContext.for_fuse(None, None)
+        >>> [type(m).__name__ for m in fuse(trace(m, ctx), ctx).children()]
+        ['ConvReLU2d']
+    """
+    index = fusion_index(ctx)
+    if not len(index):
+        return gm
+    modules = module_table(gm)
+    matches = {m.anchor: m for m in match_graph(gm, index, modules=modules).values()}
+    if not matches:
+        return gm
+    qconfigs: Mapping[fx.Node, Any] = {}
+    if ctx.qconfig_mapping is not None:
+        qconfigs = assign_qconfigs(gm, modules, ctx.qconfig_mapping).qconfigs
+    erased: set[str] = set()
+    calls = Counter(str(n.target) for n in gm.graph.nodes if n.op == "call_module")
+    shared = {target for target, count in calls.items() if count > 1}
+    for match in matches.values():
+        reason = _qconfig_mismatch(match, qconfigs)
+        if reason is not None:
+            update_info(match.anchor, fusion_reason=reason)
+            continue
+        _apply(gm, match, _fused_module(match, modules, shared, ctx.is_qat), erased)
+    gm.graph.lint()
+    _drop_unused(gm, erased)
+    if recompile:
+        gm.recompile()
+    return gm

@@ -1,0 +1,786 @@
+"""Prepare: plan where observers go (pure), then insert them in one edit of the graph.
+
+    fused gm --swap QAT modules--> match (one matcher) --plan_observers--> ObserverPlan
+             --insert_observers--> gm with activation_post_process_N nodes, graph.lint()
+
+Planning, per node in graph order: a node of a quantized match asks for its
+external float-tensor inputs in the qconfig's dtype (weights/bias of functional
+ops by ``_input_type_to_index``); a producer whose output already has that dtype
+(its own output observer) serves it, else one input observer per (producer,
+observer class, dtype) serves every consumer. The anchor gets an output
+observer per ObservationType; OUTPUT_SHARE_OBSERVER_WITH_INPUT joins its input's
+group, so the group is one observer instance. Values that are not float
+tensors (shapes, sizes, integer/bool tensors) never get observers, and values
+carrying an additive attention mask stay in float (their -1e4s would set the range).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import fx, nn
+
+from fxquant.config.backend import BackendPatternConfig, DTypeConfig, ObservationType
+from fxquant.config.pattern import pattern_str
+from fxquant.config.qconfig import QConfig
+from fxquant.dtypes import canonical_dtype, is_quantized_dtype
+from fxquant.flow.context import FlowContext
+from fxquant.flow.dtype_check import QConfigProbe, select_dtype_config
+from fxquant.flow.match import Match, PatternIndex, match_graph, module_table
+from fxquant.flow.report import NodeReport, Reason, Report
+from fxquant.flow.state import node_info, update_info
+
+__all__ = [
+    "Decision",
+    "ObserverPlan",
+    "ObserverSite",
+    "insert_observers",
+    "plan_observers",
+    "swap_qat_modules",
+    "value_kinds",
+]
+
+Ctor = Callable[[], nn.Module]
+FLOAT, INT, SCALAR, MASK, MASKED = "float", "int", "scalar", "mask", "masked"
+_SCALAR_METHODS = frozenset({"size", "dim", "numel", "nelement", "tolist", "item", "__len__"})
+_INT_METHODS = frozenset(
+    {
+        "long",
+        "int",
+        "bool",
+        "byte",
+        "short",
+        "char",
+        "eq",
+        "ne",
+        "lt",
+        "gt",
+        "le",
+        "ge",
+        "argmax",
+        "argmin",
+        "nonzero",
+        "__eq__",
+        "__ne__",
+        "__lt__",
+        "__gt__",
+        "__le__",
+        "__ge__",
+    }
+)
+_FLOAT_METHODS = frozenset({"float", "half", "double", "bfloat16"})
+_COMPARISONS = frozenset(
+    {
+        operator.eq,
+        operator.ne,
+        operator.lt,
+        operator.gt,
+        operator.le,
+        operator.ge,
+        operator.not_,
+        torch.eq,
+        torch.ne,
+        torch.lt,
+        torch.gt,
+        torch.le,
+        torch.ge,
+        torch.logical_not,
+        torch.logical_and,
+        torch.logical_or,
+        torch.argmax,
+        torch.argmin,
+        torch.isnan,
+        torch.isinf,
+    }
+)
+_ADDITIVE = frozenset({operator.add, operator.sub, torch.add, torch.sub, "add", "sub", "__add__"})
+_BOUNDED = frozenset(
+    {
+        torch.softmax,
+        torch.nn.functional.softmax,
+        "softmax",
+        torch.sigmoid,
+        "sigmoid",
+        torch.tanh,
+        "tanh",
+        nn.Softmax,
+        nn.Sigmoid,
+        nn.Tanh,
+    }
+)
+_BIG_NEGATIVE = -1e3
+
+
+def _node_args(node: fx.Node) -> Iterator[fx.Node]:
+    for value in (*node.args, *node.kwargs.values()):
+        if isinstance(value, fx.Node):
+            yield value
+        elif isinstance(value, (list, tuple)):
+            yield from (v for v in value if isinstance(v, fx.Node))
+
+
+def _constants(node: fx.Node) -> list[Any]:
+    return [v for v in (*node.args, *node.kwargs.values()) if not isinstance(v, fx.Node)]
+
+
+def _kind_of_value(value: object) -> str:
+    if isinstance(value, torch.Tensor):
+        return FLOAT if value.is_floating_point() else INT
+    return SCALAR
+
+
+def _dtype_arg(node: fx.Node) -> torch.dtype | None:
+    for value in _constants(node):
+        if isinstance(value, torch.dtype):
+            return value
+    return None
+
+
+def _call_kind(node: fx.Node, kinds: Mapping[fx.Node, str]) -> str:
+    """The kind of a call's result from its op and its inputs' kinds."""
+    args = [kinds.get(a, FLOAT) for a in _node_args(node)]
+    target = node.target
+    if target in _SCALAR_METHODS or target is len:
+        return SCALAR
+    if target is getattr:
+        return SCALAR if node.args[1] in ("shape", "dtype", "device", "ndim") else args[0]
+    if target is operator.getitem:
+        return args[0] if args else SCALAR
+    if target in _INT_METHODS or target in _COMPARISONS:
+        return INT if any(k != SCALAR for k in args) else SCALAR
+    cast = _dtype_arg(node) if target in ("to", "type") else None
+    if target in _FLOAT_METHODS or (cast is not None and cast.is_floating_point):
+        return MASK if args and args[0] in (INT, MASK) else FLOAT
+    if cast is not None:
+        return INT
+    return _mix(node, args)
+
+
+def _mix(node: fx.Node, args: list[str]) -> str:
+    """Elementwise-style rule: float wins; masks spread; an added mask taints."""
+    floats = [k for k in args if k in (FLOAT, MASK, MASKED)]
+    if MASKED in floats:
+        return FLOAT if node.target in _BOUNDED else MASKED
+    if floats:
+        if all(k == MASK for k in floats):
+            return MASK
+        big = any(isinstance(c, float) and c <= _BIG_NEGATIVE for c in _constants(node))
+        if MASK in floats or (big and "masked_fill" in str(node.target)):
+            return (
+                MASKED if node.target in _ADDITIVE or "masked_fill" in str(node.target) else FLOAT
+            )
+        return FLOAT
+    if INT in args:
+        # int tensor combined with a float constant: a float mask in the making
+        has_float_const = any(isinstance(c, float) for c in _constants(node))
+        return MASK if has_float_const or node.target is operator.truediv else INT
+    if (
+        args
+        and node.op == "call_function"
+        and getattr(node.target, "__module__", "")
+        in (
+            "_operator",
+            "operator",
+            "builtins",
+            "math",
+        )
+    ):
+        return SCALAR
+    return FLOAT if node.target is not torch.arange else INT
+
+
+def value_kinds(
+    gm: fx.GraphModule, modules: Mapping[str, nn.Module], example_inputs: tuple[Any, ...]
+) -> dict[fx.Node, str]:
+    """What each node produces: float, int (integer/bool tensor), scalar, mask, masked.
+
+    ``mask`` is a float tensor computed from integer/bool inputs only (an attention
+    mask turned additive); ``masked`` is a float tensor with such a mask added.
+
+    Example:
+        >>> class M(nn.Module):
+        ...     def forward(self, x):
+        ...         return x.view(x.size(0), -1)
+        >>> gm = fx.symbolic_trace(M())
+        >>> [k for n, k in value_kinds(gm, {}, (torch.randn(2, 3),)).items() if n.op != "output"]
+        ['float', 'scalar', 'float']
+    """
+    kinds: dict[fx.Node, str] = {}
+    position = 0
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            value = example_inputs[position] if position < len(example_inputs) else None
+            kinds[node] = FLOAT if value is None else _kind_of_value(value)
+            position += 1
+        elif node.op == "get_attr":
+            kinds[node] = _kind_of_value(_attribute(gm, str(node.target)))
+        elif node.op == "call_module":
+            module = modules.get(str(node.target))
+            masked = any(kinds.get(a) == MASKED for a in _node_args(node))
+            kinds[node] = MASKED if masked and type(module) not in _BOUNDED else FLOAT
+        elif node.op in ("call_function", "call_method"):
+            kinds[node] = _call_kind(node, kinds)
+        else:
+            kinds[node] = SCALAR
+    return kinds
+
+
+def _attribute(gm: nn.Module, target: str) -> object:
+    value: object = gm
+    for part in target.split("."):
+        value = getattr(value, part, None)
+    return value
+
+
+def swap_qat_modules(
+    gm: fx.GraphModule,
+    modules: dict[str, nn.Module],
+    qconfigs: Mapping[fx.Node, QConfig | None],
+    ctx: FlowContext,
+) -> None:
+    """QAT: swap each module that has a qconfig for the QAT module its pattern config names.
+
+    Example:
+        >>> from fxquant.config.backend import BackendConfig
+        >>> gm = fx.symbolic_trace(nn.Sequential(nn.Linear(2, 2)))
+        >>> swap_qat_modules(gm, dict(gm.named_modules()), {}, FlowContext(BackendConfig("b")))
+        >>> type(gm.get_submodule("0")).__name__
+        'Linear'
+    """
+    table = {
+        c.normalized_pattern: c.qat_module
+        for c in ctx.backend_config.configs
+        if c.qat_module is not None and isinstance(c.normalized_pattern, type)
+    }
+    for node in gm.graph.nodes:
+        qconfig = qconfigs.get(node)
+        if node.op != "call_module" or qconfig is None:
+            continue
+        target = str(node.target)
+        qat_cls = table.get(type(modules[target]))
+        if qat_cls is None:
+            continue
+        module = modules[target]
+        setattr(module, "qconfig", qconfig)  # noqa: B010  # from_float reads it (torch.ao's protocol)
+        swapped = qat_cls.from_float(module)  # type: ignore[attr-defined]  # QAT classes have it
+        parent, _, name = target.rpartition(".")
+        setattr(gm.get_submodule(parent) if parent else gm, name, swapped)
+        modules[target] = swapped
+        update_info(node, module_type=type(swapped))
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What prepare decided for one match.
+
+    Example:
+        >>> Decision(None, None, None, None).quantized
+        False
+    """
+
+    match: Match[BackendPatternConfig] | None
+    qconfig: QConfig | None
+    dtype_config: DTypeConfig | None
+    reason: Reason | None
+    status: str = "float"
+
+    @property
+    def quantized(self) -> bool:
+        """True when the pattern gets observers."""
+        return self.dtype_config is not None and self.qconfig is not None
+
+
+@dataclass(frozen=True, slots=True)
+class ObserverSite:
+    """One observer node to insert: on ``producer``'s output, read by ``consumers``.
+
+    ``consumers`` None means every user of the producer (an output observer).
+    Sites with the same ``group`` share one observer instance.
+
+    Example:
+        >>> g = fx.Graph(); x = g.placeholder("x")
+        >>> ObserverSite(x, None, nn.Identity, 0).consumers is None
+        True
+    """
+
+    producer: fx.Node
+    consumers: tuple[fx.Node, ...] | None
+    ctor: Ctor
+    group: int
+
+
+@dataclass(frozen=True, slots=True)
+class ObserverPlan:
+    """The whole plan: sites in insertion order and the decision per node.
+
+    Example:
+        >>> ObserverPlan((), {}, Report()).sites
+        ()
+    """
+
+    sites: tuple[ObserverSite, ...]
+    decisions: Mapping[fx.Node, Decision]
+    report: Report
+
+
+@dataclass
+class _Planner:
+    """Mutable scratch state of :func:`plan_observers` (never escapes it)."""
+
+    ctx: FlowContext
+    kinds: Mapping[fx.Node, str]
+    decisions: dict[fx.Node, Decision]
+    probes: dict[int, QConfigProbe] = field(default_factory=dict)
+    out_site: dict[fx.Node, int] = field(default_factory=dict)
+    out_dtype: dict[fx.Node, torch.dtype] = field(default_factory=dict)
+    edge_site: dict[tuple[fx.Node, type, torch.dtype], int] = field(default_factory=dict)
+    site_of_edge: dict[tuple[fx.Node, fx.Node], int] = field(default_factory=dict)
+    sites: list[list[Any]] = field(default_factory=list)  # [producer, consumers, ctor, group]
+    parent: list[int] = field(default_factory=list)
+
+    def probe(self, qconfig: QConfig) -> QConfigProbe:
+        key = id(qconfig)
+        if key not in self.probes:
+            self.probes[key] = QConfigProbe.of(qconfig)
+        return self.probes[key]
+
+    def new_site(self, producer: fx.Node, consumers: list[fx.Node] | None, ctor: Ctor) -> int:
+        self.sites.append([producer, consumers, ctor])
+        self.parent.append(len(self.parent))
+        return len(self.sites) - 1
+
+    def find(self, i: int) -> int:
+        while self.parent[i] != i:
+            self.parent[i] = self.parent[self.parent[i]]
+            i = self.parent[i]
+        return i
+
+    def union(self, a: int, b: int) -> None:
+        self.parent[self.find(b)] = self.find(a)
+
+
+def _qconfig_label(qconfig: QConfig | None) -> str | None:
+    if qconfig is None:
+        return None
+    from fxquant.factory import factory_parts
+
+    act, weight = factory_parts(qconfig.activation)[0], factory_parts(qconfig.weight)[0]
+    return f"{act.__name__}/{weight.__name__}"
+
+
+def _label(node: fx.Node, modules: Mapping[str, nn.Module]) -> str:
+    if node.op == "call_module":
+        return f"{node.name} ({type(modules[str(node.target)]).__name__})"
+    return f"{node.name} ({pattern_str(node.target)})"
+
+
+def _decide_unmatched(
+    node: fx.Node, qconfig: QConfig | None, ctx: FlowContext, planner: _Planner, label: str
+) -> Decision:
+    info = node_info(node)
+    if info.fusion_reason is not None:
+        return Decision(None, qconfig, None, info.fusion_reason, "skipped")
+    standalone = ctx.prepare_custom_config.standalone_module_names
+    if node.op == "call_module" and (
+        str(node.target) in standalone
+        or info.module_type in ctx.prepare_custom_config.standalone_module_classes
+    ):
+        words = (
+            f"{label}: standalone module kept as one float call; quantizing standalone "
+            "modules on their own is not supported yet"
+        )
+        return Decision(None, qconfig, None, Reason("standalone_module", words), "skipped")
+    if planner.kinds.get(node) != FLOAT:
+        return Decision(None, qconfig, None, None, "float")
+    if qconfig is None:
+        return Decision(None, None, None, Reason("qconfig_none", f"{label}: qconfig is None"))
+    words = f"{label}: no pattern in backend {ctx.backend_config.name!r} matches it"
+    return Decision(None, qconfig, None, Reason("no_pattern", words), "skipped")
+
+
+def _decide(
+    node: fx.Node,
+    match: Match[BackendPatternConfig] | None,
+    qconfig: QConfig | None,
+    planner: _Planner,
+    label: str,
+) -> Decision:
+    ctx = planner.ctx
+    if any(planner.kinds.get(n) in (MASK, MASKED) for n in (node, *_node_args(node))):
+        words = (
+            f"{label}: carries an additive attention mask (large negative values); kept in "
+            "float so the mask does not set the observer's range"
+        )
+        return Decision(match, qconfig, None, Reason("additive_mask", words), "float")
+    if match is None or node_info(node).fusion_reason is not None:
+        return _decide_unmatched(node, qconfig, ctx, planner, label)
+    config = match.payload
+    label = f"{label} {pattern_str(config.pattern or match.pattern)}"
+    if planner.kinds.get(match.anchor) not in (FLOAT, None) and (
+        config.observation_type is not ObservationType.INPUT_OUTPUT_NOT_OBSERVED
+    ):
+        words = f"{label}: computes on shapes or integer tensors, not float tensors"
+        return Decision(match, qconfig, None, Reason("non_float_tensor", words), "float")
+    if qconfig is None:
+        return Decision(match, None, None, Reason("qconfig_none", f"{label}: qconfig is None"))
+    selected = select_dtype_config(config, planner.probe(qconfig), label)
+    if isinstance(selected, Reason):
+        return Decision(match, qconfig, None, selected, "skipped")
+    return Decision(match, qconfig, selected, None, "quantized")
+
+
+def _decide_all(
+    gm: fx.GraphModule,
+    matches: Mapping[fx.Node, Match[BackendPatternConfig]],
+    qconfigs: Mapping[fx.Node, QConfig | None],
+    modules: Mapping[str, nn.Module],
+    planner: _Planner,
+) -> None:
+    for node in gm.graph.nodes:
+        if not node.op.startswith("call") or node in planner.decisions:
+            continue
+        match = matches.get(node)
+        anchor = match.anchor if match is not None else node
+        decision = _decide(anchor, match, qconfigs.get(anchor), planner, _label(anchor, modules))
+        for covered in match.nodes if match is not None else (node,):
+            planner.decisions[covered] = decision
+    _name_unmatched_chains(gm, modules, planner)
+
+
+def _op_name(node: fx.Node, modules: Mapping[str, nn.Module]) -> str:
+    if node.op == "call_module":
+        return type(modules[str(node.target)]).__name__
+    return pattern_str(node.target)
+
+
+def _name_unmatched_chains(
+    gm: fx.GraphModule, modules: Mapping[str, nn.Module], planner: _Planner
+) -> None:
+    """Say ``conv -> bn -> relu: ... matches (Conv2d, BatchNorm2d, ReLU)`` for unmatched chains.
+
+    A chain links an unmatched node to its first input when that input is unmatched
+    too and has no other user: what a fusion pattern would have covered.
+    """
+    chains: dict[fx.Node, list[fx.Node]] = {}
+    for node in gm.graph.nodes:
+        decision = planner.decisions.get(node)
+        if decision is None or decision.reason is None or decision.reason.code != "no_pattern":
+            continue
+        first = next(iter(_node_args(node)), None)
+        chain = chains.pop(first, None) if first is not None and len(first.users) == 1 else None
+        chains[node] = [*(chain or []), node]
+    name = planner.ctx.backend_config.name
+    for chain in chains.values():
+        ops = [_op_name(n, modules) for n in chain]
+        shown = f"({', '.join(ops)})" if len(ops) > 1 else ops[0]
+        words = (
+            f"{' -> '.join(n.name for n in chain)}: no pattern in backend {name!r} matches {shown}"
+        )
+        for node in chain:
+            old = planner.decisions[node]
+            reason = Reason("no_pattern", words, field="pattern", bound=None)
+            planner.decisions[node] = dataclasses.replace(old, reason=reason)
+
+
+def _root(match: Match[BackendPatternConfig]) -> fx.Node:
+    getter = match.payload._root_node_getter
+    if getter is not None:
+        root: fx.Node = getter(match.structure)
+        return root
+    structure = match.structure
+    while isinstance(structure, tuple):
+        structure = structure[-1]
+    return structure if isinstance(structure, fx.Node) else match.anchor
+
+
+def _observation_type(
+    match: Match[BackendPatternConfig], kinds: Mapping[fx.Node, str]
+) -> ObservationType:
+    config = match.payload
+    table = config._num_tensor_args_to_observation_type
+    if not table:
+        return config.observation_type
+    root = _root(match)
+    count = sum(1 for a in root.args if isinstance(a, fx.Node) and kinds.get(a) == FLOAT)
+    return table.get(count, config.observation_type)
+
+
+def _observable(dtype: torch.dtype) -> bool:
+    return is_quantized_dtype(dtype) or dtype == torch.float16
+
+
+def _edge_request(
+    node: fx.Node, position: int, arg: fx.Node, decision: Decision, planner: _Planner
+) -> tuple[Ctor, torch.dtype] | None:
+    """The observer ``node`` wants on input ``arg`` (at ``position``), or None."""
+    qconfig = decision.qconfig
+    assert qconfig is not None
+    assert decision.match is not None
+    probe = planner.probe(qconfig)
+    roles = decision.match.payload._input_type_to_index if node.op == "call_function" else {}
+    if position == roles.get("weight"):
+        # a backend that keeps the weight in float (layer_norm's affine weight) wants
+        # no observer on it, whatever the qconfig's weight observer is
+        wanted = decision.dtype_config.weight_dtype if decision.dtype_config else None
+        dtype = probe.weight.dtype
+        observed = wanted is not None and _observable(canonical_dtype(wanted))
+        return (qconfig.weight, dtype) if observed and _observable(dtype) else None
+    if position == roles.get("bias"):
+        if probe.bias_dtype != torch.float16:
+            return None
+        from fxquant.observer import PlaceholderObserver
+
+        return PlaceholderObserver.with_args(dtype=torch.float16), torch.float16
+    dtype = probe.activation.dtype
+    if probe.activation.is_dynamic:
+        return (qconfig.activation, dtype) if position == 0 else None
+    if not _observable(dtype) or planner.out_dtype.get(arg) == dtype:
+        return None
+    return qconfig.activation, dtype
+
+
+def _inputs(node: fx.Node) -> Iterator[tuple[int, fx.Node]]:
+    for position, value in enumerate((*node.args, *node.kwargs.values())):
+        if isinstance(value, fx.Node):
+            yield position, value
+        elif isinstance(value, (list, tuple)):
+            yield from ((position, v) for v in value if isinstance(v, fx.Node))
+
+
+def _plan_inputs(node: fx.Node, decision: Decision, planner: _Planner) -> None:
+    from fxquant.factory import factory_parts
+
+    assert decision.match is not None
+    inside = set(decision.match.nodes)
+    for position, arg in _inputs(node):
+        if arg in inside or planner.kinds.get(arg) != FLOAT:
+            continue
+        request = _edge_request(node, position, arg, decision, planner)
+        if request is None:
+            continue
+        ctor, dtype = request
+        key = (arg, factory_parts(ctor)[0], canonical_dtype(dtype))
+        if key not in planner.edge_site:
+            planner.edge_site[key] = planner.new_site(arg, [], ctor)
+        site = planner.edge_site[key]
+        planner.sites[site][1].append(node)
+        planner.site_of_edge[(arg, node)] = site
+
+
+def _input_site(node: fx.Node, arg: fx.Node, planner: _Planner) -> int | None:
+    site = planner.site_of_edge.get((arg, node))
+    return site if site is not None else planner.out_site.get(arg)
+
+
+def _share(node: fx.Node, site: int, planner: _Planner) -> bool:
+    """Join the output site with the first tensor input's (all of a list's) observers."""
+    first = next((a for a in node.args if isinstance(a, (fx.Node, list, tuple))), None)
+    args = list(first) if isinstance(first, (list, tuple)) else [first]
+    found = [_input_site(node, a, planner) for a in args if isinstance(a, fx.Node)]
+    if not found or found[0] is None:
+        return False
+    for other in found:
+        if other is not None:
+            planner.union(found[0], other)
+    planner.union(found[0], site)
+    return True
+
+
+def _plan_node(node: fx.Node, planner: _Planner) -> None:
+    decision = planner.decisions.get(node)
+    if decision is None or not decision.quantized or decision.match is None:
+        return
+    kind = _observation_type(decision.match, planner.kinds)
+    if kind is ObservationType.INPUT_OUTPUT_NOT_OBSERVED:
+        return
+    _plan_inputs(node, decision, planner)
+    assert decision.qconfig is not None
+    probe = planner.probe(decision.qconfig)
+    dtype = probe.activation.dtype
+    if node is not decision.match.anchor or probe.activation.is_dynamic:
+        return
+    if planner.kinds.get(node) != FLOAT or not _observable(dtype):
+        return
+    site = planner.new_site(node, None, decision.qconfig.activation)
+    planner.out_dtype[node] = dtype
+    planner.out_site[node] = site
+    if kind is ObservationType.OUTPUT_SHARE_OBSERVER_WITH_INPUT and not _share(node, site, planner):
+        planner.sites[site][2] = None  # nothing to share with: torch.ao drops it too
+        del planner.out_site[node]
+
+
+def _plan_boundaries(gm: fx.GraphModule, planner: _Planner) -> None:
+    config = planner.ctx.prepare_custom_config
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for i in config.input_quantized_indexes:
+        if i < len(placeholders):
+            planner.out_dtype[placeholders[i]] = torch.uint8  # arrives quantized
+
+
+def _plan_outputs(gm: fx.GraphModule, planner: _Planner) -> None:
+    indexes = planner.ctx.prepare_custom_config.output_quantized_indexes
+    mapping = planner.ctx.qconfig_mapping
+    if not indexes or mapping is None or mapping.global_qconfig is None:
+        return
+    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    values = output.args[0]
+    values = list(values) if isinstance(values, (list, tuple)) else [values]
+    for i in indexes:
+        value = values[i] if i < len(values) else None
+        if not isinstance(value, fx.Node) or planner.kinds.get(value) != FLOAT:
+            continue
+        if value not in planner.out_site:
+            planner.new_site(value, [output], mapping.global_qconfig.activation)
+
+
+def plan_observers(
+    gm: fx.GraphModule,
+    matches: Mapping[fx.Node, Match[BackendPatternConfig]],
+    qconfigs: Mapping[fx.Node, QConfig | None],
+    modules: Mapping[str, nn.Module],
+    ctx: FlowContext,
+) -> ObserverPlan:
+    """Decide every node's fate and every observer's place; the graph is not touched.
+
+    Example:
+        >>> import fxquant
+        >>> from fxquant.flow.context import FlowContext
+        >>> gm = fx.symbolic_trace(nn.Sequential(nn.Linear(2, 2)))
+        >>> ctx = FlowContext(fxquant.BackendConfig("empty"))
+        >>> plan_observers(gm, {}, {}, dict(gm.named_modules()), ctx).sites
+        ()
+    """
+    planner = _Planner(ctx, value_kinds(gm, modules, ctx.example_inputs), {})
+    _decide_all(gm, matches, qconfigs, modules, planner)
+    _plan_boundaries(gm, planner)
+    for node in gm.graph.nodes:
+        _plan_node(node, planner)
+    _plan_outputs(gm, planner)
+    sites = tuple(
+        ObserverSite(p, None if c is None else tuple(c), ctor, planner.find(i))
+        for i, (p, c, ctor) in enumerate(planner.sites)
+        if ctor is not None
+    )
+    return ObserverPlan(sites, planner.decisions, _report(gm, planner.decisions, modules))
+
+
+def _report(
+    gm: fx.GraphModule, decisions: Mapping[fx.Node, Decision], modules: Mapping[str, nn.Module]
+) -> Report:
+    entries = []
+    for node in gm.graph.nodes:
+        d = decisions.get(node)
+        pattern = None
+        if d is not None and d.match is not None:
+            pattern = pattern_str(d.match.payload.pattern or d.match.pattern)
+        entries.append(
+            NodeReport(
+                node=node.name,
+                op=node.op,
+                pattern=pattern,
+                qconfig=_qconfig_label(d.qconfig) if d is not None else None,
+                status=d.status if d is not None else "float",
+                reason=d.reason if d is not None else None,
+                source=node_info(node).source,
+            )
+        )
+    return Report(entries)
+
+
+def _observer_name(gm: fx.GraphModule, start: int) -> tuple[str, int]:
+    i = start
+    while hasattr(gm, f"activation_post_process_{i}"):
+        i += 1
+    return f"activation_post_process_{i}", i + 1
+
+
+def _record(plan: ObserverPlan) -> None:
+    for node, d in plan.decisions.items():
+        if d.match is None or not d.quantized:
+            continue
+        update_info(
+            node,
+            qconfig=d.qconfig,
+            pattern_config=d.match.payload,
+            dtype_config=d.dtype_config,
+            anchor=d.match.anchor.name,
+            is_root=node is _root(d.match),
+        )
+
+
+def _not(observer: fx.Node) -> Callable[[fx.Node], bool]:
+    return lambda user: user is not observer
+
+
+def insert_observers(gm: fx.GraphModule, plan: ObserverPlan) -> fx.GraphModule:
+    """Insert the plan's observers (the only graph edit of prepare); lint and recompile.
+
+    Example:
+        >>> gm = fx.symbolic_trace(nn.Sequential(nn.ReLU()))
+        >>> insert_observers(gm, ObserverPlan((), {}, Report())) is gm
+        True
+    """
+    graph = gm.graph
+    targets: dict[int, str] = {}
+    current: dict[fx.Node, fx.Node] = {}
+    counter = 0
+    position = {node: i for i, node in enumerate(graph.nodes)}
+    # graph order (names read top to bottom); a producer's output observer before input ones
+    ordered = sorted(plan.sites, key=lambda s: (position[s.producer], s.consumers is not None))
+    for site in ordered:
+        if site.group not in targets:
+            name, counter = _observer_name(gm, counter)
+            gm.add_module(name, site.ctor())
+            targets[site.group] = name
+        source = current.get(site.producer, site.producer)
+        with graph.inserting_after(source):
+            observer = graph.call_module(targets[site.group], (source,))
+        if site.consumers is None:
+            source.replace_all_uses_with(observer, delete_user_cb=_not(observer))
+            current[site.producer] = observer
+        else:
+            for consumer in site.consumers:
+                consumer.replace_input_with(source, observer)
+    _record(plan)
+    graph.lint()
+    gm.recompile()
+    return gm
+
+
+def observation_index(ctx: FlowContext) -> PatternIndex[BackendPatternConfig]:
+    """Every pattern of the backend, indexed for the matcher.
+
+    Example:
+        >>> from fxquant.config.backend import BackendConfig
+        >>> len(observation_index(FlowContext(BackendConfig("empty"))))
+        0
+    """
+    return PatternIndex.build((c.normalized_pattern, c) for c in ctx.backend_config.configs)
+
+
+def prepare(gm: fx.GraphModule, ctx: FlowContext) -> tuple[fx.GraphModule, Report]:
+    """Assign qconfigs, swap QAT modules, match, plan, insert; return gm and its report.
+
+    Example:
+        >>> import fxquant
+        >>> from fxquant.flow.context import FlowContext
+        >>> gm = fx.symbolic_trace(nn.Sequential(nn.ReLU()))
+        >>> ctx = FlowContext(fxquant.BackendConfig("empty"), fxquant.QConfigMapping())
+        >>> prepare(gm, ctx)[1].skipped()
+        []
+    """
+    from fxquant.config.qconfig_mapping import QConfigMapping
+    from fxquant.flow.qconfig_assign import assign_qconfigs
+
+    modules = module_table(gm)
+    assignment = assign_qconfigs(gm, modules, ctx.qconfig_mapping or QConfigMapping())
+    if ctx.is_qat:
+        swap_qat_modules(gm, modules, assignment.qconfigs, ctx)
+    matches = match_graph(gm, observation_index(ctx), modules=modules)
+    plan = plan_observers(gm, matches, assignment.qconfigs, modules, ctx)
+    return insert_observers(gm, plan), plan.report.with_unused(assignment.unused)

@@ -1,0 +1,112 @@
+"""Records the flow keeps on nodes and on the prepared model.
+
+``node.meta["fxquant"]`` holds one :class:`NodeInfo` per node; each step adds
+fields with :func:`dataclasses.replace` (never in place). ``gm.meta["fxquant"]``
+holds the :class:`FlowState` that convert and ``explain`` read.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from torch.fx import Node
+
+from fxquant.config.backend import BackendConfig, BackendPatternConfig, DTypeConfig
+from fxquant.config.custom import PrepareCustomConfig
+from fxquant.config.qconfig import QConfig
+from fxquant.config.qconfig_mapping import QConfigMapping
+from fxquant.flow.report import Reason, Report
+
+__all__ = ["META_KEY", "FlowMeta", "FlowState", "NodeInfo", "node_info", "update_info"]
+
+META_KEY = "fxquant"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """What the flow knows about one node (``node.meta["fxquant"]``).
+
+    Example:
+        >>> NodeInfo(module_path="fc", module_type=None, source="model.py:12").is_root
+        False
+    """
+
+    module_path: str
+    module_type: type | None
+    source: str | None
+    qconfig: QConfig | None = None
+    pattern_config: BackendPatternConfig | None = None
+    dtype_config: DTypeConfig | None = None
+    anchor: str | None = None
+    is_root: bool = False
+    fused_from: tuple[Any, ...] = ()
+    """The ops a fused module replaced (``(Conv2d, ReLU)``), for qconfig lookup by type."""
+    fusion_reason: Reason | None = None
+    """Why fuse left this node's pattern unfused (``fusion_qconfig_mismatch``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FlowState:
+    """The flow's state on prepared and converted models (``gm.meta["fxquant"]``).
+
+    Example:
+        >>> from fxquant.flow.report import Report
+        >>> state = FlowState(BackendConfig("b"), QConfigMapping(), False, Report(),
+        ...                   PrepareCustomConfig())
+        >>> state.is_qat
+        False
+    """
+
+    backend_config: BackendConfig
+    qconfig_mapping: QConfigMapping
+    is_qat: bool
+    report: Report
+    prepare_custom_config: PrepareCustomConfig
+
+
+def node_info(node: Node) -> NodeInfo:
+    """The node's :class:`NodeInfo`, or an empty one for nodes the tracer did not make.
+
+    Example:
+        >>> import torch
+        >>> g = torch.fx.Graph(); x = g.placeholder("x")
+        >>> node_info(x).module_path
+        ''
+    """
+    info = node.meta.get(META_KEY)
+    if isinstance(info, NodeInfo):
+        return info
+    return NodeInfo(module_path="", module_type=None, source=None)
+
+
+def update_info(node: Node, **changes: Any) -> NodeInfo:
+    """Replace fields of the node's :class:`NodeInfo` and store the new record.
+
+    Example:
+        >>> import torch
+        >>> g = torch.fx.Graph(); x = g.placeholder("x")
+        >>> update_info(x, anchor="x").anchor
+        'x'
+    """
+    info = dataclasses.replace(node_info(node), **changes)
+    node.meta[META_KEY] = info
+    return info
+
+
+class FlowMeta(dict[str, Any]):
+    """``gm.meta`` of prepared and converted models: pickling leaves the flow state out.
+
+    ``torch.save`` pickles a GraphModule's ``meta`` (and ``torch.load`` then drops
+    it); the flow state holds the backend config, whose patterns may name
+    functions pickle cannot find (``F.max_pool2d`` is a local closure).
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        kept = [(key, value) for key, value in self.items() if key != META_KEY]
+        return (dict, (), None, None, iter(kept))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FlowMeta:
+        return FlowMeta({k: copy.deepcopy(v, memo) for k, v in self.items()})

@@ -1,0 +1,205 @@
+"""Capture: symbolic tracing that honours ``PrepareCustomConfig``.
+
+    model (nn.Module) --QuantizationTracer--> GraphModule (new containers, same leaves)
+
+The tracer keeps as single ``call_module`` nodes: torch's own modules,
+fxquant's fused/QAT/reference modules, and the non-traceable, standalone and
+custom modules the config names. Each node gets a :class:`NodeInfo` (owning
+module path and type, the user's source line). The user's model is never
+modified: the GraphModule gets its own container modules, and every step that
+changes a leaf module works on a copy of it. A model that cannot be traced
+raises :class:`UntraceableModelError` naming the module and the source line.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import sys
+import types
+from typing import Any
+
+import torch
+from torch import fx, nn
+
+from fxquant.errors import FxquantError, UntraceableModelError
+from fxquant.flow.context import FlowContext
+from fxquant.flow.state import META_KEY, NodeInfo
+
+__all__ = ["QuantizationTracer", "UntraceableModelError", "drop_string_annotations", "trace"]
+
+# frames from these folders are never "the user's code"
+_INTERNAL_DIRS = (
+    os.path.dirname(torch.__file__) + os.sep,
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
+)
+
+
+_INTERNAL: dict[str, bool] = {}  # filename -> internal? (tracing asks once per frame)
+
+
+def _is_internal(filename: str) -> bool:
+    internal = _INTERNAL.get(filename)
+    if internal is None:
+        internal = filename.startswith(_INTERNAL_DIRS) or filename.startswith("<")
+        _INTERNAL[filename] = internal
+    return internal
+
+
+def _user_frame(frame: types.FrameType | None) -> str | None:
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not _is_internal(filename):
+            return f"{filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None
+
+
+class QuantizationTracer(fx.Tracer):
+    """An FX tracer whose leaves are torch's and fxquant's modules plus configured ones.
+
+    Args:
+        leaf_names: qualified names of submodules to keep as single calls.
+        leaf_classes: module classes to keep as single calls.
+
+    Example:
+        >>> tracer = QuantizationTracer(leaf_names={"body"}, leaf_classes=())
+        >>> graph = tracer.trace(nn.Sequential(nn.Linear(2, 2)))
+        >>> [n.op for n in graph.nodes]
+        ['placeholder', 'call_module', 'output']
+    """
+
+    def __init__(
+        self, leaf_names: set[str] | None = None, leaf_classes: tuple[type, ...] = ()
+    ) -> None:
+        # defaults: torch.fx re-creates the tracer class without arguments on unpickling
+        super().__init__()
+        self.leaf_names = leaf_names or set()
+        self.leaf_classes = leaf_classes
+
+    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+        """Configured names/classes and fxquant's own modules are leaves, then torch's rule."""
+        from fxquant.nn import is_leaf_module  # lazy: nn imports its submodules on demand
+
+        if module_qualified_name in self.leaf_names or isinstance(m, self.leaf_classes):
+            return True
+        if is_leaf_module(m) or type(m).__module__.startswith("torch.ao.nn."):
+            return True  # fused torch.ao modules are Sequentials, which torch.fx would enter
+        return bool(super().is_leaf_module(m, module_qualified_name))
+
+    def create_node(  # torch.fx's signature
+        self,
+        kind: str,
+        target: Any,
+        args: Any,
+        kwargs: Any,
+        name: str | None = None,
+        type_expr: Any | None = None,
+    ) -> fx.Node:
+        """torch.fx's node, plus its NodeInfo (owning module, user's source line)."""
+        node = super().create_node(kind, target, args, kwargs, name, type_expr)
+        if kind == "call_module":
+            path, owner = str(target), type(self.root.get_submodule(str(target)))
+        else:
+            path, owner = self.scope.module_path, self.scope.module_type
+        source = _user_frame(sys._getframe(1)) if kind.startswith("call") else None
+        node.meta[META_KEY] = NodeInfo(module_path=path, module_type=owner, source=source)
+        return node
+
+
+def _leaves(ctx: FlowContext) -> tuple[set[str], tuple[type, ...]]:
+    config = ctx.prepare_custom_config
+    names = set(config.non_traceable_module_names) | set(config.standalone_module_names)
+    classes = [*config.non_traceable_module_classes, *config.standalone_module_classes]
+    for mapping in config.float_to_observed_mapping.values():
+        classes += list(mapping)
+    return names, tuple(classes)
+
+
+def trace(model: nn.Module, ctx: FlowContext) -> fx.GraphModule:
+    """Trace ``model`` into a new GraphModule; ``model`` itself is left untouched.
+
+    For QAT the whole model is copied first (QAT modules share parameters with
+    the modules they replace, and training must not change the user's model).
+
+    Raises:
+        UntraceableModelError: naming the module path, the source line and how to
+            mark the module non-traceable.
+
+    Example:
+        >>> from fxquant.config.backend import BackendConfig
+        >>> gm = trace(nn.Sequential(nn.Linear(2, 2)), FlowContext(BackendConfig("b")))
+        >>> gm.meta["fxquant"] if "fxquant" in gm.meta else "no state yet"
+        'no state yet'
+    """
+    if not isinstance(model, nn.Module):
+        msg = f"model must be a torch.nn.Module, got {model!r} of type {type(model).__name__}"
+        raise TypeError(msg)
+    if isinstance(model, fx.GraphModule) and any(META_KEY in n.meta for n in model.graph.nodes):
+        model = copy.deepcopy(model)  # a fused GraphModule: keep its NodeInfo
+        return _keep_attributes(model, model, ctx)
+    root = copy.deepcopy(model) if ctx.is_qat else model
+    tracer = QuantizationTracer(*_leaves(ctx))
+    try:
+        graph = tracer.trace(root)
+    except FxquantError:
+        raise
+    except Exception as error:  # any failure inside user code while tracing
+        raise _untraceable(root, error) from error
+    drop_string_annotations(graph)
+    gm = fx.GraphModule(tracer.root, graph, type(model).__name__)
+    gm.train(model.training)
+    return _keep_attributes(model, gm, ctx)
+
+
+def drop_string_annotations(graph: fx.Graph) -> None:
+    """Clear node types that are strings, so the generated code pickles.
+
+    Example:
+        >>> g = fx.Graph(); g.placeholder("x", type_expr="torch.Tensor").type
+        'torch.Tensor'
+        >>> drop_string_annotations(g); [n.type for n in g.nodes]
+        [None]
+    """
+    # `x: torch.Tensor` under `from __future__ import annotations` is the string
+    # "torch.Tensor"; fx writes it into the code as a global that torch.save cannot pickle
+    for node in graph.nodes:
+        if isinstance(node.type, str):
+            node.type = None
+
+
+def _keep_attributes(model: nn.Module, gm: fx.GraphModule, ctx: FlowContext) -> fx.GraphModule:
+    names = dict.fromkeys(
+        (*ctx.preserved_attributes, *ctx.prepare_custom_config.preserved_attributes)
+    )
+    for name in names:
+        if hasattr(model, name):
+            setattr(gm, name, getattr(model, name))
+    return gm
+
+
+def _untraceable(root: nn.Module, error: Exception) -> UntraceableModelError:
+    paths = {id(m): name for name, m in root.named_modules()}
+    module_path, module_cls, source = None, None, None
+    tb = error.__traceback__
+    while tb is not None:  # innermost frame wins: walk to the end
+        frame = tb.tb_frame
+        if not _is_internal(frame.f_code.co_filename):
+            source = f"{frame.f_code.co_filename}:{tb.tb_lineno}"
+            owner = frame.f_locals.get("self")
+            if isinstance(owner, nn.Module) and id(owner) in paths:
+                module_path, module_cls = paths[id(owner)], type(owner).__name__
+        tb = tb.tb_next
+    where = "the root module" if not module_path else f"module {module_path!r} ({module_cls})"
+    fix = (
+        f"PrepareCustomConfig().set_non_traceable_module_names([{module_path!r}])"
+        if module_path
+        else "PrepareCustomConfig().set_non_traceable_module_names([...]) on the failing part"
+    )
+    msg = (
+        f"cannot trace the model: {where} failed at {source or 'an unknown line'}: "
+        f"{type(error).__name__}: {error}; symbolic tracing cannot follow data-dependent "
+        f"control flow; keep that module as one call with {fix} "
+        f"(or set_non_traceable_module_classes([{module_cls or 'TheClass'}]))"
+    )
+    return UntraceableModelError(msg)
