@@ -36,14 +36,19 @@ import pluggy
 from fxquant.errors import ConfigError, ConfigTypeError
 
 if TYPE_CHECKING:
+    import torch
+    from torch import fx, nn
+
     from fxquant.config.backend import BackendPatternConfig
     from fxquant.config.qconfig_mapping import QConfigMapping
 
 __all__ = [
     "PLUGIN_API_VERSIONS",
     "PROJECT_NAME",
+    "LoweringMatch",
     "LoweringRule",
     "Override",
+    "QParams",
     "fxquant_default_qconfig_mapping",
     "fxquant_lowering_kernels",
     "fxquant_pattern_configs",
@@ -63,15 +68,26 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 class LoweringRule:
     """How a backend lowers one reference pattern to its own kernel.
 
-    The flow matches ``pattern`` around ``dequantize -> float op -> quantize``
-    in a reference model and calls ``build`` with the match to get the module
-    or callable that replaces it.
+    ``convert_fx`` matches ``pattern`` in the reference model (the float op
+    between ``dequantize`` and ``quantize`` steps: a function such as
+    ``torch.add``, a method name, or a module class as it is in the reference
+    model, e.g. ``fxquant.nn.reference.Linear`` or ``fxquant.nn.intrinsic.
+    LinearReLU``), only where every matched node was quantized at prepare, and
+    calls ``build(match)`` with a ``LoweringMatch``. ``build`` returns the
+    kernel (an ``nn.Module``, or any callable) or ``None`` to decline, which
+    leaves that place in reference form (reported as ``no_lowering_kernel``).
+
+    The kernel is called as ``kernel(*args)``, one argument per entry of
+    ``match.inputs``: the integer tensor for a statically quantized input,
+    the float tensor for a dynamically quantized one, the value itself
+    otherwise. It returns the integer tensor when ``match.output`` is set
+    (the output ``quantize`` step is removed), else the float result.
 
     Args:
-        pattern: the float op(s), in the simple pattern format of
+        pattern: the op(s), in the simple pattern format of
             ``BackendPatternConfig`` (or the reversed nested format when
             ``complex_format`` is True).
-        build: builds the replacement kernel for one match.
+        build: ``build(match: LoweringMatch)`` -> kernel, or ``None``.
         name: a short name shown by ``fxquant show`` (e.g. ``"qlinear"``).
         complex_format: whether ``pattern`` is in the reversed nested format.
 
@@ -121,6 +137,94 @@ class LoweringRule:
             else simple_to_complex(self.pattern)
         )
         return key
+
+
+@dataclass(frozen=True, slots=True)
+class QParams:
+    """How one tensor at the boundary of a lowered pattern is quantized.
+
+    Args:
+        dtype: the integer dtype: ``torch.uint8``, ``torch.int8`` or ``torch.int32``.
+        quant_min: smallest integer used.
+        quant_max: largest integer used.
+        scale: a float (per tensor) or a 1-d float tensor (per channel);
+            ``None`` when ``is_dynamic``.
+        zero_point: an int (per tensor) or a 1-d integer tensor; ``None``
+            when ``is_dynamic``.
+        axis: the channel axis for per-channel qparams, else ``None``.
+        is_dynamic: qparams are chosen from each input at run time
+            (``fxquant.qdq.choose_qparams_per_tensor``); the kernel then
+            receives the float tensor.
+
+    Example:
+        >>> import torch
+        >>> QParams(torch.uint8, 0, 255, scale=0.02, zero_point=128).is_per_channel
+        False
+    """
+
+    dtype: torch.dtype
+    quant_min: int
+    quant_max: int
+    scale: float | torch.Tensor | None = None
+    zero_point: int | torch.Tensor | None = None
+    axis: int | None = None
+    is_dynamic: bool = False
+
+    @property
+    def is_per_channel(self) -> bool:
+        """True when ``scale`` and ``zero_point`` hold one value per channel of ``axis``."""
+        return self.axis is not None
+
+
+@dataclass(frozen=True, slots=True)
+class LoweringMatch:
+    """What ``LoweringRule.build`` receives: one place in a reference model to lower.
+
+    Args:
+        rule: the rule that matched.
+        backend: the backend being lowered to.
+        nodes: the matched float nodes (``torch.fx.Node``) in graph order; the
+            last is the anchor. Read constant arguments (``dim``, ``alpha``...)
+            from ``node.args``/``node.kwargs``.
+        modules: for each node, its module when it is a ``call_module`` node
+            (a reference module such as ``fxquant.nn.reference.Linear``, which
+            has ``get_quantized_weight()`` and ``get_weight_qparams()``), else
+            ``None``.
+        inputs: one entry per kernel argument, in order: the arguments of the
+            matched nodes that are graph values from outside the match
+            (positional then keyword, nodes in graph order). ``QParams`` for a
+            quantized input, ``None`` for one passed as is (a float bias...).
+        output: the qparams of the output ``quantize`` step, or ``None`` when
+            the pattern's output stays float (dynamic and weight-only patterns).
+
+    Copy what the kernel needs out of the match: keeping the match itself
+    (it holds graph nodes) would keep the whole reference model alive.
+
+    Example:
+        >>> import torch
+        >>> rule = LoweringRule(torch.add, build=lambda match: None, name="qadd")
+        >>> uint8 = QParams(torch.uint8, 0, 255, scale=0.1, zero_point=0)
+        >>> match = LoweringMatch(rule, "mine", (), (), (uint8, uint8), uint8)
+        >>> match.output.scale
+        0.1
+    """
+
+    rule: LoweringRule
+    backend: str
+    nodes: tuple[fx.Node, ...]
+    modules: tuple[nn.Module | None, ...]
+    inputs: tuple[QParams | None, ...]
+    output: QParams | None
+
+    @property
+    def anchor(self) -> fx.Node:
+        """The last matched node (its result is the pattern's result)."""
+        return self.nodes[-1]
+
+    @property
+    def module(self) -> nn.Module | None:
+        """The first module among the matched nodes (the weighted one), or ``None``."""
+        return next((m for m in self.modules if m is not None), None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +299,9 @@ def fxquant_lowering_kernels(backend: str) -> list[LoweringRule | Override] | No
 
     Return a list of ``LoweringRule(pattern, build, name)``. ``None`` means
     "no kernels": the converted model stays a reference model for those
-    patterns.
+    patterns. ``build`` receives a ``LoweringMatch`` (the matched nodes and
+    modules, the ``QParams`` of each input and of the output) and returns the
+    kernel, which takes and returns integer tensors.
 
     Merge rule: as for ``fxquant_pattern_configs``, one rule per pattern; a
     later plugin replaces an earlier rule only with ``Override(rule)``.

@@ -1,0 +1,308 @@
+"""Convert a prepared model: observers -> quantize/dequantize, weighted modules -> reference.
+
+One pass over the graph of a copy of the prepared model::
+
+    prepared:  x -> obs_0 -> fc (Linear) -> obs_1 -> relu -> out
+    reference: x -> quantize_per_tensor -> dequantize_per_tensor -> fc (reference.Linear)
+                 -> quantize_per_tensor -> dequantize_per_tensor -> relu -> out
+
+Observers become ``torch.ops.fxquant`` quantize/dequantize steps on plain integer
+tensors (see ``flow/convert_qdq.py``), weighted modules their reference modules
+(``flow/convert_modules.py``), QAT modules float ones. ``convert_fx`` then lowers
+the reference patterns with the backend's lowering rules (``flow/lower.py``).
+The report on ``gm.meta["fxquant"]`` is updated: quantized nodes become
+``reference`` (or ``lowered``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+from torch import fx, nn
+from torch.fx import GraphModule, Node
+
+from fxquant.config.backend import BackendConfig
+from fxquant.config.custom import ConvertCustomConfig
+from fxquant.config.qconfig_mapping import QConfigMapping
+from fxquant.errors import ConfigTypeError
+from fxquant.flow.convert_copy import (
+    attr,
+    copy_model,
+    info,
+    observed_constant,
+    preserve,
+)
+from fxquant.flow.convert_modules import is_observer, swap_weighted_module
+from fxquant.flow.convert_qconfig import (
+    float_observers,
+    report_turned_off,
+    turn_off,
+    turned_off_nodes,
+)
+from fxquant.flow.convert_qdq import replace_observer
+from fxquant.flow.report import Report, raise_if_skipped
+from fxquant.flow.state import META_KEY, FlowMeta, FlowState
+from fxquant.flow.trace import drop_string_annotations
+
+__all__ = ["convert_fx", "convert_to_reference_fx"]
+
+
+def _flow_state(graph_module: object, step: str) -> FlowState:
+    meta = getattr(graph_module, "meta", None)
+    state = meta.get(META_KEY) if isinstance(meta, dict) else None
+    if not isinstance(graph_module, GraphModule) or not isinstance(state, FlowState):
+        msg = (
+            f"{step} expects a model returned by fxquant.prepare_fx or prepare_qat_fx, got "
+            f"{type(graph_module).__name__}; prepare (and calibrate) the model first "
+            "(a model saved with torch.save loses its flow state: convert before saving)"
+        )
+        raise ConfigTypeError(msg)
+    return state
+
+
+def _custom_config(value: object) -> ConvertCustomConfig:
+    if value is None:
+        return ConvertCustomConfig()
+    if isinstance(value, dict):
+        return ConvertCustomConfig.from_dict(value)  # torch.ao's dict form
+    if not isinstance(value, ConvertCustomConfig):
+        msg = (
+            "convert_custom_config must be a fxquant.ConvertCustomConfig, its dict form or None, "
+            f"got {value!r} of type {type(value).__name__}"
+        )
+        raise ConfigTypeError(msg)
+    return value
+
+
+def _swap_custom_modules(
+    root: nn.Module, graph: fx.Graph, modules: dict[str, nn.Module], config: ConvertCustomConfig
+) -> None:
+    swaps: dict[type, type] = {}
+    for mapping in config.observed_to_quantized_mapping.values():
+        swaps.update(mapping)
+    if not swaps:
+        return
+    for node in graph.nodes:
+        module = modules.get(str(node.target)) if node.op == "call_module" else None
+        cls = swaps.get(type(module))
+        if module is None or cls is None:
+            continue
+        from_observed = getattr(cls, "from_observed", None)
+        if not callable(from_observed):
+            msg = (
+                f"observed_to_quantized mapping names {cls!r} for {type(module).__name__} at "
+                f"{node.target!r}, but it has no from_observed(observed_module) classmethod"
+            )
+            raise ConfigTypeError(msg)
+        quantized = from_observed(module)
+        parent, _, name = str(node.target).rpartition(".")
+        setattr(root.get_submodule(parent) if parent else root, name, quantized)
+        modules[str(node.target)] = quantized
+
+
+def _rewrite(
+    root: nn.Module, graph: fx.Graph, modules: dict[str, nn.Module], drop: set[Node]
+) -> None:
+    for node in list(graph.nodes):
+        if node.op != "call_module":
+            continue
+        module = modules[str(node.target)]
+        if node in drop:
+            node.replace_all_uses_with(node.args[0])
+            graph.erase_node(node)
+        elif is_observer(module):
+            if observed_constant(node):
+                # weights on a functional's edge: observed now, as torch.ao does
+                module(attr(root, node.args[0]))
+            replace_observer(root, graph, node, module)
+        else:
+            swap_weighted_module(root, node, info(node), modules)
+
+
+def _quantized_outputs(graph: fx.Graph, indexes: list[int]) -> None:
+    """Outputs listed in ``output_quantized_idxs`` return the integer tensor, not the float."""
+    if not indexes:
+        return
+    output = next(n for n in reversed(graph.nodes) if n.op == "output")
+    value = output.args[0]
+    values = list(value) if isinstance(value, (tuple, list)) else [value]
+    for index in indexes:
+        item = values[index] if index < len(values) else None
+        if isinstance(item, Node) and item.op == "call_function" and item.target in _DEQUANTIZES:
+            values[index] = item.args[0]
+    new = type(value)(values) if isinstance(value, (tuple, list)) else values[0]
+    output.args = (new,)
+
+
+_DEQUANTIZES = frozenset(
+    {
+        torch.ops.fxquant.dequantize_per_tensor.default,
+        torch.ops.fxquant.dequantize_per_tensor.tensor,
+        torch.ops.fxquant.dequantize_per_channel.default,
+    }
+)
+
+
+def _mark_reference(report: Report) -> Report:
+    entries = [
+        dataclasses.replace(e, status="reference") if e.status == "quantized" else e
+        for e in report.entries()
+    ]
+    return Report(entries, report.unused())
+
+
+def _tidy(graph: fx.Graph) -> None:
+    for node in list(graph.nodes):
+        if not node.users and node.op == "call_function" and node.target in _DEQUANTIZES:
+            graph.erase_node(node)  # e.g. a quantized output that returns the integers
+    drop_string_annotations(graph)  # a prepared graph may not come from fxquant's trace
+    graph.lint()
+
+
+def _finish(gm: GraphModule, source: GraphModule, state: FlowState, report: Report) -> GraphModule:
+    gm.meta = FlowMeta(source.meta)
+    gm.meta[META_KEY] = dataclasses.replace(state, report=report)
+    return gm
+
+
+def _mapping(value: object) -> QConfigMapping | None:
+    if value is None or isinstance(value, QConfigMapping):
+        return value
+    if isinstance(value, dict):
+        return QConfigMapping.from_dict(value)  # torch.ao's qconfig_dict form
+    msg = (
+        "qconfig_mapping must be a fxquant.QConfigMapping, its dict form or None, "
+        f"got {value!r} of type {type(value).__name__}"
+    )
+    raise ConfigTypeError(msg)
+
+
+def reference_model(
+    graph_module: GraphModule, convert_custom_config: object, qconfig_mapping: object, step: str
+) -> tuple[GraphModule, FlowState, Report]:
+    """The reference model of a prepared model, its flow state and its updated report.
+
+    Example:
+        >>> # see convert_to_reference_fx
+    """
+    state = _flow_state(graph_module, step)
+    config = _custom_config(convert_custom_config)
+    mapping = _mapping(qconfig_mapping)
+    source_modules = dict(graph_module.named_modules())
+    turned_off = turned_off_nodes(graph_module, source_modules, mapping)
+    root, graph, modules = copy_model(graph_module, source_modules, turned_off)
+    _swap_custom_modules(root, graph, modules, config)
+    turn_off(graph, turned_off)
+    drop = float_observers(graph, modules, turned_off)
+    with torch.no_grad():
+        _rewrite(root, graph, modules, drop)
+    _quantized_outputs(graph, list(state.prepare_custom_config.output_quantized_indexes))
+    _tidy(graph)
+    # graph._tracer_cls stays None: torch.load re-traces the code with the recorded
+    # tracer class, and the quantization tracer needs constructor arguments
+    gm = GraphModule(root, graph, class_name=type(graph_module).__name__)
+    preserved = [*state.prepare_custom_config.preserved_attributes, *config.preserved_attributes]
+    preserve(graph_module, gm, preserved)
+    report = _mark_reference(report_turned_off(state.report, turned_off))
+    return gm, state, report
+
+
+def convert_to_reference_fx(
+    graph_module: GraphModule,
+    convert_custom_config: ConvertCustomConfig | dict[str, Any] | None = None,
+    qconfig_mapping: QConfigMapping | dict[str, Any] | None = None,
+    backend_config: BackendConfig | None = None,
+) -> GraphModule:
+    """Convert a prepared and calibrated model to a reference quantized model.
+
+    Every observer becomes a quantize -> dequantize pair of ``torch.ops.fxquant``
+    ops on plain ``uint8``/``int8``/``int32`` tensors, and every quantized
+    weighted module its ``reference_quantized_module`` (``from_float``). The
+    prepared model is not modified; the result carries the updated report
+    (``fxquant.explain``).
+
+    Args:
+        graph_module: the model returned by ``prepare_fx``/``prepare_qat_fx``.
+        convert_custom_config: custom module swaps and preserved attributes.
+        qconfig_mapping: optional; as in torch.ao it may set to ``None`` the
+            qconfig of nodes quantized at prepare, which then stay float
+            (reported ``qconfig_none``); other qconfigs are prepare's.
+        backend_config: accepted for torch.ao compatibility; the prepare
+            backend's pattern configs are used.
+
+    Returns:
+        The reference model (a new ``GraphModule``).
+
+    Raises:
+        ConfigTypeError: ``graph_module`` is not a prepared model.
+
+    Example:
+        >>> import torch, fxquant
+        >>> from fxquant.flow import convert_to_reference_fx, prepare_fx
+        >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4)).eval()
+        >>> mapping = fxquant.get_default_qconfig_mapping("reference")
+        >>> prepared = prepare_fx(model, mapping, (torch.randn(2, 4),))
+        >>> _ = prepared(torch.randn(2, 4))
+        >>> reference = convert_to_reference_fx(prepared)
+    """
+    del backend_config  # decided at prepare; see Args
+    gm, state, report = reference_model(
+        graph_module, convert_custom_config, qconfig_mapping, "convert_to_reference_fx"
+    )
+    return _finish(gm, graph_module, state, report)
+
+
+def convert_fx(
+    graph_module: GraphModule,
+    convert_custom_config: ConvertCustomConfig | dict[str, Any] | None = None,
+    qconfig_mapping: QConfigMapping | dict[str, Any] | None = None,
+    backend_config: BackendConfig | None = None,
+    *,
+    strict: bool = False,
+) -> GraphModule:
+    """Convert a prepared model and lower it to the kernels of its backend.
+
+    The reference model (:func:`convert_to_reference_fx`) is lowered with the
+    lowering rules that plugins contribute for ``backend_config.name`` (the
+    backend used at prepare when ``None``). Each lowered pattern becomes one
+    kernel on integer tensors; a pattern without a rule stays in reference
+    form and the report says ``no_lowering_kernel``.
+
+    Args:
+        graph_module: the model returned by ``prepare_fx``/``prepare_qat_fx``.
+        convert_custom_config: custom module swaps and preserved attributes.
+        qconfig_mapping: optional; ``None`` entries keep nodes float (as above).
+        backend_config: whose lowering rules to use; default: prepare's.
+        strict: raise instead of leaving any pattern skipped or unlowered.
+
+    Returns:
+        The lowered model (a new ``GraphModule``).
+
+    Raises:
+        ConfigTypeError: ``graph_module`` is not a prepared model.
+        QuantizationSkipped: ``strict=True`` and a node was skipped or not lowered.
+
+    Example:
+        >>> import torch, fxquant
+        >>> from fxquant.flow import convert_fx, prepare_fx
+        >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4)).eval()
+        >>> mapping = fxquant.get_default_qconfig_mapping("reference")
+        >>> prepared = prepare_fx(model, mapping, (torch.randn(2, 4),))
+        >>> _ = prepared(torch.randn(2, 4))
+        >>> lowered = convert_fx(prepared)
+    """
+    from fxquant.flow.lower import lower, lowering_rules
+
+    gm, state, report = reference_model(
+        graph_module, convert_custom_config, qconfig_mapping, "convert_fx"
+    )
+    backend = state.backend_config if backend_config is None else backend_config
+    report = lower(gm, lowering_rules(backend.name), backend.name, report)
+    gm.graph.lint()
+    gm.recompile()
+    gm = _finish(gm, graph_module, state, report)
+    if strict:
+        raise_if_skipped(report, "convert_fx")
+    return gm

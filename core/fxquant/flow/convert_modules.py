@@ -1,0 +1,209 @@
+"""Convert's module swaps: QAT modules back to float, weighted modules to reference modules.
+
+A weighted node (``node.meta["fxquant"].is_root`` with a pattern config naming a
+``reference_quantized_module``) gets its weight's qparams from the weight
+observer (PTQ: ``qconfig.weight()`` run on the weight now; QAT: the module's
+own ``weight_fake_quant``) and its root module replaced by
+``reference_cls.from_float(root, weight_qparams)``::
+
+    fc: Linear                      ->  fc: reference.Linear (weight qparams as buffers)
+    block: ConvReLU2d[Conv2d, ReLU] ->  block: ConvReLU2d[reference.Conv2d, ReLU]
+    fc: qat.LinearReLU              ->  fc: LinearReLU[reference.Linear, ReLU]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+from torch.fx import Node
+
+from fxquant import dtypes
+from fxquant.errors import ConfigTypeError
+from fxquant.flow.state import NodeInfo
+from fxquant.nn.intrinsic import FusedModule
+
+__all__ = ["is_observer", "qparams_dict", "swap_weighted_module", "will_swap"]
+
+
+def is_observer(module: nn.Module) -> bool:
+    """True for observers and fake-quantize modules (fxquant's or torch.ao's).
+
+    Duck-typed (``calculate_qparams`` and ``dtype``) so that observers built from
+    torch.ao classes named in a user's qconfig convert too.
+
+    Example:
+        >>> from fxquant.observer import MinMaxObserver
+        >>> is_observer(MinMaxObserver()), is_observer(nn.Linear(1, 1))
+        (True, False)
+    """
+    return callable(getattr(module, "calculate_qparams", None)) and hasattr(module, "dtype")
+
+
+def _is_fused(module: nn.Module) -> bool:
+    # fxquant's FusedModule, or torch.ao's fused modules named in a user's config: both are
+    # sequences whose first module holds the weight
+    return isinstance(module, (FusedModule, nn.Sequential)) and (
+        len(module) > 0 and hasattr(module[0], "weight")
+    )
+
+
+def _is_qat(module: nn.Module) -> bool:
+    return callable(getattr(module, "to_float", None)) and hasattr(module, "weight_fake_quant")
+
+
+def _weight_quantized(observer: nn.Module) -> bool:
+    dtype = getattr(observer, "dtype", None)
+    return isinstance(dtype, torch.dtype) and (
+        dtypes.is_quantized_dtype(dtype) or dtype in (torch.float16, torch.bfloat16)
+    )
+
+
+def will_swap(info: NodeInfo | None, module: nn.Module) -> bool:
+    """Whether convert replaces ``module`` (the node's) with a reference module.
+
+    Example:
+        >>> will_swap(None, nn.Linear(1, 1))
+        False
+    """
+    if info is None or info.qconfig is None or info.dtype_config is None:
+        return False
+    config = info.pattern_config
+    if config is None or config.reference_quantized_module is None:
+        return False
+    if not info.is_root:
+        return False
+    return hasattr(module, "weight") or _is_fused(module)
+
+
+def qparams_dict(observer: nn.Module) -> dict[str, Any]:
+    """The ``weight_qparams`` dict of ``from_float`` from a weight observer or fake quant.
+
+    Symmetric qschemes become their affine forms (the integers are the same);
+    a placeholder (fp16 weights) gives ``{"qscheme": None, "dtype": ...}``.
+
+    Example:
+        >>> from fxquant.observer import default_weight_observer
+        >>> obs = default_weight_observer()
+        >>> _ = obs(torch.tensor([-1.0, 1.0]))
+        >>> sorted(qparams_dict(obs))
+        ['dtype', 'qscheme', 'quant_max', 'quant_min', 'scale', 'zero_point']
+    """
+    dtype = getattr(observer, "dtype", None)
+    qscheme = getattr(observer, "qscheme", None)
+    if (
+        qscheme is None
+        or not isinstance(dtype, torch.dtype)
+        or not dtypes.is_quantized_dtype(dtype)
+    ):
+        return {"qscheme": None, "dtype": dtype}
+    per_channel = dtypes.is_per_channel(qscheme)
+    name = dtypes.qscheme_name(qscheme)
+    if name != "per_channel_affine_float_qparams":
+        name = "per_channel_affine" if per_channel else "per_tensor_affine"
+    scale, zero_point = observer.calculate_qparams()  # type: ignore[operator]  # duck-typed
+    params: dict[str, Any] = {
+        "qscheme": dtypes.qscheme_object(name),
+        "dtype": dtype,
+        "scale": scale,
+        "zero_point": zero_point,
+    }
+    if per_channel:
+        params["axis"] = int(observer.ch_axis)  # type: ignore[arg-type]  # per-channel observers
+    for key in ("quant_min", "quant_max"):
+        value = getattr(observer, key, None)
+        if value is not None:
+            params[key] = int(value)
+    return params
+
+
+def _set_module(root: nn.Module, path: str, module: nn.Module) -> None:
+    parent_path, _, name = path.rpartition(".")
+    parent = root.get_submodule(parent_path) if parent_path else root
+    setattr(parent, name, module)
+
+
+def _root_of(module: nn.Module) -> nn.Module:
+    if _is_fused(module):
+        first: nn.Module = module[0]  # type: ignore[index]  # a Sequential, checked by _is_fused
+        return first
+    return module
+
+
+def _reference_class(cls: type) -> type:
+    """fxquant's reference class for a torch.ao one named in a user's config.
+
+    torch.ao's reference modules compute with ``torch.quint8``/``qint8`` tensors,
+    which fxquant never creates; fxquant's have the same names and numerics.
+    """
+    if cls.__module__.startswith("torch.ao."):
+        from fxquant.nn import reference
+
+        ours = getattr(reference, cls.__name__, None)
+        if isinstance(ours, type):
+            return ours
+    return cls
+
+
+def _weight_observer(info: NodeInfo, module: nn.Module, qat_fake_quant: nn.Module | None) -> Any:
+    if qat_fake_quant is not None:
+        return qat_fake_quant
+    assert info.qconfig is not None  # checked by will_swap
+    observer = info.qconfig.weight()
+    weight = getattr(module, "weight", None)
+    if isinstance(weight, torch.Tensor):
+        observer.to(weight.device)
+    return observer
+
+
+def swap_weighted_module(
+    root: nn.Module, node: Node, info: NodeInfo | None, modules: Mapping[str, nn.Module]
+) -> nn.Module:
+    """Replace the node's module: QAT -> float, then (if quantized) -> reference module.
+
+    Returns:
+        The module now at ``node.target``.
+
+    Raises:
+        ConfigTypeError: the reference module class has no ``from_float``.
+
+    Example:
+        >>> # see tests/flow/test_convert.py: reference modules replace weighted modules
+    """
+    path = str(node.target)
+    module = modules[path]
+    fake_quant: nn.Module | None = None
+    if _is_qat(module):
+        fake_quant = module.weight_fake_quant  # type: ignore[assignment]  # checked by _is_qat
+        module = module.to_float()  # type: ignore[operator]  # checked by _is_qat
+        _set_module(root, path, module)
+    if not will_swap(info, module):
+        return module
+    assert info is not None  # checked by will_swap
+    assert info.pattern_config is not None  # checked by will_swap
+    float_root = _root_of(module)
+    observer = _weight_observer(info, float_root, fake_quant)
+    if not _weight_quantized(observer):
+        return module
+    # torch.ao runs the weight observer here for PTQ and QAT alike (its qparams need a
+    # first call to get their shapes); kept for numerics parity.
+    observer(float_root.weight)
+    declared = info.pattern_config.reference_quantized_module
+    assert declared is not None  # checked by will_swap
+    reference_cls = _reference_class(declared)
+    from_float = getattr(reference_cls, "from_float", None)
+    if not callable(from_float):
+        msg = (
+            f"reference_quantized_module {reference_cls!r} of pattern "
+            f"{info.pattern_config.pattern!r} has no from_float(float_module, weight_qparams); "
+            "use a class from fxquant.nn.reference or one with that classmethod"
+        )
+        raise ConfigTypeError(msg)
+    reference = from_float(float_root, qparams_dict(observer))
+    if _is_fused(module):
+        setattr(module, "0", reference)  # Sequential's item 0
+        return module
+    _set_module(root, path, reference)
+    return reference  # type: ignore[no-any-return]  # from_float returns the module

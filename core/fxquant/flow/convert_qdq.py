@@ -1,0 +1,133 @@
+"""Convert's graph edit for one observer node: quantize -> dequantize on plain integer tensors.
+
+    static, per tensor:  x -> quantize_per_tensor(x, 0.02, 128, 0, 255, uint8)
+                         (qparams from the observer; integers in the dtype's full range)
+                           -> dequantize_per_tensor(q, 0.02, 128, 0, 255, uint8)
+    static, per channel: scales / zero points become buffers (get_attr) of the root
+    dynamic:             choose_qparams_per_tensor(x) -> quantize .tensor -> dequantize .tensor
+    float16 / bfloat16:  x.to(float16).to(float32)
+    anything else:       the observer is removed (float32 placeholders, unused observers)
+
+Every qparam but per-channel ones is a Python literal in the graph: no buffer
+lookups at run time, and ``torch.export`` keeps them as op arguments.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+from torch import nn
+from torch.fx import Graph, Node
+
+from fxquant import dtypes
+from fxquant import qdq as _qdq  # noqa: F401  # registers torch.ops.fxquant.*
+
+__all__ = ["QDQ_OPS", "replace_observer"]
+
+_OPS = torch.ops.fxquant
+QDQ_OPS = frozenset(
+    {
+        _OPS.quantize_per_tensor.default,
+        _OPS.quantize_per_tensor.tensor,
+        _OPS.dequantize_per_tensor.default,
+        _OPS.dequantize_per_tensor.tensor,
+        _OPS.quantize_per_channel.default,
+        _OPS.dequantize_per_channel.default,
+    }
+)
+"""The quantize/dequantize ops convert writes (lowering recognises them)."""
+
+_FLOAT_CASTS = (torch.float16, torch.bfloat16)
+
+
+def _observer_range(observer: nn.Module, dtype: torch.dtype) -> tuple[int, int]:
+    """The range the observer chooses qparams for (dynamic quantization reads it)."""
+    low, high = dtypes.quant_range(dtype)
+    quant_min = getattr(observer, "quant_min", None)
+    quant_max = getattr(observer, "quant_max", None)
+    return (
+        low if quant_min is None else int(quant_min),
+        high if quant_max is None else int(quant_max),
+    )
+
+
+def _unique_attr(root: nn.Module, base: str) -> str:
+    name, index = base, 0
+    while hasattr(root, name):
+        index += 1
+        name = f"{base}_{index}"
+    return name
+
+
+def _static(root: nn.Module, graph: Graph, node: Node, observer: nn.Module) -> Node:
+    dtype: torch.dtype = observer.dtype  # type: ignore[assignment]  # checked by the caller
+    x = node.args[0]
+    plain = dtypes.canonical_dtype(dtype)
+    # the observer's quant_min/quant_max shaped the qparams; the stored integers use the
+    # dtype's full range, as the 8-bit kernels and torch.ao's reference models do (a value
+    # beyond the calibrated range saturates at 255, not at a reduce_range bound of 127)
+    quant_min, quant_max = dtypes.quant_range(plain)
+    scale, zero_point = observer.calculate_qparams()  # type: ignore[operator]  # duck-typed
+    if dtypes.is_per_channel(getattr(observer, "qscheme", None)):
+        axis = int(observer.ch_axis)  # type: ignore[arg-type]  # per-channel observers have it
+        scale_name = _unique_attr(root, f"{node.name}_scale")
+        root.register_buffer(scale_name, scale.detach().clone())
+        zero_point_name = _unique_attr(root, f"{node.name}_zero_point")
+        root.register_buffer(zero_point_name, zero_point.detach().clone())
+        scales, zero_points = graph.get_attr(scale_name), graph.get_attr(zero_point_name)
+        tail = (axis, quant_min, quant_max, plain)
+        q = graph.call_function(_OPS.quantize_per_channel.default, (x, scales, zero_points, *tail))
+        return graph.call_function(
+            _OPS.dequantize_per_channel.default, (q, scales, zero_points, *tail)
+        )
+    args = (float(scale), int(zero_point), quant_min, quant_max, plain)
+    q = graph.call_function(_OPS.quantize_per_tensor.default, (x, *args))
+    return graph.call_function(_OPS.dequantize_per_tensor.default, (q, *args))
+
+
+def _dynamic(graph: Graph, node: Node, observer: nn.Module) -> Node:
+    dtype: torch.dtype = observer.dtype  # type: ignore[assignment]  # checked by the caller
+    x = node.args[0]
+    plain = dtypes.canonical_dtype(dtype)
+    choose_min, choose_max = _observer_range(observer, plain)
+    quant_min, quant_max = dtypes.quant_range(plain)  # stored integers: as in _static
+    choose = graph.call_function(
+        _OPS.choose_qparams_per_tensor.default, (x, choose_min, choose_max, plain)
+    )
+    scale = graph.call_function(operator.getitem, (choose, 0))
+    zero_point = graph.call_function(operator.getitem, (choose, 1))
+    tail = (quant_min, quant_max, plain)
+    q = graph.call_function(_OPS.quantize_per_tensor.tensor, (x, scale, zero_point, *tail))
+    return graph.call_function(_OPS.dequantize_per_tensor.tensor, (q, scale, zero_point, *tail))
+
+
+def _cast(graph: Graph, node: Node, dtype: torch.dtype) -> Node:
+    low = graph.call_method("to", (node.args[0], dtype))
+    return graph.call_method("to", (low, torch.float32))
+
+
+def replace_observer(root: nn.Module, graph: Graph, node: Node, observer: nn.Module) -> str:
+    """Replace the observer call ``node`` by its quantize/dequantize steps (or by its input).
+
+    Returns:
+        What was written: ``"static"``, ``"dynamic"``, ``"cast"`` or ``"removed"``.
+
+    Example:
+        >>> # see tests/flow/test_convert.py: observers become quantize -> dequantize
+    """
+    dtype: Any = getattr(observer, "dtype", None)
+    kind = "removed"
+    replacement: Node | Any = node.args[0]
+    if node.users and isinstance(dtype, torch.dtype):
+        with graph.inserting_before(node):
+            if dtype in _FLOAT_CASTS:
+                kind, replacement = "cast", _cast(graph, node, dtype)
+            elif dtypes.is_quantized_dtype(dtype) and getattr(observer, "is_dynamic", False):
+                kind, replacement = "dynamic", _dynamic(graph, node, observer)
+            elif dtypes.is_quantized_dtype(dtype):
+                kind, replacement = "static", _static(root, graph, node, observer)
+    node.replace_all_uses_with(replacement)
+    graph.erase_node(node)
+    return kind

@@ -1,0 +1,265 @@
+"""Lower a reference model: reference patterns -> the backend's kernels on integer tensors.
+
+The lowering rules of the backend (``fxquant_lowering_kernels``) are matched
+with the one matcher; a match is lowered when every node in it was quantized
+at prepare and the rule's ``build`` returns a kernel::
+
+    reference: q_x -> dequantize -> fc (reference.Linear) -> quantize -> q_y -> dequantize
+    lowered:   q_x -> fc (kernel: int in, int out)                     -> q_y -> dequantize
+
+The kernel takes the integers behind each ``dequantize`` input (the float tensor
+behind a dynamic one) and replaces the output ``quantize``. Afterwards the
+weights that feed a kernel through ``quantize(get_attr)`` are quantized once
+and stored as integer buffers, and quantize/dequantize steps left without
+users are removed. The report marks lowered nodes ``lowered`` and gives every
+other quantized node the reason ``no_lowering_kernel``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+import re
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.fx import GraphModule, Node
+
+from fxquant.flow.convert_qdq import QDQ_OPS
+from fxquant.flow.match import Match, PatternIndex, match_graph
+from fxquant.flow.report import Reason, Report
+from fxquant.flow.state import META_KEY, NodeInfo
+from fxquant.registry.hookspecs import LoweringMatch, LoweringRule, QParams
+
+__all__ = ["lower", "lowering_rules"]
+
+_OPS = torch.ops.fxquant
+_STATIC_DEQUANTIZE = (_OPS.dequantize_per_tensor.default, _OPS.dequantize_per_channel.default)
+_STATIC_QUANTIZE = (_OPS.quantize_per_tensor.default, _OPS.quantize_per_channel.default)
+
+
+def lowering_rules(backend: str) -> tuple[LoweringRule, ...]:
+    """The lowering rules the plugins of ``backend`` contribute (none for an unknown name).
+
+    Example:
+        >>> lowering_rules("reference")
+        ()
+    """
+    from fxquant.errors import UnknownBackendError
+    from fxquant.registry import default_registry
+
+    if not backend:
+        return ()  # an unnamed BackendConfig cannot have plugins
+    try:
+        return default_registry().assembled(backend).lowering_rules
+    except UnknownBackendError:
+        return ()  # a hand-made BackendConfig: no plugin, so no kernels
+
+
+@dataclass(frozen=True, slots=True)
+class _Modules:
+    """The reference model's modules before lowering, and how many nodes call each."""
+
+    by_name: dict[str, nn.Module]
+    uses: Counter[str]
+
+
+def _quantized(node: Node) -> bool:
+    info = node.meta.get(META_KEY)
+    return isinstance(info, NodeInfo) and info.qconfig is not None and info.dtype_config is not None
+
+
+def _attr(gm: GraphModule, value: object) -> Any:
+    if not isinstance(value, Node) or value.op != "get_attr":
+        return value
+    result: Any = gm
+    for part in str(value.target).split("."):
+        result = getattr(result, part)
+    return result
+
+
+def _qparams(gm: GraphModule, node: Node) -> QParams:
+    """QParams of a static quantize or dequantize node (args as convert writes them)."""
+    if node.target in (_OPS.quantize_per_channel.default, _OPS.dequantize_per_channel.default):
+        _, scales, zero_points, axis, low, high, dtype = node.args
+        return QParams(dtype, low, high, _attr(gm, scales), _attr(gm, zero_points), axis)  # type: ignore[arg-type]  # convert wrote these
+    _, scale, zero_point, low, high, dtype = node.args
+    return QParams(dtype, low, high, scale, zero_point)  # type: ignore[arg-type]  # convert wrote these
+
+
+def _input(gm: GraphModule, value: Node) -> tuple[Node, QParams | None]:
+    """What the kernel receives for one external input, and its qparams."""
+    if value.op == "call_function" and value.target in _STATIC_DEQUANTIZE:
+        source = value.args[0]
+        assert isinstance(source, Node)  # convert feeds dequantize from a quantize node
+        return source, _qparams(gm, value)
+    if value.op == "call_function" and value.target == _OPS.dequantize_per_tensor.tensor:
+        q = value.args[0]
+        assert isinstance(q, Node)  # convert feeds dequantize from a quantize node
+        _, _, _, low, high, dtype = value.args
+        x = q.args[0]
+        assert isinstance(x, Node)  # the float input of the dynamic quantize
+        return x, QParams(dtype, low, high, is_dynamic=True)  # type: ignore[arg-type]  # convert wrote these
+    return value, None
+
+
+def _external_inputs(nodes: Sequence[Node]) -> list[Node]:
+    inside = set(nodes)
+    found: list[Node] = []
+    for node in nodes:
+        for value in (*node.args, *node.kwargs.values()):
+            for item in _flatten(value):
+                if isinstance(item, Node) and item not in inside:
+                    found.append(item)
+    return found
+
+
+def _flatten(value: object) -> list[object]:
+    if isinstance(value, (list, tuple)):
+        return [leaf for item in value for leaf in _flatten(item)]
+    return [value]
+
+
+def _output_quantize(anchor: Node) -> Node | None:
+    users = list(anchor.users)
+    if len(users) == 1 and users[0].op == "call_function" and users[0].target in _STATIC_QUANTIZE:
+        return users[0]
+    return None
+
+
+def _kernel_name(gm: GraphModule, match: Match[LoweringRule], modules: _Modules) -> str:
+    node = match.nodes[0]
+    if len(match.nodes) == 1 and node.op == "call_module" and modules.uses[str(node.target)] == 1:
+        return str(node.target)  # the kernel takes the reference module's place
+    base = re.sub(r"\W", "_", f"{match.anchor.name}_{match.payload.name}")
+    name, index = base, 0
+    while name in modules.by_name or hasattr(gm, name):
+        index += 1
+        name = f"{base}_{index}"
+    return name
+
+
+def _install(
+    gm: GraphModule,
+    match: Match[LoweringRule],
+    kernel: Callable[..., Any],
+    modules: _Modules,
+    args: list[Node],
+) -> None:
+    anchor = match.anchor
+    replaced = _output_quantize(anchor) or anchor
+    with gm.graph.inserting_after(replaced):
+        if isinstance(kernel, nn.Module):
+            name = _kernel_name(gm, match, modules)
+            parent, _, leaf = name.rpartition(".")
+            setattr(gm.get_submodule(parent) if parent else gm, leaf, kernel)
+            new = gm.graph.call_module(name, tuple(args))
+        else:
+            new = gm.graph.call_function(kernel, tuple(args))
+    new.meta = dict(anchor.meta)
+    replaced.replace_all_uses_with(new)
+    for node in [replaced, *reversed(match.nodes)]:
+        if not node.users and node is not new and node.graph is gm.graph:
+            gm.graph.erase_node(node)
+
+
+def _lower_one(
+    gm: GraphModule, match: Match[LoweringRule], backend: str, modules: _Modules
+) -> bool:
+    if not all(_quantized(n) for n in match.nodes):
+        return False
+    pairs = [_input(gm, value) for value in _external_inputs(match.nodes)]
+    quantize = _output_quantize(match.anchor)
+    lowering = LoweringMatch(
+        rule=match.payload,
+        backend=backend,
+        nodes=match.nodes,
+        modules=tuple(
+            modules.by_name.get(str(n.target)) if n.op == "call_module" else None
+            for n in match.nodes
+        ),
+        inputs=tuple(q for _, q in pairs),
+        output=None if quantize is None else _qparams(gm, quantize),
+    )
+    kernel = match.payload.build(lowering)
+    if kernel is None:
+        return False
+    _install(gm, match, kernel, modules, [node for node, _ in pairs])
+    return True
+
+
+def _fold_weights(gm: GraphModule) -> None:
+    """``quantize(get_attr)`` feeding anything but a dequantize -> an integer buffer."""
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target not in _STATIC_QUANTIZE:
+            continue
+        inputs = [a for a in node.args if isinstance(a, Node)]
+        if not all(a.op == "get_attr" for a in inputs) or not inputs:
+            continue
+        if all(u.op == "call_function" and u.target in QDQ_OPS for u in node.users):
+            continue  # still reference form: keep the float weight and its quantize
+        args = tuple(_attr(gm, a) for a in node.args)
+        with torch.no_grad():
+            value = node.target(*args)
+        name = re.sub(r"\W", "_", f"{node.name}_int")
+        gm.register_buffer(name, value)
+        with gm.graph.inserting_before(node):
+            buffer = gm.graph.get_attr(name)
+        node.replace_all_uses_with(buffer)
+        gm.graph.erase_node(node)
+
+
+def _remove_dead(gm: GraphModule) -> None:
+    removable = {*QDQ_OPS, _OPS.choose_qparams_per_tensor.default, operator.getitem}
+    for node in reversed(list(gm.graph.nodes)):
+        if node.users:
+            continue
+        if (node.op == "call_function" and node.target in removable) or node.op == "get_attr":
+            gm.graph.erase_node(node)
+    used = {str(n.target) for n in gm.graph.nodes if n.op == "call_module"}
+    for name, _ in list(gm.named_children()):
+        module = getattr(gm, name)
+        if getattr(module, "_IS_REFERENCE", False) and name not in used:
+            delattr(gm, name)  # a reference module fully replaced by its kernel
+
+
+def _update_report(report: Report, lowered: set[str], backend: str, has_rules: bool) -> Report:
+    entries = []
+    for entry in report.entries():
+        if entry.node in lowered:
+            entry = dataclasses.replace(entry, status="lowered", reason=None)
+        elif entry.status == "reference":
+            where = "the lowering rule declined it" if has_rules else "the backend has none"
+            words = (
+                f"{entry.node}: no lowering kernel in backend {backend!r} for "
+                f"{entry.pattern or entry.op} ({where}); it stays in reference form"
+            )
+            entry = dataclasses.replace(entry, reason=Reason("no_lowering_kernel", words))
+        entries.append(entry)
+    return Report(entries, report.unused())
+
+
+def lower(gm: GraphModule, rules: Sequence[LoweringRule], backend: str, report: Report) -> Report:
+    """Lower ``gm`` (a reference model) in place with ``rules``; return the updated report.
+
+    Example:
+        >>> # see tests/flow/test_lower.py: a test backend lowers linear, conv and add
+    """
+    lowered: set[str] = set()
+    if rules:
+        by_name = dict(gm.named_modules())
+        uses = Counter(str(n.target) for n in gm.graph.nodes if n.op == "call_module")
+        modules = _Modules(by_name, uses)
+        index: PatternIndex[LoweringRule] = PatternIndex.build((r.key, r) for r in rules)
+        matches = {id(m): m for m in match_graph(gm, index, modules=by_name).values()}
+        for match in matches.values():
+            names = [n.name for n in match.nodes]
+            if _lower_one(gm, match, backend, modules):
+                lowered.update(names)
+        _fold_weights(gm)
+        _remove_dead(gm)
+    return _update_report(report, lowered, backend, bool(rules))

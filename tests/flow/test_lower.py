@@ -1,0 +1,364 @@
+"""convert_fx lowers reference patterns with a backend's LoweringRules.
+
+``testint8`` is a backend defined here, registered like any plugin: the shared
+pattern builders for its patterns, and kernels that compute linear, conv and
+add in integer arithmetic on plain int tensors.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterator
+from typing import Any
+
+import fxquant
+import pytest
+import torch
+import torch.nn.functional as F
+from fxquant.config.backend import BackendPatternConfig
+from fxquant.errors import QuantizationSkipped
+from fxquant.flow.convert import convert_fx, convert_to_reference_fx
+from fxquant.flow.state import META_KEY
+from fxquant.nn import reference
+from fxquant.observer import MinMaxObserver
+from fxquant.patterns import conv_configs, linear_configs
+from fxquant.registry import LoweringRule, hookimpl
+from fxquant.registry.hookspecs import LoweringMatch, QParams
+from torch import fx, nn
+
+from tests.flow.test_convert import ADD, INT8, PER_CHANNEL, STATIC, calibrate, hand_prepare
+
+OPS = torch.ops.fxquant
+BACKEND = "testint8"
+
+
+def requantize(acc: torch.Tensor, scale: torch.Tensor | float, out: QParams) -> torch.Tensor:
+    """int accumulator * scale -> the output's integers (round half to even, clamp)."""
+    assert out.scale is not None
+    assert out.zero_point is not None
+    y = torch.round(acc.to(torch.float64) * scale / out.scale) + out.zero_point
+    return y.clamp(out.quant_min, out.quant_max).to(out.dtype)
+
+
+def centered(q: torch.Tensor, zero_point: Any) -> torch.Tensor:
+    return q.to(torch.int32) - torch.as_tensor(zero_point).to(torch.int32)
+
+
+def weight_parts(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The integer weight minus its zero points, and the scales shaped per output channel."""
+    qparams = module.get_weight_qparams()
+    weight = module.get_quantized_weight()
+    scale = qparams["scale"].to(torch.float64).reshape(-1)
+    zero_point = qparams["zero_point"].to(torch.int32).reshape(-1)
+    shape = [-1] + [1] * (weight.dim() - 1)
+    if zero_point.numel() > 1:
+        zero_point = zero_point.reshape(shape)
+    return weight.to(torch.int32) - zero_point, scale, zero_point
+
+
+class QLinear(nn.Module):
+    """uint8 x int8 -> int32 accumulation (torch.mm on int32) -> uint8."""
+
+    def __init__(self, match: LoweringMatch) -> None:
+        super().__init__()
+        module = match.module
+        assert module is not None
+        weight, scale, _ = weight_parts(module)
+        self.register_buffer("weight_t", weight.t().contiguous())
+        self.register_buffer("scale", scale)
+        self.register_buffer("bias", None if module.bias is None else module.bias.detach().double())
+        self.x, self.out = match.inputs[0], match.output
+
+    def forward(self, qx: torch.Tensor) -> torch.Tensor:
+        assert self.x is not None
+        assert self.out is not None
+        acc = torch.mm(centered(qx, self.x.zero_point).reshape(-1, qx.shape[-1]), self.weight_t)
+        y = acc.to(torch.float64) * (self.x.scale * self.scale)
+        if self.bias is not None:
+            y = y + self.bias
+        q = requantize(y, 1.0, self.out)
+        return q.reshape(*qx.shape[:-1], -1)
+
+
+class QConv2d(nn.Module):
+    """Integer conv: int32 values convolved in float64, which is exact for 8-bit inputs."""
+
+    def __init__(self, match: LoweringMatch) -> None:
+        super().__init__()
+        module = match.module
+        assert module is not None
+        weight, scale, _ = weight_parts(module)
+        self.register_buffer("weight", weight.to(torch.float64))
+        self.register_buffer("scale", scale.reshape(1, -1, 1, 1))
+        bias = None if module.bias is None else module.bias.detach().double().reshape(1, -1, 1, 1)
+        self.register_buffer("bias", bias)
+        self.args = (module.stride, module.padding, module.dilation, module.groups)
+        self.x, self.out = match.inputs[0], match.output
+
+    def forward(self, qx: torch.Tensor) -> torch.Tensor:
+        assert self.x is not None
+        assert self.out is not None
+        x = centered(qx, self.x.zero_point).to(torch.float64)
+        acc = F.conv2d(x, self.weight, None, *self.args)
+        y = acc * (self.x.scale * self.scale)
+        if self.bias is not None:
+            y = y + self.bias
+        return requantize(y, 1.0, self.out)
+
+
+class QAdd(nn.Module):
+    """Add of two quantized tensors, requantized to the output's qparams."""
+
+    def __init__(self, match: LoweringMatch) -> None:
+        super().__init__()
+        self.a, self.b, self.out = match.inputs[0], match.inputs[1], match.output
+
+    def forward(self, qa: torch.Tensor, qb: torch.Tensor) -> torch.Tensor:
+        assert self.a is not None
+        assert self.b is not None
+        assert self.out is not None
+        a = centered(qa, self.a.zero_point).to(torch.float64) * self.a.scale
+        b = centered(qb, self.b.zero_point).to(torch.float64) * self.b.scale
+        return requantize(a + b, 1.0, self.out)
+
+
+def build_static(kernel: type[nn.Module]) -> Any:
+    def build(match: LoweringMatch) -> nn.Module | None:
+        static = match.output is not None and all(
+            q is not None and not q.is_dynamic for q in match.inputs
+        )
+        return kernel(match) if static else None
+
+    return build
+
+
+class TestInt8Plugin:
+    """The backend's plugin: shared pattern builders plus three lowering rules."""
+
+    @hookimpl
+    def fxquant_pattern_configs(self, backend: str) -> list[BackendPatternConfig] | None:
+        if backend != BACKEND:
+            return None
+        configs = linear_configs([INT8]) + conv_configs([INT8], dims=(2,), transpose=False)
+        return [*configs, BackendPatternConfig(operator.add).add_dtype_config(INT8)]
+
+    @hookimpl
+    def fxquant_lowering_kernels(self, backend: str) -> list[LoweringRule] | None:
+        if backend != BACKEND:
+            return None
+        return [
+            LoweringRule(reference.Linear, build=build_static(QLinear), name="qlinear"),
+            LoweringRule(reference.Conv2d, build=build_static(QConv2d), name="qconv2d"),
+            LoweringRule(operator.add, build=build_static(QAdd), name="qadd"),
+        ]
+
+
+@pytest.fixture
+def testint8() -> Iterator[fxquant.BackendConfig]:
+    plugin = TestInt8Plugin()
+    fxquant.register_plugin(plugin, backend=BACKEND)
+    try:
+        yield fxquant.get_backend_config(BACKEND)
+    finally:
+        fxquant.unregister_plugin(plugin)
+
+
+class Residual(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 4, 3, padding=1)
+        self.conv2 = nn.Conv2d(3, 4, 1)
+        self.fc = nn.Linear(4, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv1(x) + self.conv2(x)
+        return self.fc(y.mean((2, 3)))
+
+
+def prepared_residual(backend: fxquant.BackendConfig) -> tuple[fx.GraphModule, torch.Tensor]:
+    torch.manual_seed(0)
+    configs = {
+        c.pattern: c for c in backend.configs if c.pattern in (nn.Conv2d, nn.Linear, operator.add)
+    }
+    gm = hand_prepare(Residual().eval(), configs, PER_CHANNEL)
+    gm.meta[META_KEY] = _renamed(gm.meta[META_KEY], backend)
+    x = torch.randn(4, 3, 8, 8)
+    calibrate(gm, x)
+    return gm, x
+
+
+def _renamed(state: Any, backend: fxquant.BackendConfig) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(state, backend_config=backend)
+
+
+def kernels(gm: fx.GraphModule) -> list[str]:
+    modules = dict(gm.named_modules())
+    return [type(modules[n.target]).__name__ for n in gm.graph.nodes if n.op == "call_module"]
+
+
+def test_lowered_model_runs_integer_kernels_between_float_boundaries(testint8: Any) -> None:
+    prepared, _ = prepared_residual(testint8)
+    gm = convert_fx(prepared)
+    assert kernels(gm) == ["QConv2d", "QConv2d", "QAdd", "QLinear"]
+    found = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    # one quantize at the float input, dequantize before the float mean and at the output
+    assert found.count(OPS.quantize_per_tensor.default) == 2
+    assert found.count(OPS.dequantize_per_tensor.default) == 2
+    assert isinstance(gm.conv1, QConv2d)
+
+
+def test_lowered_model_matches_reference_model_within_one_step(testint8: Any) -> None:
+    prepared, x = prepared_residual(testint8)
+    lowered, ref = convert_fx(prepared), convert_to_reference_fx(prepared)
+    scale, _ = prepared.activation_post_process_5.calculate_qparams()
+    with torch.no_grad():
+        difference = (lowered(x) - ref(x)).abs().max()
+    assert difference <= float(scale) * 1.001
+
+
+def test_kernel_receives_integer_tensors(testint8: Any) -> None:
+    prepared, x = prepared_residual(testint8)
+    gm = convert_fx(prepared)
+    seen: list[torch.dtype] = []
+    gm.fc.register_forward_hook(lambda m, args, out: seen.extend([args[0].dtype, out.dtype]))
+    gm(x)
+    assert seen == [torch.uint8, torch.uint8]
+
+
+def test_lowering_match_carries_input_and_output_qparams(testint8: Any) -> None:
+    prepared, _ = prepared_residual(testint8)
+    received: list[LoweringMatch] = []
+    rule = LoweringRule(operator.add, build=lambda m: received.append(m), name="spy")
+    from fxquant.flow.lower import lower
+    from fxquant.flow.report import Report
+
+    ref = convert_to_reference_fx(prepared)
+    lower(ref, [rule], BACKEND, Report())
+    (match,) = received
+    scale, zero_point = prepared.activation_post_process_3.calculate_qparams()
+    assert match.output == QParams(torch.uint8, 0, 255, float(scale), int(zero_point))
+    assert [q.scale for q in match.inputs] == [
+        float(prepared.get_submodule(f"activation_post_process_{i}").calculate_qparams()[0])
+        for i in (1, 2)
+    ]
+    assert [n.name for n in match.nodes] == ["add"]
+    assert match.modules == (None,)
+
+
+def test_pattern_without_a_rule_stays_reference_and_is_reported(testint8: Any) -> None:
+    prepared, x = prepared_residual(testint8)
+    gm = convert_fx(prepared, backend_config=fxquant.BackendConfig("no_kernels"))
+    assert "QAdd" not in kernels(gm)
+    entry = gm.meta[META_KEY].report.entry("add")
+    assert entry.status == "reference"
+    assert entry.reason.code == "no_lowering_kernel"
+    assert "no lowering kernel in backend 'no_kernels'" in entry.reason.words
+    assert torch.equal(gm(x), convert_to_reference_fx(prepared)(x))
+
+
+def test_report_marks_lowered_nodes(testint8: Any) -> None:
+    prepared, _ = prepared_residual(testint8)
+    report = convert_fx(prepared).meta[META_KEY].report
+    statuses = {e.node: e.status for e in report.entries()}
+    assert [statuses[n] for n in ("conv1", "conv2", "add", "fc")] == ["lowered"] * 4
+    assert report.skipped() == []
+
+
+def test_strict_convert_raises_for_unlowered_patterns(testint8: Any) -> None:
+    prepared, _ = prepared_residual(testint8)
+    with pytest.raises(QuantizationSkipped, match=r"add: \[no_lowering_kernel\]") as info:
+        convert_fx(prepared, backend_config=fxquant.BackendConfig("no_kernels"), strict=True)
+    assert {e.node for e in info.value.skipped} == {"conv1", "conv2", "add", "fc"}
+    convert_fx(prepared, strict=True)
+
+
+def test_a_declining_rule_leaves_the_pattern_in_reference_form() -> None:
+    prepared = hand_prepare(
+        nn.Sequential(nn.ReLU()), {nn.ReLU: ADD}, STATIC, activation=MinMaxObserver
+    )
+    calibrate(prepared, torch.randn(8))
+    from fxquant.flow.lower import lower
+
+    ref = convert_to_reference_fx(prepared)
+    before = ref.code
+    report = lower(
+        ref,
+        [LoweringRule(nn.ReLU, build=lambda m: None, name="no")],
+        "x",
+        ref.meta[META_KEY].report,
+    )
+    ref.recompile()
+    assert ref.code == before
+    assert report.entry("_0").reason.code == "no_lowering_kernel"
+
+
+def test_functional_linear_weight_is_quantized_once_into_an_integer_buffer() -> None:
+    class Functional(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(torch.randn(4, 8))
+            self.bias = nn.Parameter(torch.randn(4))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return F.linear(x, self.weight, self.bias)
+
+    seen: list[LoweringMatch] = []
+
+    def build(match: LoweringMatch) -> Any:
+        seen.append(match)
+        return lambda qx, qw, bias: F.linear(qx.float(), qw.float(), bias)
+
+    prepared = hand_prepare(Functional(), {F.linear: ADD}, PER_CHANNEL)
+    calibrate(prepared, torch.randn(3, 8))
+    from fxquant.flow.lower import lower
+
+    ref = convert_to_reference_fx(prepared)
+    lower(
+        ref, [LoweringRule(F.linear, build=build, name="flinear")], "x", ref.meta[META_KEY].report
+    )
+    ref.recompile()
+    (match,) = seen
+    assert [q is None for q in match.inputs] == [False, False, True]
+    assert match.inputs[1].is_per_channel
+    buffers = {name: b.dtype for name, b in ref.named_buffers()}
+    assert torch.int8 in buffers.values()
+    assert OPS.quantize_per_channel.default not in [n.target for n in ref.graph.nodes]
+
+
+def test_lowering_keeps_no_model_alive(testint8: Any) -> None:
+    import gc
+    import weakref
+
+    prepared, x = prepared_residual(testint8)
+    lowered = convert_fx(prepared)
+    lowered(x)
+    refs = [weakref.ref(prepared), weakref.ref(lowered)]
+    del prepared, lowered
+    gc.collect()
+    assert [r() for r in refs] == [None, None]
+
+
+def test_a_module_called_twice_gets_one_kernel_per_call(testint8: Any) -> None:
+    class Twice(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(self.fc(x) * 3)
+
+    config = next(c for c in testint8.configs if c.pattern is nn.Linear)
+    torch.manual_seed(0)
+    prepared = hand_prepare(Twice().eval(), {nn.Linear: config}, PER_CHANNEL)
+    prepared.meta[META_KEY] = _renamed(prepared.meta[META_KEY], testint8)
+    x = torch.randn(8, 4)
+    calibrate(prepared, x)
+    lowered, ref = convert_fx(prepared), convert_to_reference_fx(prepared)
+    assert kernels(lowered) == ["QLinear", "QLinear"]
+    targets = [n.target for n in lowered.graph.nodes if n.op == "call_module"]
+    assert len(set(targets)) == 2
+    scale = float(prepared.activation_post_process_3.calculate_qparams()[0])
+    with torch.no_grad():
+        assert (lowered(x) - ref(x)).abs().max() <= scale * 1.001
