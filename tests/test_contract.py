@@ -38,8 +38,6 @@ REGISTRY_NAMES = {
     "unregister_plugin",
 }
 ERROR_NAMES = {"PluginConflictError", "PluginError", "QuantizationSkipped"}
-# The FX flow is issue #4; these tests turn into failures (strict xfail) once it lands,
-# so whoever lands it moves the names into CONTRACT_NAMES.
 FLOW_NAMES = {
     "convert_fx",
     "convert_to_reference_fx",
@@ -48,7 +46,7 @@ FLOW_NAMES = {
     "prepare_fx",
     "prepare_qat_fx",
 }
-CONTRACT_NAMES = CONFIG_NAMES | REGISTRY_NAMES | ERROR_NAMES
+CONTRACT_NAMES = CONFIG_NAMES | REGISTRY_NAMES | ERROR_NAMES | FLOW_NAMES
 SUBMODULES = [
     "fxquant.observer",
     "fxquant.fake_quantize",
@@ -65,10 +63,43 @@ def test_all_is_sorted_and_holds_exactly_the_contract_names() -> None:
         assert getattr(fxquant, name) is not None
 
 
-@pytest.mark.xfail(strict=True, reason="the FX flow is issue #4")
-@pytest.mark.parametrize("name", sorted(FLOW_NAMES))
-def test_flow_names_are_exported(name: str) -> None:
-    assert name in fxquant.__all__
+# The seed signatures (seed 002), plus the keyword-only strict= the contract adds.
+FLOW_SIGNATURES = {
+    "fuse_fx": "(model, fuse_custom_config=None, backend_config=None)",
+    "prepare_fx": (
+        "(model, qconfig_mapping, example_inputs, prepare_custom_config=None, "
+        "backend_config=None, *, strict=False)"
+    ),
+    "prepare_qat_fx": (
+        "(model, qconfig_mapping, example_inputs, prepare_custom_config=None, "
+        "backend_config=None, *, strict=False)"
+    ),
+    "convert_fx": (
+        "(graph_module, convert_custom_config=None, qconfig_mapping=None, "
+        "backend_config=None, *, strict=False)"
+    ),
+    "convert_to_reference_fx": (
+        "(graph_module, convert_custom_config=None, qconfig_mapping=None, backend_config=None)"
+    ),
+}
+
+
+def _bare_signature(function: object) -> str:
+    sig = inspect.signature(function)  # type: ignore[arg-type]
+    bare = sig.replace(
+        parameters=[p.replace(annotation=p.empty) for p in sig.parameters.values()],
+        return_annotation=sig.empty,
+    )
+    return str(bare)
+
+
+@pytest.mark.parametrize("name", sorted(FLOW_SIGNATURES))
+def test_flow_functions_have_the_seed_signatures(name: str) -> None:
+    assert _bare_signature(getattr(fxquant, name)) == FLOW_SIGNATURES[name]
+
+
+def test_explain_takes_the_model_first() -> None:
+    assert next(iter(inspect.signature(fxquant.explain).parameters)) == "model"
 
 
 @pytest.mark.parametrize("module", SUBMODULES)

@@ -28,6 +28,14 @@ from fxquant.config import (
     QConfigMapping,
 )
 from fxquant.errors import PluginConflictError, PluginError, QuantizationSkipped
+from fxquant.flow import (
+    convert_fx,
+    convert_to_reference_fx,
+    explain,
+    fuse_fx,
+    prepare_fx,
+    prepare_qat_fx,
+)
 from fxquant.registry import (
     get_backend_config,
     get_default_qconfig_mapping,
@@ -55,11 +63,17 @@ __all__ = [
     "QConfig",
     "QConfigMapping",
     "QuantizationSkipped",
+    "convert_fx",
+    "convert_to_reference_fx",
+    "explain",
+    "fuse_fx",
     "get_backend_config",
     "get_default_qconfig_mapping",
     "hookimpl",
     "hookspec",
     "list_backends",
+    "prepare_fx",
+    "prepare_qat_fx",
     "refresh",
     "register_plugin",
     "unregister_plugin",
