@@ -340,3 +340,29 @@ def test_tutorial_experiment_3_default_mapping_fails_scale_min_and_observes_noth
     assert entry is not None
     assert entry.reason is not None
     assert (entry.reason.code, entry.reason.bound) == ("scale_min", 2**-12)
+
+
+class FunctionalConvRelu(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4, 3, 3, 3))
+        self.b = nn.Parameter(torch.randn(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.relu(torch.nn.functional.conv2d(x, self.w, self.b))
+
+
+@pytest.mark.parametrize("is_qat", [False, True])
+def test_a_functional_conv_inside_a_fused_pattern_keeps_its_weight_a_weight(is_qat: bool) -> None:
+    # F.conv2d -> F.relu matches as one pattern whose config names no argument roles;
+    # the weight must still get the weight observer (int8) and the bias none.
+    model = FunctionalConvRelu().train(is_qat)
+    prepare = prepare_qat_fx if is_qat else prepare_fx
+    gm = prepare(model, mapping(is_qat), (torch.randn(1, 3, 8, 8),))
+    conv = next(n for n in gm.graph.nodes if n.target is torch.conv2d)
+    weight, bias = conv.args[1], conv.args[2]
+    assert isinstance(weight, fx.Node)
+    assert weight.op == "call_module"
+    assert gm.get_submodule(str(weight.target)).dtype in (torch.int8, getattr(torch, "qint8", None))
+    assert isinstance(bias, fx.Node)
+    assert bias.op == "get_attr"

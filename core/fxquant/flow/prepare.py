@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import fx, nn
 
-from fxquant.config.backend import BackendPatternConfig, DTypeConfig, ObservationType
+from fxquant.config.backend import BackendConfig, BackendPatternConfig, DTypeConfig, ObservationType
 from fxquant.config.pattern import pattern_str
 from fxquant.config.qconfig import QConfig
 from fxquant.dtypes import canonical_dtype, is_quantized_dtype
@@ -335,6 +335,7 @@ class _Planner:
     ctx: FlowContext
     kinds: Mapping[fx.Node, str]
     decisions: dict[fx.Node, Decision]
+    input_roles: Mapping[object, Mapping[str, int]] = field(default_factory=dict)
     probes: dict[int, QConfigProbe] = field(default_factory=dict)
     out_site: dict[fx.Node, int] = field(default_factory=dict)
     out_dtype: dict[fx.Node, torch.dtype] = field(default_factory=dict)
@@ -510,6 +511,33 @@ def _observation_type(
     return table.get(count, config.observation_type)
 
 
+def input_roles_by_op(backend_config: BackendConfig) -> dict[object, Mapping[str, int]]:
+    """Weight/bias argument positions of each single-op functional pattern (F.conv2d: 1, 2).
+
+    Example:
+        >>> import fxquant, torch
+        >>> input_roles_by_op(fxquant.get_backend_config("reference"))[torch.conv2d]
+        {'weight': 1, 'bias': 2}
+    """
+    return {
+        config.normalized_pattern: config._input_type_to_index
+        for config in backend_config.configs
+        if config._input_type_to_index and not isinstance(config.normalized_pattern, tuple)
+    }
+
+
+def _roles(
+    node: fx.Node, match: Match[BackendPatternConfig], planner: _Planner
+) -> Mapping[str, int]:
+    # An op's weight/bias positions are a property of the op, as in torch.ao: F.conv2d
+    # inside (F.conv2d, F.relu) still takes its weight at 1, although that fused pattern's
+    # config names no positions (#4: its weight was observed as an activation).
+    own = planner.input_roles.get(node.target)
+    if own is not None:
+        return own
+    return match.payload._input_type_to_index if node is _root(match) else {}
+
+
 def _observable(dtype: torch.dtype) -> bool:
     return is_quantized_dtype(dtype) or dtype == torch.float16
 
@@ -522,7 +550,7 @@ def _edge_request(
     assert qconfig is not None
     assert decision.match is not None
     probe = planner.probe(qconfig)
-    roles = decision.match.payload._input_type_to_index if node.op == "call_function" else {}
+    roles = _roles(node, decision.match, planner) if node.op == "call_function" else {}
     if position == roles.get("weight"):
         # a backend that keeps the weight in float (layer_norm's affine weight) wants
         # no observer on it, whatever the qconfig's weight observer is
@@ -655,7 +683,8 @@ def plan_observers(
         >>> plan_observers(gm, {}, {}, dict(gm.named_modules()), ctx).sites
         ()
     """
-    planner = _Planner(ctx, value_kinds(gm, modules, ctx.example_inputs), {})
+    kinds = value_kinds(gm, modules, ctx.example_inputs)
+    planner = _Planner(ctx, kinds, {}, input_roles_by_op(ctx.backend_config))
     _decide_all(gm, matches, qconfigs, modules, planner)
     _plan_boundaries(gm, planner)
     for node in gm.graph.nodes:
