@@ -36,6 +36,7 @@ def tests(session: nox.Session) -> None:
     session.run(
         "pytest",
         "tests",
+        "core/fxquant",
         "--cov=fxquant",
         "--cov-report=term",
         *session.posargs,

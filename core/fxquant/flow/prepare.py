@@ -17,7 +17,6 @@ carrying an additive attention mask stay in float (their -1e4s would set the ran
 from __future__ import annotations
 
 import dataclasses
-import operator
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,8 +31,10 @@ from fxquant.dtypes import canonical_dtype, is_quantized_dtype
 from fxquant.flow.context import FlowContext
 from fxquant.flow.dtype_check import QConfigProbe, select_dtype_config
 from fxquant.flow.match import Match, PatternIndex, match_graph, module_table
+from fxquant.flow.qat_swap import swap_qat_modules
 from fxquant.flow.report import NodeReport, Reason, Report
 from fxquant.flow.state import node_info, update_info
+from fxquant.flow.values import FLOAT, MASK, MASKED, node_args, value_kinds
 
 __all__ = [
     "Decision",
@@ -41,237 +42,9 @@ __all__ = [
     "ObserverSite",
     "insert_observers",
     "plan_observers",
-    "swap_qat_modules",
-    "value_kinds",
 ]
 
 Ctor = Callable[[], nn.Module]
-FLOAT, INT, SCALAR, MASK, MASKED = "float", "int", "scalar", "mask", "masked"
-_SCALAR_METHODS = frozenset({"size", "dim", "numel", "nelement", "tolist", "item", "__len__"})
-_INT_METHODS = frozenset(
-    {
-        "long",
-        "int",
-        "bool",
-        "byte",
-        "short",
-        "char",
-        "eq",
-        "ne",
-        "lt",
-        "gt",
-        "le",
-        "ge",
-        "argmax",
-        "argmin",
-        "nonzero",
-        "__eq__",
-        "__ne__",
-        "__lt__",
-        "__gt__",
-        "__le__",
-        "__ge__",
-    }
-)
-_FLOAT_METHODS = frozenset({"float", "half", "double", "bfloat16"})
-_COMPARISONS = frozenset(
-    {
-        operator.eq,
-        operator.ne,
-        operator.lt,
-        operator.gt,
-        operator.le,
-        operator.ge,
-        operator.not_,
-        torch.eq,
-        torch.ne,
-        torch.lt,
-        torch.gt,
-        torch.le,
-        torch.ge,
-        torch.logical_not,
-        torch.logical_and,
-        torch.logical_or,
-        torch.argmax,
-        torch.argmin,
-        torch.isnan,
-        torch.isinf,
-    }
-)
-_ADDITIVE = frozenset({operator.add, operator.sub, torch.add, torch.sub, "add", "sub", "__add__"})
-_BOUNDED = frozenset(
-    {
-        torch.softmax,
-        torch.nn.functional.softmax,
-        "softmax",
-        torch.sigmoid,
-        "sigmoid",
-        torch.tanh,
-        "tanh",
-        nn.Softmax,
-        nn.Sigmoid,
-        nn.Tanh,
-    }
-)
-_BIG_NEGATIVE = -1e3
-
-
-def _node_args(node: fx.Node) -> Iterator[fx.Node]:
-    for value in (*node.args, *node.kwargs.values()):
-        if isinstance(value, fx.Node):
-            yield value
-        elif isinstance(value, (list, tuple)):
-            yield from (v for v in value if isinstance(v, fx.Node))
-
-
-def _constants(node: fx.Node) -> list[Any]:
-    return [v for v in (*node.args, *node.kwargs.values()) if not isinstance(v, fx.Node)]
-
-
-def _kind_of_value(value: object) -> str:
-    if isinstance(value, torch.Tensor):
-        return FLOAT if value.is_floating_point() else INT
-    return SCALAR
-
-
-def _dtype_arg(node: fx.Node) -> torch.dtype | None:
-    for value in _constants(node):
-        if isinstance(value, torch.dtype):
-            return value
-    return None
-
-
-def _call_kind(node: fx.Node, kinds: Mapping[fx.Node, str]) -> str:
-    """The kind of a call's result from its op and its inputs' kinds."""
-    args = [kinds.get(a, FLOAT) for a in _node_args(node)]
-    target = node.target
-    if target in _SCALAR_METHODS or target is len:
-        return SCALAR
-    if target is getattr:
-        return SCALAR if node.args[1] in ("shape", "dtype", "device", "ndim") else args[0]
-    if target is operator.getitem:
-        return args[0] if args else SCALAR
-    if target in _INT_METHODS or target in _COMPARISONS:
-        return INT if any(k != SCALAR for k in args) else SCALAR
-    cast = _dtype_arg(node) if target in ("to", "type") else None
-    if target in _FLOAT_METHODS or (cast is not None and cast.is_floating_point):
-        return MASK if args and args[0] in (INT, MASK) else FLOAT
-    if cast is not None:
-        return INT
-    return _mix(node, args)
-
-
-def _mix(node: fx.Node, args: list[str]) -> str:
-    """Elementwise-style rule: float wins; masks spread; an added mask taints."""
-    floats = [k for k in args if k in (FLOAT, MASK, MASKED)]
-    if MASKED in floats:
-        return FLOAT if node.target in _BOUNDED else MASKED
-    if floats:
-        if all(k == MASK for k in floats):
-            return MASK
-        big = any(isinstance(c, float) and c <= _BIG_NEGATIVE for c in _constants(node))
-        if MASK in floats or (big and "masked_fill" in str(node.target)):
-            return (
-                MASKED if node.target in _ADDITIVE or "masked_fill" in str(node.target) else FLOAT
-            )
-        return FLOAT
-    if INT in args:
-        # int tensor combined with a float constant: a float mask in the making
-        has_float_const = any(isinstance(c, float) for c in _constants(node))
-        return MASK if has_float_const or node.target is operator.truediv else INT
-    if (
-        args
-        and node.op == "call_function"
-        and getattr(node.target, "__module__", "")
-        in (
-            "_operator",
-            "operator",
-            "builtins",
-            "math",
-        )
-    ):
-        return SCALAR
-    return FLOAT if node.target is not torch.arange else INT
-
-
-def value_kinds(
-    gm: fx.GraphModule, modules: Mapping[str, nn.Module], example_inputs: tuple[Any, ...]
-) -> dict[fx.Node, str]:
-    """What each node produces: float, int (integer/bool tensor), scalar, mask, masked.
-
-    ``mask`` is a float tensor computed from integer/bool inputs only (an attention
-    mask turned additive); ``masked`` is a float tensor with such a mask added.
-
-    Example:
-        >>> class M(nn.Module):
-        ...     def forward(self, x):
-        ...         return x.view(x.size(0), -1)
-        >>> gm = fx.symbolic_trace(M())
-        >>> [k for n, k in value_kinds(gm, {}, (torch.randn(2, 3),)).items() if n.op != "output"]
-        ['float', 'scalar', 'float']
-    """
-    kinds: dict[fx.Node, str] = {}
-    position = 0
-    for node in gm.graph.nodes:
-        if node.op == "placeholder":
-            value = example_inputs[position] if position < len(example_inputs) else None
-            kinds[node] = FLOAT if value is None else _kind_of_value(value)
-            position += 1
-        elif node.op == "get_attr":
-            kinds[node] = _kind_of_value(_attribute(gm, str(node.target)))
-        elif node.op == "call_module":
-            module = modules.get(str(node.target))
-            masked = any(kinds.get(a) == MASKED for a in _node_args(node))
-            kinds[node] = MASKED if masked and type(module) not in _BOUNDED else FLOAT
-        elif node.op in ("call_function", "call_method"):
-            kinds[node] = _call_kind(node, kinds)
-        else:
-            kinds[node] = SCALAR
-    return kinds
-
-
-def _attribute(gm: nn.Module, target: str) -> object:
-    value: object = gm
-    for part in target.split("."):
-        value = getattr(value, part, None)
-    return value
-
-
-def swap_qat_modules(
-    gm: fx.GraphModule,
-    modules: dict[str, nn.Module],
-    qconfigs: Mapping[fx.Node, QConfig | None],
-    ctx: FlowContext,
-) -> None:
-    """QAT: swap each module that has a qconfig for the QAT module its pattern config names.
-
-    Example:
-        >>> from fxquant.config.backend import BackendConfig
-        >>> gm = fx.symbolic_trace(nn.Sequential(nn.Linear(2, 2)))
-        >>> swap_qat_modules(gm, dict(gm.named_modules()), {}, FlowContext(BackendConfig("b")))
-        >>> type(gm.get_submodule("0")).__name__
-        'Linear'
-    """
-    table = {
-        c.normalized_pattern: c.qat_module
-        for c in ctx.backend_config.configs
-        if c.qat_module is not None and isinstance(c.normalized_pattern, type)
-    }
-    for node in gm.graph.nodes:
-        qconfig = qconfigs.get(node)
-        if node.op != "call_module" or qconfig is None:
-            continue
-        target = str(node.target)
-        qat_cls = table.get(type(modules[target]))
-        if qat_cls is None:
-            continue
-        module = modules[target]
-        setattr(module, "qconfig", qconfig)  # noqa: B010  # from_float reads it (torch.ao's protocol)
-        swapped = qat_cls.from_float(module)  # type: ignore[attr-defined]  # QAT classes have it
-        parent, _, name = target.rpartition(".")
-        setattr(gm.get_submodule(parent) if parent else gm, name, swapped)
-        modules[target] = swapped
-        update_info(node, module_type=type(swapped))
 
 
 @dataclass(frozen=True, slots=True)
@@ -412,7 +185,7 @@ def _decide(
     label: str,
 ) -> Decision:
     ctx = planner.ctx
-    if any(planner.kinds.get(n) in (MASK, MASKED) for n in (node, *_node_args(node))):
+    if any(planner.kinds.get(n) in (MASK, MASKED) for n in (node, *node_args(node))):
         words = (
             f"{label}: carries an additive attention mask (large negative values); kept in "
             "float so the mask does not set the observer's range"
@@ -472,7 +245,7 @@ def _name_unmatched_chains(
         decision = planner.decisions.get(node)
         if decision is None or decision.reason is None or decision.reason.code != "no_pattern":
             continue
-        first = next(iter(_node_args(node)), None)
+        first = next(iter(node_args(node)), None)
         chain = chains.pop(first, None) if first is not None and len(first.users) == 1 else None
         chains[node] = [*(chain or []), node]
     name = planner.ctx.backend_config.name
