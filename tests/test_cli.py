@@ -206,18 +206,29 @@ def test_no_command_prints_help_and_exits_2(capsys: pytest.CaptureFixture[str]) 
     assert out.startswith("usage: fxquant")
 
 
-def test_demo_prints_the_tutorial_backend_and_the_installed_ones(
+def test_demo_quantizes_with_every_backend_and_says_what_stayed_float_and_why(
     installed: Installed, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    installed.add("broken", "fxquant_missing_module", dist="fxquant-broken", version="0.2")
     code, out, _ = run(capsys, "demo")
     assert code == 0
+    lines = [line for line in out.splitlines() if line.startswith("| ")][2:]  # past the header
+    rows = {line.split("|")[1].strip(): line for line in lines}
+    assert set(rows) == {"broken", "reference", "my_backend"}
+    assert "failed: PluginError: fxquant-broken 0.2" in rows["broken"]
+    # the reference backend quantizes everything in reference form, close to float
+    reference = [cell.strip() for cell in rows["reference"].split("|")[1:-1]]
+    assert reference[:4] == ["reference", "0", "11", "0"]
+    assert float(reference[4]) > 25  # SQNR dB
+    assert reference[-1] == "ok"
+    # the tutorial backend quantizes only Linear, and says why the rest stayed float
     assert (
-        "backend 'my_backend' (3 patterns, 0 lowering kernels; "
-        "plugins: TutorialPlugin (registered))" in out
+        "stem_0 -> stem_1 -> stem_2: no pattern in backend 'my_backend' matches "
+        "(Conv2d, BatchNorm2d, ReLU)" in out
     )
-    assert "| (Conv2d, ReLU)       |" in out
-    assert "Installed backends: reference" in out
-    assert fxquant.registry.list_backends() == ["reference"]  # the demo backend stays private
+    assert "gate (Sigmoid): qconfig is None" in out
+    assert "  no lowering kernel (reference form): fc, fc_1" in out
+    assert fxquant.registry.list_backends() == ["broken", "reference"]  # my_backend stays private
 
 
 def test_python_m_fxquant_runs_the_command() -> None:

@@ -23,7 +23,7 @@ examples:
   fxquant backends --json       the same, as JSON
   fxquant show reference        the pattern table of the built-in backend
   fxquant show x86 --json       one backend's patterns, as JSON
-  fxquant demo                  the tutorial backend, then every installed backend
+  fxquant demo                  quantize a model with every installed backend
 
 environment:
   FXQUANT_DISABLE_PLUGIN_AUTOLOAD=1   load no installed plugin (built-ins stay)
@@ -224,7 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("name", help="the backend, e.g. reference or x86")
     show.add_argument("--json", action="store_true", help="print JSON instead of tables")
     show.set_defaults(run=_cmd_show)
-    demo = commands.add_parser("demo", help="the tutorial's backend, then the installed ones")
+    demo = commands.add_parser("demo", help="quantize a built-in model with every backend")
     demo.set_defaults(run=_cmd_demo)
     return parser
 
