@@ -7,6 +7,7 @@ from fxquant.flow import fuse_fx, prepare_fx
 from fxquant.flow.report import Report
 from fxquant.nn import intrinsic
 from fxquant.nn.intrinsic import qat as intrinsic_qat
+from fxquant.observer import MinMaxObserver, default_weight_observer
 from torch import nn
 
 
@@ -40,16 +41,52 @@ def test_fusion_uses_only_the_backend_config() -> None:
     assert [type(m).__name__ for m in gm.children()] == ["Conv2d", "BatchNorm2d", "ReLU"]
 
 
-def test_different_qconfigs_in_one_pattern_block_fusion_with_a_reason() -> None:
+def test_a_pattern_with_different_qconfigs_falls_back_to_a_shorter_fusion() -> None:
+    # conv -> bn -> relu with a float relu: conv -> bn still fuses (BN folded) and is
+    # quantized; the relu stays float because the user said so
     qmap: QConfigMapping = fxquant.get_default_qconfig_mapping("reference")
     qmap.set_module_name("2", None)
     gm = prepare_fx(cbr().eval(), qmap, (torch.randn(1, 2, 6, 6),))
     report: Report = fxquant.flow.explain(gm, show=False)
-    entry = report.entry("_2")
-    assert entry is not None
-    assert entry.reason is not None
-    assert entry.reason.code == "fusion_qconfig_mismatch"
-    assert not isinstance(gm.get_submodule("0"), intrinsic.ConvReLU2d)
+    assert type(gm.get_submodule("0")) is nn.Conv2d  # the folded conv, no ReLU inside
+    assert not hasattr(gm, "1")  # the BN was folded away
+    conv, relu = report.entry("_0"), report.entry("_2")
+    assert conv is not None
+    assert conv.status == "quantized"
+    assert relu is not None
+    assert relu.reason is not None
+    assert relu.reason.code == "qconfig_none"
+
+
+def test_a_pattern_with_different_qconfigs_and_nothing_shorter_says_why() -> None:
+    # a backend that runs linear only fused with relu (as the seed tutorial's conv-relu):
+    # two different qconfigs leave neither node quantizable, and the report says why
+    from fxquant.nn.fusers import fuse_linear_relu
+    from fxquant.patterns.reference import weighted_dtype_configs
+
+    backend = fxquant.BackendConfig("fused_only").set_backend_pattern_configs(
+        [
+            fxquant.BackendPatternConfig((nn.Linear, nn.ReLU))
+            .set_fuser_method(fuse_linear_relu)
+            .set_fused_module(intrinsic.LinearReLU),
+            fxquant.BackendPatternConfig(intrinsic.LinearReLU)
+            .set_dtype_configs(weighted_dtype_configs())
+            .set_root_module(nn.Linear),
+        ]
+    )
+    base = fxquant.get_default_qconfig_mapping("reference")
+    other = fxquant.QConfig(activation=MinMaxObserver, weight=default_weight_observer)
+    qmap = QConfigMapping().set_global(base.qconfig_for("0", nn.Linear)).set_module_name("1", other)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU()).eval()
+    gm = prepare_fx(model, qmap, (torch.randn(2, 4),), backend_config=backend)
+    report = fxquant.flow.explain(gm, show=False)
+    for name in ("_0", "_1"):
+        entry = report.entry(name)
+        assert entry is not None
+        assert entry.reason is not None
+        assert entry.reason.code == "fusion_qconfig_mismatch"
+        assert "nodes _0, _1 have different qconfigs" in entry.reason.words
+    assert type(gm.get_submodule("0")) is nn.Linear
 
 
 def test_conv_add_fusion_uses_the_root_and_extra_input_getters() -> None:

@@ -8,8 +8,10 @@ root; ``_extra_inputs_getter`` nodes become extra arguments::
     x -> conv -> bn -> relu        ==>   x -> conv(ConvReLU2d with the BN folded in)
 
 Fusion needs one qconfig for all nodes of a pattern (when a qconfig mapping is
-known): otherwise the nodes stay unfused and the anchor carries the reason
-``fusion_qconfig_mismatch``.
+known). A pattern whose nodes disagree is refused and the matcher tries the
+shorter candidates (conv -> bn -> add with a float add still fuses conv -> bn);
+its nodes that nothing fused carry the reason ``fusion_qconfig_mismatch``, which
+prepare reports for a node that no pattern quantizes on its own either.
 """
 
 from __future__ import annotations
@@ -24,10 +26,10 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 from fxquant.config.backend import BackendPatternConfig
-from fxquant.config.pattern import MatchAllNode, is_match_all, pattern_str
+from fxquant.config.pattern import MatchAllNode, is_match_all
 from fxquant.flow.context import FlowContext
 from fxquant.flow.match import Match, PatternIndex, match_graph, module_table
-from fxquant.flow.qconfig_assign import assign_qconfigs
+from fxquant.flow.qconfig_assign import assign_qconfigs, qconfig_mismatch
 from fxquant.flow.report import Reason
 from fxquant.flow.state import update_info
 
@@ -98,21 +100,6 @@ def _fused_module(
     return fuser(is_qat, *parts)
 
 
-def _qconfig_mismatch(
-    match: Match[BackendPatternConfig], qconfigs: Mapping[fx.Node, Any]
-) -> Reason | None:
-    found = [qconfigs.get(n) for n in match.nodes]
-    if all(q == found[0] for q in found):
-        return None
-    names = ", ".join(n.name for n in match.nodes)
-    return Reason(
-        "fusion_qconfig_mismatch",
-        f"{pattern_str(match.payload.pattern or match.pattern)}: nodes {names} have different "
-        "qconfigs, so they cannot be fused; give them one qconfig to fuse and quantize them",
-        field="qconfig",
-    )
-
-
 def _set_module(gm: fx.GraphModule, target: str, module: nn.Module) -> None:
     parent, _, name = target.rpartition(".")
     setattr(gm.get_submodule(parent) if parent else gm, name, module)
@@ -169,20 +156,29 @@ def fuse(gm: fx.GraphModule, ctx: FlowContext, *, recompile: bool = True) -> fx.
     if not len(index):
         return gm
     modules = module_table(gm)
-    matches = {m.anchor: m for m in match_graph(gm, index, modules=modules).values()}
-    if not matches:
-        return gm
     qconfigs: Mapping[fx.Node, Any] = {}
     if ctx.qconfig_mapping is not None:
         qconfigs = assign_qconfigs(gm, modules, ctx.qconfig_mapping).qconfigs
+    refused: dict[fx.Node, tuple[Match[BackendPatternConfig], Reason]] = {}  # by anchor
+
+    def one_qconfig(match: Match[BackendPatternConfig]) -> bool:
+        reason = qconfig_mismatch(match, qconfigs)
+        if reason is not None:
+            refused.setdefault(match.anchor, (match, reason))
+        return reason is None
+
+    claimed = match_graph(gm, index, modules=modules, accept=one_qconfig)
+    for match, reason in refused.values():
+        for node in match.nodes:
+            if node not in claimed:  # prepare reports it if nothing quantizes the node
+                update_info(node, fusion_reason=reason)
+    matches = {m.anchor: m for m in claimed.values()}
+    if not matches:
+        return gm
     erased: set[str] = set()
     calls = Counter(str(n.target) for n in gm.graph.nodes if n.op == "call_module")
     shared = {target for target, count in calls.items() if count > 1}
     for match in matches.values():
-        reason = _qconfig_mismatch(match, qconfigs)
-        if reason is not None:
-            update_info(match.anchor, fusion_reason=reason)
-            continue
         _apply(gm, match, _fused_module(match, modules, shared, ctx.is_qat), erased)
     gm.graph.lint()
     _drop_unused(gm, erased)

@@ -162,7 +162,8 @@ def _install(
             new = gm.graph.call_function(kernel, tuple(args))
     new.meta = dict(anchor.meta)
     replaced.replace_all_uses_with(new)
-    for node in [replaced, *reversed(match.nodes)]:
+    # dict.fromkeys: when the output stays float, `replaced` is the anchor, also in nodes
+    for node in dict.fromkeys([replaced, *reversed(match.nodes)]):
         if not node.users and node is not new and node.graph is gm.graph:
             gm.graph.erase_node(node)
 

@@ -14,7 +14,7 @@ linear in graph size: each node tries only the patterns ending in its op.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
@@ -200,6 +200,7 @@ def match_graph(
     *,
     claimed: set[fx.Node] | None = None,
     modules: Mapping[str, nn.Module] | None = None,
+    accept: Callable[[Match[T]], bool] | None = None,
 ) -> dict[fx.Node, Match[T]]:
     """Match every node of ``gm`` against ``index``, last node first.
 
@@ -208,6 +209,8 @@ def match_graph(
         index: the patterns.
         claimed: nodes that must not be part of any match (updated in place).
         modules: ``dict(gm.named_modules())`` if the caller already has it.
+        accept: a veto on a structural match (e.g. fusion's one-qconfig rule); a
+            refused match frees its nodes for the next, shorter candidates.
 
     Returns:
         node -> the match that claimed it (every node of a match maps to it).
@@ -237,6 +240,8 @@ def match_graph(
                 continue
             nodes = tuple(sorted(set(matcher.nodes), key=order.__getitem__))
             found = Match(node, nodes, pattern, payload, dict(matcher.bindings), structure)
+            if accept is not None and not accept(found):
+                continue
             for covered in nodes:
                 taken.add(covered)
                 result[covered] = found

@@ -157,8 +157,6 @@ def _decide_unmatched(
     node: fx.Node, qconfig: QConfig | None, ctx: FlowContext, planner: _Planner, label: str
 ) -> Decision:
     info = node_info(node)
-    if info.fusion_reason is not None:
-        return Decision(None, qconfig, None, info.fusion_reason, "skipped")
     standalone = ctx.prepare_custom_config.standalone_module_names
     if node.op == "call_module" and (
         str(node.target) in standalone
@@ -173,6 +171,8 @@ def _decide_unmatched(
         return Decision(None, qconfig, None, None, "float")
     if qconfig is None:
         return Decision(None, None, None, Reason("qconfig_none", f"{label}: qconfig is None"))
+    if info.fusion_reason is not None:  # its pattern was refused and nothing shorter matches
+        return Decision(None, qconfig, None, info.fusion_reason, "skipped")
     words = f"{label}: no pattern in backend {ctx.backend_config.name!r} matches it"
     return Decision(None, qconfig, None, Reason("no_pattern", words), "skipped")
 
@@ -191,7 +191,7 @@ def _decide(
             "float so the mask does not set the observer's range"
         )
         return Decision(match, qconfig, None, Reason("additive_mask", words), "float")
-    if match is None or node_info(node).fusion_reason is not None:
+    if match is None:
         return _decide_unmatched(node, qconfig, ctx, planner, label)
     config = match.payload
     label = f"{label} {pattern_str(config.pattern or match.pattern)}"
@@ -577,12 +577,18 @@ def prepare(gm: fx.GraphModule, ctx: FlowContext) -> tuple[fx.GraphModule, Repor
         []
     """
     from fxquant.config.qconfig_mapping import QConfigMapping
-    from fxquant.flow.qconfig_assign import assign_qconfigs
+    from fxquant.flow.qconfig_assign import assign_qconfigs, qconfig_mismatch
 
     modules = module_table(gm)
     assignment = assign_qconfigs(gm, modules, ctx.qconfig_mapping or QConfigMapping())
     if ctx.is_qat:
         swap_qat_modules(gm, modules, assignment.qconfigs, ctx)
-    matches = match_graph(gm, observation_index(ctx), modules=modules)
+    qconfigs = assignment.qconfigs
+    matches = match_graph(
+        gm,
+        observation_index(ctx),
+        modules=modules,
+        accept=lambda match: qconfig_mismatch(match, qconfigs) is None,  # shorter ones then
+    )
     plan = plan_observers(gm, matches, assignment.qconfigs, modules, ctx)
     return insert_observers(gm, plan), plan.report.with_unused(assignment.unused)

@@ -23,12 +23,15 @@ from typing import Any
 
 from torch import fx, nn
 
+from fxquant.config.backend import BackendPatternConfig
+from fxquant.config.pattern import pattern_str
 from fxquant.config.qconfig import QConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
+from fxquant.flow.match import Match
 from fxquant.flow.report import Reason
 from fxquant.flow.state import node_info
 
-__all__ = ["QConfigAssignment", "assign_qconfigs"]
+__all__ = ["QConfigAssignment", "assign_qconfigs", "qconfig_mismatch"]
 
 _MISSING = object()
 
@@ -176,3 +179,23 @@ def _unused(
         if key not in resolver.orders_seen
     ]
     return tuple(unused)
+
+
+def qconfig_mismatch(
+    match: Match[BackendPatternConfig], qconfigs: Mapping[fx.Node, Any]
+) -> Reason | None:
+    """Why the nodes of ``match`` cannot be fused or quantized together, or None.
+
+    All nodes of a pattern must share one qconfig (fusion and observation both
+    refuse a match that breaks this, and the matcher tries shorter patterns).
+    """
+    found = [qconfigs.get(n) for n in match.nodes]
+    if all(q == found[0] for q in found):
+        return None
+    names = ", ".join(n.name for n in match.nodes)
+    return Reason(
+        "fusion_qconfig_mismatch",
+        f"{pattern_str(match.payload.pattern or match.pattern)}: nodes {names} have different "
+        "qconfigs, so they cannot be fused; give them one qconfig to fuse and quantize them",
+        field="qconfig",
+    )
