@@ -8,9 +8,11 @@ several GB of CUDA packages.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import nox
+import tomllib
 
 ROOT = Path(__file__).parent
 TORCH = "torch==2.13.0"
@@ -19,6 +21,21 @@ PLUGINS = sorted(p.parent.name for p in (ROOT / "plugins").glob("*/pyproject.tom
 nox.options.default_venv_backend = "venv"
 nox.options.sessions = ["lint", "typecheck", "tests"]
 nox.options.reuse_existing_virtualenvs = True
+
+
+def local_plugins(name: str) -> list[str]:
+    """``name`` and the first-party plugins it depends on, as folders to install from.
+
+    A plugin may build on another (x86 on onednn); those live here, not on an index,
+    and pip must never go looking for them there.
+    """
+    meta = tomllib.loads((ROOT / "plugins" / name / "pyproject.toml").read_text())
+    found = [name]
+    for requirement in meta["project"].get("dependencies", []):
+        dist = re.split(r"[\s<>=!~;\[]", requirement, maxsplit=1)[0]
+        if dist.startswith("fxquant-") and dist.removeprefix("fxquant-") in PLUGINS:
+            found = [*local_plugins(dist.removeprefix("fxquant-")), *found]
+    return list(dict.fromkeys(found))
 
 
 def install_core(session: nox.Session, *extras: str) -> None:
@@ -42,8 +59,9 @@ def tests(session: nox.Session) -> None:
         *session.posargs,
         env={"OMP_NUM_THREADS": "1"},
     )
+    if PLUGINS:  # one pip call: plugins that build on each other resolve locally
+        session.install(*(f"-e./plugins/{name}[test]" for name in PLUGINS))
     for name in PLUGINS:
-        session.install("-e", f"./plugins/{name}[test]")
         session.run("pytest", f"plugins/{name}/tests", env={"OMP_NUM_THREADS": "1"})
 
 
@@ -52,14 +70,15 @@ def tests(session: nox.Session) -> None:
 def plugin(session: nox.Session, name: str) -> None:
     """One plugin alone with the core in a fresh venv: its dependencies are its own."""
     session.install(TORCH, "numpy")
-    session.install(".", f"./plugins/{name}[test]")
-    session.run("pytest", f"plugins/{name}/tests")
+    *deps, _ = local_plugins(name)
+    session.install(".", *(f"./plugins/{dep}" for dep in deps), f"./plugins/{name}[test]")
+    session.run("pytest", f"plugins/{name}/tests", env={"OMP_NUM_THREADS": "1"})
 
 
 @nox.session(python="3.11")
 def lint(session: nox.Session) -> None:
     """ruff check and ruff format --check over the whole tree."""
-    session.install("ruff")
+    session.install("ruff==0.17.6")  # pinned: formatting must not change under our feet
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
 
@@ -76,8 +95,8 @@ def typecheck(session: nox.Session) -> None:
 def demo(session: nox.Session) -> None:
     """The main job: `fxquant demo` with every installed backend."""
     install_core(session)
-    for name in PLUGINS:
-        session.install("-e", f"./plugins/{name}")
+    if PLUGINS:
+        session.install(*(f"-e./plugins/{name}" for name in PLUGINS))
     session.run("fxquant", "demo", *session.posargs)
 
 
@@ -85,8 +104,8 @@ def demo(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Benchmarks: print a table per benchmark and write JSON under bench/results/."""
     install_core(session)
-    for name in PLUGINS:
-        session.install("-e", f"./plugins/{name}")
+    if PLUGINS:
+        session.install(*(f"-e./plugins/{name}" for name in PLUGINS))
     env = {"OMP_NUM_THREADS": "1", "PYTHONPATH": os.fspath(ROOT)}
     for script in sorted((ROOT / "bench").glob("bench_*.py")):
         session.run("python", os.fspath(script), *session.posargs, env=env)

@@ -1,0 +1,340 @@
+"""oneDNN int8 kernels on plain uint8/int8 tensors, shared by the x86 and onednn plugins.
+
+Every module here takes and returns plain integer tensors (never ``quint8``):
+
+    QLinear          torch.ops.onednn.qlinear_pointwise   uint8 x int8 -> uint8 (or float), relu/...
+    DynamicQLinear   the same with the input quantized at run time (float in, float out)
+    Fp16Linear       torch.ops.onednn.linear_dynamic_fp16 (fp16 weight, float in and out)
+    QConv            torch.ops.onednn.qconv{1,2,3}d_pointwise (+ ``.binary`` "sum" for conv + add)
+    QAdd             int arithmetic add (+ relu); ``onednn.qadd`` is wrong for uint8 >= 128 in 2.13
+
+Conv kernels keep activations channels_last, so a chain of convs never reorders.
+Weights are kept as int8 buffers (the state_dict) and prepacked on the first call;
+the packed copy is dropped by ``load_state_dict``, ``copy.deepcopy`` and pickling.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from fxquant.registry.hookspecs import QParams
+
+__all__ = [
+    "DynamicQLinear",
+    "Fp16Linear",
+    "QAdd",
+    "QConv",
+    "QLinear",
+    "symmetric_weight",
+]
+
+_ONEDNN = torch.ops.onednn
+
+
+def symmetric_weight(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The int8 weight and its per-output-channel float scales, or ``None`` if unsupported.
+
+    oneDNN needs symmetric int8 weights (zero points 0) quantized per tensor or
+    per output channel (axis 0); anything else returns ``None`` so the rule declines.
+
+    Args:
+        module: a reference module with ``get_quantized_weight``/``get_weight_qparams``.
+
+    Example:
+        >>> from fxquant.nn import reference
+        >>> qparams = {"qscheme": torch.per_tensor_symmetric, "dtype": torch.qint8,
+        ...            "scale": 0.1, "zero_point": 0}
+        >>> ref = reference.Linear.from_float(nn.Linear(2, 3), qparams)
+        >>> [t.dtype for t in symmetric_weight(ref)]
+        [torch.int8, torch.float32]
+    """
+    qparams: dict[str, Any] = module.get_weight_qparams()  # type: ignore[operator]  # reference API
+    weight: torch.Tensor = module.get_quantized_weight()  # type: ignore[operator]  # reference API
+    axis = qparams.get("axis", 0)
+    if weight.dtype != torch.int8 or (weight.dim() > 1 and axis not in (0, None)):
+        return None
+    scale = torch.as_tensor(qparams["scale"], dtype=torch.float32).reshape(-1)
+    zero_point = torch.as_tensor(qparams["zero_point"]).reshape(-1)
+    if bool((zero_point != 0).any()):
+        return None
+    channels = weight.shape[0]
+    return weight.detach().clone(), scale.expand(channels).contiguous()
+
+
+class _Packed(nn.Module):
+    """Base: an int8 weight buffer whose oneDNN-packed copy is made lazily and never saved."""
+
+    _packed: torch.Tensor | None
+
+    def __init__(
+        self, weight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None
+    ) -> None:
+        super().__init__()
+        self.register_buffer("weight", weight)
+        self.register_buffer("weight_scale", scale.to(torch.float32))
+        self.register_buffer("weight_zero_point", torch.zeros(scale.numel(), dtype=torch.int64))
+        self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
+        self._packed = None
+
+    def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
+        super()._load_from_state_dict(*args, **kwargs)
+        self._packed = None  # new weights: pack again on the next call
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the packed tensor is an opaque oneDNN layout: rebuild it instead of copying it
+        state = dict(self.__dict__)
+        state["_packed"] = None
+        return state
+
+
+def _out_args(out: QParams | None) -> tuple[float, int, torch.dtype | None]:
+    """Output scale, zero point and dtype for oneDNN: float32 output when ``out`` is None."""
+    if out is None:
+        return 1.0, 0, torch.float32
+    assert out.scale is not None  # static output qparams always have a scale
+    assert out.zero_point is not None
+    dtype = None if out.dtype == torch.uint8 else out.dtype
+    return float(out.scale), int(out.zero_point), dtype
+
+
+class QLinear(_Packed):
+    """Static int8 linear: uint8 input, int8 per-channel weight, uint8 (or float) output.
+
+    Args:
+        weight: int8 ``[out_features, in_features]``.
+        scale: float32 per-output-channel weight scales.
+        bias: float bias or ``None``.
+        x: the input's qparams (static, uint8).
+        out: the output's qparams, or ``None`` for a float output.
+        post_op: ``"none"``, ``"relu"``, ``"tanh"``, ``"leaky_relu"`` (oneDNN fuses it).
+        post_op_args: scalars of the post op (e.g. ``[negative_slope]``).
+
+    Example:
+        >>> x = QParams(torch.uint8, 0, 255, scale=0.1, zero_point=0)
+        >>> w = torch.ones(2, 3, dtype=torch.int8)
+        >>> kernel = QLinear(w, torch.full((2,), 0.5), None, x, out=None)
+        >>> kernel(torch.full((1, 3), 10, dtype=torch.uint8))
+        tensor([[1.5000, 1.5000]])
+    """
+
+    def __init__(  # noqa: PLR0913  # one argument per kernel parameter
+        self,
+        weight: torch.Tensor,
+        scale: torch.Tensor,
+        bias: torch.Tensor | None,
+        x: QParams,
+        out: QParams | None,
+        *,
+        post_op: str = "none",
+        post_op_args: tuple[float, ...] = (),
+    ) -> None:
+        super().__init__(weight, scale, bias)
+        assert x.scale is not None  # static input
+        assert x.zero_point is not None
+        self.x_scale, self.x_zero_point = float(x.scale), int(x.zero_point)
+        self.out_scale, self.out_zero_point, self.out_dtype = _out_args(out)
+        self.post_op, self.post_op_args = post_op, list(post_op_args)
+
+    def _weight(self) -> torch.Tensor:
+        if self._packed is None:
+            self._packed = _ONEDNN.qlinear_prepack(self.weight, None)
+        return self._packed
+
+    def forward(self, qx: torch.Tensor) -> torch.Tensor:
+        """Run the kernel on ``qx`` (uint8, any leading shape)."""
+        result: torch.Tensor = _ONEDNN.qlinear_pointwise(
+            qx, self.x_scale, self.x_zero_point, self._weight(), self.weight_scale,
+            self.weight_zero_point, self.bias, self.out_scale, self.out_zero_point,
+            self.out_dtype, self.post_op, self.post_op_args, "",
+        )  # fmt: skip
+        return result
+
+
+class DynamicQLinear(QLinear):
+    """Dynamic int8 linear: the float input is quantized per call, the output is float.
+
+    The input qparams come from ``fxquant.qdq.choose_qparams_per_tensor`` over the
+    ``x`` range, exactly as the reference model chooses them.
+
+    Example:
+        >>> x = QParams(torch.uint8, 0, 255, is_dynamic=True)
+        >>> w = torch.ones(2, 3, dtype=torch.int8)
+        >>> kernel = DynamicQLinear(w, torch.full((2,), 0.5), None, x)
+        >>> kernel(torch.ones(1, 3)).shape
+        torch.Size([1, 2])
+    """
+
+    def __init__(
+        self, weight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None, x: QParams
+    ) -> None:
+        static = QParams(x.dtype, x.quant_min, x.quant_max, scale=1.0, zero_point=0)
+        super().__init__(weight, scale, bias, static, None)
+        self.quant_min, self.quant_max, self.dtype = x.quant_min, x.quant_max, x.dtype
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Quantize ``x`` with qparams chosen from its range, then run the int8 kernel."""
+        from fxquant import qdq  # the core's numerics, shared with the reference model
+
+        scale, zero_point = qdq.choose_qparams_per_tensor(
+            x, self.quant_min, self.quant_max, self.dtype
+        )
+        qx = qdq.quantize_per_tensor(
+            x, scale, zero_point, self.quant_min, self.quant_max, self.dtype
+        )
+        result: torch.Tensor = _ONEDNN.qlinear_pointwise(
+            qx, float(scale), int(zero_point), self._weight(), self.weight_scale,
+            self.weight_zero_point, self.bias, 1.0, 0, torch.float32, "none", [], "",
+        )  # fmt: skip
+        return result
+
+
+class Fp16Linear(nn.Module):
+    """Linear with a float16 weight: float in, float out (``onednn.linear_dynamic_fp16``).
+
+    Example:
+        >>> kernel = Fp16Linear(torch.ones(2, 3), None)
+        >>> kernel(torch.ones(1, 3))
+        tensor([[3., 3.]])
+    """
+
+    _packed: torch.Tensor | None
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        super().__init__()
+        self.register_buffer("weight", weight.detach().to(torch.float16))
+        self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
+        self._packed = None
+
+    _load_from_state_dict = _Packed._load_from_state_dict
+    __getstate__ = _Packed.__getstate__
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Run the fp16-weight kernel on the float ``x``."""
+        if self._packed is None:
+            self._packed = _ONEDNN.linear_prepack_fp16(self.weight.float(), None)
+        result: torch.Tensor = _ONEDNN.linear_dynamic_fp16(x, self._packed, self.bias)
+        return result
+
+
+class QConv(_Packed):
+    """Static int8 conv 1d/2d/3d (+ relu), optionally adding a uint8 tensor (``"sum"``).
+
+    Args:
+        weight: int8 ``[out, in / groups, *kernel]``.
+        scale: float32 per-output-channel weight scales.
+        bias: float bias or ``None``.
+        conv: the float (or reference) conv module: stride, padding, dilation, groups.
+        qparams: ``(x, out)``, or ``(x, out, accumulate)`` for conv + add: the added
+            tensor's qparams; ``out`` ``None`` gives a float output.
+        relu: apply relu after the (conv + add).
+
+    Example:
+        >>> x = QParams(torch.uint8, 0, 255, scale=0.1, zero_point=0)
+        >>> conv = nn.Conv2d(1, 1, 1, bias=False)
+        >>> w = torch.ones(1, 1, 1, 1, dtype=torch.int8)
+        >>> kernel = QConv(w, torch.ones(1), None, conv, (x, x))
+        >>> int(kernel(torch.full((1, 1, 2, 2), 7, dtype=torch.uint8))[0, 0, 0, 0])
+        7
+    """
+
+    def __init__(  # one argument per kernel parameter
+        self,
+        weight: torch.Tensor,
+        scale: torch.Tensor,
+        bias: torch.Tensor | None,
+        conv: nn.Module,
+        qparams: tuple[QParams, QParams | None] | tuple[QParams, QParams | None, QParams],
+        *,
+        relu: bool = False,
+    ) -> None:
+        super().__init__(weight, scale, bias)
+        x, out = qparams[0], qparams[1]
+        assert x.scale is not None  # static input
+        assert x.zero_point is not None
+        self.x_scale, self.x_zero_point = float(x.scale), int(x.zero_point)
+        self.out_scale, self.out_zero_point, self.out_dtype = _out_args(out)
+        self.accumulate = None if len(qparams) < 3 else _out_args(qparams[2])
+        self.dims = weight.dim() - 2
+        self.geometry = (
+            list(conv.stride), list(conv.padding), list(conv.dilation), int(conv.groups)  # type: ignore[arg-type]  # conv attributes are tuples
+        )  # fmt: skip
+        # oneDNN's int8 conv3d has no relu post op: clamp at the output zero point instead
+        self.unary = "relu" if relu and self.dims != 3 else "none"
+        self.clamp = relu and self.dims == 3
+        # set by a lowering rule that knows the added tensor has no later reader
+        self.reuse_accumulate = False
+
+    def _weight(self) -> torch.Tensor:
+        if self._packed is None:
+            stride, padding, dilation, groups = self.geometry
+            self._packed = _ONEDNN.qconv_prepack(
+                self.weight, self.weight_scale, self.x_scale, self.x_zero_point,
+                stride, padding, dilation, groups, None,
+            )  # fmt: skip
+        return self._packed
+
+    def forward(self, qx: torch.Tensor, accumulate: torch.Tensor | None = None) -> torch.Tensor:
+        """Run the conv on ``qx`` (uint8); add ``accumulate`` (uint8) when fused with add."""
+        if self.dims == 2:  # only 2-d convs take channels_last
+            qx = qx.contiguous(memory_format=torch.channels_last)
+        head = (qx, self.x_scale, self.x_zero_point, self._weight(), self.weight_scale,
+                self.weight_zero_point)  # fmt: skip
+        if self.accumulate is None or accumulate is None:
+            op = (_ONEDNN.qconv1d_pointwise, _ONEDNN.qconv2d_pointwise,
+                  _ONEDNN.qconv3d_pointwise)[self.dims - 1]  # fmt: skip
+            result: torch.Tensor = op(
+                *head, self.bias, *self.geometry, self.out_scale, self.out_zero_point,
+                self.out_dtype, self.unary, [], "",
+            )  # fmt: skip
+            return result.clamp_min_(self.out_zero_point) if self.clamp else result
+        # the kernel writes into its accumulator: a copy unless nothing reads it afterwards
+        accumulated = accumulate.contiguous(memory_format=torch.channels_last)
+        if not self.reuse_accumulate or accumulated.data_ptr() != accumulate.data_ptr():
+            accumulated = accumulated.clone(memory_format=torch.channels_last)
+        accumulate_scale, accumulate_zero_point, _ = self.accumulate
+        result = _ONEDNN.qconv2d_pointwise.binary(
+            *head, accumulated, self.bias, *self.geometry, self.out_scale,
+            self.out_zero_point, self.out_dtype, accumulate_scale, accumulate_zero_point,
+            "sum", 1.0, self.unary, [], "",
+        )  # fmt: skip
+        return result
+
+
+class QAdd(nn.Module):
+    """``a + b`` (+ relu) of two quantized tensors, requantized to the output's qparams.
+
+    Computed as ``round((qa - za) * sa / so + (qb - zb) * sb / so) + zo`` in float32,
+    which is within one output step of the reference and correct over the whole
+    uint8 range (``torch.ops.onednn.qadd`` is not, for values >= 128, in torch 2.13).
+
+    Example:
+        >>> q = QParams(torch.uint8, 0, 255, scale=0.5, zero_point=10)
+        >>> add = QAdd(q, q, q)
+        >>> seven = torch.full((2,), 17, dtype=torch.uint8)  # (17 - 10) * 0.5 = 3.5
+        >>> add(seven, seven).tolist()  # 7.0 -> 14 + 10
+        [24, 24]
+    """
+
+    def __init__(self, a: QParams, b: QParams, out: QParams, *, relu: bool = False) -> None:
+        super().__init__()
+        for q in (a, b, out):
+            assert q.scale is not None  # static qparams
+            assert q.zero_point is not None
+        so = float(out.scale)  # type: ignore[arg-type]  # checked above
+        sa, sb = float(a.scale) / so, float(b.scale) / so  # type: ignore[arg-type]  # checked above
+        za, zb, zo = float(a.zero_point), float(b.zero_point), float(out.zero_point)  # type: ignore[arg-type]  # checked above
+        # y = qa * sa + qb * sb + offset: three passes over the data, then round and clamp
+        self.scales = (sa, sb)
+        self.offset = zo - za * sa - zb * sb
+        low = int(zo) if relu else out.quant_min
+        self.out = (low, out.quant_max, out.dtype)
+
+    def forward(self, qa: torch.Tensor, qb: torch.Tensor) -> torch.Tensor:
+        """Add the integers of ``qa`` and ``qb`` as the real numbers they stand for."""
+        low, high, dtype = self.out
+        y = torch.mul(qa, self.scales[0]).add_(qb, alpha=self.scales[1])
+        y.add_(self.offset).round_()
+        return y.clamp_(low, high).to(dtype)
