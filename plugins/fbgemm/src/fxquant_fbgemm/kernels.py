@@ -1,0 +1,26 @@
+"""The kernels of the ``fbgemm`` backend: PyTorch's quint8 kernels on the fbgemm engine.
+
+Which kernel runs each reference pattern is shared with every quint8 engine
+(:func:`fxquant.kernels.quantized_engine.lowering_rules`); this backend states its
+engine only.
+"""
+
+from __future__ import annotations
+
+from fxquant.kernels import quantized_engine
+from fxquant.registry import LoweringRule
+
+from fxquant_fbgemm.patterns import pattern_configs
+
+ENGINE = "fbgemm"
+
+
+def lowering_rules() -> list[LoweringRule]:
+    """One rule per reference pattern of the backend, on the fbgemm engine.
+
+    Example:
+        >>> any(rule.name == "fbgemm_linear" for rule in lowering_rules())
+        True
+    """
+    rules: list[LoweringRule] = quantized_engine.lowering_rules(ENGINE, pattern_configs())
+    return rules
