@@ -2,42 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterable
 from typing import Any
 
 from fxquant.config.backend import BackendPatternConfig, DTypeConfig, DTypeWithConstraints
-from fxquant.config.pattern import MatchAllNode, simple_to_complex, validate_complex
 from fxquant.config.qconfig import QConfig
 from fxquant.dtypes import dtypes_match, is_float_dtype
-
-# torch.ao module prefix -> fxquant module holding the class of the same name (longest first)
-_AO_TO_FXQUANT = (
-    ("torch.ao.nn.intrinsic.qat", "fxquant.nn.intrinsic.qat"),
-    ("torch.ao.nn.intrinsic", "fxquant.nn.intrinsic"),
-    ("torch.ao.nn.qat", "fxquant.nn.qat"),
-    ("torch.ao.nn.quantized.reference", "fxquant.nn.reference"),
-)
-
-
-def to_fxquant(op: Any) -> Any:
-    """A torch.ao class (or nested pattern of them) as its fxquant counterpart, by class name."""
-    if isinstance(op, tuple):
-        return tuple(to_fxquant(part) for part in op)
-    if isinstance(op, type) and op.__name__ == "MatchAllNode":
-        return MatchAllNode
-    if isinstance(op, type):
-        for prefix, target in _AO_TO_FXQUANT:
-            if op.__module__.startswith(prefix):
-                return getattr(importlib.import_module(target), op.__name__)
-    return op
-
-
-def ao_normalized_pattern(ao_config: Any) -> Any:
-    """The fxquant normalized (complex-format) pattern of a torch.ao BackendPatternConfig."""
-    if ao_config._pattern_complex_format is not None:
-        return validate_complex(to_fxquant(ao_config._pattern_complex_format))
-    return simple_to_complex(to_fxquant(ao_config.pattern))
 
 
 def by_pattern(configs: Iterable[BackendPatternConfig]) -> dict[Any, BackendPatternConfig]:

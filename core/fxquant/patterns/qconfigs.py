@@ -24,7 +24,11 @@ from fxquant.config.qconfig import QConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.patterns.fixed_qparams import FixedQParams, fixed_qparams_ops
 
-__all__ = ["fixed_qparams_qconfig", "reference_default_qconfig_mapping"]
+__all__ = [
+    "fixed_qparams_qconfig",
+    "mapping_with_overrides",
+    "reference_default_qconfig_mapping",
+]
 
 _TRANSPOSED = (
     nn.ConvTranspose1d,
@@ -97,6 +101,32 @@ def reference_default_qconfig_mapping(is_qat: bool = False) -> QConfigMapping:
     per_tensor_weight = (
         fake_quantize.default_weight_fake_quant if is_qat else observer.default_weight_observer
     )
+    return mapping_with_overrides(base, per_tensor_weight, is_qat)
+
+
+def mapping_with_overrides(base: QConfig, per_tensor_weight: Any, is_qat: bool) -> QConfigMapping:
+    """A mapping with ``base`` globally and the overrides of the module docstring.
+
+    Transposed convs get ``per_tensor_weight`` (with ``base``'s activation),
+    layer norm a float weight, and fixed-qparams ops their exact grid; a
+    backend with other global observers builds its default mapping with it.
+
+    Args:
+        base: the global QConfig.
+        per_tensor_weight: the weight observer (or fake-quantize) constructor
+            of transposed convs.
+        is_qat: fake-quantize modules for the fixed-qparams ops.
+
+    Example:
+        >>> import torch
+        >>> from fxquant.config import defaults
+        >>> base = defaults.default_per_channel_qconfig
+        >>> mapping = mapping_with_overrides(base, base.weight, is_qat=False)
+        >>> mapping.qconfig_for("", torch.nn.LayerNorm).weight().dtype
+        torch.float32
+    """
+    from fxquant import observer  # heavy: only when asked
+
     mapping = QConfigMapping().set_global(base)
     transposed = QConfig(activation=base.activation, weight=per_tensor_weight)
     for conv_transpose in _TRANSPOSED:

@@ -85,6 +85,7 @@ def share_qparams_ops() -> tuple[Pattern, ...]:
         torch.mean,
         torch.narrow,
         torch.permute,
+        torch.relu,
         torch.repeat_interleave,
         torch.squeeze,
         torch.stack,

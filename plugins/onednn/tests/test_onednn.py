@@ -151,7 +151,9 @@ def test_conv_add_runs_as_one_conv_with_sum_post_op(relu: bool) -> None:
     model = ConvAdd(relu)
     model.bn.running_mean.uniform_(-0.3, 0.3)
     lowered, _ = lower(model, torch.randn(2, 4, 7, 7))
-    assert kernel_types(lowered) == ["QConv", "QConv"]
+    # the add runs inside the second conv; torch.relu (a shared-qparams op) on the integers
+    relu_after = ["IntegerReLU"] if relu else []
+    assert kernel_types(lowered) == ["QConv", "IntegerReLU", "QConv", *relu_after]
     assert_within_one_step(model, torch.randn(2, 4, 7, 7), "QConv")
 
 
