@@ -48,8 +48,10 @@ def install_core(session: nox.Session, *extras: str) -> None:
 
 @nox.session(python="3.11")
 def tests(session: nox.Session) -> None:
-    """Core tests with coverage, then each plugin folder's tests."""
+    """Core tests and doctests with coverage (every plugin installed), then each plugin's tests."""
     install_core(session, "test")
+    if PLUGINS:  # one pip call: plugins that build on each other resolve locally
+        session.install(*(f"-e./plugins/{name}[test]" for name in PLUGINS))
     session.run(
         "pytest",
         "tests",
@@ -59,8 +61,6 @@ def tests(session: nox.Session) -> None:
         *session.posargs,
         env={"OMP_NUM_THREADS": "1"},
     )
-    if PLUGINS:  # one pip call: plugins that build on each other resolve locally
-        session.install(*(f"-e./plugins/{name}[test]" for name in PLUGINS))
     for name in PLUGINS:
         session.run("pytest", f"plugins/{name}/tests", env={"OMP_NUM_THREADS": "1"})
 

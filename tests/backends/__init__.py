@@ -1,0 +1,1 @@
+"""Cross-backend tests: each runs for every installed first-party CPU backend (issue 5)."""
