@@ -48,18 +48,12 @@ MODELS = (
 )
 EVAL_SEED = 7
 
-_MAXPOOL = (
-    "quantized_engine MaxPool2d kernel: RuntimeError input_depth * input_height * input_width "
-    "<= int max at 32 px and above (ResNet-50 cannot run on this backend); issue #5"
-)
 _LAYER_NORM = (
     "onednn replay() passes an unresolved _Arg as F.layer_norm's weight: TypeError "
     "(BERT-like models cannot run on onednn); issue #5"
 )
 # Known plugin bugs, pinned so that a fix shows up (strict) and nothing else regresses.
 KNOWN_BUGS: dict[tuple[str, str], str] = {
-    ("fbgemm", "resnet_32px"): _MAXPOOL,
-    ("qnnpack", "resnet_32px"): _MAXPOOL,
     ("onednn", "bert"): _LAYER_NORM,
     ("onednn", "encoder"): _LAYER_NORM,
 }

@@ -884,6 +884,30 @@ _INTEGER_MODULES: tuple[type[nn.Module], ...] = (
     nn.Flatten, nn.Identity, nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d,
 )  # fmt: skip
 _RELUS: frozenset[Any] = frozenset({torch.relu, torch.nn.functional.relu, "relu"})
+_MAX_POOLS: tuple[type[nn.Module], ...] = (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d)
+_MAX_POOL_FUNCTIONS: frozenset[Any] = frozenset(
+    {torch.nn.functional.max_pool1d, torch.nn.functional.max_pool2d, torch.nn.functional.max_pool3d}
+)
+
+
+def max_pool_integers(
+    x: torch.Tensor, pool: Callable[..., torch.Tensor], *args: Any, **kwargs: Any
+) -> torch.Tensor:
+    """Max pooling of uint8 values through a quint8 view (no copy; max ignores qparams).
+
+    torch 2.13's uint8 max pooling refuses channels_last inputs of 32x32 and more
+    ("input_depth * input_height * input_width <= int max"), and the conv kernels
+    return channels_last; the quint8 kernel pools them natively.
+
+    Example:
+        >>> x = torch.arange(16, dtype=torch.uint8).reshape(1, 1, 4, 4)
+        >>> max_pool_integers(x, torch.nn.functional.max_pool2d, 2).flatten().tolist()
+        [5, 7, 13, 15]
+    """
+    if x.dtype != torch.uint8:
+        return pool(x, *args, **kwargs)
+    with _Quiet():
+        return as_uint8(pool(as_quint8(x, 1.0, 0), *args, **kwargs))
 
 
 def _integer_step(step: Step, module: nn.Module | None, out: TensorQParams) -> Step | None:
@@ -900,11 +924,16 @@ def _integer_step(step: Step, module: nn.Module | None, out: TensorQParams) -> S
     if step.kind == "module":
         if isinstance(module, nn.ReLU):
             return Step("function", torch.clamp_min, (*step.args, zero_point), {})
+        if isinstance(module, _MAX_POOLS):
+            return Step("function", max_pool_integers, (step.args[0], module), {})
         return step if isinstance(module, _INTEGER_MODULES) else None
     if step.target in _RELUS and not step.kwargs.get("inplace", False):
         return Step("function", torch.clamp_min, (step.args[0], zero_point), {})
     if step.kind == "method":
         return step if step.target in _VIEW_METHODS else None
+    if step.target in _MAX_POOL_FUNCTIONS:
+        pooled = (step.args[0], step.target, *step.args[1:])
+        return Step("function", max_pool_integers, pooled, dict(step.kwargs))
     return step if step.target in _INTEGER_FUNCTIONS else None
 
 
