@@ -48,15 +48,8 @@ MODELS = (
 )
 EVAL_SEED = 7
 
-_LAYER_NORM = (
-    "onednn replay() passes an unresolved _Arg as F.layer_norm's weight: TypeError "
-    "(BERT-like models cannot run on onednn); issue #5"
-)
 # Known plugin bugs, pinned so that a fix shows up (strict) and nothing else regresses.
-KNOWN_BUGS: dict[tuple[str, str], str] = {
-    ("onednn", "bert"): _LAYER_NORM,
-    ("onednn", "encoder"): _LAYER_NORM,
-}
+KNOWN_BUGS: dict[tuple[str, str], str] = {}
 KNOWN_ACCURACY_GAPS: dict[tuple[str, str], str] = {
     ("qnnpack", "mobilenet"): (
         "lowered 44.3 dB vs reference 45.3 dB: QNNPACK rounds differently from the "

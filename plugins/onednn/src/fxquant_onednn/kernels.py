@@ -217,6 +217,8 @@ def _steps(match: LoweringMatch) -> tuple[list[_Step], list[nn.Module]]:
 def _fill(value: Any, inputs: Sequence[Any], results: list[Any]) -> Any:
     if isinstance(value, (list, tuple)):
         return type(value)(_fill(v, inputs, results) for v in value)
+    if isinstance(value, dict):  # keyword arguments (F.layer_norm's weight=, bias=)
+        return {k: _fill(v, inputs, results) for k, v in value.items()}
     if isinstance(value, _Arg):
         return inputs[value.index] if value.index >= 0 else results[-1 - value.index]
     return value
