@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import importlib
 import io
 import pickle
 import subprocess
@@ -43,6 +42,7 @@ from torch import fx, nn
 
 import fxquant
 from fxquant.config import defaults
+from fxquant.torch_ao_names import as_fxquant_class
 
 __all__ = [
     "LOWERING_CASES",
@@ -712,36 +712,16 @@ def check_hooks_answer_only_for(
         raise AssertionError(msg)
 
 
-# torch.ao module prefix -> the fxquant module with the class of the same name (longest first)
-_AO_TO_FXQUANT = (
-    ("torch.ao.nn.intrinsic.qat", "fxquant.nn.intrinsic.qat"),
-    ("torch.ao.nn.intrinsic", "fxquant.nn.intrinsic"),
-    ("torch.ao.nn.qat", "fxquant.nn.qat"),
-    ("torch.ao.nn.quantized.reference", "fxquant.nn.reference"),
-)
-
-
 def ao_op_as_fxquant(op: Any) -> Any:
     """A torch.ao class (or nested pattern of them) as the fxquant class of the same name.
 
-    Matches by module name only (this module imports no torch.ao); other ops
-    (torch functions, ``nn`` modules, method names) are returned as they are.
+    Kept for plugin tests; see :func:`fxquant.torch_ao_names.as_fxquant_class`.
 
     Example:
         >>> ao_op_as_fxquant((torch.nn.ReLU, "relu"))
         (<class 'torch.nn.modules.activation.ReLU'>, 'relu')
     """
-    from fxquant.config.pattern import MatchAllNode
-
-    if isinstance(op, tuple):
-        return tuple(ao_op_as_fxquant(part) for part in op)
-    if isinstance(op, type) and op.__name__ == "MatchAllNode":
-        return MatchAllNode
-    if isinstance(op, type):
-        for prefix, target in _AO_TO_FXQUANT:
-            if op.__module__.startswith(prefix):
-                return getattr(importlib.import_module(target), op.__name__)
-    return op
+    return as_fxquant_class(op)
 
 
 def ao_normalized_pattern(ao_config: Any) -> Any:

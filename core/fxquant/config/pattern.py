@@ -23,6 +23,7 @@ from typing import Any, TypeAlias
 import torch
 
 from fxquant.errors import ConfigError, ConfigTypeError
+from fxquant.torch_ao_names import is_torch_ao_match_all
 
 __all__ = [
     "MatchAllNode",
@@ -41,8 +42,6 @@ Pattern: TypeAlias = Any
 """An op, or a (possibly nested) tuple of ops; see the module docstring."""
 
 _SIMPLE_LENGTHS = (2, 3)
-# torch.ao's own sentinel, recognised by name so its configs load without importing torch.ao
-_AO_MATCH_ALL = ("torch.ao.quantization.utils", "MatchAllNode")
 
 
 class MatchAllNode:
@@ -67,7 +66,7 @@ def is_match_all(op: object) -> bool:
     """
     if op is MatchAllNode:
         return True
-    return isinstance(op, type) and (op.__module__, op.__name__) == _AO_MATCH_ALL
+    return is_torch_ao_match_all(op)
 
 
 def op_kind(op: object) -> str:

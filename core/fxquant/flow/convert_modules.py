@@ -138,13 +138,10 @@ def _reference_class(cls: type) -> type:
     torch.ao's reference modules compute with ``torch.quint8``/``qint8`` tensors,
     which fxquant never creates; fxquant's have the same names and numerics.
     """
-    if cls.__module__.startswith("torch.ao."):
-        from fxquant.nn import reference
+    from fxquant.torch_ao_names import as_fxquant_class
 
-        ours = getattr(reference, cls.__name__, None)
-        if isinstance(ours, type):
-            return ours
-    return cls
+    found: type = as_fxquant_class(cls)
+    return found
 
 
 def _weight_observer(info: NodeInfo, module: nn.Module, qat_fake_quant: nn.Module | None) -> Any:

@@ -80,10 +80,11 @@ class QuantizationTracer(fx.Tracer):
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
         """Configured names/classes and fxquant's own modules are leaves, then torch's rule."""
         from fxquant.nn import is_leaf_module  # lazy: nn imports its submodules on demand
+        from fxquant.torch_ao_names import is_torch_ao_module_class
 
         if module_qualified_name in self.leaf_names or isinstance(m, self.leaf_classes):
             return True
-        if is_leaf_module(m) or type(m).__module__.startswith("torch.ao.nn."):
+        if is_leaf_module(m) or is_torch_ao_module_class(type(m)):
             return True  # fused torch.ao modules are Sequentials, which torch.fx would enter
         return bool(super().is_leaf_module(m, module_qualified_name))
 

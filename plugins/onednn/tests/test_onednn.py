@@ -15,6 +15,7 @@ import fxquant.observer
 import pytest
 import torch
 import torch.nn.functional as F
+from fxquant.torch_ao_names import as_fxquant_class
 from fxquant_onednn.kernels import FloatOp, IntegerOp
 from fxquant_onednn.patterns import LinearLeakyReLU, LinearTanh, pattern_configs
 from hypothesis import given, settings
@@ -357,20 +358,7 @@ def test_every_pattern_that_reaches_the_reference_model_has_a_rule() -> None:
 
 def _to_fxquant(op: Any) -> Any:
     """torch.ao's classes as fxquant's (or this plugin's) class of the same name."""
-    if isinstance(op, tuple):
-        return tuple(_to_fxquant(part) for part in op)
-    if isinstance(op, type) and op.__module__.startswith("torch.ao."):
-        if op.__name__ == "MatchAllNode":
-            return importlib.import_module("fxquant.config.pattern").MatchAllNode
-        for module in ("fxquant.nn.intrinsic.qat", "fxquant.nn.intrinsic", "fxquant.nn.qat",
-                       "fxquant.nn.reference", "fxquant_onednn.patterns"):  # fmt: skip
-            is_qat = ".qat" in op.__module__
-            if is_qat != module.endswith("qat"):
-                continue
-            found = getattr(importlib.import_module(module), op.__name__, None)
-            if found is not None:
-                return found
-    return op
+    return as_fxquant_class(op, ("fxquant_onednn.patterns",))
 
 
 def torch_ao_patterns(getter: str) -> set[Any]:

@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from fxquant.config.pattern import simple_to_complex, validate_complex
+from fxquant.torch_ao_names import as_fxquant_class
 from fxquant_x86.patterns import pattern_configs
 from torch import fx, nn
 
@@ -127,18 +128,8 @@ def test_residual_block_lowers_both_convs_while_the_residual_add_stays_float() -
 
 
 def _to_fxquant(op: Any) -> Any:
-    if isinstance(op, tuple):
-        return tuple(_to_fxquant(part) for part in op)
-    if isinstance(op, type) and op.__module__.startswith("torch.ao."):
-        if op.__name__ == "MatchAllNode":
-            return importlib.import_module("fxquant.config.pattern").MatchAllNode
-        qat = ".qat" in op.__module__
-        for module in ("fxquant.nn.intrinsic", "fxquant.nn", "fxquant.nn.reference"):
-            name = f"{module}.qat" if qat and module != "fxquant.nn.reference" else module
-            found = getattr(importlib.import_module(name), op.__name__, None)
-            if isinstance(found, type):
-                return found
-    return op
+    """torch.ao's classes as fxquant's (or this plugin's) class of the same name."""
+    return as_fxquant_class(op)
 
 
 def test_every_pattern_of_torch_x86_config_is_supported() -> None:

@@ -1,0 +1,80 @@
+"""torch.ao objects recognised by name, so configs and models written for torch.ao keep working.
+
+fxquant never imports ``torch.ao`` (PyTorch is removing it), yet users' configs
+name its classes (the seed tutorial sets ``torch.ao.nn.intrinsic.ConvReLU2d`` as
+a fused module) and their models may contain its fused modules. This module is
+the one place that knows torch.ao's module names; nothing here imports torch.ao.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["as_fxquant_class", "is_torch_ao_match_all", "is_torch_ao_module_class"]
+
+# torch.ao module prefix -> the fxquant module with the class of the same name (longest first)
+_AO_TO_FXQUANT = (
+    ("torch.ao.nn.intrinsic.qat", "fxquant.nn.intrinsic.qat"),
+    ("torch.ao.nn.intrinsic", "fxquant.nn.intrinsic"),
+    ("torch.ao.nn.qat", "fxquant.nn.qat"),
+    ("torch.ao.nn.quantized.reference", "fxquant.nn.reference"),
+)
+_AO_NN = "torch.ao.nn."
+_AO_MATCH_ALL = ("torch.ao.quantization.utils", "MatchAllNode")
+
+
+def is_torch_ao_module_class(cls: type) -> bool:
+    """True for a module class defined under ``torch.ao.nn`` (fused, QAT, reference...).
+
+    Example:
+        >>> import torch
+        >>> is_torch_ao_module_class(torch.nn.Conv2d)
+        False
+    """
+    return cls.__module__.startswith(_AO_NN)
+
+
+def is_torch_ao_match_all(op: object) -> bool:
+    """True for torch.ao's ``MatchAllNode`` sentinel (pattern configs may hold it).
+
+    Example:
+        >>> is_torch_ao_match_all(object)
+        False
+    """
+    return isinstance(op, type) and (op.__module__, op.__name__) == _AO_MATCH_ALL
+
+
+def as_fxquant_class(op: Any, extra_modules: Sequence[str] = ()) -> Any:
+    """A torch.ao class (or a nested pattern of them) as the fxquant class of the same name.
+
+    Args:
+        op: an op, a torch.ao class, or a tuple pattern of them.
+        extra_modules: modules to look in when fxquant has no class of that name
+            (a plugin's own fused modules, e.g. ``"fxquant_onednn.patterns"``).
+
+    Other ops (torch functions, ``nn`` modules, method names), and torch.ao classes
+    that have no counterpart, are returned as they are.
+
+    Example:
+        >>> import torch
+        >>> as_fxquant_class((torch.nn.ReLU, "relu"))
+        (<class 'torch.nn.modules.activation.ReLU'>, 'relu')
+    """
+    if isinstance(op, tuple):
+        return tuple(as_fxquant_class(part, extra_modules) for part in op)
+    if is_torch_ao_match_all(op):
+        from fxquant.config.pattern import MatchAllNode
+
+        return MatchAllNode
+    if not isinstance(op, type):
+        return op
+    for prefix, target in _AO_TO_FXQUANT:
+        if op.__module__.startswith(prefix):
+            for module in (target, *extra_modules):
+                found = getattr(importlib.import_module(module), op.__name__, None)
+                if isinstance(found, type):
+                    return found
+            break
+    return op
