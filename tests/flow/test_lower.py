@@ -19,6 +19,7 @@ from fxquant.config.backend import BackendPatternConfig
 from fxquant.errors import QuantizationSkipped
 from fxquant.flow.convert import convert_fx, convert_to_reference_fx
 from fxquant.flow.state import META_KEY
+from fxquant.kernels import boundary
 from fxquant.nn import reference
 from fxquant.observer import MinMaxObserver
 from fxquant.patterns import conv_configs, linear_configs
@@ -203,8 +204,9 @@ def test_lowered_model_runs_integer_kernels_between_float_boundaries(testint8: A
     gm = convert_fx(prepared)
     assert kernels(gm) == ["QConv2d", "QConv2d", "QAdd", "QLinear"]
     found = [n.target for n in gm.graph.nodes if n.op == "call_function"]
-    # one quantize at the float input, dequantize before the float mean and at the output
-    assert found.count(OPS.quantize_per_tensor.default) == 2
+    # the float32 boundary quantize at the float input and after the float mean
+    assert found.count(boundary.quantize_per_tensor) == 2
+    assert OPS.quantize_per_tensor.default not in found
     assert found.count(OPS.dequantize_per_tensor.default) == 2
     assert isinstance(gm.conv1, QConv2d)
 

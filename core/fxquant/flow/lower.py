@@ -10,9 +10,12 @@ at prepare and the rule's ``build`` returns a kernel::
 The kernel takes the integers behind each ``dequantize`` input (the float tensor
 behind a dynamic one) and replaces the output ``quantize``. Afterwards the
 weights that feed a kernel through ``quantize(get_attr)`` are quantized once
-and stored as integer buffers, and quantize/dequantize steps left without
-users are removed. The report marks lowered nodes ``lowered`` and gives every
-other quantized node the reason ``no_lowering_kernel``.
+and stored as integer buffers, quantize/dequantize steps left without users
+are removed, and the quantize steps that feed kernels from float values run
+``fxquant.kernels.boundary.quantize_per_tensor`` (float32, within one step of
+the reference op, about 2x faster than its bit-exact float64 path). The report
+marks lowered nodes ``lowered`` and gives every other quantized node the reason
+``no_lowering_kernel``.
 """
 
 from __future__ import annotations
@@ -214,6 +217,20 @@ def _fold_weights(gm: GraphModule) -> None:
         gm.graph.erase_node(node)
 
 
+def _fast_boundaries(gm: GraphModule) -> None:
+    """Static quantize steps that feed a kernel -> the float32 boundary quantize.
+
+    A quantize feeding only dequantize steps belongs to a pattern left in
+    reference form, which keeps the reference numerics.
+    """
+    from fxquant.kernels import boundary
+
+    for node in gm.graph.nodes:
+        static = node.op == "call_function" and node.target == _OPS.quantize_per_tensor.default
+        if static and any(u.target not in QDQ_OPS for u in node.users):
+            node.target = boundary.quantize_per_tensor
+
+
 def _remove_dead(gm: GraphModule) -> None:
     removable = {*QDQ_OPS, _OPS.choose_qparams_per_tensor.default, operator.getitem}
     for node in reversed(list(gm.graph.nodes)):
@@ -263,4 +280,5 @@ def lower(gm: GraphModule, rules: Sequence[LoweringRule], backend: str, report: 
                 lowered.update(names)
         _fold_weights(gm)
         _remove_dead(gm)
+        _fast_boundaries(gm)
     return _update_report(report, lowered, backend, bool(rules))
