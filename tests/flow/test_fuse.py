@@ -116,3 +116,57 @@ def test_conv_add_fusion_uses_the_root_and_extra_input_getters() -> None:
 def test_fused_graph_drops_the_absorbed_modules() -> None:
     gm = fuse_fx(cbr().eval())
     assert [name for name, _ in gm.named_children()] == ["0"]
+
+
+def _linear_relu_backend() -> fxquant.BackendConfig:
+    from fxquant.nn.fusers import fuse_linear_relu
+    from fxquant.patterns.reference import weighted_dtype_configs
+
+    return fxquant.BackendConfig("fused_only").set_backend_pattern_configs(
+        [
+            fxquant.BackendPatternConfig((nn.Linear, nn.ReLU))
+            .set_fuser_method(fuse_linear_relu)
+            .set_fused_module(intrinsic.LinearReLU),
+            fxquant.BackendPatternConfig(intrinsic.LinearReLU)
+            .set_dtype_configs(weighted_dtype_configs())
+            .set_root_module(nn.Linear),
+        ]
+    )
+
+
+def test_an_entry_for_the_fused_class_quantizes_a_pattern_whose_parts_are_float() -> None:
+    # relu float in general, yet quantized where a linear absorbs it (x86 does this
+    # for the adds of conv + add)
+    base = fxquant.get_default_qconfig_mapping("reference")
+    int8 = base.qconfig_for("0", nn.Linear)
+    qmap = (
+        QConfigMapping()
+        .set_global(int8)
+        .set_object_type(nn.ReLU, None)
+        .set_object_type(intrinsic.LinearReLU, int8)
+    )
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.ReLU()).eval()
+    gm = prepare_fx(model, qmap, (torch.randn(2, 4),), backend_config=_linear_relu_backend())
+    assert type(gm.get_submodule("0")) is intrinsic.LinearReLU
+    report = fxquant.flow.explain(gm, show=False)
+    assert report.entry("_0").status == "quantized"
+    alone = report.entry("_2")  # the second relu fuses into nothing: its own entry holds
+    assert alone.reason is not None
+    assert alone.reason.code == "qconfig_none"
+
+
+def test_a_module_name_entry_still_outranks_the_fused_class_entry() -> None:
+    base = fxquant.get_default_qconfig_mapping("reference")
+    int8 = base.qconfig_for("0", nn.Linear)
+    qmap = (
+        QConfigMapping()
+        .set_global(int8)
+        .set_object_type(intrinsic.LinearReLU, int8)
+        .set_module_name("1", None)
+    )
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU()).eval()
+    gm = prepare_fx(model, qmap, (torch.randn(2, 4),), backend_config=_linear_relu_backend())
+    assert type(gm.get_submodule("0")) is nn.Linear
+    reason = fxquant.flow.explain(gm, show=False).entry("_0").reason
+    assert reason is not None
+    assert reason.code == "fusion_qconfig_mismatch"

@@ -8,7 +8,8 @@ root; ``_extra_inputs_getter`` nodes become extra arguments::
     x -> conv -> bn -> relu        ==>   x -> conv(ConvReLU2d with the BN folded in)
 
 Fusion needs one qconfig for all nodes of a pattern (when a qconfig mapping is
-known). A pattern whose nodes disagree is refused and the matcher tries the
+known); a mapping entry for the fused module's class counts for all of them. A
+pattern whose nodes disagree is refused and the matcher tries the
 shorter candidates (conv -> bn -> add with a float add still fuses conv -> bn);
 its nodes that nothing fused carry the reason ``fusion_qconfig_mismatch``, which
 prepare reports for a node that no pattern quantizes on its own either.
@@ -157,12 +158,14 @@ def fuse(gm: fx.GraphModule, ctx: FlowContext, *, recompile: bool = True) -> fx.
         return gm
     modules = module_table(gm)
     qconfigs: Mapping[fx.Node, Any] = {}
+    assignment = None
     if ctx.qconfig_mapping is not None:
-        qconfigs = assign_qconfigs(gm, modules, ctx.qconfig_mapping).qconfigs
+        assignment = assign_qconfigs(gm, modules, ctx.qconfig_mapping)
+        qconfigs = assignment.qconfigs
     refused: dict[fx.Node, tuple[Match[BackendPatternConfig], Reason]] = {}  # by anchor
 
     def one_qconfig(match: Match[BackendPatternConfig]) -> bool:
-        reason = qconfig_mismatch(match, qconfigs)
+        reason = qconfig_mismatch(match, qconfigs, assignment)
         if reason is not None:
             refused.setdefault(match.anchor, (match, reason))
         return reason is None

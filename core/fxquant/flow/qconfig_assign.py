@@ -11,11 +11,18 @@ Priority, highest first (torch.ao's order):
                                    first the owning module's class, then the op
     global
 
+An object-type entry for a fused module class (``fxquant.nn.intrinsic.ConvAdd2d``)
+gives its qconfig to every node of a pattern that fuses into that class, over
+the object-type and global qconfigs of the parts: a mapping can keep ``add``
+float in general yet quantize the adds a conv absorbs (see ``qconfig_mismatch``).
+Entries naming a module (name, regex, order) still win.
+
 Entries naming modules (name, regex, order) that match nothing are returned too.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,6 +37,7 @@ from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.flow.match import Match
 from fxquant.flow.report import Reason
 from fxquant.flow.state import node_info
+from fxquant.nn.intrinsic import FusedModule
 
 __all__ = ["QConfigAssignment", "assign_qconfigs", "qconfig_mismatch"]
 
@@ -47,6 +55,8 @@ class QConfigAssignment:
 
     qconfigs: Mapping[fx.Node, QConfig | None]
     unused: tuple[Reason, ...]
+    named: frozenset[fx.Node] = frozenset()  # nodes whose qconfig a module-naming entry gave
+    fused_types: Mapping[Any, QConfig | None] = dataclasses.field(default_factory=dict)
 
 
 class _Resolver:
@@ -74,17 +84,21 @@ class _Resolver:
                 return table[t]
         return _MISSING
 
-    def resolve(self, path: str, types: tuple[Any, ...], order: tuple[Any, int] | None) -> Any:
+    def resolve(
+        self, path: str, types: tuple[Any, ...], order: tuple[Any, int] | None
+    ) -> tuple[Any, bool]:
+        """The qconfig, and whether an entry naming the module (not a type) gave it."""
         if order is not None:
             key = (path, order[0], order[1])
             self.orders_seen.add(key)
             orders = self.mapping.module_name_object_type_order_qconfigs
             if key in orders:
-                return orders[key]
-        for found in (self.by_name(path), self.by_type(*types)):
-            if found is not _MISSING:
-                return found
-        return self.mapping.global_qconfig
+                return orders[key], True
+        found = self.by_name(path)
+        if found is not _MISSING:
+            return found, True
+        found = self.by_type(*types)
+        return (self.mapping.global_qconfig if found is _MISSING else found), False
 
 
 def _parent(path: str) -> str:
@@ -109,11 +123,21 @@ def assign_qconfigs(
     resolver = _Resolver(mapping)
     counts: dict[tuple[str, Any], int] = {}
     qconfigs: dict[fx.Node, QConfig | None] = {}
+    named: set[fx.Node] = set()
     for node in gm.graph.nodes:
         if node.op in ("placeholder", "output"):
             continue
-        qconfigs[node] = _node_qconfig(node, modules, resolver, counts)
-    return QConfigAssignment(qconfigs, _unused(gm, modules, resolver))
+        qconfigs[node], by_name = _node_qconfig(node, modules, resolver, counts)
+        if by_name:
+            named.add(node)
+    fused_types = {
+        t: q
+        for t, q in mapping.object_type_qconfigs.items()
+        if isinstance(t, type) and issubclass(t, FusedModule)
+    }
+    return QConfigAssignment(
+        qconfigs, _unused(gm, modules, resolver), frozenset(named), fused_types
+    )
 
 
 def _node_qconfig(
@@ -121,7 +145,7 @@ def _node_qconfig(
     modules: Mapping[str, nn.Module],
     resolver: _Resolver,
     counts: dict[tuple[str, Any], int],
-) -> Any:
+) -> tuple[Any, bool]:
     info = node_info(node)
     if node.op == "get_attr":
         owner = _parent(str(node.target))
@@ -182,14 +206,24 @@ def _unused(
 
 
 def qconfig_mismatch(
-    match: Match[BackendPatternConfig], qconfigs: Mapping[fx.Node, Any]
+    match: Match[BackendPatternConfig],
+    qconfigs: Mapping[fx.Node, Any],
+    assignment: QConfigAssignment | None = None,
 ) -> Reason | None:
     """Why the nodes of ``match`` cannot be fused or quantized together, or None.
 
     All nodes of a pattern must share one qconfig (fusion and observation both
     refuse a match that breaks this, and the matcher tries shorter patterns).
+    With ``assignment``, a mapping entry for the class the pattern fuses into
+    stands for every node whose qconfig no module-naming entry gave.
     """
     found = [qconfigs.get(n) for n in match.nodes]
+    fused = match.payload.fused_module
+    if assignment is not None and fused in assignment.fused_types:
+        entry = assignment.fused_types[fused]
+        found = [
+            q if n in assignment.named else entry for n, q in zip(match.nodes, found, strict=True)
+        ]
     if all(q == found[0] for q in found):
         return None
     names = ", ".join(n.name for n in match.nodes)

@@ -3,7 +3,10 @@
 Like torchao's X86InductorQuantizer: conv (and its relu / add fusions), pooling
 and the inputs of Linear and matmul are int8; LayerNorm, softmax, GELU and the
 residual adds of transformers stay float. Putting those in int8 (torch.ao's x86
-default) costs BERT-like encoders about 17 dB of SQNR and buys no speed.
+default) costs BERT-like encoders about 17 dB of SQNR and buys no speed. An add
+that a conv absorbs (``ConvAdd2d``, ``ConvAddReLU2d``: ResNet and MobileNetV2
+blocks) is int8: oneDNN sums it in the conv's epilogue, which halves a ResNet's
+latency against a float add between dequantize and quantize steps.
 Weights: int8 symmetric per output channel; activations uint8 over 0..255.
 """
 
@@ -15,6 +18,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from fxquant.config.qconfig_mapping import QConfigMapping
+from fxquant.nn import intrinsic
 from fxquant.patterns import reference_default_qconfig_mapping
 from fxquant_onednn.qconfig import activation_qconfig
 from torch import nn
@@ -39,7 +43,11 @@ def default_qconfig_mapping(is_qat: bool) -> QConfigMapping:
         True
     """
     mapping = reference_default_qconfig_mapping(is_qat)
-    mapping.set_global(activation_qconfig(is_qat))
+    int8 = activation_qconfig(is_qat)
+    mapping.set_global(int8)
     for op in FLOAT_OPS:
         mapping.set_object_type(op, None)
+    # an entry for a fused class outranks its parts' entries: these adds are int8
+    for fused in (intrinsic.ConvAdd2d, intrinsic.ConvAddReLU2d):
+        mapping.set_object_type(fused, int8)
     return mapping
