@@ -38,10 +38,12 @@ from torch import fx, nn
 
 from fxquant_onednn.patterns import LinearLeakyReLU, LinearTanh
 
-__all__ = ["FloatOp", "IntegerOp", "IntegerReLU", "lowering_rules"]
+__all__ = ["FloatOp", "IntegerClamp", "IntegerOp", "IntegerReLU", "lowering_rules"]
 
 _ADD = (operator.add, torch.add, "add")
 _RELU = (nn.ReLU, F.relu, torch.relu, "relu")
+# clamps with fixed bounds: (min, max) from the module, or the function's arguments
+_HARDTANH = (nn.ReLU6, nn.Hardtanh, F.relu6, F.hardtanh, F.hardtanh_)
 # ops that pick or move values: exact on the integers when input and output share qparams
 _SELECT = (
     nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AdaptiveMaxPool1d, nn.AdaptiveMaxPool2d,
@@ -350,6 +352,45 @@ class IntegerReLU(nn.Module):
         return qx.clamp_min(self.zero_point)
 
 
+def _clamp_bounds(node: fx.Node, module: nn.Module | None) -> tuple[float, float] | None:
+    """(min, max) of a relu6 / hardtanh node, or None when they are not constants."""
+    if isinstance(module, nn.Hardtanh):  # nn.ReLU6 is a Hardtanh(0, 6)
+        return float(module.min_val), float(module.max_val)
+    if node.target is F.relu6:
+        return 0.0, 6.0
+    given = dict(zip(("min_val", "max_val"), node.args[1:3], strict=False)) | dict(node.kwargs)
+    low, high = given.get("min_val", -1.0), given.get("max_val", 1.0)
+    numbers = all(isinstance(v, (int, float)) for v in (low, high))
+    return (float(low), float(high)) if numbers else None
+
+
+class IntegerClamp(nn.Module):
+    """relu6 / hardtanh on the integers: a clamp to the quantized bounds (exact).
+
+    With the input's qparams shared by the output, ``quantize(hardtanh(dequantize(q)))``
+    is ``q`` clamped between the quantized ``min`` and ``max``.
+
+    Example:
+        >>> q = QParams(torch.uint8, 0, 255, scale=0.1, zero_point=10)
+        >>> IntegerClamp(q, 0.0, 6.0)(torch.tensor([3, 50, 90], dtype=torch.uint8)).tolist()
+        [10, 50, 70]
+    """
+
+    def __init__(self, out: QParams, low: float, high: float) -> None:
+        super().__init__()
+        assert out.scale is not None  # static qparams
+        assert out.zero_point is not None
+        bounds = qdq.quantize_per_tensor(
+            torch.tensor([low, high]), out.scale, out.zero_point, out.quant_min,
+            out.quant_max, out.dtype,
+        )  # fmt: skip
+        self.low, self.high = int(bounds[0]), int(bounds[1])
+
+    def forward(self, qx: torch.Tensor) -> torch.Tensor:
+        """Clamp the integers of ``qx``."""
+        return qx.clamp(self.low, self.high)
+
+
 def _dequantize(value: Any, q: QParams | None) -> Any:
     if q is None or q.is_dynamic or not isinstance(value, torch.Tensor):
         return value
@@ -425,6 +466,9 @@ def build_op(match: LoweringMatch) -> nn.Module | None:
     if len(ops) == 1 and len(static) == 1 and _same_qparams(match):
         if ops[0] in _RELU:
             return IntegerReLU(match.output)
+        bounds = _clamp_bounds(match.nodes[0], match.modules[0]) if ops[0] in _HARDTANH else None
+        if bounds is not None:
+            return IntegerClamp(match.output, *bounds)
         if ops[0] in _SELECT:
             return IntegerOp(match, average=False)
         if ops[0] in _AVERAGE:
