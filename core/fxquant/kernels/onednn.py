@@ -7,6 +7,8 @@ Every module here takes and returns plain integer tensors (never ``quint8``):
     Fp16Linear       torch.ops.onednn.linear_dynamic_fp16 (fp16 weight, float in and out)
     QConv            torch.ops.onednn.qconv{1,2,3}d_pointwise (+ ``.binary`` "sum" for conv + add)
     QAdd             int arithmetic add (+ relu); ``onednn.qadd`` is wrong for uint8 >= 128 in 2.13
+    IntegerClamp     relu6 / hardtanh on the integers; a conv or linear before it absorbs it
+                     as a ``hardtanh`` post op (no pass over the data of its own)
 
 Conv kernels keep activations channels_last, so a chain of convs never reorders.
 Weights are kept as int8 buffers (the state_dict) and prepacked on the first call;
@@ -25,6 +27,7 @@ from fxquant.registry.hookspecs import QParams
 __all__ = [
     "DynamicQLinear",
     "Fp16Linear",
+    "IntegerClamp",
     "QAdd",
     "QConv",
     "QLinear",
@@ -100,6 +103,53 @@ def _out_args(out: QParams | None) -> tuple[float, int, torch.dtype | None]:
     return float(out.scale), int(out.zero_point), dtype
 
 
+class IntegerClamp(nn.Module):
+    """A clamp of integers between two bounds: relu6 / hardtanh where input and output share
+    qparams (``quantize(hardtanh(dequantize(q)))`` is ``q`` clamped to the quantized bounds).
+
+    Args:
+        out: the shared qparams.
+        low: the real lower bound (``min_val``), quantized with ``out``.
+        high: the real upper bound (``max_val``).
+
+    Example:
+        >>> q = QParams(torch.uint8, 0, 255, scale=0.1, zero_point=10)
+        >>> IntegerClamp(q, 0.0, 6.0)(torch.tensor([3, 50, 90], dtype=torch.uint8)).tolist()
+        [10, 50, 70]
+    """
+
+    def __init__(self, out: QParams, low: float, high: float) -> None:
+        super().__init__()
+        from fxquant import qdq  # the reference numerics for the bounds
+
+        assert out.scale is not None  # static qparams
+        assert out.zero_point is not None
+        bounds = qdq.quantize_per_tensor(
+            torch.tensor([low, high]), out.scale, out.zero_point, out.quant_min,
+            out.quant_max, out.dtype,
+        )  # fmt: skip
+        self.low, self.high = int(bounds[0]), int(bounds[1])
+
+    def forward(self, qx: torch.Tensor) -> torch.Tensor:
+        """Clamp the integers of ``qx``."""
+        return qx.clamp(self.low, self.high)
+
+
+def _hardtanh_args(
+    clamp: nn.Module, scale: float, zero_point: int, post_op: str
+) -> list[float] | None:
+    """The real bounds of ``clamp`` as ``hardtanh`` post op arguments after ``post_op``, or None.
+
+    The kernel clamps before it quantizes its output with (``scale``, ``zero_point``):
+    the bounds are the reals the clamp's integers stand for, so quantizing them gives
+    those integers back. After a relu the lower bound is at least the zero point.
+    """
+    if not isinstance(clamp, IntegerClamp) or post_op not in ("none", "relu"):
+        return None
+    low = max(clamp.low, zero_point) if post_op == "relu" else clamp.low
+    return [(low - zero_point) * scale, (clamp.high - zero_point) * scale]
+
+
 class QLinear(_Packed):
     """Static int8 linear: uint8 input, int8 per-channel weight, uint8 (or float) output.
 
@@ -144,6 +194,16 @@ class QLinear(_Packed):
             self._packed = _ONEDNN.qlinear_prepack(self.weight, list(qx.shape))
         return self._packed
 
+    def absorb(self, kernel: nn.Module) -> bool:
+        """Take over a relu6 / hardtanh clamp that reads only this kernel's integer output."""
+        if self.out_dtype is not None:  # float or int8 output: not the clamp's integers
+            return False
+        bounds = _hardtanh_args(kernel, self.out_scale, self.out_zero_point, self.post_op)
+        if bounds is None:
+            return False
+        self.post_op, self.post_op_args = "hardtanh", bounds
+        return True
+
     def forward(self, qx: torch.Tensor) -> torch.Tensor:
         """Run the kernel on ``qx`` (uint8, any leading shape)."""
         result: torch.Tensor = _ONEDNN.qlinear_pointwise(
@@ -178,12 +238,13 @@ class DynamicQLinear(QLinear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Quantize ``x`` with qparams chosen from its range, then run the int8 kernel."""
         from fxquant import qdq  # the core's numerics, shared with the reference model
+        from fxquant.kernels import boundary
 
         scale, zero_point = qdq.choose_qparams_per_tensor(
             x, self.quant_min, self.quant_max, self.dtype
         )
-        qx = qdq.quantize_per_tensor(
-            x, scale, zero_point, self.quant_min, self.quant_max, self.dtype
+        qx = boundary.quantize_per_tensor(
+            x, float(scale), int(zero_point), self.quant_min, self.quant_max, self.dtype
         )
         result: torch.Tensor = _ONEDNN.qlinear_pointwise(
             qx, float(scale), int(zero_point), self._weight(qx), self.weight_scale,
@@ -264,6 +325,7 @@ class QConv(_Packed):
         )  # fmt: skip
         # oneDNN's int8 conv3d has no relu post op: clamp at the output zero point instead
         self.unary = "relu" if relu and self.dims != 3 else "none"
+        self.unary_args: list[float] = []
         self.clamp = relu and self.dims == 3
         # set by a lowering rule that knows the added tensor has no later reader
         self.reuse_accumulate = False
@@ -279,6 +341,17 @@ class QConv(_Packed):
             )  # fmt: skip
         return self._packed
 
+    def absorb(self, kernel: nn.Module) -> bool:
+        """Take over a relu6 / hardtanh clamp that reads only this conv's integer output
+        (MobileNetV2: conv -> relu6), for 2-d convs without a fused add."""
+        if self.dims != 2 or self.accumulate is not None or self.out_dtype is not None:
+            return False
+        bounds = _hardtanh_args(kernel, self.out_scale, self.out_zero_point, self.unary)
+        if bounds is None:
+            return False
+        self.unary, self.unary_args = "hardtanh", bounds
+        return True
+
     def forward(self, qx: torch.Tensor, accumulate: torch.Tensor | None = None) -> torch.Tensor:
         """Run the conv on ``qx`` (uint8); add ``accumulate`` (uint8) when fused with add."""
         if self.dims == 2:  # only 2-d convs take channels_last
@@ -290,7 +363,7 @@ class QConv(_Packed):
                   _ONEDNN.qconv3d_pointwise)[self.dims - 1]  # fmt: skip
             result: torch.Tensor = op(
                 *head, self.bias, *self.geometry, self.out_scale, self.out_zero_point,
-                self.out_dtype, self.unary, [], "",
+                self.out_dtype, self.unary, self.unary_args, "",
             )  # fmt: skip
             return result.clamp_min_(self.out_zero_point) if self.clamp else result
         # the kernel writes into its accumulator: a copy unless nothing reads it afterwards

@@ -83,6 +83,12 @@ class LoweringRule:
     otherwise. It returns the integer tensor when ``match.output`` is set
     (the output ``quantize`` step is removed), else the float result.
 
+    Epilogues: once every rule has run, a kernel module that defines
+    ``absorb(kernel) -> bool`` is offered the kernel module that alone reads
+    its output (when that one takes no other argument), e.g. a conv the clamp
+    of a relu6 after it. ``True`` means the first kernel now computes both;
+    the second one's call is removed.
+
     Args:
         pattern: the op(s), in the simple pattern format of
             ``BackendPatternConfig`` (or the reversed nested format when

@@ -152,9 +152,10 @@ def test_conv_add_runs_as_one_conv_with_sum_post_op(relu: bool) -> None:
     model = ConvAdd(relu)
     model.bn.running_mean.uniform_(-0.3, 0.3)
     lowered, _ = lower(model, torch.randn(2, 4, 7, 7))
-    # the add runs inside the second conv; torch.relu (a shared-qparams op) on the integers
+    # the add runs inside the second conv; torch.relu (a shared-qparams op) on the integers,
+    # absorbed by the first conv (a conv with a fused add keeps its own)
     relu_after = ["IntegerReLU"] if relu else []
-    assert kernel_types(lowered) == ["QConv", "IntegerReLU", "QConv", *relu_after]
+    assert kernel_types(lowered) == ["QConv", "QConv", *relu_after]
     assert_within_one_step(model, torch.randn(2, 4, 7, 7), "QConv")
 
 
@@ -191,6 +192,25 @@ def test_fp16_linear_runs_the_onednn_fp16_kernel() -> None:
 
 
 # --- ops without weights -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "act", [nn.ReLU6(), nn.Hardtanh(-0.5, 0.5), nn.ReLU()], ids=["relu6", "hardtanh", "relu"]
+)
+@pytest.mark.parametrize("weighted", ["conv", "linear"])
+def test_a_clamp_after_a_conv_or_linear_runs_inside_its_kernel(
+    act: nn.Module, weighted: str
+) -> None:
+    torch.manual_seed(0)
+    first = nn.Conv2d(3, 8, 3, padding=1) if weighted == "conv" else nn.Linear(6, 8)
+    x = torch.randn(2, 3, 6, 6) if weighted == "conv" else torch.randn(4, 6)
+    model = nn.Sequential(first, act)
+    lowered, reference = lower(model, x)
+    assert "IntegerClamp" not in kernel_types(lowered)
+    assert "IntegerReLU" not in kernel_types(lowered)
+    with torch.no_grad():
+        difference = (lowered(x) - reference(x)).abs().max().item()
+    assert difference <= output_step(reference) * 1.001 + 1e-6
 
 
 def _conv_then(fn: Callable[..., torch.Tensor]) -> nn.Module:

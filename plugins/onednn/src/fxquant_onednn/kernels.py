@@ -5,6 +5,7 @@
     reference.Conv1d/2d/3d, ConvReLU1d/2d/3d      QConv (onednn.qconv{1,2,3}d_pointwise)
     ConvAdd2d, ConvAddReLU2d                      QConv with the ``.binary`` "sum" post op
     add (+ relu)                                  QAdd (int arithmetic)
+    relu6, hardtanh                               IntegerClamp (absorbed by a conv or linear)
     max pools, reshapes, relu, ...                IntegerOp: the op on the integers themselves
     avg pools, mean                               IntegerOp: averaged integers, rounded
     every other quantized op                      FloatOp: dequantize -> op -> quantize, one module
@@ -24,9 +25,11 @@ import torch
 import torch.nn.functional as F
 from fxquant import qdq
 from fxquant.config.backend import BackendPatternConfig
+from fxquant.kernels import boundary
 from fxquant.kernels.onednn import (
     DynamicQLinear,
     Fp16Linear,
+    IntegerClamp,
     QAdd,
     QConv,
     QLinear,
@@ -38,7 +41,7 @@ from torch import fx, nn
 
 from fxquant_onednn.patterns import LinearLeakyReLU, LinearTanh
 
-__all__ = ["FloatOp", "IntegerClamp", "IntegerOp", "IntegerReLU", "lowering_rules"]
+__all__ = ["FloatOp", "IntegerOp", "IntegerReLU", "lowering_rules"]
 
 _ADD = (operator.add, torch.add, "add")
 _RELU = (nn.ReLU, F.relu, torch.relu, "relu")
@@ -334,8 +337,10 @@ class IntegerOp(_Replay):
         return self.replay(floats).round_().to(self.dtype)
 
 
-class IntegerReLU(nn.Module):
+class IntegerReLU(IntegerClamp):
     """relu on the integers: values below the zero point (negative reals) become it.
+
+    A clamp (:class:`IntegerClamp`), so a conv or linear before it absorbs it.
 
     Example:
         >>> q = QParams(torch.uint8, 0, 255, scale=0.1, zero_point=100)
@@ -344,12 +349,7 @@ class IntegerReLU(nn.Module):
     """
 
     def __init__(self, out: QParams) -> None:
-        super().__init__()
-        self.zero_point = int(out.zero_point)  # type: ignore[arg-type]  # static qparams
-
-    def forward(self, qx: torch.Tensor) -> torch.Tensor:
-        """Clamp at the zero point."""
-        return qx.clamp_min(self.zero_point)
+        super().__init__(out, 0.0, float("inf"))  # inf quantizes to quant_max
 
 
 def _clamp_bounds(node: fx.Node, module: nn.Module | None) -> tuple[float, float] | None:
@@ -362,33 +362,6 @@ def _clamp_bounds(node: fx.Node, module: nn.Module | None) -> tuple[float, float
     low, high = given.get("min_val", -1.0), given.get("max_val", 1.0)
     numbers = all(isinstance(v, (int, float)) for v in (low, high))
     return (float(low), float(high)) if numbers else None
-
-
-class IntegerClamp(nn.Module):
-    """relu6 / hardtanh on the integers: a clamp to the quantized bounds (exact).
-
-    With the input's qparams shared by the output, ``quantize(hardtanh(dequantize(q)))``
-    is ``q`` clamped between the quantized ``min`` and ``max``.
-
-    Example:
-        >>> q = QParams(torch.uint8, 0, 255, scale=0.1, zero_point=10)
-        >>> IntegerClamp(q, 0.0, 6.0)(torch.tensor([3, 50, 90], dtype=torch.uint8)).tolist()
-        [10, 50, 70]
-    """
-
-    def __init__(self, out: QParams, low: float, high: float) -> None:
-        super().__init__()
-        assert out.scale is not None  # static qparams
-        assert out.zero_point is not None
-        bounds = qdq.quantize_per_tensor(
-            torch.tensor([low, high]), out.scale, out.zero_point, out.quant_min,
-            out.quant_max, out.dtype,
-        )  # fmt: skip
-        self.low, self.high = int(bounds[0]), int(bounds[1])
-
-    def forward(self, qx: torch.Tensor) -> torch.Tensor:
-        """Clamp the integers of ``qx``."""
-        return qx.clamp(self.low, self.high)
 
 
 def _dequantize(value: Any, q: QParams | None) -> Any:
@@ -430,8 +403,9 @@ class FloatOp(_Replay):
             return y
         assert out.scale is not None  # static qparams
         assert out.zero_point is not None
-        return qdq.quantize_per_tensor(
-            y, out.scale, out.zero_point, out.quant_min, out.quant_max, out.dtype
+        # float32 quantize: within one step, as every kernel here (2x the float64 path)
+        return boundary.quantize_per_tensor(
+            y, float(out.scale), int(out.zero_point), out.quant_min, out.quant_max, out.dtype
         )
 
 
