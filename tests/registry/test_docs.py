@@ -13,7 +13,7 @@ from fxquant.registry import hookspecs
 PLUGINS_MD = Path(__file__).resolve().parents[2] / "docs" / "plugins.md"
 START, END = "<!-- hook-reference:start -->", "<!-- hook-reference:end -->"
 HOOKS = ("fxquant_pattern_configs", "fxquant_lowering_kernels", "fxquant_default_qconfig_mapping")
-RECORDS = ("LoweringRule", "LoweringMatch", "QParams", "Override")
+RECORDS = ("LoweringRule", "LoweringMatch", "QParams", "Dequantize", "Quantize", "Override")
 
 
 def hook_reference() -> str:

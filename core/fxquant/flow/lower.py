@@ -38,13 +38,15 @@ from fxquant.flow.convert_qdq import QDQ_OPS
 from fxquant.flow.match import Match, PatternIndex, match_graph
 from fxquant.flow.report import Reason, Report
 from fxquant.flow.state import META_KEY, NodeInfo
-from fxquant.registry.hookspecs import LoweringMatch, LoweringRule, QParams
+from fxquant.kernels import boundary
+from fxquant.registry.hookspecs import Dequantize, LoweringMatch, LoweringRule, QParams, Quantize
 
 __all__ = ["lower", "lowering_rules"]
 
 _OPS = torch.ops.fxquant
 _STATIC_DEQUANTIZE = (_OPS.dequantize_per_tensor.default, _OPS.dequantize_per_channel.default)
 _STATIC_QUANTIZE = (_OPS.quantize_per_tensor.default, _OPS.quantize_per_channel.default)
+_DEQUANTIZE_OPS = (*_STATIC_DEQUANTIZE, _OPS.dequantize_per_tensor.tensor)
 
 
 def lowering_rules(backend: str) -> tuple[LoweringRule, ...]:
@@ -219,35 +221,88 @@ def _fold_weights(gm: GraphModule) -> None:
         gm.graph.erase_node(node)
 
 
+_BOUNDARY_QUANTIZE = (boundary.quantize_per_tensor, _OPS.quantize_per_tensor.default)
+
+
 def _fast_boundaries(gm: GraphModule) -> None:
     """Static quantize steps that feed a kernel -> the float32 boundary quantize.
 
     A quantize feeding only dequantize steps belongs to a pattern left in
     reference form, which keeps the reference numerics.
     """
-    from fxquant.kernels import boundary
-
     for node in gm.graph.nodes:
         static = node.op == "call_function" and node.target == _OPS.quantize_per_tensor.default
         if static and any(u.target not in QDQ_OPS for u in node.users):
             node.target = boundary.quantize_per_tensor
 
 
+def _follower(gm: GraphModule, node: Node) -> tuple[Any, list[Node]] | None:
+    """What alone reads ``node``'s output, as ``absorb`` receives it, and the nodes it is."""
+    users = list(node.users)
+    if not users:
+        return None
+    if all(
+        u.op == "call_function" and u.target == _OPS.dequantize_per_tensor.default for u in users
+    ):
+        if all(u.args[0] is node and u.args == users[0].args for u in users):
+            return Dequantize(_qparams(gm, users[0])), users
+        return None
+    (user,) = users if len(users) == 1 else (None,)
+    if user is None or user.args[:1] != (node,):
+        return None
+    if user.op == "call_module" and len(user.args) == 1 and not user.kwargs:
+        return gm.get_submodule(str(user.target)), [user]
+    if user.op == "call_function" and user.target in _BOUNDARY_QUANTIZE:
+        return Quantize(_qparams(gm, user)), [user]
+    return None
+
+
 def _absorb_epilogues(gm: GraphModule) -> None:
-    """Offer each kernel the kernel that alone reads its output (see ``LoweringRule``)."""
-    modules = dict(gm.named_modules())
+    """Offer each kernel what alone follows it, until it declines (see ``LoweringRule``)."""
+    absorbed: set[Node] = set()
     for node in list(gm.graph.nodes):
-        absorb = getattr(modules.get(str(node.target)), "absorb", None)
-        if node.op != "call_module" or absorb is None or len(node.users) != 1:
+        if node.op != "call_module" or node in absorbed:
             continue
-        (user,) = node.users
-        if user.op != "call_module" or user.args != (node,) or user.kwargs:
+        absorb = getattr(gm.get_submodule(str(node.target)), "absorb", None)
+        while (found := _follower(gm, node)) is not None:
+            step, steps = found
+            if not (isinstance(step, nn.Identity) or (absorb is not None and absorb(step))):
+                break
+            for follower in steps:
+                follower.replace_all_uses_with(node)
+                gm.graph.erase_node(follower)
+                absorbed.add(follower)
+                _drop_module(gm, follower)
+
+
+def _drop_identities(gm: GraphModule) -> None:
+    """``nn.Identity`` kernels (an eval-mode dropout on integers) pass their input on."""
+    for node in list(gm.graph.nodes):
+        if node.op != "call_module" or len(node.args) != 1 or node.kwargs:
             continue
-        if absorb(modules[str(user.target)]):
-            user.replace_all_uses_with(node)
-            gm.graph.erase_node(user)
-            if not any(n.op == "call_module" and n.target == user.target for n in gm.graph.nodes):
-                gm.delete_submodule(str(user.target))
+        if isinstance(gm.get_submodule(str(node.target)), nn.Identity):
+            node.replace_all_uses_with(node.args[0])
+            gm.graph.erase_node(node)
+            _drop_module(gm, node)
+
+
+def _drop_module(gm: GraphModule, node: Node) -> None:
+    if node.op != "call_module":
+        return
+    if not any(n.op == "call_module" and n.target == node.target for n in gm.graph.nodes):
+        gm.delete_submodule(str(node.target))
+
+
+def _shape_reads_from_integers(gm: GraphModule) -> None:
+    """``size()``/``dim()``/``.shape`` of a dequantize read the integers (same shape), so a
+    dequantize kept only for them dies."""
+    for node in gm.graph.nodes:
+        reads = (node.op == "call_method" and node.target in ("size", "dim")) or (
+            node.op == "call_function" and node.target is getattr and node.args[1:] == ("shape",)
+        )
+        source = node.args[0] if node.args else None
+        if reads and isinstance(source, Node) and source.target in _DEQUANTIZE_OPS:
+            node.replace_input_with(source, source.args[0])
 
 
 def _remove_dead(gm: GraphModule) -> None:
@@ -298,7 +353,10 @@ def lower(gm: GraphModule, rules: Sequence[LoweringRule], backend: str, report: 
             if _lower_one(gm, match, backend, modules):
                 lowered.update(names)
         _fold_weights(gm)
+        _shape_reads_from_integers(gm)
         _remove_dead(gm)  # first: a dead dequantize would count as a second reader
-        _absorb_epilogues(gm)
         _fast_boundaries(gm)
+        _drop_identities(gm)
+        _absorb_epilogues(gm)
+        _remove_dead(gm)
     return _update_report(report, lowered, backend, bool(rules))

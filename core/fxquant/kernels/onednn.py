@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from fxquant.registry.hookspecs import QParams
+from fxquant.registry.hookspecs import Dequantize, QParams, Quantize
 
 __all__ = [
     "DynamicQLinear",
@@ -135,8 +135,22 @@ class IntegerClamp(nn.Module):
         return qx.clamp(self.low, self.high)
 
 
+def _range_clamp(q: QParams, post_op: str, args: list[float]) -> list[float]:
+    """``hardtanh`` bounds: the reals ``q``'s integer range stands for, within ``args`` when
+    ``post_op`` is already a ``hardtanh`` and at or above 0 after a ``relu``."""
+    assert q.scale is not None  # static qparams
+    assert q.zero_point is not None
+    scale, zero_point = float(q.scale), int(q.zero_point)
+    low, high = (q.quant_min - zero_point) * scale, (q.quant_max - zero_point) * scale
+    if post_op == "relu":
+        low = max(low, 0.0)
+    if post_op == "hardtanh":
+        low, high = max(low, args[0]), min(high, args[1])
+    return [low, high]
+
+
 def _hardtanh_args(
-    clamp: nn.Module, scale: float, zero_point: int, post_op: str
+    clamp: object, scale: float, zero_point: int, post_op: str
 ) -> list[float] | None:
     """The real bounds of ``clamp`` as ``hardtanh`` post op arguments after ``post_op``, or None.
 
@@ -187,6 +201,8 @@ class QLinear(_Packed):
         self.x_scale, self.x_zero_point = float(x.scale), int(x.zero_point)
         self.out_scale, self.out_zero_point, self.out_dtype = _out_args(out)
         self.post_op, self.post_op_args = post_op, list(post_op_args)
+        self.post_op_algorithm = ""
+        self.range_only = False  # a "hardtanh" post op that only clamps to the output range
 
     def _weight(self, qx: torch.Tensor) -> torch.Tensor:
         if self._packed is None:
@@ -194,14 +210,53 @@ class QLinear(_Packed):
             self._packed = _ONEDNN.qlinear_prepack(self.weight, list(qx.shape))
         return self._packed
 
-    def absorb(self, kernel: nn.Module) -> bool:
-        """Take over a relu6 / hardtanh clamp that reads only this kernel's integer output."""
+    def absorb(self, step: object) -> bool:
+        """Take over what alone follows this kernel (see ``LoweringRule``'s epilogues).
+
+        A relu6 / hardtanh clamp of the integers; the dequantize step (the kernel
+        then returns floats, clamped to the output range as the reference is);
+        a float GELU after that (oneDNN's ``gelu`` post op, in place of the clamp);
+        and the quantize step after those (integers again, with its qparams).
+        """
+        if isinstance(step, Dequantize):
+            return self._to_float(step.qparams)
+        if isinstance(step, nn.GELU):
+            if self.out_dtype != torch.float32 or not (self.post_op == "none" or self.range_only):
+                return False
+            self.post_op, self.post_op_args = "gelu", []
+            self.post_op_algorithm, self.range_only = step.approximate, False
+            return True
+        if isinstance(step, Quantize):
+            return self._to_integers(step.qparams)
         if self.out_dtype is not None:  # float or int8 output: not the clamp's integers
             return False
-        bounds = _hardtanh_args(kernel, self.out_scale, self.out_zero_point, self.post_op)
+        bounds = _hardtanh_args(step, self.out_scale, self.out_zero_point, self.post_op)
         if bounds is None:
             return False
         self.post_op, self.post_op_args = "hardtanh", bounds
+        return True
+
+    def _to_float(self, q: QParams) -> bool:
+        if self.out_dtype is not None or self.post_op not in ("none", "relu", "hardtanh"):
+            return False
+        self.post_op_args = _range_clamp(q, self.post_op, self.post_op_args)
+        self.range_only = self.post_op == "none"
+        self.post_op = "hardtanh"
+        self.out_scale, self.out_zero_point, self.out_dtype = 1.0, 0, torch.float32
+        return True
+
+    def _to_integers(self, q: QParams) -> bool:
+        if self.out_dtype != torch.float32 or q.is_per_channel or q.is_dynamic:
+            return False
+        if q.dtype != torch.uint8 or q.scale is None or q.zero_point is None:
+            return False
+        if (q.quant_min, q.quant_max) != (0, 255):  # oneDNN saturates at 0..255 only
+            if self.post_op not in ("none", "hardtanh"):
+                return False
+            self.post_op_args = _range_clamp(q, self.post_op, self.post_op_args)
+            self.post_op = "hardtanh"
+        self.out_scale, self.out_zero_point = float(q.scale), int(q.zero_point)
+        self.out_dtype, self.range_only = None, False
         return True
 
     def forward(self, qx: torch.Tensor) -> torch.Tensor:
@@ -209,7 +264,7 @@ class QLinear(_Packed):
         result: torch.Tensor = _ONEDNN.qlinear_pointwise(
             qx, self.x_scale, self.x_zero_point, self._weight(qx), self.weight_scale,
             self.weight_zero_point, self.bias, self.out_scale, self.out_zero_point,
-            self.out_dtype, self.post_op, self.post_op_args, "",
+            self.out_dtype, self.post_op, self.post_op_args, self.post_op_algorithm,
         )  # fmt: skip
         return result
 
@@ -234,6 +289,10 @@ class DynamicQLinear(QLinear):
         static = QParams(x.dtype, x.quant_min, x.quant_max, scale=1.0, zero_point=0)
         super().__init__(weight, scale, bias, static, None)
         self.quant_min, self.quant_max, self.dtype = x.quant_min, x.quant_max, x.dtype
+
+    def absorb(self, step: object) -> bool:
+        """Nothing: the dynamic kernel runs without a post op."""
+        return False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Quantize ``x`` with qparams chosen from its range, then run the int8 kernel."""
@@ -341,7 +400,7 @@ class QConv(_Packed):
             )  # fmt: skip
         return self._packed
 
-    def absorb(self, kernel: nn.Module) -> bool:
+    def absorb(self, kernel: object) -> bool:
         """Take over a relu6 / hardtanh clamp that reads only this conv's integer output
         (MobileNetV2: conv -> relu6), for 2-d convs without a fused add."""
         if self.dims != 2 or self.accumulate is not None or self.out_dtype is not None:

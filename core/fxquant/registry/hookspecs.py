@@ -45,10 +45,12 @@ if TYPE_CHECKING:
 __all__ = [
     "PLUGIN_API_VERSIONS",
     "PROJECT_NAME",
+    "Dequantize",
     "LoweringMatch",
     "LoweringRule",
     "Override",
     "QParams",
+    "Quantize",
     "fxquant_default_qconfig_mapping",
     "fxquant_lowering_kernels",
     "fxquant_pattern_configs",
@@ -84,10 +86,14 @@ class LoweringRule:
     (the output ``quantize`` step is removed), else the float result.
 
     Epilogues: once every rule has run, a kernel module that defines
-    ``absorb(kernel) -> bool`` is offered the kernel module that alone reads
-    its output (when that one takes no other argument), e.g. a conv the clamp
-    of a relu6 after it. ``True`` means the first kernel now computes both;
-    the second one's call is removed.
+    ``absorb(step) -> bool`` is offered, one at a time, what alone reads its
+    output: a module called on it alone (a clamp kernel, a float ``nn.GELU``),
+    ``Dequantize(qparams)`` when only dequantize steps read it, or
+    ``Quantize(qparams)`` when one quantize step does. ``True`` means the
+    kernel now computes that step too (returning floats after a
+    ``Dequantize``, integers after a ``Quantize``); the step is removed and
+    the next one offered. Results must stay within one output step of the
+    reference. An ``nn.Identity`` kernel is removed without asking.
 
     Args:
         pattern: the op(s), in the simple pattern format of
@@ -180,6 +186,32 @@ class QParams:
     def is_per_channel(self) -> bool:
         """True when ``scale`` and ``zero_point`` hold one value per channel of ``axis``."""
         return self.axis is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Dequantize:
+    """The dequantize step after a kernel, offered to its ``absorb`` (see ``LoweringRule``).
+
+    Example:
+        >>> import torch
+        >>> Dequantize(QParams(torch.uint8, 0, 255, scale=0.1, zero_point=0)).qparams.scale
+        0.1
+    """
+
+    qparams: QParams
+
+
+@dataclass(frozen=True, slots=True)
+class Quantize:
+    """A quantize step after a float-output kernel, offered to its ``absorb``.
+
+    Example:
+        >>> import torch
+        >>> Quantize(QParams(torch.uint8, 0, 255, scale=0.1, zero_point=3)).qparams.zero_point
+        3
+    """
+
+    qparams: QParams
 
 
 @dataclass(frozen=True, slots=True)

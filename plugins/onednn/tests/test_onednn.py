@@ -15,6 +15,7 @@ import fxquant.observer
 import pytest
 import torch
 import torch.nn.functional as F
+from fxquant.kernels import boundary
 from fxquant.torch_ao_names import as_fxquant_class
 from fxquant_onednn.kernels import FloatOp, IntegerOp
 from fxquant_onednn.patterns import LinearLeakyReLU, LinearTanh, pattern_configs
@@ -430,13 +431,9 @@ def test_lowering_a_float_output_pattern_erases_each_node_once() -> None:
         fxquant.convert_fx(prepared)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="LoweringMatch cannot let a kernel take its float input or return a float output: "
-    "the flow keeps fxquant quantize/dequantize at float boundaries (66% of a BERT-like "
-    "forward on x86); needs e.g. LoweringMatch.input_is_float / output_is_float",
-)
-def test_linear_between_float_ops_keeps_its_boundaries_inside_the_kernel() -> None:
+def test_linear_between_float_ops_takes_its_output_steps_and_gelu_into_the_kernel() -> None:
+    # LayerNorm -> Linear -> GELU with only the linear int8 (x86's transformer mapping):
+    # the kernel returns floats with GELU as its post op; only the input quantize is left
     torch.manual_seed(0)
     qconfig = fxquant.QConfig(
         activation=fxquant.observer.MinMaxObserver,
@@ -444,6 +441,39 @@ def test_linear_between_float_ops_keeps_its_boundaries_inside_the_kernel() -> No
     )
     mapping = fxquant.QConfigMapping().set_object_type(nn.Linear, qconfig)
     model = nn.Sequential(nn.LayerNorm(16), nn.Linear(16, 8), nn.GELU())
-    lowered, _ = lower(model, torch.randn(4, 16), mapping)
+    x = torch.randn(4, 16)
+    lowered, reference = lower(model, x, mapping)
     targets = [str(n.target) for n in lowered.graph.nodes if n.op == "call_function"]
-    assert not [t for t in targets if "quantize" in t]
+    assert [t for t in targets if "quantize" in t] == [str(boundary.quantize_per_tensor)]
+    assert kernel_types(lowered) == ["LayerNorm", "QLinear"]
+    assert lowered.get_submodule("1").post_op == "gelu"
+    with torch.no_grad():
+        difference = (lowered(x) - reference(x)).abs().max().item()
+    assert difference <= output_step_of(reference, "1") * 1.2
+
+
+def output_step_of(reference: fx.GraphModule, module: str) -> float:
+    """One step of the quantized output of ``module`` in the reference model."""
+    node = next(n for n in reference.graph.nodes if n.op == "call_module" and n.target == module)
+    (quantize,) = node.users
+    return float(quantize.args[1])
+
+
+def test_a_feed_forward_block_runs_gelu_and_the_requantize_inside_the_first_kernel() -> None:
+    # BERT's FFN on x86: Linear -> GELU (float) -> Linear; the first kernel returns the
+    # second one's uint8 input directly
+    torch.manual_seed(0)
+    qconfig = fxquant.QConfig(
+        activation=fxquant.observer.MinMaxObserver,
+        weight=fxquant.observer.default_per_channel_weight_observer,
+    )
+    mapping = fxquant.QConfigMapping().set_object_type(nn.Linear, qconfig)
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8))
+    x = torch.randn(6, 16)
+    lowered, reference = lower(model, x, mapping)
+    assert kernel_types(lowered) == ["QLinear", "QLinear"]
+    first = lowered.get_submodule("0")
+    assert (first.post_op, first.out_dtype) == ("gelu", None)  # None: uint8 out
+    with torch.no_grad():
+        difference = (lowered(x) - reference(x)).abs().max().item()
+    assert difference <= output_step(reference) * 2

@@ -6,6 +6,7 @@
     ConvAdd2d, ConvAddReLU2d                      QConv with the ``.binary`` "sum" post op
     add (+ relu)                                  QAdd (int arithmetic)
     relu6, hardtanh                               IntegerClamp (absorbed by a conv or linear)
+    identity, dropout                             nn.Identity (removed by the flow)
     max pools, reshapes, relu, ...                IntegerOp: the op on the integers themselves
     avg pools, mean                               IntegerOp: averaged integers, rounded
     every other quantized op                      FloatOp: dequantize -> op -> quantize, one module
@@ -56,6 +57,9 @@ _SELECT = (
     "flatten", "reshape", "view", "permute", "transpose", "squeeze", "unsqueeze",
     "contiguous", "repeat", "detach", "expand",
 )  # fmt: skip
+# identities at inference: removed from the lowered model (a conv or linear before them
+# can then take over the dequantize step after them)
+_IDENTITY = (nn.Identity, nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout)
 # torch 2.13's uint8 max pooling fails on channels_last input and is slow (8x) on NCHW:
 # pool the integers as float (exact) in channels_last instead
 _MAX_POOL = (nn.MaxPool2d, nn.AdaptiveMaxPool2d, F.max_pool2d, F.adaptive_max_pool2d)
@@ -438,6 +442,8 @@ def build_op(match: LoweringMatch) -> nn.Module | None:
     ):
         return QAdd(static[0], static[1], match.output, relu=len(ops) == 2)
     if len(ops) == 1 and len(static) == 1 and _same_qparams(match):
+        if ops[0] in _IDENTITY:
+            return nn.Identity()
         if ops[0] in _RELU:
             return IntegerReLU(match.output)
         bounds = _clamp_bounds(match.nodes[0], match.modules[0]) if ops[0] in _HARDTANH else None

@@ -1,9 +1,12 @@
 """The default QConfigMapping of the x86 backend: int8 where it is fast and accurate.
 
 Like torchao's X86InductorQuantizer: conv (and its relu / add fusions), pooling
-and the inputs of Linear and matmul are int8; LayerNorm, softmax, GELU and the
-residual adds of transformers stay float. Putting those in int8 (torch.ao's x86
-default) costs BERT-like encoders about 17 dB of SQNR and buys no speed. An add
+and the inputs of Linear are int8; LayerNorm, softmax, GELU and the residual
+adds of transformers stay float. Attention's matmuls stay float too: eager
+PyTorch has no batched int8 matmul on plain tensors, and dequantizing both
+inputs and quantizing the output costs more than an int8 product would save.
+Putting the others in int8 (torch.ao's x86 default) costs BERT-like encoders
+about 17 dB of SQNR and buys no speed. An add
 that a conv absorbs (``ConvAdd2d``, ``ConvAddReLU2d``: ResNet and MobileNetV2
 blocks) is int8: oneDNN sums it in the conv's epilogue, which halves a ResNet's
 latency against a float add between dequantize and quantize steps.
@@ -30,6 +33,7 @@ FLOAT_OPS: tuple[Any, ...] = (
     nn.LayerNorm, F.layer_norm, operator.add, torch.add, operator.mul, torch.mul,
     nn.Softmax, F.softmax, torch.softmax, nn.GELU, F.gelu, nn.Tanh, torch.tanh,
     nn.Sigmoid, torch.sigmoid, nn.Hardsigmoid, F.hardsigmoid,
+    torch.matmul, operator.matmul, torch.bmm,
 )  # fmt: skip
 
 
