@@ -238,7 +238,7 @@ def _fast_boundaries(gm: GraphModule) -> None:
 
 def _follower(gm: GraphModule, node: Node) -> tuple[Any, list[Node]] | None:
     """What alone reads ``node``'s output, as ``absorb`` receives it, and the nodes it is."""
-    users = list(node.users)
+    users = [u for u in node.users if not _reads_shape(u)]  # same shape either way
     if not users:
         return None
     if all(
@@ -275,12 +275,18 @@ def _absorb_epilogues(gm: GraphModule) -> None:
                 _drop_module(gm, follower)
 
 
+def _is_identity(module: nn.Module) -> bool:
+    dropout = isinstance(module, nn.modules.dropout._DropoutNd) and not module.training
+    return dropout or isinstance(module, nn.Identity)
+
+
 def _drop_identities(gm: GraphModule) -> None:
-    """``nn.Identity`` kernels (an eval-mode dropout on integers) pass their input on."""
+    """``nn.Identity`` kernels and eval-mode dropouts (no-ops at inference) pass their input on,
+    so a kernel before them can take over the steps after them."""
     for node in list(gm.graph.nodes):
         if node.op != "call_module" or len(node.args) != 1 or node.kwargs:
             continue
-        if isinstance(gm.get_submodule(str(node.target)), nn.Identity):
+        if _is_identity(gm.get_submodule(str(node.target))):
             node.replace_all_uses_with(node.args[0])
             gm.graph.erase_node(node)
             _drop_module(gm, node)
@@ -293,15 +299,18 @@ def _drop_module(gm: GraphModule, node: Node) -> None:
         gm.delete_submodule(str(node.target))
 
 
+def _reads_shape(node: Node) -> bool:
+    return (node.op == "call_method" and node.target in ("size", "dim")) or (
+        node.op == "call_function" and node.target is getattr and node.args[1:] == ("shape",)
+    )
+
+
 def _shape_reads_from_integers(gm: GraphModule) -> None:
     """``size()``/``dim()``/``.shape`` of a dequantize read the integers (same shape), so a
     dequantize kept only for them dies."""
     for node in gm.graph.nodes:
-        reads = (node.op == "call_method" and node.target in ("size", "dim")) or (
-            node.op == "call_function" and node.target is getattr and node.args[1:] == ("shape",)
-        )
         source = node.args[0] if node.args else None
-        if reads and isinstance(source, Node) and source.target in _DEQUANTIZE_OPS:
+        if _reads_shape(node) and isinstance(source, Node) and source.target in _DEQUANTIZE_OPS:
             node.replace_input_with(source, source.args[0])
 
 

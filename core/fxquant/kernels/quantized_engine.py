@@ -309,32 +309,30 @@ def _views(values: torch.Tensor, quantized: torch.Tensor) -> bool:
     )
 
 
-def _is_kernel_result(values: torch.Tensor) -> bool:
-    """Whether ``values`` is a kernel's fresh result (memory no other tensor was given)."""
-    held = getattr(values, _HELD, None)
-    return held is not None and _views(values, held[0])
-
-
 def _uint8_output(result: torch.Tensor, out: TensorQParams) -> torch.Tensor:
-    """A kernel's quint8 result as uint8 integers in ``out``'s range, holding the result.
-
-    Only for results in fresh memory (an op's output, not a view of its input):
-    :class:`IntegerClamp` relies on it to clamp a held result in place.
-    """
+    """A kernel's quint8 result as uint8 integers in ``out``'s range, holding the result."""
     values = out.finish(result)
     setattr(values, _HELD, (result, out.scale, out.zero_point))
     return values
 
 
 def _unary_call(
-    engine: int, op: Callable[..., torch.Tensor], packed: Any, x: TensorQParams, out: TensorQParams
+    engine: int,
+    op: Callable[..., torch.Tensor],
+    packed: Any,
+    qparams: tuple[TensorQParams, TensorQParams],
+    boundaries: tuple[bool, bool] = (False, False),
 ) -> Callable[[torch.Tensor], torch.Tensor]:
     """The forward of a prepacked kernel ``op(qx, packed, scale, zero_point)``, everything bound.
 
     The hottest path of the quint8 engines (53 convs in MobileNetV2), so the helpers
     :func:`_quint8_input`, :func:`_run_on` and :func:`_uint8_output` are written out:
     their three calls cost 1.5 us per conv inside a forward (measured, 1 thread).
+    ``boundaries`` (float input, float output): see :meth:`_Static.take_boundaries`.
     """
+    x, out = qparams
+    if any(boundaries):
+        return _boundary_call(engine, op, packed, qparams, boundaries)
     template, x_scale, x_zero_point = _quint8_template(x.scale, x.zero_point), x.scale, x.zero_point
     scale, zero_point, narrow, low, high = (
         out.scale, out.zero_point, out.narrow, out.quant_min, out.quant_max
@@ -372,6 +370,48 @@ def _unary_call(
             integers.clamp_(low, high)
         setattr(integers, _HELD, (result, scale, zero_point))
         return integers
+
+    return call
+
+
+def _boundary_call(
+    engine: int,
+    op: Callable[..., torch.Tensor],
+    packed: Any,
+    qparams: tuple[TensorQParams, TensorQParams],
+    boundaries: tuple[bool, bool],
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """:func:`_unary_call` taking a float input and/or giving a float output.
+
+    The input is quantized by torch's vectorized kernel straight to quint8 (float32
+    arithmetic: within one step of the float64 boundary, bit-equal on most inputs) and
+    the output dequantized from the quint8 result: no uint8 view on that side.
+    """
+    x, out = qparams
+    float_input, float_output = boundaries
+    template = _quint8_template(x.scale, x.zero_point)
+
+    def call(values: torch.Tensor) -> torch.Tensor:
+        previous = _GET_ENGINE()
+        if previous != engine:
+            _SET_ENGINE(engine)
+        try:
+            with _Quiet():  # quantize_per_tensor creates a quint8 tensor too
+                if not float_input:
+                    quantized = _quint8_input(values, template, x.scale, x.zero_point)
+                elif x.narrow:
+                    quantized = as_quint8(x.quantize(values), x.scale, x.zero_point)
+                else:
+                    quantized = torch.quantize_per_tensor(values, x.scale, x.zero_point, _QUINT8)
+                result = op(quantized, packed, out.scale, out.zero_point)
+        finally:
+            if previous != engine:
+                _SET_ENGINE(previous)
+        if not float_output:
+            return _uint8_output(result, out)
+        if out.narrow:
+            out.finish(result)  # clamps the integers the result shares
+        return result.dequantize()
 
     return call
 
@@ -462,7 +502,48 @@ class _Weighted(_Packed):
         return weight_as_qint8(self.weight, self.weight_scale, self.weight_zero_point)
 
 
-class QuantizedLinear(_Weighted):
+class _Static(_Weighted):
+    """A static kernel ``op(qx, packed, out qparams)``: uint8 in and out, or float at a boundary."""
+
+    x: TensorQParams
+    out: TensorQParams
+
+    def __init__(self, engine: str, reference: Any) -> None:
+        super().__init__(engine, reference)
+        self.float_input = self.float_output = False
+
+    def take_boundaries(self, float_input: bool = False, float_output: bool = False) -> None:
+        """Take the model's float input and/or give its float output, quantizing inside.
+
+        For the lowering: a kernel fed by the model's input quantize (``quantize -> kernel``)
+        may take the float tensor instead, and one whose only consumer is the output
+        dequantize may return floats: the quantize/dequantize then run on quint8 in the
+        kernel (torch's vectorized float32 kernels, within one step of the reference),
+        with no uint8 view. Takes effect on the next call.
+
+        Example:
+            >>> from fxquant.nn import reference
+            >>> qparams = {"qscheme": torch.per_tensor_affine, "dtype": torch.int8,
+            ...            "scale": 0.1, "zero_point": 0}
+            >>> ref = reference.Linear.from_float(nn.Linear(4, 2), qparams)
+            >>> q = TensorQParams(0.1, 0)
+            >>> kernel = QuantizedLinear("fbgemm", ref, q, q)
+            >>> kernel.take_boundaries(float_input=True, float_output=True)
+            >>> kernel(torch.zeros(3, 4)).dtype
+            torch.float32
+        """
+        self.float_input, self.float_output, self._call = float_input, float_output, None
+
+    def op(self) -> Callable[..., torch.Tensor]:
+        raise NotImplementedError
+
+    def bind(self) -> Callable[..., torch.Tensor]:
+        boundaries = (self.float_input, self.float_output)
+        qparams = (self.x, self.out)
+        return _unary_call(_engine_id(self.engine), self.op(), self.packed(), qparams, boundaries)
+
+
+class QuantizedLinear(_Static):
     """Static int8 linear (optionally fused relu): uint8 in, uint8 out.
 
     Example:
@@ -489,9 +570,8 @@ class QuantizedLinear(_Weighted):
     def pack(self) -> Any:
         return torch.ops.quantized.linear_prepack(self.qweight(), self.bias)
 
-    def bind(self) -> Callable[..., torch.Tensor]:
-        op = _quantized_op("linear_relu" if self.relu else "linear")
-        return _unary_call(_engine_id(self.engine), op, self.packed(), self.x, self.out)
+    def op(self) -> Callable[..., torch.Tensor]:
+        return _quantized_op("linear_relu" if self.relu else "linear")
 
 
 _CONV_PREPACK = {
@@ -512,7 +592,7 @@ def _quantized_op(name: str) -> Callable[..., torch.Tensor]:
     return getattr(op, overload) if overload else op  # type: ignore[no-any-return]  # torch.ops is untyped
 
 
-class QuantizedConv(_Weighted):
+class QuantizedConv(_Static):
     """Static int8 conv1d/2d/3d (optionally fused relu): uint8 in, uint8 out.
 
     Example:
@@ -547,12 +627,11 @@ class QuantizedConv(_Weighted):
         prepack = getattr(torch.ops.quantized, _CONV_PREPACK[self.dims])
         return prepack(self.qweight(), self.bias, *self.conv_args)
 
-    def bind(self) -> Callable[..., torch.Tensor]:
-        op = _quantized_op(_CONV_OPS[self.dims][int(self.relu)])
-        return _unary_call(_engine_id(self.engine), op, self.packed(), self.x, self.out)
+    def op(self) -> Callable[..., torch.Tensor]:
+        return _quantized_op(_CONV_OPS[self.dims][int(self.relu)])
 
 
-class QuantizedConvTranspose(_Weighted):
+class QuantizedConvTranspose(_Static):
     """Static int8 transposed conv 1d/2d/3d (per-tensor weights): uint8 in, uint8 out.
 
     Example:
@@ -583,9 +662,8 @@ class QuantizedConvTranspose(_Weighted):
         prepack = getattr(torch.ops.quantized, f"conv_transpose{self.dims}d_prepack")
         return prepack(self.qweight(), self.bias, *self.conv_args)
 
-    def bind(self) -> Callable[..., torch.Tensor]:
-        op = _quantized_op(f"conv_transpose{self.dims}d")
-        return _unary_call(_engine_id(self.engine), op, self.packed(), self.x, self.out)
+    def op(self) -> Callable[..., torch.Tensor]:
+        return _quantized_op(f"conv_transpose{self.dims}d")
 
 
 def build_conv_transpose(engine: str) -> Callable[[Any], nn.Module | None]:
@@ -915,10 +993,7 @@ class QuantizedOps(nn.Module):
 
     def forward(self, *values: Any) -> torch.Tensor:
         if self.integer:
-            result: torch.Tensor = self._run(values)
-            # Identity, contiguous() return their input: give a new tensor object instead,
-            # so that an in-place IntegerClamp fed by this op never sees a kernel result
-            return result.view_as(result) if result is values[0] else result
+            return self._run(values)  # type: ignore[no-any-return]  # the last step's tensor
         return _run_on(self._engine, self._run_quantized, values)
 
     def _run_quantized(self, values: Sequence[Any]) -> torch.Tensor:
@@ -939,23 +1014,18 @@ class QuantizedOps(nn.Module):
 class IntegerClamp(nn.Module):
     """relu (``high`` None) or relu6 on the integers: a clamp to ``[low, high]``.
 
-    With ``in_place`` (the lowering found this op to be its input's only consumer) an
-    input that is a kernel's fresh result is clamped in place and returned: no new
-    tensor, and the next kernel still takes the quint8 result it holds instead of a new
-    view (MobileNetV2's 35 conv -> relu6 pairs: 0.3 ms of 8 at batch 1, measured, 1 thread).
+    A conv, linear or add kernel that it alone follows absorbs it (see ``absorb``).
 
     Example:
         >>> IntegerClamp(3, 9)(torch.tensor([0, 5, 200], dtype=torch.uint8)).tolist()
         [3, 5, 9]
     """
 
-    def __init__(self, low: int, high: int | None = None, in_place: bool = False) -> None:
+    def __init__(self, low: int, high: int | None = None) -> None:
         super().__init__()
-        self.low, self.high, self.in_place = low, high, in_place
+        self.low, self.high = low, high
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.in_place and _is_kernel_result(x):
-            return x.clamp_(self.low, self.high)
         return torch.clamp(x, self.low, self.high)
 
 
@@ -1184,7 +1254,7 @@ def build_ops(engine: str) -> Callable[[Any], nn.Module | None]:
         steps, modules, native = _steps(match)
         integer = _integer_steps(steps, modules, inputs, out)
         if integer is not None:
-            clamp = _integer_clamp(integer, _single_consumer(match))
+            clamp = _integer_clamp(integer)
             if clamp is not None:
                 return clamp
             return QuantizedOps(engine, integer, inputs, out, True, modules, integer=True)
@@ -1194,34 +1264,16 @@ def build_ops(engine: str) -> Callable[[Any], nn.Module | None]:
     return build
 
 
-def _integer_clamp(steps: Sequence[Step], in_place: bool) -> IntegerClamp | None:
+def _integer_clamp(steps: Sequence[Step]) -> IntegerClamp | None:
     """The integer steps as an :class:`IntegerClamp` when they are one relu or relu6."""
     if len(steps) != 1 or steps[0].args[:1] != (("input", 0),):
         return None
     step = steps[0]
     if step.target is torch.clamp_min and len(step.args) == 2:
-        return IntegerClamp(int(step.args[1]), None, in_place)
+        return IntegerClamp(int(step.args[1]))
     if step.target is torch.clamp and len(step.args) == 3:
-        return IntegerClamp(int(step.args[1]), int(step.args[2]), in_place)
+        return IntegerClamp(int(step.args[1]), int(step.args[2]))
     return None
-
-
-def _single_consumer(match: Any) -> bool:
-    """Whether the match's one input reaches nothing but the match (so may be overwritten).
-
-    The input is ``source -> dequantize -> first node``: both edges must be the only ones
-    out of their node (a graph output is a user too). Whether ``source``'s tensor is fresh
-    memory is known only when it runs (:func:`_is_kernel_result`).
-    """
-    first = match.nodes[0]
-    inputs = first.all_input_nodes
-    if len(match.nodes) != 1 or len(inputs) != 1:
-        return False
-    dequantize = inputs[0]
-    sources = dequantize.all_input_nodes
-    if len(dequantize.users) != 1 or len(sources) != 1 or len(sources[0].users) != 1:
-        return False
-    return sources[0].op in ("call_function", "call_module")  # never the caller's tensor
 
 
 def _special(

@@ -34,6 +34,10 @@ FLOAT_OPS: tuple[Any, ...] = (
     nn.Softmax, F.softmax, torch.softmax, nn.GELU, F.gelu, nn.Tanh, torch.tanh,
     nn.Sigmoid, torch.sigmoid, nn.Hardsigmoid, F.hardsigmoid,
     torch.matmul, operator.matmul, torch.bmm,
+    # a dropout is a no-op at inference, and attention's reshapes move floats between the
+    # linears (whose kernels return floats) and the float matmuls
+    nn.Dropout, F.dropout, "view", "reshape", "permute", "transpose", "contiguous",
+    torch.reshape, torch.permute, torch.transpose,
 )  # fmt: skip
 
 
