@@ -52,12 +52,16 @@ def lower(
 
 
 def fast_mapping(backend: str) -> Any:
-    """The backend's default mapping with min/max observers (histograms are slow to calibrate)."""
-    mapping = fxquant.get_default_qconfig_mapping(backend)
+    """Every op int8 (the default mapping keeps transformer ops float), with min/max observers
+    (histograms are slow to calibrate): each lowering rule gets exercised."""
+    mapping = fxquant.get_default_qconfig_mapping("reference")
     minmax = fxquant.QConfig(
         activation=fxquant.observer.MinMaxObserver,
         weight=fxquant.observer.default_per_channel_weight_observer,
     )
+    per_tensor = fxquant.QConfig(minmax.activation, fxquant.observer.default_weight_observer)
+    for conv_transpose in (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d):
+        mapping.set_object_type(conv_transpose, per_tensor)
     return mapping.set_global(minmax)
 
 

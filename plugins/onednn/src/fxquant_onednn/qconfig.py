@@ -1,22 +1,55 @@
-"""The default QConfigMapping of the onednn backend.
+"""The default QConfigMapping of the onednn backend (x86 uses it too): int8 where it is fast
+and accurate.
+
+Like torchao's X86InductorQuantizer: conv (and its relu / add fusions), pooling
+and the inputs of Linear are int8; LayerNorm, softmax, GELU and the residual
+adds of transformers stay float. Putting those in int8 (torch.ao's x86 default)
+costs BERT-like encoders about 17 dB of SQNR and buys no speed: oneDNN has no
+plain-tensor int8 kernel for them, so each would run between a dequantize and a
+quantize step. Attention's matmuls and the reshapes around them stay float too:
+eager PyTorch has no batched int8 matmul on plain tensors, and dequantizing both
+inputs and quantizing the output costs more than an int8 product would save.
+The linears then return floats (their kernels take the dequantize step, a GELU
+and the next quantize step as post ops).
+
+An add that a conv absorbs (``ConvAdd2d``, ``ConvAddReLU2d``: ResNet and
+MobileNetV2 blocks) is int8: oneDNN sums it in the conv's epilogue, which halves
+a ResNet's latency against a float add between dequantize and quantize steps.
 
 uint8 activations over the full 0..255 range (oneDNN computes u8 x s8 without
-the int16 saturation of pre-VNNI kernels on VNNI CPUs, the x86 baseline it targets),
-int8 weights symmetric per output channel (the only weights oneDNN takes), and
-the reference mapping's overrides for fixed-qparams ops, transposed convs and
-layer norm. Activations: HistogramObserver for PTQ (it clips outliers, which
-min/max does not), moving-average min/max fake-quantize for QAT.
+the int16 saturation of pre-VNNI kernels), int8 weights symmetric per output
+channel (the only weights oneDNN takes; per tensor for transposed convs).
+Activations: HistogramObserver for PTQ (it clips outliers, which min/max does
+not), moving-average min/max fake-quantize for QAT.
 """
 
 from __future__ import annotations
 
+import operator
+from typing import Any
+
+import torch
+import torch.nn.functional as F
 from fxquant import fake_quantize, observer
 from fxquant.config.qconfig import QConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
+from fxquant.nn import intrinsic
 from fxquant.patterns import reference_default_qconfig_mapping
 from torch import nn
 
-__all__ = ["activation_qconfig", "default_qconfig_mapping"]
+__all__ = ["FLOAT_OPS", "activation_qconfig", "default_qconfig_mapping"]
+
+# ops kept float: int8 versions cost accuracy in transformers and save no time
+FLOAT_OPS: tuple[Any, ...] = (
+    nn.LayerNorm, F.layer_norm, operator.add, torch.add, operator.mul, torch.mul,
+    nn.Softmax, F.softmax, torch.softmax, nn.GELU, F.gelu, nn.Tanh, torch.tanh,
+    nn.Sigmoid, torch.sigmoid, nn.Hardsigmoid, F.hardsigmoid,
+    torch.matmul, operator.matmul, torch.bmm,
+    # a dropout is a no-op at inference, and attention's reshapes move floats between the
+    # linears (whose kernels return floats) and the float matmuls
+    nn.Dropout, F.dropout, "view", "reshape", "permute", "transpose", "contiguous",
+    torch.reshape, torch.permute, torch.transpose,
+)  # fmt: skip
 
 
 def activation_qconfig(is_qat: bool, *, reduce_range: bool = False) -> QConfig:
@@ -40,21 +73,27 @@ def activation_qconfig(is_qat: bool, *, reduce_range: bool = False) -> QConfig:
 
 
 def default_qconfig_mapping(is_qat: bool) -> QConfigMapping:
-    """Every op the backend quantizes, with the qconfig above.
+    """Conv, pooling and Linear inputs in int8; norms, softmax, matmuls and residual adds float.
 
     Example:
+        >>> import torch
         >>> mapping = default_qconfig_mapping(is_qat=False)
+        >>> mapping.qconfig_for("", torch.nn.LayerNorm) is None
+        True
         >>> mapping.global_qconfig.activation().quant_max
         255
     """
     mapping = reference_default_qconfig_mapping(is_qat)
-    base = activation_qconfig(is_qat)
-    mapping.set_global(base)
+    int8 = activation_qconfig(is_qat)
+    mapping.set_global(int8)
     per_tensor = (
         fake_quantize.default_weight_fake_quant if is_qat else observer.default_weight_observer
     )
     for conv_transpose in (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d):
-        mapping.set_object_type(conv_transpose, QConfig(base.activation, per_tensor))
-    float_weight = QConfig(base.activation, observer.default_placeholder_observer)
-    mapping.set_object_type(nn.LayerNorm, float_weight)
+        mapping.set_object_type(conv_transpose, QConfig(int8.activation, per_tensor))
+    for op in FLOAT_OPS:
+        mapping.set_object_type(op, None)
+    # an entry for a fused class outranks its parts' entries: these adds are int8
+    for fused in (intrinsic.ConvAdd2d, intrinsic.ConvAddReLU2d):
+        mapping.set_object_type(fused, int8)
     return mapping
