@@ -35,6 +35,12 @@ __all__ = [
 ]
 
 _ONEDNN = torch.ops.onednn
+_LINEAR_OP = _ONEDNN.qlinear_pointwise.default
+_CONV_OPS = (
+    _ONEDNN.qconv1d_pointwise.default,
+    _ONEDNN.qconv2d_pointwise.default,
+    _ONEDNN.qconv3d_pointwise.default,
+)
 
 
 def symmetric_weight(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -71,11 +77,13 @@ class _Packed(nn.Module):
     """Base: an int8 weight buffer whose oneDNN-packed copy is made lazily and never saved."""
 
     _packed: torch.Tensor | None
+    _tail: tuple[Any, ...] | None  # a kernel's constant arguments after the input, once packed
 
     def __init__(
         self, weight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None
     ) -> None:
         super().__init__()
+        self._tail = None
         self.register_buffer("weight", weight)
         self.register_buffer("weight_scale", scale.to(torch.float32))
         self.register_buffer("weight_zero_point", torch.zeros(scale.numel(), dtype=torch.int64))
@@ -85,11 +93,12 @@ class _Packed(nn.Module):
     def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
         super()._load_from_state_dict(*args, **kwargs)
         self._packed = None  # new weights: pack again on the next call
+        self._tail = None
 
     def __getstate__(self) -> dict[str, Any]:
         # the packed tensor is an opaque oneDNN layout: rebuild it instead of copying it
         state = dict(self.__dict__)
-        state["_packed"] = None
+        state["_packed"] = state["_tail"] = None
         return state
 
 
@@ -218,6 +227,7 @@ class QLinear(_Packed):
         a float GELU after that (oneDNN's ``gelu`` post op, in place of the clamp);
         and the quantize step after those (integers again, with its qparams).
         """
+        self._tail = None  # the kernel's arguments may change
         if isinstance(step, Dequantize):
             return self._to_float(step.qparams)
         if isinstance(step, nn.GELU):
@@ -261,11 +271,15 @@ class QLinear(_Packed):
 
     def forward(self, qx: torch.Tensor) -> torch.Tensor:
         """Run the kernel on ``qx`` (uint8, any leading shape)."""
-        result: torch.Tensor = _ONEDNN.qlinear_pointwise(
-            qx, self.x_scale, self.x_zero_point, self._weight(qx), self.weight_scale,
-            self.weight_zero_point, self.bias, self.out_scale, self.out_zero_point,
-            self.out_dtype, self.post_op, self.post_op_args, self.post_op_algorithm,
-        )  # fmt: skip
+        # the arguments after qx never change: built once
+        tail = self._tail
+        if tail is None:
+            tail = self._tail = (
+                self.x_scale, self.x_zero_point, self._weight(qx), self.weight_scale,
+                self.weight_zero_point, self.bias, self.out_scale, self.out_zero_point,
+                self.out_dtype, self.post_op, self.post_op_args, self.post_op_algorithm,
+            )  # fmt: skip
+        result: torch.Tensor = _LINEAR_OP(qx, *tail)
         return result
 
 
@@ -400,6 +414,14 @@ class QConv(_Packed):
             )  # fmt: skip
         return self._packed
 
+    def _plain_tail(self, qx: torch.Tensor) -> tuple[Any, ...]:
+        self._tail = (
+            self.x_scale, self.x_zero_point, self._weight(qx), self.weight_scale,
+            self.weight_zero_point, self.bias, *self.geometry, self.out_scale,
+            self.out_zero_point, self.out_dtype, self.unary, self.unary_args, "",
+        )  # fmt: skip
+        return self._tail
+
     def absorb(self, kernel: object) -> bool:
         """Take over a relu6 / hardtanh clamp that reads only this conv's integer output
         (MobileNetV2: conv -> relu6), for 2-d convs without a fused add."""
@@ -408,23 +430,20 @@ class QConv(_Packed):
         bounds = _hardtanh_args(kernel, self.out_scale, self.out_zero_point, self.unary)
         if bounds is None:
             return False
-        self.unary, self.unary_args = "hardtanh", bounds
+        self.unary, self.unary_args, self._tail = "hardtanh", bounds, None
         return True
 
     def forward(self, qx: torch.Tensor, accumulate: torch.Tensor | None = None) -> torch.Tensor:
         """Run the conv on ``qx`` (uint8); add ``accumulate`` (uint8) when fused with add."""
         if self.dims == 2:  # only 2-d convs take channels_last
             qx = qx.contiguous(memory_format=torch.channels_last)
+        if self.accumulate is None or accumulate is None:
+            # the arguments after qx never change: built once (a MobileNetV2 makes 53 calls)
+            tail = self._tail if self._tail is not None else self._plain_tail(qx)
+            result: torch.Tensor = _CONV_OPS[self.dims - 1](qx, *tail)
+            return result.clamp_min_(self.out_zero_point) if self.clamp else result
         head = (qx, self.x_scale, self.x_zero_point, self._weight(qx), self.weight_scale,
                 self.weight_zero_point)  # fmt: skip
-        if self.accumulate is None or accumulate is None:
-            op = (_ONEDNN.qconv1d_pointwise, _ONEDNN.qconv2d_pointwise,
-                  _ONEDNN.qconv3d_pointwise)[self.dims - 1]  # fmt: skip
-            result: torch.Tensor = op(
-                *head, self.bias, *self.geometry, self.out_scale, self.out_zero_point,
-                self.out_dtype, self.unary, self.unary_args, "",
-            )  # fmt: skip
-            return result.clamp_min_(self.out_zero_point) if self.clamp else result
         # the kernel writes into its accumulator: a copy unless nothing reads it afterwards
         accumulated = accumulate.contiguous(memory_format=torch.channels_last)
         if not self.reuse_accumulate or accumulated.data_ptr() != accumulate.data_ptr():

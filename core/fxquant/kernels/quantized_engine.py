@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import warnings
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -276,11 +277,46 @@ def _run_on(engine: int, op: Callable[..., torch.Tensor], *args: Any) -> torch.T
             _SET_ENGINE(previous)
 
 
-# A kernel's uint8 output holds the quint8 result it views under this attribute, so a
-# kernel fed directly by another takes that result instead of making a new view: a view
-# made and dropped around a real-sized op costs 3-4 us (measured: MobileNetV2's 14x14
-# depthwise conv, 1 thread), reading the attribute 0.6 us. The holder dies with the output.
-_HELD = "_fxquant_quint8"
+class _Held(weakref.ref):  # type: ignore[type-arg]  # a weak reference to a uint8 tensor
+    """A kernel's uint8 output (weakly) and the quint8 result it views (strongly).
+
+    A kernel fed directly by another takes that result instead of making a new view: a
+    view made and dropped around a real-sized op costs 3-4 us (measured: MobileNetV2's
+    14x14 depthwise conv, 1 thread), the lookup 0.2 us. Kept in :data:`_HOLDERS` by the
+    output's ``id`` and dropped when the output dies: nothing is stored on the tensor, so
+    its copies, pickles and ``torch.save`` never see a quint8 tensor.
+    """
+
+    __slots__ = ("key", "result", "scale", "zero_point")
+    key: int
+    result: torch.Tensor
+    scale: float
+    zero_point: int
+
+
+_HOLDERS: dict[int, _Held] = {}
+
+
+def _forget(ref: _Held) -> None:
+    if _HOLDERS.get(ref.key) is ref:
+        del _HOLDERS[ref.key]
+
+
+def _hold(values: torch.Tensor, result: torch.Tensor, scale: float, zero_point: int) -> None:
+    """Record that ``values`` views ``result`` (with these qparams) while it lives."""
+    ref = _Held(values, _forget)
+    ref.key, ref.result, ref.scale, ref.zero_point = id(values), result, scale, zero_point
+    _HOLDERS[ref.key] = ref
+
+
+def _held(values: torch.Tensor, scale: float, zero_point: int) -> torch.Tensor | None:
+    """The quint8 result ``values`` views with these qparams, when it is a kernel output
+    whose memory, shape and strides are still the result's (an in-place resize breaks it)."""
+    ref = _HOLDERS.get(id(values))
+    if ref is None or ref() is not values or (ref.scale, ref.zero_point) != (scale, zero_point):
+        return None
+    result: torch.Tensor = ref.result
+    return result if _views(values, result) else None
 
 
 def _quint8_input(
@@ -292,9 +328,9 @@ def _quint8_input(
     of ``values`` (an in-place resize or a deepcopy of ``values`` breaks the match). Only
     kernels whose op never modifies its input take it.
     """
-    held = getattr(values, _HELD, None)
-    if held is not None and held[1] == scale and held[2] == zero_point and _views(values, held[0]):
-        return held[0]  # type: ignore[no-any-return]  # set by _uint8_output
+    held = _held(values, scale, zero_point)
+    if held is not None:
+        return held
     return template.detach().set_(  # as_quint8 with its template looked up once
         values.untyped_storage(), values.storage_offset(), values.size(), values.stride()
     )
@@ -312,8 +348,48 @@ def _views(values: torch.Tensor, quantized: torch.Tensor) -> bool:
 def _uint8_output(result: torch.Tensor, out: TensorQParams) -> torch.Tensor:
     """A kernel's quint8 result as uint8 integers in ``out``'s range, holding the result."""
     values = out.finish(result)
-    setattr(values, _HELD, (result, out.scale, out.zero_point))
+    _hold(values, result, out.scale, out.zero_point)
     return values
+
+
+def _result(result: torch.Tensor, out: TensorQParams, float_output: bool) -> torch.Tensor:
+    """A kernel's quint8 result as its output: uint8 integers, or floats after a dequantize."""
+    if not float_output:
+        return _uint8_output(result, out)
+    if out.narrow:
+        out.finish(result)  # clamps the integers the result shares
+    return result.dequantize()
+
+
+def _clamped(out: TensorQParams, clamp: tuple[int, int] | None) -> TensorQParams:
+    """``out`` with its integer range narrowed to an absorbed clamp."""
+    if clamp is None:
+        return out
+    low, high = max(out.quant_min, clamp[0]), min(out.quant_max, clamp[1])
+    return TensorQParams(out.scale, out.zero_point, low, high)
+
+
+def _absorb(kernel: Any, step: object) -> bool:
+    """Epilogues of a uint8-output kernel (see ``LoweringRule``): a relu/relu6
+    :class:`IntegerClamp` (clamped in place on the kernel's fresh result), then the
+    dequantize step after it (the kernel returns floats)."""
+    from fxquant.registry.hookspecs import Dequantize
+
+    if kernel.float_output:
+        return False
+    if isinstance(step, IntegerClamp):
+        low, high = step.low, 255 if step.high is None else step.high
+        if kernel.clamp is not None:
+            low, high = max(low, kernel.clamp[0]), min(high, kernel.clamp[1])
+        kernel.clamp, kernel._call = (low, high), None
+        return True
+    if isinstance(step, Dequantize):
+        q, out = _tensor_qparams(step.qparams), kernel.out
+        if q is None or (q.scale, q.zero_point) != (out.scale, out.zero_point):
+            return False
+        kernel.float_output, kernel._call = True, None
+        return True
+    return False
 
 
 def _unary_call(
@@ -328,7 +404,7 @@ def _unary_call(
     The hottest path of the quint8 engines (53 convs in MobileNetV2), so the helpers
     :func:`_quint8_input`, :func:`_run_on` and :func:`_uint8_output` are written out:
     their three calls cost 1.5 us per conv inside a forward (measured, 1 thread).
-    ``boundaries`` (float input, float output): see :meth:`_Static.take_boundaries`.
+    ``boundaries``: float input and output (:meth:`_Static.absorb_input`, ``absorb``).
     """
     x, out = qparams
     if any(boundaries):
@@ -339,15 +415,8 @@ def _unary_call(
     )  # fmt: skip
 
     def call(values: torch.Tensor) -> torch.Tensor:
-        held = getattr(values, _HELD, None)
-        if (
-            held is not None
-            and held[1] == x_scale
-            and held[2] == x_zero_point
-            and _views(values, held[0])
-        ):
-            quantized = held[0]
-        else:
+        quantized = _held(values, x_scale, x_zero_point)
+        if quantized is None:
             quantized = template.detach().set_(
                 values.untyped_storage(), values.storage_offset(), values.size(), values.stride()
             )
@@ -368,7 +437,7 @@ def _unary_call(
         )
         if narrow:
             integers.clamp_(low, high)
-        setattr(integers, _HELD, (result, scale, zero_point))
+        _hold(integers, result, scale, zero_point)
         return integers
 
     return call
@@ -399,19 +468,17 @@ def _boundary_call(
             with _Quiet():  # quantize_per_tensor creates a quint8 tensor too
                 if not float_input:
                     quantized = _quint8_input(values, template, x.scale, x.zero_point)
-                elif x.narrow:
-                    quantized = as_quint8(x.quantize(values), x.scale, x.zero_point)
+                elif x.narrow:  # clamped to the range on the uint8 view it holds
+                    quantized = _quint8_input(x.quantize(values), template, x.scale, x.zero_point)
                 else:
-                    quantized = torch.quantize_per_tensor(values, x.scale, x.zero_point, _QUINT8)
+                    quantized = torch.quantize_per_tensor(
+                        values.float(), x.scale, x.zero_point, _QUINT8
+                    )  # float(): the reference quantizes float16/float64 as float32 too
                 result = op(quantized, packed, out.scale, out.zero_point)
         finally:
             if previous != engine:
                 _SET_ENGINE(previous)
-        if not float_output:
-            return _uint8_output(result, out)
-        if out.narrow:
-            out.finish(result)  # clamps the integers the result shares
-        return result.dequantize()
+        return _result(result, out, float_output)
 
     return call
 
@@ -511,15 +578,11 @@ class _Static(_Weighted):
     def __init__(self, engine: str, reference: Any) -> None:
         super().__init__(engine, reference)
         self.float_input = self.float_output = False
+        self.clamp: tuple[int, int] | None = None  # an absorbed relu/relu6, on the integers
 
-    def take_boundaries(self, float_input: bool = False, float_output: bool = False) -> None:
-        """Take the model's float input and/or give its float output, quantizing inside.
-
-        For the lowering: a kernel fed by the model's input quantize (``quantize -> kernel``)
-        may take the float tensor instead, and one whose only consumer is the output
-        dequantize may return floats: the quantize/dequantize then run on quint8 in the
-        kernel (torch's vectorized float32 kernels, within one step of the reference),
-        with no uint8 view. Takes effect on the next call.
+    def absorb(self, step: object) -> bool:
+        """Take over what alone follows this kernel: a relu/relu6 clamp of its integers
+        (in place on its fresh result), then the dequantize step (it then returns floats).
 
         Example:
             >>> from fxquant.nn import reference
@@ -528,18 +591,49 @@ class _Static(_Weighted):
             >>> ref = reference.Linear.from_float(nn.Linear(4, 2), qparams)
             >>> q = TensorQParams(0.1, 0)
             >>> kernel = QuantizedLinear("fbgemm", ref, q, q)
-            >>> kernel.take_boundaries(float_input=True, float_output=True)
-            >>> kernel(torch.zeros(3, 4)).dtype
-            torch.float32
+            >>> kernel.absorb(IntegerClamp(0, 60))
+            True
         """
-        self.float_input, self.float_output, self._call = float_input, float_output, None
+        return _absorb(self, step)
+
+    def absorb_input(self, step: object) -> bool:
+        """Take over the quantize step that alone feeds this kernel from float values.
+
+        For the lowering, like :meth:`absorb` on the input side: ``True`` means the
+        kernel now takes the float tensor and quantizes it itself, with torch's
+        vectorized kernel straight to quint8 (float32 arithmetic: within one step of the
+        reference; no uint8 tensor, no view: 40 us less than the float32 boundary step
+        on the benchmark MLP's 32x512 input, measured, 1 thread). ``step`` is a
+        ``Quantize`` with this kernel's input qparams.
+
+        Example:
+            >>> from fxquant.nn import reference
+            >>> from fxquant.registry.hookspecs import Quantize, QParams
+            >>> qparams = {"qscheme": torch.per_tensor_affine, "dtype": torch.int8,
+            ...            "scale": 0.1, "zero_point": 0}
+            >>> ref = reference.Linear.from_float(nn.Linear(4, 2), qparams)
+            >>> q = TensorQParams(0.1, 0)
+            >>> kernel = QuantizedLinear("fbgemm", ref, q, q)
+            >>> kernel.absorb_input(Quantize(QParams(torch.uint8, 0, 255, 0.1, 0)))
+            True
+            >>> kernel(torch.zeros(3, 4)).dtype
+            torch.uint8
+        """
+        from fxquant.registry.hookspecs import Quantize
+
+        if self.float_input or not isinstance(step, Quantize):
+            return False
+        if _tensor_qparams(step.qparams) != self.x:
+            return False
+        self.float_input, self._call = True, None
+        return True
 
     def op(self) -> Callable[..., torch.Tensor]:
         raise NotImplementedError
 
     def bind(self) -> Callable[..., torch.Tensor]:
         boundaries = (self.float_input, self.float_output)
-        qparams = (self.x, self.out)
+        qparams = (self.x, _clamped(self.out, self.clamp))
         return _unary_call(_engine_id(self.engine), self.op(), self.packed(), qparams, boundaries)
 
 
@@ -778,6 +872,18 @@ class QuantizedBinary(_Bound):
     ) -> None:
         super().__init__(engine)
         self.op_name, self.inputs, self.out, self.relu = op, inputs, out, relu
+        self.float_output = False
+        self.clamp: tuple[int, int] | None = None  # an absorbed relu/relu6, on the integers
+
+    def absorb(self, step: object) -> bool:
+        """Take over a relu/relu6 clamp, then the dequantize step, that alone follow it.
+
+        Example:
+            >>> q = TensorQParams(0.1, 0)
+            >>> QuantizedBinary("fbgemm", "add", (q, q), q).absorb(IntegerClamp(0, 60))
+            True
+        """
+        return _absorb(self, step)
 
     def bind(self) -> Callable[..., torch.Tensor]:
         engine = _engine_id(self.engine)
@@ -785,12 +891,13 @@ class QuantizedBinary(_Bound):
         (first, first_scale, first_zero), (second, second_scale, second_zero) = (
             (_quint8_template(q.scale, q.zero_point), q.scale, q.zero_point) for q in self.inputs
         )
-        out = self.out
+        out, float_output = _clamped(self.out, self.clamp), self.float_output
 
         def call(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
             qa = _quint8_input(a, first, first_scale, first_zero)
             qb = _quint8_input(b, second, second_scale, second_zero)
-            return _uint8_output(_run_on(engine, op, qa, qb, out.scale, out.zero_point), out)
+            result = _run_on(engine, op, qa, qb, out.scale, out.zero_point)
+            return _result(result, out, float_output)
 
         return call
 
