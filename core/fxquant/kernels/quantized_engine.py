@@ -15,6 +15,14 @@ the deprecation warning torch raises (once per process) when a quint8 tensor
 is created is filtered inside the kernel, by its exact message, so a lowered
 model's forward never shows it. Prepacked weights are rebuilt from the integer
 weight buffers after ``load_state_dict``, unpickling and ``copy.deepcopy``.
+
+Per-call cost is what separates these kernels from torch.ao's modules (same ops),
+so: each forward is a closure bound on first call (op, packed weight, qparams);
+a kernel's uint8 output is remembered, weakly, with the quint8 result it views,
+and a kernel it feeds takes that result instead of a new view; conv/linear/add
+kernels ``absorb`` the relu/relu6 clamp and the dequantize that alone follow
+them (clamped in place on their fresh result; ``r.dequantize()``), and
+``absorb_input`` a float quantize that alone feeds them.
 """
 
 from __future__ import annotations
@@ -402,8 +410,8 @@ def _unary_call(
     """The forward of a prepacked kernel ``op(qx, packed, scale, zero_point)``, everything bound.
 
     The hottest path of the quint8 engines (53 convs in MobileNetV2), so the helpers
-    :func:`_quint8_input`, :func:`_run_on` and :func:`_uint8_output` are written out:
-    their three calls cost 1.5 us per conv inside a forward (measured, 1 thread).
+    :func:`_held`, :func:`_run_on` and :func:`_hold` are written out: their calls cost
+    1.5 us per conv inside a forward (measured, 1 thread).
     ``boundaries``: float input and output (:meth:`_Static.absorb_input`, ``absorb``).
     """
     x, out = qparams
@@ -415,8 +423,18 @@ def _unary_call(
     )  # fmt: skip
 
     def call(values: torch.Tensor) -> torch.Tensor:
-        quantized = _held(values, x_scale, x_zero_point)
-        if quantized is None:
+        held = _HOLDERS.get(id(values))  # _held, written out
+        if (
+            held is not None
+            and held() is values
+            and held.scale == x_scale
+            and held.zero_point == x_zero_point
+            and (quantized := held.result).data_ptr() == values.data_ptr()
+            and quantized.shape == values.shape
+            and quantized.stride() == values.stride()
+        ):
+            pass
+        else:
             quantized = template.detach().set_(
                 values.untyped_storage(), values.storage_offset(), values.size(), values.stride()
             )
@@ -437,7 +455,9 @@ def _unary_call(
         )
         if narrow:
             integers.clamp_(low, high)
-        _hold(integers, result, scale, zero_point)
+        held = _Held(integers, _forget)  # _hold, written out
+        held.key, held.result, held.scale, held.zero_point = id(integers), result, scale, zero_point
+        _HOLDERS[held.key] = held
         return integers
 
     return call
@@ -681,9 +701,11 @@ _CONV_OPS = {  # (plain, with relu) per spatial rank
 
 
 def _quantized_op(name: str) -> Callable[..., torch.Tensor]:
+    """``torch.ops.quantized.NAME`` as one overload (``.default`` unless named): a packet
+    resolves its overload on every call (add has five)."""
     packet, _, overload = name.partition(".")
     op = getattr(torch.ops.quantized, packet)
-    return getattr(op, overload) if overload else op  # type: ignore[no-any-return]  # torch.ops is untyped
+    return getattr(op, overload or "default")  # type: ignore[no-any-return]  # torch.ops is untyped
 
 
 class QuantizedConv(_Static):
@@ -893,10 +915,23 @@ class QuantizedBinary(_Bound):
         )
         out, float_output = _clamped(self.out, self.clamp), self.float_output
 
+        scale, zero_point = out.scale, out.zero_point
+
         def call(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
             qa = _quint8_input(a, first, first_scale, first_zero)
             qb = _quint8_input(b, second, second_scale, second_zero)
-            result = _run_on(engine, op, qa, qb, out.scale, out.zero_point)
+            previous = _GET_ENGINE()  # _run_on, written out (10 adds in MobileNetV2)
+            if previous != engine:
+                _SET_ENGINE(engine)
+            try:
+                if _Quiet.spent and not torch.is_warn_always_enabled():
+                    result = op(qa, qb, scale, zero_point)
+                else:
+                    with _Quiet():
+                        result = op(qa, qb, scale, zero_point)
+            finally:
+                if previous != engine:
+                    _SET_ENGINE(previous)
             return _result(result, out, float_output)
 
         return call
@@ -1056,6 +1091,10 @@ class QuantizedOps(nn.Module):
         self.native, self.integer = native, integer
         self.step_modules = nn.ModuleList(modules)
         self._single_step = self._single()
+        # no in-place method (resize_...) among the steps: they may read a kernel's result
+        self._reads_only = not any(
+            step.kind == "method" and str(step.target).endswith("_") for step in self.steps
+        )
         self._engine = _engine_id(engine)
 
     def _single(self) -> Step | None:
@@ -1073,8 +1112,8 @@ class QuantizedOps(nn.Module):
         single = self._single_step
         if single is not None:  # no argument templates to resolve: saves ~10 us per call
             x, consts = values[0], single.args[1:]
-            if single.kind == "module":
-                return self.step_modules[single.target](x, *consts)
+            if single.kind == "module":  # the dict itself: ModuleList indexing costs 1 us
+                return self.step_modules._modules[str(single.target)](x, *consts)
             if single.kind == "method":
                 return getattr(x, single.target)(*consts)
             return single.target(x, *consts)
@@ -1095,7 +1134,11 @@ class QuantizedOps(nn.Module):
             return value
         if isinstance(qparams, ChannelQParams):
             return qparams.dequantize(value)
-        quantized = as_quint8(value, qparams.scale, qparams.zero_point)
+        if self._reads_only:  # a kernel's result, as it holds it: no new view
+            template = _quint8_template(qparams.scale, qparams.zero_point)
+            quantized = _quint8_input(value, template, qparams.scale, qparams.zero_point)
+        else:
+            quantized = as_quint8(value, qparams.scale, qparams.zero_point)
         return quantized if self.native else quantized.dequantize()
 
     def forward(self, *values: Any) -> torch.Tensor:

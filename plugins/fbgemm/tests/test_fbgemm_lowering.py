@@ -6,6 +6,7 @@ The checks live in :mod:`fxquant.testing`, shared with the other quint8 engine (
 from __future__ import annotations
 
 import copy
+import io
 
 import pytest
 import torch
@@ -81,11 +82,15 @@ def test_a_kernel_fed_by_a_kernel_matches_one_fed_by_plain_integers() -> None:
     assert torch.equal(second(chained), second(chained.clone()))
 
 
-def test_a_deepcopied_or_resized_kernel_output_is_read_from_its_own_memory() -> None:
+def test_a_copied_saved_or_resized_kernel_output_is_read_from_its_own_memory() -> None:
     first, second = _linear(16, Q, Q), _linear(16, Q, Q)
     out = first(torch.randint(0, 256, (4, 16), dtype=torch.uint8))
     copied = copy.deepcopy(out).zero_()
     assert torch.equal(second(copied), second(torch.zeros_like(out)))
+    buffer = io.BytesIO()
+    torch.save(out, buffer)  # a plain uint8 tensor: loads with weights_only
+    buffer.seek(0)
+    assert torch.equal(torch.load(buffer), out)
     out.resize_(2, 16)
     assert torch.equal(second(out), second(out.clone()))
 
