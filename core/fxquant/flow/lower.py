@@ -280,6 +280,24 @@ def _is_identity(module: nn.Module) -> bool:
     return dropout or isinstance(module, nn.Identity)
 
 
+def _absorb_inputs(gm: GraphModule) -> None:
+    """Offer a kernel with ``absorb_input`` the quantize step that alone feeds its first
+    argument from float values (see ``LoweringRule``)."""
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target not in _BOUNDARY_QUANTIZE:
+            continue
+        users = list(node.users)
+        if len(users) != 1 or users[0].op != "call_module" or users[0].args[:1] != (node,):
+            continue
+        (kernel,) = users
+        if node in (*kernel.args[1:], *kernel.kwargs.values()):
+            continue
+        absorb_input = getattr(gm.get_submodule(str(kernel.target)), "absorb_input", None)
+        if absorb_input is not None and absorb_input(Quantize(_qparams(gm, node))):
+            kernel.replace_input_with(node, node.args[0])
+            gm.graph.erase_node(node)
+
+
 def _drop_identities(gm: GraphModule) -> None:
     """``nn.Identity`` kernels and eval-mode dropouts (no-ops at inference) pass their input on,
     so a kernel before them can take over the steps after them."""
@@ -367,5 +385,6 @@ def lower(gm: GraphModule, rules: Sequence[LoweringRule], backend: str, report: 
         _fast_boundaries(gm)
         _drop_identities(gm)
         _absorb_epilogues(gm)
+        _absorb_inputs(gm)
         _remove_dead(gm)
     return _update_report(report, lowered, backend, bool(rules))

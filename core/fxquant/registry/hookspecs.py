@@ -92,8 +92,11 @@ class LoweringRule:
     ``Quantize(qparams)`` when one quantize step does. ``True`` means the
     kernel now computes that step too (returning floats after a
     ``Dequantize``, integers after a ``Quantize``); the step is removed and
-    the next one offered. Results must stay within one output step of the
-    reference. An ``nn.Identity`` kernel is removed without asking.
+    the next one offered. Likewise a kernel module with ``absorb_input(step)``
+    is offered ``Quantize(qparams)`` when a quantize step alone feeds its
+    first argument from float values; ``True`` means the kernel takes the
+    floats and quantizes them itself. Results must stay within one output
+    step of the reference. An ``nn.Identity`` kernel is removed without asking.
 
     Args:
         pattern: the op(s), in the simple pattern format of
