@@ -176,3 +176,39 @@ def test_default_mapping_keeps_residual_adds_and_layer_norm_float() -> None:
     assert linear is not None
     assert linear.weight().qscheme == torch.per_channel_symmetric
     assert fxquant.get_default_qconfig_mapping(BACKEND, is_qat=True).global_qconfig is not None
+
+
+class BnBlock(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8)
+        self.conv2, self.bn2 = nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.bn2(self.conv2(y)) + x)
+
+
+def test_qat_of_a_residual_block_with_batch_norm_trains_and_lowers() -> None:
+    # the PTQ mapping fuses conv + bn + add; QAT cannot (the BN still trains): its add
+    # stays float and conv + bn train as one QAT module
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), BnBlock()).train()
+    x = torch.randn(4, 3, 8, 8)
+    mapping = fxquant.get_default_qconfig_mapping(BACKEND, is_qat=True)
+    config = fxquant.get_backend_config(BACKEND)
+    prepared = fxquant.prepare_qat_fx(model, mapping, (x,), backend_config=config)
+    optimizer = torch.optim.SGD(prepared.parameters(), lr=0.01)
+    for _ in range(3):
+        loss = prepared(x).square().mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    prepared.eval()
+    reference = fxquant.convert_to_reference_fx(copy.deepcopy(prepared))
+    lowered = fxquant.convert_fx(prepared)
+    with torch.no_grad():
+        difference = (lowered(x) - reference(x)).abs().max().item()
+    assert "QConv" in {type(m).__name__ for m in lowered.modules()}
+    last = [n for n in reference.graph.nodes if "dequantize" in str(n.target)][-1]
+    assert difference <= float(last.args[1]) * 1.001

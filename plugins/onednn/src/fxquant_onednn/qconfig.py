@@ -13,8 +13,10 @@ The linears then return floats (their kernels take the dequantize step, a GELU
 and the next quantize step as post ops).
 
 An add that a conv absorbs (``ConvAdd2d``, ``ConvAddReLU2d``: ResNet and
-MobileNetV2 blocks) is int8: oneDNN sums it in the conv's epilogue, which halves
-a ResNet's latency against a float add between dequantize and quantize steps.
+MobileNetV2 blocks) is int8 for PTQ: oneDNN sums it in the conv's epilogue,
+which halves a ResNet's latency against a float add between dequantize and
+quantize steps. The QAT mapping keeps those adds float too: a conv + bn + add
+cannot fuse while the BatchNorm still trains.
 
 uint8 activations over the full 0..255 range (oneDNN computes u8 x s8 without
 the int16 saturation of pre-VNNI kernels), int8 weights symmetric per output
@@ -93,7 +95,9 @@ def default_qconfig_mapping(is_qat: bool) -> QConfigMapping:
         mapping.set_object_type(conv_transpose, QConfig(int8.activation, per_tensor))
     for op in FLOAT_OPS:
         mapping.set_object_type(op, None)
-    # an entry for a fused class outranks its parts' entries: these adds are int8
-    for fused in (intrinsic.ConvAdd2d, intrinsic.ConvAddReLU2d):
-        mapping.set_object_type(fused, int8)
+    if not is_qat:
+        # an entry for a fused class outranks its parts' entries: these adds are int8.
+        # Not for QAT: conv + bn + add cannot fuse while the BatchNorm still trains
+        for fused in (intrinsic.ConvAdd2d, intrinsic.ConvAddReLU2d):
+            mapping.set_object_type(fused, int8)
     return mapping
