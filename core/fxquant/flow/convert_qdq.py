@@ -19,12 +19,13 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.fx import Graph, Node
+from torch.fx import Graph, GraphModule, Node
 
 from fxquant import dtypes
 from fxquant import qdq as _qdq  # noqa: F401  # registers torch.ops.fxquant.*
+from fxquant.registry.hookspecs import QParams
 
-__all__ = ["QDQ_OPS", "replace_observer"]
+__all__ = ["QDQ_OPS", "attribute_value", "node_qparams", "replace_observer"]
 
 _OPS = torch.ops.fxquant
 QDQ_OPS = frozenset(
@@ -131,3 +132,37 @@ def replace_observer(root: nn.Module, graph: Graph, node: Node, observer: nn.Mod
     node.replace_all_uses_with(replacement)
     graph.erase_node(node)
     return kind
+
+
+def attribute_value(gm: GraphModule, value: object) -> Any:
+    """The module attribute a ``get_attr`` node reads, or ``value`` itself for anything else.
+
+    Example:
+        >>> attribute_value(torch.fx.symbolic_trace(nn.Identity()), 0.5)
+        0.5
+    """
+    if not isinstance(value, Node) or value.op != "get_attr":
+        return value
+    result: Any = gm
+    for part in str(value.target).split("."):
+        result = getattr(result, part)
+    return result
+
+
+def node_qparams(gm: GraphModule, node: Node) -> QParams:
+    """QParams of a static quantize or dequantize node, read from the arguments written here.
+
+    Example:
+        >>> g = torch.fx.Graph()
+        >>> x = g.placeholder("x")
+        >>> q = g.call_function(_OPS.quantize_per_tensor.default, (x, 0.1, 3, 0, 255, torch.uint8))
+        >>> node_qparams(torch.fx.GraphModule(nn.Module(), g), q).zero_point
+        3
+    """
+    args: tuple[Any, ...] = node.args  # as written above: literals and get_attr nodes
+    if node.target in (_OPS.quantize_per_channel.default, _OPS.dequantize_per_channel.default):
+        _, scales, zero_points, axis, low, high, dtype = args
+        scales, zero_points = attribute_value(gm, scales), attribute_value(gm, zero_points)
+        return QParams(dtype, low, high, scales, zero_points, axis)
+    _, scale, zero_point, low, high, dtype = args
+    return QParams(dtype, low, high, scale, zero_point)

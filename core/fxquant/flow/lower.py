@@ -11,13 +11,10 @@ The kernel takes the integers behind each ``dequantize`` input (the float tensor
 behind a dynamic one) and replaces the output ``quantize``. Afterwards the
 weights that feed a kernel through ``quantize(get_attr)`` are quantized once
 and stored as integer buffers, quantize/dequantize steps left without users
-are removed, a kernel absorbs the kernel that alone follows it where it can
-(``absorb``, e.g. a conv the clamp of a relu6), and the quantize steps that
-feed kernels from float values run
-``fxquant.kernels.boundary.quantize_per_tensor`` (float32, within one step of
-the reference op, about 2x faster than its bit-exact float64 path). The report
-marks lowered nodes ``lowered`` and gives every other quantized node the reason
-``no_lowering_kernel``.
+are removed, and :mod:`fxquant.flow.epilogues` tidies the steps between kernels
+(float32 boundary quantize, kernels taking over the steps next to them). The
+report marks lowered nodes ``lowered`` and gives every other quantized node the
+reason ``no_lowering_kernel``.
 """
 
 from __future__ import annotations
@@ -34,19 +31,18 @@ import torch
 from torch import nn
 from torch.fx import GraphModule, Node
 
-from fxquant.flow.convert_qdq import QDQ_OPS
+from fxquant.flow import epilogues
+from fxquant.flow.convert_qdq import QDQ_OPS, attribute_value, node_qparams
 from fxquant.flow.match import Match, PatternIndex, match_graph
 from fxquant.flow.report import Reason, Report
 from fxquant.flow.state import META_KEY, NodeInfo
-from fxquant.kernels import boundary
-from fxquant.registry.hookspecs import Dequantize, LoweringMatch, LoweringRule, QParams, Quantize
+from fxquant.registry.hookspecs import LoweringMatch, LoweringRule, QParams
 
 __all__ = ["lower", "lowering_rules"]
 
 _OPS = torch.ops.fxquant
 _STATIC_DEQUANTIZE = (_OPS.dequantize_per_tensor.default, _OPS.dequantize_per_channel.default)
 _STATIC_QUANTIZE = (_OPS.quantize_per_tensor.default, _OPS.quantize_per_channel.default)
-_DEQUANTIZE_OPS = (*_STATIC_DEQUANTIZE, _OPS.dequantize_per_tensor.tensor)
 
 
 def lowering_rules(backend: str) -> tuple[LoweringRule, ...]:
@@ -80,30 +76,12 @@ def _quantized(node: Node) -> bool:
     return isinstance(info, NodeInfo) and info.qconfig is not None and info.dtype_config is not None
 
 
-def _attr(gm: GraphModule, value: object) -> Any:
-    if not isinstance(value, Node) or value.op != "get_attr":
-        return value
-    result: Any = gm
-    for part in str(value.target).split("."):
-        result = getattr(result, part)
-    return result
-
-
-def _qparams(gm: GraphModule, node: Node) -> QParams:
-    """QParams of a static quantize or dequantize node (args as convert writes them)."""
-    if node.target in (_OPS.quantize_per_channel.default, _OPS.dequantize_per_channel.default):
-        _, scales, zero_points, axis, low, high, dtype = node.args
-        return QParams(dtype, low, high, _attr(gm, scales), _attr(gm, zero_points), axis)  # type: ignore[arg-type]  # convert wrote these
-    _, scale, zero_point, low, high, dtype = node.args
-    return QParams(dtype, low, high, scale, zero_point)  # type: ignore[arg-type]  # convert wrote these
-
-
 def _input(gm: GraphModule, value: Node) -> tuple[Node, QParams | None]:
     """What the kernel receives for one external input, and its qparams."""
     if value.op == "call_function" and value.target in _STATIC_DEQUANTIZE:
         source = value.args[0]
         assert isinstance(source, Node)  # convert feeds dequantize from a quantize node
-        return source, _qparams(gm, value)
+        return source, node_qparams(gm, value)
     if value.op == "call_function" and value.target == _OPS.dequantize_per_tensor.tensor:
         q = value.args[0]
         assert isinstance(q, Node)  # convert feeds dequantize from a quantize node
@@ -191,7 +169,7 @@ def _lower_one(
             for n in match.nodes
         ),
         inputs=tuple(q for _, q in pairs),
-        output=None if quantize is None else _qparams(gm, quantize),
+        output=None if quantize is None else node_qparams(gm, quantize),
     )
     kernel = match.payload.build(lowering)
     if kernel is None:
@@ -210,7 +188,7 @@ def _fold_weights(gm: GraphModule) -> None:
             continue
         if all(u.op == "call_function" and u.target in QDQ_OPS for u in node.users):
             continue  # still reference form: keep the float weight and its quantize
-        args = tuple(_attr(gm, a) for a in node.args)
+        args = tuple(attribute_value(gm, a) for a in node.args)
         with torch.no_grad():
             value = node.target(*args)
         name = re.sub(r"\W", "_", f"{node.name}_int")
@@ -219,117 +197,6 @@ def _fold_weights(gm: GraphModule) -> None:
             buffer = gm.graph.get_attr(name)
         node.replace_all_uses_with(buffer)
         gm.graph.erase_node(node)
-
-
-_BOUNDARY_QUANTIZE = (boundary.quantize_per_tensor, _OPS.quantize_per_tensor.default)
-
-
-def _fast_boundaries(gm: GraphModule) -> None:
-    """Static quantize steps that feed a kernel -> the float32 boundary quantize.
-
-    A quantize feeding only dequantize steps belongs to a pattern left in
-    reference form, which keeps the reference numerics.
-    """
-    for node in gm.graph.nodes:
-        static = node.op == "call_function" and node.target == _OPS.quantize_per_tensor.default
-        if static and any(u.target not in QDQ_OPS for u in node.users):
-            node.target = boundary.quantize_per_tensor
-
-
-def _follower(gm: GraphModule, node: Node) -> tuple[Any, list[Node]] | None:
-    """What alone reads ``node``'s output, as ``absorb`` receives it, and the nodes it is."""
-    users = [u for u in node.users if not _reads_shape(u)]  # same shape either way
-    if not users:
-        return None
-    if all(
-        u.op == "call_function" and u.target == _OPS.dequantize_per_tensor.default for u in users
-    ):
-        if all(u.args[0] is node and u.args == users[0].args for u in users):
-            return Dequantize(_qparams(gm, users[0])), users
-        return None
-    (user,) = users if len(users) == 1 else (None,)
-    if user is None or user.args[:1] != (node,):
-        return None
-    if user.op == "call_module" and len(user.args) == 1 and not user.kwargs:
-        return gm.get_submodule(str(user.target)), [user]
-    if user.op == "call_function" and user.target in _BOUNDARY_QUANTIZE:
-        return Quantize(_qparams(gm, user)), [user]
-    return None
-
-
-def _absorb_epilogues(gm: GraphModule) -> None:
-    """Offer each kernel what alone follows it, until it declines (see ``LoweringRule``)."""
-    absorbed: set[Node] = set()
-    for node in list(gm.graph.nodes):
-        if node.op != "call_module" or node in absorbed:
-            continue
-        absorb = getattr(gm.get_submodule(str(node.target)), "absorb", None)
-        while (found := _follower(gm, node)) is not None:
-            step, steps = found
-            if not (isinstance(step, nn.Identity) or (absorb is not None and absorb(step))):
-                break
-            for follower in steps:
-                follower.replace_all_uses_with(node)
-                gm.graph.erase_node(follower)
-                absorbed.add(follower)
-                _drop_module(gm, follower)
-
-
-def _is_identity(module: nn.Module) -> bool:
-    dropout = isinstance(module, nn.modules.dropout._DropoutNd) and not module.training
-    return dropout or isinstance(module, nn.Identity)
-
-
-def _absorb_inputs(gm: GraphModule) -> None:
-    """Offer a kernel with ``absorb_input`` the quantize step that alone feeds its first
-    argument from float values (see ``LoweringRule``)."""
-    for node in list(gm.graph.nodes):
-        if node.op != "call_function" or node.target not in _BOUNDARY_QUANTIZE:
-            continue
-        users = list(node.users)
-        if len(users) != 1 or users[0].op != "call_module" or users[0].args[:1] != (node,):
-            continue
-        (kernel,) = users
-        if node in (*kernel.args[1:], *kernel.kwargs.values()):
-            continue
-        absorb_input = getattr(gm.get_submodule(str(kernel.target)), "absorb_input", None)
-        if absorb_input is not None and absorb_input(Quantize(_qparams(gm, node))):
-            kernel.replace_input_with(node, node.args[0])
-            gm.graph.erase_node(node)
-
-
-def _drop_identities(gm: GraphModule) -> None:
-    """``nn.Identity`` kernels and eval-mode dropouts (no-ops at inference) pass their input on,
-    so a kernel before them can take over the steps after them."""
-    for node in list(gm.graph.nodes):
-        if node.op != "call_module" or len(node.args) != 1 or node.kwargs:
-            continue
-        if _is_identity(gm.get_submodule(str(node.target))):
-            node.replace_all_uses_with(node.args[0])
-            gm.graph.erase_node(node)
-            _drop_module(gm, node)
-
-
-def _drop_module(gm: GraphModule, node: Node) -> None:
-    if node.op != "call_module":
-        return
-    if not any(n.op == "call_module" and n.target == node.target for n in gm.graph.nodes):
-        gm.delete_submodule(str(node.target))
-
-
-def _reads_shape(node: Node) -> bool:
-    return (node.op == "call_method" and node.target in ("size", "dim")) or (
-        node.op == "call_function" and node.target is getattr and node.args[1:] == ("shape",)
-    )
-
-
-def _shape_reads_from_integers(gm: GraphModule) -> None:
-    """``size()``/``dim()``/``.shape`` of a dequantize read the integers (same shape), so a
-    dequantize kept only for them dies."""
-    for node in gm.graph.nodes:
-        source = node.args[0] if node.args else None
-        if _reads_shape(node) and isinstance(source, Node) and source.target in _DEQUANTIZE_OPS:
-            node.replace_input_with(source, source.args[0])
 
 
 def _remove_dead(gm: GraphModule) -> None:
@@ -380,11 +247,11 @@ def lower(gm: GraphModule, rules: Sequence[LoweringRule], backend: str, report: 
             if _lower_one(gm, match, backend, modules):
                 lowered.update(names)
         _fold_weights(gm)
-        _shape_reads_from_integers(gm)
+        epilogues.shape_reads_from_integers(gm)
         _remove_dead(gm)  # first: a dead dequantize would count as a second reader
-        _fast_boundaries(gm)
-        _drop_identities(gm)
-        _absorb_epilogues(gm)
-        _absorb_inputs(gm)
+        epilogues.fast_boundaries(gm)
+        epilogues.drop_identities(gm)
+        epilogues.absorb_epilogues(gm)
+        epilogues.absorb_inputs(gm)
         _remove_dead(gm)
     return _update_report(report, lowered, backend, bool(rules))

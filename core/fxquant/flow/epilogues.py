@@ -1,0 +1,152 @@
+"""After the lowering rules: the steps between kernels, and what kernels take over.
+
+Run by :func:`fxquant.flow.lower.lower` once every rule has run, in this order:
+
+    shape_reads_from_integers   size()/dim()/.shape of a dequantize read the integers
+    fast_boundaries             quantize steps that feed kernels -> the float32 boundary op
+    drop_identities             nn.Identity kernels and eval-mode dropouts pass their input on
+    absorb_epilogues            a kernel's ``absorb(step)`` takes what alone reads its output:
+                                a module on it alone, Dequantize(q), then Quantize(q)
+    absorb_inputs               a kernel's ``absorb_input(Quantize(q))`` takes the quantize
+                                step that alone feeds it
+
+The protocol is the plugin author's (``fxquant.registry.hookspecs.LoweringRule``);
+a kernel that declines leaves the graph as it was.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.fx import GraphModule, Node
+
+from fxquant.flow.convert_qdq import QDQ_OPS, node_qparams
+from fxquant.kernels import boundary
+from fxquant.registry.hookspecs import Dequantize, Quantize
+
+__all__ = [
+    "absorb_epilogues",
+    "absorb_inputs",
+    "drop_identities",
+    "fast_boundaries",
+    "shape_reads_from_integers",
+]
+
+_OPS = torch.ops.fxquant
+_DEQUANTIZE_OPS = (
+    _OPS.dequantize_per_tensor.default,
+    _OPS.dequantize_per_channel.default,
+    _OPS.dequantize_per_tensor.tensor,
+)
+
+_BOUNDARY_QUANTIZE = (boundary.quantize_per_tensor, _OPS.quantize_per_tensor.default)
+
+
+def fast_boundaries(gm: GraphModule) -> None:
+    """Static quantize steps that feed a kernel -> the float32 boundary quantize.
+
+    A quantize feeding only dequantize steps belongs to a pattern left in
+    reference form, which keeps the reference numerics.
+    """
+    for node in gm.graph.nodes:
+        static = node.op == "call_function" and node.target == _OPS.quantize_per_tensor.default
+        if static and any(u.target not in QDQ_OPS for u in node.users):
+            node.target = boundary.quantize_per_tensor
+
+
+def _follower(gm: GraphModule, node: Node) -> tuple[Any, list[Node]] | None:
+    """What alone reads ``node``'s output, as ``absorb`` receives it, and the nodes it is."""
+    users = [u for u in node.users if not _reads_shape(u)]  # same shape either way
+    if not users:
+        return None
+    if all(
+        u.op == "call_function" and u.target == _OPS.dequantize_per_tensor.default for u in users
+    ):
+        if all(u.args[0] is node and u.args == users[0].args for u in users):
+            return Dequantize(node_qparams(gm, users[0])), users
+        return None
+    (user,) = users if len(users) == 1 else (None,)
+    if user is None or user.args[:1] != (node,):
+        return None
+    if user.op == "call_module" and len(user.args) == 1 and not user.kwargs:
+        return gm.get_submodule(str(user.target)), [user]
+    if user.op == "call_function" and user.target in _BOUNDARY_QUANTIZE:
+        return Quantize(node_qparams(gm, user)), [user]
+    return None
+
+
+def absorb_epilogues(gm: GraphModule) -> None:
+    """Offer each kernel what alone follows it, until it declines (see ``LoweringRule``)."""
+    absorbed: set[Node] = set()
+    for node in list(gm.graph.nodes):
+        if node.op != "call_module" or node in absorbed:
+            continue
+        absorb = getattr(gm.get_submodule(str(node.target)), "absorb", None)
+        while (found := _follower(gm, node)) is not None:
+            step, steps = found
+            if not (isinstance(step, nn.Identity) or (absorb is not None and absorb(step))):
+                break
+            for follower in steps:
+                follower.replace_all_uses_with(node)
+                gm.graph.erase_node(follower)
+                absorbed.add(follower)
+                _drop_module(gm, follower)
+
+
+def _is_identity(module: nn.Module) -> bool:
+    dropout = isinstance(module, nn.modules.dropout._DropoutNd) and not module.training
+    return dropout or isinstance(module, nn.Identity)
+
+
+def absorb_inputs(gm: GraphModule) -> None:
+    """Offer a kernel with ``absorb_input`` the quantize step that alone feeds its first
+    argument from float values (see ``LoweringRule``)."""
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target not in _BOUNDARY_QUANTIZE:
+            continue
+        users = list(node.users)
+        if len(users) != 1 or users[0].op != "call_module" or users[0].args[:1] != (node,):
+            continue
+        (kernel,) = users
+        if node in (*kernel.args[1:], *kernel.kwargs.values()):
+            continue
+        absorb_input = getattr(gm.get_submodule(str(kernel.target)), "absorb_input", None)
+        if absorb_input is not None and absorb_input(Quantize(node_qparams(gm, node))):
+            kernel.replace_input_with(node, node.args[0])
+            gm.graph.erase_node(node)
+
+
+def drop_identities(gm: GraphModule) -> None:
+    """``nn.Identity`` kernels and eval-mode dropouts (no-ops at inference) pass their input on,
+    so a kernel before them can take over the steps after them."""
+    for node in list(gm.graph.nodes):
+        if node.op != "call_module" or len(node.args) != 1 or node.kwargs:
+            continue
+        if _is_identity(gm.get_submodule(str(node.target))):
+            node.replace_all_uses_with(node.args[0])
+            gm.graph.erase_node(node)
+            _drop_module(gm, node)
+
+
+def _drop_module(gm: GraphModule, node: Node) -> None:
+    if node.op != "call_module":
+        return
+    if not any(n.op == "call_module" and n.target == node.target for n in gm.graph.nodes):
+        gm.delete_submodule(str(node.target))
+
+
+def _reads_shape(node: Node) -> bool:
+    return (node.op == "call_method" and node.target in ("size", "dim")) or (
+        node.op == "call_function" and node.target is getattr and node.args[1:] == ("shape",)
+    )
+
+
+def shape_reads_from_integers(gm: GraphModule) -> None:
+    """``size()``/``dim()``/``.shape`` of a dequantize read the integers (same shape), so a
+    dequantize kept only for them dies."""
+    for node in gm.graph.nodes:
+        source = node.args[0] if node.args else None
+        if _reads_shape(node) and isinstance(source, Node) and source.target in _DEQUANTIZE_OPS:
+            node.replace_input_with(source, source.args[0])
