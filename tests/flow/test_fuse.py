@@ -170,3 +170,31 @@ def test_a_module_name_entry_still_outranks_the_fused_class_entry() -> None:
     reason = fxquant.flow.explain(gm, show=False).entry("_0").reason
     assert reason is not None
     assert reason.code == "fusion_qconfig_mismatch"
+
+
+class _ResidualBn(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(4, 4, 3, padding=1), nn.BatchNorm2d(4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.bn(self.conv(x)) + x
+
+
+def test_qat_refuses_a_fusion_without_a_qat_module_and_fuses_the_shorter_pattern() -> None:
+    # conv + bn + add fuses into ConvAdd2d for PTQ, which has no QAT module: for QAT the
+    # matcher falls back to conv + bn (a QAT ConvBn2d) and the add is observed on its own
+    from fxquant.patterns import conv_add_configs, conv_configs
+    from fxquant.patterns.reference import weighted_dtype_configs
+
+    backend = fxquant.BackendConfig("conv_add").set_backend_pattern_configs(
+        [*conv_configs(weighted_dtype_configs()), *conv_add_configs(weighted_dtype_configs())]
+    )
+    mapping = fxquant.get_default_qconfig_mapping("reference", is_qat=True)
+    x = torch.randn(2, 4, 6, 6)
+    gm = fxquant.flow.prepare_qat_fx(_ResidualBn().train(), mapping, (x,), backend_config=backend)
+    assert isinstance(gm.get_submodule("conv"), intrinsic_qat.ConvBn2d)
+    assert not any(isinstance(m, intrinsic.ConvAdd2d) for m in gm.modules())
+    gm(x).sum().backward()  # trains
+    ptq = prepare_fx(_ResidualBn().eval(), mapping, (x,), backend_config=backend)
+    assert isinstance(ptq.get_submodule("conv"), intrinsic.ConvAdd2d)

@@ -8,11 +8,12 @@ root; ``_extra_inputs_getter`` nodes become extra arguments::
     x -> conv -> bn -> relu        ==>   x -> conv(ConvReLU2d with the BN folded in)
 
 Fusion needs one qconfig for all nodes of a pattern (when a qconfig mapping is
-known); a mapping entry for the fused module's class counts for all of them. A
-pattern whose nodes disagree is refused and the matcher tries the
-shorter candidates (conv -> bn -> add with a float add still fuses conv -> bn);
-its nodes that nothing fused carry the reason ``fusion_qconfig_mismatch``, which
-prepare reports for a node that no pattern quantizes on its own either.
+known); a mapping entry for the fused module's class counts for all of them. For
+QAT, a weighted fused module needs a QAT module in the backend config (refused
+with ``fusion_no_qat_module`` otherwise). A refused pattern makes the matcher
+try the shorter candidates (conv -> bn -> add with a float add still fuses
+conv -> bn); its nodes that nothing fused carry the reason, which prepare
+reports for a node that no pattern quantizes on its own either.
 """
 
 from __future__ import annotations
@@ -129,6 +130,29 @@ def _apply(
     update_info(root, module_type=type(fused), fused_from=heads, anchor=root.name, is_root=True)
 
 
+def _trainable_fusions(ctx: FlowContext) -> Callable[[Match[BackendPatternConfig]], Reason | None]:
+    """For QAT: why a fusion cannot train (its weighted fused module has no QAT module in
+    the backend config, e.g. conv + bn + add), or None. Such a fusion is refused and the
+    matcher falls back to shorter patterns (conv + bn), instead of the fuser failing."""
+    configs = ctx.backend_config.configs
+    weighted = {c.pattern for c in configs if isinstance(c.pattern, type) and c.root_module}
+    with_qat = {c.pattern for c in configs if isinstance(c.pattern, type) and c.qat_module}
+
+    def reason(match: Match[BackendPatternConfig]) -> Reason | None:
+        fused = match.payload.fused_module
+        if not ctx.is_qat or fused not in weighted or fused in with_qat:
+            return None
+        names = ", ".join(n.name for n in match.nodes)
+        words = (
+            f"{fused.__name__} ({names}) has no QAT module in backend "
+            f"{ctx.backend_config.name!r}, so it cannot train fused; its parts are "
+            "prepared on their own (a shorter fusion when the backend has one)"
+        )
+        return Reason("fusion_no_qat_module", words, field="qat_module")
+
+    return reason
+
+
 def _drop_unused(gm: fx.GraphModule, erased: set[str]) -> None:
     """Delete the modules that fusion absorbed, unless another call still uses them."""
     used = {str(n.target) for n in gm.graph.nodes if n.op in ("call_module", "get_attr")}
@@ -164,8 +188,10 @@ def fuse(gm: fx.GraphModule, ctx: FlowContext, *, recompile: bool = True) -> fx.
         qconfigs = assignment.qconfigs
     refused: dict[fx.Node, tuple[Match[BackendPatternConfig], Reason]] = {}  # by anchor
 
+    trainable = _trainable_fusions(ctx)
+
     def one_qconfig(match: Match[BackendPatternConfig]) -> bool:
-        reason = qconfig_mismatch(match, qconfigs, assignment)
+        reason = qconfig_mismatch(match, qconfigs, assignment) or trainable(match)
         if reason is not None:
             refused.setdefault(match.anchor, (match, reason))
         return reason is None

@@ -25,6 +25,7 @@ CODES: Final = (
     "fixed_qparams",
     "qconfig_none",
     "fusion_qconfig_mismatch",
+    "fusion_no_qat_module",
     "no_lowering_kernel",
     "non_float_tensor",
     "additive_mask",

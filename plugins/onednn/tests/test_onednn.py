@@ -481,3 +481,18 @@ def test_a_feed_forward_block_runs_gelu_and_the_requantize_inside_the_first_kern
     with torch.no_grad():
         difference = (lowered(x) - reference(x)).abs().max().item()
     assert difference <= output_step(reference) * 2
+
+
+def test_qat_of_linear_leaky_relu_trains_the_linear_and_the_activation_apart() -> None:
+    # LinearLeakyReLU has no QAT module: QAT refuses that fusion (fusion_no_qat_module)
+    # and prepares the linear and the leaky_relu on their own
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.LeakyReLU(0.1)).train()
+    x = torch.randn(4, 8)
+    mapping = fxquant.get_default_qconfig_mapping("reference", is_qat=True)
+    config = fxquant.get_backend_config(BACKEND)
+    prepared = fxquant.prepare_qat_fx(model, mapping, (x,), backend_config=config)
+    assert not any(isinstance(m, LinearLeakyReLU) for m in prepared.modules())
+    prepared(x).sum().backward()
+    lowered = fxquant.convert_fx(prepared.eval())
+    assert "QLinear" in kernel_types(lowered)
