@@ -5,7 +5,7 @@ and return integer tensors. The modules here wrap PyTorch's int8 kernels once,
 so each plugin states only what differs (engine, ops, constraints):
 
     onednn.py             plain uint8/int8 tensors through torch.ops.onednn (x86, onednn)
-    quantized_engine.py   the quint8-based torch.ops.quantized kernels, run under a chosen
+    quantized_engine/     the quint8-based torch.ops.quantized kernels, run under a chosen
                           engine (fbgemm, qnnpack) with the deprecation warning kept inside
     boundary.py           the float -> integer step at a lowered model's float boundaries
 """

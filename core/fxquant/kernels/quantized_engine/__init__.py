@@ -1,0 +1,94 @@
+"""PyTorch's quint8-based int8 kernels (``torch.ops.quantized``) behind plain-integer modules.
+
+The fbgemm and qnnpack engines only have kernels that take ``torch.quint8``
+tensors, which PyTorch 2.13 deprecates. The modules here keep those tensors
+inside: the lowered graph carries plain ``torch.uint8`` tensors, and each
+kernel views them as quint8 for the call, then views the result back::
+
+    uint8 --view--> quint8 --torch.ops.quantized.linear (engine E)--> quint8 --view--> uint8
+
+Both views share storage (measured on a 131 kB activation, 1 thread: the view
+costs 5-8 us, ``int_repr()`` 280 us and ``_make_per_tensor_quantized_tensor``
+6-20 us, both copies), so a chain of kernels passes its activations without
+a copy. Each call selects the module's engine and restores the previous one;
+the deprecation warning torch raises (once per process) when a quint8 tensor
+is created is filtered inside the kernel, by its exact message, so a lowered
+model's forward never shows it. Prepacked weights are rebuilt from the integer
+weight buffers after ``load_state_dict``, unpickling and ``copy.deepcopy``.
+
+Per-call cost is what separates these kernels from torch.ao's modules (same ops),
+so: each forward is a closure bound on first call (op, packed weight, qparams);
+a kernel's uint8 output is remembered, weakly, with the quint8 result it views,
+and a kernel it feeds takes that result instead of a new view; conv/linear/add
+kernels ``absorb`` the relu/relu6 clamp and the dequantize that alone follow
+them (clamped in place on their fresh result; ``r.dequantize()``), and
+``absorb_input`` a float quantize that alone feeds them.
+
+    engine.py    the engine switch; torch's deprecation warning kept inside kernels
+    views.py     uint8 <-> quint8 views; kernel outputs remembered for the next kernel
+    modules.py   weighted, binary, cat, unary and clamp kernel modules (and ``absorb``)
+    ops.py       ops without a quint8 kernel (on the integers, or through float)
+    rules.py     which kernel runs each reference pattern (``lowering_rules``)
+"""
+
+from __future__ import annotations
+
+from fxquant.kernels.quantized_engine.engine import (
+    DEPRECATION_MESSAGE,
+    EngineScope,
+)
+from fxquant.kernels.quantized_engine.modules import (
+    IntegerClamp,
+    QuantizedBinary,
+    QuantizedCat,
+    QuantizedConv,
+    QuantizedConvTranspose,
+    QuantizedLinear,
+    QuantizedLinearDynamic,
+    QuantizedLinearFP16,
+    QuantizedUnary,
+)
+from fxquant.kernels.quantized_engine.ops import (
+    ChannelQParams,
+    QuantizedOps,
+    Step,
+)
+from fxquant.kernels.quantized_engine.rules import (
+    build_conv_transpose,
+    build_ops,
+    build_weighted,
+    lowering_rules,
+    max_pool_integers,
+)
+from fxquant.kernels.quantized_engine.views import (
+    TensorQParams,
+    as_quint8,
+    as_uint8,
+    weight_as_qint8,
+)
+
+__all__ = [
+    "DEPRECATION_MESSAGE",
+    "ChannelQParams",
+    "EngineScope",
+    "IntegerClamp",
+    "QuantizedBinary",
+    "QuantizedCat",
+    "QuantizedConv",
+    "QuantizedConvTranspose",
+    "QuantizedLinear",
+    "QuantizedLinearDynamic",
+    "QuantizedLinearFP16",
+    "QuantizedOps",
+    "QuantizedUnary",
+    "Step",
+    "TensorQParams",
+    "as_quint8",
+    "as_uint8",
+    "build_conv_transpose",
+    "build_ops",
+    "build_weighted",
+    "lowering_rules",
+    "max_pool_integers",
+    "weight_as_qint8",
+]
