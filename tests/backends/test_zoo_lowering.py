@@ -163,3 +163,22 @@ def test_deep_copy_of_lowered_model_computes_the_same_outputs(
     duplicate = copy.deepcopy(model.lowered)
     with torch.no_grad():
         assert torch.equal(duplicate(*model.inputs), model.lowered(*model.inputs))
+
+
+@pytest.mark.parametrize("name", ["bert", "encoder", "resnet"])
+@pytest.mark.parametrize("onednn_backend", ["x86", "onednn"])
+def test_onednn_kernels_leave_no_dequantize_step_between_them(
+    onednn_backend: str, name: str, converted_cache: dict[tuple[str, str], Converted]
+) -> None:
+    # x86/onednn kernels take over the dequantize (and GELU, requantize) after them: a
+    # lowered transformer or ResNet keeps only the quantize steps in front of its linears
+    if onednn_backend not in fxquant.list_backends():
+        pytest.skip(f"{onednn_backend} is not installed (pip install -e plugins/{onednn_backend})")
+    model = converted(onednn_backend, name, converted_cache)
+    steps = [
+        str(n.target)
+        for n in model.lowered.graph.nodes
+        if n.op == "call_function" and "quantize" in str(n.target)
+    ]
+    assert steps
+    assert not [s for s in steps if "dequantize" in s]
