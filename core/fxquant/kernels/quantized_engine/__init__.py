@@ -16,7 +16,7 @@ is created is filtered inside the kernel, by its exact message, so a lowered
 model's forward never shows it. Prepacked weights are rebuilt from the integer
 weight buffers after ``load_state_dict``, unpickling and ``copy.deepcopy``.
 
-Per-call cost is what separates these kernels from torch.ao's modules (same ops),
+Per-call cost is all that differs between these kernels and torch.ao's modules (same ops),
 so: each forward is a closure bound on first call (op, packed weight, qparams);
 a kernel's uint8 output is remembered, weakly, with the quint8 result it views,
 and a kernel it feeds takes that result instead of a new view; conv/linear/add
@@ -33,12 +33,12 @@ them (clamped in place on their fresh result; ``r.dequantize()``), and
 
 from __future__ import annotations
 
+from fxquant.kernels.integer import IntegerClamp
 from fxquant.kernels.quantized_engine.engine import (
     DEPRECATION_MESSAGE,
     EngineScope,
 )
 from fxquant.kernels.quantized_engine.modules import (
-    IntegerClamp,
     QuantizedBinary,
     QuantizedCat,
     QuantizedConv,
