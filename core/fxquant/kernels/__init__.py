@@ -8,4 +8,5 @@ so each plugin states only what differs (engine, ops, constraints):
     quantized_engine/     the quint8-based torch.ops.quantized kernels, run under a chosen
                           engine (fbgemm, qnnpack) with the deprecation warning kept inside
     boundary.py           the float -> integer step at a lowered model's float boundaries
+    integer.py            kernels on the integers themselves (IntegerClamp)
 """

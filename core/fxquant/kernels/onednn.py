@@ -7,8 +7,9 @@ Every module here takes and returns plain integer tensors (never ``quint8``):
     Fp16Linear       torch.ops.onednn.linear_dynamic_fp16 (fp16 weight, float in and out)
     QConv            torch.ops.onednn.qconv{1,2,3}d_pointwise (+ ``.binary`` "sum" for conv + add)
     QAdd             int arithmetic add (+ relu); ``onednn.qadd`` is wrong for uint8 >= 128 in 2.13
-    IntegerClamp     relu6 / hardtanh on the integers; a conv or linear before it absorbs it
-                     as a ``hardtanh`` post op (no pass over the data of its own)
+
+A conv or linear absorbs the ``fxquant.kernels.integer.IntegerClamp`` (relu6, hardtanh)
+that alone follows it as a ``hardtanh`` post op: no pass over the data of its own.
 
 Conv kernels keep activations channels_last, so a chain of convs never reorders.
 Weights are kept as int8 buffers (the state_dict) and prepacked on the first call;
@@ -22,12 +23,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from fxquant.kernels.integer import IntegerClamp
 from fxquant.registry.hookspecs import Dequantize, QParams, Quantize
 
 __all__ = [
     "DynamicQLinear",
     "Fp16Linear",
-    "IntegerClamp",
     "QAdd",
     "QConv",
     "QLinear",
@@ -112,38 +113,6 @@ def _out_args(out: QParams | None) -> tuple[float, int, torch.dtype | None]:
     return float(out.scale), int(out.zero_point), dtype
 
 
-class IntegerClamp(nn.Module):
-    """A clamp of integers between two bounds: relu6 / hardtanh where input and output share
-    qparams (``quantize(hardtanh(dequantize(q)))`` is ``q`` clamped to the quantized bounds).
-
-    Args:
-        out: the shared qparams.
-        low: the real lower bound (``min_val``), quantized with ``out``.
-        high: the real upper bound (``max_val``).
-
-    Example:
-        >>> q = QParams(torch.uint8, 0, 255, scale=0.1, zero_point=10)
-        >>> IntegerClamp(q, 0.0, 6.0)(torch.tensor([3, 50, 90], dtype=torch.uint8)).tolist()
-        [10, 50, 70]
-    """
-
-    def __init__(self, out: QParams, low: float, high: float) -> None:
-        super().__init__()
-        from fxquant import qdq  # the reference numerics for the bounds
-
-        assert out.scale is not None  # static qparams
-        assert out.zero_point is not None
-        bounds = qdq.quantize_per_tensor(
-            torch.tensor([low, high]), out.scale, out.zero_point, out.quant_min,
-            out.quant_max, out.dtype,
-        )  # fmt: skip
-        self.low, self.high = int(bounds[0]), int(bounds[1])
-
-    def forward(self, qx: torch.Tensor) -> torch.Tensor:
-        """Clamp the integers of ``qx``."""
-        return qx.clamp(self.low, self.high)
-
-
 def _range_clamp(q: QParams, post_op: str, args: list[float]) -> list[float]:
     """``hardtanh`` bounds: the reals ``q``'s integer range stands for, within ``args`` when
     ``post_op`` is already a ``hardtanh`` and at or above 0 after a ``relu``."""
@@ -170,7 +139,8 @@ def _hardtanh_args(
     if not isinstance(clamp, IntegerClamp) or post_op not in ("none", "relu"):
         return None
     low = max(clamp.low, zero_point) if post_op == "relu" else clamp.low
-    return [(low - zero_point) * scale, (clamp.high - zero_point) * scale]
+    high = 255 if clamp.high is None else clamp.high  # the kernels' uint8 output
+    return [(low - zero_point) * scale, (high - zero_point) * scale]
 
 
 class QLinear(_Packed):

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from fxquant.kernels.integer import IntegerClamp
 from fxquant.kernels.quantized_engine.engine import (
     _GET_ENGINE,
     _SET_ENGINE,
@@ -522,21 +523,3 @@ class QuantizedUnary(_Bound):
             return _uint8_output(_run_on(engine, op, quantized, out.scale, out.zero_point), out)
 
         return call
-
-
-class IntegerClamp(nn.Module):
-    """relu (``high`` None) or relu6 on the integers: a clamp to ``[low, high]``.
-
-    A conv, linear or add kernel that it alone follows absorbs it (see ``absorb``).
-
-    Example:
-        >>> IntegerClamp(3, 9)(torch.tensor([0, 5, 200], dtype=torch.uint8)).tolist()
-        [3, 5, 9]
-    """
-
-    def __init__(self, low: int, high: int | None = None) -> None:
-        super().__init__()
-        self.low, self.high = low, high
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.clamp(x, self.low, self.high)

@@ -12,12 +12,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from fxquant.kernels.integer import IntegerClamp
 from fxquant.kernels.quantized_engine.engine import (
     _QINT8,
     _Quiet,
 )
 from fxquant.kernels.quantized_engine.modules import (
-    IntegerClamp,
     QuantizedBinary,
     QuantizedCat,
     QuantizedConv,

@@ -27,10 +27,10 @@ import torch.nn.functional as F
 from fxquant import qdq
 from fxquant.config.backend import BackendPatternConfig
 from fxquant.kernels import boundary
+from fxquant.kernels.integer import IntegerClamp
 from fxquant.kernels.onednn import (
     DynamicQLinear,
     Fp16Linear,
-    IntegerClamp,
     QAdd,
     QConv,
     QLinear,
@@ -353,7 +353,7 @@ class IntegerReLU(IntegerClamp):
     """
 
     def __init__(self, out: QParams) -> None:
-        super().__init__(out, 0.0, float("inf"))  # inf quantizes to quant_max
+        super().__init__(int(out.zero_point))  # type: ignore[arg-type]  # static qparams
 
 
 def _clamp_bounds(node: fx.Node, module: nn.Module | None) -> tuple[float, float] | None:
@@ -448,7 +448,7 @@ def build_op(match: LoweringMatch) -> nn.Module | None:
             return IntegerReLU(match.output)
         bounds = _clamp_bounds(match.nodes[0], match.modules[0]) if ops[0] in _HARDTANH else None
         if bounds is not None:
-            return IntegerClamp(match.output, *bounds)
+            return IntegerClamp.for_reals(match.output, *bounds)
         if ops[0] in _SELECT:
             return IntegerOp(match, average=False)
         if ops[0] in _AVERAGE:
