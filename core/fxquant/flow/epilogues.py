@@ -16,6 +16,7 @@ a kernel that declines leaves the graph as it was.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import torch
@@ -79,20 +80,21 @@ def _follower(gm: GraphModule, node: Node) -> tuple[Any, list[Node]] | None:
 
 def absorb_epilogues(gm: GraphModule) -> None:
     """Offer each kernel what alone follows it, until it declines (see ``LoweringRule``)."""
+    calls = _module_calls(gm)
     absorbed: set[Node] = set()
     for node in list(gm.graph.nodes):
         if node.op != "call_module" or node in absorbed:
             continue
         absorb = getattr(gm.get_submodule(str(node.target)), "absorb", None)
-        while (found := _follower(gm, node)) is not None:
+        while absorb is not None and (found := _follower(gm, node)) is not None:
             step, steps = found
-            if not (isinstance(step, nn.Identity) or (absorb is not None and absorb(step))):
+            if not absorb(step):
                 break
             for follower in steps:
                 follower.replace_all_uses_with(node)
                 gm.graph.erase_node(follower)
                 absorbed.add(follower)
-                _drop_module(gm, follower)
+                _drop_module(gm, follower, calls)
 
 
 def _is_identity(module: nn.Module) -> bool:
@@ -121,19 +123,26 @@ def absorb_inputs(gm: GraphModule) -> None:
 def drop_identities(gm: GraphModule) -> None:
     """``nn.Identity`` kernels and eval-mode dropouts (no-ops at inference) pass their input on,
     so a kernel before them can take over the steps after them."""
+    calls = _module_calls(gm)
     for node in list(gm.graph.nodes):
         if node.op != "call_module" or len(node.args) != 1 or node.kwargs:
             continue
         if _is_identity(gm.get_submodule(str(node.target))):
             node.replace_all_uses_with(node.args[0])
             gm.graph.erase_node(node)
-            _drop_module(gm, node)
+            _drop_module(gm, node, calls)
 
 
-def _drop_module(gm: GraphModule, node: Node) -> None:
+def _module_calls(gm: GraphModule) -> Counter[str]:
+    return Counter(str(n.target) for n in gm.graph.nodes if n.op == "call_module")
+
+
+def _drop_module(gm: GraphModule, node: Node, calls: Counter[str]) -> None:
+    """Delete the submodule of an erased ``call_module`` node once nothing calls it."""
     if node.op != "call_module":
         return
-    if not any(n.op == "call_module" and n.target == node.target for n in gm.graph.nodes):
+    calls[str(node.target)] -= 1
+    if calls[str(node.target)] <= 0:
         gm.delete_submodule(str(node.target))
 
 
