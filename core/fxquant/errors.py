@@ -5,6 +5,7 @@
     │   └── UnsafeNameError                 a JSON name resolves outside the allowed modules
     ├── ConfigTypeError (TypeError)         a config argument has the wrong type
     ├── UntraceableModelError (TypeError)   symbolic tracing failed inside the user's model
+    ├── ExportError (RuntimeError)          torch.export could not capture a converted model
     ├── UnknownBackendError (KeyError)      no installed plugin provides that backend
     ├── MissingDefaultQConfigError (LookupError)  a backend has no default qconfig mapping
     ├── PluginError (RuntimeError)          a plugin failed to load or answered wrongly
@@ -21,6 +22,7 @@ from __future__ import annotations
 __all__ = [
     "ConfigError",
     "ConfigTypeError",
+    "ExportError",
     "FxquantError",
     "MissingDefaultQConfigError",
     "PluginAPIVersionError",
@@ -54,6 +56,14 @@ class UntraceableModelError(FxquantError, TypeError):
 
     The message names the module path and the user's source line, and how to
     mark that module non-traceable in ``PrepareCustomConfig``.
+    """
+
+
+class ExportError(FxquantError, RuntimeError):
+    """``torch.export`` could not capture a converted model (``fxquant.export``).
+
+    The message names the node of the converted model that failed, its module
+    path and the user's source line; torch's exception is chained as ``__cause__``.
     """
 
 
