@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -12,7 +13,8 @@ import pytest
 import torch
 from fxquant import __version__
 from fxquant.cli import main, markdown_table, render_backends
-from fxquant.registry import Override
+from fxquant.flow.report import Report
+from fxquant.registry import Deployment, Override
 from fxquant.registry.manager import Registry
 
 from tests.registry.conftest import Installed, config
@@ -229,6 +231,73 @@ def test_demo_quantizes_with_every_backend_and_says_what_stayed_float_and_why(
     assert "gate (Sigmoid): qconfig is None" in out
     assert "  no lowering kernel (reference form): fc, fc_1" in out
     assert fxquant.registry.list_backends() == ["broken", "reference"]  # my_backend stays private
+
+
+class ToyRuntime:
+    """A deployed model: runs the converted model and reports every quantized node as taken."""
+
+    def __init__(self, model: torch.fx.GraphModule, example_inputs: tuple[object, ...]) -> None:
+        self.model = model
+        self.calls = 0
+        entries = fxquant.explain(model, show=False).entries()
+        self.report = Report(
+            [
+                dataclasses.replace(e, status="lowered", reason=None)
+                if e.status == "reference"
+                else e
+                for e in entries
+            ]
+        )
+
+    def __call__(self, *inputs: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return self.model(*inputs)
+
+
+def test_demo_measures_a_deployed_backend_in_its_runtime(
+    installed: Installed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fxquant.patterns.reference import reference_pattern_configs
+
+    deployed: list[ToyRuntime] = []
+
+    def deploy(model: torch.fx.GraphModule, example_inputs: tuple[object, ...]) -> ToyRuntime:
+        deployed.append(ToyRuntime(model, example_inputs))
+        return deployed[-1]
+
+    installed.module(
+        "toy",
+        fxquant_pattern_configs=lambda backend: reference_pattern_configs(),
+        fxquant_default_qconfig_mapping=lambda backend, is_qat: fxquant.get_default_qconfig_mapping(
+            "reference", is_qat
+        ),
+        fxquant_deployment=lambda backend: Deployment("toy runtime", deploy=deploy),
+    )
+    installed.add("toy", "toy", dist="fxquant-toy")
+    code, out, _ = run(capsys, "demo", "--backends", "toy")
+    assert code == 0
+    row = next(line for line in out.splitlines() if line.startswith("| toy "))
+    cells = [cell.strip() for cell in row.split("|")[1:-1]]
+    assert cells[:4] == ["toy", "11", "0", "0"]  # the runtime took every quantized node
+    assert cells[-2:] == ["toy runtime", "ok"]
+    assert len(deployed) == 1
+    assert deployed[0].calls > 2  # accuracy and speed were measured on the deployed model
+
+
+def test_show_names_what_runs_a_deployed_backend(
+    installed: Installed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    installed.module(
+        "toy",
+        fxquant_pattern_configs=lambda backend: [config(torch.nn.Linear)],
+        fxquant_deployment=lambda backend: Deployment("toy runtime", deploy=ToyRuntime),
+    )
+    installed.add("toy", "toy", dist="fxquant-toy")
+    _, out, _ = run(capsys, "show", "toy")
+    runs_on = next(line for line in out.splitlines() if line.startswith("| Runs On"))
+    assert [cell.strip() for cell in runs_on.split("|")[1:-1]] == ["Runs On", "toy runtime"]
+    _, out, _ = run(capsys, "show", "reference")
+    assert "PyTorch (the model convert_fx returns)" in out
 
 
 def test_python_m_fxquant_runs_the_command() -> None:

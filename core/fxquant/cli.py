@@ -24,6 +24,7 @@ examples:
   fxquant show reference        the pattern table of the built-in backend
   fxquant show x86 --json       one backend's patterns, as JSON
   fxquant demo                  quantize a model with every installed backend
+  fxquant demo --backends x86   the same with the backends named
 
 environment:
   FXQUANT_DISABLE_PLUGIN_AUTOLOAD=1   load no installed plugin (built-ins stay)
@@ -131,6 +132,7 @@ def render_show(data: dict[str, Any]) -> str:
         ],
         ["Fused Module Mapping", ", ".join(summary["fused_module_mapping"])],
         ["QAT Module Mapping", ", ".join(summary["qat_module_mapping"])],
+        ["Runs On", data.get("deployment") or "PyTorch (the model convert_fx returns)"],
     ]
     patterns = [
         [
@@ -197,7 +199,8 @@ def _cmd_show(args: argparse.Namespace, out: TextIO) -> int:
 def _cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
     from fxquant.demo import run_demo
 
-    return run_demo(out)
+    names = None if args.backends is None else [n.strip() for n in args.backends.split(",")]
+    return run_demo(out, backends=[n for n in names if n] if names is not None else None)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -225,6 +228,9 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--json", action="store_true", help="print JSON instead of tables")
     show.set_defaults(run=_cmd_show)
     demo = commands.add_parser("demo", help="quantize a built-in model with every backend")
+    demo.add_argument(
+        "--backends", help="comma-separated backends to run (default: every installed one)"
+    )
     demo.set_defaults(run=_cmd_demo)
     return parser
 

@@ -7,7 +7,10 @@ mapping, calibration, ``convert_fx``. It prints one row per backend (patterns
 lowered to kernels, left in reference form, left float; output SQNR and top-1
 agreement against the float model; latency against float at one thread), then
 every node a backend did not quantize, with the report's reason. A backend
-that fails gets its error in its row; the others still run.
+whose target runs outside PyTorch (a ``Deployment``: an ExecuTorch program, an
+ONNX model) is deployed with it and measured in its runtime; its counts come
+from the deployment's report. A backend that fails gets its error in its row;
+the others still run.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any, TextIO
 
 import torch
 
-from fxquant.registry.hookspecs import hookimpl
+from fxquant.registry.hookspecs import Deployment, hookimpl
 
 __all__ = [
     "DemoNet",
@@ -195,6 +198,7 @@ class DemoResult:
         sqnr_db: output SQNR against the float model.
         agreement: fraction of inputs whose top-1 class matches the float model's.
         speed: float latency / quantized latency (above 1 is faster).
+        runs_on: what ran the quantized model (``PyTorch``, or the deployment's name).
         error: why the backend failed, or "" when it worked.
     """
 
@@ -204,6 +208,7 @@ class DemoResult:
     sqnr_db: float = float("nan")
     agreement: float = float("nan")
     speed: float = float("nan")
+    runs_on: str = "PyTorch"
     error: str = ""
 
 
@@ -233,9 +238,13 @@ def _speed(float_run: Callable[[], Any], int8_run: Callable[[], Any], rounds: in
 
 
 def quantize_with(
-    backend_config: Any, qconfig_mapping: Any, model: torch.nn.Module, data: torch.Tensor
+    backend_config: Any,
+    qconfig_mapping: Any,
+    model: torch.nn.Module,
+    data: torch.Tensor,
+    deployment: Deployment | None = None,
 ) -> DemoResult:
-    """Prepare, calibrate on ``data``, convert, and compare with the float ``model``.
+    """Prepare, calibrate on ``data``, convert (and deploy), and compare with the float ``model``.
 
     Example:
         >>> import fxquant
@@ -253,11 +262,15 @@ def quantize_with(
         for batch in torch.split(data, 4):
             prepared(batch)
         quantized = convert_fx(prepared, backend_config=backend_config)
-        expected, actual = model(data), quantized(data)
-        result.speed = _speed(lambda: model(data), lambda: quantized(data))
+        report = explain(quantized, show=False)
+        run: Callable[[torch.Tensor], torch.Tensor] = quantized
+        if deployment is not None:
+            deployed = deployment.deploy(quantized, (data,))
+            run, report, result.runs_on = deployed, deployed.report, deployment.name
+        expected, actual = model(data), run(data)
+        result.speed = _speed(lambda: model(data), lambda: run(data))
     result.sqnr_db = _sqnr_db(expected, actual)
     result.agreement = float((expected.argmax(1) == actual.argmax(1)).float().mean())
-    report = explain(quantized, show=False)
     result.counts = Counter(entry.status for entry in report.entries())
     result.not_quantized = [
         (entry.node, entry.reason.code, entry.reason.words)
@@ -275,14 +288,18 @@ def _try(name: str, build: Callable[[], DemoResult]) -> DemoResult:
 
 
 def _results(model: torch.nn.Module, data: torch.Tensor, names: Sequence[str]) -> list[DemoResult]:
-    from fxquant.registry import get_backend_config, get_default_qconfig_mapping
+    from fxquant.registry import get_backend_config, get_default_qconfig_mapping, get_deployment
     from fxquant.registry.manager import Registry
 
     results = [
         _try(
             name,
             lambda name=name: quantize_with(  # type: ignore[misc]  # bound per iteration
-                get_backend_config(name), get_default_qconfig_mapping(name), model, data
+                get_backend_config(name),
+                get_default_qconfig_mapping(name),
+                model,
+                data,
+                get_deployment(name),
             ),
         )
         for name in names
@@ -302,7 +319,7 @@ def _results(model: torch.nn.Module, data: torch.Tensor, names: Sequence[str]) -
 
 def _row(result: DemoResult) -> list[str]:
     if result.error:
-        return [result.backend, "-", "-", "-", "-", "-", "-", f"failed: {result.error}"]
+        return [result.backend, "-", "-", "-", "-", "-", "-", "-", f"failed: {result.error}"]
     counts = result.counts
     return [
         result.backend,
@@ -312,6 +329,7 @@ def _row(result: DemoResult) -> list[str]:
         f"{result.sqnr_db:.1f}",
         f"{result.agreement:.0%}",
         f"{result.speed:.2f}x",
+        result.runs_on,
         "ok",
     ]
 
@@ -342,10 +360,21 @@ def run_demo(out: TextIO | None = None, backends: Sequence[str] | None = None) -
     print(
         f"Quantizing DemoNet (residual CNN, sigmoid gate) with {len(results)} backends "
         "(installed ones + the seed tutorial's my_backend); SQNR and top-1 agreement vs "
-        "float on 32 inputs, speed = float latency / int8 latency at 1 thread.\n",
+        'float on 32 inputs, speed = float latency / int8 latency at 1 thread; "lowered" '
+        "counts the nodes that run on the backend's kernels or in its runtime.\n",
         file=out,
     )
-    header = ["backend", "lowered", "reference", "skipped", "SQNR dB", "top-1", "speed", "status"]
+    header = [
+        "backend",
+        "lowered",
+        "reference",
+        "skipped",
+        "SQNR dB",
+        "top-1",
+        "speed",
+        "runs on",
+        "status",
+    ]
     print(markdown_table(header, [_row(r) for r in results]), file=out)
     for result in results:
         _print_reasons(result, out)

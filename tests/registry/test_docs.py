@@ -12,8 +12,22 @@ from fxquant.registry import hookspecs
 
 PLUGINS_MD = Path(__file__).resolve().parents[2] / "docs" / "plugins.md"
 START, END = "<!-- hook-reference:start -->", "<!-- hook-reference:end -->"
-HOOKS = ("fxquant_pattern_configs", "fxquant_lowering_kernels", "fxquant_default_qconfig_mapping")
-RECORDS = ("LoweringRule", "LoweringMatch", "QParams", "Dequantize", "Quantize", "Override")
+HOOKS = (
+    "fxquant_pattern_configs",
+    "fxquant_lowering_kernels",
+    "fxquant_default_qconfig_mapping",
+    "fxquant_deployment",
+)
+RECORDS = (
+    "LoweringRule",
+    "LoweringMatch",
+    "QParams",
+    "Dequantize",
+    "Quantize",
+    "Override",
+    "Deployment",
+    "Deployed",
+)
 
 
 def hook_reference() -> str:

@@ -15,7 +15,7 @@ from fxquant.errors import (
     PluginConflictError,
     PluginError,
 )
-from fxquant.registry import LoweringRule, Override
+from fxquant.registry import Deployment, LoweringRule, Override
 from fxquant.registry.manager import Registry
 
 from tests.registry.conftest import Installed
@@ -177,3 +177,67 @@ def test_a_default_mapping_of_the_wrong_type_is_a_plugin_error(
         "fxquant-qm 1.0 (entry point 'qm = qm') returned {'': None} (expected a QConfigMapping, "
         "or None) in hook fxquant_default_qconfig_mapping for backend 'qm'"
     )
+
+
+def deploy(model: object, example_inputs: object) -> object:
+    return model
+
+
+def test_a_deployment_reaches_the_assembled_backend(
+    installed: Installed, registry: Registry
+) -> None:
+    deployment = Deployment("my runtime", deploy=deploy)
+    installed.module("dep", fxquant_deployment=lambda backend: deployment)
+    installed.add("dep", "dep", dist="fxquant-dep")
+    assert registry.assembled("dep").deployment is deployment
+
+
+def test_a_backend_without_deployment_runs_in_pytorch(
+    installed: Installed, registry: Registry
+) -> None:
+    installed.patterns("bare", "fxquant-bare", linear)
+    assert registry.assembled("bare").deployment is None
+
+
+def test_two_deployments_conflict_and_override_wins(
+    installed: Installed, registry: Registry
+) -> None:
+    first, second = Deployment("a", deploy=deploy), Deployment("b", deploy=deploy)
+    installed.module("dep_a", fxquant_deployment=lambda backend: first)
+    installed.add("dep", "dep_a", dist="fxquant-a")
+    installed.module("dep_b", fxquant_deployment=lambda backend: second)
+    installed.add("dep", "dep_b", dist="fxquant-b")
+    with pytest.raises(PluginError) as caught:
+        registry.assembled("dep")
+    assert str(caught.value) == (
+        "backend 'dep': both fxquant-a 1.0 (entry point 'dep = dep_a') and fxquant-b 1.0 (entry "
+        "point 'dep = dep_b') return a Deployment; the later plugin must wrap its Deployment in "
+        "fxquant.registry.Override(...) to replace it"
+    )
+    installed.module("dep_b", fxquant_deployment=lambda backend: Override(second))
+    registry.refresh()
+    assert registry.assembled("dep").deployment is second
+
+
+def test_a_deployment_of_the_wrong_type_is_a_plugin_error(
+    installed: Installed, registry: Registry
+) -> None:
+    installed.module("dep", fxquant_deployment=lambda backend: deploy)
+    installed.add("dep", "dep", dist="fxquant-dep")
+    with pytest.raises(PluginError, match=r"expected a Deployment, or None\) in hook "):
+        registry.assembled("dep")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"name": "", "deploy": deploy}, ConfigError, "Deployment name must not be empty"),
+        ({"name": 3, "deploy": deploy}, ConfigTypeError, "Deployment name must be a str, got 3"),
+        ({"name": "x", "deploy": 3}, ConfigTypeError, "Deployment deploy must be callable"),
+    ],
+)
+def test_deployment_validates_its_fields(
+    kwargs: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        Deployment(**kwargs)

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 
 from fxquant.registry.hookspecs import (
     PLUGIN_API_VERSIONS,
+    Deployed,
+    Deployment,
     LoweringRule,
     Override,
     hookimpl,
@@ -31,11 +33,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PLUGIN_API_VERSIONS",
+    "Deployed",
+    "Deployment",
     "LoweringRule",
     "Override",
     "default_registry",
     "get_backend_config",
     "get_default_qconfig_mapping",
+    "get_deployment",
     "hookimpl",
     "hookspec",
     "list_backends",
@@ -121,6 +126,22 @@ def get_default_qconfig_mapping(name: str, is_qat: bool = False) -> QConfigMappi
         >>> mapping = get_default_qconfig_mapping("reference")
     """
     return default_registry().get_default_qconfig_mapping(name, is_qat)  # type: ignore[no-any-return]
+
+
+def get_deployment(name: str) -> Deployment | None:
+    """How backend ``name`` runs converted models outside PyTorch eager, or ``None``.
+
+    ``None`` means the model ``convert_fx`` returns is the deployed one (its
+    kernels run in PyTorch). See the ``fxquant_deployment`` hook.
+
+    Raises:
+        UnknownBackendError: no installed plugin provides ``name``.
+
+    Example:
+        >>> get_deployment("reference") is None
+        True
+    """
+    return default_registry().assembled(name).deployment
 
 
 def register_plugin(plugin: object, *, backend: str) -> None:

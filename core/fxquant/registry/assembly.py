@@ -21,7 +21,7 @@ import pluggy
 
 from fxquant.errors import MissingDefaultQConfigError, PluginConflictError, PluginError
 from fxquant.registry import hookspecs
-from fxquant.registry.hookspecs import LoweringRule, Override
+from fxquant.registry.hookspecs import Deployment, LoweringRule, Override
 from fxquant.registry.loading import LoadedPlugin, PluginInfo
 
 __all__ = ["AssembledBackend", "Origin", "assemble", "default_qconfig_mapping"]
@@ -29,6 +29,7 @@ __all__ = ["AssembledBackend", "Origin", "assemble", "default_qconfig_mapping"]
 _PATTERN_HOOK = "fxquant_pattern_configs"
 _KERNEL_HOOK = "fxquant_lowering_kernels"
 _QCONFIG_HOOK = "fxquant_default_qconfig_mapping"
+_DEPLOYMENT_HOOK = "fxquant_deployment"
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +64,8 @@ class AssembledBackend:
     plugins: tuple[PluginInfo, ...]
     manager: pluggy.PluginManager = field(repr=False)
     members: Mapping[str, PluginInfo] = field(repr=False)
+    deployment: Deployment | None = None
+    """How the backend runs converted models outside PyTorch eager (``fxquant_deployment``)."""
 
 
 @dataclass
@@ -242,6 +245,13 @@ def assemble(name: str, plugins: Sequence[LoadedPlugin]) -> AssembledBackend:
         LoweringRule,
         lambda rule: rule.key,
     )
+    deployment = _single_answer(
+        _call(manager, members, _DEPLOYMENT_HOOK, kwargs),
+        name,
+        _DEPLOYMENT_HOOK,
+        Deployment,
+        ("a Deployment", "Deployment"),
+    )
     return AssembledBackend(
         name=name,
         config=_backend_config(name, patterns),
@@ -251,7 +261,36 @@ def assemble(name: str, plugins: Sequence[LoadedPlugin]) -> AssembledBackend:
         plugins=tuple(p.info for p in plugins),
         manager=manager,
         members=members,
+        deployment=None if deployment is None else deployment[1],
     )
+
+
+def _single_answer(
+    answers: list[tuple[PluginInfo, Any]],
+    backend: str,
+    hook: str,
+    expected: type,
+    what: tuple[str, str],
+) -> tuple[PluginInfo, Any] | None:
+    """The answer of a hook only one plugin may answer (a later ``Override`` replaces it).
+
+    ``what``: how the conflict message names the answer, as (``"a default
+    QConfigMapping"``, ``"mapping"``).
+    """
+    chosen: tuple[PluginInfo, Any] | None = None
+    for info, answer in answers:
+        item = answer.item if isinstance(answer, Override) else answer
+        if not isinstance(item, expected):
+            raise _wrong_type(info, hook, answer, f"a {expected.__name__}")
+        if chosen is not None and not isinstance(answer, Override):
+            msg = (
+                f"backend {backend!r}: both {chosen[0].label} and {info.label} return "
+                f"{what[0]}; the later plugin must wrap its {what[1]} in "
+                "fxquant.registry.Override(...) to replace it"
+            )
+            raise PluginConflictError(msg)
+        chosen = (info, item)
+    return chosen
 
 
 def default_qconfig_mapping(backend: AssembledBackend, is_qat: bool) -> Any:
@@ -271,19 +310,9 @@ def default_qconfig_mapping(backend: AssembledBackend, is_qat: bool) -> Any:
     from fxquant.config.qconfig_mapping import QConfigMapping
 
     kwargs = {"backend": backend.name, "is_qat": is_qat}
-    chosen: tuple[PluginInfo, Any] | None = None
-    for info, answer in _call(backend.manager, backend.members, _QCONFIG_HOOK, kwargs):
-        mapping = answer.item if isinstance(answer, Override) else answer
-        if not isinstance(mapping, QConfigMapping):
-            raise _wrong_type(info, _QCONFIG_HOOK, answer, "a QConfigMapping")
-        if chosen is not None and not isinstance(answer, Override):
-            msg = (
-                f"backend {backend.name!r}: both {chosen[0].label} and {info.label} return a "
-                f"default QConfigMapping (is_qat={is_qat}); the later plugin must wrap its "
-                "mapping in fxquant.registry.Override(...) to replace it"
-            )
-            raise PluginConflictError(msg)
-        chosen = (info, mapping)
+    answers = _call(backend.manager, backend.members, _QCONFIG_HOOK, kwargs)
+    what = (f"a default QConfigMapping (is_qat={is_qat})", "mapping")
+    chosen = _single_answer(answers, backend.name, _QCONFIG_HOOK, QConfigMapping, what)
     if chosen is None:
         kind = "QAT" if is_qat else "post-training"
         msg = (

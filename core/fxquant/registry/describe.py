@@ -216,4 +216,6 @@ def describe(backend: AssembledBackend) -> dict[str, Any]:
         "summary": _summary(backend, rows),
         "patterns": rows,
         "lowering_kernels": kernels,
+        # what runs converted models outside PyTorch eager (fxquant_deployment), or None
+        "deployment": None if backend.deployment is None else backend.deployment.name,
     }

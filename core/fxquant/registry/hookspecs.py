@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import pluggy
 
@@ -41,10 +41,13 @@ if TYPE_CHECKING:
 
     from fxquant.config.backend import BackendPatternConfig
     from fxquant.config.qconfig_mapping import QConfigMapping
+    from fxquant.flow.report import Report
 
 __all__ = [
     "PLUGIN_API_VERSIONS",
     "PROJECT_NAME",
+    "Deployed",
+    "Deployment",
     "Dequantize",
     "LoweringMatch",
     "LoweringRule",
@@ -52,6 +55,7 @@ __all__ = [
     "QParams",
     "Quantize",
     "fxquant_default_qconfig_mapping",
+    "fxquant_deployment",
     "fxquant_lowering_kernels",
     "fxquant_pattern_configs",
     "hookimpl",
@@ -296,6 +300,71 @@ class Override:
             raise ConfigTypeError(msg)
 
 
+@runtime_checkable
+class Deployed(Protocol):
+    """A converted model running outside PyTorch eager, as ``Deployment.deploy`` returns it.
+
+    Called with the model's positional inputs, it returns what the model
+    returns, as torch tensors. ``report`` says, per node of the converted
+    model, what the target took (status ``lowered``) and, for every quantized
+    node it did not take, why (a reason code and its words), in the form
+    ``fxquant.explain`` prints.
+
+    Example:
+        >>> from fxquant.flow.report import Report
+        >>> class Echo:
+        ...     report = Report()
+        ...     def __call__(self, *inputs):
+        ...         return inputs[0]
+        >>> isinstance(Echo(), Deployed)
+        True
+    """
+
+    @property
+    def report(self) -> Report:
+        """Per node of the converted model: taken by the target, or why not."""
+
+    def __call__(self, *inputs: Any) -> Any:
+        """Run the deployed model on the model's positional inputs."""
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    """How a backend runs converted models outside PyTorch eager: a toolchain and its runtime.
+
+    Args:
+        name: what runs the model, for people (``"ExecuTorch XNNPACK"``).
+        deploy: ``deploy(model, example_inputs) -> Deployed``: export the
+            converted model (``convert_fx`` with this backend) for the target
+            and load it in the target's runtime in this process.
+
+    Raises:
+        ConfigTypeError: when ``deploy`` is not callable or ``name`` not a str.
+        ConfigError: when ``name`` is empty.
+
+    Example:
+        >>> Deployment("my runtime", deploy=lambda model, example_inputs: model).name
+        'my runtime'
+    """
+
+    name: str
+    deploy: Callable[[fx.GraphModule, tuple[Any, ...]], Deployed]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str):
+            msg = f"Deployment name must be a str, got {self.name!r}"
+            raise ConfigTypeError(msg)
+        if not self.name:
+            msg = "Deployment name must not be empty; name the runtime (e.g. 'onnxruntime')"
+            raise ConfigError(msg)
+        if not callable(self.deploy):
+            msg = (
+                f"Deployment deploy must be callable, got {self.deploy!r} of type "
+                f"{type(self.deploy).__name__}; pass deploy(model, example_inputs)"
+            )
+            raise ConfigTypeError(msg)
+
+
 # --- hook specifications: the docstrings are the plugin author's reference ----------------------
 
 
@@ -383,4 +452,35 @@ def fxquant_default_qconfig_mapping(backend: str, is_qat: bool) -> QConfigMappin
             if backend != "mybackend":
                 return None
             return QConfigMapping().set_global(my_qconfig)
+    """
+
+
+@hookspec
+def fxquant_deployment(backend: str) -> Deployment | Override | None:
+    """Return how ``backend`` runs converted models outside PyTorch eager.
+
+    For backends whose target is a toolchain and runtime of its own (an
+    ExecuTorch program, an ONNX model for TensorRT) rather than kernels called
+    from PyTorch: ``fxquant demo`` deploys the converted model with it and
+    measures the deployed model, and ``fxquant show`` names it. Called when the
+    backend is assembled.
+
+    :param backend: the backend being assembled.
+
+    Return a ``Deployment(name, deploy)``; ``deploy(model, example_inputs)``
+    exports the model returned by ``convert_fx`` and returns a ``Deployed``
+    callable that runs it in the target runtime, with a ``report`` of what the
+    target took. ``None`` means "runs in PyTorch": ``convert_fx``'s model is
+    the deployed one.
+
+    Merge rule: one plugin answers; a second answer is a
+    ``PluginConflictError`` unless it is wrapped in ``Override(deployment)``.
+
+    Example::
+
+        @fxquant.hookimpl
+        def fxquant_deployment(backend):
+            if backend != "mybackend":
+                return None
+            return Deployment("my runtime", deploy=compile_and_load)
     """
