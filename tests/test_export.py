@@ -126,3 +126,12 @@ def test_export_failure_names_the_node_module_and_source_line() -> None:
     assert "test_export.py" in message
     assert "torch.cond" in message
     assert info.value.__cause__ is not None
+
+
+def test_folded_constants_keep_static_shapes(reference) -> None:
+    model, x = reference
+    program = export_quantized(model, (x,))
+    for node in program.graph.nodes:
+        value = node.meta.get("val")
+        if isinstance(value, torch.Tensor):
+            assert all(isinstance(d, int) for d in value.shape), (node.name, value.shape)

@@ -219,7 +219,8 @@ def _add_constant(program: ExportedProgram, name: str, value: torch.Tensor) -> f
     fake_mode = torch._guards.detect_fake_mode(  # the mode of the program's own values
         [n.meta["val"] for n in placeholders if isinstance(n.meta.get("val"), torch.Tensor)]
     )
-    node.meta["val"] = fake_mode.from_tensor(value) if fake_mode is not None else value
+    # static: a constant has one shape, and a symbolic one would leak into every shape after it
+    node.meta["val"] = fake_mode.from_tensor(value, static_shapes=True) if fake_mode else value
     specs.insert(first_user, InputSpec(InputKind.CONSTANT_TENSOR, TensorArgument(name), name))
     program.constants[name] = value
     return node
@@ -290,18 +291,22 @@ def _free_name(program: ExportedProgram, base: str) -> str:
 def origin(node: fx.Node) -> str | None:
     """The name of the converted model's node that ``node`` (of an exported program) came from.
 
-    ``torch.export`` records it in ``node.meta["from_node"]``; quantize and
-    dequantize steps have none (``None``).
+    ``torch.export`` and the passes after it record provenance in
+    ``node.meta["from_node"]``, each pass adding a level; the deepest level is
+    the converted model's node. Quantize and dequantize steps have none (``None``).
 
     Example:
         >>> # after export_quantized: origin(conv_node) == "conv" for the model's node "conv"
     """
-    sources = node.meta.get("from_node") or []
-    for source in sources:
+    sources = list(node.meta.get("from_node") or [])
+    found = None
+    while sources:
+        source = sources[0]
         name = getattr(source, "name", None)
         if isinstance(name, str):
-            return name
-    return None
+            found = name
+        sources = list(getattr(source, "from_node", None) or [])
+    return found
 
 
 def source_of(model: fx.GraphModule, name: str | None) -> str | None:

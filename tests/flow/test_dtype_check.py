@@ -76,3 +76,61 @@ def test_static_qconfig_is_refused_by_a_dynamic_config() -> None:
     reason = select_dtype_config(config(torch.uint8, is_dynamic=True), probe(), "linear")
     assert not isinstance(reason, DTypeConfig)
     assert reason.code == "is_dynamic"
+
+
+@pytest.mark.parametrize(
+    ("dtype", "qscheme", "quant_range", "zero_point", "accepted"),
+    [
+        (torch.int8, torch.per_tensor_symmetric, (-128, 127), 0, True),
+        (torch.int8, torch.per_tensor_affine, (-128, 127), 0, False),
+        (torch.uint8, torch.per_tensor_symmetric, (0, 255), 128, True),
+        (torch.uint8, torch.per_tensor_symmetric, (0, 255), 0, False),
+    ],
+)
+def test_zero_point_alone_asks_for_symmetric_quantization(
+    dtype: torch.dtype,
+    qscheme: torch.qscheme,
+    quant_range: tuple[int, int],
+    zero_point: int,
+    accepted: bool,
+) -> None:
+    constraint = DTypeWithConstraints(dtype, zero_point_exact_match=zero_point)
+    low, high = quant_range
+    found = select_dtype_config(
+        config(constraint),
+        probe(dtype=dtype, qscheme=qscheme, quant_min=low, quant_max=high),
+        "relu",
+    )
+    if accepted:
+        assert isinstance(found, DTypeConfig)
+        return
+    assert not isinstance(found, DTypeConfig)
+    assert (found.code, found.field, found.bound) == ("zero_point", "zero_point_exact_match", 0)
+    assert "use a *_symmetric qscheme" in found.words
+
+
+def test_a_symmetric_weight_constraint_refuses_affine_per_channel_weights() -> None:
+    from fxquant.observer import PerChannelMinMaxObserver
+
+    weight = DTypeWithConstraints(torch.int8, zero_point_exact_match=0)
+    dtype = DTypeConfig(torch.uint8, torch.uint8, weight, torch.float)
+    linear = BackendPatternConfig(torch.nn.Linear).add_dtype_config(dtype)
+    affine = QConfig(
+        activation=MinMaxObserver,
+        weight=PerChannelMinMaxObserver.with_args(
+            dtype=torch.int8, qscheme=torch.per_channel_affine
+        ),
+    )
+    reason = select_dtype_config(linear, QConfigProbe.of(affine), "fc")
+    assert not isinstance(reason, DTypeConfig)
+    assert reason.words == (
+        "fc: the backend needs weight zero point 0 (symmetric quantization) but the qconfig "
+        "weight observer has qscheme per_channel_affine; use a *_symmetric qscheme"
+    )
+    symmetric = QConfig(
+        activation=MinMaxObserver,
+        weight=PerChannelMinMaxObserver.with_args(
+            dtype=torch.int8, qscheme=torch.per_channel_symmetric
+        ),
+    )
+    assert isinstance(select_dtype_config(linear, QConfigProbe.of(symmetric), "fc"), DTypeConfig)

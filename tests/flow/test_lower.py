@@ -23,7 +23,7 @@ from fxquant.kernels import boundary
 from fxquant.nn import reference
 from fxquant.observer import MinMaxObserver
 from fxquant.patterns import conv_configs, linear_configs
-from fxquant.registry import LoweringRule, hookimpl
+from fxquant.registry import Deployment, LoweringRule, hookimpl
 from fxquant.registry.hookspecs import LoweringMatch, QParams
 from torch import fx, nn
 
@@ -364,3 +364,32 @@ def test_a_module_called_twice_gets_one_kernel_per_call(testint8: Any) -> None:
     scale = float(prepared.activation_post_process_3.calculate_qparams()[0])
     with torch.no_grad():
         assert (lowered(x) - ref(x)).abs().max() <= scale * 1.001
+
+
+class DeployedPlugin:
+    """A backend with the test patterns, no lowering rules, and a deployment."""
+
+    @hookimpl
+    def fxquant_pattern_configs(self, backend: str) -> list[BackendPatternConfig] | None:
+        return TestInt8Plugin().fxquant_pattern_configs(BACKEND) if backend == "deployed" else None
+
+    @hookimpl
+    def fxquant_deployment(self, backend: str) -> Deployment | None:
+        if backend != "deployed":
+            return None
+        return Deployment("toy runtime", deploy=lambda model, inputs: model)
+
+
+def test_a_deployed_backend_keeps_the_reference_form_without_a_no_kernel_reason() -> None:
+    plugin = DeployedPlugin()
+    fxquant.register_plugin(plugin, backend="deployed")
+    try:
+        gm, x = prepared_residual(fxquant.get_backend_config("deployed"))
+        converted = convert_fx(gm, strict=True)  # nothing is skipped: the runtime takes it all
+    finally:
+        fxquant.unregister_plugin(plugin)
+    entries = fxquant.explain(converted, show=False).entries()
+    quantized = [e for e in entries if e.status == "reference"]
+    assert {e.node for e in quantized} == {"conv1", "conv2", "add", "fc"}
+    assert all(e.reason is None for e in quantized)
+    assert torch.equal(converted(x), convert_to_reference_fx(gm)(x))

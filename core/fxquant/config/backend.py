@@ -87,7 +87,10 @@ class DTypeWithConstraints:
     ``quant_min``/``quant_max`` of the user's observer must lie within
     ``[quant_min_lower_bound, quant_max_upper_bound]``; its minimum scale (``eps``) must
     be at least ``scale_min_lower_bound``; ``scale_exact_match`` and
-    ``zero_point_exact_match`` ask for fixed qparams (sigmoid, tanh).
+    ``zero_point_exact_match`` together ask for fixed qparams (sigmoid, tanh).
+    ``zero_point_exact_match`` alone asks for symmetric quantization around that
+    zero point (an observer with a ``*_symmetric`` qscheme: 0 for int8), which
+    kernels that ignore a zero point need (XNNPACK's weights, TensorRT).
     Equality treats ``torch.quint8`` and ``torch.uint8`` (etc.) as the same dtype.
 
     Raises:

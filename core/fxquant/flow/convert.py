@@ -268,7 +268,9 @@ def convert_fx(
     lowering rules that plugins contribute for ``backend_config.name`` (the
     backend used at prepare when ``None``). Each lowered pattern becomes one
     kernel on integer tensors; a pattern without a rule stays in reference
-    form and the report says ``no_lowering_kernel``.
+    form and the report says ``no_lowering_kernel``, except on a backend that
+    deploys its models outside PyTorch (``fxquant.registry.Deployment``:
+    ExecuTorch, ONNX), whose toolchain takes the reference form as it is.
 
     Args:
         graph_module: the model returned by ``prepare_fx``/``prepare_qat_fx``.
@@ -293,13 +295,14 @@ def convert_fx(
         >>> _ = prepared(torch.randn(2, 4))
         >>> lowered = convert_fx(prepared)
     """
-    from fxquant.flow.lower import lower, lowering_rules
+    from fxquant.flow.lower import has_deployment, lower, lowering_rules
 
     gm, state, report = reference_model(
         graph_module, convert_custom_config, qconfig_mapping, "convert_fx"
     )
     backend = state.backend_config if backend_config is None else backend_config
-    report = lower(gm, lowering_rules(backend.name), backend.name, report)
+    rules = lowering_rules(backend.name)
+    report = lower(gm, rules, backend.name, report, deployed=has_deployment(backend.name))
     gm.graph.lint()
     gm.recompile()
     gm = _finish(gm, graph_module, state, report)

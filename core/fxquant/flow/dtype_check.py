@@ -2,7 +2,7 @@
 
 The QConfig's observers are built once (:class:`QConfigProbe`) and read:
 dtype (quint8 == uint8), ``is_dynamic``, ``quant_min``/``quant_max``, ``eps``
-(the smallest scale the observer can produce) and fixed qparams. A
+(the smallest scale the observer can produce), its qscheme and fixed qparams. A
 BackendPatternConfig accepts the QConfig if any of its DTypeConfigs does;
 otherwise the reason of the closest DTypeConfig (same dtypes, a constraint
 failed) is reported.
@@ -17,7 +17,8 @@ import torch
 
 from fxquant.config.backend import BackendPatternConfig, DTypeConfig, DTypeWithConstraints
 from fxquant.config.qconfig import QConfig
-from fxquant.dtypes import canonical_dtype, dtype_name, is_quantized_dtype
+from fxquant.dtypes import canonical_dtype, dtype_name, is_quantized_dtype, qscheme_name
+from fxquant.errors import ConfigError
 from fxquant.flow.report import Reason
 
 __all__ = ["ObserverFacts", "QConfigProbe", "select_dtype_config"]
@@ -41,6 +42,8 @@ class ObserverFacts:
     quant_max: int | None
     eps: float | None
     fixed: tuple[float, int] | None
+    qscheme: str | None = None
+    """The observer's qscheme name (``"per_channel_symmetric"``...), when it has one."""
 
     @classmethod
     def of(cls, module: Any) -> ObserverFacts:
@@ -51,6 +54,7 @@ class ObserverFacts:
         fixed = None
         if "FixedQParams" in type(module).__name__ or "FixedQParams" in type(observer).__name__:
             fixed = (float(observer.scale), int(observer.zero_point))
+        qscheme = getattr(observer, "qscheme", None)
         return cls(
             dtype=canonical_dtype(dtype),
             is_dynamic=bool(getattr(module, "is_dynamic", False)),
@@ -58,7 +62,15 @@ class ObserverFacts:
             quant_max=getattr(observer, "quant_max", None),
             eps=None if eps is None else float(eps),
             fixed=fixed,
+            qscheme=_qscheme(qscheme),
         )
+
+
+def _qscheme(value: object) -> str | None:
+    try:
+        return None if value is None else qscheme_name(value)
+    except ConfigError:
+        return None  # an observer of the user's with a qscheme of its own: nothing to check
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,10 +170,36 @@ def _check_constraints(
     return _check_fixed(constraints, facts, what, label)
 
 
+def _symmetric_zero_point(facts: ObserverFacts) -> int | None:
+    """The zero point a symmetric observer gives: 0 for signed dtypes, mid-range for unsigned."""
+    if facts.qscheme is None or not facts.qscheme.endswith("_symmetric"):
+        return None
+    if facts.dtype == torch.uint8 and facts.quant_min is not None and facts.quant_max is not None:
+        return (facts.quant_min + facts.quant_max + 1) // 2
+    return 0
+
+
+def _check_zero_point(
+    zero_point: int, facts: ObserverFacts, what: str, label: str
+) -> Reason | None:
+    """``zero_point_exact_match`` alone: the observer must be symmetric around that zero point."""
+    got = facts.fixed[1] if facts.fixed is not None else _symmetric_zero_point(facts)
+    if got == zero_point:
+        return None
+    found = f"zero point {got}" if got is not None else f"qscheme {facts.qscheme}"
+    words = (
+        f"{label}: the backend needs {what} zero point {zero_point} (symmetric quantization) "
+        f"but the qconfig {what} observer has {found}; use a *_symmetric qscheme"
+    )
+    return Reason("zero_point", words, field="zero_point_exact_match", bound=zero_point)
+
+
 def _check_fixed(
     constraints: DTypeWithConstraints, facts: ObserverFacts, what: str, label: str
 ) -> Reason | None:
     scale, zero_point = constraints.scale_exact_match, constraints.zero_point_exact_match
+    if scale is None and zero_point is not None:
+        return _check_zero_point(zero_point, facts, what, label)
     if scale is None or zero_point is None:
         return None
     if facts.fixed is None:

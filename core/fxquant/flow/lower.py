@@ -38,11 +38,29 @@ from fxquant.flow.report import Reason, Report
 from fxquant.flow.state import META_KEY, NodeInfo
 from fxquant.registry.hookspecs import LoweringMatch, LoweringRule, QParams
 
-__all__ = ["lower", "lowering_rules"]
+__all__ = ["has_deployment", "lower", "lowering_rules"]
 
 _OPS = torch.ops.fxquant
 _STATIC_DEQUANTIZE = (_OPS.dequantize_per_tensor.default, _OPS.dequantize_per_channel.default)
 _STATIC_QUANTIZE = (_OPS.quantize_per_tensor.default, _OPS.quantize_per_channel.default)
+
+
+def has_deployment(backend: str) -> bool:
+    """Whether the plugins of ``backend`` deploy its models outside PyTorch (``Deployment``).
+
+    Example:
+        >>> has_deployment("reference")
+        False
+    """
+    from fxquant.errors import UnknownBackendError
+    from fxquant.registry import default_registry
+
+    if not backend:
+        return False
+    try:
+        return default_registry().assembled(backend).deployment is not None
+    except UnknownBackendError:
+        return False
 
 
 def lowering_rules(backend: str) -> tuple[LoweringRule, ...]:
@@ -213,12 +231,14 @@ def _remove_dead(gm: GraphModule) -> None:
             delattr(gm, name)  # a reference module fully replaced by its kernel
 
 
-def _update_report(report: Report, lowered: set[str], backend: str, has_rules: bool) -> Report:
+def _update_report(
+    report: Report, lowered: set[str], backend: str, has_rules: bool, deployed: bool
+) -> Report:
     entries = []
     for entry in report.entries():
         if entry.node in lowered:
             entry = dataclasses.replace(entry, status="lowered", reason=None)
-        elif entry.status == "reference":
+        elif entry.status == "reference" and not (deployed and not has_rules):
             where = "the lowering rule declined it" if has_rules else "the backend has none"
             words = (
                 f"{entry.node}: no lowering kernel in backend {backend!r} for "
@@ -229,8 +249,19 @@ def _update_report(report: Report, lowered: set[str], backend: str, has_rules: b
     return Report(entries, report.unused())
 
 
-def lower(gm: GraphModule, rules: Sequence[LoweringRule], backend: str, report: Report) -> Report:
+def lower(
+    gm: GraphModule,
+    rules: Sequence[LoweringRule],
+    backend: str,
+    report: Report,
+    *,
+    deployed: bool = False,
+) -> Report:
     """Lower ``gm`` (a reference model) in place with ``rules``; return the updated report.
+
+    ``deployed``: the backend runs its models outside PyTorch (a
+    ``Deployment``); with no rules, its reference form is the intended result
+    and no node is reported ``no_lowering_kernel``.
 
     Example:
         >>> # see tests/flow/test_lower.py: a test backend lowers linear, conv and add
@@ -254,4 +285,4 @@ def lower(gm: GraphModule, rules: Sequence[LoweringRule], backend: str, report: 
         epilogues.absorb_epilogues(gm)
         epilogues.absorb_inputs(gm)
         _remove_dead(gm)
-    return _update_report(report, lowered, backend, bool(rules))
+    return _update_report(report, lowered, backend, bool(rules), deployed)

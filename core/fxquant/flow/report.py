@@ -23,6 +23,7 @@ CODES: Final = (
     "quant_range",
     "scale_min",
     "fixed_qparams",
+    "zero_point",
     "qconfig_none",
     "fusion_qconfig_mismatch",
     "fusion_no_qat_module",
@@ -31,6 +32,7 @@ CODES: Final = (
     "additive_mask",
     "unused_qconfig_entry",
     "standalone_module",
+    "not_delegated",
 )
 """Every reason code; the words may change, the codes do not."""
 
