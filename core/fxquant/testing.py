@@ -61,6 +61,7 @@ __all__ = [
     "check_covers_ao_patterns",
     "check_deepcopy_and_pickle",
     "check_default_mapping_lowers_every_op",
+    "check_deployed",
     "check_engine_restored",
     "check_fixed_qparams_grid",
     "check_forward_warns_nothing",
@@ -386,6 +387,8 @@ def lowering_statuses(model: fx.GraphModule) -> dict[str, str]:
 
 def _tolerance(case: Case, reference: torch.Tensor, step: float) -> float:
     scale = 1 + float(reference.abs().max())
+    if step == 0.0:  # a float output (the op stayed float): only float rounding differs
+        return 1e-5 * scale
     if case.name == "linear_dynamic":  # float out: activations quantized per call by both
         return 1e-4 * scale
     if case.name == "linear_fp16":  # an fp16 GEMM rounds its float input too
@@ -419,6 +422,49 @@ def check_lowering(backend: str, case: Case, sizes: Sizes, *, seed: int = 0) -> 
     bound = _tolerance(case, expected, output_scale(reference))
     if difference > bound:
         msg = f"{case.name}: the lowered output is {difference} off the reference, over {bound}"
+        raise AssertionError(msg)
+    return difference
+
+
+def check_deployed(backend: str, case: Case, sizes: Sizes, *, seed: int = 0) -> float:
+    """Assert that ``backend``'s deployment runs ``case`` in its target, within one step.
+
+    For a backend whose models run outside PyTorch (``fxquant_deployment``):
+    the case is quantized and converted, deployed with the example inputs,
+    and must run every quantized node in the target (status ``lowered`` in
+    the deployed model's report) with an output within one quantization step
+    of the reference model's.
+
+    Returns:
+        The largest difference between the deployed and the reference outputs.
+
+    Raises:
+        AssertionError: the backend has no deployment, a quantized node stays
+            out of the target, or the outputs differ by more than one step.
+
+    Example:
+        >>> check_deployed("reference", LOWERING_CASES[0], (1, 2, 2, 4))
+        Traceback (most recent call last):
+        AssertionError: backend 'reference' has no deployment (fxquant_deployment)
+    """
+    from fxquant.registry import get_deployment
+
+    deployment = get_deployment(backend)
+    if deployment is None:
+        msg = f"backend {backend!r} has no deployment (fxquant_deployment)"
+        raise AssertionError(msg)
+    converted, reference, inputs = quantize_case(backend, case, sizes, seed=seed)
+    deployed = deployment.deploy(converted, tuple(inputs))
+    outside = [e for e in deployed.report.entries() if e.status == "reference"]
+    if outside:
+        msg = f"{case.name}: not all in {deployment.name}\n{deployed.report.table()}"
+        raise AssertionError(msg)
+    with torch.no_grad():
+        expected = reference(*inputs)
+        difference = float((deployed(*inputs) - expected).abs().max())
+    bound = _tolerance(case, expected, output_scale(reference))
+    if difference > bound:
+        msg = f"{case.name}: {deployment.name} is {difference} off the reference, over {bound}"
         raise AssertionError(msg)
     return difference
 
@@ -685,6 +731,8 @@ def check_hooks_answer_only_for(
 ) -> None:
     """Assert that a plugin module's hooks answer None for the backend ``other``.
 
+    Hooks the plugin does not implement are left out.
+
     Args:
         plugin: the module (or object) with the plugin's hook implementations.
         backend: the plugin's backend.
@@ -698,15 +746,22 @@ def check_hooks_answer_only_for(
         ...     fxquant_default_qconfig_mapping=lambda b, q: None)
         >>> check_hooks_answer_only_for(hooks, "mine")
     """
-    answers = (
-        plugin.fxquant_pattern_configs(other),
-        plugin.fxquant_lowering_kernels(other),
-        plugin.fxquant_default_qconfig_mapping(other, False),
-    )
-    if any(answer is not None for answer in answers):
-        msg = f"{backend}: a hook of {plugin!r} answers for the backend {other!r}"
+    calls: dict[str, Callable[[Callable[..., Any]], Any]] = {
+        "fxquant_pattern_configs": lambda hook: hook(other),
+        "fxquant_lowering_kernels": lambda hook: hook(other),
+        "fxquant_default_qconfig_mapping": lambda hook: hook(other, False),
+        "fxquant_deployment": lambda hook: hook(other),
+    }
+    answering = [
+        name
+        for name, call in calls.items()
+        if hasattr(plugin, name) and call(getattr(plugin, name)) is not None
+    ]
+    if answering:
+        msg = f"{backend}: hooks {answering} of {plugin!r} answer for the backend {other!r}"
         raise AssertionError(msg)
-    names = {rule.name for rule in plugin.fxquant_lowering_kernels(backend) or []}
+    kernels = getattr(plugin, "fxquant_lowering_kernels", None)
+    names = {rule.name for rule in (kernels(backend) if kernels else None) or []}
     if not set(rules) <= names:
         msg = f"{backend}: lowering rules {sorted(set(rules) - names)} missing from {names}"
         raise AssertionError(msg)

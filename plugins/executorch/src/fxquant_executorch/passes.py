@@ -1,0 +1,206 @@
+"""Rewrites of the exported program that let XNNPACK's partitioner take more of it.
+
+Both keep the program's numerics; they run on the ATen program after the
+quantize/dequantize rewrite, before ``to_edge_transform_and_lower``.
+
+Scalar qparams. A reference module keeps a per-tensor weight's scale and zero
+point as buffers, so its exported dequantize is the ``.tensor`` overload;
+XNNPACK reads a per-tensor scale as a number, so constant 0-d qparams become
+the ``.default`` overload's Python numbers.
+
+One dequantize per reader. fxquant's reference model dequantizes a value once
+for all its readers; XNNPACK's partitioner groups a dequantize with *one*
+reader, so a shared one (a residual branch read by a conv and an add) would
+land in one partition while its other reader's path leaves and re-enters
+it, which ExecuTorch rejects as a dependency cycle::
+
+    q -> dq -> conv ...            q -> dq   -> conv ...
+           \\-> add                  \\-> dq' -> add
+
+Embedding lookups on int8 tables. A weight-only int8 embedding is, in the
+reference model, a dequantize of the whole table followed by the lookup;
+ExecuTorch's ``quantized_decomposed.embedding_byte`` looks the rows up in the
+int8 table and dequantizes only those (the portable runtime has its kernel;
+XNNPACK has no embedding)::
+
+    dequantize_per_channel(table, scales, 0s, axis 0) -> embedding(., ids)
+        -> embedding_byte(table, scales, None, -127, 127, ids)
+
+Keep-dim means. XNNPACK's mean takes 4-d tensors over the two innermost
+dimensions with ``keepdim=True`` only; the common ``x.mean((2, 3))`` of a CNN
+head becomes that mean followed by a reshape (on the same quantization grid,
+so both stay int8 in XNNPACK)::
+
+    dq -> mean(x, [2, 3]) -> q      dq -> mean(x, [2, 3], keepdim=True) -> q -> dq -> view -> q
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import fx
+from torch.export import ExportedProgram
+
+from fxquant_executorch.edge_ops import dequantize_for, is_dequantize, is_quantize
+
+__all__ = ["duplicate_dequantize", "keepdim_means", "quantized_embeddings", "scalar_qparams"]
+
+_ATEN = torch.ops.aten
+
+
+def duplicate_dequantize(graph: fx.Graph) -> int:
+    """Give every reader of a shared dequantize step its own copy; return the copies made.
+
+    Example:
+        >>> g = fx.Graph(); q = g.placeholder("q")
+        >>> dq = g.call_function(torch.ops.quantized_decomposed.dequantize_per_tensor.default,
+        ...                      (q, 0.1, 0, -128, 127, torch.int8))
+        >>> _ = g.output((g.call_function(torch.relu, (dq,)), g.call_function(torch.neg, (dq,))))
+        >>> duplicate_dequantize(g)
+        1
+    """
+    made = 0
+    for node in list(graph.nodes):
+        if not is_dequantize(node) or len(node.users) < 2:
+            continue
+        for user in list(node.users)[1:]:
+            with graph.inserting_before(user):
+                copy = graph.node_copy(node)
+            user.replace_input_with(node, copy)
+            made += 1
+    return made
+
+
+def _innermost_two(dims: object, rank: int) -> bool:
+    if not isinstance(dims, (list, tuple)) or len(dims) != 2:
+        return False
+    return sorted(int(d) % rank for d in dims) == [rank - 2, rank - 1]
+
+
+def _mean_to_fix(node: fx.Node) -> bool:
+    if node.op != "call_function" or node.target != _ATEN.mean.dim:
+        return False
+    value = node.args[0]
+    keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+    shape = getattr(value, "meta", {}).get("val")
+    return (
+        not keepdim
+        and not node.kwargs.get("dtype")
+        and isinstance(shape, torch.Tensor)
+        and shape.dim() == 4
+        and _innermost_two(node.args[1], 4)
+    )
+
+
+def keepdim_means(graph: fx.Graph) -> int:
+    """Rewrite 4-d ``mean(x, [h, w])`` as a keep-dim mean and a reshape; return how many.
+
+    Example:
+        >>> # see the module docstring; tests/test_passes.py runs it on a CNN head
+    """
+    fixed = 0
+    for node in list(graph.nodes):
+        if not _mean_to_fix(node):
+            continue
+        out_shape = list(node.meta["val"].shape)
+        quantize = next(iter(node.users)) if len(node.users) == 1 else None
+        with graph.inserting_before(node):
+            mean = graph.call_function(_ATEN.mean.dim, (node.args[0], list(node.args[1]), True))
+        mean.meta = {**node.meta, "val": node.meta["val"].reshape([*out_shape, 1, 1])}
+        source = mean
+        if quantize is not None and is_quantize(quantize):
+            # the grid of the mean's output, so the reshape after it stays int8 in XNNPACK
+            with graph.inserting_after(mean):
+                requantize = graph.call_function(quantize.target, (mean, *quantize.args[1:]))
+            with graph.inserting_after(requantize):
+                source = graph.call_function(
+                    dequantize_for(quantize.target), (requantize, *quantize.args[1:])
+                )
+            integers = mean.meta["val"].to(quantize.meta["val"].dtype)
+            requantize.meta = {**quantize.meta, "val": integers}
+            source.meta = dict(mean.meta)
+        with graph.inserting_after(source):
+            view = graph.call_function(_ATEN.view.default, (source, out_shape))
+        view.meta = dict(node.meta)
+        node.replace_all_uses_with(view)
+        graph.erase_node(node)
+        fixed += 1
+    return fixed
+
+
+def _constant(program: ExportedProgram, node: object) -> torch.Tensor | None:
+    if not isinstance(node, fx.Node) or node.op != "placeholder":
+        return None
+    signature = program.graph_signature
+    target = (
+        signature.inputs_to_lifted_tensor_constants.get(node.name)
+        or signature.inputs_to_buffers.get(node.name)
+        or signature.inputs_to_parameters.get(node.name)
+    )
+    if target is None:
+        return None
+    value = program.constants.get(target, program.state_dict.get(target))
+    return value if isinstance(value, torch.Tensor) else None
+
+
+def _table_lookup(program: ExportedProgram, node: fx.Node) -> fx.Node | None:
+    """The per-row int8 dequantize of a table ``node`` (an embedding) looks up, if it is one."""
+    if node.op != "call_function" or node.target != _ATEN.embedding.default:
+        return None
+    table = node.args[0]
+    if not isinstance(table, fx.Node) or not is_dequantize(table) or len(table.users) != 1:
+        return None
+    if "per_channel" not in str(table.target) or table.args[3] != 0:
+        return None
+    zero_points = _constant(program, table.args[2])
+    integers = table.args[0]
+    shape = getattr(integers, "meta", {}).get("val")
+    if zero_points is None or bool(zero_points.any()) or getattr(shape, "ndim", 0) != 2:
+        return None  # only symmetric 2-d tables: embedding_byte takes float zero points
+    return table
+
+
+def quantized_embeddings(program: ExportedProgram) -> int:
+    """Look embeddings up in their int8 tables (``embedding_byte``); return how many.
+
+    Example:
+        >>> # see the module docstring; tests/test_passes.py runs it on a BERT-like model
+    """
+    graph = program.graph
+    rewritten = 0
+    for node in list(graph.nodes):
+        table = _table_lookup(program, node)
+        if table is None:
+            continue
+        integers, scales, _, _, quant_min, quant_max = table.args[:6]
+        with graph.inserting_before(node):
+            lookup = graph.call_function(
+                torch.ops.quantized_decomposed.embedding_byte.default,
+                (integers, scales, None, quant_min, quant_max, node.args[1]),
+            )
+        lookup.meta = dict(node.meta)
+        node.replace_all_uses_with(lookup)
+        graph.erase_node(node)
+        graph.erase_node(table)
+        rewritten += 1
+    return rewritten
+
+
+def scalar_qparams(program: ExportedProgram) -> int:
+    """Per-tensor q/dq steps with constant 0-d qparams -> the overload taking numbers.
+
+    Example:
+        >>> # see the module docstring; tests/test_patterns.py lowers a transposed conv
+    """
+    rewritten = 0
+    for node in program.graph.nodes:
+        if not (is_quantize(node) or is_dequantize(node)):
+            continue
+        if getattr(node.target, "_overloadname", "") != "tensor":
+            continue
+        scale, zero_point = (_constant(program, a) for a in node.args[1:3])
+        if scale is None or zero_point is None or scale.numel() != 1 or zero_point.numel() != 1:
+            continue  # computed per call (dynamic quantization): stays as it is
+        node.target = node.target._overloadpacket.default  # type: ignore[union-attr]
+        node.args = (node.args[0], float(scale), int(zero_point), *node.args[3:])
+        rewritten += 1
+    return rewritten

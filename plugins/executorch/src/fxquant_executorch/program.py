@@ -1,0 +1,250 @@
+"""A converted model as an ExecuTorch program (``.pte``) with the XNNPACK delegate.
+
+:func:`to_executorch` is the whole route, with no torch.ao quantizer and no
+pt2e annotation: fxquant's own converted model is the input::
+
+    converted model (fxquant q/dq ops, reference modules)
+      -> fxquant.export.export_quantized     torch.export; weights folded into int8 constants
+      -> edge_ops.rewrite_qdq                fxquant q/dq -> quantized_decomposed q/dq
+      -> passes                              scalar qparams; one dequantize per reader;
+                                             keep-dim means; int8 embedding lookups
+      -> to_edge_transform_and_lower         XnnpackPartitioner takes dq -> op -> q groups
+      -> .to_executorch()                    the .pte bytes
+      -> delegation.placements               what XNNPACK took, what it left, and why
+
+The result runs in ExecuTorch's runtime in this process (its Python bindings)
+and carries the delegation report in ``fxquant.explain`` form.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from fxquant.errors import ConfigTypeError, ExportError, QuantizationSkipped
+from fxquant.export import export_quantized
+from fxquant.flow.report import Report
+from fxquant.flow.state import META_KEY, FlowState
+from torch import fx
+from torch.utils import _pytree as pytree
+
+from fxquant_executorch.delegation import (
+    Placement,
+    capture_partitioner_reasons,
+    delegation_report,
+    placements,
+)
+from fxquant_executorch.edge_ops import quiet_toolchain, rewrite_qdq
+from fxquant_executorch.passes import (
+    duplicate_dequantize,
+    keepdim_means,
+    quantized_embeddings,
+    scalar_qparams,
+)
+
+__all__ = ["ExecuTorchProgram", "deploy", "to_executorch"]
+
+
+class ExecuTorchProgram:
+    """An ExecuTorch program of a converted model, runnable in this process.
+
+    Attributes:
+        buffer: the ``.pte`` bytes (what a phone or board loads).
+        report: the converted model's report, told where each node runs:
+            ``lowered`` (in XNNPACK), or the reason ``not_delegated``.
+        placements: per node of the converted model, its edge ops in XNNPACK
+            and in the portable runtime, with the partitioner's reasons.
+        export_seconds: wall time of :func:`to_executorch`.
+
+    Calling the program runs its ``forward`` in ExecuTorch's runtime (loaded
+    on the first call) with the model's positional inputs and returns what
+    the model returns.
+
+    Example:
+        >>> # program = to_executorch(converted, (x,)); program(x); program.save("model.pte")
+    """
+
+    def __init__(
+        self,
+        buffer: bytes,
+        report: Report,
+        found: Sequence[Placement],
+        out_spec: pytree.TreeSpec,
+        export_seconds: float,
+    ) -> None:
+        self.buffer = buffer
+        self.report = report
+        self.placements = tuple(found)
+        self.export_seconds = export_seconds
+        self._out_spec = out_spec
+        # a single tensor out (most models): skip the pytree round trip on every call
+        self._single = out_spec.is_leaf()
+        self._method: Any = None
+
+    @property
+    def size(self) -> int:
+        """Bytes of the ``.pte`` program."""
+        return len(self.buffer)
+
+    def save(self, path: str | Path) -> Path:
+        """Write the ``.pte`` program to ``path`` and return it.
+
+        Example:
+            >>> # to_executorch(converted, (x,)).save("model.pte")
+        """
+        target = Path(path)
+        target.write_bytes(self.buffer)
+        return target
+
+    def explain(self, *, show: bool = True) -> Report:
+        """The delegation report; printed as a table unless ``show=False``.
+
+        Example:
+            >>> # to_executorch(converted, (x,)).explain()
+        """
+        if show:
+            print(self.report.table())  # printing the table is the point, as fxquant.explain
+        return self.report
+
+    def _loaded(self) -> Any:
+        if self._method is None:
+            with quiet_toolchain():
+                from executorch.runtime import Runtime
+
+            program = Runtime.get().load_program(self.buffer)
+            self._method = program.load_method("forward")
+        return self._method
+
+    def __call__(self, *inputs: Any) -> Any:
+        """Run ``forward`` in the ExecuTorch runtime."""
+        method = self._method or self._loaded()
+        flat = inputs if all(isinstance(x, torch.Tensor) for x in inputs) else None
+        with quiet_toolchain():
+            outputs = method.execute(flat if flat is not None else pytree.tree_flatten(inputs)[0])
+        if self._single:
+            return outputs[0]
+        return pytree.tree_unflatten(list(outputs), self._out_spec)
+
+    def __repr__(self) -> str:
+        counts = {status: 0 for status in ("lowered", "reference")}
+        for entry in self.report.entries():
+            if entry.status in counts:
+                counts[entry.status] += 1
+        return (
+            f"ExecuTorchProgram({self.size} bytes, {counts['lowered']} nodes in XNNPACK, "
+            f"{counts['reference']} quantized nodes outside it)"
+        )
+
+
+def _flow_state(model: object) -> FlowState:
+    state = getattr(model, "meta", {}).get(META_KEY) if isinstance(model, fx.GraphModule) else None
+    if not isinstance(state, FlowState):
+        msg = (
+            f"to_executorch expects a model returned by fxquant.convert_fx, got "
+            f"{type(model).__name__}; prepare it with "
+            "fxquant.get_backend_config('executorch'), calibrate, and convert it first"
+        )
+        raise ConfigTypeError(msg)
+    return state
+
+
+def _lower(program: torch.export.ExportedProgram) -> tuple[bytes, list[Placement]]:
+    with quiet_toolchain():
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+        from executorch.exir import to_edge_transform_and_lower
+
+    with quiet_toolchain(), capture_partitioner_reasons() as reasons:
+        edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
+        found = placements(edge.exported_program(), reasons)
+        return edge.to_executorch().buffer, found
+
+
+def _check_runs(program: ExecuTorchProgram, example_inputs: tuple[Any, ...]) -> None:
+    """Run the program once: a program the runtime cannot run fails here, not on a device."""
+    try:
+        program(*example_inputs)
+    except RuntimeError as error:
+        portable = [
+            f"{p.node or '(boundary)'}: {', '.join(p.portable)}"
+            + (f" (XNNPACK: {'; '.join(p.why)})" if p.why else "")
+            for p in program.placements
+            if p.portable
+        ]
+        outside = "; ".join(portable) or "none"
+        msg = (
+            f"ExecuTorch's runtime could not run the program on the example inputs: {error}; "
+            f"the ops outside XNNPACK, which its portable kernels must run: {outside}"
+        )
+        raise ExportError(msg) from error
+
+
+def to_executorch(
+    model: fx.GraphModule,
+    example_inputs: tuple[Any, ...],
+    *,
+    dynamic_shapes: dict[str, Any] | tuple[Any, ...] | None = None,
+    strict: bool = False,
+) -> ExecuTorchProgram:
+    """Export a converted model as an ExecuTorch program with the XNNPACK delegate.
+
+    Args:
+        model: the model ``fxquant.convert_fx`` returned for the ``executorch``
+            backend (or ``convert_to_reference_fx``'s); it is not modified.
+        example_inputs: positional inputs of ``model``; their shapes are the
+            program's (XNNPACK plans its memory for them).
+        dynamic_shapes: passed to ``torch.export.export``.
+        strict: raise :class:`fxquant.QuantizationSkipped` when a quantized
+            node is not delegated to XNNPACK, instead of reporting it.
+
+    Returns:
+        The program: ``.buffer`` (the ``.pte`` bytes), ``.save(path)``,
+        ``.report`` (``lowered`` in XNNPACK, or why not), and callable in
+        ExecuTorch's runtime.
+
+    Raises:
+        ConfigTypeError: ``model`` is not a converted fxquant model.
+        fxquant.errors.ExportError: ``torch.export`` could not capture the
+            model (the message names the node and the user's source line), or
+            ExecuTorch's runtime could not run the program on
+            ``example_inputs`` (the message lists the ops outside XNNPACK).
+        QuantizationSkipped: ``strict=True`` and a quantized node stays
+            outside XNNPACK.
+
+    Example:
+        >>> # prepared = fxquant.prepare_fx(model, mapping, (x,), backend_config=executorch)
+        >>> # program = to_executorch(fxquant.convert_fx(prepared), (x,)); program(x)
+    """
+    state = _flow_state(model)
+    start = time.perf_counter()
+    program = export_quantized(model, example_inputs, dynamic_shapes=dynamic_shapes)
+    rewrite_qdq(program.graph)
+    scalar_qparams(program)
+    duplicate_dequantize(program.graph)
+    keepdim_means(program.graph)
+    quantized_embeddings(program)
+    program.graph_module.recompile()
+    out_spec = program.call_spec.out_spec
+    buffer, found = _lower(program)
+    report = delegation_report(state.report, found)
+    result = ExecuTorchProgram(buffer, report, found, out_spec, time.perf_counter() - start)
+    _check_runs(result, example_inputs)
+    if strict:
+        outside = [e for e in report.entries() if e.reason and e.reason.code == "not_delegated"]
+        quantized = [e for e in outside if e.status == "reference"]
+        if quantized:
+            lines = "\n".join(f"  {e.reason.words}" for e in quantized if e.reason)
+            msg = f"to_executorch(strict=True): {len(quantized)} quantized nodes not delegated:\n"
+            raise QuantizationSkipped(msg + lines, quantized)  # type: ignore[arg-type]
+    return result
+
+
+def deploy(model: fx.GraphModule, example_inputs: tuple[Any, ...]) -> ExecuTorchProgram:
+    """The ``fxquant_deployment`` entry: :func:`to_executorch` with the defaults.
+
+    Example:
+        >>> # fxquant.registry.get_deployment("executorch").deploy(converted, (x,))
+    """
+    return to_executorch(model, example_inputs)

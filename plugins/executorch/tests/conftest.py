@@ -1,0 +1,46 @@
+"""Shared helpers of the executorch plugin's tests: quantize a model the way users do."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+
+import fxquant
+import pytest
+import torch
+from torch import fx, nn
+
+BACKEND = "executorch"
+
+
+def _quantize(
+    model: nn.Module,
+    inputs: Sequence[torch.Tensor],
+    mapping: fxquant.QConfigMapping | None = None,
+    *,
+    is_qat: bool = False,
+) -> fx.GraphModule:
+    """``model`` prepared with the backend's config (and default mapping), calibrated, converted."""
+    config = fxquant.get_backend_config(BACKEND)
+    if mapping is None:
+        mapping = fxquant.get_default_qconfig_mapping(BACKEND, is_qat=is_qat)
+    prepare = fxquant.prepare_qat_fx if is_qat else fxquant.prepare_fx
+    prepared = prepare(copy.deepcopy(model), mapping, tuple(inputs), backend_config=config)
+    with torch.no_grad():
+        for seed in range(3):
+            generator = torch.Generator().manual_seed(seed)
+            prepared(*(torch.randn(x.shape, generator=generator) for x in inputs))
+        prepared(*inputs)
+    return fxquant.convert_fx(prepared)
+
+
+@pytest.fixture
+def quantize() -> Callable[..., fx.GraphModule]:
+    """``quantize(model, inputs, mapping=None, *, is_qat=False)``: prepare, calibrate, convert."""
+    return _quantize
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> None:
+    """The test machine has 2 shared cores: one thread keeps timings and numerics steady."""
+    torch.set_num_threads(1)

@@ -1,0 +1,214 @@
+"""``to_executorch``: the .pte program, its runtime, its delegation report, and bad input."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import fxquant
+import pytest
+import torch
+from fxquant import testing
+from fxquant.errors import ConfigTypeError, ExportError, QuantizationSkipped
+from fxquant_executorch import ExecuTorchProgram, to_executorch
+from fxquant_executorch.qconfig import dynamic_qconfig_mapping
+from torch import nn
+
+BACKEND = "executorch"
+
+
+class Net(nn.Module):
+    """conv-bn-relu, a residual add, a CNN head's mean and a linear classifier."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        y = torch.relu(self.conv2(y) + y)
+        return self.fc(y.mean((2, 3)))
+
+
+class ChannelMean(nn.Module):
+    """A mean over the channels: XNNPACK's mean takes the two innermost dimensions only."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x).mean(1, keepdim=True)
+
+
+class Branchy(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.sum() > 0:  # data-dependent control flow: torch.export cannot capture it
+            return x * 2
+        return x
+
+
+class WithBranch(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.branch = Branchy()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.branch(self.fc(x))
+
+
+@pytest.fixture(scope="module")
+def net() -> tuple[nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    return Net().eval(), torch.randn(2, 3, 8, 8)
+
+
+@pytest.fixture(scope="module")
+def program(net: tuple[nn.Module, torch.Tensor]) -> tuple[ExecuTorchProgram, torch.fx.GraphModule]:
+    model, x = net
+    converted, _ = testing.quantize_model(BACKEND, model, [[x]])
+    return to_executorch(converted, (x,)), converted
+
+
+def test_the_whole_net_runs_in_xnnpack_within_one_step(program, net) -> None:
+    result, converted = program
+    _, x = net
+    statuses = {e.node: e.status for e in result.report.entries() if e.op != "placeholder"}
+    quantized = {node for node, status in statuses.items() if status not in ("float",)}
+    assert quantized == {node for node, s in statuses.items() if s == "lowered"}
+    assert {"conv_0", "conv2", "add", "mean", "fc"} <= quantized
+    expected = converted(x)
+    step = testing.output_scale(converted)
+    assert float((result(x) - expected).abs().max()) <= step * 1.001
+
+
+def test_the_program_saves_loads_and_runs_in_the_runtime(program, net, tmp_path: Path) -> None:
+    from executorch.runtime import Runtime
+
+    result, _ = program
+    _, x = net
+    path = result.save(tmp_path / "net.pte")
+    assert path.stat().st_size == result.size == len(result.buffer)
+    method = Runtime.get().load_program(path).load_method("forward")
+    (loaded,) = method.execute([x])
+    assert torch.equal(loaded, result(x))
+
+
+def test_explain_prints_where_each_node_runs(program, capsys: pytest.CaptureFixture[str]) -> None:
+    result, _ = program
+    report = result.explain()
+    printed = capsys.readouterr().out
+    assert report is result.report
+    assert "lowered" in printed
+    assert printed.splitlines()[0].split()[:2] == ["node", "op"]
+    assert repr(result).startswith(f"ExecuTorchProgram({result.size} bytes")
+
+
+def test_the_converted_model_is_left_as_it_was(net) -> None:
+    model, x = net
+    converted, _ = testing.quantize_model(BACKEND, model, [[x]])
+    before = copy.deepcopy(converted.state_dict())
+    code = converted.code
+    to_executorch(converted, (x,))
+    assert converted.code == code
+    tensors = [k for k, v in before.items() if isinstance(v, torch.Tensor)]
+    assert all(torch.equal(before[k], converted.state_dict()[k]) for k in tensors)
+
+
+def test_a_quantized_op_xnnpack_refuses_is_reported_with_its_reason_and_line() -> None:
+    x = torch.randn(1, 3, 4, 4)
+    converted, _ = testing.quantize_model(BACKEND, ChannelMean().eval(), [[x]])
+    result = to_executorch(converted, (x,))
+    entry = next(e for e in result.report.entries() if e.node == "mean")
+    assert entry.status == "reference"
+    assert entry.reason.code == "not_delegated"
+    words = entry.reason.words
+    assert "aten::mean.dim ran in ExecuTorch's portable runtime, not XNNPACK" in words
+    assert "innermost dimensions" in words  # the partitioner's own reason
+    assert "test_program.py:" in words  # the user's source line
+    with pytest.raises(QuantizationSkipped, match=r"1 quantized nodes not delegated") as caught:
+        to_executorch(converted, (x,), strict=True)
+    assert [e.node for e in caught.value.skipped] == ["mean"]  # type: ignore[attr-defined]
+
+
+def test_a_float_model_is_refused_with_the_next_step() -> None:
+    with pytest.raises(ConfigTypeError, match=r"expects a model returned by fxquant\.convert_fx"):
+        to_executorch(Net().eval(), (torch.randn(1, 3, 4, 4),))  # type: ignore[arg-type]
+
+
+def test_a_prepared_model_is_refused() -> None:
+    x = torch.randn(1, 3, 4, 4)
+    prepared = fxquant.prepare_fx(
+        Net().eval(),
+        fxquant.get_default_qconfig_mapping(BACKEND),
+        (x,),
+        backend_config=fxquant.get_backend_config(BACKEND),
+    )
+    with pytest.raises(ConfigTypeError, match=r"call fxquant\.convert_fx on it first"):
+        to_executorch(prepared, (x,))
+
+
+def test_a_model_export_cannot_capture_names_the_node_and_line() -> None:
+    x = torch.randn(2, 4)
+    custom = fxquant.PrepareCustomConfig().set_non_traceable_module_classes([Branchy])
+    prepared = fxquant.prepare_fx(
+        WithBranch().eval(),
+        fxquant.get_default_qconfig_mapping(BACKEND),
+        (x,),
+        prepare_custom_config=custom,
+        backend_config=fxquant.get_backend_config(BACKEND),
+    )
+    prepared(x)
+    with pytest.raises(ExportError) as caught:
+        to_executorch(fxquant.convert_fx(prepared), (x,))
+    message = str(caught.value)
+    assert "node 'branch' (module 'branch')" in message
+    assert "test_program.py:" in message
+
+
+def test_a_program_the_runtime_cannot_run_fails_at_export_with_the_ops_outside_xnnpack() -> None:
+    # XNNPACK takes 1-d and 2-d convs only; ExecuTorch's portable conv rejects this one
+    x = torch.randn(1, 2, 3, 4, 4)
+    converted, _ = testing.quantize_model(BACKEND, nn.Sequential(nn.Conv3d(2, 2, 1)).eval(), [[x]])
+    with pytest.raises(ExportError, match=r"could not run the program") as caught:
+        to_executorch(converted, (x,))
+    assert "aten::convolution" in str(caught.value)
+    assert "Only support 1D + 2D Conv" in str(caught.value)
+
+
+def test_dynamic_int8_linears_run_in_xnnpack() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8)).eval()
+    x = torch.randn(4, 16)
+    converted, reference = testing.quantize_model(BACKEND, model, [[x]], dynamic_qconfig_mapping())
+    result = to_executorch(converted, (x,))
+    statuses = {e.node: e.status for e in result.report.entries()}
+    assert statuses["_0"] == statuses["_2"] == "lowered"
+    with torch.no_grad():
+        expected, from_reference = model(x), reference(x)
+    # XNNPACK picks its own per-call qparams: as close to float as the reference model, not equal
+    error = float((result(x) - expected).abs().max())
+    assert error <= 2 * float((from_reference - expected).abs().max()) + 1e-6
+
+
+def test_qat_converts_to_a_delegated_program_within_one_step() -> None:
+    torch.manual_seed(0)
+    model = Net().train()
+    x = torch.randn(8, 3, 8, 8)
+    config = fxquant.get_backend_config(BACKEND)
+    mapping = fxquant.get_default_qconfig_mapping(BACKEND, is_qat=True)
+    prepared = fxquant.prepare_qat_fx(model, mapping, (x,), backend_config=config)
+    optimizer = torch.optim.SGD(prepared.parameters(), lr=0.01)
+    for _ in range(3):
+        loss = prepared(x).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    converted = fxquant.convert_fx(prepared.eval())
+    result = to_executorch(converted, (x,))
+    assert not [e for e in result.report.entries() if e.status == "reference"]
+    step = testing.output_scale(converted)
+    assert float((result(x) - converted(x)).abs().max()) <= step * 1.001
