@@ -1,0 +1,111 @@
+"""The default QConfigMapping of the tensorrt backend: TensorRT's explicit-quantization numbers.
+
+    activations     int8, symmetric (zero point 0), per tensor, -128..127
+                    PTQ: HistogramObserver; QAT: moving-average min/max fake-quantize
+    weights         int8, symmetric per output channel, -127..127 (NVIDIA's narrow range);
+                    per tensor for transposed convs and addmm, whose weight's axis 0 is
+                    not the output channel
+    float           layer norm, softmax, GELU, sigmoid, tanh, hardswish, SiLU, embedding:
+                    TensorRT runs them in float, so no Q/DQ goes around them
+                    (``explain`` says ``qconfig_none``)
+
+TensorRT has no zero point: an asymmetric qconfig still prepares, but the
+exported model's placement check reports every Q/DQ with a nonzero zero point.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from fxquant.config.qconfig import QConfig
+from fxquant.config.qconfig_mapping import QConfigMapping
+from torch import nn
+
+__all__ = ["FLOAT_OPS", "default_qconfig_mapping"]
+
+_ACTIVATION: dict[str, Any] = {
+    "dtype": torch.int8,
+    "qscheme": torch.per_tensor_symmetric,
+    "quant_min": -128,
+    "quant_max": 127,
+}
+_WEIGHT: dict[str, Any] = {"dtype": torch.int8, "quant_min": -127, "quant_max": 127}
+
+FLOAT_OPS: tuple[Any, ...] = (
+    nn.LayerNorm,
+    F.layer_norm,
+    nn.Softmax,
+    F.softmax,
+    torch.softmax,
+    nn.GELU,
+    F.gelu,
+    nn.Sigmoid,
+    torch.sigmoid,
+    F.sigmoid,
+    nn.Tanh,
+    torch.tanh,
+    F.tanh,
+    nn.Hardswish,
+    F.hardswish,
+    nn.SiLU,
+    F.silu,
+    nn.Embedding,
+    F.embedding,
+)
+"""Ops the default mapping leaves float: TensorRT has no int8 kernel that fuses them."""
+
+_PER_TENSOR_WEIGHT_OPS: tuple[Any, ...] = (
+    nn.ConvTranspose1d,
+    nn.ConvTranspose2d,
+    nn.ConvTranspose3d,
+    F.conv_transpose1d,
+    F.conv_transpose2d,
+    F.conv_transpose3d,
+    torch.addmm,
+)
+
+
+def _qconfigs(is_qat: bool) -> tuple[QConfig, QConfig]:
+    # (global qconfig, the same with per-tensor weights)
+    from fxquant import observer as obs  # heavy: only when asked
+    from fxquant.fake_quantize import FakeQuantize
+
+    channel = {"qscheme": torch.per_channel_symmetric, "ch_axis": 0, **_WEIGHT}
+    tensor = {"qscheme": torch.per_tensor_symmetric, **_WEIGHT}
+    if is_qat:
+        activation: Any = FakeQuantize.with_args(
+            observer=obs.MovingAverageMinMaxObserver, **_ACTIVATION
+        )
+        per_channel: Any = FakeQuantize.with_args(
+            observer=obs.MovingAveragePerChannelMinMaxObserver, **channel
+        )
+        per_tensor: Any = FakeQuantize.with_args(observer=obs.MovingAverageMinMaxObserver, **tensor)
+    else:
+        activation = obs.HistogramObserver.with_args(**_ACTIVATION)
+        per_channel = obs.PerChannelMinMaxObserver.with_args(**channel)
+        per_tensor = obs.MinMaxObserver.with_args(**tensor)
+    return QConfig(activation=activation, weight=per_channel), QConfig(
+        activation=activation, weight=per_tensor
+    )
+
+
+def default_qconfig_mapping(is_qat: bool = False) -> QConfigMapping:
+    """The mapping ``fxquant.get_default_qconfig_mapping("tensorrt", is_qat)`` returns.
+
+    Example:
+        >>> qconfig = default_qconfig_mapping().global_qconfig
+        >>> activation = qconfig.activation()
+        >>> activation.dtype, activation.qscheme, qconfig.weight().qscheme
+        (torch.int8, torch.per_tensor_symmetric, torch.per_channel_symmetric)
+        >>> default_qconfig_mapping().qconfig_for("", torch.nn.LayerNorm) is None
+        True
+    """
+    base, per_tensor = _qconfigs(is_qat)
+    mapping = QConfigMapping().set_global(base)
+    for op in _PER_TENSOR_WEIGHT_OPS:
+        mapping.set_object_type(op, per_tensor)
+    for op in FLOAT_OPS:
+        mapping.set_object_type(op, None)
+    return mapping
