@@ -28,6 +28,7 @@ CODES: Final = (
     "fusion_qconfig_mismatch",
     "fusion_no_qat_module",
     "no_lowering_kernel",
+    "qdq_not_fusable",
     "non_float_tensor",
     "additive_mask",
     "unused_qconfig_entry",
