@@ -1,0 +1,509 @@
+"""The placement check: which Q/DQ of an ONNX model TensorRT fuses, and which it cannot.
+
+TensorRT's explicit quantization runs a layer in int8 when each tensor it reads
+comes from a DequantizeLinear, and fuses the Q/DQ pairs into the layers around
+them. It cannot when a pair breaks its rules; the layer then runs in float
+between standalone (de)quantize layers. The rules checked, per ONNX node::
+
+    every Q/DQ            int8, zero point 0 (TensorRT has none), activations per tensor,
+                          no Clip after a QuantizeLinear (a range narrower than int8's)
+    weight DQ             int8 constant, zero point 0, per tensor or along the layer's
+                          output channel (Conv 0, ConvTranspose 1, Gemm by transB, MatMul -1)
+    Conv, Gemm, MatMul    each activation input from a DequantizeLinear, weights dequantized
+    Add, Sub, Mul         each input from a DequantizeLinear, or straight from a conv/GEMM
+                          (TensorRT fuses the add into it); a missing Q/DQ on one branch of
+                          a residual add keeps the add out of the conv
+    Concat                inputs and output on one scale (else TensorRT requantizes each input)
+    pooling, reshapes,    input from a DequantizeLinear, output to a QuantizeLinear (TensorRT
+    relu, clip, ...       moves Q/DQ across them); relu/clip right after a conv or add fuse
+
+A node is *meant to be int8* when one of its inputs is dequantized or its output
+is quantized; only those are checked (float ops are TensorRT's float layers).
+``origins`` names the converted model's node each ONNX node came from, so
+:meth:`Placement.report` speaks of the user's nodes, in ``fxquant.explain``'s form.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from fxquant.errors import FxquantError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import onnx
+    from torch import fx
+
+__all__ = ["PROBLEMS", "Finding", "Placement", "UnfusableQDQError", "check_placement"]
+
+PROBLEMS = (
+    "missing_qdq",
+    "zero_point",
+    "not_int8",
+    "per_channel_activation",
+    "narrow_range",
+    "weight_axis",
+    "float_weight",
+    "scale_mismatch",
+    "output_not_quantized",
+)
+"""What a finding can say is wrong (``Finding.problem``)."""
+
+_WEIGHTED = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
+_ELEMENTWISE = frozenset({"Add", "Sub", "Mul"})
+_EPILOGUE = frozenset({"Relu", "Clip", "LeakyRelu", "BatchNormalization"})
+_MOVES_QDQ = frozenset(
+    {
+        "MaxPool",
+        "AveragePool",
+        "GlobalAveragePool",
+        "GlobalMaxPool",
+        "ReduceMean",
+        "ReduceMax",
+        "Reshape",
+        "Flatten",
+        "Transpose",
+        "Squeeze",
+        "Unsqueeze",
+        "Relu",
+        "Clip",
+        "Resize",
+        "Slice",
+        "Identity",
+        "Split",
+        "Expand",
+        "Pad",
+        "DepthToSpace",
+        "SpaceToDepth",
+    }
+)
+_CHECKED = _WEIGHTED | _ELEMENTWISE | _MOVES_QDQ | {"Concat"}
+_NOT_DATA = frozenset({"Constant", "Shape", "ConstantOfShape", "Range", "Size"})
+_INT8, _UINT8 = 3, 2  # onnx.TensorProto.INT8, UINT8
+_FLOATS = frozenset({1, 10, 11, 16})  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
+
+
+class UnfusableQDQError(FxquantError, ValueError):
+    """``export_onnx(..., strict=True)``: TensorRT could not fuse some Q/DQ; lists every one."""
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One Q/DQ TensorRT could not fuse.
+
+    Attributes:
+        onnx_node: the ONNX node the problem is at.
+        node: the converted model's node it came from (``None`` when unknown).
+        problem: one of :data:`PROBLEMS`.
+        words: the sentence users read (names the node, the Q/DQ and the source line).
+
+    Example:
+        >>> Finding("node_add", "add", "missing_qdq", "add: input 1 ...").problem
+        'missing_qdq'
+    """
+
+    onnx_node: str
+    node: str | None
+    problem: str
+    words: str
+
+    def __post_init__(self) -> None:
+        if self.problem not in PROBLEMS:
+            msg = f"Finding problem {self.problem!r} is not one of {', '.join(PROBLEMS)}"
+            raise ValueError(msg)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The placement check of one ONNX model.
+
+    Attributes:
+        findings: every Q/DQ TensorRT could not fuse.
+        int8_nodes: ONNX nodes meant to run in int8 (their Q/DQ fuse unless a finding says not).
+        origins: ONNX node name -> converted model node name.
+    """
+
+    findings: tuple[Finding, ...]
+    int8_nodes: tuple[str, ...]
+    origins: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """True when TensorRT fuses every Q/DQ of the model."""
+        return not self.findings
+
+    def fused(self) -> list[str]:
+        """The ONNX nodes TensorRT runs in int8 with their Q/DQ fused."""
+        bad = {f.onnx_node for f in self.findings}
+        return [name for name in self.int8_nodes if name not in bad]
+
+    def raise_if_unfusable(self) -> None:
+        """Raise :class:`UnfusableQDQError` listing every finding (strict mode)."""
+        if self.ok:
+            return
+        lines = "\n".join(f"  [{f.problem}] {f.words}" for f in self.findings)
+        msg = (
+            f"TensorRT cannot fuse {len(self.findings)} Q/DQ placement(s) of this model:\n{lines}\n"
+            "fix the qconfig mapping (int8, symmetric, per-channel weights), or pass strict=False "
+            "to export anyway"
+        )
+        raise UnfusableQDQError(msg)
+
+    def report(self, model: fx.GraphModule | None = None) -> Any:
+        """The check in ``fxquant.explain``'s form (a ``fxquant.flow.report.Report``).
+
+        With the converted ``model``: its own report, each quantized node
+        ``lowered`` when TensorRT fuses its Q/DQ, else ``reference`` with
+        reason ``qdq_not_fusable``. Without: one entry per ONNX node meant to
+        be int8.
+        """
+        from fxquant_tensorrt.report import placement_report
+
+        return placement_report(self, model)
+
+    def __str__(self) -> str:
+        head = f"{len(self.fused())} of {len(self.int8_nodes)} int8 ONNX nodes fuse their Q/DQ"
+        return "\n".join([head, *(f"  [{f.problem}] {f.words}" for f in self.findings)])
+
+
+# --- the graph, as the checks need it ---------------------------------------------------------
+
+
+@dataclass
+class _Graph:
+    producer: dict[str, Any]
+    consumers: dict[str, list[Any]]
+    constants: dict[str, np.ndarray]
+    types: dict[str, int]
+    graph_inputs: set[str]
+
+    @classmethod
+    def of(cls, model: onnx.ModelProto) -> _Graph:
+        import onnx
+        from onnx import numpy_helper
+
+        graph = model.graph
+        producer = {out: node for node in graph.node for out in node.output}
+        consumers: dict[str, list[Any]] = defaultdict(list)
+        for node in graph.node:
+            for name in node.input:
+                consumers[name].append(node)
+        constants = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
+        for node in graph.node:
+            if node.op_type == "Constant":
+                for attribute in node.attribute:
+                    if attribute.name == "value":
+                        constants[node.output[0]] = numpy_helper.to_array(attribute.t)
+        try:
+            inferred = onnx.shape_inference.infer_shapes(model).graph
+        except Exception:  # types are a help, not a need: unknown ones count as float
+            inferred = graph
+        types = {
+            v.name: v.type.tensor_type.elem_type
+            for v in (*inferred.input, *inferred.value_info, *inferred.output)
+        }
+        types.update({name: _np_type(value) for name, value in constants.items()})
+        return cls(producer, consumers, constants, types, {v.name for v in graph.input})
+
+    def node_of(self, tensor: str) -> Any:
+        return self.producer.get(tensor)
+
+    def is_data(self, tensor: str) -> bool:
+        """A float activation: not a constant, not a shape, not an integer tensor."""
+        if not tensor or tensor in self.constants:
+            return False
+        node = self.producer.get(tensor)
+        if node is not None and node.op_type in _NOT_DATA:
+            return False
+        kind = self.types.get(tensor, 0)
+        return kind == 0 or kind in _FLOATS
+
+    def dequantized(self, tensor: str) -> bool:
+        node = self.producer.get(tensor)
+        return node is not None and node.op_type == "DequantizeLinear"
+
+    def quantized(self, tensor: str) -> bool:
+        return any(c.op_type == "QuantizeLinear" for c in self.consumers.get(tensor, ()))
+
+
+def _np_type(value: np.ndarray) -> int:
+    from onnx import helper
+
+    return int(helper.np_dtype_to_tensor_dtype(value.dtype))
+
+
+def _attr(node: Any, name: str, default: int) -> int:
+    for attribute in node.attribute:
+        if attribute.name == name:
+            return int(attribute.i)
+    return default
+
+
+# --- the checks -------------------------------------------------------------------------------
+
+
+class _Checker:
+    def __init__(
+        self, graph: _Graph, origins: Mapping[str, str], sources: Mapping[str, str]
+    ) -> None:
+        self.graph = graph
+        self.origins = origins
+        self.sources = sources
+        self.findings: list[Finding] = []
+
+    def who(self, node: Any) -> str:
+        """How a finding names a node: the converted node, its source line, the ONNX node."""
+        origin = self.origins.get(node.name)
+        if origin is None:
+            return f"{node.op_type} {node.name!r}"
+        source = self.sources.get(origin)
+        at = f", {source}" if source else ""
+        return f"{origin!r} ({node.op_type} {node.name!r}{at})"
+
+    def add(self, node: Any, problem: str, words: str) -> None:
+        finding = Finding(
+            node.name, self.origins.get(node.name), problem, f"{self.who(node)}: {words}"
+        )
+        self.findings.append(finding)
+
+    def same_group(self, a: Any, b: Any) -> bool:
+        origin = self.origins.get(a.name)
+        return origin is not None and origin == self.origins.get(b.name)
+
+    def describe(self, tensor: str) -> str:
+        node = self.graph.node_of(tensor)
+        if node is None:
+            return f"graph input {tensor!r}"
+        return f"{tensor!r} from {self.who(node)}"
+
+    # -- per-node rules
+
+    def meant_int8(self, node: Any) -> bool:
+        data = [t for t in node.input if self.graph.is_data(t)]
+        return any(self.graph.dequantized(t) for t in data) or any(
+            self.graph.quantized(t) for t in node.output
+        )
+
+    def input_fused(self, node: Any, tensor: str) -> bool:
+        producer = self.graph.node_of(tensor)
+        if self.graph.dequantized(tensor):
+            return True
+        if producer is None:
+            return False
+        if self.same_group(producer, node):
+            return True  # conv -> relu inside one converted node: TensorRT fuses the chain
+        if node.op_type in _ELEMENTWISE | _EPILOGUE and producer.op_type in _WEIGHTED:
+            return True  # conv -> add (residual fusion), conv -> relu
+        return node.op_type in _EPILOGUE and producer.op_type in _ELEMENTWISE
+
+    def check_inputs(self, node: Any) -> None:
+        positions = (0, 1) if node.op_type in _WEIGHTED else range(len(node.input))
+        for position in positions:
+            if position >= len(node.input):
+                continue
+            tensor = node.input[position]
+            if tensor in self.graph.constants and node.op_type in _WEIGHTED and position == 1:
+                self.add(
+                    node,
+                    "float_weight",
+                    f"its weight {tensor!r} is a float constant with no DequantizeLinear: "
+                    "TensorRT runs the layer in float (quantize the weight)",
+                )
+                continue
+            if not self.graph.is_data(tensor) or self.input_fused(node, tensor):
+                continue
+            self.add(
+                node,
+                "missing_qdq",
+                f"input {position} ({self.describe(tensor)}) has no QuantizeLinear/"
+                "DequantizeLinear: TensorRT cannot run this "
+                f"{node.op_type} in int8 nor fuse it; quantize that input too",
+            )
+
+    def check_output(self, node: Any) -> None:
+        if node.op_type in _WEIGHTED or not node.output:
+            return  # int8 in, float out is a valid TensorRT layer
+        readers = self.graph.consumers.get(node.output[0], [])
+        if self.graph.quantized(node.output[0]) or any(self.same_group(node, r) for r in readers):
+            return
+        if any(r.op_type in _ELEMENTWISE | _EPILOGUE for r in readers):
+            return  # an add/relu reading it decides (it is checked itself)
+        if not readers:
+            return  # a graph output: TensorRT dequantizes there anyway
+        self.add(
+            node,
+            "output_not_quantized",
+            f"its output {node.output[0]!r} has no QuantizeLinear: its input DequantizeLinear "
+            "runs as a standalone layer and the op in float",
+        )
+
+    def check_concat(self, node: Any) -> None:
+        grids = {self.grid_of(t) for t in node.input if self.graph.dequantized(t)}
+        output_q = [
+            c for c in self.graph.consumers.get(node.output[0], []) if c.op_type == "QuantizeLinear"
+        ]
+        grids |= {self.qparams(q) for q in output_q}
+        grids.discard(None)
+        if len(grids) > 1:
+            scales = ", ".join(f"{s:.6g}" for s, _ in sorted(grids))
+            self.add(
+                node,
+                "scale_mismatch",
+                f"its inputs and output are on different scales ({scales}): TensorRT requantizes "
+                "each input before the concat; let them share one observer",
+            )
+
+    def grid_of(self, tensor: str) -> tuple[float, int] | None:
+        producer = self.graph.node_of(tensor)
+        return self.qparams(producer) if producer is not None else None
+
+    def qparams(self, node: Any) -> tuple[float, int] | None:
+        scale = self.graph.constants.get(node.input[1]) if len(node.input) > 1 else None
+        zero = self.graph.constants.get(node.input[2]) if len(node.input) > 2 else None
+        if scale is None or scale.size != 1:
+            return None
+        return float(scale.reshape(())), int(zero.reshape(())) if zero is not None else 0
+
+    # -- the Q/DQ nodes themselves
+
+    def check_qdq(self, node: Any) -> None:
+        scale = self.graph.constants.get(node.input[1]) if len(node.input) > 1 else None
+        zero = self.graph.constants.get(node.input[2]) if len(node.input) > 2 else None
+        anchor = self.anchor_of(node)
+        kind = "uint8" if zero is None else str(zero.dtype)  # no zero point means uint8
+        if kind != "int8":
+            self.add(
+                anchor, "not_int8", f"its {node.op_type} is {kind}, TensorRT quantizes to int8"
+            )
+        elif zero is not None and bool((zero != 0).any()):
+            self.add(
+                anchor,
+                "zero_point",
+                f"its {node.op_type} has zero point {zero.reshape(-1)[:4].tolist()}: TensorRT "
+                "supports only symmetric quantization (zero point 0); use a symmetric qconfig",
+            )
+        weight = node.op_type == "DequantizeLinear" and node.input[0] in self.graph.constants
+        if weight:
+            self.check_weight_axis(node, scale)
+        elif scale is not None and scale.size > 1:
+            self.add(
+                anchor,
+                "per_channel_activation",
+                f"its activation {node.op_type} is per channel: TensorRT quantizes activations "
+                "per tensor",
+            )
+        if node.op_type == "QuantizeLinear":
+            for reader in self.graph.consumers.get(node.output[0], []):
+                if reader.op_type == "Clip":
+                    self.add(
+                        anchor,
+                        "narrow_range",
+                        "its QuantizeLinear is clipped to a range narrower than int8's "
+                        "(quant_min/quant_max): TensorRT fuses only the full -128..127",
+                    )
+
+    def anchor_of(self, node: Any) -> Any:
+        """The node a Q/DQ finding is reported at: what it feeds (DQ) or what feeds it (Q)."""
+        if node.op_type == "QuantizeLinear":
+            producer = self.graph.node_of(node.input[0])
+            if producer is not None and producer.op_type not in ("DequantizeLinear",):
+                return producer
+            for dq in self.graph.consumers.get(node.output[0], []):
+                for reader in self.graph.consumers.get(dq.output[0], []):
+                    return reader
+            return node
+        readers = self.graph.consumers.get(node.output[0], [])
+        return readers[0] if readers else node
+
+    def check_weight_axis(self, node: Any, scale: np.ndarray | None) -> None:
+        if scale is None or scale.size <= 1:
+            return  # per tensor: TensorRT takes it
+        for reader in self.graph.consumers.get(node.output[0], []):
+            wanted = self.output_axis(reader, node)
+            if wanted is None:
+                continue
+            rank = self.graph.constants[node.input[0]].ndim
+            axis = _attr(node, "axis", 1) % rank
+            if axis != wanted % rank:
+                self.add(
+                    reader,
+                    "weight_axis",
+                    f"its weight is quantized per channel along axis {axis}, TensorRT wants the "
+                    f"output channel (axis {wanted % rank}) or one scale",
+                )
+
+    def output_axis(self, reader: Any, dq: Any) -> int | None:
+        if reader.input[1:2] != [dq.output[0]]:
+            return None  # the DQ is not this layer's weight
+        if reader.op_type == "Conv":
+            return 0
+        if reader.op_type == "ConvTranspose":
+            return 1
+        if reader.op_type == "Gemm":
+            return 0 if _attr(reader, "transB", 0) else 1
+        if reader.op_type == "MatMul":
+            return -1
+        return None
+
+
+def check_placement(
+    model: onnx.ModelProto,
+    origins: Mapping[str, str] | None = None,
+    *,
+    sources: Mapping[str, str] | None = None,
+) -> Placement:
+    """Check where an ONNX model's Q/DQ sit against TensorRT's fusion rules.
+
+    Args:
+        model: the ONNX model (any: it need not come from fxquant).
+        origins: ONNX node name -> the converted model's node name, as
+            :func:`~fxquant_tensorrt.export_onnx` records it; nodes of one
+            origin form one fused layer (conv -> relu).
+        sources: converted node name -> the user's ``file:line``, for the words.
+
+    Returns:
+        The :class:`Placement`: every finding, and which nodes run in int8.
+
+    Example:
+        >>> import onnx
+        >>> from onnx import helper, TensorProto
+        >>> x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+        >>> y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+        >>> s = helper.make_tensor("s", TensorProto.FLOAT, [], [0.1])
+        >>> z = helper.make_tensor("z", TensorProto.INT8, [], [3])
+        >>> nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="q"),
+        ...          helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"], name="dq"),
+        ...          helper.make_node("Relu", ["d"], ["y"], name="relu")]
+        >>> graph = helper.make_graph(nodes, "g", [x], [y], [s, z])
+        >>> placement = check_placement(helper.make_model(graph))
+        >>> [(f.onnx_node, f.problem) for f in placement.findings]
+        [('relu', 'zero_point')]
+    """
+    graph = _Graph.of(model)
+    checker = _Checker(graph, origins or {}, sources or {})
+    int8_nodes: list[str] = []
+    for node in model.graph.node:
+        if node.op_type in ("QuantizeLinear", "DequantizeLinear"):
+            checker.check_qdq(node)
+        elif node.op_type in _CHECKED and checker.meant_int8(node):
+            int8_nodes.append(node.name)
+            checker.check_inputs(node)
+            checker.check_output(node)
+            if node.op_type == "Concat":
+                checker.check_concat(node)
+    return Placement(tuple(_unique(checker.findings)), tuple(int8_nodes), dict(origins or {}))
+
+
+def _unique(findings: Iterable[Finding]) -> list[Finding]:
+    # a Q and its DQ state the same zero point: say it once per node and problem
+    seen: set[tuple[str, str]] = set()
+    kept = []
+    for finding in findings:
+        key = (finding.onnx_node, finding.problem)
+        if key not in seen:
+            seen.add(key)
+            kept.append(finding)
+    return kept

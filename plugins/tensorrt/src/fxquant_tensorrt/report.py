@@ -1,0 +1,68 @@
+"""The placement check in ``fxquant.explain``'s form: one entry per node of the converted model.
+
+converted node quantized, its Q/DQ fuse       lowered
+converted node quantized, a Q/DQ does not     reference, reason qdq_not_fusable (the
+                                              findings' words: node, Q/DQ, source line)
+skipped or float at prepare                   as prepare reported it
+a finding no converted node owns              an entry named after the ONNX node
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+from fxquant.flow.report import NodeReport, Reason, Report
+
+if TYPE_CHECKING:
+    from torch import fx
+
+    from fxquant_tensorrt.placement import Finding, Placement
+
+__all__ = ["placement_report"]
+
+_QUANTIZED = ("quantized", "reference", "lowered")
+
+
+def _reason(findings: list[Finding]) -> Reason:
+    words = "; ".join(f.words for f in findings)
+    return Reason("qdq_not_fusable", words, field=findings[0].problem, bound="TensorRT")
+
+
+def placement_report(placement: Placement, model: fx.GraphModule | None = None) -> Report:
+    """The report of ``placement``, over ``model``'s own report when given.
+
+    Example:
+        >>> from fxquant_tensorrt.placement import Placement
+        >>> placement = Placement((), ("node_conv",), {"node_conv": "conv"})
+        >>> placement_report(placement).entries()[0].status
+        'lowered'
+    """
+    by_node: dict[str, list[Finding]] = defaultdict(list)
+    for finding in placement.findings:
+        by_node[finding.node or finding.onnx_node].append(finding)
+    entries: list[NodeReport] = []
+    if model is not None:
+        import fxquant
+
+        for entry in fxquant.explain(model, show=False).entries():
+            if entry.status in _QUANTIZED:
+                found = by_node.pop(entry.node, [])
+                status, reason = ("reference", _reason(found)) if found else ("lowered", None)
+                entry = dataclasses.replace(entry, status=status, reason=reason)
+            entries.append(entry)
+    else:
+        for name in placement.int8_nodes:
+            node = placement.origins.get(name, name)
+            if any(e.node == node for e in entries):
+                continue
+            found = by_node.pop(node, [])
+            status, reason = ("reference", _reason(found)) if found else ("lowered", None)
+            entries.append(NodeReport(node, "onnx", None, None, status, reason))
+    # findings at Q/DQ no converted node owns (a graph input's quantize step, say)
+    entries += [
+        NodeReport(name, "onnx", None, None, "reference", _reason(found))
+        for name, found in by_node.items()
+    ]
+    return Report(entries)

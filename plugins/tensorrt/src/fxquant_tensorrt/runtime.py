@@ -1,0 +1,144 @@
+"""The deployed model: the exported ONNX model in an onnxruntime CPU session.
+
+onnxruntime is the CPU-side proof that the Q/DQ placement is consumable by a
+runtime that fuses Q/DQ: its optimizer rewrites ``DequantizeLinear -> Conv ->
+QuantizeLinear`` into ``QLinearConv`` (and Gemm into ``QGemm``, MatMul into
+``QLinearMatMul``, Add into ``QLinearAdd``). On x86 it fuses int8 (not uint8)
+activations only when asked (``session.qdqisint8allowed``): TensorRT's int8
+activations need it. What it fused is in :attr:`OnnxRuntimeModel.fused_ops`.
+It is a consumability check, not TensorRT's speed.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+from fxquant_tensorrt.onnx_export import OnnxExport, export_onnx
+
+if TYPE_CHECKING:
+    from fxquant.flow.report import Report
+    from torch import fx
+
+__all__ = ["FUSED_OPS", "OnnxRuntimeModel", "deploy", "session_options"]
+
+FUSED_OPS = frozenset(
+    {
+        "QLinearConv",
+        "QLinearMatMul",
+        "QGemm",
+        "QLinearAdd",
+        "QLinearMul",
+        "QLinearConcat",
+        "QLinearAveragePool",
+        "QLinearGlobalAveragePool",
+        "QLinearLeakyRelu",
+        "QLinearSigmoid",
+        "MatMulIntegerToFloat",
+        "ConvInteger",
+        "MatMulInteger",
+    }
+)
+"""onnxruntime's quantized ops: a Q/DQ group it fused into one integer kernel."""
+
+
+def session_options(optimized_path: str | None = None) -> Any:
+    """onnxruntime options: every graph optimization, int8 QDQ fusion on x86 too.
+
+    Example:
+        >>> session_options().get_session_config_entry("session.qdqisint8allowed")
+        '1'
+    """
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    # EXTENDED, not ALL: ALL adds x86 layout transforms (NCHWc) that hide the QDQ fusion result
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    # onnxruntime fuses int8 (s8s8) QDQ groups on ARM only unless told; TensorRT's activations
+    # are int8, so without this its x86 session would run every conv in float between Q/DQ
+    options.add_session_config_entry("session.qdqisint8allowed", "1")
+    options.log_severity_level = 3  # errors only: no warning per session on stderr
+    if optimized_path is not None:
+        options.optimized_model_filepath = optimized_path
+    return options
+
+
+class OnnxRuntimeModel:
+    """An exported model running in onnxruntime (CPU): a ``fxquant`` ``Deployed``.
+
+    Called with the model's positional inputs (torch tensors), it returns what
+    the converted model returns, as torch tensors. ``report`` is the TensorRT
+    placement check in ``explain`` form; ``fused_ops`` counts the integer ops in
+    onnxruntime's optimized graph.
+
+    Example:
+        >>> # see deploy()
+    """
+
+    def __init__(self, exported: OnnxExport, converted: fx.GraphModule | None = None) -> None:
+        import onnx
+        import onnxruntime as ort
+
+        self.exported = exported
+        with tempfile.TemporaryDirectory() as folder:
+            optimized = str(Path(folder) / "optimized.onnx")
+            self.session = ort.InferenceSession(
+                exported.serialized(),
+                session_options(optimized),
+                providers=["CPUExecutionProvider"],
+            )
+            graph = onnx.load(optimized).graph
+        self.optimized_ops: Counter[str] = Counter(node.op_type for node in graph.node)
+        self._report = exported.placement.report(converted)
+        self._inputs = [i.name for i in self.session.get_inputs()]
+
+    @property
+    def report(self) -> Report:
+        """Per node of the converted model: its Q/DQ fused by TensorRT (lowered), or why not."""
+        return self._report
+
+    @property
+    def fused_ops(self) -> Counter[str]:
+        """onnxruntime's integer ops in its optimized graph, by op type."""
+        return Counter({op: n for op, n in self.optimized_ops.items() if op in FUSED_OPS})
+
+    def __call__(self, *inputs: Any) -> Any:
+        """Run the model on ``inputs`` (tensors, in the converted model's order)."""
+        flat = [x for x in pytree.tree_leaves(inputs) if isinstance(x, torch.Tensor)]
+        if len(flat) != len(self._inputs):
+            msg = (
+                f"the deployed model takes {len(self._inputs)} tensor input(s) "
+                f"({', '.join(self._inputs)}), got {len(flat)}"
+            )
+            raise TypeError(msg)
+        feeds = {name: x.detach().cpu().numpy() for name, x in zip(self._inputs, flat, strict=True)}
+        outputs = [torch.from_numpy(array) for array in self.session.run(None, feeds)]
+        if self.exported.out_spec is None:
+            return outputs[0] if len(outputs) == 1 else tuple(outputs)
+        return pytree.tree_unflatten(outputs, self.exported.out_spec)
+
+
+def deploy(model: fx.GraphModule, example_inputs: tuple[Any, ...]) -> OnnxRuntimeModel:
+    """Export ``model`` (``convert_fx`` with tensorrt) to ONNX and load it in onnxruntime.
+
+    The ONNX model takes inputs of the shapes of ``example_inputs``.
+
+    Example:
+        >>> import fxquant
+        >>> model = torch.nn.Sequential(torch.nn.Linear(4, 3)).eval()
+        >>> x = (torch.randn(2, 4),)
+        >>> prepared = fxquant.prepare_fx(model, fxquant.get_default_qconfig_mapping("tensorrt"),
+        ...     x, backend_config=fxquant.get_backend_config("tensorrt"))
+        >>> _ = prepared(*x)
+        >>> deployed = deploy(fxquant.convert_fx(prepared), x)
+        >>> deployed(*x).shape, dict(deployed.fused_ops)
+        (torch.Size([2, 3]), {'QGemm': 1})
+        >>> [(e.node, e.status) for e in deployed.report.entries()][1]
+        ('_0', 'lowered')
+    """
+    return OnnxRuntimeModel(export_onnx(model, example_inputs), model)
