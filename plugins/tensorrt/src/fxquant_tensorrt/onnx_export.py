@@ -98,7 +98,8 @@ def _range_clip(op: Any, q: Any, quant_min: int, quant_max: int, dtype: Any) -> 
     import onnx
 
     onnx_type = _onnx_type(dtype)
-    full = {onnx.TensorProto.INT8: (-128, 127), onnx.TensorProto.UINT8: (0, 255)}.get(onnx_type)
+    ranges = {int(onnx.TensorProto.INT8): (-128, 127), int(onnx.TensorProto.UINT8): (0, 255)}
+    full = ranges.get(onnx_type)
     if full is None or (quant_min, quant_max) == full:
         return q
     low = op.Cast(op.Constant(value_int=quant_min), to=onnx_type)
@@ -131,8 +132,10 @@ def translation_table() -> dict[Callable[..., Any], Callable[..., Any]]:
         True
     """
     import onnx
-    from onnxscript import opset18 as op
+    from onnxscript import opset18
 
+    # untyped on purpose: onnxscript's per-op type stubs reject the exporter's symbolic values
+    op: Any = opset18
     float32 = onnx.TensorProto.FLOAT
 
     def quantize_per_tensor(  # the op's schema
@@ -226,7 +229,7 @@ def _check_translatable(program: ExportedProgram, model: fx.GraphModule) -> None
             continue
         if node.target == _OPS.choose_qparams_per_tensor.default:
             msg = (
-                f"cannot export {_where(model, converted_origin(node, names))} for TensorRT: it "
+                f"cannot export {_where(model, _consumer_origin(node, names))} for TensorRT: it "
                 "is quantized dynamically (qparams chosen at run time), which TensorRT's explicit "
                 "quantization has no form for; give it a static qconfig or qconfig None"
             )
@@ -279,12 +282,18 @@ def converted_origin(node: fx.Node, names: set[str]) -> str | None:
 
 
 def _consumer_origin(node: fx.Node, names: set[str]) -> str | None:
-    # a quantize step has no origin of its own: name what reads it (through its dequantize)
-    for user in node.users:
-        for reader in (user, *user.users):
-            found = converted_origin(reader, names)
-            if found is not None:
-                return found
+    # a quantize step (or a choose_qparams) has no origin of its own: name the first node
+    # downstream that has one (through getitem, quantize and dequantize steps)
+    frontier, seen = list(node.users), set()
+    while frontier:
+        user = frontier.pop(0)
+        if user in seen:
+            continue
+        seen.add(user)
+        found = converted_origin(user, names)
+        if found is not None:
+            return found
+        frontier += list(user.users)
     return None
 
 

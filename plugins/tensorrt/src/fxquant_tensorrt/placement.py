@@ -35,6 +35,7 @@ from fxquant.errors import FxquantError
 if TYPE_CHECKING:
     import numpy as np
     import onnx
+    from fxquant.flow.report import Report
     from torch import fx
 
 __all__ = ["PROBLEMS", "Finding", "Placement", "UnfusableQDQError", "check_placement"]
@@ -152,7 +153,7 @@ class Placement:
         )
         raise UnfusableQDQError(msg)
 
-    def report(self, model: fx.GraphModule | None = None) -> Any:
+    def report(self, model: fx.GraphModule | None = None) -> Report:
         """The check in ``fxquant.explain``'s form (a ``fxquant.flow.report.Report``).
 
         With the converted ``model``: its own report, each quantized node
@@ -346,9 +347,9 @@ class _Checker:
             c for c in self.graph.consumers.get(node.output[0], []) if c.op_type == "QuantizeLinear"
         ]
         grids |= {self.qparams(q) for q in output_q}
-        grids.discard(None)
-        if len(grids) > 1:
-            scales = ", ".join(f"{s:.6g}" for s, _ in sorted(grids))
+        known = sorted(grid for grid in grids if grid is not None)
+        if len(known) > 1:
+            scales = ", ".join(f"{s:.6g}" for s, _ in known)
             self.add(
                 node,
                 "scale_mismatch",

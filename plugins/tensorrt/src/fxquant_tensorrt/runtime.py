@@ -94,7 +94,7 @@ class OnnxRuntimeModel:
             )
             graph = onnx.load(optimized).graph
         self.optimized_ops: Counter[str] = Counter(node.op_type for node in graph.node)
-        self._report = exported.placement.report(converted)
+        self._report: Report = exported.placement.report(converted)
         self._inputs = [i.name for i in self.session.get_inputs()]
 
     @property

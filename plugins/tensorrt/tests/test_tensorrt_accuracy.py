@@ -1,0 +1,108 @@
+"""Accuracy in onnxruntime: digits within one point of float; zoo SQNR beside the reference.
+
+The digits CNN (the zoo's ``SmallCNN``) is trained in float on one thread (a few
+seconds), quantized with the tensorrt default PTQ mapping, exported to ONNX and
+run in onnxruntime: the int8 test accuracy must stay within one point of
+float's on the 397 held-out images. The ResNet-, MobileNetV2- and BERT-like zoo
+models report the SQNR against float of the ONNX model in onnxruntime beside
+the reference model's (PyTorch); the two run the same Q/DQ graph, so they must
+agree within a dB or two (onnxruntime rounds ties and divides by the scale
+where fxquant multiplies by its inverse).
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+import pytest
+import torch
+from fxquant_tensorrt import deploy
+from torch import nn
+from trt_helpers import quantize, sqnr_db
+
+pytestmark = pytest.mark.slow  # trains a model
+
+TRAIN, STEPS, BATCH = 1400, 400, 64
+
+
+def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> nn.Module:
+    torch.manual_seed(0)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    model.train()
+    for _ in range(STEPS):
+        batch = torch.randint(0, len(images), (BATCH,))
+        loss = nn.functional.cross_entropy(model(images[batch]), labels[batch])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model.eval()
+
+
+def accuracy(run: Any, images: torch.Tensor, labels: torch.Tensor) -> float:
+    with torch.no_grad():
+        return float((run(images).argmax(1) == labels).float().mean()) * 100
+
+
+def test_digits_in_onnxruntime_stay_within_one_point_of_float(
+    zoo: ModuleType, one_thread: None
+) -> None:
+    datasets = pytest.importorskip("sklearn.datasets")
+    data = datasets.load_digits()
+    images = torch.tensor(data.images, dtype=torch.float32).unsqueeze(1) / 16.0
+    labels = torch.tensor(data.target, dtype=torch.int64)
+    order = torch.randperm(len(images), generator=torch.Generator().manual_seed(0))
+    images, labels = images[order], labels[order]
+    test_x, test_y = images[TRAIN:], labels[TRAIN:]
+    model = train(zoo.seeded(zoo.SmallCNN), images[:TRAIN], labels[:TRAIN])
+    calibration = [(chunk,) for chunk in images[:512].split(128)]
+    converted = quantize(model, (test_x,), calibration[:-1])
+    deployed = deploy(converted, (test_x,))
+    float_accuracy = accuracy(model, test_x, test_y)
+    reference_accuracy = accuracy(converted, test_x, test_y)
+    onnx_accuracy = accuracy(deployed, test_x, test_y)
+    print(
+        f"digits: float {float_accuracy:.2f}%, reference int8 {reference_accuracy:.2f}%, "
+        f"ONNX int8 in onnxruntime {onnx_accuracy:.2f}%; fused {dict(deployed.fused_ops)}"
+    )
+    assert float_accuracy > 90, "the float model did not learn: the test proves nothing"
+    assert abs(onnx_accuracy - float_accuracy) <= 1.0
+    statuses = {e.node: e.status for e in deployed.report.entries()}
+    assert [statuses[n] for n in ("conv1", "conv2", "fc")] == ["lowered"] * 3
+    assert deployed.fused_ops["QGemm"] == 1
+
+
+def zoo_case(zoo: ModuleType, name: str) -> tuple[nn.Module, tuple[Any, ...], list[Any]]:
+    generator = torch.Generator().manual_seed(0)
+    if name == "bert":
+        model = zoo.seeded(zoo.BertLike)
+        batches = [zoo.bert_inputs(model.vocab, seed) for seed in range(5)]
+        return model.eval(), batches[0], batches[1:]
+    build = {"resnet": zoo.ResNetLike, "mobilenet_v2": zoo.MobileNetV2Like}[name]
+    batches = [(torch.randn(4, 3, 32, 32, generator=generator),) for _ in range(5)]
+    return zoo.seeded(build).eval(), batches[0], batches[1:]
+
+
+@pytest.mark.parametrize(
+    ("name", "fused", "least_db"),
+    [
+        ("resnet", "QLinearConv", 35),
+        ("mobilenet_v2", "QLinearConv", 35),
+        ("bert", "QLinearMatMul", 25),
+    ],
+)
+def test_zoo_sqnr_in_onnxruntime_is_reported_beside_the_reference_models(
+    zoo: ModuleType, one_thread: None, name: str, fused: str, least_db: float
+) -> None:
+    model, example, calibration = zoo_case(zoo, name)
+    converted = quantize(model, example, calibration)
+    deployed = deploy(converted, example)
+    with torch.no_grad():
+        expected = model(*example)
+        reference_db = sqnr_db(expected, converted(*example))
+        onnx_db = sqnr_db(expected, deployed(*example))
+    print(f"{name}: SQNR vs float: reference {reference_db:.1f} dB, onnxruntime {onnx_db:.1f} dB")
+    assert onnx_db > least_db
+    assert abs(onnx_db - reference_db) < 2.0
+    assert deployed.exported.placement.ok, str(deployed.exported.placement)
+    assert deployed.fused_ops[fused] > 0, deployed.optimized_ops

@@ -1,0 +1,318 @@
+"""The ONNX export: real Q/DQ nodes, per-pattern numerics in onnxruntime, fusion, bad input."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+
+import fxquant
+import onnx
+import pytest
+import torch
+from fxquant import testing
+from fxquant.errors import ConfigTypeError, ExportError
+from fxquant_tensorrt import check_placement, deploy, export_onnx
+from fxquant_tensorrt.runtime import OnnxRuntimeModel
+from torch import nn
+from trt_helpers import quantize
+
+# the reference patterns TensorRT runs in int8, as fxquant's kit builds them
+CASES = {
+    case.name: case
+    for case in testing.LOWERING_CASES
+    if case.name
+    in {
+        "linear",
+        "linear_relu",
+        "functional_linear",
+        "conv1d",
+        "conv2d",
+        "conv3d",
+        "conv2d_relu",
+        "conv_bn_relu2d",
+        "depthwise_conv2d",
+        "conv_transpose2d",
+        "add",
+        "add_relu",
+        "mul",
+        "mul_relu",
+        "cat",
+        "max_pool2d",
+        "avg_pool2d",
+        "adaptive_avg_pool2d",
+        "flatten",
+        "reshape",
+        "mean",
+        "relu",
+        "hardtanh",
+        "relu6",
+        "interpolate",
+    }
+}
+# what onnxruntime fuses each into on x86 (int8 allowed); conv/linear + relu keep a float
+# Relu there: on a symmetric grid relu is not a clamp onnxruntime can drop (TensorRT fuses it)
+FUSED = {
+    "linear": "QGemm",
+    "conv2d": "QLinearConv",
+    "conv_bn_relu2d": None,
+    "add": "QLinearAdd",
+    "mul": "QLinearMul",
+    "cat": "QLinearConcat",
+    "avg_pool2d": "QLinearAveragePool",
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_each_pattern_runs_in_onnxruntime_within_one_step_of_the_reference(name: str) -> None:
+    converted, reference, inputs = testing.quantize_case("tensorrt", CASES[name], (2, 4, 4, 6))
+    deployed = deploy(converted, tuple(inputs))
+    with torch.no_grad():
+        expected = reference(*inputs)
+    step = testing.output_scale(reference)
+    assert step > 0
+    assert float((deployed(*inputs) - expected).abs().max()) <= step * 1.001
+    assert deployed.exported.placement.ok, str(deployed.exported.placement)
+    statuses = {
+        e.status for e in deployed.report.entries() if e.op not in ("placeholder", "output")
+    }
+    assert "lowered" in statuses
+    assert statuses <= {"lowered", "float"}
+    if FUSED.get(name):
+        assert deployed.fused_ops[FUSED[name]] == 1, deployed.optimized_ops
+
+
+def conv_relu_linear() -> tuple[nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(144, 5)
+    ).eval()
+    return model, torch.randn(2, 3, 8, 8)
+
+
+def test_onnx_holds_real_quantize_and_dequantize_nodes_with_per_channel_weights(
+    tmp_path: Path,
+) -> None:
+    model, x = conv_relu_linear()
+    path = tmp_path / "model.onnx"
+    exported = export_onnx(quantize(model, (x,)), (x,), path)
+    written = onnx.load(path)
+    onnx.checker.check_model(written)
+    ops = [n.op_type for n in written.graph.node]
+    # input, conv output, flatten output (sharing the conv's scale), linear output
+    assert ops.count("QuantizeLinear") == 4
+    assert ops.count("DequantizeLinear") == 6  # the four, plus the two weights
+    assert not {"Mul", "Round", "Cast"} & set(ops)  # not decomposed (pytorch#127167)
+    initializers = {i.name: i for i in written.graph.initializer}
+    weights = [
+        n
+        for n in written.graph.node
+        if n.op_type == "DequantizeLinear" and n.input[0] in initializers
+    ]
+    assert len(weights) == 2
+    for node in weights:
+        assert initializers[node.input[0]].data_type == onnx.TensorProto.INT8
+        assert {a.name: a.i for a in node.attribute} == {"axis": 0}
+        assert onnx.numpy_helper.to_array(initializers[node.input[2]]).any() == 0  # symmetric
+    assert exported.path == path
+    assert exported.placement.ok
+
+
+def test_export_leaves_the_users_model_as_it_was() -> None:
+    model, x = conv_relu_linear()
+    converted = quantize(model, (x,))
+    before = copy.deepcopy(converted.state_dict())
+    code = converted.code
+    export_onnx(converted, (x,))
+    assert converted.code == code
+    after = converted.state_dict()
+    assert before.keys() == after.keys()
+    tensors = [k for k, v in before.items() if isinstance(v, torch.Tensor)]
+    assert tensors
+    assert all(torch.equal(before[k], after[k]) for k in tensors)
+
+
+def test_deployed_report_names_every_weighted_node_lowered_and_onnxruntime_fuses_them() -> None:
+    model, x = conv_relu_linear()
+    deployed = deploy(quantize(model, (x,)), (x,))
+    assert isinstance(deployed, OnnxRuntimeModel)
+    statuses = {e.node: e.status for e in deployed.report.entries()}
+    assert statuses["_0"] == "lowered"  # conv + bn + relu, one TensorRT layer
+    assert statuses["_4"] == "lowered"
+    assert deployed.fused_ops["QGemm"] == 1
+
+
+def residual() -> tuple[nn.Module, torch.Tensor]:
+    class Residual(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.stem = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU())
+            self.conv = nn.Conv2d(4, 4, 3, padding=1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.stem(x)
+            return torch.relu(self.conv(y) + y)
+
+    torch.manual_seed(0)
+    return Residual().eval(), torch.randn(2, 3, 8, 8)
+
+
+def test_a_residual_add_gets_qdq_on_both_inputs_and_onnxruntime_fuses_it() -> None:
+    model, x = residual()
+    deployed = deploy(quantize(model, (x,)), (x,))
+    graph = deployed.exported.model.graph
+    producers = {out: n for n in graph.node for out in n.output}
+    add = next(n for n in graph.node if n.op_type == "Add")
+    assert [producers[i].op_type for i in add.input] == ["DequantizeLinear"] * 2
+    assert deployed.exported.placement.ok
+    assert deployed.fused_ops["QLinearConv"] >= 1
+
+
+def bypass_dequantize(model: onnx.ModelProto, consumer: str, position: int) -> None:
+    """Feed ``consumer``'s input ``position`` with what its Q/DQ pair quantized (drop the pair)."""
+    producers = {out: n for n in model.graph.node for out in n.output}
+    node = next(n for n in model.graph.node if n.op_type == consumer)
+    dequantize = producers[node.input[position]]
+    quantize_node = producers[dequantize.input[0]]
+    node.input[position] = quantize_node.input[0]
+
+
+def test_a_missing_qdq_on_one_branch_of_an_add_is_reported_with_the_node_and_source() -> None:
+    model, x = residual()
+    converted = quantize(model, (x,))
+    exported = export_onnx(converted, (x,))
+    broken = copy.deepcopy(exported.model)
+    bypass_dequantize(broken, "Add", 1)  # the identity branch: the stem's relu, float
+    placement = check_placement(broken, exported.origins, sources=exported.sources)
+    assert [f.problem for f in placement.findings] == ["missing_qdq"]
+    finding = placement.findings[0]
+    assert finding.node == "add"
+    assert "input 1" in finding.words
+    assert "Relu" in finding.words  # names what feeds it without Q/DQ
+    assert "test_tensorrt_onnx.py:" in finding.words  # the user's source line
+    entry = placement.report(converted).entry("add")
+    assert (entry.status, entry.reason.code) == ("reference", "qdq_not_fusable")
+    assert placement.report(converted).entry("conv").status == "lowered"
+
+
+def test_a_conv_feeding_an_add_directly_is_tensorrts_residual_fusion() -> None:
+    model, x = residual()
+    exported = export_onnx(quantize(model, (x,)), (x,))
+    fused = copy.deepcopy(exported.model)
+    bypass_dequantize(fused, "Add", 0)  # conv -> add: TensorRT fuses the add into the conv
+    assert check_placement(fused, exported.origins).ok
+
+
+def test_concat_inputs_on_different_scales_are_reported() -> None:
+    converted, _, inputs = testing.quantize_case("tensorrt", CASES["cat"], (2, 4, 4, 6))
+    exported = export_onnx(converted, tuple(inputs))
+    model = copy.deepcopy(exported.model)
+    producers = {out: n for n in model.graph.node for out in n.output}
+    concat = next(n for n in model.graph.node if n.op_type == "Concat")
+    dequantize = producers[concat.input[0]]
+    other = onnx.numpy_helper.from_array(
+        onnx.numpy_helper.to_array(
+            next(i for i in model.graph.initializer if i.name == dequantize.input[1])
+        )
+        * 2,
+        "doubled_scale",
+    )
+    model.graph.initializer.append(other)
+    dequantize.input[1] = "doubled_scale"
+    placement = check_placement(model, exported.origins)
+    assert [f.problem for f in placement.findings] == ["scale_mismatch"]
+
+
+def mapping_with(
+    activation: Callable[..., object] | None = None, weight: Callable[..., object] | None = None
+) -> fxquant.QConfigMapping:
+    default = fxquant.get_default_qconfig_mapping("tensorrt").global_qconfig
+    qconfig = fxquant.QConfig(
+        activation=activation or default.activation, weight=weight or default.weight
+    )
+    return fxquant.QConfigMapping().set_global(qconfig)
+
+
+def test_asymmetric_activations_are_reported_and_strict_refuses_them() -> None:
+    from fxquant.observer import MinMaxObserver
+    from fxquant_tensorrt.placement import UnfusableQDQError
+
+    model, x = conv_relu_linear()
+    asymmetric = MinMaxObserver.with_args(dtype=torch.int8, quant_min=-128, quant_max=127)
+    converted = quantize(model, (x,), mapping=mapping_with(activation=asymmetric))
+    deployed = deploy(converted, (x,))  # onnxruntime runs it: the numbers are right ...
+    with torch.no_grad():
+        assert (deployed(x) - converted(x)).abs().max() <= 2 * testing.output_scale(converted)
+    entry = deployed.report.entry("_0")  # ... but TensorRT has no zero point
+    assert (entry.status, entry.reason.code) == ("reference", "qdq_not_fusable")
+    assert "zero point" in entry.reason.words
+    assert "symmetric" in entry.reason.words
+    with pytest.raises(UnfusableQDQError, match=r"\[zero_point\]"):
+        export_onnx(converted, (x,), strict=True)
+
+
+def test_weights_quantized_along_the_input_channel_are_reported() -> None:
+    from fxquant.observer import PerChannelMinMaxObserver
+
+    model, x = conv_relu_linear()
+    wrong_axis = PerChannelMinMaxObserver.with_args(
+        ch_axis=1,
+        dtype=torch.int8,
+        qscheme=torch.per_channel_symmetric,
+        quant_min=-127,
+        quant_max=127,
+    )
+    converted = quantize(model, (x,), mapping=mapping_with(weight=wrong_axis))
+    placement = export_onnx(converted, (x,)).placement
+    assert {f.problem for f in placement.findings} == {"weight_axis"}
+    assert {f.node for f in placement.findings} == {"_0", "_4"}
+
+
+def test_a_range_narrower_than_int8_exports_a_clip_and_is_reported() -> None:
+    # fxquant stores activations on the dtype's full range; a hand-edited reference model
+    # (or another tool's) may not: its -127..127 steps become QuantizeLinear + Clip
+    model, x = conv_relu_linear()
+    converted = quantize(model, (x,))
+    quantize_op = torch.ops.fxquant.quantize_per_tensor.default
+    for node in converted.graph.nodes:
+        if node.target == quantize_op:
+            node.args = (*node.args[:3], -127, *node.args[4:])
+    converted.recompile()
+    deployed = deploy(converted, (x,))
+    assert "Clip" in [n.op_type for n in deployed.exported.model.graph.node]
+    with torch.no_grad():
+        assert (deployed(x) - converted(x)).abs().max() <= testing.output_scale(converted) * 1.001
+    assert "narrow_range" in {f.problem for f in deployed.exported.placement.findings}
+
+
+def test_a_dynamically_quantized_node_is_refused_by_name() -> None:
+    from fxquant.config import defaults
+
+    model = nn.Sequential(nn.Linear(4, 3)).eval()
+    x = torch.randn(2, 4)
+    mapping = fxquant.QConfigMapping().set_object_type(nn.Linear, defaults.default_dynamic_qconfig)
+    prepared = fxquant.prepare_fx(model, mapping, (x,))  # the reference backend has dynamic linear
+    converted = fxquant.convert_to_reference_fx(prepared)
+    with pytest.raises(ExportError, match=r"node '_0'.*dynamically"):
+        export_onnx(converted, (x,))
+
+
+def test_an_op_without_an_onnx_translation_is_a_clear_export_error() -> None:
+    library = torch.library.Library("fxquant_trt_test", "FRAGMENT")  # an op ONNX cannot know
+    library.define("opaque(Tensor x) -> Tensor")
+    library.impl("opaque", lambda x: x.clone(), "CompositeExplicitAutograd")
+    library.impl("opaque", lambda x: torch.empty_like(x), "Meta")
+
+    class Opaque(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.ops.fxquant_trt_test.opaque(torch.relu(x))
+
+    x = torch.randn(2, 4)
+    converted = quantize(Opaque().eval(), (x,))
+    with pytest.raises(ExportError, match=r"torch\.onnx could not translate"):
+        export_onnx(converted, (x,))
+
+
+def test_a_model_that_is_not_converted_is_refused() -> None:
+    with pytest.raises(ConfigTypeError, match="convert"):
+        export_onnx(nn.Linear(2, 2), (torch.randn(1, 2),))
