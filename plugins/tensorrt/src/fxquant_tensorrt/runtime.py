@@ -48,7 +48,7 @@ FUSED_OPS = frozenset(
 
 
 def session_options(optimized_path: str | None = None) -> Any:
-    """onnxruntime options: every graph optimization, int8 QDQ fusion on x86 too.
+    """onnxruntime options: QDQ fusion (int8 on x86 too), PyTorch's thread count.
 
     Example:
         >>> session_options().get_session_config_entry("session.qdqisint8allowed")
@@ -57,12 +57,16 @@ def session_options(optimized_path: str | None = None) -> Any:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
-    # EXTENDED, not ALL: ALL adds x86 layout transforms (NCHWc) that hide the QDQ fusion result
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    # ALL: the QDQ fusion (EXTENDED) plus the CPU layout transforms (NCHWc, NHWC for
+    # QLinearConv) that make onnxruntime's own fp32 models fast: the two compare like for like
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     # onnxruntime fuses int8 (s8s8) QDQ groups on ARM only unless told; TensorRT's activations
     # are int8, so without this its x86 session would run every conv in float between Q/DQ
     options.add_session_config_entry("session.qdqisint8allowed", "1")
     options.log_severity_level = 3  # errors only: no warning per session on stderr
+    # as many threads as PyTorch uses here: a latency compared with PyTorch's is like for like
+    options.intra_op_num_threads = torch.get_num_threads()
+    options.inter_op_num_threads = 1
     if optimized_path is not None:
         options.optimized_model_filepath = optimized_path
     return options
