@@ -323,22 +323,30 @@ def onnx_origins(
 # --- the export -------------------------------------------------------------------------------
 
 
+_CHATTY_LOGGERS = (
+    "torch.onnx._internal.exporter._registration",  # one warning per missing torchvision op
+    "onnx_ir._convenience",  # "attribute type is ambiguous" for an empty ints attribute
+)
+
+
 @contextlib.contextmanager
 def _quiet_exporter() -> Iterator[None]:
     """Keep the exporter's chatter out of the user's output; restore everything after.
 
-    It logs one warning per missing torchvision op and its pytree code warns
-    that ``LeafSpec`` is deprecated (torch-internal, nothing the user can act on).
+    Its loggers warn about things the user cannot act on (torchvision ops, empty
+    attribute lists), and its pytree code warns that ``LeafSpec`` is deprecated.
     """
-    logger = logging.getLogger("torch.onnx._internal.exporter._registration")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
+    loggers = [logging.getLogger(name) for name in _CHATTY_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=r".*LeafSpec.*", category=FutureWarning)
             yield
     finally:
-        logger.setLevel(level)
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 def _to_onnx(program: ExportedProgram, model: fx.GraphModule) -> Any:
