@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from fxquant.errors import ExportError
 from fxquant.export import export_quantized, source_of
+from fxquant.flow import explain
 from torch import fx
 
 from fxquant_tensorrt.placement import Placement, check_placement
@@ -422,7 +423,12 @@ def export_onnx(
     names = {n.name for n in model.graph.nodes}
     origins = onnx_origins(onnx_model, onnx_program.exported_program, names)
     sources = {name: s for name in set(origins.values()) if (s := source_of(model, name))}
-    placement = check_placement(onnx_model, origins, sources=sources)
+    quantized = {
+        entry.node
+        for entry in explain(model, show=False).entries()
+        if entry.status in ("quantized", "reference", "lowered")
+    }
+    placement = check_placement(onnx_model, origins, sources=sources, int8_origins=quantized)
     if strict:
         placement.raise_if_unfusable()
     written = None

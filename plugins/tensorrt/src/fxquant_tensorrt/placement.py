@@ -248,11 +248,16 @@ def _attr(node: Any, name: str, default: int) -> int:
 
 class _Checker:
     def __init__(
-        self, graph: _Graph, origins: Mapping[str, str], sources: Mapping[str, str]
+        self,
+        graph: _Graph,
+        origins: Mapping[str, str],
+        sources: Mapping[str, str],
+        int8_origins: set[str] | None,
     ) -> None:
         self.graph = graph
         self.origins = origins
         self.sources = sources
+        self.int8_origins = int8_origins
         self.findings: list[Finding] = []
 
     def who(self, node: Any) -> str:
@@ -283,6 +288,11 @@ class _Checker:
     # -- per-node rules
 
     def meant_int8(self, node: Any) -> bool:
+        origin = self.origins.get(node.name)
+        if self.int8_origins is not None and origin is not None:
+            # the converted model says: a node left float on purpose (qconfig None) reading a
+            # dequantized tensor is a float layer after a standalone DQ, not a missing Q/DQ
+            return origin in self.int8_origins
         data = [t for t in node.input if self.graph.is_data(t)]
         return any(self.graph.dequantized(t) for t in data) or any(
             self.graph.quantized(t) for t in node.output
@@ -407,17 +417,26 @@ class _Checker:
                     )
 
     def anchor_of(self, node: Any) -> Any:
-        """The node a Q/DQ finding is reported at: what it feeds (DQ) or what feeds it (Q)."""
-        if node.op_type == "QuantizeLinear":
-            producer = self.graph.node_of(node.input[0])
-            if producer is not None and producer.op_type not in ("DequantizeLinear",):
-                return producer
-            for dq in self.graph.consumers.get(node.output[0], []):
-                for reader in self.graph.consumers.get(dq.output[0], []):
-                    return reader
-            return node
-        readers = self.graph.consumers.get(node.output[0], [])
-        return readers[0] if readers else node
+        """The node a Q/DQ finding is reported at: the layer that reads the quantized tensor.
+
+        For a QuantizeLinear, the reader of its DequantizeLinear (the int8 layer it
+        was placed for); with none (a quantized graph output), what feeds it.
+        """
+        dequantizes = (
+            [
+                c
+                for c in self.graph.consumers.get(node.output[0], [])
+                if c.op_type == "DequantizeLinear"
+            ]
+            if node.op_type == "QuantizeLinear"
+            else [node]
+        )
+        for dequantize in dequantizes:
+            readers = self.graph.consumers.get(dequantize.output[0], [])
+            if readers:
+                return readers[0]
+        producer = self.graph.node_of(node.input[0])
+        return producer if producer is not None else node
 
     def check_weight_axis(self, node: Any, scale: np.ndarray | None) -> None:
         if scale is None or scale.size <= 1:
@@ -455,6 +474,7 @@ def check_placement(
     origins: Mapping[str, str] | None = None,
     *,
     sources: Mapping[str, str] | None = None,
+    int8_origins: Iterable[str] | None = None,
 ) -> Placement:
     """Check where an ONNX model's Q/DQ sit against TensorRT's fusion rules.
 
@@ -464,6 +484,10 @@ def check_placement(
             :func:`~fxquant_tensorrt.export_onnx` records it; nodes of one
             origin form one fused layer (conv -> relu).
         sources: converted node name -> the user's ``file:line``, for the words.
+        int8_origins: the converted nodes quantized at prepare. When given, an
+            ONNX node of any other origin is float on purpose and not checked;
+            when not, a node is checked when it reads a dequantized tensor or
+            its output is quantized.
 
     Returns:
         The :class:`Placement`: every finding, and which nodes run in int8.
@@ -484,7 +508,8 @@ def check_placement(
         [('relu', 'zero_point')]
     """
     graph = _Graph.of(model)
-    checker = _Checker(graph, origins or {}, sources or {})
+    wanted = set(int8_origins) if int8_origins is not None else None
+    checker = _Checker(graph, origins or {}, sources or {}, wanted)
     int8_nodes: list[str] = []
     for node in model.graph.node:
         if node.op_type in ("QuantizeLinear", "DequantizeLinear"):

@@ -9,6 +9,10 @@
                     TensorRT runs them in float, so no Q/DQ goes around them
                     (``explain`` says ``qconfig_none``)
 
+For transformers, :func:`transformer_qconfig_mapping` also keeps the adds and
+attention matmuls float: a BERT's residual adds feed LayerNorm (float in
+TensorRT too), and int8 Q/DQ on that residual stream costs ~10 dB of SQNR.
+
 TensorRT has no zero point: an asymmetric qconfig still prepares, but the
 exported model's placement check reports every Q/DQ with a nonzero zero point.
 """
@@ -23,7 +27,7 @@ from fxquant.config.qconfig import QConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
 from torch import nn
 
-__all__ = ["FLOAT_OPS", "default_qconfig_mapping"]
+__all__ = ["FLOAT_OPS", "default_qconfig_mapping", "transformer_qconfig_mapping"]
 
 _ACTIVATION: dict[str, Any] = {
     "dtype": torch.int8,
@@ -107,5 +111,27 @@ def default_qconfig_mapping(is_qat: bool = False) -> QConfigMapping:
     for op in _PER_TENSOR_WEIGHT_OPS:
         mapping.set_object_type(op, per_tensor)
     for op in FLOAT_OPS:
+        mapping.set_object_type(op, None)
+    return mapping
+
+
+def transformer_qconfig_mapping(is_qat: bool = False) -> QConfigMapping:
+    """The default mapping with adds and matmuls float: GEMMs int8, the residual stream float.
+
+    In a transformer the residual add feeds a LayerNorm, which TensorRT runs in
+    float: int8 Q/DQ on its inputs buys no fusion and costs accuracy (BERT-base-like,
+    measured: 23 dB SQNR against float with int8 adds, 33 dB without). The
+    attention matmuls read softmax probabilities, which symmetric int8 wastes
+    half its range on. Every Linear stays int8 (TensorRT's int8 GEMMs).
+
+    Example:
+        >>> import operator
+        >>> transformer_qconfig_mapping().qconfig_for("", operator.add) is None
+        True
+    """
+    import operator
+
+    mapping = default_qconfig_mapping(is_qat)
+    for op in (operator.add, torch.add, torch.matmul, operator.matmul, torch.bmm):
         mapping.set_object_type(op, None)
     return mapping

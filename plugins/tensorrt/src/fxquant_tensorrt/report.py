@@ -60,9 +60,15 @@ def placement_report(placement: Placement, model: fx.GraphModule | None = None) 
             found = by_node.pop(node, [])
             status, reason = ("reference", _reason(found)) if found else ("lowered", None)
             entries.append(NodeReport(node, "onnx", None, None, status, reason))
-    # findings at Q/DQ no converted node owns (a graph input's quantize step, say)
-    entries += [
-        NodeReport(name, "onnx", None, None, "reference", _reason(found))
-        for name, found in by_node.items()
-    ]
+    # what is left: findings at a node prepare left float (a Q/DQ it reads is wrong), or at
+    # ONNX nodes no converted node owns; one entry per node, the node's own one if it has one
+    own = {entry.node: index for index, entry in enumerate(entries)}
+    for name, found in by_node.items():
+        if name in own:
+            entry = entries[own[name]]
+            entries[own[name]] = dataclasses.replace(
+                entry, status="reference", reason=_reason(found)
+            )
+        else:
+            entries.append(NodeReport(name, "onnx", None, None, "reference", _reason(found)))
     return Report(entries)
