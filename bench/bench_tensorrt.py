@@ -11,7 +11,8 @@ BERT-base-like; ``--quick``: narrow versions), one thread:
     ort fp32  the float model exported with torch.onnx (dynamo), in onnxruntime
     ort int8  the exported Q/DQ model (``fxquant_tensorrt.export_onnx``), in onnxruntime
 
-Latency: median over ``--rounds`` rounds of the per-call wall time, the four
+BERT also runs with ``transformer_qconfig_mapping`` (adds and attention
+matmuls float). Latency: median over ``--rounds`` rounds of the per-call wall time, the four
 alternating within a round after one untimed call each (a round repeats a call
 for ~0.2 s); ratios are ort fp32 / ort int8 and ref / ort int8. SQNR of each
 output against float. Export time: ``export_onnx`` (torch.export + ONNX
@@ -75,13 +76,17 @@ def float_session(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> C
     return lambda: torch.from_numpy(session.run(None, feeds)[0])
 
 
-def measure(bench: BenchModel, rounds: int) -> dict[str, Any]:
+def measure(bench: BenchModel, rounds: int, *, transformer: bool = False) -> dict[str, Any]:
     from fxquant_tensorrt import export_onnx
+    from fxquant_tensorrt.qconfig import transformer_qconfig_mapping
     from fxquant_tensorrt.runtime import OnnxRuntimeModel
 
     model, inputs = bench.build().eval(), bench.inputs()
     config = fxquant.get_backend_config("tensorrt")
-    mapping = fxquant.get_default_qconfig_mapping("tensorrt")
+    if transformer:
+        mapping = transformer_qconfig_mapping()
+    else:
+        mapping = fxquant.get_default_qconfig_mapping("tensorrt")
     with torch.no_grad():
         prepared = fxquant.prepare_fx(copy.deepcopy(model), mapping, inputs, backend_config=config)
         prepared(*inputs)
@@ -104,7 +109,7 @@ def measure(bench: BenchModel, rounds: int) -> dict[str, Any]:
                 times[name].append(per_call(runs[name]))
     medians = {name: statistics.median(values) for name, values in times.items()}
     return {
-        "model": bench.name,
+        "model": bench.name + (" (transformer mapping)" if transformer else ""),
         "ms": {name: 1000 * value for name, value in medians.items()},
         "sqnr_db": {name: sqnr_db(outputs["float"], out) for name, out in outputs.items()},
         "ort_fp32_over_int8": medians["ort_fp32"] / medians["ort_int8"],
@@ -141,7 +146,9 @@ def main() -> None:
     import onnxruntime  # noqa: F401  # fail early when the plugin's dependencies are missing
 
     models = [resnet_at_depth(1, quick=args.quick), bert_base(quick=args.quick)]
-    rows = [measure(bench, max(args.rounds, 5)) for bench in models]
+    rounds = max(args.rounds, 5)
+    rows = [measure(bench, rounds) for bench in models]
+    rows.append(measure(models[1], rounds, transformer=True))
     header = (
         "| model | float ms | ref ms | ort fp32 ms | ort int8 ms | fp32/int8 (ort) | ref/ort int8 "
         "| SQNR ref dB | SQNR ort int8 dB | export s | onnxruntime fused ops |"
