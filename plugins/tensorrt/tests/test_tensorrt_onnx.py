@@ -316,3 +316,19 @@ def test_an_op_without_an_onnx_translation_is_a_clear_export_error() -> None:
 def test_a_model_that_is_not_converted_is_refused() -> None:
     with pytest.raises(ConfigTypeError, match="convert"):
         export_onnx(nn.Linear(2, 2), (torch.randn(1, 2),))
+
+
+def test_a_dynamic_batch_takes_any_batch_and_a_static_export_says_how_to_get_one() -> None:
+    model, x = conv_relu_linear()
+    converted = quantize(model, (x,))
+    batch = torch.export.Dim("batch", min=1, max=256)
+    dynamic = deploy(converted, (x,), dynamic_shapes=({0: batch},))
+    step = testing.output_scale(converted)
+    with torch.no_grad():
+        for size in (1, 5, 64):
+            y = torch.randn(size, 3, 8, 8)
+            assert dynamic(y).shape == (size, 5)
+            assert (dynamic(y) - converted(y)).abs().max() <= step * 1.001
+    static = deploy(converted, (x,))
+    with pytest.raises(ValueError, match=r"shape \(5, 3, 8, 8\).*dynamic_shapes"):
+        static(torch.randn(5, 3, 8, 8))

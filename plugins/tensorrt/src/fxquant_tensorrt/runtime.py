@@ -3,10 +3,10 @@
 onnxruntime is the CPU-side proof that the Q/DQ placement is consumable by a
 runtime that fuses Q/DQ: its optimizer rewrites ``DequantizeLinear -> Conv ->
 QuantizeLinear`` into ``QLinearConv`` (and Gemm into ``QGemm``, MatMul into
-``QLinearMatMul``, Add into ``QLinearAdd``). On x86 it fuses int8 (not uint8)
-activations only when asked (``session.qdqisint8allowed``): TensorRT's int8
-activations need it. What it fused is in :attr:`OnnxRuntimeModel.fused_ops`.
-It is a consumability check, not TensorRT's speed.
+``QLinearMatMul``, Add into ``QLinearAdd``). On x86 it fuses groups with int8
+activations (s8s8) only when asked (``session.qdqisint8allowed``; uint8 ones by
+default): TensorRT's int8 activations need it. What it fused is in
+:attr:`OnnxRuntimeModel.fused_ops`. It is a consumability check, not TensorRT's speed.
 """
 
 from __future__ import annotations
@@ -120,6 +120,15 @@ class OnnxRuntimeModel:
                 f"({', '.join(self._inputs)}), got {len(flat)}"
             )
             raise TypeError(msg)
+        for spec, x in zip(self.session.get_inputs(), flat, strict=True):
+            fixed = [(i, d) for i, d in enumerate(spec.shape) if isinstance(d, int)]
+            if x.dim() != len(spec.shape) or any(x.shape[i] != d for i, d in fixed):
+                msg = (
+                    f"input {spec.name!r} has shape {tuple(x.shape)}, the exported model takes "
+                    f"{tuple(spec.shape)} (names are dynamic dimensions); export with "
+                    "dynamic_shapes (e.g. a torch.export.Dim for the batch) to take others"
+                )
+                raise ValueError(msg)
         feeds = {name: x.detach().cpu().numpy() for name, x in zip(self._inputs, flat, strict=True)}
         outputs = [torch.from_numpy(array) for array in self.session.run(None, feeds)]
         if self.exported.out_spec is None:
@@ -127,10 +136,16 @@ class OnnxRuntimeModel:
         return pytree.tree_unflatten(outputs, self.exported.out_spec)
 
 
-def deploy(model: fx.GraphModule, example_inputs: tuple[Any, ...]) -> OnnxRuntimeModel:
+def deploy(
+    model: fx.GraphModule,
+    example_inputs: tuple[Any, ...],
+    *,
+    dynamic_shapes: dict[str, Any] | tuple[Any, ...] | None = None,
+) -> OnnxRuntimeModel:
     """Export ``model`` (``convert_fx`` with tensorrt) to ONNX and load it in onnxruntime.
 
-    The ONNX model takes inputs of the shapes of ``example_inputs``.
+    The ONNX model takes inputs of the shapes of ``example_inputs``, but for the
+    dimensions ``dynamic_shapes`` (as ``torch.export`` takes it) makes dynamic.
 
     Example:
         >>> import fxquant
@@ -145,4 +160,6 @@ def deploy(model: fx.GraphModule, example_inputs: tuple[Any, ...]) -> OnnxRuntim
         >>> [(e.node, e.status) for e in deployed.report.entries()][1]
         ('_0', 'lowered')
     """
-    return OnnxRuntimeModel(export_onnx(model, example_inputs), model)
+    return OnnxRuntimeModel(
+        export_onnx(model, example_inputs, dynamic_shapes=dynamic_shapes), model
+    )
