@@ -233,22 +233,47 @@ def mapping_with(
     return fxquant.QConfigMapping().set_global(qconfig)
 
 
-def test_asymmetric_activations_are_reported_and_strict_refuses_them() -> None:
+def test_an_asymmetric_qconfig_is_refused_at_prepare_with_reason_zero_point() -> None:
+    from fxquant.observer import MinMaxObserver
+
+    model, x = conv_relu_linear()
+    asymmetric = MinMaxObserver.with_args(dtype=torch.int8, quant_min=-128, quant_max=127)
+    converted = quantize(model, (x,), mapping=mapping_with(activation=asymmetric))
+    entry = fxquant.explain(converted, show=False).entry("_0")
+    assert (entry.status, entry.reason.code) == ("skipped", "zero_point")
+    assert "symmetric" in entry.reason.words
+    assert export_onnx(converted, (x,)).placement.ok  # a float model: nothing to fuse
+
+
+def test_asymmetric_qdq_of_another_backend_is_reported_and_strict_refuses_it() -> None:
     from fxquant.observer import MinMaxObserver
     from fxquant_tensorrt.placement import UnfusableQDQError
 
     model, x = conv_relu_linear()
     asymmetric = MinMaxObserver.with_args(dtype=torch.int8, quant_min=-128, quant_max=127)
-    converted = quantize(model, (x,), mapping=mapping_with(activation=asymmetric))
+    mapping = mapping_with(activation=asymmetric)
+    prepared = fxquant.prepare_fx(model, mapping, (x,))  # the reference backend takes it
+    prepared(x)
+    converted = fxquant.convert_to_reference_fx(prepared)
     deployed = deploy(converted, (x,))  # onnxruntime runs it: the numbers are right ...
     with torch.no_grad():
         assert (deployed(x) - converted(x)).abs().max() <= 2 * testing.output_scale(converted)
-    entry = deployed.report.entry("_0")  # ... but TensorRT has no zero point
+    findings = deployed.exported.placement.findings
+    assert {f.problem for f in findings} == {"zero_point"}  # ... but TensorRT has no zero point
+    assert {f.node for f in findings} == {"_0", "_3", "_4"}
+    entry = deployed.report.entry("_0")
     assert (entry.status, entry.reason.code) == ("reference", "qdq_not_fusable")
     assert "zero point" in entry.reason.words
-    assert "symmetric" in entry.reason.words
     with pytest.raises(UnfusableQDQError, match=r"\[zero_point\]"):
         export_onnx(converted, (x,), strict=True)
+
+
+def test_uint8_qdq_is_reported_as_not_int8() -> None:
+    model, x = conv_relu_linear()
+    prepared = fxquant.prepare_fx(model, fxquant.get_default_qconfig_mapping("reference"), (x,))
+    prepared(x)
+    placement = export_onnx(fxquant.convert_fx(prepared), (x,)).placement
+    assert {f.problem for f in placement.findings} == {"not_int8"}
 
 
 def test_weights_quantized_along_the_input_channel_are_reported() -> None:

@@ -15,7 +15,8 @@ fxquant's reference model puts those pairs::
                                         Q/DQ across them
     matmul, bmm                         both inputs int8 (attention), output int8
 
-Everything is ``torch.int8`` with zero point 0: TensorRT has no zero point. BN
+Everything is ``torch.int8`` with zero point 0 (``zero_point_exact_match=0``: prepare
+refuses an asymmetric qconfig with reason ``zero_point``): TensorRT has no zero point. BN
 and ReLU are fused into the conv before observers go in, so no Q/DQ lands
 between them (the placement that kept TensorRT from fusing, NVIDIA/TensorRT#1831).
 Ops TensorRT runs in float (layer norm, softmax, GELU, ...) have no pattern.
@@ -51,14 +52,23 @@ __all__ = [
     "pattern_configs",
 ]
 
+# zero_point_exact_match alone: symmetric observers only (zero point 0), checked at prepare,
+# so an asymmetric qconfig leaves the node float with reason zero_point instead of exporting
+# a Q/DQ TensorRT cannot take
 ACTIVATION = DTypeWithConstraints(
-    dtype=torch.int8, quant_min_lower_bound=-128, quant_max_upper_bound=127
+    dtype=torch.int8,
+    quant_min_lower_bound=-128,
+    quant_max_upper_bound=127,
+    zero_point_exact_match=0,
 )
-"""int8 activations: TensorRT's QuantizeLinear saturates to -128..127."""
+"""int8 symmetric activations: TensorRT's QuantizeLinear saturates to -128..127, zero point 0."""
 WEIGHT = DTypeWithConstraints(
-    dtype=torch.int8, quant_min_lower_bound=-128, quant_max_upper_bound=127
+    dtype=torch.int8,
+    quant_min_lower_bound=-128,
+    quant_max_upper_bound=127,
+    zero_point_exact_match=0,
 )
-"""int8 weights (the default mapping uses the symmetric -127..127 NVIDIA recommends)."""
+"""int8 symmetric weights (the default mapping uses the -127..127 NVIDIA recommends)."""
 
 WEIGHTED = DTypeConfig(
     input_dtype=ACTIVATION, output_dtype=ACTIVATION, weight_dtype=WEIGHT, bias_dtype=torch.float

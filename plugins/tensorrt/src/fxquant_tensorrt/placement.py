@@ -436,6 +436,8 @@ class _Checker:
             if readers:
                 return readers[0]
         producer = self.graph.node_of(node.input[0])
+        if producer is not None and producer.op_type == "QuantizeLinear":
+            producer = self.graph.node_of(producer.input[0])  # a DQ at the graph's output
         return producer if producer is not None else node
 
     def check_weight_axis(self, node: Any, scale: np.ndarray | None) -> None:

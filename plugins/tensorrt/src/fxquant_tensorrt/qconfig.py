@@ -13,8 +13,8 @@ For transformers, :func:`transformer_qconfig_mapping` also keeps the adds and
 attention matmuls float: a BERT's residual adds feed LayerNorm (float in
 TensorRT too), and int8 Q/DQ on that residual stream costs ~10 dB of SQNR.
 
-TensorRT has no zero point: an asymmetric qconfig still prepares, but the
-exported model's placement check reports every Q/DQ with a nonzero zero point.
+TensorRT has no zero point: with an asymmetric qconfig, prepare leaves the node
+float with reason ``zero_point`` (the patterns ask for symmetric observers).
 """
 
 from __future__ import annotations
