@@ -61,9 +61,9 @@ def per_call(run: Callable[[], Any]) -> float:
 def float_session(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> Callable[[], Any]:
     """The float model through torch.onnx (dynamo) in onnxruntime, one thread."""
     import onnxruntime as ort
-    from fxquant_tensorrt.onnx_export import _quiet_exporter
+    from fxquant_tensorrt.onnx_export import quiet_exporter
 
-    with _quiet_exporter():
+    with quiet_exporter():
         program = torch.onnx.export(model, inputs, dynamo=True, optimize=True, verbose=False)
     options = ort.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = 1

@@ -27,9 +27,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,16 +39,15 @@ from fxquant.export import export_quantized, source_of
 from fxquant.flow import explain
 from torch import fx
 
+from fxquant_tensorrt.origins import consumer_origin, onnx_origins
 from fxquant_tensorrt.placement import Placement, check_placement
+from fxquant_tensorrt.translation import ONNX_OPSET, translation_table
 
 if TYPE_CHECKING:
     import onnx
     from torch.export import ExportedProgram
 
-__all__ = ["ONNX_OPSET", "OnnxExport", "export_onnx", "translation_table"]
-
-ONNX_OPSET = 18
-"""The opset written: the dynamo exporter's lowest; TensorRT 10 parses it."""
+__all__ = ["OnnxExport", "export_onnx", "quiet_exporter"]
 
 _OPS = torch.ops.fxquant
 _FULL_RANGE = {torch.int8: (-128, 127), torch.uint8: (0, 255)}
@@ -86,132 +84,6 @@ class OnnxExport:
         return data
 
 
-# --- the translation of fxquant's ops ---------------------------------------------------------
-
-
-def _onnx_type(dtype: Any) -> int:
-    # the exporter passes ScalarType arguments as onnx_ir DataType members (TensorProto ints)
-    return int(dtype)
-
-
-def _range_clip(op: Any, q: Any, quant_min: int, quant_max: int, dtype: Any) -> Any:
-    """``q`` clamped to ``quant_min..quant_max`` when that is narrower than the dtype's range."""
-    import onnx
-
-    onnx_type = _onnx_type(dtype)
-    ranges = {int(onnx.TensorProto.INT8): (-128, 127), int(onnx.TensorProto.UINT8): (0, 255)}
-    full = ranges.get(onnx_type)
-    if full is None or (quant_min, quant_max) == full:
-        return q
-    low = op.Cast(op.Constant(value_int=quant_min), to=onnx_type)
-    high = op.Cast(op.Constant(value_int=quant_max), to=onnx_type)
-    return op.Clip(q, low, high)
-
-
-def _zero_point(op: Any, zero_point: int, dtype: Any) -> Any:
-    return op.Cast(op.Constant(value_int=zero_point), to=_onnx_type(dtype))
-
-
-def _out(op: Any, value: Any, out_dtype: Any) -> Any:
-    import onnx
-
-    if out_dtype is None or _onnx_type(out_dtype) == onnx.TensorProto.FLOAT:
-        return value
-    return op.Cast(value, to=_onnx_type(out_dtype))
-
-
-def _scalar(op: Any, tensor: Any, to: int) -> Any:
-    # a 0-d or one-element tensor as an ONNX scalar of type ``to`` (the .tensor overloads)
-    return op.Cast(op.Reshape(tensor, op.Constant(value_ints=[])), to=to)
-
-
-def translation_table() -> dict[Callable[..., Any], Callable[..., Any]]:
-    """fxquant's quantize/dequantize ops -> functions that emit ONNX Q/DQ (opset 18).
-
-    Example:
-        >>> torch.ops.fxquant.dequantize_per_channel.default in translation_table()
-        True
-    """
-    import onnx
-    from onnxscript import opset18
-
-    # untyped on purpose: onnxscript's per-op type stubs reject the exporter's symbolic values
-    op: Any = opset18
-    float32 = onnx.TensorProto.FLOAT
-
-    def quantize_per_tensor(  # the op's schema
-        x: Any, scale: float, zero_point: int, quant_min: int, quant_max: int, dtype: Any
-    ) -> Any:
-        q = op.QuantizeLinear(x, op.Constant(value_float=scale), _zero_point(op, zero_point, dtype))
-        return _range_clip(op, q, quant_min, quant_max, dtype)
-
-    def quantize_per_tensor_tensor(  # the op's schema
-        x: Any, scale: Any, zero_point: Any, quant_min: int, quant_max: int, dtype: Any
-    ) -> Any:
-        zp = _scalar(op, zero_point, _onnx_type(dtype))
-        q = op.QuantizeLinear(x, _scalar(op, scale, float32), zp)
-        return _range_clip(op, q, quant_min, quant_max, dtype)
-
-    def dequantize_per_tensor(  # noqa: PLR0913, PLR0917  # the op's schema
-        q: Any,
-        scale: float,
-        zero_point: int,
-        quant_min: int,
-        quant_max: int,
-        dtype: Any,
-        out_dtype: Any = None,
-    ) -> Any:
-        del quant_min, quant_max  # the integers are already in range
-        scale_value = op.Constant(value_float=scale)
-        value = op.DequantizeLinear(q, scale_value, _zero_point(op, zero_point, dtype))
-        return _out(op, value, out_dtype)
-
-    def dequantize_per_tensor_tensor(  # noqa: PLR0913, PLR0917  # the op's schema
-        q: Any,
-        scale: Any,
-        zero_point: Any,
-        quant_min: int,
-        quant_max: int,
-        dtype: Any,
-        out_dtype: Any = None,
-    ) -> Any:
-        del quant_min, quant_max
-        zp = _scalar(op, zero_point, _onnx_type(dtype))
-        return _out(op, op.DequantizeLinear(q, _scalar(op, scale, float32), zp), out_dtype)
-
-    def quantize_per_channel(  # noqa: PLR0913, PLR0917  # the op's schema
-        x: Any, scales: Any, zero_points: Any, axis: int, quant_min: int, quant_max: int, dtype: Any
-    ) -> Any:
-        # per-channel scales are float64 buffers in fxquant: ONNX wants the output's float32
-        zp = op.Cast(zero_points, to=_onnx_type(dtype))
-        q = op.QuantizeLinear(x, op.Cast(scales, to=float32), zp, axis=axis)
-        return _range_clip(op, q, quant_min, quant_max, dtype)
-
-    def dequantize_per_channel(  # noqa: PLR0913, PLR0917  # the op's schema
-        q: Any,
-        scales: Any,
-        zero_points: Any,
-        axis: int,
-        quant_min: int,
-        quant_max: int,
-        dtype: Any,
-        out_dtype: Any = None,
-    ) -> Any:
-        del quant_min, quant_max
-        zp = op.Cast(zero_points, to=_onnx_type(dtype))
-        value = op.DequantizeLinear(q, op.Cast(scales, to=float32), zp, axis=axis)
-        return _out(op, value, out_dtype)
-
-    return {
-        _OPS.quantize_per_tensor.default: quantize_per_tensor,
-        _OPS.quantize_per_tensor.tensor: quantize_per_tensor_tensor,
-        _OPS.dequantize_per_tensor.default: dequantize_per_tensor,
-        _OPS.dequantize_per_tensor.tensor: dequantize_per_tensor_tensor,
-        _OPS.quantize_per_channel.default: quantize_per_channel,
-        _OPS.dequantize_per_channel.default: dequantize_per_channel,
-    }
-
-
 # --- checks before translation ----------------------------------------------------------------
 
 
@@ -230,7 +102,7 @@ def _check_translatable(program: ExportedProgram, model: fx.GraphModule) -> None
             continue
         if node.target == _OPS.choose_qparams_per_tensor.default:
             msg = (
-                f"cannot export {_where(model, _consumer_origin(node, names))} for TensorRT: it "
+                f"cannot export {_where(model, consumer_origin(node, names))} for TensorRT: it "
                 "is quantized dynamically (qparams chosen at run time), which TensorRT's explicit "
                 "quantization has no form for; give it a static qconfig or qconfig None"
             )
@@ -238,7 +110,7 @@ def _check_translatable(program: ExportedProgram, model: fx.GraphModule) -> None
         dtype = node.args[-1] if node.target in _QUANTIZE_TARGETS else None
         if dtype is not None and dtype not in _FULL_RANGE:
             msg = (
-                f"cannot export {_where(model, _consumer_origin(node, names))} for TensorRT: a "
+                f"cannot export {_where(model, consumer_origin(node, names))} for TensorRT: a "
                 f"quantize step to {dtype} (ONNX QuantizeLinear writes int8 or uint8); use an "
                 "int8 qconfig"
             )
@@ -254,73 +126,6 @@ _QUANTIZE_TARGETS = frozenset(
 )
 
 
-# --- tracing ONNX nodes back to the converted model -------------------------------------------
-
-
-def converted_origin(node: fx.Node, names: set[str]) -> str | None:
-    """The converted model's node ``node`` (of an exported program) came from, if any.
-
-    ``node.meta["from_node"]`` is a chain: the decomposed program's node comes
-    from the exported program's, which comes from the converted model's. The
-    deepest name that is a node of the converted model wins (a decomposition
-    may rename: ``flatten`` becomes ``view``).
-
-    Example:
-        >>> node = next(iter(torch.fx.symbolic_trace(torch.nn.ReLU()).graph.nodes))
-        >>> converted_origin(node, {"x"}) is None  # a traced node has no chain
-        True
-    """
-    found: str | None = None
-    depth_found = -1
-    stack = [(source, 0) for source in node.meta.get("from_node") or []]
-    while stack:
-        source, depth = stack.pop()
-        name = getattr(source, "name", None)
-        if isinstance(name, str) and name in names and depth > depth_found:
-            found, depth_found = name, depth
-        stack += [(inner, depth + 1) for inner in getattr(source, "from_node", None) or []]
-    return found
-
-
-def _consumer_origin(node: fx.Node, names: set[str]) -> str | None:
-    # a quantize step (or a choose_qparams) has no origin of its own: name the first node
-    # downstream that has one (through getitem, quantize and dequantize steps)
-    frontier, seen = list(node.users), set()
-    while frontier:
-        user = frontier.pop(0)
-        if user in seen:
-            continue
-        seen.add(user)
-        found = converted_origin(user, names)
-        if found is not None:
-            return found
-        frontier += list(user.users)
-    return None
-
-
-_FX_NODE = re.compile(r"^%(\S+) :")
-
-
-def onnx_origins(
-    onnx_model: onnx.ModelProto, program: ExportedProgram, names: set[str]
-) -> dict[str, str]:
-    """ONNX node name -> converted node name, via the exporter's ``pkg.torch.onnx.fx_node`` field.
-
-    Example:
-        >>> # see export_onnx
-    """
-    by_name = {n.name: n for n in program.graph.nodes}
-    origins: dict[str, str] = {}
-    for onnx_node in onnx_model.graph.node:
-        props = {p.key: p.value for p in onnx_node.metadata_props}
-        match = _FX_NODE.match(props.get("pkg.torch.onnx.fx_node", ""))
-        fx_node = by_name.get(match.group(1)) if match else None
-        origin = converted_origin(fx_node, names) if fx_node is not None else None
-        if origin is not None:
-            origins[onnx_node.name] = origin
-    return origins
-
-
 # --- the export -------------------------------------------------------------------------------
 
 
@@ -331,7 +136,7 @@ _CHATTY_LOGGERS = (
 
 
 @contextlib.contextmanager
-def _quiet_exporter() -> Iterator[None]:
+def quiet_exporter() -> Iterator[None]:
     """Keep the exporter's chatter out of the user's output; restore everything after.
 
     Its loggers warn about things the user cannot act on (torchvision ops, empty
@@ -352,7 +157,7 @@ def _quiet_exporter() -> Iterator[None]:
 
 def _to_onnx(program: ExportedProgram, model: fx.GraphModule) -> Any:
     try:
-        with _quiet_exporter():
+        with quiet_exporter():
             return torch.onnx.export(
                 program,
                 dynamo=True,
