@@ -34,6 +34,8 @@ import textwrap
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -73,6 +75,7 @@ __all__ = [
     "check_no_warning_in_fresh_process",
     "check_quantize_warns_nothing",
     "check_state_dict_round_trip",
+    "load_module_from_path",
     "lowering_checks",
     "lowering_statuses",
     "output_scale",
@@ -765,6 +768,35 @@ def check_hooks_answer_only_for(
     if not set(rules) <= names:
         msg = f"{backend}: lowering rules {sorted(set(rules) - names)} missing from {names}"
         raise AssertionError(msg)
+
+
+def load_module_from_path(path: str | Path, name: str) -> ModuleType:
+    """Import the Python file ``path`` as the module ``name`` (registered in ``sys.modules``).
+
+    For a plugin's tests that use the repository's model zoo (``tests/flow/zoo.py``):
+    plugin tests run without the core's test package on ``sys.path``.
+
+    Raises:
+        FileNotFoundError: there is no file at ``path``.
+
+    Example:
+        >>> import fxquant
+        >>> load_module_from_path(fxquant.testing.__file__, "a_copy_of_the_kit").__name__
+        'a_copy_of_the_kit'
+    """
+    import importlib.util
+
+    file = Path(path)
+    if not file.is_file():
+        msg = f"no Python file at {file}"
+        raise FileNotFoundError(msg)
+    spec = importlib.util.spec_from_file_location(name, file)
+    assert spec is not None  # a .py file always has a spec
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the file runs
+    spec.loader.exec_module(module)
+    return module
 
 
 def ao_op_as_fxquant(op: Any) -> Any:

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import ModuleType
 
 import fxquant
 import pytest
 import torch
+from fxquant import testing
 from torch import fx, nn
 
 BACKEND = "executorch"
+ZOO = Path(__file__).resolve().parents[3] / "tests" / "flow" / "zoo.py"
 
 
 def _quantize(
@@ -44,3 +48,11 @@ def quantize() -> Callable[..., fx.GraphModule]:
 def one_thread() -> None:
     """The test machine has 2 shared cores: one thread keeps timings and numerics steady."""
     torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def zoo() -> ModuleType:
+    """The repository's model zoo (``tests/flow/zoo.py``), loaded by path."""
+    if not ZOO.exists():
+        pytest.skip(f"the model zoo {ZOO} is not here (plugin installed outside the repository)")
+    return testing.load_module_from_path(ZOO, "fxquant_repo_zoo")

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 import torch
+from fxquant import testing
 
 ZOO = Path(__file__).resolve().parents[3] / "tests" / "flow" / "zoo.py"
 
@@ -22,13 +21,7 @@ def zoo() -> ModuleType:
     """
     if not ZOO.exists():
         pytest.skip(f"the model zoo {ZOO} is not here (plugin installed outside the repository)")
-    spec = importlib.util.spec_from_file_location("fxquant_repo_zoo", ZOO)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while building
-    spec.loader.exec_module(module)
-    return module
+    return testing.load_module_from_path(ZOO, "fxquant_repo_zoo")
 
 
 @pytest.fixture
