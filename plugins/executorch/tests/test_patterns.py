@@ -22,11 +22,11 @@ from torch import nn
 BACKEND = "executorch"
 
 # XNNPACK runs these on int8 (or, for avg pooling, upsampling, leaky relu, in float32
-# between its own int8 conversions): all inside the delegate
+# between its own int8 conversions): all inside the delegate. Dynamic linears take an
+# int8 dynamic qconfig (the shared case's is uint8): test_program.py tests them.
 DELEGATED = {
     "linear",
     "linear_relu",
-    "linear_dynamic",
     "functional_linear",
     "conv1d",
     "conv2d",
