@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import warnings
 from collections.abc import Iterator, Mapping
 
@@ -64,6 +65,11 @@ _FXQUANT_INVERSE = {
 }
 
 
+# torchao logs that its CUDA kernels do not load on a CPU machine, and torch's pytree that
+# torchao registers an enum the old way: both on ExecuTorch's import, neither the user's concern
+_NOISY_LOGGERS = ("torchao", "torch.utils._pytree")
+
+
 @contextlib.contextmanager
 def quiet_toolchain() -> Iterator[None]:
     """Silence the warnings ExecuTorch 1.5 raises about its own code.
@@ -71,7 +77,8 @@ def quiet_toolchain() -> Iterator[None]:
     Its import chain (torchao, coremltools) and its lowering use deprecated
     torch and importlib APIs, and its batch-norm pass reads ``.grad`` of a
     non-leaf tensor: warnings the user can do nothing about, which fail test
-    suites that turn warnings into errors. Used around ExecuTorch's
+    suites that turn warnings into errors. The import also logs that torchao's
+    CUDA kernels do not load on a CPU machine; those log lines are held back too. Used around ExecuTorch's
     imports, lowering and runtime only, never around the user's model code
     (``torch.export`` of the model runs outside it).
 
@@ -79,11 +86,19 @@ def quiet_toolchain() -> Iterator[None]:
         >>> with quiet_toolchain():
         ...     pass
     """
+    loggers = [logging.getLogger(name) for name in _NOISY_LOGGERS]
+    levels = [logger.level for logger in loggers]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         warnings.simplefilter("ignore", FutureWarning)
         warnings.filterwarnings("ignore", r"The \.grad attribute of a Tensor", UserWarning)
-        yield
+        for logger in loggers:
+            logger.setLevel(logging.ERROR)
+        try:
+            yield
+        finally:
+            for logger, level in zip(loggers, levels, strict=True):
+                logger.setLevel(level)
 
 
 @functools.cache
