@@ -15,7 +15,7 @@ README = (ROOT / "README.md").read_text()
 def test_the_usage_examples_quantize_a_model_and_print_a_round_trippable_json(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    quantize, describe = re.findall(r"```python\n(.*?)```", README, re.S)
+    quantize, describe, _ = re.findall(r"```python\n(.*?)```", README, re.S)
     namespace: dict[str, object] = {}
     exec(compile(quantize, "README.md", "exec"), namespace)
     table = capsys.readouterr().out
@@ -26,6 +26,18 @@ def test_the_usage_examples_quantize_a_model_and_print_a_round_trippable_json(
     printed = json.loads(capsys.readouterr().out)
     assert printed["name"] == "my_backend"
     assert len(printed["configs"]) == 1
+
+
+def test_the_deployment_example_makes_and_runs_an_executorch_program(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    pytest.importorskip("fxquant_executorch")
+    deploy = re.findall(r"```python\n(.*?)```", README, re.S)[2]
+    exec(compile(deploy, "README.md", "exec"), {})
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == "torch.Size([1, 8, 14, 14])"
+    statuses = {line.split()[0]: line.split()[4] for line in lines[1:-1] if "call_" in line}
+    assert statuses == {"_0": "lowered"}
 
 
 def test_the_quickstart_is_two_commands_and_ci_runs_the_test_one_verbatim() -> None:
