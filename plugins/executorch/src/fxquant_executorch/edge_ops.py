@@ -78,9 +78,9 @@ def quiet_toolchain() -> Iterator[None]:
     torch and importlib APIs, and its batch-norm pass reads ``.grad`` of a
     non-leaf tensor: warnings the user can do nothing about, which fail test
     suites that turn warnings into errors. The import also logs that torchao's
-    CUDA kernels do not load on a CPU machine; those log lines are held back too. Used around ExecuTorch's
-    imports, lowering and runtime only, never around the user's model code
-    (``torch.export`` of the model runs outside it).
+    CUDA kernels do not load on a CPU machine; those log lines are held back
+    too. Used around ExecuTorch's imports, lowering and runtime only, never
+    around the user's model code (``torch.export`` of the model runs outside it).
 
     Example:
         >>> with quiet_toolchain():
