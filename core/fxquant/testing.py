@@ -52,6 +52,7 @@ __all__ = [
     "Binary",
     "Case",
     "Cat",
+    "Digits",
     "Function",
     "FunctionalLinear",
     "NamedCheck",
@@ -75,12 +76,15 @@ __all__ = [
     "check_no_warning_in_fresh_process",
     "check_quantize_warns_nothing",
     "check_state_dict_round_trip",
+    "digits_accuracy",
+    "load_digits",
     "load_module_from_path",
     "lowering_checks",
     "lowering_statuses",
     "output_scale",
     "quantize_case",
     "quantize_model",
+    "train_digits_classifier",
 ]
 
 Sizes = tuple[int, int, int, int]
@@ -797,6 +801,79 @@ def load_module_from_path(path: str | Path, name: str) -> ModuleType:
     sys.modules[name] = module  # dataclasses look their module up while the file runs
     spec.loader.exec_module(module)
     return module
+
+
+@dataclass(frozen=True)
+class Digits:
+    """sklearn's handwritten digits, split once: images (N, 1, 8, 8) in [0, 1], int64 labels.
+
+    Real data with no download (scikit-learn ships the images), for the accuracy
+    tests every backend runs: a float CNN and its int8 forms on the same split.
+    """
+
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+
+
+def load_digits(train: int = 1400) -> Digits:
+    """The digits shuffled with a fixed seed: ``train`` images to train on, the rest to test.
+
+    Raises:
+        ImportError: scikit-learn is not installed (tests ``importorskip`` it first).
+
+    Example:
+        >>> data = load_digits()  # doctest: +SKIP
+        >>> data.test_x.shape  # doctest: +SKIP
+        torch.Size([397, 1, 8, 8])
+    """
+    from sklearn import datasets  # a test extra, not a dependency of fxquant
+
+    data = datasets.load_digits()
+    images = torch.tensor(data.images, dtype=torch.float32).unsqueeze(1) / 16.0
+    labels = torch.tensor(data.target, dtype=torch.int64)
+    # shuffled once: the file is ordered by writer, and the test split must not be one writer
+    order = torch.randperm(len(images), generator=torch.Generator().manual_seed(0))
+    images, labels = images[order], labels[order]
+    return Digits(images[:train], labels[:train], images[train:], labels[train:])
+
+
+def train_digits_classifier(
+    model: nn.Module, data: Digits, *, steps: int = 400, lr: float = 0.01, batch: int = 64
+) -> nn.Module:
+    """Adam on random batches of ``data``'s training split, fixed seed; returns ``model`` in eval.
+
+    Example:
+        >>> data = Digits(torch.rand(8, 1, 8, 8), torch.arange(8) % 2, torch.rand(2, 1, 8, 8),
+        ...               torch.tensor([0, 1]))
+        >>> net = nn.Sequential(nn.Flatten(), nn.Linear(64, 2))
+        >>> train_digits_classifier(net, data, steps=2, batch=4).training
+        False
+    """
+    torch.manual_seed(0)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    model.train()
+    for _ in range(steps):
+        chosen = torch.randint(0, len(data.train_x), (batch,))
+        loss = F.cross_entropy(model(data.train_x[chosen]), data.train_y[chosen])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model.eval()
+
+
+def digits_accuracy(run: Callable[[torch.Tensor], torch.Tensor], data: Digits) -> float:
+    """Top-1 accuracy in percent of ``run`` (a model, or a deployed one) on the test split.
+
+    Example:
+        >>> data = Digits(torch.rand(2, 1, 8, 8), torch.tensor([0, 1]), torch.rand(2, 1, 8, 8),
+        ...               torch.tensor([0, 0]))
+        >>> digits_accuracy(lambda x: torch.tensor([[1.0, 0.0]] * len(x)), data)
+        100.0
+    """
+    with torch.no_grad():
+        return float((run(data.test_x).argmax(1) == data.test_y).float().mean()) * 100
 
 
 def ao_op_as_fxquant(op: Any) -> Any:

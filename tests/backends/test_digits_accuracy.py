@@ -15,11 +15,12 @@ skipped without it (it is in the ``test`` extra).
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 
 import fxquant
 import pytest
 import torch
+from fxquant import testing
+from fxquant.testing import Digits
 from torch import nn
 
 from tests.flow.zoo import SmallCNN, seeded
@@ -34,16 +35,6 @@ WEIGHTED = ("conv1", "conv2", "fc")  # the fused conv-bn-relu nodes and the clas
 pytestmark = pytest.mark.slow  # trains a model (a few seconds on one thread)
 
 
-@dataclass(frozen=True)
-class Digits:
-    """The digits split once: images (N, 1, 8, 8) in [0, 1] and int64 labels."""
-
-    train_x: torch.Tensor
-    train_y: torch.Tensor
-    test_x: torch.Tensor
-    test_y: torch.Tensor
-
-
 def accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> float:
     """Top-1 accuracy in percent."""
     with torch.no_grad():
@@ -52,28 +43,13 @@ def accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> fl
 
 def train(model: nn.Module, data: Digits, steps: int, lr: float) -> nn.Module:
     """Adam on random batches of the training split, fixed seed; returns the model in eval mode."""
-    torch.manual_seed(0)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    model.train()
-    for _ in range(steps):
-        batch = torch.randint(0, len(data.train_x), (BATCH,))
-        loss = nn.functional.cross_entropy(model(data.train_x[batch]), data.train_y[batch])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return model.eval()
+    return testing.train_digits_classifier(model, data, steps=steps, lr=lr, batch=BATCH)
 
 
 @pytest.fixture(scope="module")
 def digits() -> Digits:
-    datasets = pytest.importorskip("sklearn.datasets")
-    data = datasets.load_digits()
-    images = torch.tensor(data.images, dtype=torch.float32).unsqueeze(1) / 16.0
-    labels = torch.tensor(data.target, dtype=torch.int64)
-    # shuffled once: the file is ordered by writer, and the test split must not be one writer
-    order = torch.randperm(len(images), generator=torch.Generator().manual_seed(0))
-    images, labels = images[order], labels[order]
-    return Digits(images[:TRAIN], labels[:TRAIN], images[TRAIN:], labels[TRAIN:])
+    pytest.importorskip("sklearn.datasets")
+    return testing.load_digits(TRAIN)
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,6 @@ from torch import nn
 pytestmark = pytest.mark.slow  # exports whole models, trains one
 
 BACKEND = "executorch"
-TRAIN, STEPS, BATCH = 1400, 400, 64
 WEIGHTED = ("Conv", "Linear")  # the patterns that must run in XNNPACK in every zoo model
 
 
@@ -86,39 +85,15 @@ def test_the_transformers_embeddings_are_int8_lookups_in_the_portable_runtime(
     assert all("embedding_byte" in outside[node] for node in ("words", "positions"))
 
 
-def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> nn.Module:
-    torch.manual_seed(0)
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-    model.train()
-    for _ in range(STEPS):
-        batch = torch.randint(0, len(images), (BATCH,))
-        loss = nn.functional.cross_entropy(model(images[batch]), labels[batch])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return model.eval()
-
-
-def accuracy(run: Any, images: torch.Tensor, labels: torch.Tensor) -> float:
-    with torch.no_grad():
-        return float((run(images).argmax(1) == labels).float().mean()) * 100
-
-
 def test_digits_in_executorch_stay_within_one_point_of_float(zoo: ModuleType) -> None:
-    datasets = pytest.importorskip("sklearn.datasets")
-    data = datasets.load_digits()
-    images = torch.tensor(data.images, dtype=torch.float32).unsqueeze(1) / 16.0
-    labels = torch.tensor(data.target, dtype=torch.int64)
-    # shuffled once: the file is ordered by writer, and the test split must not be one writer
-    order = torch.randperm(len(images), generator=torch.Generator().manual_seed(0))
-    images, labels = images[order], labels[order]
-    test_x, test_y = images[TRAIN:], labels[TRAIN:]
-    model = train(zoo.seeded(zoo.SmallCNN), images[:TRAIN], labels[:TRAIN])
-    calibration = [[chunk] for chunk in images[:512].split(128)]
-    converted, _ = testing.quantize_model(BACKEND, model, [*calibration, [test_x]])
-    program = to_executorch(converted, (test_x,))
-    float_accuracy = accuracy(model, test_x, test_y)
-    pte_accuracy = accuracy(program, test_x, test_y)
+    pytest.importorskip("sklearn.datasets")
+    data = testing.load_digits()
+    model = testing.train_digits_classifier(zoo.seeded(zoo.SmallCNN), data)
+    calibration = [[chunk] for chunk in data.train_x[:512].split(128)]
+    converted, _ = testing.quantize_model(BACKEND, model, [*calibration, [data.test_x]])
+    program = to_executorch(converted, (data.test_x,))
+    float_accuracy = testing.digits_accuracy(model, data)
+    pte_accuracy = testing.digits_accuracy(program, data)
     print(f"digits: float {float_accuracy:.2f}%, int8 .pte in ExecuTorch {pte_accuracy:.2f}%")
     assert float_accuracy > 90, "the float model did not learn: the test proves nothing"
     assert abs(pte_accuracy - float_accuracy) <= 1.0

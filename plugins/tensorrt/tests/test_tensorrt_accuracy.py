@@ -17,50 +17,27 @@ from typing import Any
 
 import pytest
 import torch
+from fxquant import testing
 from fxquant_tensorrt import deploy
 from torch import nn
 from trt_helpers import quantize, sqnr_db
 
 pytestmark = pytest.mark.slow  # trains a model
 
-TRAIN, STEPS, BATCH = 1400, 400, 64
-
-
-def train(model: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> nn.Module:
-    torch.manual_seed(0)
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-    model.train()
-    for _ in range(STEPS):
-        batch = torch.randint(0, len(images), (BATCH,))
-        loss = nn.functional.cross_entropy(model(images[batch]), labels[batch])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return model.eval()
-
-
-def accuracy(run: Any, images: torch.Tensor, labels: torch.Tensor) -> float:
-    with torch.no_grad():
-        return float((run(images).argmax(1) == labels).float().mean()) * 100
-
 
 def test_digits_in_onnxruntime_stay_within_one_point_of_float(
     zoo: ModuleType, one_thread: None
 ) -> None:
-    datasets = pytest.importorskip("sklearn.datasets")
-    data = datasets.load_digits()
-    images = torch.tensor(data.images, dtype=torch.float32).unsqueeze(1) / 16.0
-    labels = torch.tensor(data.target, dtype=torch.int64)
-    order = torch.randperm(len(images), generator=torch.Generator().manual_seed(0))
-    images, labels = images[order], labels[order]
-    test_x, test_y = images[TRAIN:], labels[TRAIN:]
-    model = train(zoo.seeded(zoo.SmallCNN), images[:TRAIN], labels[:TRAIN])
-    calibration = [(chunk,) for chunk in images[:512].split(128)]
+    pytest.importorskip("sklearn.datasets")
+    data = testing.load_digits()
+    model = testing.train_digits_classifier(zoo.seeded(zoo.SmallCNN), data)
+    test_x = data.test_x
+    calibration = [(chunk,) for chunk in data.train_x[:512].split(128)]
     converted = quantize(model, (test_x,), calibration[:-1])
     deployed = deploy(converted, (test_x,))
-    float_accuracy = accuracy(model, test_x, test_y)
-    reference_accuracy = accuracy(converted, test_x, test_y)
-    onnx_accuracy = accuracy(deployed, test_x, test_y)
+    float_accuracy = testing.digits_accuracy(model, data)
+    reference_accuracy = testing.digits_accuracy(converted, data)
+    onnx_accuracy = testing.digits_accuracy(deployed, data)
     print(
         f"digits: float {float_accuracy:.2f}%, reference int8 {reference_accuracy:.2f}%, "
         f"ONNX int8 in onnxruntime {onnx_accuracy:.2f}%; fused {dict(deployed.fused_ops)}"
