@@ -29,7 +29,8 @@ import contextlib
 import functools
 import logging
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import torch
 from fxquant.errors import ConfigError
@@ -153,7 +154,7 @@ def is_dequantize(node: fx.Node) -> bool:
     return node.op == "call_function" and node.target in _dequantize_for()
 
 
-def dequantize_for(quantize: object) -> object:
+def dequantize_for(quantize: object) -> Callable[..., Any]:
     """The ``quantized_decomposed`` dequantize that inverts the quantize overload ``quantize``.
 
     Example:
@@ -161,7 +162,9 @@ def dequantize_for(quantize: object) -> object:
         >>> dequantize_for(qd.quantize_per_tensor.default) is qd.dequantize_per_tensor.default
         True
     """
-    return _inverse()[quantize]
+    target = _inverse()[quantize]
+    assert callable(target)  # an OpOverload
+    return target
 
 
 @functools.cache

@@ -109,11 +109,13 @@ def keepdim_means(graph: fx.Graph) -> int:
         source = mean
         if quantize is not None and is_quantize(quantize):
             # the grid of the mean's output, so the reshape after it stays int8 in XNNPACK
+            target = quantize.target
+            assert callable(target)  # a quantize op, checked by is_quantize
             with graph.inserting_after(mean):
-                requantize = graph.call_function(quantize.target, (mean, *quantize.args[1:]))
+                requantize = graph.call_function(target, (mean, *quantize.args[1:]))
             with graph.inserting_after(requantize):
                 source = graph.call_function(
-                    dequantize_for(quantize.target), (requantize, *quantize.args[1:])
+                    dequantize_for(target), (requantize, *quantize.args[1:])
                 )
             integers = mean.meta["val"].to(quantize.meta["val"].dtype)
             requantize.meta = {**quantize.meta, "val": integers}
@@ -200,7 +202,7 @@ def scalar_qparams(program: ExportedProgram) -> int:
         scale, zero_point = (_constant(program, a) for a in node.args[1:3])
         if scale is None or zero_point is None or scale.numel() != 1 or zero_point.numel() != 1:
             continue  # computed per call (dynamic quantization): stays as it is
-        node.target = node.target._overloadpacket.default  # type: ignore[union-attr]
+        node.target = node.target._overloadpacket.default
         node.args = (node.args[0], float(scale), int(zero_point), *node.args[3:])
         rewritten += 1
     return rewritten

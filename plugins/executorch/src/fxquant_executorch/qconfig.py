@@ -101,14 +101,16 @@ def default_qconfig_mapping(is_qat: bool = False) -> QConfigMapping:
     """
     base, transposed, embedding = _qconfigs(is_qat)
     mapping = QConfigMapping().set_global(base)
-    for op in _TRANSPOSED:
-        mapping.set_object_type(op, transposed)
-    for op in (nn.Embedding, nn.EmbeddingBag, F.embedding):
-        mapping.set_object_type(op, embedding)
-    for op in (nn.ELU, F.elu):
-        # XNNPACK has no ELU (its config is disabled in ExecuTorch 1.5): int8 would only add
-        # quantize/dequantize steps around the portable runtime's float kernel
-        mapping.set_object_type(op, None)
+    # XNNPACK has no ELU (its config is disabled in ExecuTorch 1.5): int8 would only add
+    # quantize/dequantize steps around the portable runtime's float kernel
+    overrides: list[tuple[tuple[Any, ...], QConfig | None]] = [
+        (_TRANSPOSED, transposed),
+        ((nn.Embedding, nn.EmbeddingBag, F.embedding), embedding),
+        ((nn.ELU, F.elu), None),
+    ]
+    for ops, qconfig in overrides:
+        for op in ops:
+            mapping.set_object_type(op, qconfig)
     return mapping
 
 
