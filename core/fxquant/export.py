@@ -23,6 +23,7 @@ import copy
 import re
 import traceback
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -208,22 +209,49 @@ def _foldable(node: fx.Node, constants: Mapping[str, InputSpec]) -> bool:
     return bool(tensors) and all(a.op == "placeholder" and a.name in constants for a in tensors)
 
 
-def _add_constant(program: ExportedProgram, name: str, value: torch.Tensor) -> fx.Node:
-    """A new lifted constant ``name`` holding ``value``, placed before the user inputs."""
-    graph = program.graph
-    specs = program.graph_signature.input_specs
-    first_user = next(i for i, s in enumerate(specs) if s.kind == InputKind.USER_INPUT)
-    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
-    with graph.inserting_before(placeholders[first_user]):
-        node: fx.Node = graph.placeholder(name)
-    fake_mode = torch._guards.detect_fake_mode(  # the mode of the program's own values
-        [n.meta["val"] for n in placeholders if isinstance(n.meta.get("val"), torch.Tensor)]
-    )
-    # static: a constant has one shape, and a symbolic one would leak into every shape after it
-    node.meta["val"] = fake_mode.from_tensor(value, static_shapes=True) if fake_mode else value
-    specs.insert(first_user, InputSpec(InputKind.CONSTANT_TENSOR, TensorArgument(name), name))
-    program.constants[name] = value
-    return node
+@dataclass
+class _NewConstants:
+    """Where new lifted constants go: found once per program, not once per constant.
+
+    Placeholders are ordered parameters, buffers, constants, then user inputs;
+    each new constant goes before the first user input, in the order made.
+    """
+
+    program: ExportedProgram
+    anchor: fx.Node
+    index: int
+    fake_mode: Any
+    taken: set[str]
+
+    @classmethod
+    def of(cls, program: ExportedProgram) -> _NewConstants:
+        specs = program.graph_signature.input_specs
+        first_user = next(i for i, s in enumerate(specs) if s.kind == InputKind.USER_INPUT)
+        placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
+        fake_mode = torch._guards.detect_fake_mode(  # the mode of the program's own values
+            [n.meta["val"] for n in placeholders if isinstance(n.meta.get("val"), torch.Tensor)]
+        )
+        taken = {n.name for n in program.graph.nodes}
+        taken |= set(program.constants) | set(program.state_dict)
+        return cls(program, placeholders[first_user], first_user, fake_mode, taken)
+
+    def add(self, base: str, value: torch.Tensor) -> fx.Node:
+        """A new lifted constant named after ``base`` (made unique) holding ``value``."""
+        name, index = base, 0
+        while name in self.taken:
+            index += 1
+            name = f"{base}_{index}"
+        self.taken.add(name)
+        with self.program.graph.inserting_before(self.anchor):
+            node: fx.Node = self.program.graph.placeholder(name)
+        # static: a constant has one shape, and a symbolic one would leak into every shape
+        mode = self.fake_mode
+        node.meta["val"] = mode.from_tensor(value, static_shapes=True) if mode else value
+        spec = InputSpec(InputKind.CONSTANT_TENSOR, TensorArgument(name), name)
+        self.program.graph_signature.input_specs.insert(self.index, spec)
+        self.index += 1
+        self.program.constants[name] = value
+        return node
 
 
 def _remove_unused(program: ExportedProgram, constants: Mapping[str, InputSpec]) -> None:
@@ -251,10 +279,11 @@ def fold_constant_quantize(program: ExportedProgram) -> int:
         >>> # see export_quantized, which calls it
     """
     constants = _constant_inputs(program)
-    folded = 0
-    for node in list(program.graph.nodes):
-        if not _foldable(node, constants):
-            continue
+    foldable = [n for n in program.graph.nodes if _foldable(n, constants)]
+    if not foldable:
+        return 0
+    new = _NewConstants.of(program)
+    for node in foldable:
         args = [
             _value(program, constants[a.name]) if isinstance(a, fx.Node) else a for a in node.args
         ]
@@ -264,25 +293,13 @@ def fold_constant_quantize(program: ExportedProgram) -> int:
         weight = next(a for a in node.args if isinstance(a, fx.Node))
         # "c_" as torch.export names lifted constants: "p_conv_weight" -> "c_conv_weight_int"
         base = re.sub(r"^(p|b|c)_", "", weight.name)
-        name = _free_name(program, re.sub(r"\W", "_", f"c_{base}_int"))
-        replacement = _add_constant(program, name, value)
+        replacement = new.add(re.sub(r"\W", "_", f"c_{base}_int"), value)
         replacement.meta.update({k: v for k, v in node.meta.items() if k != "val"})
         node.replace_all_uses_with(replacement)
         program.graph.erase_node(node)
-        folded += 1
-    if folded:
-        _remove_unused(program, constants)
-        program.graph_module.recompile()
-    return folded
-
-
-def _free_name(program: ExportedProgram, base: str) -> str:
-    taken = {n.name for n in program.graph.nodes} | set(program.constants) | set(program.state_dict)
-    name, index = base, 0
-    while name in taken:
-        index += 1
-        name = f"{base}_{index}"
-    return name
+    _remove_unused(program, constants)
+    program.graph_module.recompile()
+    return len(foldable)
 
 
 # --- mapping exported nodes back ------------------------------------------------------------

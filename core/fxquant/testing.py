@@ -828,7 +828,8 @@ def load_digits(train: int = 1400) -> Digits:
         >>> data.test_x.shape  # doctest: +SKIP
         torch.Size([397, 1, 8, 8])
     """
-    from sklearn import datasets  # a test extra, not a dependency of fxquant
+    # a test extra, not a dependency of fxquant (and it ships no type information)
+    from sklearn import datasets  # type: ignore[import-untyped,import-not-found,unused-ignore]
 
     data = datasets.load_digits()
     images = torch.tensor(data.images, dtype=torch.float32).unsqueeze(1) / 16.0
@@ -858,7 +859,7 @@ def train_digits_classifier(
         chosen = torch.randint(0, len(data.train_x), (batch,))
         loss = F.cross_entropy(model(data.train_x[chosen]), data.train_y[chosen])
         optimizer.zero_grad()
-        loss.backward()
+        torch.autograd.backward(loss)
         optimizer.step()
     return model.eval()
 

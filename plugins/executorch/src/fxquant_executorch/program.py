@@ -121,9 +121,10 @@ class ExecuTorchProgram:
     def __call__(self, *inputs: Any) -> Any:
         """Run ``forward`` in the ExecuTorch runtime."""
         method = self._method or self._loaded()
+        # no global state on this path (warning filters, logger levels): it is the hot one,
+        # and it may run on several threads at once
         flat = inputs if all(isinstance(x, torch.Tensor) for x in inputs) else None
-        with quiet_toolchain():
-            outputs = method.execute(flat if flat is not None else pytree.tree_flatten(inputs)[0])
+        outputs = method.execute(flat if flat is not None else pytree.tree_flatten(inputs)[0])
         if self._single:
             return outputs[0]
         return pytree.tree_unflatten(list(outputs), self._out_spec)
