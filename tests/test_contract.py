@@ -107,6 +107,23 @@ def test_contract_submodules_import(module: str) -> None:
     importlib.import_module(module)
 
 
+def test_qat_submodules_are_attributes_after_importing_their_package() -> None:
+    """`import fxquant.nn.intrinsic` then `fxquant.nn.intrinsic.qat`, as with `fxquant.nn.qat`."""
+    code = textwrap.dedent(
+        """
+        import fxquant.nn.intrinsic
+        print(fxquant.nn.intrinsic.qat.ConvReLU2d.__module__)
+        import fxquant.nn
+        print(fxquant.nn.qat.Linear.__module__)
+        """
+    )
+    out = subprocess.run(  # a fresh interpreter: this process imported every submodule already
+        [sys.executable, "-W", "error", "-c", code], capture_output=True, text=True, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["fxquant.nn.intrinsic.qat", "fxquant.nn.qat"]
+
+
 @pytest.mark.parametrize(
     ("module", "names"),
     [

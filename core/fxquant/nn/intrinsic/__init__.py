@@ -10,11 +10,18 @@ modules inside; the constructor only checks the parts have the right types.
 
 ``ConvAdd2d`` and ``ConvAddReLU2d`` take a second tensor that is added to the
 convolution's output (the oneDNN ``conv + add`` fusion).
+
+The QAT versions live in ``fxquant.nn.intrinsic.qat``, loaded on first access
+(``import fxquant.nn.intrinsic`` then ``fxquant.nn.intrinsic.qat`` works, as
+``fxquant.nn.qat`` does after ``import fxquant.nn``); an eager import would be
+circular, since the QAT modules build on these.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
+from types import ModuleType
 from typing import ClassVar
 
 import torch
@@ -41,11 +48,20 @@ __all__ = [
     "LinearBn1d",
     "LinearReLU",
     "check_module_type",
+    "qat",
     "relu_module",
     "type_label",
 ]
 
 AddFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def __getattr__(name: str) -> ModuleType:
+    # the submodule imports this package, so it cannot be imported eagerly here
+    if name == "qat":
+        return importlib.import_module(f"{__name__}.qat")
+    msg = f"module {__name__!r} has no attribute {name!r}"
+    raise AttributeError(msg)
 
 
 def type_label(cls: type) -> str:
