@@ -32,10 +32,24 @@ def test_each_level_overrides_the_ones_below_it() -> None:
     assert mapping.qconfig_for("a.fc", Linear, 0) is Q3
     mapping.set_module_name("a", Q4)
     assert mapping.qconfig_for("a.fc", Linear, 0) is Q4
-    mapping.set_module_name_object_type_order("a.fc", Linear, 0, Q5)
+    mapping.set_module_name_object_type_order("a", Linear, 0, Q5)  # the first Linear `a` calls
     assert mapping.qconfig_for("a.fc", Linear, 0) is Q5
     assert mapping.qconfig_for("a.fc", Linear, 1) is Q4
     assert mapping.qconfig_for("a.fc", Linear) is Q4
+
+
+def test_an_order_entry_counts_a_module_in_its_parent_and_a_call_in_its_module() -> None:
+    """Seed 003: `("", nn.Conv2d, 3)` is the fourth Conv2d the root calls directly."""
+    conv = torch.nn.Conv2d
+    mapping = (
+        QConfigMapping()
+        .set_module_name_object_type_order("", conv, 3, Q1)
+        .set_module_name_object_type_order("block", torch.add, 0, Q2)
+    )
+    assert mapping.qconfig_for("conv3", conv, 3) is Q1
+    assert mapping.qconfig_for("block.conv3", conv, 3) is None  # called by `block`, not the root
+    assert mapping.qconfig_for("block", torch.add, 0) is Q2
+    assert mapping.qconfig_for("block.add", torch.add, 0) is None
 
 
 def test_regexes_match_in_registration_order_as_seed_003_says() -> None:
@@ -193,7 +207,10 @@ def test_qconfig_for_agrees_with_torch_ao(
             mapping, object_type, name, mapping.global_qconfig
         )
         if index is not None:
+            # torch.ao counts a module among its parent's calls (_generate_node_name_to_qconfig)
+            is_module = isinstance(object_type, type) and issubclass(object_type, torch.nn.Module)
+            scope = name.rpartition(".")[0] if is_module else name
             expected = utils._maybe_adjust_qconfig_for_module_name_object_type_order(
-                mapping, name, object_type, index, expected
+                mapping, scope, object_type, index, expected
             )
     assert mapping.qconfig_for(name, object_type, index) is expected

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import fxquant
+import pytest
 import torch
 from fxquant.config.backend import BackendConfig
 from fxquant.config.qconfig import QConfig
@@ -60,3 +62,90 @@ def test_module_name_entry_that_matches_nothing_is_reported() -> None:
     mapping = QConfigMapping().set_module_name("c", A).set_module_name_regex("zz.*", A)
     unused = assign_qconfigs(gm, dict(gm.named_modules()), mapping).unused
     assert [r.field for r in unused] == ["module_name", "module_name_regex"]
+
+
+class FiveConvs(nn.Module):
+    """The root calls five Conv2d directly, each followed by a ReLU; `block` calls one more."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.convs = nn.ModuleList(nn.Conv2d(2, 2, 1) for _ in range(5))
+        self.relus = nn.ModuleList(nn.ReLU() for _ in range(5))
+        self.block = nn.Sequential(nn.Conv2d(2, 2, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for conv, relu in zip(self.convs, self.relus, strict=True):
+            x = relu(conv(x))
+        return self.block(x)
+
+
+def conv_qconfigs(mapping: QConfigMapping) -> dict[str, object]:
+    gm = trace(FiveConvs(), FlowContext(BackendConfig("b")))
+    result = assign_qconfigs(gm, dict(gm.named_modules()), mapping)
+    return {str(n.target): q for n, q in result.qconfigs.items() if n.op == "call_module"}
+
+
+def test_an_order_entry_for_a_module_class_names_the_nth_module_its_parent_calls() -> None:
+    """Seed 003: ("", nn.Conv2d, 3) is the fourth Conv2d called directly by the root."""
+    mapping = QConfigMapping().set_global(A).set_module_name_object_type_order("", nn.Conv2d, 3, B)
+    got = conv_qconfigs(mapping)
+    assert [name for name, q in got.items() if q is B] == ["convs.3"]
+    assert got["block.0"] is A  # the first Conv2d `block` calls, not the root
+    mapping.set_module_name_object_type_order("block", nn.Conv2d, 0, C)
+    assert conv_qconfigs(mapping)["block.0"] is C
+
+
+D = QConfig(activation=nn.Sigmoid, weight=nn.Identity)
+LEVELS: list[tuple[str, object, object]] = [  # (to_dict key, entries, the QConfig they give)
+    ("module_name_object_type_order", [("", nn.Conv2d, 3, A)], A),
+    ("module_name", [("convs.3", B)], B),
+    ("module_name_regex", [(r"convs\.[34]", C)], C),
+    ("object_type", [(nn.Conv2d, None)], None),
+    ("", D, D),
+]
+
+
+@pytest.mark.parametrize("top", range(len(LEVELS)))
+def test_each_level_wins_over_the_ones_below_it_on_one_module(top: int) -> None:
+    """convs.3 with all five entries stacked; dropping the top level exposes the next one."""
+    mapping = QConfigMapping.from_dict({key: entries for key, entries, _ in LEVELS[top:]})
+    rebuilt = QConfigMapping.from_dict(mapping.to_dict())
+    assert rebuilt == mapping
+    for candidate in (mapping, rebuilt):
+        got = conv_qconfigs(candidate)
+        assert got["convs.3"] is LEVELS[top][2]
+        assert got["convs.0"] is (D if top == len(LEVELS) - 1 else None)  # named by none
+
+
+def test_an_order_entry_survives_fusion_and_qat_swaps() -> None:
+    """The index is the model's as written: fusing conv+relu or swapping QAT modules keeps it."""
+    qconfig = fxquant.get_default_qconfig_mapping("reference", is_qat=True).global_qconfig
+    mapping = (
+        QConfigMapping()
+        .set_global(qconfig)
+        .set_module_name_object_type_order("", nn.Conv2d, 3, None)
+    )
+    example = (torch.randn(1, 2, 4, 4),)
+    for prepare in (fxquant.prepare_fx, fxquant.prepare_qat_fx):
+        model = FiveConvs().train(prepare is fxquant.prepare_qat_fx)
+        prepared = prepare(model, mapping, example)
+        report = fxquant.explain(prepared, show=False)
+        assert report.entry("convs_3").status == "float", prepare.__name__
+        assert report.entry("convs_3").reason.code == "qconfig_none"
+        fused = [type(prepared.get_submodule(f"convs.{i}")).__name__ for i in range(5)]
+        assert fused.count("ConvReLU2d") == 4, (prepare.__name__, fused)
+
+
+def test_convert_reads_the_order_entries_of_its_mapping_with_the_prepared_indices() -> None:
+    """convert_fx(qconfig_mapping=...) turns off the fourth conv, not one shifted by fusion."""
+    mapping = fxquant.get_default_qconfig_mapping("reference")
+    example = (torch.randn(1, 2, 4, 4),)
+    prepared = fxquant.prepare_fx(FiveConvs().eval(), mapping, example)
+    prepared(*example)
+    off = QConfigMapping.from_dict(
+        {**mapping.to_dict(), "module_name_object_type_order": [("", nn.Conv2d, 3, None)]}
+    )
+    reference = fxquant.convert_to_reference_fx(prepared, qconfig_mapping=off)
+    report = fxquant.explain(reference, show=False)
+    statuses = {name: report.entry(name).status for name in ("convs_2", "convs_3", "convs_4")}
+    assert statuses == {"convs_2": "reference", "convs_3": "skipped", "convs_4": "reference"}

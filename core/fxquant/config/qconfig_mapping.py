@@ -8,14 +8,23 @@ Five levels, lowest priority first; the most specific level that matches wins:
     module name          set_module_name         the name, or its nearest named ancestor
     name + type + index  set_module_name_object_type_order
 
-:meth:`QConfigMapping.qconfig_for` applies these rules; the flow calls it once per node.
-A qconfig of ``None`` is a real answer ("leave this in float"), not a miss.
+The index counts calls inside one module, in the order ``forward`` makes them:
+``("", nn.Conv2d, 3)`` is the fourth ``nn.Conv2d`` the root module calls directly,
+``("block", torch.add, 0)`` the first ``torch.add`` in ``block.forward``. A module
+is counted in its parent (the module that calls it, :func:`order_scope`); a
+function or method call in the module that makes it.
+
+:meth:`QConfigMapping.resolve` applies these rules, the one place that does;
+the flow calls it once per node, and :meth:`QConfigMapping.qconfig_for` is its
+short form for one module or call. A qconfig of ``None`` is a real answer
+("leave this in float"), not a miss.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 import torch
@@ -23,10 +32,13 @@ import torch
 from fxquant.config.qconfig import QConfig, QConfigAny
 from fxquant.errors import ConfigError, ConfigTypeError
 
-__all__ = ["ObjectType", "QConfigMapping"]
+__all__ = ["ObjectType", "OrderKey", "QConfigChoice", "QConfigMapping", "order_key", "order_scope"]
 
 ObjectType = Callable[..., Any] | str
 """A module class, a function (``torch.add``, ``operator.add``) or a method name (``"relu"``)."""
+
+OrderKey = tuple[str, ObjectType, int]
+"""``(module_name, object_type, index)``: the key of :meth:`set_module_name_object_type_order`."""
 
 GLOBAL_KEY: Final = ""
 OBJECT_TYPE_KEY: Final = "object_type"
@@ -89,6 +101,67 @@ def _parent_names(module_name: str) -> list[str]:
     """``"a.b.c"`` -> ``["a.b.c", "a.b", "a"]``; the root (``""``) has no name entry."""
     parts = module_name.split(".") if module_name else []
     return [".".join(parts[:n]) for n in range(len(parts), 0, -1)]
+
+
+def _is_module_class(object_type: object) -> bool:
+    return isinstance(object_type, type) and issubclass(object_type, torch.nn.Module)
+
+
+def order_scope(module_name: str, object_type: object) -> str:
+    """The module whose calls an index counts: a module's parent, a call's own module.
+
+    ``module_name`` is the module itself when ``object_type`` is a module class
+    (``"block.conv"`` is counted among the calls ``"block"`` makes), and the module
+    making the call for a function or method.
+
+    Example:
+        >>> order_scope("block.conv", torch.nn.Conv2d), order_scope("conv", torch.nn.Conv2d)
+        ('block', '')
+        >>> order_scope("block", torch.add)
+        'block'
+    """
+    if _is_module_class(object_type):
+        return module_name.rpartition(".")[0]
+    return module_name
+
+
+def order_key(module_name: str, object_type: ObjectType, index: int) -> OrderKey:
+    """The :meth:`QConfigMapping.set_module_name_object_type_order` key that names one call.
+
+    Args:
+        module_name: the module (for a module class) or the module making the call.
+        object_type: the module class, function or method name.
+        index: how many earlier calls of ``object_type`` the same scope made.
+
+    Example:
+        >>> order_key("block.conv", torch.nn.Conv2d, 1)[0]
+        'block'
+    """
+    return (order_scope(module_name, object_type), object_type, index)
+
+
+@dataclass(frozen=True, slots=True)
+class QConfigChoice:
+    """What :meth:`QConfigMapping.resolve` chose, and which level of the mapping gave it.
+
+    ``level`` is the ``to_dict`` key of that level (``""`` for the global QConfig).
+
+    Example:
+        >>> QConfigChoice(None, "").names_module
+        False
+    """
+
+    qconfig: QConfigAny
+    level: str
+
+    @property
+    def names_module(self) -> bool:
+        """True when an entry naming a module (order, name or regex) gave the QConfig."""
+        return self.level in (
+            MODULE_NAME_OBJECT_TYPE_ORDER_KEY,
+            MODULE_NAME_KEY,
+            MODULE_NAME_REGEX_KEY,
+        )
 
 
 class QConfigMapping:
@@ -175,6 +248,12 @@ class QConfigMapping:
     ) -> QConfigMapping:
         """Set the QConfig for the ``index``-th call of ``object_type`` inside ``module_name``.
 
+        ``module_name`` is the module whose ``forward`` makes the calls, for module
+        classes too: ``("", torch.nn.Conv2d, 3)`` is the fourth ``Conv2d`` the root
+        module calls directly, ``("block", torch.add, 0)`` the first ``torch.add`` in
+        ``block.forward``. Indices count calls in execution order (a module called
+        twice counts twice), of the model as written, before fusion.
+
         Example:
             >>> m = QConfigMapping().set_module_name_object_type_order("foo", torch.add, 0, None)
             >>> len(m.module_name_object_type_order_qconfigs)
@@ -187,43 +266,78 @@ class QConfigMapping:
     def qconfig_for(
         self, module_name: str, object_type: ObjectType | None = None, index: int | None = None
     ) -> QConfigAny:
-        """The QConfig of one node: the highest-priority level that matches wins.
-
-        Priority, highest first:
-
-        1. ``(module_name, object_type, index)`` set with
-           :meth:`set_module_name_object_type_order` (only when ``index`` is given);
-        2. ``module_name`` itself, else its nearest ancestor with a name entry
-           (``"a.b.c"`` looks up ``"a.b.c"``, ``"a.b"``, ``"a"``);
-        3. the first registered regex that ``re.match``-es ``module_name``;
-        4. ``object_type``;
-        5. the global QConfig.
+        """The QConfig of one module or call; :meth:`resolve` with one object type.
 
         Args:
             module_name: qualified name of the module (for a function or method call,
                 the module whose ``forward`` makes the call; ``""`` for the root).
             object_type: the module's class, the function, or the method name.
-            index: for function and method calls, how many earlier calls of the same
-                ``object_type`` the same module made (0 for the first).
+            index: how many earlier calls of ``object_type`` precede this one in its
+                :func:`order_scope` (a module's parent, a call's own module); 0 for the first.
 
         Example:
-            >>> QConfigMapping().qconfig_for("fc", torch.nn.Linear) is None
+            >>> q = QConfig(activation=torch.nn.Identity, weight=torch.nn.Identity)
+            >>> m = QConfigMapping().set_module_name_object_type_order("", torch.nn.Conv2d, 3, q)
+            >>> m.qconfig_for("conv3", torch.nn.Conv2d, 3) is q
             True
         """
-        order_key = (module_name, object_type, index)
-        if index is not None and object_type is not None:
-            orders = self.module_name_object_type_order_qconfigs
-            if order_key in orders:
-                return orders[(module_name, object_type, index)]
+        types = () if object_type is None else (object_type,)
+        orders = (
+            ()
+            if object_type is None or index is None
+            else (order_key(module_name, object_type, index),)
+        )
+        return self.resolve(module_name, types, orders).qconfig
+
+    def resolve(
+        self,
+        module_name: str,
+        object_types: Sequence[Any] = (),
+        orders: Sequence[OrderKey] = (),
+    ) -> QConfigChoice:
+        """The QConfig of one graph node: the highest-priority level that matches wins.
+
+        Priority, highest first:
+
+        1. the first of ``orders`` set with :meth:`set_module_name_object_type_order`;
+        2. ``module_name`` itself, else its nearest ancestor with a name entry
+           (``"a.b.c"`` looks up ``"a.b.c"``, ``"a.b"``, ``"a"``);
+        3. the first registered regex that ``re.match``-es ``module_name``;
+        4. the first of ``object_types`` with an entry;
+        5. the global QConfig.
+
+        Args:
+            module_name: qualified name of the module (for a function or method call,
+                the module whose ``forward`` makes the call; ``""`` for the root).
+            object_types: the object types the node answers to, first preferred: a
+                module's class (then the classes a fused module replaced); for a call,
+                the owning module's class, then the function or method name (torch.ao's
+                order). ``None`` items are skipped.
+            orders: the :func:`order_key` s naming the node's call (a fused module has
+                one per module it replaced).
+
+        Example:
+            >>> q = QConfig(activation=torch.nn.Identity, weight=torch.nn.Identity)
+            >>> m = QConfigMapping().set_global(q).set_module_name("head", None)
+            >>> m.resolve("head.fc", (torch.nn.Linear,))
+            QConfigChoice(qconfig=None, level='module_name')
+            >>> m.resolve("body.fc", (torch.nn.Linear,)).level
+            ''
+        """
+        table = self.module_name_object_type_order_qconfigs
+        for key in orders:
+            if key in table:
+                return QConfigChoice(table[key], MODULE_NAME_OBJECT_TYPE_ORDER_KEY)
         for name in _parent_names(module_name):
             if name in self.module_name_qconfigs:
-                return self.module_name_qconfigs[name]
+                return QConfigChoice(self.module_name_qconfigs[name], MODULE_NAME_KEY)
         for regex, qconfig in self.module_name_regex_qconfigs.items():
             if self._regex(regex).match(module_name):
-                return qconfig
-        if object_type is not None and object_type in self.object_type_qconfigs:
-            return self.object_type_qconfigs[object_type]
-        return self.global_qconfig
+                return QConfigChoice(qconfig, MODULE_NAME_REGEX_KEY)
+        for object_type in object_types:
+            if object_type is not None and object_type in self.object_type_qconfigs:
+                return QConfigChoice(self.object_type_qconfigs[object_type], OBJECT_TYPE_KEY)
+        return QConfigChoice(self.global_qconfig, GLOBAL_KEY)
 
     def _regex(self, regex: str) -> re.Pattern[str]:
         # attributes are public (torch.ao's names): compile what was assigned directly too

@@ -33,7 +33,7 @@ from fxquant.flow.context import FlowContext
 from fxquant.flow.match import Match, PatternIndex, match_graph, module_table
 from fxquant.flow.qconfig_assign import assign_qconfigs, qconfig_mismatch
 from fxquant.flow.report import Reason
-from fxquant.flow.state import update_info
+from fxquant.flow.state import node_info, update_info
 
 __all__ = ["fuse", "fusion_index"]
 
@@ -116,6 +116,8 @@ def _apply(
     extra = (
         list(config._extra_inputs_getter(match.structure)) if config._extra_inputs_getter else []
     )
+    # the fused module answers to the order keys of every call it replaces (#11)
+    orders = tuple(key for node in match.nodes for key in node_info(node).call_orders)
     _set_module(gm, str(root.target), fused)
     if root is not match.anchor:
         match.anchor.prepend(root)  # extra inputs may be defined after the root
@@ -127,7 +129,14 @@ def _apply(
                 erased.add(str(node.target))
             node.graph.erase_node(node)
     heads = tuple(p[0] if isinstance(p, tuple) else p for p in _chain(match.pattern))
-    update_info(root, module_type=type(fused), fused_from=heads, anchor=root.name, is_root=True)
+    update_info(
+        root,
+        module_type=type(fused),
+        fused_from=heads,
+        anchor=root.name,
+        is_root=True,
+        call_orders=orders,
+    )
 
 
 def _trainable_fusions(ctx: FlowContext) -> Callable[[Match[BackendPatternConfig]], Reason | None]:

@@ -1,15 +1,20 @@
 """QConfig per node from the five QConfigMapping levels, in one pass.
 
-Priority, highest first (torch.ao's order):
+The priority rules are :meth:`QConfigMapping.resolve`'s (the one implementation);
+this module says what each node answers to:
 
-    module_name_object_type_order  (module path, op, index): index counts calls of
-                                   that op per module (modules counted per parent)
-    module_name                    the node's module path or its nearest named ancestor
-    module_name_regex              first registered regex that re.match()es the path
-    object type                    the module's class (a fused module also answers to
-                                   the classes it fused); for function and method calls
-                                   first the owning module's class, then the op
-    global
+    node            module name        object types                    order keys
+    call_module     its target         its class, the classes it fused  NodeInfo.call_orders
+    call_function   owning module      owning module's class, target   NodeInfo.call_orders
+    call_method     owning module      owning module's class, name     NodeInfo.call_orders
+    get_attr        owning module      owning module's class           -
+
+Order keys (``set_module_name_object_type_order``) are numbered once, on the graph
+as captured (:func:`number_calls`, before fusion), and kept in ``NodeInfo``: a
+fused module keeps the keys of every module it replaced, a QAT module those of
+the module it swapped, so fusion, QAT swaps and observers do not shift the index.
+A call is counted in the module whose ``forward`` makes it: ``("", nn.Conv2d, 3)``
+is the fourth Conv2d the root calls, also when the convs sit in a ModuleList.
 
 An object-type entry for a fused module class (``fxquant.nn.intrinsic.ConvAdd2d``)
 gives its qconfig to every node of a pattern that fuses into that class, over
@@ -33,15 +38,13 @@ from torch import fx, nn
 from fxquant.config.backend import BackendPatternConfig
 from fxquant.config.pattern import pattern_str
 from fxquant.config.qconfig import QConfig
-from fxquant.config.qconfig_mapping import QConfigMapping
+from fxquant.config.qconfig_mapping import OrderKey, QConfigChoice, QConfigMapping, order_scope
 from fxquant.flow.match import Match
 from fxquant.flow.report import Reason
-from fxquant.flow.state import node_info
+from fxquant.flow.state import META_KEY, node_info
 from fxquant.nn.intrinsic import FusedModule
 
-__all__ = ["QConfigAssignment", "assign_qconfigs", "qconfig_mismatch"]
-
-_MISSING = object()
+__all__ = ["QConfigAssignment", "assign_qconfigs", "number_calls", "qconfig_mismatch"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,50 +62,62 @@ class QConfigAssignment:
     fused_types: Mapping[Any, QConfig | None] = dataclasses.field(default_factory=dict)
 
 
-class _Resolver:
-    def __init__(self, mapping: QConfigMapping) -> None:
-        self.mapping = mapping
-        self.regexes = [(re.compile(r), q) for r, q in mapping.module_name_regex_qconfigs.items()]
-        self.orders_seen: set[tuple[str, Any, int]] = set()
+def _scopes(node: fx.Node, modules: Mapping[str, nn.Module]) -> tuple[tuple[str, ...], Any]:
+    """The scopes that count a call node, and its object type; no scopes for other nodes.
 
-    def by_name(self, path: str) -> Any:
-        names = self.mapping.module_name_qconfigs
-        parts = path.split(".") if path else []
-        for n in range(len(parts), 0, -1):
-            name = ".".join(parts[:n])
-            if name in names:
-                return names[name]
-        for regex, qconfig in self.regexes:
-            if regex.match(path):
-                return qconfig
-        return _MISSING
-
-    def by_type(self, *types: Any) -> Any:
-        table = self.mapping.object_type_qconfigs
-        for t in types:
-            if t is not None and t in table:
-                return table[t]
-        return _MISSING
-
-    def resolve(
-        self, path: str, types: tuple[Any, ...], order: tuple[Any, int] | None
-    ) -> tuple[Any, bool]:
-        """The qconfig, and whether an entry naming the module (not a type) gave it."""
-        if order is not None:
-            key = (path, order[0], order[1])
-            self.orders_seen.add(key)
-            orders = self.mapping.module_name_object_type_order_qconfigs
-            if key in orders:
-                return orders[key], True
-        found = self.by_name(path)
-        if found is not _MISSING:
-            return found, True
-        found = self.by_type(*types)
-        return (self.mapping.global_qconfig if found is _MISSING else found), False
+    A module call counts in the module whose ``forward`` makes it (torch.fx's
+    ``nn_module_stack``, one entry up) and, where that differs, in its parent by
+    path, torch.ao's count: a module in a ``ModuleList`` (no ``forward`` of its
+    own) is the n-th of its type for the list's owner and for the list.
+    """
+    if node.op == "call_module":
+        path = str(node.target)
+        module = modules.get(path)
+        if module is None:
+            return (), None
+        parent = order_scope(path, type(module))
+        stack = node.meta.get("nn_module_stack")
+        callers = [value[0] for value in stack.values()][:-1] if stack else None
+        caller = (callers[-1] if callers else "") if callers is not None else parent
+        return tuple(dict.fromkeys((caller, parent))), type(module)
+    if node.op in ("call_function", "call_method"):
+        return (node_info(node).module_path,), node.target
+    return (), None
 
 
-def _parent(path: str) -> str:
-    return path.rpartition(".")[0]
+def number_calls(
+    graph: fx.Graph, modules: Mapping[str, nn.Module]
+) -> dict[fx.Node, tuple[OrderKey, ...]]:
+    """The order keys of every call node: its index among same-type calls of its scope.
+
+    A function or method call is counted in the module making it, a module call
+    in the module calling it (and in its parent by path, see ``_scopes``). Run
+    on the graph as captured (trace keeps the result in ``NodeInfo.call_orders``).
+
+    Example:
+        >>> import torch
+        >>> gm = fx.symbolic_trace(nn.Sequential(nn.ReLU(), nn.ReLU()))
+        >>> list(number_calls(gm.graph, dict(gm.named_modules())).values())[1]
+        (('', <class 'torch.nn.modules.activation.ReLU'>, 1),)
+    """
+    counts: dict[tuple[str, Any], int] = {}
+    numbered: dict[fx.Node, tuple[OrderKey, ...]] = {}
+    for node in graph.nodes:
+        scopes, object_type = _scopes(node, modules)
+        keys = []
+        for scope in scopes:
+            index = counts.get((scope, object_type), 0)
+            counts[(scope, object_type)] = index + 1
+            keys.append((scope, object_type, index))
+        if keys:
+            numbered[node] = tuple(keys)
+    return numbered
+
+
+def _orders(gm: fx.GraphModule, modules: Mapping[str, nn.Module]) -> Mapping[fx.Node, Any]:
+    if any(META_KEY in n.meta for n in gm.graph.nodes):
+        return {n: node_info(n).call_orders for n in gm.graph.nodes}
+    return number_calls(gm.graph, modules)  # a graph the flow did not capture (tests, doctests)
 
 
 def assign_qconfigs(
@@ -120,58 +135,52 @@ def assign_qconfigs(
         >>> [n.name for n, v in result.qconfigs.items() if v is q]
         ['_0']
     """
-    resolver = _Resolver(mapping)
-    counts: dict[tuple[str, Any], int] = {}
+    orders = _orders(gm, modules)
     qconfigs: dict[fx.Node, QConfig | None] = {}
     named: set[fx.Node] = set()
     for node in gm.graph.nodes:
         if node.op in ("placeholder", "output"):
             continue
-        qconfigs[node], by_name = _node_qconfig(node, modules, resolver, counts)
-        if by_name:
+        choice = _resolve(node, modules, mapping, orders.get(node, ()))
+        qconfigs[node] = choice.qconfig
+        if choice.names_module:
             named.add(node)
     fused_types = {
         t: q
         for t, q in mapping.object_type_qconfigs.items()
         if isinstance(t, type) and issubclass(t, FusedModule)
     }
+    seen = {key for keys in orders.values() for key in keys}
     return QConfigAssignment(
-        qconfigs, _unused(gm, modules, resolver), frozenset(named), fused_types
+        qconfigs, _unused(gm, modules, mapping, seen), frozenset(named), fused_types
     )
 
 
-def _node_qconfig(
+def _resolve(
     node: fx.Node,
     modules: Mapping[str, nn.Module],
-    resolver: _Resolver,
-    counts: dict[tuple[str, Any], int],
-) -> tuple[Any, bool]:
+    mapping: QConfigMapping,
+    orders: tuple[OrderKey, ...],
+) -> QConfigChoice:
     info = node_info(node)
     if node.op == "get_attr":
-        owner = _parent(str(node.target))
-        return resolver.resolve(owner, (type(modules.get(owner)),), None)
+        owner = str(node.target).rpartition(".")[0]
+        return mapping.resolve(owner, (type(modules.get(owner)),))
     if node.op == "call_module":
         path = str(node.target)
-        module_type = type(modules[path])
-        key: tuple[str, Any] = (_parent(path), module_type)
-        order = (module_type, counts.get(key, 0))
-        counts[key] = order[1] + 1
-        return resolver.resolve(path, (module_type, *info.fused_from), order)
-    if node.op == "call_function":
-        key = (info.module_path, node.target)
-        fn_order = (node.target, counts.get(key, 0))
-        counts[key] = fn_order[1] + 1
-        return resolver.resolve(info.module_path, (info.module_type, node.target), fn_order)
-    return resolver.resolve(info.module_path, (info.module_type, node.target), None)
+        return mapping.resolve(path, (type(modules[path]), *info.fused_from), orders)
+    return mapping.resolve(info.module_path, (info.module_type, node.target), orders)
 
 
 def _unused(
-    gm: fx.GraphModule, modules: Mapping[str, nn.Module], resolver: _Resolver
+    gm: fx.GraphModule,
+    modules: Mapping[str, nn.Module],
+    mapping: QConfigMapping,
+    seen: set[OrderKey],
 ) -> tuple[Reason, ...]:
     # object-type entries are exempt: default mappings list every op type a backend has
     paths = set(modules) | {node_info(n).module_path for n in gm.graph.nodes}
     prefixes = {p.rsplit(".", i)[0] for p in paths for i in range(p.count(".") + 1)}
-    mapping = resolver.mapping
     unused = [
         Reason(
             "unused_qconfig_entry",
@@ -185,22 +194,24 @@ def _unused(
     unused += [
         Reason(
             "unused_qconfig_entry",
-            f"module_name_regex {regex.pattern!r} matches no module path of the model",
+            f"module_name_regex {regex!r} matches no module path of the model",
             field="module_name_regex",
-            bound=regex.pattern,
+            bound=regex,
         )
-        for regex, _ in resolver.regexes
-        if not any(regex.match(p) for p in paths)
+        for regex in mapping.module_name_regex_qconfigs
+        if not any(re.match(regex, p) for p in paths)
     ]
     unused += [
         Reason(
             "unused_qconfig_entry",
-            f"module_name_object_type_order {key!r} matches no call in the model",
+            f"module_name_object_type_order {key!r} matches no call in the model "
+            "(the index counts calls of that type made by that module's forward; a module "
+            "is counted in its parent)",
             field="module_name_object_type_order",
             bound=key,
         )
         for key in mapping.module_name_object_type_order_qconfigs
-        if key not in resolver.orders_seen
+        if key not in seen
     ]
     return tuple(unused)
 

@@ -46,6 +46,9 @@ class NodeInfo:
     """The ops a fused module replaced (``(Conv2d, ReLU)``), for qconfig lookup by type."""
     fusion_reason: Reason | None = None
     """Why fuse left this node's pattern unfused (``fusion_qconfig_mismatch``)."""
+    call_orders: tuple[Any, ...] = ()
+    """The ``set_module_name_object_type_order`` keys naming this call, numbered on the
+    graph as captured; a fused module keeps those of every module it replaced."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,8 @@ from torch import fx, nn
 
 from fxquant.errors import FxquantError, UntraceableModelError
 from fxquant.flow.context import FlowContext
-from fxquant.flow.state import META_KEY, NodeInfo
+from fxquant.flow.qconfig_assign import number_calls
+from fxquant.flow.state import META_KEY, NodeInfo, update_info
 
 __all__ = ["QuantizationTracer", "UntraceableModelError", "drop_string_annotations", "trace"]
 
@@ -150,6 +151,8 @@ def trace(model: nn.Module, ctx: FlowContext) -> fx.GraphModule:
     drop_string_annotations(graph)
     gm = fx.GraphModule(tracer.root, graph, type(model).__name__)
     gm.train(model.training)
+    for node, keys in number_calls(gm.graph, dict(gm.named_modules())).items():
+        update_info(node, call_orders=keys)  # before fusion: the model's indices (#11)
     return _keep_attributes(model, gm, ctx)
 
 
