@@ -70,7 +70,7 @@ def _prepare(model: nn.Module, ctx: FlowContext, step: str) -> fx.GraphModule:
     return gm
 
 
-def prepare_fx(  # the seed's signature plus strict
+def prepare_fx(  # noqa: PLR0913  # the seed's five arguments plus keyword-only strict, concrete_args
     model: nn.Module,
     qconfig_mapping: QConfigMapping,
     example_inputs: tuple[Any, ...],
@@ -78,17 +78,24 @@ def prepare_fx(  # the seed's signature plus strict
     backend_config: BackendConfig | None = None,
     *,
     strict: bool = False,
+    concrete_args: dict[str, Any] | None = None,
 ) -> fx.GraphModule:
     """Prepare an eval-mode model for post-training quantization: insert observers.
 
     Args:
-        model: the float model (left unmodified; call ``model.eval()`` first).
+        model: the float model (left unmodified; call ``model.eval()`` first). A
+            ``torch.fx.GraphModule`` (from any tracer, e.g. transformers') is taken
+            as it is, not traced again.
         qconfig_mapping: which qconfig each part gets.
         example_inputs: positional inputs of ``model.forward`` (their dtypes tell
             float tensors from integer ones).
         prepare_custom_config: tracing and boundary settings.
         backend_config: the backend's patterns; None means the ``reference`` backend.
         strict: raise :class:`fxquant.QuantizationSkipped` instead of skipping a pattern.
+        concrete_args: ``forward`` parameters to trace with fixed values, as in
+            ``torch.fx.symbolic_trace`` (e.g. ``{"attention_mask": None}`` for an
+            optional input the model is not called with). Keyword-only, after the
+            seed's arguments and ``strict``.
 
     Returns:
         A GraphModule with observers; ``fxquant.explain(gm)`` tells what was decided.
@@ -108,11 +115,11 @@ def prepare_fx(  # the seed's signature plus strict
         backend_config,
         is_qat=False,
         strict=strict,
-    )
+    ).with_concrete_args(concrete_args)
     return _prepare(model, ctx, "prepare_fx")
 
 
-def prepare_qat_fx(  # the seed's signature plus strict
+def prepare_qat_fx(  # noqa: PLR0913  # the seed's five arguments plus keyword-only strict, concrete_args
     model: nn.Module,
     qconfig_mapping: QConfigMapping,
     example_inputs: tuple[Any, ...],
@@ -120,10 +127,12 @@ def prepare_qat_fx(  # the seed's signature plus strict
     backend_config: BackendConfig | None = None,
     *,
     strict: bool = False,
+    concrete_args: dict[str, Any] | None = None,
 ) -> fx.GraphModule:
     """Prepare a train-mode model for quantization-aware training: QAT modules, fake quant.
 
-    Same arguments as :func:`prepare_fx`; ``model`` is copied, never modified.
+    Same arguments as :func:`prepare_fx` (``concrete_args`` included); ``model`` is
+    copied, never modified.
 
     Example:
         >>> import torch, fxquant
@@ -140,7 +149,7 @@ def prepare_qat_fx(  # the seed's signature plus strict
         backend_config,
         is_qat=True,
         strict=strict,
-    )
+    ).with_concrete_args(concrete_args)
     return _prepare(model, ctx, "prepare_qat_fx")
 
 

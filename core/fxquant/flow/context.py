@@ -6,7 +6,8 @@ with ``backend_config=None`` resolved to the built-in ``reference`` backend.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fxquant.config.backend import BackendConfig
@@ -46,6 +47,19 @@ def _check(value: Any, cls: Any, argument: str) -> Any:
     return value
 
 
+def _check_concrete_args(value: object) -> Mapping[str, Any] | None:
+    if value is None:
+        return None
+    if isinstance(value, Mapping) and all(isinstance(k, str) for k in value):
+        return dict(value)
+    msg = (
+        f"concrete_args must be a dict from forward() parameter names to the values to "
+        f"trace with (e.g. {{'attention_mask': None}}) or None, got {value!r} of type "
+        f"{type(value).__name__}"
+    )
+    raise ConfigTypeError(msg)
+
+
 @dataclass(frozen=True, slots=True)
 class FlowContext:
     """The inputs of one flow call, checked and resolved.
@@ -64,6 +78,7 @@ class FlowContext:
     is_qat: bool = False
     strict: bool = False
     example_inputs: tuple[Any, ...] = ()
+    concrete_args: Mapping[str, Any] | None = None
 
     @classmethod
     def for_fuse(
@@ -118,3 +133,16 @@ class FlowContext:
             strict=bool(strict),
             example_inputs=example_inputs,
         )
+
+    def with_concrete_args(self, concrete_args: object) -> FlowContext:
+        """This context with prepare's ``concrete_args`` (checked) for tracing.
+
+        Raises:
+            ConfigTypeError: ``concrete_args`` is not a dict keyed by parameter names.
+
+        Example:
+            >>> ctx = FlowContext(BackendConfig("b")).with_concrete_args({"mask": None})
+            >>> ctx.concrete_args
+            {'mask': None}
+        """
+        return replace(self, concrete_args=_check_concrete_args(concrete_args))

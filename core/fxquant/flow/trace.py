@@ -1,19 +1,26 @@
 """Capture: symbolic tracing that honours ``PrepareCustomConfig``.
 
     model (nn.Module) --QuantizationTracer--> GraphModule (new containers, same leaves)
+    model (GraphModule) --------------------> its graph as it is (``flow.adopt``)
 
 The tracer keeps as single ``call_module`` nodes: torch's own modules,
 fxquant's fused/QAT/reference modules, and the non-traceable, standalone and
-custom modules the config names. Each node gets a :class:`NodeInfo` (owning
-module path and type, the user's source line). The user's model is never
-modified: the GraphModule gets its own container modules, and every step that
-changes a leaf module works on a copy of it. A model that cannot be traced
-raises :class:`UntraceableModelError` naming the module and the source line.
+custom modules the config names. ``concrete_args`` (prepare's keyword) fixes
+arguments of ``forward`` to values, as in ``torch.fx.symbolic_trace``. A
+transformers model is traced by transformers' own tracer with these leaf rules
+(``flow.hf_trace``): its code asks tensors for their rank and dtype, which that
+tracer answers from meta tensors. Each node gets a :class:`NodeInfo` (owning
+module path and type, the user's source line, its call-order keys). The user's
+model is never modified: the GraphModule gets its own container modules, and
+every step that changes a leaf module works on a copy of it. A model that
+cannot be traced raises :class:`UntraceableModelError` naming the module and
+the source line.
 """
 
 from __future__ import annotations
 
 import copy
+import inspect
 import os
 import sys
 import types
@@ -22,7 +29,8 @@ from typing import Any
 import torch
 from torch import fx, nn
 
-from fxquant.errors import FxquantError, UntraceableModelError
+from fxquant.errors import ConfigError, FxquantError, UntraceableModelError
+from fxquant.flow.adopt import adopt
 from fxquant.flow.context import FlowContext
 from fxquant.flow.qconfig_assign import number_calls
 from fxquant.flow.state import META_KEY, NodeInfo, update_info
@@ -37,6 +45,16 @@ _INTERNAL_DIRS = (
 
 
 _INTERNAL: dict[str, bool] = {}  # filename -> internal? (tracing asks once per frame)
+
+
+def mark_internal(filename: str) -> None:
+    """Count ``filename`` as a tracer's code, never the user's (a tracer from a library).
+
+    Example:
+        >>> mark_internal("<tracer>"); _is_internal("<tracer>")
+        True
+    """
+    _INTERNAL[filename] = True
 
 
 def _is_internal(filename: str) -> bool:
@@ -121,12 +139,15 @@ def _leaves(ctx: FlowContext) -> tuple[set[str], tuple[type, ...]]:
 def trace(model: nn.Module, ctx: FlowContext) -> fx.GraphModule:
     """Trace ``model`` into a new GraphModule; ``model`` itself is left untouched.
 
-    For QAT the whole model is copied first (QAT modules share parameters with
-    the modules they replace, and training must not change the user's model).
+    A GraphModule is taken as it is (see ``fxquant.flow.adopt``), not traced
+    again. For QAT the whole model is copied first (QAT modules share parameters
+    with the modules they replace, and training must not change the user's model).
 
     Raises:
         UntraceableModelError: naming the module path, the source line and how to
             mark the module non-traceable.
+        ConfigError: ``concrete_args`` names no parameter of ``forward``, or the
+            model is a GraphModule already.
 
     Example:
         >>> from fxquant.config.backend import BackendConfig
@@ -137,23 +158,61 @@ def trace(model: nn.Module, ctx: FlowContext) -> fx.GraphModule:
     if not isinstance(model, nn.Module):
         msg = f"model must be a torch.nn.Module, got {model!r} of type {type(model).__name__}"
         raise TypeError(msg)
-    if isinstance(model, fx.GraphModule) and any(META_KEY in n.meta for n in model.graph.nodes):
-        model = copy.deepcopy(model)  # a fused GraphModule: keep its NodeInfo
-        return _keep_attributes(model, model, ctx)
+    if isinstance(model, fx.GraphModule):
+        fresh = not any(META_KEY in n.meta for n in model.graph.nodes)
+        gm = adopt(model, ctx, _is_internal)
+    else:
+        fresh, gm = True, _trace_module(model, ctx)
+    drop_string_annotations(gm.graph)
+    if fresh:  # a GraphModule from fuse_fx keeps the keys numbered before its fusion
+        for node, keys in number_calls(gm.graph, dict(gm.named_modules())).items():
+            update_info(node, call_orders=keys)
+    return _keep_attributes(model, gm, ctx)
+
+
+def _trace_module(model: nn.Module, ctx: FlowContext) -> fx.GraphModule:
     root = copy.deepcopy(model) if ctx.is_qat else model
-    tracer = QuantizationTracer(*_leaves(ctx))
+    concrete = _check_concrete_args(root, ctx)
+    tracer: fx.Tracer
     try:
-        graph = tracer.trace(root)
+        hf_trace = _hf_tracing(root)
+        if hf_trace is not None:
+            tracer, graph = hf_trace.trace_transformers_model(root, ctx, _leaves(ctx))
+        else:
+            tracer = QuantizationTracer(*_leaves(ctx))
+            graph = tracer.trace(root, concrete)
     except FxquantError:
         raise
     except Exception as error:  # any failure inside user code while tracing
         raise _untraceable(root, error) from error
-    drop_string_annotations(graph)
     gm = fx.GraphModule(tracer.root, graph, type(model).__name__)
     gm.train(model.training)
-    for node, keys in number_calls(gm.graph, dict(gm.named_modules())).items():
-        update_info(node, call_orders=keys)  # before fusion: the model's indices (#11)
-    return _keep_attributes(model, gm, ctx)
+    return gm
+
+
+def _check_concrete_args(root: nn.Module, ctx: FlowContext) -> dict[str, Any] | None:
+    if ctx.concrete_args is None:
+        return None
+    parameters = inspect.signature(root.forward).parameters
+    unknown = [name for name in ctx.concrete_args if name not in parameters]
+    if unknown:
+        msg = (
+            f"concrete_args names {', '.join(map(repr, unknown))}, not parameters of "
+            f"{type(root).__name__}.forward; its parameters: {', '.join(parameters)}"
+        )
+        raise ConfigError(msg)
+    return dict(ctx.concrete_args)
+
+
+def _hf_tracing(root: nn.Module) -> types.ModuleType | None:
+    """``fxquant.flow.hf_trace`` for a transformers model (with transformers.utils.fx)."""
+    transformers = sys.modules.get("transformers")  # a transformers model means it is imported
+    if transformers is None or not isinstance(root, transformers.PreTrainedModel):
+        return None
+    from fxquant.flow import hf_trace  # lazy: it imports this module
+
+    # without transformers.utils.fx (5.x): torch.fx's tracer, as for any model
+    return hf_trace if hf_trace.available() else None
 
 
 def drop_string_annotations(graph: fx.Graph) -> None:

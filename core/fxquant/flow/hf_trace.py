@@ -1,0 +1,100 @@
+"""Tracing a transformers model with transformers' own tracer and fxquant's leaf rules.
+
+    BertModel --HFQuantizationTracer(example inputs as dummy inputs)--> fx.Graph
+
+transformers models ask their tensors for their rank and dtype in Python
+(``if attention_mask.dim() == 3``, ``torch.finfo(dtype)``), which torch.fx's
+tracer cannot answer: a proxy has no rank. transformers' ``HFTracer`` runs each
+op on meta tensors alongside the proxies and answers those questions; this
+module gives it fxquant's leaf rules and ``NodeInfo`` records (the MRO puts
+:class:`~fxquant.flow.trace.QuantizationTracer` first). The example inputs are
+its dummy inputs, bound to ``forward``'s parameters; the parameters they leave
+out and ``concrete_args`` are concrete (their defaults, or the values given), as
+with ``transformers.utils.fx.symbolic_trace``. transformers is imported only
+when a transformers model is traced: the core does not depend on it.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+from typing import Any
+
+from torch import fx, nn
+
+from fxquant.errors import ConfigError
+from fxquant.flow.context import FlowContext
+from fxquant.flow.trace import QuantizationTracer, mark_internal
+
+__all__ = ["available", "trace_transformers_model", "tracer_class"]
+
+
+def available() -> bool:
+    """Whether the installed transformers has ``transformers.utils.fx`` (4.x; 5.0 dropped it).
+
+    Example:
+        >>> available() in (True, False)
+        True
+    """
+    try:
+        tracer_class()
+    except ImportError:
+        return False
+    return True
+
+
+@functools.cache
+def tracer_class() -> type[QuantizationTracer]:
+    """``HFQuantizationTracer``: transformers' ``HFTracer`` with fxquant's leaves and records.
+
+    Raises:
+        ImportError: transformers, or its ``transformers.utils.fx``, is not installed.
+
+    Example:
+        >>> # see tests/backends/test_transformers.py: a BertModel quantized end to end
+    """
+    module = importlib.import_module("transformers.utils.fx")
+    mark_internal(inspect.getfile(module))  # its wrappers are not the user's source lines
+    cls: type[QuantizationTracer] = type(
+        "HFQuantizationTracer",
+        (QuantizationTracer, module.HFTracer),
+        # found by name (see __getattr__): torch.fx re-creates a GraphModule's tracer class
+        # by name when it loads one
+        {"__module__": __name__, "__doc__": tracer_class.__doc__},
+    )
+    return cls
+
+
+def __getattr__(name: str) -> Any:
+    if name == "HFQuantizationTracer":
+        return tracer_class()
+    msg = f"module {__name__!r} has no attribute {name!r}"
+    raise AttributeError(msg)
+
+
+def trace_transformers_model(
+    root: nn.Module, ctx: FlowContext, leaves: tuple[set[str], tuple[type, ...]]
+) -> tuple[fx.Tracer, fx.Graph]:
+    """Trace ``root`` with ``HFQuantizationTracer``; returns the tracer and its graph.
+
+    Raises:
+        ConfigError: the example inputs do not fit ``root.forward``'s parameters.
+
+    Example:
+        >>> # see tests/backends/test_transformers.py: a BertModel quantized end to end
+    """
+    signature = inspect.signature(root.forward)
+    try:
+        bound = signature.bind_partial(*ctx.example_inputs).arguments
+    except TypeError as error:
+        msg = (
+            f"example_inputs ({len(ctx.example_inputs)} values) do not fit "
+            f"{type(root).__name__}.forward{signature}: {error}"
+        )
+        raise ConfigError(msg) from error
+    concrete: dict[str, Any] = dict(ctx.concrete_args or {})
+    dummy = {name: value for name, value in bound.items() if name not in concrete}
+    tracer: Any = tracer_class()(*leaves)  # HFTracer.trace takes dummy_inputs
+    graph: fx.Graph = tracer.trace(root, concrete_args=concrete, dummy_inputs=dummy)
+    return tracer, graph
