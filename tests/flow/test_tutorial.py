@@ -27,7 +27,7 @@ from fxquant import (
     QConfigMapping,
     get_default_qconfig_mapping,
 )
-from fxquant.flow import convert_fx, convert_to_reference_fx, explain, prepare_fx
+from fxquant.flow import convert_fx, convert_to_reference_fx, explain, prepare_fx, prepare_qat_fx
 from fxquant.observer import MinMaxObserver, default_weight_observer
 from torch import fx, nn
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -284,3 +284,76 @@ def test_experiment_3_default_mapping_violates_the_constraints_and_nothing_is_qu
     assert reason is not None
     assert reason.code == "scale_min"
     assert reason.bound == 2**-12
+
+
+# ---- the same backend under QAT (issue 11) ----------------------------------------------------
+
+
+def tutorial_qat_qconfig_mapping() -> QConfigMapping:
+    """The tutorial's constraints (activations in 0..127, eps 2**-12) with fake quantization."""
+    from fxquant.fake_quantize import FakeQuantize, default_weight_fake_quant
+    from fxquant.observer import MovingAverageMinMaxObserver
+
+    activation = FakeQuantize.with_args(
+        observer=MovingAverageMinMaxObserver, quant_min=0, quant_max=127, eps=2**-12
+    )
+    qconfig = QConfig(activation=activation, weight=default_weight_fake_quant)
+    return (
+        QConfigMapping()
+        .set_object_type(torch.nn.Linear, qconfig)
+        .set_object_type(torch.nn.Conv2d, qconfig)
+        .set_object_type(torch.nn.ReLU, qconfig)
+    )
+
+
+def test_qat_swaps_in_the_qat_modules_and_quantizes_them_as_ptq_does(
+    backend_config: BackendConfig,
+) -> None:
+    """The backend names set_qat_module: that is enough to match the QAT modules it swaps in."""
+    torch.manual_seed(0)
+    inputs = torch.rand(4, 3, 10, 10)
+    prepared = prepare_qat_fx(
+        MyModel(use_bn=False).train(),
+        tutorial_qat_qconfig_mapping(),
+        (inputs,),
+        backend_config=backend_config,
+    )
+    assert [type(prepared.linear).__name__, type(prepared.conv).__name__] == [
+        "Linear",
+        "ConvReLU2d",
+    ]
+    assert hasattr(prepared.linear, "weight_fake_quant")  # the QAT classes
+    assert hasattr(prepared.conv, "weight_fake_quant")
+    report = explain(prepared, show=False)
+    assert [report.entry(n).status for n in ("linear", "conv")] == ["quantized", "quantized"]
+    prepared(inputs).sum().backward()  # a training step
+    reference = convert_to_reference_fx(prepared.eval(), backend_config=backend_config)
+    assert is_reference_module(reference.linear, "Linear")
+    assert type(reference.conv).__name__ == "ConvReLU2d"
+    assert is_reference_module(reference.conv[0], "Conv2d")
+    assert sandwiched_modules(reference) == ["linear", "conv"]
+
+
+def test_a_qat_module_no_config_matches_is_reported_with_its_class_and_the_missing_config() -> None:
+    """A model holding qat.Linear already, on a backend whose Linear declares no QAT module."""
+    import fxquant.nn.qat
+
+    int8 = DTypeConfig(torch.quint8, torch.quint8, torch.qint8, torch.float)
+    linear = BackendPatternConfig(torch.nn.Linear).add_dtype_config(int8)
+    backend = BackendConfig("my_backend").set_backend_pattern_config(linear)
+    qconfig = tutorial_qat_qconfig_mapping().object_type_qconfigs[torch.nn.Linear]
+    mapping = QConfigMapping().set_global(qconfig)
+    float_linear = torch.nn.Linear(4, 4)
+    float_linear.qconfig = qconfig
+    model = torch.nn.Sequential(fxquant.nn.qat.Linear.from_float(float_linear)).train()
+    prepared = prepare_qat_fx(model, mapping, (torch.randn(2, 4),), backend_config=backend)
+    reason = explain(prepared, show=False).entry("_0").reason
+    assert reason is not None
+    assert reason.code == "no_pattern"
+    assert reason.words == (
+        "_0: no pattern in backend 'my_backend' matches fxquant.nn.qat.Linear; "
+        "fxquant.nn.qat.Linear is the QAT module of torch.nn.Linear; backend 'my_backend' has "
+        "no BackendPatternConfig(fxquant.nn.qat.Linear), and its config for torch.nn.Linear "
+        "declares no set_qat_module(fxquant.nn.qat.Linear) (fxquant derives the first from "
+        "the second)"
+    )

@@ -31,7 +31,12 @@ from fxquant.dtypes import canonical_dtype, is_quantized_dtype
 from fxquant.flow.context import FlowContext
 from fxquant.flow.dtype_check import QConfigProbe, select_dtype_config
 from fxquant.flow.match import Match, PatternIndex, match_graph, module_table
-from fxquant.flow.qat_swap import swap_qat_modules
+from fxquant.flow.qat_swap import (
+    float_class_of,
+    missing_qat_config,
+    qat_pattern_configs,
+    swap_qat_modules,
+)
 from fxquant.flow.report import NodeReport, Reason, Report
 from fxquant.flow.state import node_info, update_info
 from fxquant.flow.values import FLOAT, MASK, MASKED, node_args, value_kinds
@@ -228,7 +233,9 @@ def _decide_all(
 
 def _op_name(node: fx.Node, modules: Mapping[str, nn.Module]) -> str:
     if node.op == "call_module":
-        return type(modules[str(node.target)]).__name__
+        cls = type(modules[str(node.target)])
+        # qat.Linear is also named "Linear": say which one (#11)
+        return f"{cls.__module__}.{cls.__name__}" if float_class_of(cls) else cls.__name__
     return pattern_str(node.target)
 
 
@@ -255,6 +262,9 @@ def _name_unmatched_chains(
         words = (
             f"{' -> '.join(n.name for n in chain)}: no pattern in backend {name!r} matches {shown}"
         )
+        qat = {type(modules[str(n.target)]) for n in chain if n.op == "call_module"}
+        hints = [missing_qat_config(cls, planner.ctx.backend_config) for cls in qat]
+        words = "; ".join([words, *sorted(h for h in hints if h)])
         for node in chain:
             old = planner.decisions[node]
             reason = Reason("no_pattern", words, field="pattern", bound=None)
@@ -555,14 +565,16 @@ def insert_observers(gm: fx.GraphModule, plan: ObserverPlan) -> fx.GraphModule:
 
 
 def observation_index(ctx: FlowContext) -> PatternIndex[BackendPatternConfig]:
-    """Every pattern of the backend, indexed for the matcher.
+    """Every pattern of the backend, and those derived for its QAT modules, indexed.
 
     Example:
         >>> from fxquant.config.backend import BackendConfig
         >>> len(observation_index(FlowContext(BackendConfig("empty"))))
         0
     """
-    return PatternIndex.build((c.normalized_pattern, c) for c in ctx.backend_config.configs)
+    # the QAT classes prepare_qat_fx swaps in match what their float classes match (#11)
+    configs = [*ctx.backend_config.configs, *qat_pattern_configs(ctx.backend_config)]
+    return PatternIndex.build((c.normalized_pattern, c) for c in configs)
 
 
 def prepare(gm: fx.GraphModule, ctx: FlowContext) -> tuple[fx.GraphModule, Report]:
