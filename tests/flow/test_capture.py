@@ -157,3 +157,15 @@ def test_concrete_args_do_not_apply_to_a_graph_module() -> None:
         fxquant.prepare_fx(
             users_graph_module(), MAPPING, (torch.randn(2, 5, 4),), concrete_args={"x": None}
         )
+
+
+def test_a_module_the_graph_modules_tracer_traced_through_cannot_be_kept_as_one_call() -> None:
+    config = fxquant.PrepareCustomConfig().set_non_traceable_module_names(["embed"])
+    with pytest.raises(ConfigError) as info:
+        fxquant.prepare_fx(users_graph_module(), MAPPING, (torch.randn(2, 5, 4),), config)
+    assert str(info.value).startswith(
+        "prepare_custom_config non_traceable_module_names lists 'embed', but this GraphModule "
+        "has no call of it"
+    )
+    kept = fxquant.PrepareCustomConfig().set_non_traceable_module_names(["head"])  # a call
+    fxquant.prepare_fx(users_graph_module(), MAPPING, (torch.randn(2, 5, 4),), kept)

@@ -44,8 +44,10 @@ def adopt(
         is_internal: whether a file belongs to torch or fxquant (not the user's code).
 
     Raises:
-        ConfigError: ``concrete_args`` was given: they choose how to trace, and a
-            GraphModule is already traced.
+        ConfigError: ``concrete_args`` was given (they choose how to trace, and a
+            GraphModule is already traced), or a module the custom config keeps as
+            one call (non-traceable, standalone) was traced through by the GraphModule's
+            tracer.
 
     Example:
         >>> import torch
@@ -63,6 +65,7 @@ def adopt(
             "the nn.Module"
         )
         raise ConfigError(msg)
+    _check_leaves(model, ctx)
     source = copy.deepcopy(model) if ctx.is_qat else model
     gm = fx.GraphModule(source, copy.deepcopy(model.graph), type(model).__name__)
     gm.train(model.training)
@@ -70,6 +73,24 @@ def adopt(
         for node in gm.graph.nodes:
             node.meta[META_KEY] = _info(gm, node, is_internal)
     return gm
+
+
+def _check_leaves(model: fx.GraphModule, ctx: FlowContext) -> None:
+    config = ctx.prepare_custom_config
+    calls = {str(n.target) for n in model.graph.nodes if n.op == "call_module"}
+    for setting, names in (
+        ("non_traceable_module_names", config.non_traceable_module_names),
+        ("standalone_module_names", config.standalone_module_names),
+    ):
+        traced = [name for name in names if name not in calls]
+        if traced:
+            msg = (
+                f"prepare_custom_config {setting} lists {', '.join(map(repr, traced))}, but "
+                f"this GraphModule has no call of it: its tracer traced through it, and "
+                "fxquant takes a GraphModule as it is; make it a leaf of that tracer, or pass "
+                "the nn.Module"
+            )
+            raise ConfigError(msg)
 
 
 def _info(gm: fx.GraphModule, node: fx.Node, is_internal: Callable[[str], bool]) -> NodeInfo:

@@ -12,6 +12,11 @@ its dummy inputs, bound to ``forward``'s parameters; the parameters they leave
 out and ``concrete_args`` are concrete (their defaults, or the values given), as
 with ``transformers.utils.fx.symbolic_trace``. transformers is imported only
 when a transformers model is traced: the core does not depend on it.
+
+Known limit: ``torch.save`` of the whole converted model does not load back,
+since torch.fx traces a GraphModule's code again when loading it, and this code
+(a buffer sliced by a traced length) needs transformers' tracer; save and load
+its ``state_dict`` into a model quantized the same way instead.
 """
 
 from __future__ import annotations
