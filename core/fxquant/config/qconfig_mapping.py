@@ -11,8 +11,11 @@ Five levels, lowest priority first; the most specific level that matches wins:
 The index counts calls inside one module, in the order ``forward`` makes them:
 ``("", nn.Conv2d, 3)`` is the fourth ``nn.Conv2d`` the root module calls directly,
 ``("block", torch.add, 0)`` the first ``torch.add`` in ``block.forward``. A module
-is counted in its parent (the module that calls it, :func:`order_scope`); a
-function or method call in the module that makes it.
+call counts in the module whose ``forward`` makes it (for a module held in a
+``ModuleList``, the list's owner; the flow also accepts the list's own path,
+torch.ao's count), a function or method call in the module that makes it.
+:meth:`QConfigMapping.qconfig_for`, which knows names only, counts a module in
+its parent by path (:func:`order_scope`).
 
 :meth:`QConfigMapping.resolve` applies these rules, the one place that does;
 the flow calls it once per node, and :meth:`QConfigMapping.qconfig_for` is its

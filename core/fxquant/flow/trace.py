@@ -161,9 +161,11 @@ def trace(model: nn.Module, ctx: FlowContext) -> fx.GraphModule:
     if isinstance(model, fx.GraphModule):
         fresh = not any(META_KEY in n.meta for n in model.graph.nodes)
         gm = adopt(model, ctx, _is_internal)
+        if any(isinstance(n.type, str) for n in gm.graph.nodes):
+            drop_string_annotations(gm.graph)
+            gm.recompile()
     else:
         fresh, gm = True, _trace_module(model, ctx)
-    drop_string_annotations(gm.graph)
     if fresh:  # a GraphModule from fuse_fx keeps the keys numbered before its fusion
         for node, keys in number_calls(gm.graph, dict(gm.named_modules())).items():
             update_info(node, call_orders=keys)
@@ -185,6 +187,7 @@ def _trace_module(model: nn.Module, ctx: FlowContext) -> fx.GraphModule:
         raise
     except Exception as error:  # any failure inside user code while tracing
         raise _untraceable(root, error) from error
+    drop_string_annotations(graph)
     gm = fx.GraphModule(tracer.root, graph, type(model).__name__)
     gm.train(model.training)
     return gm
