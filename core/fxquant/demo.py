@@ -27,7 +27,8 @@ from typing import Any, TextIO
 
 import torch
 
-from fxquant.registry.hookspecs import Deployment, hookimpl
+from fxquant.registry.answers import Deployment
+from fxquant.registry.hookspecs import hookimpl
 
 __all__ = [
     "DemoNet",

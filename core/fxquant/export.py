@@ -34,6 +34,7 @@ from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
 from fxquant.errors import ConfigTypeError, ExportError
 from fxquant.flow.convert_modules import is_observer
 from fxquant.flow.state import META_KEY, FlowState, node_info
+from fxquant.lowering import DEQUANTIZE_OPS, QUANTIZE_OPS
 
 __all__ = [
     "DEQUANTIZE_OPS",
@@ -43,23 +44,6 @@ __all__ = [
     "source_of",
 ]
 
-_OPS = torch.ops.fxquant
-QUANTIZE_OPS = frozenset(
-    {
-        _OPS.quantize_per_tensor.default,
-        _OPS.quantize_per_tensor.tensor,
-        _OPS.quantize_per_channel.default,
-    }
-)
-"""The ``fxquant`` quantize ops an exported converted model may hold."""
-DEQUANTIZE_OPS = frozenset(
-    {
-        _OPS.dequantize_per_tensor.default,
-        _OPS.dequantize_per_tensor.tensor,
-        _OPS.dequantize_per_channel.default,
-    }
-)
-"""The ``fxquant`` dequantize ops an exported converted model may hold."""
 
 _CONSTANT_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
 

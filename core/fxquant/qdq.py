@@ -1,4 +1,4 @@
-"""Quantize/dequantize on plain integer tensors, registered as ``torch.ops.fxquant.*``.
+"""Quantize/dequantize on plain integer tensors: the kernels of ``torch.ops.fxquant.*``.
 
 The reference model (``convert_to_reference_fx``) spells quantization with
 these ops instead of ``torch.quint8`` tensors, so it keeps working once torch
@@ -18,7 +18,9 @@ and ``.dequantize()`` (measured on torch 2.13, x86):
   per channel in float64 (torch keeps per-channel scales as doubles).
 
 Each op has an overload taking ``scale``/``zero_point`` as Python numbers and a
-``.tensor`` overload taking 0-d (or one-element) tensors, for graphs.
+``.tensor`` overload taking 0-d (or one-element) tensors, for graphs. The ops'
+schemas (and the sets of them the flow and plugins test nodes against) are
+declared in ``fxquant.lowering``; this module registers their kernels.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import struct
 
 import torch
 
+from fxquant import lowering as _lowering  # noqa: F401  # declares the ops given kernels here
 from fxquant.dtypes import canonical_dtype, quant_range
 from fxquant.errors import ConfigError, ConfigTypeError
 
@@ -39,23 +42,6 @@ __all__ = [
 ]
 
 _FBGEMM_SMALL_SCALE = struct.unpack("f", struct.pack("f", 6.1e-5))[0]
-
-_DEFS = (
-    "quantize_per_tensor(Tensor input, float scale, int zero_point, int quant_min, "
-    "int quant_max, ScalarType dtype) -> Tensor",
-    "quantize_per_tensor.tensor(Tensor input, Tensor scale, Tensor zero_point, int quant_min, "
-    "int quant_max, ScalarType dtype) -> Tensor",
-    "dequantize_per_tensor(Tensor input, float scale, int zero_point, int quant_min, "
-    "int quant_max, ScalarType dtype, *, ScalarType? out_dtype=None) -> Tensor",
-    "dequantize_per_tensor.tensor(Tensor input, Tensor scale, Tensor zero_point, int quant_min, "
-    "int quant_max, ScalarType dtype, *, ScalarType? out_dtype=None) -> Tensor",
-    "quantize_per_channel(Tensor input, Tensor scales, Tensor zero_points, int axis, "
-    "int quant_min, int quant_max, ScalarType dtype) -> Tensor",
-    "dequantize_per_channel(Tensor input, Tensor scales, Tensor zero_points, int axis, "
-    "int quant_min, int quant_max, ScalarType dtype, *, ScalarType? out_dtype=None) -> Tensor",
-    "choose_qparams_per_tensor(Tensor input, int quant_min, int quant_max, ScalarType dtype) "
-    "-> (Tensor, Tensor)",
-)
 
 
 def _f32(value: float) -> float:
@@ -288,10 +274,8 @@ def _choose_qparams_fake(
 
 
 def _register() -> torch.library.Library:
-    # FRAGMENT, not DEF: other fxquant modules and plugins may add ops to the namespace
-    lib = torch.library.Library("fxquant", "FRAGMENT")  # type: ignore[no-untyped-call]  # untyped
-    for schema in _DEFS:
-        lib.define(schema)  # type: ignore[no-untyped-call]  # torch.library is untyped
+    # the schemas are declared by fxquant.lowering (imported above); this library adds kernels
+    lib = torch.library.Library("fxquant", "IMPL")  # type: ignore[no-untyped-call]  # untyped
     kernels = {
         "quantize_per_tensor": (_quantize_per_tensor_impl, _quantize_fake),
         "quantize_per_tensor.tensor": (_quantize_per_tensor_tensor_impl, _quantize_fake),

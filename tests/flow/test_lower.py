@@ -16,7 +16,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 from fxquant.config.backend import BackendPatternConfig
-from fxquant.errors import QuantizationSkipped
+from fxquant.errors import ConfigTypeError, QuantizationSkipped
+from fxquant.flow.context import FlowContext
 from fxquant.flow.convert import convert_fx, convert_to_reference_fx
 from fxquant.flow.state import META_KEY
 from fxquant.kernels import boundary
@@ -31,6 +32,11 @@ from tests.flow.test_convert import ADD, INT8, PER_CHANNEL, STATIC, calibrate, h
 
 OPS = torch.ops.fxquant
 BACKEND = "testint8"
+
+
+def context(backend: str, *rules: LoweringRule) -> FlowContext:
+    """The convert context of a backend lowering with ``rules`` (whatever the registry holds)."""
+    return FlowContext(fxquant.BackendConfig(backend), lowering_rules=rules)
 
 
 def requantize(acc: torch.Tensor, scale: torch.Tensor | float, out: QParams) -> torch.Tensor:
@@ -237,7 +243,7 @@ def test_lowering_match_carries_input_and_output_qparams(testint8: Any) -> None:
     from fxquant.flow.report import Report
 
     ref = convert_to_reference_fx(prepared)
-    lower(ref, [rule], BACKEND, Report())
+    lower(ref, context(BACKEND, rule), Report())
     (match,) = received
     scale, zero_point = prepared.activation_post_process_3.calculate_qparams()
     assert match.output == QParams(torch.uint8, 0, 255, float(scale), int(zero_point))
@@ -285,12 +291,8 @@ def test_a_declining_rule_leaves_the_pattern_in_reference_form() -> None:
 
     ref = convert_to_reference_fx(prepared)
     before = ref.code
-    report = lower(
-        ref,
-        [LoweringRule(nn.ReLU, build=lambda m: None, name="no")],
-        "x",
-        ref.meta[META_KEY].report,
-    )
+    rule = LoweringRule(nn.ReLU, build=lambda m: None, name="no")
+    report = lower(ref, context("x", rule), ref.meta[META_KEY].report)
     ref.recompile()
     assert ref.code == before
     assert report.entry("_0").reason.code == "no_lowering_kernel"
@@ -317,9 +319,8 @@ def test_functional_linear_weight_is_quantized_once_into_an_integer_buffer() -> 
     from fxquant.flow.lower import lower
 
     ref = convert_to_reference_fx(prepared)
-    lower(
-        ref, [LoweringRule(F.linear, build=build, name="flinear")], "x", ref.meta[META_KEY].report
-    )
+    rule = LoweringRule(F.linear, build=build, name="flinear")
+    lower(ref, context("x", rule), ref.meta[META_KEY].report)
     ref.recompile()
     (match,) = seen
     assert [q is None for q in match.inputs] == [False, False, True]
@@ -393,3 +394,46 @@ def test_a_deployed_backend_keeps_the_reference_form_without_a_no_kernel_reason(
     assert {e.node for e in quantized} == {"conv1", "conv2", "add", "fc"}
     assert all(e.reason is None for e in quantized)
     assert torch.equal(converted(x), convert_to_reference_fx(gm)(x))
+
+
+def test_lower_reads_its_rules_from_the_flow_context_never_from_the_registry(
+    testint8: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prepared, x = prepared_residual(testint8)
+    reference_model = convert_to_reference_fx(prepared)
+    ctx = FlowContext.for_convert(testint8, strict=False)
+    expected = convert_fx(prepared)(x)
+    from fxquant.flow.lower import lower
+
+    def no_registry() -> None:
+        msg = "lower() asked the registry"
+        raise AssertionError(msg)
+
+    monkeypatch.setattr(fxquant.registry, "default_registry", no_registry)
+    report = lower(reference_model, ctx, reference_model.meta[META_KEY].report)
+    assert {e.node for e in report.entries() if e.status == "lowered"} == {
+        "conv1",
+        "conv2",
+        "add",
+        "fc",
+    }
+    reference_model.recompile()
+    assert torch.equal(reference_model(x), expected)
+
+
+def test_the_convert_context_holds_what_the_backends_plugins_lower_with(testint8: Any) -> None:
+    ctx = FlowContext.for_convert(testint8, strict=True)
+    assert [r.name for r in ctx.lowering_rules] == [
+        r.name for r in TestInt8Plugin().fxquant_lowering_kernels(BACKEND) or []
+    ]
+    assert not ctx.deployed
+    assert ctx.strict
+    assert (
+        FlowContext.for_convert(fxquant.BackendConfig("nobody"), strict=False).lowering_rules == ()
+    )
+
+
+def test_convert_fx_names_a_backend_config_of_the_wrong_type(testint8: Any) -> None:
+    prepared, _ = prepared_residual(testint8)
+    with pytest.raises(ConfigTypeError, match=r"^backend_config must be a fxquant.BackendConfig"):
+        convert_fx(prepared, backend_config=BACKEND)  # type: ignore[arg-type]

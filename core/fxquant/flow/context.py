@@ -2,6 +2,9 @@
 
 Built once per public call (``prepare_fx`` ...) from the user's arguments,
 with ``backend_config=None`` resolved to the built-in ``reference`` backend.
+This module is where the flow asks the registry (the reference backend, and
+for ``convert_fx`` the lowering rules and deployment the plugins of the named
+backend contribute); the steps read the answers from the context.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from fxquant.config.backend import BackendConfig
 from fxquant.config.custom import FuseCustomConfig, PrepareCustomConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.errors import ConfigTypeError
+from fxquant.lowering import LoweringRule
 
 __all__ = ["FlowContext"]
 
@@ -31,6 +35,20 @@ def _resolve_backend(backend_config: BackendConfig | None) -> BackendConfig:
         )
         raise ConfigTypeError(msg)
     return backend_config
+
+
+def _lowering(name: str) -> tuple[tuple[LoweringRule, ...], bool]:
+    """The lowering rules the plugins of backend ``name`` contribute, and whether it deploys."""
+    from fxquant.errors import UnknownBackendError
+    from fxquant.registry import default_registry  # lazy: the registry loads plugins
+
+    if not name:
+        return (), False  # an unnamed BackendConfig cannot have plugins
+    try:
+        backend = default_registry().assembled(name)
+    except UnknownBackendError:
+        return (), False  # a hand-made BackendConfig: no plugin, so no kernels
+    return backend.lowering_rules, backend.deployment is not None
 
 
 def _check(value: Any, cls: Any, argument: str) -> Any:
@@ -79,6 +97,10 @@ class FlowContext:
     strict: bool = False
     example_inputs: tuple[Any, ...] = ()
     concrete_args: Mapping[str, Any] | None = None
+    lowering_rules: tuple[LoweringRule, ...] = ()
+    """The rules ``lower`` replaces reference patterns with (``for_convert``)."""
+    deployed: bool = False
+    """The backend runs its models outside PyTorch (a ``Deployment``)."""
 
     @classmethod
     def for_fuse(
@@ -146,3 +168,28 @@ class FlowContext:
             {'mask': None}
         """
         return replace(self, concrete_args=_check_concrete_args(concrete_args))
+
+    @classmethod
+    def for_convert(cls, backend_config: BackendConfig, *, strict: bool) -> FlowContext:
+        """The context of ``convert_fx``: the backend and what its plugins lower with.
+
+        The lowering rules and the deployment are those the installed and
+        registered plugins contribute to ``backend_config.name`` (none for a
+        name no plugin provides).
+
+        Raises:
+            ConfigTypeError: ``backend_config`` is not a ``BackendConfig``.
+
+        Example:
+            >>> ctx = FlowContext.for_convert(BackendConfig("reference"), strict=False)
+            >>> ctx.lowering_rules, ctx.deployed
+            ((), False)
+        """
+        backend = _resolve_backend(backend_config)
+        rules, deployed = _lowering(backend.name)
+        return cls(
+            backend_config=backend,
+            strict=bool(strict),
+            lowering_rules=rules,
+            deployed=deployed,
+        )

@@ -27,6 +27,7 @@ from fxquant.config.backend import BackendConfig
 from fxquant.config.custom import ConvertCustomConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.errors import ConfigTypeError
+from fxquant.flow.context import FlowContext
 from fxquant.flow.convert_copy import (
     attr,
     copy_model,
@@ -45,6 +46,7 @@ from fxquant.flow.convert_qdq import replace_observer
 from fxquant.flow.report import Report, raise_if_skipped
 from fxquant.flow.state import META_KEY, FlowMeta, FlowState
 from fxquant.flow.trace import drop_string_annotations
+from fxquant.lowering import DEQUANTIZE_OPS
 
 __all__ = ["convert_fx", "convert_to_reference_fx"]
 
@@ -130,19 +132,10 @@ def _quantized_outputs(graph: fx.Graph, indexes: list[int]) -> None:
     values = list(value) if isinstance(value, (tuple, list)) else [value]
     for index in indexes:
         item = values[index] if index < len(values) else None
-        if isinstance(item, Node) and item.op == "call_function" and item.target in _DEQUANTIZES:
+        if isinstance(item, Node) and item.op == "call_function" and item.target in DEQUANTIZE_OPS:
             values[index] = item.args[0]
     new = type(value)(values) if isinstance(value, (tuple, list)) else values[0]
     output.args = (new,)
-
-
-_DEQUANTIZES = frozenset(
-    {
-        torch.ops.fxquant.dequantize_per_tensor.default,
-        torch.ops.fxquant.dequantize_per_tensor.tensor,
-        torch.ops.fxquant.dequantize_per_channel.default,
-    }
-)
 
 
 def _mark_reference(report: Report) -> Report:
@@ -155,7 +148,7 @@ def _mark_reference(report: Report) -> Report:
 
 def _tidy(graph: fx.Graph) -> None:
     for node in list(graph.nodes):
-        if not node.users and node.op == "call_function" and node.target in _DEQUANTIZES:
+        if not node.users and node.op == "call_function" and node.target in DEQUANTIZE_OPS:
             graph.erase_node(node)  # e.g. a quantized output that returns the integers
     drop_string_annotations(graph)  # a prepared graph may not come from fxquant's trace
     graph.lint()
@@ -295,14 +288,13 @@ def convert_fx(
         >>> _ = prepared(torch.randn(2, 4))
         >>> lowered = convert_fx(prepared)
     """
-    from fxquant.flow.lower import has_deployment, lower, lowering_rules
+    from fxquant.flow.lower import lower
 
     gm, state, report = reference_model(
         graph_module, convert_custom_config, qconfig_mapping, "convert_fx"
     )
     backend = state.backend_config if backend_config is None else backend_config
-    rules = lowering_rules(backend.name)
-    report = lower(gm, rules, backend.name, report, deployed=has_deployment(backend.name))
+    report = lower(gm, FlowContext.for_convert(backend, strict=strict), report)
     gm.graph.lint()
     gm.recompile()
     gm = _finish(gm, graph_module, state, report)

@@ -22,23 +22,12 @@ from torch import nn
 from torch.fx import Graph, GraphModule, Node
 
 from fxquant import dtypes
-from fxquant import qdq as _qdq  # noqa: F401  # registers torch.ops.fxquant.*
-from fxquant.registry.hookspecs import QParams
+from fxquant import qdq as _qdq  # noqa: F401  # the kernels of torch.ops.fxquant.*
+from fxquant.lowering import PER_CHANNEL_OPS, QParams
 
-__all__ = ["QDQ_OPS", "attribute_value", "node_qparams", "replace_observer"]
+__all__ = ["attribute_value", "node_qparams", "replace_observer"]
 
 _OPS = torch.ops.fxquant
-QDQ_OPS = frozenset(
-    {
-        _OPS.quantize_per_tensor.default,
-        _OPS.quantize_per_tensor.tensor,
-        _OPS.dequantize_per_tensor.default,
-        _OPS.dequantize_per_tensor.tensor,
-        _OPS.quantize_per_channel.default,
-        _OPS.dequantize_per_channel.default,
-    }
-)
-"""The quantize/dequantize ops convert writes (lowering recognises them)."""
 
 _FLOAT_CASTS = (torch.float16, torch.bfloat16)
 
@@ -160,7 +149,7 @@ def node_qparams(gm: GraphModule, node: Node) -> QParams:
         3
     """
     args: tuple[Any, ...] = node.args  # as written above: literals and get_attr nodes
-    if node.target in (_OPS.quantize_per_channel.default, _OPS.dequantize_per_channel.default):
+    if node.target in PER_CHANNEL_OPS:
         _, scales, zero_points, axis, low, high, dtype = args
         scales, zero_points = attribute_value(gm, scales), attribute_value(gm, zero_points)
         return QParams(dtype, low, high, scales, zero_points, axis)

@@ -23,9 +23,9 @@ import torch
 from torch import nn
 from torch.fx import GraphModule, Node
 
-from fxquant.flow.convert_qdq import QDQ_OPS, node_qparams
+from fxquant.flow.convert_qdq import node_qparams
 from fxquant.kernels import boundary
-from fxquant.registry.hookspecs import Dequantize, Quantize
+from fxquant.lowering import DEQUANTIZE_OPS, QDQ_OPS, Dequantize, Quantize
 
 __all__ = [
     "absorb_epilogues",
@@ -36,11 +36,6 @@ __all__ = [
 ]
 
 _OPS = torch.ops.fxquant
-_DEQUANTIZE_OPS = (
-    _OPS.dequantize_per_tensor.default,
-    _OPS.dequantize_per_channel.default,
-    _OPS.dequantize_per_tensor.tensor,
-)
 
 _BOUNDARY_QUANTIZE = (boundary.quantize_per_tensor, _OPS.quantize_per_tensor.default)
 
@@ -157,5 +152,5 @@ def shape_reads_from_integers(gm: GraphModule) -> None:
     dequantize kept only for them dies."""
     for node in gm.graph.nodes:
         source = node.args[0] if node.args else None
-        if _reads_shape(node) and isinstance(source, Node) and source.target in _DEQUANTIZE_OPS:
+        if _reads_shape(node) and isinstance(source, Node) and source.target in DEQUANTIZE_OPS:
             node.replace_input_with(source, source.args[0])

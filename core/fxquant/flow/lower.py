@@ -1,6 +1,7 @@
 """Lower a reference model: reference patterns -> the backend's kernels on integer tensors.
 
-The lowering rules of the backend (``fxquant_lowering_kernels``) are matched
+The lowering rules of the backend (``fxquant_lowering_kernels``, read from the
+flow's context: ``FlowContext.for_convert`` asks the registry) are matched
 with the one matcher; a match is lowered when every node in it was quantized
 at prepare and the rule's ``build`` returns a kernel::
 
@@ -32,53 +33,24 @@ from torch import nn
 from torch.fx import GraphModule, Node
 
 from fxquant.flow import epilogues
-from fxquant.flow.convert_qdq import QDQ_OPS, attribute_value, node_qparams
+from fxquant.flow.context import FlowContext
+from fxquant.flow.convert_qdq import attribute_value, node_qparams
 from fxquant.flow.match import Match, PatternIndex, match_graph
 from fxquant.flow.report import Reason, Report
 from fxquant.flow.state import META_KEY, NodeInfo
-from fxquant.registry.hookspecs import LoweringMatch, LoweringRule, QParams
+from fxquant.lowering import (
+    CHOOSE_QPARAMS_OP,
+    QDQ_OPS,
+    STATIC_DEQUANTIZE_OPS,
+    STATIC_QUANTIZE_OPS,
+    LoweringMatch,
+    LoweringRule,
+    QParams,
+)
 
-__all__ = ["has_deployment", "lower", "lowering_rules"]
+__all__ = ["lower"]
 
-_OPS = torch.ops.fxquant
-_STATIC_DEQUANTIZE = (_OPS.dequantize_per_tensor.default, _OPS.dequantize_per_channel.default)
-_STATIC_QUANTIZE = (_OPS.quantize_per_tensor.default, _OPS.quantize_per_channel.default)
-
-
-def has_deployment(backend: str) -> bool:
-    """Whether the plugins of ``backend`` deploy its models outside PyTorch (``Deployment``).
-
-    Example:
-        >>> has_deployment("reference")
-        False
-    """
-    from fxquant.errors import UnknownBackendError
-    from fxquant.registry import default_registry
-
-    if not backend:
-        return False
-    try:
-        return default_registry().assembled(backend).deployment is not None
-    except UnknownBackendError:
-        return False
-
-
-def lowering_rules(backend: str) -> tuple[LoweringRule, ...]:
-    """The lowering rules the plugins of ``backend`` contribute (none for an unknown name).
-
-    Example:
-        >>> lowering_rules("reference")
-        ()
-    """
-    from fxquant.errors import UnknownBackendError
-    from fxquant.registry import default_registry
-
-    if not backend:
-        return ()  # an unnamed BackendConfig cannot have plugins
-    try:
-        return default_registry().assembled(backend).lowering_rules
-    except UnknownBackendError:
-        return ()  # a hand-made BackendConfig: no plugin, so no kernels
+_DYNAMIC_DEQUANTIZE = torch.ops.fxquant.dequantize_per_tensor.tensor
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,11 +68,11 @@ def _quantized(node: Node) -> bool:
 
 def _input(gm: GraphModule, value: Node) -> tuple[Node, QParams | None]:
     """What the kernel receives for one external input, and its qparams."""
-    if value.op == "call_function" and value.target in _STATIC_DEQUANTIZE:
+    if value.op == "call_function" and value.target in STATIC_DEQUANTIZE_OPS:
         source = value.args[0]
         assert isinstance(source, Node)  # convert feeds dequantize from a quantize node
         return source, node_qparams(gm, value)
-    if value.op == "call_function" and value.target == _OPS.dequantize_per_tensor.tensor:
+    if value.op == "call_function" and value.target == _DYNAMIC_DEQUANTIZE:
         q = value.args[0]
         assert isinstance(q, Node)  # convert feeds dequantize from a quantize node
         _, _, _, low, high, dtype = value.args
@@ -129,9 +101,9 @@ def _flatten(value: object) -> list[object]:
 
 def _output_quantize(anchor: Node) -> Node | None:
     users = list(anchor.users)
-    if len(users) == 1 and users[0].op == "call_function" and users[0].target in _STATIC_QUANTIZE:
-        return users[0]
-    return None
+    if len(users) != 1 or users[0].op != "call_function":
+        return None
+    return users[0] if users[0].target in STATIC_QUANTIZE_OPS else None
 
 
 def _kernel_name(gm: GraphModule, match: Match[LoweringRule], modules: _Modules) -> str:
@@ -199,7 +171,7 @@ def _lower_one(
 def _fold_weights(gm: GraphModule) -> None:
     """``quantize(get_attr)`` feeding anything but a dequantize -> an integer buffer."""
     for node in list(gm.graph.nodes):
-        if node.op != "call_function" or node.target not in _STATIC_QUANTIZE:
+        if node.op != "call_function" or node.target not in STATIC_QUANTIZE_OPS:
             continue
         inputs = [a for a in node.args if isinstance(a, Node)]
         if not all(a.op == "get_attr" for a in inputs) or not inputs:
@@ -218,7 +190,7 @@ def _fold_weights(gm: GraphModule) -> None:
 
 
 def _remove_dead(gm: GraphModule) -> None:
-    removable = {*QDQ_OPS, _OPS.choose_qparams_per_tensor.default, operator.getitem}
+    removable = {*QDQ_OPS, CHOOSE_QPARAMS_OP, operator.getitem}
     for node in reversed(list(gm.graph.nodes)):
         if node.users:
             continue
@@ -249,23 +221,17 @@ def _update_report(
     return Report(entries, report.unused())
 
 
-def lower(
-    gm: GraphModule,
-    rules: Sequence[LoweringRule],
-    backend: str,
-    report: Report,
-    *,
-    deployed: bool = False,
-) -> Report:
-    """Lower ``gm`` (a reference model) in place with ``rules``; return the updated report.
+def lower(gm: GraphModule, ctx: FlowContext, report: Report) -> Report:
+    """Lower ``gm`` (a reference model) in place with ``ctx.lowering_rules``; return the report.
 
-    ``deployed``: the backend runs its models outside PyTorch (a
+    ``ctx.deployed``: the backend runs its models outside PyTorch (a
     ``Deployment``); with no rules, its reference form is the intended result
     and no node is reported ``no_lowering_kernel``.
 
     Example:
         >>> # see tests/flow/test_lower.py: a test backend lowers linear, conv and add
     """
+    rules, backend = ctx.lowering_rules, ctx.backend_config.name
     lowered: set[str] = set()
     if rules:
         by_name = dict(gm.named_modules())
@@ -285,4 +251,4 @@ def lower(
         epilogues.absorb_epilogues(gm)
         epilogues.absorb_inputs(gm)
         _remove_dead(gm)
-    return _update_report(report, lowered, backend, bool(rules), deployed)
+    return _update_report(report, lowered, backend, bool(rules), ctx.deployed)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from fxquant.registry.hookspecs import QParams
+from fxquant.lowering import QParams
 
 __all__ = ["IntegerClamp"]
 

@@ -16,15 +16,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fxquant.registry.hookspecs import (
-    PLUGIN_API_VERSIONS,
-    Deployed,
-    Deployment,
-    LoweringRule,
-    Override,
-    hookimpl,
-    hookspec,
-)
+from fxquant.lowering import LoweringRule
+from fxquant.registry.answers import Deployed, Deployment, Override
+from fxquant.registry.hookspecs import PLUGIN_API_VERSIONS, hookimpl, hookspec
 
 if TYPE_CHECKING:
     from fxquant.config.backend import BackendConfig

@@ -20,8 +20,9 @@ from typing import Any
 import pluggy
 
 from fxquant.errors import MissingDefaultQConfigError, PluginConflictError, PluginError
+from fxquant.lowering import LoweringRule
 from fxquant.registry import hookspecs
-from fxquant.registry.hookspecs import Deployment, LoweringRule, Override
+from fxquant.registry.answers import Deployment, Override
 from fxquant.registry.loading import LoadedPlugin, PluginInfo
 
 __all__ = ["AssembledBackend", "Origin", "assemble", "default_qconfig_mapping"]

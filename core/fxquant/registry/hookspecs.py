@@ -23,25 +23,27 @@ mapping) is a ``PluginConflictError``, unless the later answer is wrapped in
 A plugin may declare the plugin-API versions it was written for with a module
 attribute ``fxquant_plugin_api = 1`` (an int or a tuple of ints); omitting it
 means version 1. ``PLUGIN_API_VERSIONS`` lists the versions this fxquant offers.
+
+This module holds the specifications only. The records hooks return and
+kernels receive live in ``fxquant.lowering`` (``LoweringRule``,
+``LoweringMatch``, ``QParams``, ``Quantize``, ``Dequantize``) and
+``fxquant.registry.answers`` (``Override``, ``Deployment``, ``Deployed``);
+they are importable from here too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING
 
 import pluggy
 
-from fxquant.errors import ConfigError, ConfigTypeError
+# re-exported: plugins written against this module import the records from here
+from fxquant.lowering import Dequantize, LoweringMatch, LoweringRule, QParams, Quantize
+from fxquant.registry.answers import Deployed, Deployment, Override
 
 if TYPE_CHECKING:
-    import torch
-    from torch import fx, nn
-
     from fxquant.config.backend import BackendPatternConfig
     from fxquant.config.qconfig_mapping import QConfigMapping
-    from fxquant.flow.report import Report
 
 __all__ = [
     "PLUGIN_API_VERSIONS",
@@ -68,301 +70,6 @@ PLUGIN_API_VERSIONS: tuple[int, ...] = (1,)
 
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
-
-
-@dataclass(frozen=True, slots=True)
-class LoweringRule:
-    """How a backend lowers one reference pattern to its own kernel.
-
-    ``convert_fx`` matches ``pattern`` in the reference model (the float op
-    between ``dequantize`` and ``quantize`` steps: a function such as
-    ``torch.add``, a method name, or a module class as it is in the reference
-    model, e.g. ``fxquant.nn.reference.Linear`` or ``fxquant.nn.intrinsic.
-    LinearReLU``), only where every matched node was quantized at prepare, and
-    calls ``build(match)`` with a ``LoweringMatch``. ``build`` returns the
-    kernel (an ``nn.Module``, or any callable) or ``None`` to decline, which
-    leaves that place in reference form (reported as ``no_lowering_kernel``).
-
-    The kernel is called as ``kernel(*args)``, one argument per entry of
-    ``match.inputs``: the integer tensor for a statically quantized input,
-    the float tensor for a dynamically quantized one, the value itself
-    otherwise. It returns the integer tensor when ``match.output`` is set
-    (the output ``quantize`` step is removed), else the float result.
-
-    Epilogues: once every rule has run, a kernel module that defines
-    ``absorb(step) -> bool`` is offered, one at a time, what alone reads its
-    output: a module called on it alone (a clamp kernel, a float ``nn.GELU``),
-    ``Dequantize(qparams)`` when only dequantize steps read it, or
-    ``Quantize(qparams)`` when one quantize step does. ``True`` means the
-    kernel now computes that step too (returning floats after a
-    ``Dequantize``, integers after a ``Quantize``); the step is removed and
-    the next one offered. Likewise a kernel module with ``absorb_input(step)``
-    is offered ``Quantize(qparams)`` when a quantize step alone feeds its
-    first argument from float values; ``True`` means the kernel takes the
-    floats and quantizes them itself. Results must stay within one output
-    step of the reference. An ``nn.Identity`` kernel is removed without asking.
-
-    Args:
-        pattern: the op(s), in the simple pattern format of
-            ``BackendPatternConfig`` (or the reversed nested format when
-            ``complex_format`` is True).
-        build: ``build(match: LoweringMatch)`` -> kernel, or ``None``.
-        name: a short name shown by ``fxquant show`` (e.g. ``"qlinear"``).
-        complex_format: whether ``pattern`` is in the reversed nested format.
-
-    Raises:
-        ConfigTypeError: when ``build`` is not callable or ``name`` not a str.
-        ConfigError: when ``name`` is empty or ``pattern`` is not a valid pattern.
-
-    Example:
-        >>> import torch
-        >>> rule = LoweringRule(torch.nn.Linear, build=lambda match: match, name="qlinear")
-        >>> rule.name
-        'qlinear'
-    """
-
-    pattern: Any
-    build: Callable[..., Any]
-    name: str
-    complex_format: bool = False
-
-    def __post_init__(self) -> None:
-        if self.pattern is None:
-            msg = f"LoweringRule {self.name!r} needs a pattern, got None; pass e.g. torch.nn.Linear"
-            raise ConfigError(msg)
-        if not callable(self.build):
-            msg = (
-                f"LoweringRule build must be callable, got {self.build!r} of type "
-                f"{type(self.build).__name__}; pass a function that builds the kernel"
-            )
-            raise ConfigTypeError(msg)
-        if not isinstance(self.name, str):
-            msg = f"LoweringRule name must be a str, got {self.name!r}"
-            raise ConfigTypeError(msg)
-        if not self.name:
-            msg = "LoweringRule name must not be empty; give the kernel a short name"
-            raise ConfigError(msg)
-        _ = self.key  # validates the pattern now, not when the flow first needs it
-
-    @property
-    def key(self) -> Hashable:
-        """The pattern in the reversed nested format: the key for matching and conflicts."""
-        # imported here: `import fxquant.registry` must not need the config package
-        from fxquant.config.pattern import simple_to_complex, validate_complex
-
-        key: Hashable = (
-            validate_complex(self.pattern)
-            if self.complex_format
-            else simple_to_complex(self.pattern)
-        )
-        return key
-
-
-@dataclass(frozen=True, slots=True)
-class QParams:
-    """How one tensor at the boundary of a lowered pattern is quantized.
-
-    Args:
-        dtype: the integer dtype: ``torch.uint8``, ``torch.int8`` or ``torch.int32``.
-        quant_min: smallest integer used.
-        quant_max: largest integer used.
-        scale: a float (per tensor) or a 1-d float tensor (per channel);
-            ``None`` when ``is_dynamic``.
-        zero_point: an int (per tensor) or a 1-d integer tensor; ``None``
-            when ``is_dynamic``.
-        axis: the channel axis for per-channel qparams, else ``None``.
-        is_dynamic: qparams are chosen from each input at run time
-            (``fxquant.qdq.choose_qparams_per_tensor``); the kernel then
-            receives the float tensor.
-
-    Example:
-        >>> import torch
-        >>> QParams(torch.uint8, 0, 255, scale=0.02, zero_point=128).is_per_channel
-        False
-    """
-
-    dtype: torch.dtype
-    quant_min: int
-    quant_max: int
-    scale: float | torch.Tensor | None = None
-    zero_point: int | torch.Tensor | None = None
-    axis: int | None = None
-    is_dynamic: bool = False
-
-    @property
-    def is_per_channel(self) -> bool:
-        """True when ``scale`` and ``zero_point`` hold one value per channel of ``axis``."""
-        return self.axis is not None
-
-
-@dataclass(frozen=True, slots=True)
-class Dequantize:
-    """The dequantize step after a kernel, offered to its ``absorb`` (see ``LoweringRule``).
-
-    Example:
-        >>> import torch
-        >>> Dequantize(QParams(torch.uint8, 0, 255, scale=0.1, zero_point=0)).qparams.scale
-        0.1
-    """
-
-    qparams: QParams
-
-
-@dataclass(frozen=True, slots=True)
-class Quantize:
-    """A quantize step after a float-output kernel, offered to its ``absorb``.
-
-    Example:
-        >>> import torch
-        >>> Quantize(QParams(torch.uint8, 0, 255, scale=0.1, zero_point=3)).qparams.zero_point
-        3
-    """
-
-    qparams: QParams
-
-
-@dataclass(frozen=True, slots=True)
-class LoweringMatch:
-    """What ``LoweringRule.build`` receives: one place in a reference model to lower.
-
-    Args:
-        rule: the rule that matched.
-        backend: the backend being lowered to.
-        nodes: the matched float nodes (``torch.fx.Node``) in graph order; the
-            last is the anchor. Read constant arguments (``dim``, ``alpha``...)
-            from ``node.args``/``node.kwargs``.
-        modules: for each node, its module when it is a ``call_module`` node
-            (a reference module such as ``fxquant.nn.reference.Linear``, which
-            has ``get_quantized_weight()`` and ``get_weight_qparams()``), else
-            ``None``.
-        inputs: one entry per kernel argument, in order: the arguments of the
-            matched nodes that are graph values from outside the match
-            (positional then keyword, nodes in graph order). ``QParams`` for a
-            quantized input, ``None`` for one passed as is (a float bias...).
-        output: the qparams of the output ``quantize`` step, or ``None`` when
-            the pattern's output stays float (dynamic and weight-only patterns).
-
-    Copy what the kernel needs out of the match: keeping the match itself
-    (it holds graph nodes) would keep the whole reference model alive.
-
-    Example:
-        >>> import torch
-        >>> rule = LoweringRule(torch.add, build=lambda match: None, name="qadd")
-        >>> uint8 = QParams(torch.uint8, 0, 255, scale=0.1, zero_point=0)
-        >>> match = LoweringMatch(rule, "mine", (), (), (uint8, uint8), uint8)
-        >>> match.output.scale
-        0.1
-    """
-
-    rule: LoweringRule
-    backend: str
-    nodes: tuple[fx.Node, ...]
-    modules: tuple[nn.Module | None, ...]
-    inputs: tuple[QParams | None, ...]
-    output: QParams | None
-
-    @property
-    def anchor(self) -> fx.Node:
-        """The last matched node (its result is the pattern's result)."""
-        return self.nodes[-1]
-
-    @property
-    def module(self) -> nn.Module | None:
-        """The first module among the matched nodes (the weighted one), or ``None``."""
-        return next((m for m in self.modules if m is not None), None)
-
-
-@dataclass(frozen=True, slots=True)
-class Override:
-    """Marks a hook answer that deliberately replaces another plugin's answer.
-
-    Wrap a ``BackendPatternConfig``, a ``LoweringRule`` or a ``QConfigMapping``
-    in ``Override`` to say "this replaces what an earlier plugin gave for the
-    same pattern". Without it, two plugins answering for one pattern is a
-    ``PluginConflictError``. An ``Override`` with nothing to replace is fine.
-
-    Args:
-        item: the pattern config, lowering rule or qconfig mapping.
-        reason: an optional note shown by ``fxquant show``.
-
-    Example:
-        >>> import torch
-        >>> Override(LoweringRule(torch.nn.Linear, build=print, name="fast")).item.name
-        'fast'
-    """
-
-    item: Any
-    reason: str = ""
-
-    def __post_init__(self) -> None:
-        if isinstance(self.item, Override):
-            msg = f"Override wraps another Override {self.item!r}; wrap the item once"
-            raise ConfigTypeError(msg)
-
-
-@runtime_checkable
-class Deployed(Protocol):
-    """A converted model running outside PyTorch eager, as ``Deployment.deploy`` returns it.
-
-    Called with the model's positional inputs, it returns what the model
-    returns, as torch tensors. ``report`` says, per node of the converted
-    model, what the target took (status ``lowered``) and, for every quantized
-    node it did not take, why (a reason code and its words), in the form
-    ``fxquant.explain`` prints.
-
-    Example:
-        >>> from fxquant.flow.report import Report
-        >>> class Echo:
-        ...     report = Report()
-        ...     def __call__(self, *inputs):
-        ...         return inputs[0]
-        >>> isinstance(Echo(), Deployed)
-        True
-    """
-
-    @property
-    def report(self) -> Report:
-        """Per node of the converted model: taken by the target, or why not."""
-
-    def __call__(self, *inputs: Any) -> Any:
-        """Run the deployed model on the model's positional inputs."""
-
-
-@dataclass(frozen=True, slots=True)
-class Deployment:
-    """How a backend runs converted models outside PyTorch eager: a toolchain and its runtime.
-
-    Args:
-        name: what runs the model, for people (``"ExecuTorch XNNPACK"``).
-        deploy: ``deploy(model, example_inputs) -> Deployed``: export the
-            converted model (``convert_fx`` with this backend) for the target
-            and load it in the target's runtime in this process.
-
-    Raises:
-        ConfigTypeError: when ``deploy`` is not callable or ``name`` not a str.
-        ConfigError: when ``name`` is empty.
-
-    Example:
-        >>> Deployment("my runtime", deploy=lambda model, example_inputs: model).name
-        'my runtime'
-    """
-
-    name: str
-    deploy: Callable[[fx.GraphModule, tuple[Any, ...]], Deployed]
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str):
-            msg = f"Deployment name must be a str, got {self.name!r}"
-            raise ConfigTypeError(msg)
-        if not self.name:
-            msg = "Deployment name must not be empty; name the runtime (e.g. 'onnxruntime')"
-            raise ConfigError(msg)
-        if not callable(self.deploy):
-            msg = (
-                f"Deployment deploy must be callable, got {self.deploy!r} of type "
-                f"{type(self.deploy).__name__}; pass deploy(model, example_inputs)"
-            )
-            raise ConfigTypeError(msg)
 
 
 # --- hook specifications: the docstrings are the plugin author's reference ----------------------

@@ -212,3 +212,17 @@ def test_qat_converts_to_a_delegated_program_within_one_step() -> None:
     assert not [e for e in result.report.entries() if e.status == "reference"]
     step = testing.output_scale(converted)
     assert float((result(x) - converted(x)).abs().max()) <= step * 1.001
+
+
+def test_every_fxquant_qdq_op_has_an_executorch_op_with_the_same_arguments() -> None:
+    from fxquant.lowering import DEQUANTIZE_OF, QDQ_OPS
+    from fxquant_executorch.edge_ops import dequantize_for, qdq_targets
+
+    targets = qdq_targets()
+    assert set(targets) == set(QDQ_OPS)
+    for ours, theirs in targets.items():  # the rewrite keeps the arguments as they are
+        assert [a.name for a in ours._schema.arguments] == [
+            a.name for a in theirs._schema.arguments
+        ]
+    for quantize, dequantize in DEQUANTIZE_OF.items():
+        assert dequantize_for(targets[quantize]) is targets[dequantize]

@@ -357,9 +357,9 @@ def test_fused_linear_modules_run_their_post_op() -> None:
 
 
 def test_every_pattern_that_reaches_the_reference_model_has_a_rule() -> None:
-    from fxquant.flow.lower import lowering_rules
+    from fxquant.registry import default_registry
 
-    rules = lowering_rules(BACKEND)
+    rules = default_registry().assembled(BACKEND).lowering_rules
     keys = {rule.key for rule in rules}
     assert len(keys) == len(rules)
     plain = [c for c in pattern_configs() if c.fuser_method is None and c.qat_module is None

@@ -357,3 +357,10 @@ def test_a_dynamic_batch_takes_any_batch_and_a_static_export_says_how_to_get_one
     static = deploy(converted, (x,))
     with pytest.raises(ValueError, match=r"shape \(5, 3, 8, 8\).*dynamic_shapes"):
         static(torch.randn(5, 3, 8, 8))
+
+
+def test_every_fxquant_quantize_and_dequantize_op_has_an_onnx_translation() -> None:
+    from fxquant.lowering import QDQ_OPS
+    from fxquant_tensorrt.translation import translation_table
+
+    assert set(translation_table()) == set(QDQ_OPS)

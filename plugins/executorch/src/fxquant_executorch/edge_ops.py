@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 from fxquant.errors import ConfigError
+from fxquant.lowering import CHOOSE_QPARAMS_OP, DEQUANTIZE_OF, QDQ_OPS
 from torch import fx
 
 __all__ = [
@@ -47,23 +48,8 @@ __all__ = [
     "target_name",
 ]
 
-_FXQUANT = torch.ops.fxquant
-# the fxquant op -> the name of the quantized_decomposed overload with the same schema
-_SAME_SCHEMA = {
-    _FXQUANT.quantize_per_tensor.default: ("quantize_per_tensor", "default"),
-    _FXQUANT.quantize_per_tensor.tensor: ("quantize_per_tensor", "tensor"),
-    _FXQUANT.dequantize_per_tensor.default: ("dequantize_per_tensor", "default"),
-    _FXQUANT.dequantize_per_tensor.tensor: ("dequantize_per_tensor", "tensor"),
-    _FXQUANT.quantize_per_channel.default: ("quantize_per_channel", "default"),
-    _FXQUANT.dequantize_per_channel.default: ("dequantize_per_channel", "default"),
-}
-
-
-_FXQUANT_INVERSE = {
-    _FXQUANT.quantize_per_tensor.default: _FXQUANT.dequantize_per_tensor.default,
-    _FXQUANT.quantize_per_tensor.tensor: _FXQUANT.dequantize_per_tensor.tensor,
-    _FXQUANT.quantize_per_channel.default: _FXQUANT.dequantize_per_channel.default,
-}
+# every fxquant q/dq op -> the quantized_decomposed overload of the same name and schema
+_SAME_SCHEMA = {op: (op.overloadpacket.__name__, op._overloadname) for op in QDQ_OPS}
 
 
 # torchao logs that its CUDA kernels do not load on a CPU machine, and torch's pytree that
@@ -170,11 +156,7 @@ def dequantize_for(quantize: object) -> Callable[..., Any]:
 @functools.cache
 def _inverse() -> Mapping[object, object]:
     targets = qdq_targets()
-    return {
-        targets[ours]: targets[_FXQUANT_INVERSE[ours]]
-        for ours in _SAME_SCHEMA
-        if ours in _FXQUANT_INVERSE
-    }
+    return {targets[ours]: targets[inverse] for ours, inverse in DEQUANTIZE_OF.items()}
 
 
 @functools.cache
@@ -198,11 +180,7 @@ def choose_qparams_targets() -> Mapping[object, object]:
         1
     """
     qdq_targets()  # registers the library
-    return {
-        _FXQUANT.choose_qparams_per_tensor.default: (
-            torch.ops.quantized_decomposed.choose_qparams.tensor
-        )
-    }
+    return {CHOOSE_QPARAMS_OP: (torch.ops.quantized_decomposed.choose_qparams.tensor)}
 
 
 def target_name(target: object) -> str:

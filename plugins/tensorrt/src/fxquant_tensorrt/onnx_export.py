@@ -37,6 +37,7 @@ import torch
 from fxquant.errors import ExportError
 from fxquant.export import export_quantized, source_of
 from fxquant.flow import explain
+from fxquant.lowering import CHOOSE_QPARAMS_OP, QUANTIZE_OPS
 from torch import fx
 
 from fxquant_tensorrt.origins import consumer_origin, onnx_origins
@@ -49,7 +50,6 @@ if TYPE_CHECKING:
 
 __all__ = ["OnnxExport", "export_onnx", "quiet_exporter"]
 
-_OPS = torch.ops.fxquant
 _FULL_RANGE = {torch.int8: (-128, 127), torch.uint8: (0, 255)}
 
 
@@ -100,14 +100,14 @@ def _check_translatable(program: ExportedProgram, model: fx.GraphModule) -> None
     for node in program.graph.nodes:
         if node.op != "call_function":
             continue
-        if node.target == _OPS.choose_qparams_per_tensor.default:
+        if node.target == CHOOSE_QPARAMS_OP:
             msg = (
                 f"cannot export {_where(model, consumer_origin(node, names))} for TensorRT: it "
                 "is quantized dynamically (qparams chosen at run time), which TensorRT's explicit "
                 "quantization has no form for; give it a static qconfig or qconfig None"
             )
             raise ExportError(msg)
-        dtype = node.args[-1] if node.target in _QUANTIZE_TARGETS else None
+        dtype = node.args[-1] if node.target in QUANTIZE_OPS else None
         if dtype is not None and dtype not in _FULL_RANGE:
             msg = (
                 f"cannot export {_where(model, consumer_origin(node, names))} for TensorRT: a "
@@ -115,15 +115,6 @@ def _check_translatable(program: ExportedProgram, model: fx.GraphModule) -> None
                 "int8 qconfig"
             )
             raise ExportError(msg)
-
-
-_QUANTIZE_TARGETS = frozenset(
-    {
-        _OPS.quantize_per_tensor.default,
-        _OPS.quantize_per_tensor.tensor,
-        _OPS.quantize_per_channel.default,
-    }
-)
 
 
 # --- the export -------------------------------------------------------------------------------

@@ -1,0 +1,330 @@
+"""The lowering vocabulary: the words the flow, the registry, kernels and plugins share.
+
+    the q/dq ops       torch.ops.fxquant.{quantize,dequantize}_per_{tensor,channel} and
+                       choose_qparams_per_tensor: declared here (their schemas), computed
+                       by ``fxquant.qdq``; the sets of them every module tests nodes against
+    QParams            how one tensor at a kernel's boundary is quantized
+    Quantize/Dequantize  the steps next to a kernel, offered to its ``absorb``
+    LoweringRule       a backend's kernel for one reference pattern (``fxquant_lowering_kernels``)
+    LoweringMatch      one place in a reference model that a rule's ``build`` lowers
+
+A leaf: at import it needs nothing of fxquant but the exception tree
+(``fxquant.errors``, which imports nothing), so the flow, the registry, the
+core's kernels and every plugin import it without pulling in each other.
+``LoweringRule`` asks ``fxquant.config.pattern`` to normalize its pattern when
+a rule is built (that module's only imports are the exception tree and the
+torch.ao class names). ``fxquant.registry.hookspecs`` re-exports the records
+for plugins written against it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+import torch
+
+from fxquant.errors import ConfigError, ConfigTypeError
+
+if TYPE_CHECKING:
+    from torch import fx, nn
+
+__all__ = [
+    "CHOOSE_QPARAMS_OP",
+    "DEQUANTIZE_OF",
+    "DEQUANTIZE_OPS",
+    "PER_CHANNEL_OPS",
+    "QDQ_OPS",
+    "QUANTIZE_OPS",
+    "STATIC_DEQUANTIZE_OPS",
+    "STATIC_QUANTIZE_OPS",
+    "Dequantize",
+    "LoweringMatch",
+    "LoweringRule",
+    "QParams",
+    "Quantize",
+]
+
+# --- the q/dq ops ------------------------------------------------------------------------------
+
+_SCHEMAS = (
+    "quantize_per_tensor(Tensor input, float scale, int zero_point, int quant_min, "
+    "int quant_max, ScalarType dtype) -> Tensor",
+    "quantize_per_tensor.tensor(Tensor input, Tensor scale, Tensor zero_point, int quant_min, "
+    "int quant_max, ScalarType dtype) -> Tensor",
+    "dequantize_per_tensor(Tensor input, float scale, int zero_point, int quant_min, "
+    "int quant_max, ScalarType dtype, *, ScalarType? out_dtype=None) -> Tensor",
+    "dequantize_per_tensor.tensor(Tensor input, Tensor scale, Tensor zero_point, int quant_min, "
+    "int quant_max, ScalarType dtype, *, ScalarType? out_dtype=None) -> Tensor",
+    "quantize_per_channel(Tensor input, Tensor scales, Tensor zero_points, int axis, "
+    "int quant_min, int quant_max, ScalarType dtype) -> Tensor",
+    "dequantize_per_channel(Tensor input, Tensor scales, Tensor zero_points, int axis, "
+    "int quant_min, int quant_max, ScalarType dtype, *, ScalarType? out_dtype=None) -> Tensor",
+    "choose_qparams_per_tensor(Tensor input, int quant_min, int quant_max, ScalarType dtype) "
+    "-> (Tensor, Tensor)",
+)
+
+
+def _declare() -> torch.library.Library:
+    # FRAGMENT, not DEF: fxquant.qdq adds the kernels to the namespace, plugins may add ops
+    library = torch.library.Library("fxquant", "FRAGMENT")  # type: ignore[no-untyped-call]  # untyped
+    for schema in _SCHEMAS:
+        library.define(schema)  # type: ignore[no-untyped-call]  # torch.library is untyped
+    return library
+
+
+# kept alive: torch drops a library's definitions when the Library object is collected
+_LIBRARY: Final = _declare()
+_OPS = torch.ops.fxquant
+
+QUANTIZE_OPS: Final[frozenset[torch._ops.OpOverload]] = frozenset(
+    {
+        _OPS.quantize_per_tensor.default,
+        _OPS.quantize_per_tensor.tensor,  # scale/zero point as tensors: dynamic quantization
+        _OPS.quantize_per_channel.default,
+    }
+)
+"""Every fxquant quantize op (float -> integers): what convert writes and export keeps."""
+
+DEQUANTIZE_OPS: Final[frozenset[torch._ops.OpOverload]] = frozenset(
+    {
+        _OPS.dequantize_per_tensor.default,
+        _OPS.dequantize_per_tensor.tensor,
+        _OPS.dequantize_per_channel.default,
+    }
+)
+"""Every fxquant dequantize op (integers -> float)."""
+
+QDQ_OPS: Final = QUANTIZE_OPS | DEQUANTIZE_OPS
+"""Every quantize and dequantize op: the steps of a reference model."""
+
+STATIC_QUANTIZE_OPS: Final[frozenset[torch._ops.OpOverload]] = frozenset(
+    {_OPS.quantize_per_tensor.default, _OPS.quantize_per_channel.default}
+)
+"""The quantize ops whose qparams are constants of the graph (observed at calibration)."""
+
+STATIC_DEQUANTIZE_OPS: Final[frozenset[torch._ops.OpOverload]] = frozenset(
+    {_OPS.dequantize_per_tensor.default, _OPS.dequantize_per_channel.default}
+)
+"""The dequantize ops whose qparams are constants of the graph."""
+
+PER_CHANNEL_OPS: Final[frozenset[torch._ops.OpOverload]] = frozenset(
+    {_OPS.quantize_per_channel.default, _OPS.dequantize_per_channel.default}
+)
+"""The ops with one scale and zero point per channel of an axis (``scales, zero_points, axis``)."""
+
+DEQUANTIZE_OF: Final[Mapping[torch._ops.OpOverload, torch._ops.OpOverload]] = {
+    _OPS.quantize_per_tensor.default: _OPS.dequantize_per_tensor.default,
+    _OPS.quantize_per_tensor.tensor: _OPS.dequantize_per_tensor.tensor,
+    _OPS.quantize_per_channel.default: _OPS.dequantize_per_channel.default,
+}
+"""Each quantize op -> the dequantize op with the same qparams arguments."""
+
+CHOOSE_QPARAMS_OP: Final[torch._ops.OpOverload] = _OPS.choose_qparams_per_tensor.default
+"""Dynamic quantization's first step: ``(scale, zero_point)`` of a tensor at run time."""
+
+
+# --- the records around a kernel ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class QParams:
+    """How one tensor at the boundary of a lowered pattern is quantized.
+
+    Args:
+        dtype: the integer dtype: ``torch.uint8``, ``torch.int8`` or ``torch.int32``.
+        quant_min: smallest integer used.
+        quant_max: largest integer used.
+        scale: a float (per tensor) or a 1-d float tensor (per channel);
+            ``None`` when ``is_dynamic``.
+        zero_point: an int (per tensor) or a 1-d integer tensor; ``None``
+            when ``is_dynamic``.
+        axis: the channel axis for per-channel qparams, else ``None``.
+        is_dynamic: qparams are chosen from each input at run time
+            (``fxquant.qdq.choose_qparams_per_tensor``); the kernel then
+            receives the float tensor.
+
+    Example:
+        >>> import torch
+        >>> QParams(torch.uint8, 0, 255, scale=0.02, zero_point=128).is_per_channel
+        False
+    """
+
+    dtype: torch.dtype
+    quant_min: int
+    quant_max: int
+    scale: float | torch.Tensor | None = None
+    zero_point: int | torch.Tensor | None = None
+    axis: int | None = None
+    is_dynamic: bool = False
+
+    @property
+    def is_per_channel(self) -> bool:
+        """True when ``scale`` and ``zero_point`` hold one value per channel of ``axis``."""
+        return self.axis is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Quantize:
+    """A quantize step after a float-output kernel, offered to its ``absorb``.
+
+    Example:
+        >>> import torch
+        >>> Quantize(QParams(torch.uint8, 0, 255, scale=0.1, zero_point=3)).qparams.zero_point
+        3
+    """
+
+    qparams: QParams
+
+
+@dataclass(frozen=True, slots=True)
+class Dequantize:
+    """The dequantize step after a kernel, offered to its ``absorb`` (see ``LoweringRule``).
+
+    Example:
+        >>> import torch
+        >>> Dequantize(QParams(torch.uint8, 0, 255, scale=0.1, zero_point=0)).qparams.scale
+        0.1
+    """
+
+    qparams: QParams
+
+
+@dataclass(frozen=True, slots=True)
+class LoweringRule:
+    """How a backend lowers one reference pattern to its own kernel.
+
+    ``convert_fx`` matches ``pattern`` in the reference model (the float op
+    between ``dequantize`` and ``quantize`` steps: a function such as
+    ``torch.add``, a method name, or a module class as it is in the reference
+    model, e.g. ``fxquant.nn.reference.Linear`` or ``fxquant.nn.intrinsic.
+    LinearReLU``), only where every matched node was quantized at prepare, and
+    calls ``build(match)`` with a ``LoweringMatch``. ``build`` returns the
+    kernel (an ``nn.Module``, or any callable) or ``None`` to decline, which
+    leaves that place in reference form (reported as ``no_lowering_kernel``).
+
+    The kernel is called as ``kernel(*args)``, one argument per entry of
+    ``match.inputs``: the integer tensor for a statically quantized input,
+    the float tensor for a dynamically quantized one, the value itself
+    otherwise. It returns the integer tensor when ``match.output`` is set
+    (the output ``quantize`` step is removed), else the float result.
+
+    Epilogues: once every rule has run, a kernel module that defines
+    ``absorb(step) -> bool`` is offered, one at a time, what alone reads its
+    output: a module called on it alone (a clamp kernel, a float ``nn.GELU``),
+    ``Dequantize(qparams)`` when only dequantize steps read it, or
+    ``Quantize(qparams)`` when one quantize step does. ``True`` means the
+    kernel now computes that step too (returning floats after a
+    ``Dequantize``, integers after a ``Quantize``); the step is removed and
+    the next one offered. Likewise a kernel module with ``absorb_input(step)``
+    is offered ``Quantize(qparams)`` when a quantize step alone feeds its
+    first argument from float values; ``True`` means the kernel takes the
+    floats and quantizes them itself. Results must stay within one output
+    step of the reference. An ``nn.Identity`` kernel is removed without asking.
+
+    Args:
+        pattern: the op(s), in the simple pattern format of
+            ``BackendPatternConfig`` (or the reversed nested format when
+            ``complex_format`` is True).
+        build: ``build(match: LoweringMatch)`` -> kernel, or ``None``.
+        name: a short name shown by ``fxquant show`` (e.g. ``"qlinear"``).
+        complex_format: whether ``pattern`` is in the reversed nested format.
+
+    Raises:
+        ConfigTypeError: when ``build`` is not callable or ``name`` not a str.
+        ConfigError: when ``name`` is empty or ``pattern`` is not a valid pattern.
+
+    Example:
+        >>> import torch
+        >>> rule = LoweringRule(torch.nn.Linear, build=lambda match: match, name="qlinear")
+        >>> rule.name
+        'qlinear'
+    """
+
+    pattern: Any
+    build: Callable[..., Any]
+    name: str
+    complex_format: bool = False
+
+    def __post_init__(self) -> None:
+        if self.pattern is None:
+            msg = f"LoweringRule {self.name!r} needs a pattern, got None; pass e.g. torch.nn.Linear"
+            raise ConfigError(msg)
+        if not callable(self.build):
+            msg = (
+                f"LoweringRule build must be callable, got {self.build!r} of type "
+                f"{type(self.build).__name__}; pass a function that builds the kernel"
+            )
+            raise ConfigTypeError(msg)
+        if not isinstance(self.name, str):
+            msg = f"LoweringRule name must be a str, got {self.name!r}"
+            raise ConfigTypeError(msg)
+        if not self.name:
+            msg = "LoweringRule name must not be empty; give the kernel a short name"
+            raise ConfigError(msg)
+        _ = self.key  # validates the pattern now, not when the flow first needs it
+
+    @property
+    def key(self) -> Hashable:
+        """The pattern in the reversed nested format: the key for matching and conflicts."""
+        # imported here: `import fxquant.registry` must not need the config package
+        from fxquant.config.pattern import simple_to_complex, validate_complex
+
+        key: Hashable = (
+            validate_complex(self.pattern)
+            if self.complex_format
+            else simple_to_complex(self.pattern)
+        )
+        return key
+
+
+@dataclass(frozen=True, slots=True)
+class LoweringMatch:
+    """What ``LoweringRule.build`` receives: one place in a reference model to lower.
+
+    Args:
+        rule: the rule that matched.
+        backend: the backend being lowered to.
+        nodes: the matched float nodes (``torch.fx.Node``) in graph order; the
+            last is the anchor. Read constant arguments (``dim``, ``alpha``...)
+            from ``node.args``/``node.kwargs``.
+        modules: for each node, its module when it is a ``call_module`` node
+            (a reference module such as ``fxquant.nn.reference.Linear``, which
+            has ``get_quantized_weight()`` and ``get_weight_qparams()``), else
+            ``None``.
+        inputs: one entry per kernel argument, in order: the arguments of the
+            matched nodes that are graph values from outside the match
+            (positional then keyword, nodes in graph order). ``QParams`` for a
+            quantized input, ``None`` for one passed as is (a float bias...).
+        output: the qparams of the output ``quantize`` step, or ``None`` when
+            the pattern's output stays float (dynamic and weight-only patterns).
+
+    Copy what the kernel needs out of the match: keeping the match itself
+    (it holds graph nodes) would keep the whole reference model alive.
+
+    Example:
+        >>> import torch
+        >>> rule = LoweringRule(torch.add, build=lambda match: None, name="qadd")
+        >>> uint8 = QParams(torch.uint8, 0, 255, scale=0.1, zero_point=0)
+        >>> match = LoweringMatch(rule, "mine", (), (), (uint8, uint8), uint8)
+        >>> match.output.scale
+        0.1
+    """
+
+    rule: LoweringRule
+    backend: str
+    nodes: tuple[fx.Node, ...]
+    modules: tuple[nn.Module | None, ...]
+    inputs: tuple[QParams | None, ...]
+    output: QParams | None
+
+    @property
+    def anchor(self) -> fx.Node:
+        """The last matched node (its result is the pattern's result)."""
+        return self.nodes[-1]
+
+    @property
+    def module(self) -> nn.Module | None:
+        """The first module among the matched nodes (the weighted one), or ``None``."""
+        return next((m for m in self.modules if m is not None), None)

@@ -1,0 +1,118 @@
+"""What a hook answers besides config classes and lowering rules: overrides and deployments.
+
+    Override     wraps an answer that deliberately replaces another plugin's answer
+    Deployment   how a backend runs converted models outside PyTorch eager (``fxquant_deployment``)
+    Deployed     what ``Deployment.deploy`` returns: a callable with a report
+
+The hook specifications themselves are in ``fxquant.registry.hookspecs``, which
+re-exports these records for plugins written against it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from fxquant.errors import ConfigError, ConfigTypeError
+
+if TYPE_CHECKING:
+    from torch import fx
+
+    from fxquant.flow.report import Report
+
+__all__ = ["Deployed", "Deployment", "Override"]
+
+
+@dataclass(frozen=True, slots=True)
+class Override:
+    """Marks a hook answer that deliberately replaces another plugin's answer.
+
+    Wrap a ``BackendPatternConfig``, a ``LoweringRule`` or a ``QConfigMapping``
+    in ``Override`` to say "this replaces what an earlier plugin gave for the
+    same pattern". Without it, two plugins answering for one pattern is a
+    ``PluginConflictError``. An ``Override`` with nothing to replace is fine.
+
+    Args:
+        item: the pattern config, lowering rule or qconfig mapping.
+        reason: an optional note shown by ``fxquant show``.
+
+    Example:
+        >>> import torch
+        >>> from fxquant.lowering import LoweringRule
+        >>> Override(LoweringRule(torch.nn.Linear, build=print, name="fast")).item.name
+        'fast'
+    """
+
+    item: Any
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.item, Override):
+            msg = f"Override wraps another Override {self.item!r}; wrap the item once"
+            raise ConfigTypeError(msg)
+
+
+@runtime_checkable
+class Deployed(Protocol):
+    """A converted model running outside PyTorch eager, as ``Deployment.deploy`` returns it.
+
+    Called with the model's positional inputs, it returns what the model
+    returns, as torch tensors. ``report`` says, per node of the converted
+    model, what the target took (status ``lowered``) and, for every quantized
+    node it did not take, why (a reason code and its words), in the form
+    ``fxquant.explain`` prints.
+
+    Example:
+        >>> from fxquant.flow.report import Report
+        >>> class Echo:
+        ...     report = Report()
+        ...     def __call__(self, *inputs):
+        ...         return inputs[0]
+        >>> isinstance(Echo(), Deployed)
+        True
+    """
+
+    @property
+    def report(self) -> Report:
+        """Per node of the converted model: taken by the target, or why not."""
+
+    def __call__(self, *inputs: Any) -> Any:
+        """Run the deployed model on the model's positional inputs."""
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    """How a backend runs converted models outside PyTorch eager: a toolchain and its runtime.
+
+    Args:
+        name: what runs the model, for people (``"ExecuTorch XNNPACK"``).
+        deploy: ``deploy(model, example_inputs) -> Deployed``: export the
+            converted model (``convert_fx`` with this backend) for the target
+            and load it in the target's runtime in this process.
+
+    Raises:
+        ConfigTypeError: when ``deploy`` is not callable or ``name`` not a str.
+        ConfigError: when ``name`` is empty.
+
+    Example:
+        >>> Deployment("my runtime", deploy=lambda model, example_inputs: model).name
+        'my runtime'
+    """
+
+    name: str
+    deploy: Callable[[fx.GraphModule, tuple[Any, ...]], Deployed]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str):
+            msg = f"Deployment name must be a str, got {self.name!r}"
+            raise ConfigTypeError(msg)
+        if not self.name:
+            msg = "Deployment name must not be empty; name the runtime (e.g. 'onnxruntime')"
+            raise ConfigError(msg)
+        if not callable(self.deploy):
+            msg = (
+                f"Deployment deploy must be callable, got {self.deploy!r} of type "
+                f"{type(self.deploy).__name__}; pass deploy(model, example_inputs)"
+            )
+            raise ConfigTypeError(msg)
