@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from fxquant.kernels.onednn import QConv, QLinear
-from fxquant.registry.hookspecs import QParams
+from fxquant.lowering import QParams
+from fxquant_onednn.modules import QConv, QLinear
 from torch import nn
 
 RESULTS = Path(__file__).resolve().parent / "results" / "kernels.json"

@@ -4,7 +4,6 @@ A plugin's lowering rules (``fxquant_lowering_kernels``) build modules that take
 and return integer tensors. The modules here wrap PyTorch's int8 kernels once,
 so each plugin states only what differs (engine, ops, constraints):
 
-    onednn.py             plain uint8/int8 tensors through torch.ops.onednn (x86, onednn)
     quantized_engine/     the quint8-based torch.ops.quantized kernels, run under a chosen
                           engine (fbgemm, qnnpack) with the deprecation warning kept inside
     boundary.py           the float -> integer step at a lowered model's float boundaries

@@ -257,8 +257,8 @@ def test_ops_without_weights_match_reference_within_one_step(
 
 
 def test_add_is_right_for_integers_above_127() -> None:
-    from fxquant.kernels.onednn import QAdd
-    from fxquant.registry.hookspecs import QParams
+    from fxquant.lowering import QParams
+    from fxquant_onednn.modules import QAdd
 
     q = QParams(torch.uint8, 0, 255, scale=0.02, zero_point=0)
     a = torch.tensor([200, 128, 255], dtype=torch.uint8)
@@ -277,8 +277,8 @@ def test_add_kernel_is_within_one_step_of_dequantize_add_quantize(
     scales: tuple[float, float, float], zero_points: tuple[int, int, int], relu: bool, seed: int
 ) -> None:
     from fxquant import qdq
-    from fxquant.kernels.onednn import QAdd
-    from fxquant.registry.hookspecs import QParams
+    from fxquant.lowering import QParams
+    from fxquant_onednn.modules import QAdd
 
     pairs = zip(scales, zero_points, strict=True)
     a, b, out = (QParams(torch.uint8, 0, 255, s, z) for s, z in pairs)

@@ -28,7 +28,11 @@ from fxquant import qdq
 from fxquant.config.backend import BackendPatternConfig
 from fxquant.kernels import boundary
 from fxquant.kernels.integer import IntegerClamp
-from fxquant.kernels.onednn import (
+from fxquant.lowering import LoweringMatch, LoweringRule, QParams
+from fxquant.nn import intrinsic, reference
+from torch import fx, nn
+
+from fxquant_onednn.modules import (
     DynamicQLinear,
     Fp16Linear,
     QAdd,
@@ -36,10 +40,6 @@ from fxquant.kernels.onednn import (
     QLinear,
     symmetric_weight,
 )
-from fxquant.nn import intrinsic, reference
-from fxquant.registry.hookspecs import LoweringMatch, LoweringRule, QParams
-from torch import fx, nn
-
 from fxquant_onednn.patterns import LinearLeakyReLU, LinearTanh
 
 __all__ = ["FloatOp", "IntegerOp", "IntegerReLU", "lowering_rules"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import fxquant.registry
 from fxquant.config.backend import BackendPatternConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
-from fxquant.registry.hookspecs import LoweringRule
+from fxquant.lowering import LoweringRule
 
 from fxquant_onednn.kernels import lowering_rules
 from fxquant_onednn.patterns import pattern_configs

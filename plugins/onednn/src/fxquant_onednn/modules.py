@@ -1,4 +1,4 @@
-"""oneDNN int8 kernels on plain uint8/int8 tensors, shared by the x86 and onednn plugins.
+"""oneDNN int8 kernel modules on plain uint8/int8 tensors (x86 lowers with them too).
 
 Every module here takes and returns plain integer tensors (never ``quint8``):
 
@@ -21,10 +21,11 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import nn
-
+from fxquant import qdq  # the core's numerics, shared with the reference model
+from fxquant.kernels import boundary
 from fxquant.kernels.integer import IntegerClamp
-from fxquant.registry.hookspecs import Dequantize, QParams, Quantize
+from fxquant.lowering import Dequantize, QParams, Quantize
+from torch import nn
 
 __all__ = [
     "DynamicQLinear",
@@ -280,9 +281,6 @@ class DynamicQLinear(QLinear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Quantize ``x`` with qparams chosen from its range, then run the int8 kernel."""
-        from fxquant import qdq  # the core's numerics, shared with the reference model
-        from fxquant.kernels import boundary
-
         scale, zero_point = qdq.choose_qparams_per_tensor(
             x, self.quant_min, self.quant_max, self.dtype
         )
