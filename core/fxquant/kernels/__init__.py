@@ -1,11 +1,12 @@
-"""Kernel building blocks that first-party (and third-party) backend plugins share.
+"""The kernels every backend's lowering uses, whatever runs its int8 ops.
 
 A plugin's lowering rules (``fxquant_lowering_kernels``) build modules that take
-and return integer tensors. The modules here wrap PyTorch's int8 kernels once,
-so each plugin states only what differs (engine, ops, constraints):
+and return integer tensors. The core keeps only what holds for every backend;
+the kernels of one family of backends live with those plugins (oneDNN's in
+``fxquant-onednn``, which x86 builds on; the quint8 engines' in
+``fxquant-quantized-engine``, which fbgemm and qnnpack build on):
 
-    quantized_engine/     the quint8-based torch.ops.quantized kernels, run under a chosen
-                          engine (fbgemm, qnnpack) with the deprecation warning kept inside
     boundary.py           the float -> integer step at a lowered model's float boundaries
+                          (the flow's epilogues put it there)
     integer.py            kernels on the integers themselves (IntegerClamp)
 """

@@ -25,7 +25,6 @@ caches the backend it assembles. The built-in ``reference`` backend is
     conv_add          conv_add_configs (oneDNN conv + add fusions)
     getters           root-node / extra-input getters of the complex patterns
     reference         the reference backend's dtype configs and patterns
-    engine            engine_pattern_configs, engine_default_qconfig_mapping (fbgemm, qnnpack)
     qconfigs          reference_default_qconfig_mapping
 """
 

@@ -9,9 +9,9 @@ import fxquant
 import pytest
 import torch
 from fxquant import testing
-from fxquant.kernels.quantized_engine import QuantizedConv, QuantizedLinear
 from fxquant.testing import Case, Sizes
 from fxquant_qnnpack import plugin
+from fxquant_quantized_engine import QuantizedConv, QuantizedLinear
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

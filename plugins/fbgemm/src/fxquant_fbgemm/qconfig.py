@@ -6,7 +6,7 @@ depthwise conv loses 57-74 steps there) and symmetric per-channel int8
 weights (fbgemm's conv and linear take per-channel scales). QAT: moving-average
 fake-quantize on the same ranges (0..127). Fixed-qparams ops (sigmoid, tanh, ...) get
 their exact grids; transposed convs per-tensor weights; layer norm float weights
-(see :func:`fxquant.patterns.engine.engine_default_qconfig_mapping`).
+(see :func:`fxquant_quantized_engine.engine_default_qconfig_mapping`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 from fxquant.config.qconfig_mapping import QConfigMapping
-from fxquant.patterns.engine import engine_default_qconfig_mapping
+from fxquant_quantized_engine import engine_default_qconfig_mapping
 
 _ACTIVATION: dict[str, Any] = {"dtype": torch.uint8, "reduce_range": True}
 _WEIGHT: dict[str, Any] = {"dtype": torch.int8, "quant_min": -128, "quant_max": 127}

@@ -1,13 +1,13 @@
 """The kernels of the ``qnnpack`` backend: PyTorch's quint8 kernels on the qnnpack engine.
 
 Which kernel runs each reference pattern is shared with every quint8 engine
-(:func:`fxquant.kernels.quantized_engine.lowering_rules`); this backend states its
+(:func:`fxquant_quantized_engine.lowering_rules`); this backend states its
 engine only.
 """
 
 from __future__ import annotations
 
-from fxquant.kernels import quantized_engine
+import fxquant_quantized_engine as quantized_engine
 from fxquant.registry import LoweringRule
 
 from fxquant_qnnpack.patterns import pattern_configs

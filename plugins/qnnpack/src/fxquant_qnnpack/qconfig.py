@@ -7,7 +7,7 @@ falls under the kernels' lower bound, and symmetric per-channel int8 weights in
 range keeps the weight zero point at 0). QAT: moving-average fake-quantize on
 the same ranges. Fixed-qparams ops (sigmoid, tanh, ...) get
 their exact grids; transposed convs per-tensor weights; layer norm float weights
-(see :func:`fxquant.patterns.engine.engine_default_qconfig_mapping`).
+(see :func:`fxquant_quantized_engine.engine_default_qconfig_mapping`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 from fxquant.config.qconfig_mapping import QConfigMapping
-from fxquant.patterns.engine import engine_default_qconfig_mapping
+from fxquant_quantized_engine import engine_default_qconfig_mapping
 
 _EPS = 2**-12
 _ACTIVATION: dict[str, Any] = {"dtype": torch.uint8, "quant_min": 0, "quant_max": 255, "eps": _EPS}

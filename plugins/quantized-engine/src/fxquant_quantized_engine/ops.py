@@ -7,12 +7,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from fxquant import qdq
 from torch import nn
 
-from fxquant.kernels.quantized_engine.engine import (
+from fxquant_quantized_engine.engine import (
     _engine_id,
 )
-from fxquant.kernels.quantized_engine.views import (
+from fxquant_quantized_engine.views import (
     TensorQParams,
     _quint8_input,
     _quint8_template,
@@ -41,8 +42,6 @@ class ChannelQParams:
 
     def dequantize(self, values: torch.Tensor) -> torch.Tensor:
         """The float values of ``values``."""
-        from fxquant import qdq  # the flow's own per-channel dequantize
-
         return qdq.dequantize_per_channel(
             values,
             self.scales,

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from fxquant.kernels.quantized_engine.engine import (
+from fxquant_quantized_engine.engine import (
     _GET_ENGINE,
     _QUINT8,
     _SET_ENGINE,
@@ -38,7 +38,7 @@ def as_quint8(values: torch.Tensor, scale: float, zero_point: int) -> torch.Tens
     Call inside an ``EngineScope`` (creating a quint8 tensor warns once).
 
     Example:
-        >>> from fxquant.kernels.quantized_engine import EngineScope
+        >>> from fxquant_quantized_engine import EngineScope
         >>> with EngineScope("fbgemm"):
         ...     q = as_quint8(torch.tensor([0, 10], dtype=torch.uint8), 0.5, 10)
         ...     q.dequantize().tolist()
@@ -54,7 +54,7 @@ def as_uint8(quantized: torch.Tensor) -> torch.Tensor:
     """View a quint8 tensor's integers as a uint8 tensor (no copy, unlike ``int_repr``).
 
     Example:
-        >>> from fxquant.kernels.quantized_engine import EngineScope
+        >>> from fxquant_quantized_engine import EngineScope
         >>> with EngineScope("fbgemm"):
         ...     q = as_quint8(torch.tensor([5], dtype=torch.uint8), 0.5, 3)
         >>> as_uint8(q).tolist()
@@ -101,7 +101,7 @@ class TensorQParams:
         holds the quint8 tensor it views, which a kernel it feeds takes without a new view.
 
         Example:
-            >>> from fxquant.kernels.quantized_engine import EngineScope
+            >>> from fxquant_quantized_engine import EngineScope
             >>> with EngineScope("fbgemm"):
             ...     TensorQParams(0.5, 3).quantize(torch.tensor([1.0, 200.0])).tolist()
             [5, 255]
@@ -112,8 +112,13 @@ class TensorQParams:
     def dequantize(self, values: torch.Tensor) -> torch.Tensor:
         """This range's integers -> float32 (torch's vectorized dequantize of a quint8 view).
 
+        Call inside an ``EngineScope``, like :meth:`quantize`.
+
         Example:
-            >>> TensorQParams(0.5, 3).dequantize(torch.tensor([5, 255], dtype=torch.uint8)).tolist()
+            >>> from fxquant_quantized_engine import EngineScope
+            >>> values = torch.tensor([5, 255], dtype=torch.uint8)
+            >>> with EngineScope("fbgemm"):
+            ...     TensorQParams(0.5, 3).dequantize(values).tolist()
             [1.0, 126.0]
         """
         template = _quint8_template(self.scale, self.zero_point)
@@ -127,7 +132,7 @@ def weight_as_qint8(
 
     Example:
         >>> w = torch.tensor([[1, -2]], dtype=torch.int8)
-        >>> from fxquant.kernels.quantized_engine import EngineScope
+        >>> from fxquant_quantized_engine import EngineScope
         >>> with EngineScope("fbgemm"):
         ...     weight_as_qint8(w, torch.tensor([0.5]), torch.tensor([0])).dequantize().tolist()
         [[0.5, -1.0]]

@@ -6,17 +6,18 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from fxquant.kernels.integer import IntegerClamp
+from fxquant.lowering import Dequantize, Quantize
 from torch import nn
 
-from fxquant.kernels.integer import IntegerClamp
-from fxquant.kernels.quantized_engine.engine import (
+from fxquant_quantized_engine.engine import (
     _GET_ENGINE,
     _SET_ENGINE,
     EngineScope,
     _engine_id,
     _Quiet,
 )
-from fxquant.kernels.quantized_engine.views import (
+from fxquant_quantized_engine.views import (
     TensorQParams,
     _clamped,
     _quint8_input,
@@ -34,8 +35,6 @@ def _absorb(kernel: Any, step: object) -> bool:
     """Epilogues of a uint8-output kernel (see ``LoweringRule``): a relu/relu6
     :class:`IntegerClamp` (clamped in place on the kernel's fresh result), then the
     dequantize step after it (the kernel returns floats)."""
-    from fxquant.registry.hookspecs import Dequantize
-
     if kernel.float_output:
         return False
     if isinstance(step, IntegerClamp):
@@ -178,7 +177,7 @@ class _Static(_Weighted):
 
         Example:
             >>> from fxquant.nn import reference
-            >>> from fxquant.registry.hookspecs import Quantize, QParams
+            >>> from fxquant.lowering import Quantize, QParams
             >>> qparams = {"qscheme": torch.per_tensor_affine, "dtype": torch.int8,
             ...            "scale": 0.1, "zero_point": 0}
             >>> ref = reference.Linear.from_float(nn.Linear(4, 2), qparams)
@@ -189,8 +188,6 @@ class _Static(_Weighted):
             >>> kernel(torch.zeros(3, 4)).dtype
             torch.uint8
         """
-        from fxquant.registry.hookspecs import Quantize
-
         if self.float_input or not isinstance(step, Quantize):
             return False
         if _tensor_qparams(step.qparams) != self.x:

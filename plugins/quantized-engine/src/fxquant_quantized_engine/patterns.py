@@ -1,10 +1,10 @@
-"""Patterns and default qconfigs of a backend on PyTorch's quint8 kernels (fbgemm, qnnpack).
+"""The patterns of a backend on PyTorch's quint8 kernels (fbgemm, qnnpack).
 
 Both engines run the same ``torch.ops.quantized`` kernels on uint8 activations
 and int8 weights, so their backends differ only in a few numbers: the
 activation and weight constraints, the dynamic linear dtypes (fp16 or not) and
-the observer ranges. A plugin states those and calls
-:func:`engine_pattern_configs` and :func:`engine_default_qconfig_mapping`:
+the observer ranges (``qconfig.py``). A plugin states those and calls
+:func:`engine_pattern_configs`:
 
     weighted ops (conv, linear)     uint8 activations, int8 weight, float bias
     linear, rnn                     + the dynamic dtype configs given
@@ -15,14 +15,10 @@ the observer ranges. A plugin states those and calls
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 import torch
-
 from fxquant.config.backend import BackendPatternConfig, DTypeConfig, DTypeWithConstraints
-from fxquant.config.qconfig import QConfig
-from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.patterns.binary import binary_op_configs, matmul_configs
 from fxquant.patterns.conv import conv_configs
 from fxquant.patterns.embedding import embedding_configs
@@ -30,12 +26,11 @@ from fxquant.patterns.fixed_qparams import fixed_qparams_op_configs
 from fxquant.patterns.linear import linear_configs
 from fxquant.patterns.misc import cat_configs, default_op_configs, tensor_info_op_configs
 from fxquant.patterns.norm import bn_configs, ln_configs
-from fxquant.patterns.qconfigs import mapping_with_overrides
 from fxquant.patterns.reference import weight_only_dtype_configs
 from fxquant.patterns.rnn import rnn_configs
 from fxquant.patterns.share_qparams import share_qparams_op_configs
 
-__all__ = ["engine_default_qconfig_mapping", "engine_pattern_configs"]
+__all__ = ["engine_pattern_configs"]
 
 _Builder = Callable[[Sequence[DTypeConfig]], list[BackendPatternConfig]]
 _Dtype = DTypeWithConstraints | torch.dtype
@@ -89,59 +84,3 @@ def engine_pattern_configs(
         (embedding_configs, weight_only_dtype_configs()),
     ]
     return [config for build, dtype_configs in families for config in build(dtype_configs)]
-
-
-def _engine_qconfigs(
-    is_qat: bool, activation: Mapping[str, Any], weight: Mapping[str, Any]
-) -> tuple[QConfig, Any]:
-    # (global qconfig, per-tensor weight constructor of the transposed convs)
-    from fxquant import observer as obs  # heavy: only when asked
-    from fxquant.fake_quantize import FakeQuantize
-
-    channel = {"qscheme": "per_channel_symmetric", **weight}
-    tensor = {"qscheme": "per_tensor_symmetric", **weight}
-    if is_qat:
-        act: Any = FakeQuantize.with_args(observer=obs.MovingAverageMinMaxObserver, **activation)
-        per_channel: Any = FakeQuantize.with_args(
-            observer=obs.MovingAveragePerChannelMinMaxObserver, ch_axis=0, **channel
-        )
-        per_tensor: Any = FakeQuantize.with_args(observer=obs.MovingAverageMinMaxObserver, **tensor)
-    else:
-        act = obs.HistogramObserver.with_args(**activation)
-        per_channel = obs.PerChannelMinMaxObserver.with_args(ch_axis=0, **channel)
-        per_tensor = obs.MinMaxObserver.with_args(**tensor)
-    return QConfig(activation=act, weight=per_channel), per_tensor
-
-
-def engine_default_qconfig_mapping(
-    is_qat: bool,
-    *,
-    activation: Mapping[str, Any],
-    weight: Mapping[str, Any],
-    qat_activation: Mapping[str, Any] | None = None,
-) -> QConfigMapping:
-    """The default mapping of a quint8-engine backend.
-
-    Histogram observers on the activations and symmetric per-channel int8
-    weights (PTQ), or moving-average fake-quantize on the same ranges (QAT);
-    per-tensor weights for transposed convs (a per-channel observer's axis 0
-    is their *input* channel), float weights for layer norm and the exact
-    grid for fixed-qparams ops.
-
-    Args:
-        is_qat: fake-quantize modules instead of observers.
-        activation: observer arguments of the activations (dtype, range, eps, ...).
-        weight: observer arguments of the weights, without the qscheme.
-        qat_activation: the fake-quantize activation arguments, when they
-            differ from ``activation`` (default ``activation``).
-
-    Example:
-        >>> mapping = engine_default_qconfig_mapping(
-        ...     False, activation={"dtype": torch.uint8}, weight={"dtype": torch.int8}
-        ... )
-        >>> mapping.global_qconfig.weight().qscheme
-        torch.per_channel_symmetric
-    """
-    act = activation if qat_activation is None or not is_qat else qat_activation
-    base, per_tensor = _engine_qconfigs(is_qat, act, weight)
-    return mapping_with_overrides(base, per_tensor, is_qat)

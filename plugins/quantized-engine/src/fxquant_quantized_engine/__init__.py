@@ -1,4 +1,9 @@
-"""PyTorch's quint8-based int8 kernels (``torch.ops.quantized``) behind plain-integer modules.
+"""fxquant-quantized-engine: what the fbgemm and qnnpack backends share.
+
+PyTorch's quint8-based int8 kernels (``torch.ops.quantized``) behind
+plain-integer modules, the lowering rules that pick them, and the patterns
+and default mapping of a backend on them. A library for the two plugins that
+depend on it (``fxquant-fbgemm``, ``fxquant-qnnpack``): it registers no backend.
 
 The fbgemm and qnnpack engines only have kernels that take ``torch.quint8``
 tensors, which PyTorch 2.13 deprecates. The modules here keep those tensors
@@ -29,16 +34,19 @@ them (clamped in place on their fresh result; ``r.dequantize()``), and
     modules.py   weighted, binary, cat, unary and clamp kernel modules (and ``absorb``)
     ops.py       ops without a quint8 kernel (on the integers, or through float)
     rules.py     which kernel runs each reference pattern (``lowering_rules``)
+    patterns.py  a backend's patterns from its engine's constraints (``engine_pattern_configs``)
+    qconfig.py   its default mapping (``engine_default_qconfig_mapping``)
 """
 
 from __future__ import annotations
 
 from fxquant.kernels.integer import IntegerClamp
-from fxquant.kernels.quantized_engine.engine import (
+
+from fxquant_quantized_engine.engine import (
     DEPRECATION_MESSAGE,
     EngineScope,
 )
-from fxquant.kernels.quantized_engine.modules import (
+from fxquant_quantized_engine.modules import (
     QuantizedBinary,
     QuantizedCat,
     QuantizedConv,
@@ -48,19 +56,21 @@ from fxquant.kernels.quantized_engine.modules import (
     QuantizedLinearFP16,
     QuantizedUnary,
 )
-from fxquant.kernels.quantized_engine.ops import (
+from fxquant_quantized_engine.ops import (
     ChannelQParams,
     QuantizedOps,
     Step,
 )
-from fxquant.kernels.quantized_engine.rules import (
+from fxquant_quantized_engine.patterns import engine_pattern_configs
+from fxquant_quantized_engine.qconfig import engine_default_qconfig_mapping
+from fxquant_quantized_engine.rules import (
     build_conv_transpose,
     build_ops,
     build_weighted,
     lowering_rules,
     max_pool_integers,
 )
-from fxquant.kernels.quantized_engine.views import (
+from fxquant_quantized_engine.views import (
     TensorQParams,
     as_quint8,
     as_uint8,
@@ -88,6 +98,8 @@ __all__ = [
     "build_conv_transpose",
     "build_ops",
     "build_weighted",
+    "engine_default_qconfig_mapping",
+    "engine_pattern_configs",
     "lowering_rules",
     "max_pool_integers",
     "weight_as_qint8",

@@ -10,14 +10,17 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from fxquant.kernels.integer import IntegerClamp
+from fxquant.lowering import LoweringRule
+from fxquant.nn import intrinsic
+from fxquant.nn import reference as reference_modules
 from torch import nn
 
-from fxquant.kernels.integer import IntegerClamp
-from fxquant.kernels.quantized_engine.engine import (
+from fxquant_quantized_engine.engine import (
     _QINT8,
     _Quiet,
 )
-from fxquant.kernels.quantized_engine.modules import (
+from fxquant_quantized_engine.modules import (
     QuantizedBinary,
     QuantizedCat,
     QuantizedConv,
@@ -27,13 +30,13 @@ from fxquant.kernels.quantized_engine.modules import (
     QuantizedLinearFP16,
     QuantizedUnary,
 )
-from fxquant.kernels.quantized_engine.ops import (
+from fxquant_quantized_engine.ops import (
     ChannelQParams,
     QuantizedOps,
     Step,
     _input_qparams,
 )
-from fxquant.kernels.quantized_engine.views import (
+from fxquant_quantized_engine.views import (
     TensorQParams,
     _tensor_qparams,
     as_quint8,
@@ -379,18 +382,15 @@ def lowering_rules(engine: str, configs: Sequence[Any]) -> list[Any]:
         >>> sorted(r.name for r in lowering_rules("fbgemm", linear_configs([])))[:2]
         ['fbgemm_conv1d', 'fbgemm_conv2d']
     """
-    from fxquant.nn import intrinsic, reference
-    from fxquant.registry.hookspecs import LoweringRule
-
     rules: dict[Any, Any] = {}
     for name, relu in _WEIGHTED:
-        cls = getattr(intrinsic if relu else reference, name)
+        cls = getattr(intrinsic if relu else reference_modules, name)
         rule = LoweringRule(
             cls, build=build_weighted(engine, relu), name=f"{engine}_{name.lower()}"
         )
         rules[rule.key] = rule
     for dims in (1, 2, 3):
-        cls = getattr(reference, f"ConvTranspose{dims}d")
+        cls = getattr(reference_modules, f"ConvTranspose{dims}d")
         name = f"{engine}_conv_transpose{dims}d"
         rule = LoweringRule(cls, build=build_conv_transpose(engine), name=name)
         rules[rule.key] = rule
