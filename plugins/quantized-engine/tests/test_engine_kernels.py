@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import copy
 import io
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -122,3 +124,29 @@ def test_absorbed_input_quantize_is_within_one_step_of_the_boundary_step(engine:
     assert kernel.absorb_input(Quantize(QParams(torch.uint8, 0, 255, Q.scale, Q.zero_point)))
     assert (kernel(x).int() - expected.int()).abs().max() <= 1
 
+
+_FIRST_KERNEL_CALL = """
+import torch
+from fxquant_quantized_engine import QuantizedBinary, QuantizedCat, TensorQParams
+q = TensorQParams(0.1, 0)
+ten = torch.full((2,), 10, dtype=torch.uint8)
+kernel = {kernel}
+print(kernel(ten, ten).tolist())
+"""
+
+
+@pytest.mark.parametrize(
+    "kernel",
+    [
+        'QuantizedBinary("fbgemm", "add", (q, q), TensorQParams(0.2, 0))',
+        "QuantizedCat('qnnpack', (q, q), q, dim=0)",
+    ],
+)
+def test_the_first_kernel_call_of_a_process_warns_nothing(kernel: str) -> None:
+    # torch warns once per process on the first quint8 tensor: binding a kernel makes one
+    code = _FIRST_KERNEL_CALL.format(kernel=kernel)
+    result = subprocess.run(
+        [sys.executable, "-W", "error", "-c", code], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("[10, 10")

@@ -72,7 +72,10 @@ class _Bound(nn.Module):
     def forward(self, *values: torch.Tensor) -> torch.Tensor:
         call = self._call
         if call is None:
-            call = self._call = self.bind()
+            # binding makes quint8 templates of the input qparams: torch's deprecation
+            # warning must stay inside here as it does inside the calls
+            with _Quiet():
+                call = self._call = self.bind()
         return call(*values)
 
     def __getstate__(self) -> dict[str, Any]:
