@@ -256,6 +256,7 @@ def quantize_with(
         (True, True)
     """
     from fxquant.flow import convert_fx, explain, prepare_fx
+    from fxquant.flow.report import NodeStatus
 
     result = DemoResult(backend_config.name)
     prepared = prepare_fx(copy.deepcopy(model), qconfig_mapping, (data[:1],), None, backend_config)
@@ -276,7 +277,8 @@ def quantize_with(
     result.not_quantized = [
         (entry.node, entry.reason.code, entry.reason.words)
         for entry in report.entries()
-        if entry.reason is not None and entry.status in ("skipped", "float", "reference")
+        if entry.reason is not None
+        and entry.status in (NodeStatus.SKIPPED, NodeStatus.FLOAT, NodeStatus.REFERENCE)
     ]
     return result
 

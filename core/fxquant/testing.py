@@ -44,6 +44,7 @@ from torch import fx, nn
 
 import fxquant
 from fxquant.config import defaults
+from fxquant.flow.report import NodeStatus
 from fxquant.torch_ao_names import as_fxquant_class
 
 __all__ = [
@@ -380,12 +381,12 @@ def _report(model: fx.GraphModule) -> str:
     return str(fxquant.explain(model, show=False))
 
 
-def lowering_statuses(model: fx.GraphModule) -> dict[str, str]:
+def lowering_statuses(model: fx.GraphModule) -> dict[str, NodeStatus]:
     """Node name -> lowering status (lowered, reference, skipped, float), inputs left out.
 
     Example:
         >>> lowered, _, _ = quantize_case("reference", LOWERING_CASES[0], (1, 2, 2, 4))
-        >>> sorted(set(lowering_statuses(lowered).values()))
+        >>> sorted(status.value for status in set(lowering_statuses(lowered).values()))
         ['float', 'reference']
     """
     entries = fxquant.explain(model, show=False).entries()

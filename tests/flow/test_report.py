@@ -50,3 +50,42 @@ def test_strict_error_lists_each_node_with_code_and_words() -> None:
     report = Report([NodeReport("fc", "call_module", "Linear", "x", "skipped", reason)])
     with pytest.raises(QuantizationSkipped, match=r"fc: \[dtype_mismatch\] fc: qconfig"):
         raise_if_skipped(report, "prepare_fx")
+
+
+def test_codes_and_statuses_are_enum_members_that_read_as_their_strings() -> None:
+    import json
+    import pickle
+
+    from fxquant.flow.report import NodeStatus, ReasonCode
+
+    reason = Reason("quant_range", "fc: quant_max 255 exceeds 127", field="quant_max_upper_bound")
+    entry = NodeReport("fc", "call_module", "Linear", None, "skipped", reason)
+    assert reason.code is ReasonCode.QUANT_RANGE
+    assert entry.status is NodeStatus.SKIPPED
+    assert (reason.code, entry.status) == ("quant_range", "skipped")  # comparisons unchanged
+    assert f"[{reason.code}] {entry.status}" == "[quant_range] skipped"
+    assert {"quant_range": 1}[reason.code] == 1  # hashes like its string
+    report = Report([entry])
+    assert json.loads(json.dumps(report.to_dict()))["nodes"][0]["status"] == "skipped"
+    assert "quant_range: fc: quant_max" in report.table()
+    assert pickle.loads(pickle.dumps(entry)) == entry
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: Reason("no_such_code", "x"), r"^Reason code 'no_such_code' is not one of "),
+        (
+            lambda: NodeReport("a", "placeholder", None, None, "done"),
+            r"^NodeReport status 'done' is not one of quantized, skipped, lowered, reference, "
+            r"float$",
+        ),
+    ],
+)
+def test_an_unknown_code_or_status_names_every_valid_choice(build: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message) as caught:
+        build()  # type: ignore[operator]
+    if "Reason" in message:
+        from fxquant.flow.report import CODES
+
+        assert str(caught.value).endswith(", ".join(CODES))

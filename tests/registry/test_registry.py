@@ -18,6 +18,7 @@ from fxquant.errors import (
     UnknownBackendError,
 )
 from fxquant.registry import Override, hookimpl
+from fxquant.registry.loading import PluginInfo, PluginStatus
 from fxquant.registry.manager import Registry
 
 from tests.registry.conftest import FakeDist, Installed, config
@@ -301,6 +302,16 @@ def test_a_plugin_whose_requires_dist_excludes_us_is_incompatible_and_never_impo
     )
     assert "never_imported_old" not in sys.modules
     assert registry.report("old").status == "incompatible"
+    report = registry.report("old")
+    assert report.status is PluginStatus.INCOMPATIBLE
+    assert [p.status for p in report.plugins] == [PluginStatus.INCOMPATIBLE]
+
+
+def test_a_plugin_status_outside_the_enum_names_every_valid_status() -> None:
+    with pytest.raises(ValueError, match=r"^PluginInfo status 'broken' is not one of ok, failed, "):
+        PluginInfo("b", "fxquant-b", "1.0", "b = b.plugin", status="broken")  # type: ignore[arg-type]
+    info = PluginInfo("b", "fxquant-b", "1.0", "b = b.plugin", status="ok")  # type: ignore[arg-type]
+    assert info.status is PluginStatus.OK
 
 
 def test_a_plugin_built_for_another_plugin_api_is_refused(

@@ -163,7 +163,7 @@ def explain(model: nn.Module, *, show: bool = True) -> Report:
         >>> import torch, fxquant
         >>> m = torch.nn.Sequential(torch.nn.ReLU()).eval()
         >>> gm = prepare_fx(m, fxquant.get_default_qconfig_mapping("reference"), (torch.randn(2),))
-        >>> [e.status for e in explain(gm, show=False).entries()]
+        >>> [str(e.status) for e in explain(gm, show=False).entries()]
         ['float', 'quantized', 'float']
     """
     state = getattr(model, "meta", {}).get(META_KEY) if isinstance(model, fx.GraphModule) else None

@@ -43,7 +43,7 @@ from fxquant.flow.convert_qconfig import (
     turned_off_nodes,
 )
 from fxquant.flow.convert_qdq import replace_observer
-from fxquant.flow.report import Report, raise_if_skipped
+from fxquant.flow.report import NodeStatus, Report, raise_if_skipped
 from fxquant.flow.state import META_KEY, FlowMeta, FlowState
 from fxquant.flow.trace import drop_string_annotations
 from fxquant.lowering import DEQUANTIZE_OPS
@@ -140,7 +140,9 @@ def _quantized_outputs(graph: fx.Graph, indexes: list[int]) -> None:
 
 def _mark_reference(report: Report) -> Report:
     entries = [
-        dataclasses.replace(e, status="reference") if e.status == "quantized" else e
+        dataclasses.replace(e, status=NodeStatus.REFERENCE)
+        if e.status == NodeStatus.QUANTIZED
+        else e
         for e in report.entries()
     ]
     return Report(entries, report.unused())

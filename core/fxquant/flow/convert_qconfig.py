@@ -17,7 +17,7 @@ from torch.fx import Graph, GraphModule, Node
 from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.flow.convert_modules import is_observer
 from fxquant.flow.qconfig_assign import assign_qconfigs
-from fxquant.flow.report import Reason, Report
+from fxquant.flow.report import NodeStatus, Reason, ReasonCode, Report
 from fxquant.flow.state import META_KEY, NodeInfo
 
 __all__ = ["float_observers", "report_turned_off", "turn_off", "turned_off_nodes"]
@@ -90,7 +90,7 @@ def report_turned_off(report: Report, turned_off: set[str]) -> Report:
         if entry.node in turned_off:
             words = f"{entry.node}: the qconfig_mapping given to convert sets its qconfig to None"
             entry = dataclasses.replace(
-                entry, status="skipped", reason=Reason("qconfig_none", words)
+                entry, status=NodeStatus.SKIPPED, reason=Reason(ReasonCode.QCONFIG_NONE, words)
             )
         entries.append(entry)
     return Report(entries, report.unused())

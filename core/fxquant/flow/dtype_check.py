@@ -19,7 +19,7 @@ from fxquant.config.backend import BackendPatternConfig, DTypeConfig, DTypeWithC
 from fxquant.config.qconfig import QConfig
 from fxquant.dtypes import canonical_dtype, dtype_name, is_quantized_dtype, qscheme_name
 from fxquant.errors import ConfigError
-from fxquant.flow.report import Reason
+from fxquant.flow.report import Reason, ReasonCode
 
 __all__ = ["ObserverFacts", "QConfigProbe", "select_dtype_config"]
 
@@ -111,7 +111,7 @@ def _same(a: torch.dtype | None, b: torch.dtype) -> bool:
 def _dtype_reason(what: str, got: torch.dtype, wanted: torch.dtype | None, label: str) -> Reason:
     wanted_name = dtype_name(wanted) if wanted is not None else "any"
     return Reason(
-        "dtype_mismatch",
+        ReasonCode.DTYPE_MISMATCH,
         f"{label}: qconfig {what} dtype {dtype_name(got)} is not the backend's {wanted_name}",
         field=f"{what}_dtype",
         bound=wanted,
@@ -123,7 +123,7 @@ def _check_dtypes(config: DTypeConfig, probe: QConfigProbe, label: str) -> Reaso
     if bool(config.is_dynamic) != act.is_dynamic:
         kind = "dynamic" if config.is_dynamic else "static"
         return Reason(
-            "is_dynamic",
+            ReasonCode.IS_DYNAMIC,
             f"{label}: qconfig activation is_dynamic={act.is_dynamic} but the backend wants "
             f"{kind} quantization",
             field="is_dynamic",
@@ -154,19 +154,19 @@ def _check_constraints(
         words = (
             f"{label}: qconfig {what} quant_min {facts.quant_min} is below the backend bound {low}"
         )
-        return Reason("quant_range", words, field="quant_min_lower_bound", bound=low)
+        return Reason(ReasonCode.QUANT_RANGE, words, field="quant_min_lower_bound", bound=low)
     if high is not None and (facts.quant_max is None or facts.quant_max > high):
         words = (
             f"{label}: qconfig {what} quant_max {facts.quant_max} exceeds the backend bound {high}"
         )
-        return Reason("quant_range", words, field="quant_max_upper_bound", bound=high)
+        return Reason(ReasonCode.QUANT_RANGE, words, field="quant_max_upper_bound", bound=high)
     scale_min = constraints.scale_min_lower_bound
     if scale_min is not None and (facts.eps is None or facts.eps < scale_min):
         words = (
             f"{label}: qconfig {what} smallest scale (eps) {facts.eps} is below the backend "
             f"bound {scale_min}"
         )
-        return Reason("scale_min", words, field="scale_min_lower_bound", bound=scale_min)
+        return Reason(ReasonCode.SCALE_MIN, words, field="scale_min_lower_bound", bound=scale_min)
     return _check_fixed(constraints, facts, what, label)
 
 
@@ -191,7 +191,7 @@ def _check_zero_point(
         f"{label}: the backend needs {what} zero point {zero_point} (symmetric quantization) "
         f"but the qconfig {what} observer has {found}; use a *_symmetric qscheme"
     )
-    return Reason("zero_point", words, field="zero_point_exact_match", bound=zero_point)
+    return Reason(ReasonCode.ZERO_POINT, words, field="zero_point_exact_match", bound=zero_point)
 
 
 def _check_fixed(
@@ -207,13 +207,13 @@ def _check_fixed(
             f"{label}: the backend needs fixed qparams (scale {scale}, zero_point {zero_point}) "
             f"but the qconfig {what} observer is not a FixedQParamsObserver/FakeQuantize"
         )
-        return Reason("fixed_qparams", words, field="scale_exact_match", bound=scale)
+        return Reason(ReasonCode.FIXED_QPARAMS, words, field="scale_exact_match", bound=scale)
     if facts.fixed != (float(scale), int(zero_point)):
         words = (
             f"{label}: qconfig {what} fixed qparams {facts.fixed} differ from the backend's "
             f"(scale {scale}, zero_point {zero_point})"
         )
-        return Reason("fixed_qparams", words, field="scale_exact_match", bound=scale)
+        return Reason(ReasonCode.FIXED_QPARAMS, words, field="scale_exact_match", bound=scale)
     return None
 
 
@@ -257,7 +257,7 @@ def select_dtype_config(
         >>> from fxquant.config.defaults import default_qconfig
         >>> config = BackendPatternConfig(torch.nn.ReLU)
         >>> select_dtype_config(config, QConfigProbe.of(default_qconfig), "relu").code
-        'dtype_mismatch'
+        <ReasonCode.DTYPE_MISMATCH: 'dtype_mismatch'>
     """
     best: Reason | None = None
     for config in pattern_config.dtype_configs:
@@ -265,13 +265,13 @@ def select_dtype_config(
         if reason is None:
             return config
         if best is None or (
-            best.code in ("dtype_mismatch", "is_dynamic")
+            best.code in (ReasonCode.DTYPE_MISMATCH, ReasonCode.IS_DYNAMIC)
             and reason.code not in ("dtype_mismatch", "is_dynamic")
         ):
             best = reason
     if best is None:
         return Reason(
-            "dtype_mismatch",
+            ReasonCode.DTYPE_MISMATCH,
             f"{label}: the backend lists no dtype configs for this pattern",
             field="dtype_configs",
             bound=[],

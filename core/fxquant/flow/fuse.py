@@ -32,7 +32,7 @@ from fxquant.config.pattern import MatchAllNode, is_match_all
 from fxquant.flow.context import FlowContext
 from fxquant.flow.match import Match, PatternIndex, match_graph, module_table
 from fxquant.flow.qconfig_assign import assign_qconfigs, qconfig_mismatch
-from fxquant.flow.report import Reason
+from fxquant.flow.report import Reason, ReasonCode
 from fxquant.flow.state import node_info, update_info
 
 __all__ = ["fuse", "fusion_index"]
@@ -157,7 +157,7 @@ def _trainable_fusions(ctx: FlowContext) -> Callable[[Match[BackendPatternConfig
             f"{ctx.backend_config.name!r}, so it cannot train fused; its parts are "
             "prepared on their own (a shorter fusion when the backend has one)"
         )
-        return Reason("fusion_no_qat_module", words, field="qat_module")
+        return Reason(ReasonCode.FUSION_NO_QAT_MODULE, words, field="qat_module")
 
     return reason
 

@@ -36,7 +36,7 @@ from fxquant.flow import epilogues
 from fxquant.flow.context import FlowContext
 from fxquant.flow.convert_qdq import attribute_value, node_qparams
 from fxquant.flow.match import Match, PatternIndex, match_graph
-from fxquant.flow.report import Reason, Report
+from fxquant.flow.report import NodeStatus, Reason, ReasonCode, Report
 from fxquant.flow.state import META_KEY, NodeInfo
 from fxquant.lowering import (
     CHOOSE_QPARAMS_OP,
@@ -209,14 +209,14 @@ def _update_report(
     entries = []
     for entry in report.entries():
         if entry.node in lowered:
-            entry = dataclasses.replace(entry, status="lowered", reason=None)
-        elif entry.status == "reference" and not (deployed and not has_rules):
+            entry = dataclasses.replace(entry, status=NodeStatus.LOWERED, reason=None)
+        elif entry.status == NodeStatus.REFERENCE and not (deployed and not has_rules):
             where = "the lowering rule declined it" if has_rules else "the backend has none"
             words = (
                 f"{entry.node}: no lowering kernel in backend {backend!r} for "
                 f"{entry.pattern or entry.op} ({where}); it stays in reference form"
             )
-            entry = dataclasses.replace(entry, reason=Reason("no_lowering_kernel", words))
+            entry = dataclasses.replace(entry, reason=Reason(ReasonCode.NO_LOWERING_KERNEL, words))
         entries.append(entry)
     return Report(entries, report.unused())
 

@@ -37,9 +37,9 @@ from fxquant.flow.qat_swap import (
     qat_pattern_configs,
     swap_qat_modules,
 )
-from fxquant.flow.report import NodeReport, Reason, Report
+from fxquant.flow.report import NodeReport, NodeStatus, Reason, ReasonCode, Report
 from fxquant.flow.state import node_info, update_info
-from fxquant.flow.values import FLOAT, MASK, MASKED, node_args, value_kinds
+from fxquant.flow.values import ValueKind, node_args, value_kinds
 
 __all__ = [
     "Decision",
@@ -65,7 +65,7 @@ class Decision:
     qconfig: QConfig | None
     dtype_config: DTypeConfig | None
     reason: Reason | None
-    status: str = "float"
+    status: NodeStatus = NodeStatus.FLOAT
 
     @property
     def quantized(self) -> bool:
@@ -111,7 +111,7 @@ class _Planner:
     """Mutable scratch state of :func:`plan_observers` (never escapes it)."""
 
     ctx: FlowContext
-    kinds: Mapping[fx.Node, str]
+    kinds: Mapping[fx.Node, ValueKind]
     decisions: dict[fx.Node, Decision]
     input_roles: Mapping[object, Mapping[str, int]] = field(default_factory=dict)
     probes: dict[int, QConfigProbe] = field(default_factory=dict)
@@ -171,15 +171,19 @@ def _decide_unmatched(
             f"{label}: standalone module kept as one float call; quantizing standalone "
             "modules on their own is not supported yet"
         )
-        return Decision(None, qconfig, None, Reason("standalone_module", words), "skipped")
-    if planner.kinds.get(node) != FLOAT:
-        return Decision(None, qconfig, None, None, "float")
+        return Decision(
+            None, qconfig, None, Reason(ReasonCode.STANDALONE_MODULE, words), NodeStatus.SKIPPED
+        )
+    if planner.kinds.get(node) != ValueKind.FLOAT:
+        return Decision(None, qconfig, None, None, NodeStatus.FLOAT)
     if qconfig is None:
-        return Decision(None, None, None, Reason("qconfig_none", f"{label}: qconfig is None"))
+        return Decision(
+            None, None, None, Reason(ReasonCode.QCONFIG_NONE, f"{label}: qconfig is None")
+        )
     if info.fusion_reason is not None:  # its pattern was refused and nothing shorter matches
-        return Decision(None, qconfig, None, info.fusion_reason, "skipped")
+        return Decision(None, qconfig, None, info.fusion_reason, NodeStatus.SKIPPED)
     words = f"{label}: no pattern in backend {ctx.backend_config.name!r} matches it"
-    return Decision(None, qconfig, None, Reason("no_pattern", words), "skipped")
+    return Decision(None, qconfig, None, Reason(ReasonCode.NO_PATTERN, words), NodeStatus.SKIPPED)
 
 
 def _decide(
@@ -190,27 +194,35 @@ def _decide(
     label: str,
 ) -> Decision:
     ctx = planner.ctx
-    if any(planner.kinds.get(n) in (MASK, MASKED) for n in (node, *node_args(node))):
+    if any(
+        planner.kinds.get(n) in (ValueKind.MASK, ValueKind.MASKED) for n in (node, *node_args(node))
+    ):
         words = (
             f"{label}: carries an additive attention mask (large negative values); kept in "
             "float so the mask does not set the observer's range"
         )
-        return Decision(match, qconfig, None, Reason("additive_mask", words), "float")
+        return Decision(
+            match, qconfig, None, Reason(ReasonCode.ADDITIVE_MASK, words), NodeStatus.FLOAT
+        )
     if match is None:
         return _decide_unmatched(node, qconfig, ctx, planner, label)
     config = match.payload
     label = f"{label} {pattern_str(config.pattern or match.pattern)}"
-    if planner.kinds.get(match.anchor) not in (FLOAT, None) and (
+    if planner.kinds.get(match.anchor) not in (ValueKind.FLOAT, None) and (
         config.observation_type is not ObservationType.INPUT_OUTPUT_NOT_OBSERVED
     ):
         words = f"{label}: computes on shapes or integer tensors, not float tensors"
-        return Decision(match, qconfig, None, Reason("non_float_tensor", words), "float")
+        return Decision(
+            match, qconfig, None, Reason(ReasonCode.NON_FLOAT_TENSOR, words), NodeStatus.FLOAT
+        )
     if qconfig is None:
-        return Decision(match, None, None, Reason("qconfig_none", f"{label}: qconfig is None"))
+        return Decision(
+            match, None, None, Reason(ReasonCode.QCONFIG_NONE, f"{label}: qconfig is None")
+        )
     selected = select_dtype_config(config, planner.probe(qconfig), label)
     if isinstance(selected, Reason):
-        return Decision(match, qconfig, None, selected, "skipped")
-    return Decision(match, qconfig, selected, None, "quantized")
+        return Decision(match, qconfig, None, selected, NodeStatus.SKIPPED)
+    return Decision(match, qconfig, selected, None, NodeStatus.QUANTIZED)
 
 
 def _decide_all(
@@ -267,7 +279,7 @@ def _name_unmatched_chains(
         words = "; ".join([words, *sorted(h for h in hints if h)])
         for node in chain:
             old = planner.decisions[node]
-            reason = Reason("no_pattern", words, field="pattern", bound=None)
+            reason = Reason(ReasonCode.NO_PATTERN, words, field="pattern", bound=None)
             planner.decisions[node] = dataclasses.replace(old, reason=reason)
 
 
@@ -283,14 +295,14 @@ def _root(match: Match[BackendPatternConfig]) -> fx.Node:
 
 
 def _observation_type(
-    match: Match[BackendPatternConfig], kinds: Mapping[fx.Node, str]
+    match: Match[BackendPatternConfig], kinds: Mapping[fx.Node, ValueKind]
 ) -> ObservationType:
     config = match.payload
     table = config._num_tensor_args_to_observation_type
     if not table:
         return config.observation_type
     root = _root(match)
-    count = sum(1 for a in root.args if isinstance(a, fx.Node) and kinds.get(a) == FLOAT)
+    count = sum(1 for a in root.args if isinstance(a, fx.Node) and kinds.get(a) == ValueKind.FLOAT)
     return table.get(count, config.observation_type)
 
 
@@ -369,7 +381,7 @@ def _plan_inputs(node: fx.Node, decision: Decision, planner: _Planner) -> None:
     assert decision.match is not None
     inside = set(decision.match.nodes)
     for position, arg in _inputs(node):
-        if arg in inside or planner.kinds.get(arg) != FLOAT:
+        if arg in inside or planner.kinds.get(arg) != ValueKind.FLOAT:
             continue
         request = _edge_request(node, position, arg, decision, planner)
         if request is None:
@@ -415,7 +427,7 @@ def _plan_node(node: fx.Node, planner: _Planner) -> None:
     dtype = probe.activation.dtype
     if node is not decision.match.anchor or probe.activation.is_dynamic:
         return
-    if planner.kinds.get(node) != FLOAT or not _observable(dtype):
+    if planner.kinds.get(node) != ValueKind.FLOAT or not _observable(dtype):
         return
     site = planner.new_site(node, None, decision.qconfig.activation)
     planner.out_dtype[node] = dtype
@@ -443,7 +455,7 @@ def _plan_outputs(gm: fx.GraphModule, planner: _Planner) -> None:
     values = list(values) if isinstance(values, (list, tuple)) else [values]
     for i in indexes:
         value = values[i] if i < len(values) else None
-        if not isinstance(value, fx.Node) or planner.kinds.get(value) != FLOAT:
+        if not isinstance(value, fx.Node) or planner.kinds.get(value) != ValueKind.FLOAT:
             continue
         if value not in planner.out_site:
             planner.new_site(value, [output], mapping.global_qconfig.activation)
@@ -496,7 +508,7 @@ def _report(
                 op=node.op,
                 pattern=pattern,
                 qconfig=_qconfig_label(d.qconfig) if d is not None else None,
-                status=d.status if d is not None else "float",
+                status=d.status if d is not None else NodeStatus.FLOAT,
                 reason=d.reason if d is not None else None,
                 source=node_info(node).source,
             )

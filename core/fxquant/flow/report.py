@@ -12,76 +12,156 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
+from fxquant.enums import StrEnum, member
 from fxquant.errors import QuantizationSkipped
 
-__all__ = ["CODES", "NodeReport", "Reason", "Report", "raise_if_skipped"]
-
-CODES: Final = (
-    "no_pattern",
-    "dtype_mismatch",
-    "is_dynamic",
-    "quant_range",
-    "scale_min",
-    "fixed_qparams",
-    "zero_point",
-    "qconfig_none",
-    "fusion_qconfig_mismatch",
-    "fusion_no_qat_module",
-    "no_lowering_kernel",
-    "qdq_not_fusable",
-    "non_float_tensor",
-    "additive_mask",
-    "unused_qconfig_entry",
-    "standalone_module",
-    "not_delegated",
-)
-"""Every reason code; the words may change, the codes do not."""
-
-STATUSES: Final = ("quantized", "skipped", "lowered", "reference", "float")
+__all__ = [
+    "CODES",
+    "STATUSES",
+    "NodeReport",
+    "NodeStatus",
+    "Reason",
+    "ReasonCode",
+    "Report",
+    "raise_if_skipped",
+]
 
 
-@dataclass(frozen=True, slots=True)
+class ReasonCode(StrEnum):
+    """Why a node was not quantized (or not lowered, or not taken by a deployment).
+
+    A member is its string value: it compares equal to it, prints as it and
+    serializes as it, so ``entry.reason.code == "no_pattern"`` and the JSON of
+    :meth:`Report.to_dict` read the same as with plain strings. The codes are
+    stable; the words next to them may change.
+
+    Example:
+        >>> ReasonCode("quant_range") is ReasonCode.QUANT_RANGE
+        True
+        >>> f"[{ReasonCode.NO_PATTERN}]"
+        '[no_pattern]'
+    """
+
+    NO_PATTERN = "no_pattern"
+    """No pattern of the backend matches the node (or its fusion)."""
+    DTYPE_MISMATCH = "dtype_mismatch"
+    """The qconfig's dtypes are none of the pattern's dtype configs."""
+    IS_DYNAMIC = "is_dynamic"
+    """The qconfig is dynamic where the pattern is static, or the reverse."""
+    QUANT_RANGE = "quant_range"
+    """The observer's quant_min/quant_max exceed the dtype config's bounds."""
+    SCALE_MIN = "scale_min"
+    """The observer's smallest scale (eps) is under the dtype config's bound."""
+    FIXED_QPARAMS = "fixed_qparams"
+    """The op needs fixed qparams (sigmoid, tanh...) that the qconfig does not give."""
+    ZERO_POINT = "zero_point"
+    """The dtype config asks for a zero point (symmetric quantization) the qconfig does not give."""
+    QCONFIG_NONE = "qconfig_none"
+    """The qconfig mapping gives the node ``None``: it stays float, as asked."""
+    FUSION_QCONFIG_MISMATCH = "fusion_qconfig_mismatch"
+    """The nodes a pattern fuses have different qconfigs."""
+    FUSION_NO_QAT_MODULE = "fusion_no_qat_module"
+    """QAT: a fused module has no QAT module in the backend config."""
+    NO_LOWERING_KERNEL = "no_lowering_kernel"
+    """convert_fx: no lowering rule of the backend took the pattern; it stays in reference form."""
+    QDQ_NOT_FUSABLE = "qdq_not_fusable"
+    """A deployment's runtime cannot fuse the node's quantize/dequantize steps."""
+    NON_FLOAT_TENSOR = "non_float_tensor"
+    """The node produces no float tensor (integers, booleans, shapes): nothing to observe."""
+    ADDITIVE_MASK = "additive_mask"
+    """The node carries an additive attention mask (``fxquant.flow.values``): it stays float."""
+    UNUSED_QCONFIG_ENTRY = "unused_qconfig_entry"
+    """A qconfig-mapping entry matched no node."""
+    STANDALONE_MODULE = "standalone_module"
+    """A standalone module is quantized on its own, not as part of the model."""
+    NOT_DELEGATED = "not_delegated"
+    """A deployment (ExecuTorch's partitioner) left the node outside its delegate."""
+
+
+class NodeStatus(StrEnum):
+    """What the flow did with a node; a member is its string value (see :class:`ReasonCode`).
+
+    Example:
+        >>> NodeStatus("lowered") == "lowered"
+        True
+    """
+
+    QUANTIZED = "quantized"
+    """Prepared: observers on its inputs and outputs."""
+    SKIPPED = "skipped"
+    """Left float against the qconfig mapping's intent; the reason says why."""
+    LOWERED = "lowered"
+    """Converted and replaced by a backend kernel (or taken by the deployment)."""
+    REFERENCE = "reference"
+    """Converted to reference form: the float op between quantize/dequantize steps."""
+    FLOAT = "float"
+    """Left float as intended (no qconfig, not a float tensor, an additive mask)."""
+
+
+CODES: Final = tuple(code.value for code in ReasonCode)
+"""Every reason code's string; the words may change, the codes do not."""
+
+STATUSES: Final = tuple(status.value for status in NodeStatus)
+"""Every status's string."""
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class Reason:
     """Why a pattern was not quantized: a stable code and the sentence users read.
 
+    ``code`` is a :class:`ReasonCode`; its string value is accepted too (and checked).
+
+    Raises:
+        ValueError: ``code`` is not a reason code; the message lists them.
+
     Example:
-        >>> Reason("quant_range", "linear: quant_max 255 exceeds the bound 127",
-        ...        field="quant_max_upper_bound", bound=127).code
-        'quant_range'
+        >>> reason = Reason("quant_range", "linear: quant_max 255 exceeds the bound 127",
+        ...                 field="quant_max_upper_bound", bound=127)
+        >>> reason.code is ReasonCode.QUANT_RANGE, reason.code == "quant_range"
+        (True, True)
     """
 
-    code: str
+    code: ReasonCode
     words: str
-    field: str | None = None
-    bound: object = None
+    field: str | None
+    bound: object
 
-    def __post_init__(self) -> None:
-        if self.code not in CODES:
-            msg = f"Reason code {self.code!r} is not one of {', '.join(CODES)}"
-            raise ValueError(msg)
+    # written out (not generated): a plain string code is accepted and checked, while the
+    # attribute is always the enum member
+    def __init__(
+        self, code: ReasonCode | str, words: str, field: str | None = None, bound: object = None
+    ) -> None:
+        object.__setattr__(self, "code", member(ReasonCode, code, "Reason code"))
+        object.__setattr__(self, "words", words)
+        object.__setattr__(self, "field", field)
+        object.__setattr__(self, "bound", bound)
 
 
 @dataclass(frozen=True, slots=True)
 class NodeReport:
     """What the flow did with one node.
 
+    ``status`` is a :class:`NodeStatus`; its string value is accepted too (and checked).
+
+    Raises:
+        ValueError: ``status`` is not a status; the message lists them.
+
     Example:
         >>> NodeReport("fc", "call_module", "Linear", "QConfig(...)", "quantized").status
-        'quantized'
+        <NodeStatus.QUANTIZED: 'quantized'>
     """
 
     node: str
     op: str
     pattern: str | None
     qconfig: str | None
-    status: str
+    status: NodeStatus
     reason: Reason | None = None
     source: str | None = None
 
     def __post_init__(self) -> None:
-        if self.status not in STATUSES:
-            msg = f"NodeReport status {self.status!r} is not one of {', '.join(STATUSES)}"
-            raise ValueError(msg)
+        status = member(NodeStatus, self.status, "NodeReport status")
+        object.__setattr__(self, "status", status)  # frozen: the checked enum member
 
 
 class Report:
@@ -115,7 +195,11 @@ class Report:
             >>> Report([NodeReport("x", "placeholder", None, None, "float")]).skipped()
             []
         """
-        return [e for e in self._entries.values() if e.reason is not None and e.status != "float"]
+        return [
+            e
+            for e in self._entries.values()
+            if e.reason is not None and e.status != NodeStatus.FLOAT
+        ]
 
     def unused(self) -> list[Reason]:
         """QConfigMapping entries that matched no node (code ``unused_qconfig_entry``)."""

@@ -2,11 +2,34 @@
 
 Observers go on float tensors only (never on shapes, sizes, integer or boolean
 tensors), and values carrying an additive attention mask stay in float: their
-large negatives would set an observer's range. The kinds are inferred in one
-pass in graph order from the example inputs' dtypes and the ops' semantics:
+large negatives would set an observer's range, and the few float steps they
+take (the add, the softmax) cost nothing next to an int8 error over the whole
+range. The kinds (:class:`ValueKind`) are inferred in one pass in graph order
+from the example inputs' dtypes and the ops' semantics.
+
+The attention-mask rule, in full (``masked`` values stay float, reported
+``additive_mask``):
+
+1. A float tensor computed from integer or boolean tensors only (a cast,
+   arithmetic with a float constant, a true division) is a ``mask``:
+   ``(1 - attention_mask.float()) * -1e4``.
+2. A ``mask`` added to or subtracted from a float tensor makes it ``masked``:
+   ``scores + mask``. Other ops on a mask and a float tensor (``x * mask``)
+   give a plain float.
+3. ``masked_fill`` of a float tensor with a constant at most
+   :data:`MASK_FILL_MAX` (-1000) makes it ``masked``:
+   ``scores.masked_fill(mask == 0, -1e9)``, ``float("-inf")``,
+   ``torch.finfo(dtype).min``. Such a fill stands for minus infinity: softmax
+   gives it exactly zero weight (``exp`` underflows to 0 below -104 in float32
+   and -746 in float64), and no activation a model computes is that large. A
+   fill above the bound is an ordinary value (clipping, padding) and the
+   result a plain float.
+4. A ``masked`` value stays ``masked`` through every op until a bounded one
+   (softmax, sigmoid, tanh) maps it back into a float range.
 
     attention_mask (int) -> .to(float) -> (1 - m) * -1e4   : mask
     scores (float) + mask                                  : masked (until softmax)
+    scores.masked_fill(m == 0, -1e9)                       : masked (until softmax)
     x.size(0), x.shape                                     : scalar
 """
 
@@ -14,15 +37,56 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Final
 
 import torch
 from torch import fx, nn
 
-__all__ = ["FLOAT", "INT", "MASK", "MASKED", "SCALAR", "node_args", "value_kinds"]
+from fxquant.enums import StrEnum
 
-FLOAT, INT, SCALAR, MASK, MASKED = "float", "int", "scalar", "mask", "masked"
+__all__ = ["MASK_FILL_MAX", "ValueKind", "fills_a_mask", "node_args", "value_kinds"]
 
+
+class ValueKind(StrEnum):
+    """What a node produces; a member is its string value (``ValueKind.FLOAT == "float"``).
+
+    Example:
+        >>> [kind.value for kind in ValueKind]
+        ['float', 'int', 'scalar', 'mask', 'masked']
+    """
+
+    FLOAT = "float"
+    """A floating-point tensor: what observers observe."""
+    INT = "int"
+    """An integer or boolean tensor."""
+    SCALAR = "scalar"
+    """Not a tensor: a size, a shape, a Python number."""
+    MASK = "mask"
+    """A float tensor computed from integer or boolean tensors only (rule 1)."""
+    MASKED = "masked"
+    """A float tensor carrying an additive attention mask (rules 2 to 4)."""
+
+
+FLOAT, INT, SCALAR, MASK, MASKED = (
+    ValueKind.FLOAT,
+    ValueKind.INT,
+    ValueKind.SCALAR,
+    ValueKind.MASK,
+    ValueKind.MASKED,
+)
+
+MASK_FILL_MAX: Final = -1e3
+"""The largest ``masked_fill`` value that stands for minus infinity (rule 3)."""
+
+_MASKED_FILL = frozenset(
+    {
+        torch.masked_fill,
+        torch.Tensor.masked_fill,
+        torch.Tensor.masked_fill_,
+        "masked_fill",
+        "masked_fill_",
+    }
+)
 _SCALAR_METHODS = frozenset({"size", "dim", "numel", "nelement", "tolist", "item", "__len__"})
 _INT_METHODS = frozenset(
     {
@@ -89,7 +153,6 @@ _BOUNDED = frozenset(
         nn.Tanh,
     }
 )
-_BIG_NEGATIVE = -1e3
 
 
 def node_args(node: fx.Node) -> Iterator[fx.Node]:
@@ -111,7 +174,7 @@ def _constants(node: fx.Node) -> list[Any]:
     return [v for v in (*node.args, *node.kwargs.values()) if not isinstance(v, fx.Node)]
 
 
-def _kind_of_value(value: object) -> str:
+def _kind_of_value(value: object) -> ValueKind:
     if isinstance(value, torch.Tensor):
         return FLOAT if value.is_floating_point() else INT
     return SCALAR
@@ -124,7 +187,7 @@ def _dtype_arg(node: fx.Node) -> torch.dtype | None:
     return None
 
 
-def _call_kind(node: fx.Node, kinds: Mapping[fx.Node, str]) -> str:
+def _call_kind(node: fx.Node, kinds: Mapping[fx.Node, ValueKind]) -> ValueKind:
     """The kind of a call's result from its op and its inputs' kinds."""
     args = [kinds.get(a, FLOAT) for a in node_args(node)]
     target = node.target
@@ -144,22 +207,38 @@ def _call_kind(node: fx.Node, kinds: Mapping[fx.Node, str]) -> str:
     return _mix(node, args)
 
 
-def _mix(node: fx.Node, args: list[str]) -> str:
-    """Elementwise-style rule: float wins; masks spread; an added mask taints."""
+def fills_a_mask(node: fx.Node) -> bool:
+    """Whether ``node`` is a ``masked_fill`` with a constant at most :data:`MASK_FILL_MAX` (rule 3).
+
+    Example:
+        >>> class Attention(nn.Module):
+        ...     def forward(self, scores, keep):
+        ...         return scores.masked_fill(keep == 0, -1e9).masked_fill(keep == 2, -10.0)
+        >>> gm = fx.symbolic_trace(Attention())
+        >>> [fills_a_mask(n) for n in gm.graph.nodes if n.target == "masked_fill"]
+        [True, False]
+    """
+    if node.op not in ("call_function", "call_method") or node.target not in _MASKED_FILL:
+        return False
+    fill = node.kwargs.get("value", node.args[2] if len(node.args) > 2 else None)
+    return isinstance(fill, (int, float)) and fill <= MASK_FILL_MAX
+
+
+def _mix(node: fx.Node, args: list[ValueKind]) -> ValueKind:
+    """Elementwise-style rule: float wins; masks spread (rules 1-4 of the module docstring)."""
     floats = [k for k in args if k in (FLOAT, MASK, MASKED)]
-    if MASKED in floats:
+    if MASKED in floats:  # rule 4
         return FLOAT if node.target in _BOUNDED else MASKED
     if floats:
-        if all(k == MASK for k in floats):
+        if all(k == MASK for k in floats):  # rule 1: still computed from the integers only
             return MASK
-        big = any(isinstance(c, float) and c <= _BIG_NEGATIVE for c in _constants(node))
-        if MASK in floats or (big and "masked_fill" in str(node.target)):
-            return (
-                MASKED if node.target in _ADDITIVE or "masked_fill" in str(node.target) else FLOAT
-            )
+        if fills_a_mask(node):  # rule 3
+            return MASKED
+        if MASK in floats:  # rule 2
+            return MASKED if node.target in _ADDITIVE or node.target in _MASKED_FILL else FLOAT
         return FLOAT
     if INT in args:
-        # int tensor combined with a float constant: a float mask in the making
+        # rule 1: an int tensor combined with a float constant is a float mask in the making
         has_float_const = any(isinstance(c, float) for c in _constants(node))
         return MASK if has_float_const or node.target is operator.truediv else INT
     if (
@@ -179,21 +258,19 @@ def _mix(node: fx.Node, args: list[str]) -> str:
 
 def value_kinds(
     gm: fx.GraphModule, modules: Mapping[str, nn.Module], example_inputs: tuple[Any, ...]
-) -> dict[fx.Node, str]:
-    """What each node produces: float, int (integer/bool tensor), scalar, mask, masked.
-
-    ``mask`` is a float tensor computed from integer/bool inputs only (an attention
-    mask turned additive); ``masked`` is a float tensor with such a mask added.
+) -> dict[fx.Node, ValueKind]:
+    """What each node produces (:class:`ValueKind`), by the rules of the module docstring.
 
     Example:
         >>> class M(nn.Module):
         ...     def forward(self, x):
         ...         return x.view(x.size(0), -1)
         >>> gm = fx.symbolic_trace(M())
-        >>> [k for n, k in value_kinds(gm, {}, (torch.randn(2, 3),)).items() if n.op != "output"]
+        >>> kinds = value_kinds(gm, {}, (torch.randn(2, 3),))
+        >>> [kinds[n].value for n in gm.graph.nodes if n.op != "output"]
         ['float', 'scalar', 'float']
     """
-    kinds: dict[fx.Node, str] = {}
+    kinds: dict[fx.Node, ValueKind] = {}
     position = 0
     for node in gm.graph.nodes:
         if node.op == "placeholder":

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
+from fxquant.enums import StrEnum, member
 from fxquant.errors import PluginAPIVersionError, PluginError
 from fxquant.registry.compat import (
     check_plugin_api,
@@ -35,6 +36,7 @@ __all__ = [
     "EntryPointRecord",
     "LoadedPlugin",
     "PluginInfo",
+    "PluginStatus",
     "load",
     "scan",
 ]
@@ -43,6 +45,26 @@ GROUP = "fxquant.backends"
 BUILTIN_DISTRIBUTION = "fxquant"
 # The core's own plugins, used when fxquant runs without installed metadata (a bare checkout).
 _BUILTIN_ENTRY_POINTS = {"reference": "fxquant.registry.reference"}
+
+
+class PluginStatus(StrEnum):
+    """How loading a plugin (or assembling a backend) went; a member is its string value.
+
+    Example:
+        >>> PluginStatus("not loaded") is PluginStatus.NOT_LOADED
+        True
+    """
+
+    OK = "ok"
+    """Imported, API version accepted (a backend: assembled)."""
+    FAILED = "failed"
+    """Its import or a hook raised, or a hook answered wrongly."""
+    DISABLED = "disabled"
+    """Switched off by an environment control (FXQUANT_PLUGINS, FXQUANT_DISABLE_PLUGINS...)."""
+    INCOMPATIBLE = "incompatible"
+    """It targets a plugin-API version this fxquant does not offer."""
+    NOT_LOADED = "not loaded"
+    """Not imported yet: its backend was not needed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +77,7 @@ class PluginInfo:
             for a ``register_plugin`` object.
         version: the distribution's version ("" for registered objects).
         entry_point: ``"name = module"``, or the object's repr when registered.
-        status: ``"ok"``, ``"failed"``, ``"disabled"``, ``"incompatible"``, or
-            ``"not loaded"`` (its backend was not needed yet).
+        status: a :class:`PluginStatus` (its string value is accepted too).
         reason: one line saying why, for any status but ok.
         import_seconds: time spent importing the entry point.
         builtin: whether the plugin ships with the fxquant core.
@@ -70,10 +91,14 @@ class PluginInfo:
     distribution: str
     version: str
     entry_point: str
-    status: str = "not loaded"
+    status: PluginStatus = PluginStatus.NOT_LOADED
     reason: str = ""
     import_seconds: float = 0.0
     builtin: bool = False
+
+    def __post_init__(self) -> None:
+        status = member(PluginStatus, self.status, "PluginInfo status")
+        object.__setattr__(self, "status", status)  # frozen: the checked member
 
     @property
     def label(self) -> str:
@@ -128,7 +153,7 @@ class EntryPointRecord:
             distribution=name,
             version=version,
             entry_point=f"{self.backend} = {self.value}",
-            status="disabled" if self.disabled else "not loaded",
+            status=PluginStatus.DISABLED if self.disabled else PluginStatus.NOT_LOADED,
             reason=self.disabled,
             builtin=self.builtin,
         )
@@ -139,7 +164,8 @@ class LoadedPlugin:
     """The outcome of loading one entry point: the plugin object when it loaded.
 
     Example:
-        >>> LoadedPlugin(PluginInfo("demo", "d", "1", "demo = m", status="ok"), object()).ok
+        >>> info = PluginInfo("demo", "d", "1", "demo = m", status=PluginStatus.OK)
+        >>> LoadedPlugin(info, object()).ok
         True
     """
 
@@ -150,7 +176,7 @@ class LoadedPlugin:
     @property
     def ok(self) -> bool:
         """Whether the plugin loaded and can be asked."""
-        return self.info.status == "ok"
+        return self.info.status == PluginStatus.OK
 
 
 def _env_names(variable: str) -> frozenset[str] | None:
@@ -292,7 +318,7 @@ def _failure(info: PluginInfo, error: BaseException, what: str) -> LoadedPlugin:
     wrapped = PluginError(msg)
     wrapped.__cause__ = error
     reason = f"{type(error).__name__}: {error}".splitlines()[0]
-    return LoadedPlugin(replace(info, status="failed", reason=reason), None, wrapped)
+    return LoadedPlugin(replace(info, status=PluginStatus.FAILED, reason=reason), None, wrapped)
 
 
 def load(record: EntryPointRecord) -> LoadedPlugin:
@@ -311,7 +337,7 @@ def load(record: EntryPointRecord) -> LoadedPlugin:
         return LoadedPlugin(info)
     reason = _incompatible_reason(record)
     if reason:
-        return LoadedPlugin(replace(info, status="incompatible", reason=reason))
+        return LoadedPlugin(replace(info, status=PluginStatus.INCOMPATIBLE, reason=reason))
     start = time.perf_counter()
     try:
         entry_point = importlib.metadata.EntryPoint(record.backend, record.value, GROUP)
@@ -322,6 +348,8 @@ def load(record: EntryPointRecord) -> LoadedPlugin:
     try:
         check_plugin_api(plugin, info.label)
     except PluginAPIVersionError as error:
-        failed = replace(info, status="failed", reason=str(error), import_seconds=seconds)
+        failed = replace(
+            info, status=PluginStatus.FAILED, reason=str(error), import_seconds=seconds
+        )
         return LoadedPlugin(failed, None, error)
-    return LoadedPlugin(replace(info, status="ok", import_seconds=seconds), plugin)
+    return LoadedPlugin(replace(info, status=PluginStatus.OK, import_seconds=seconds), plugin)

@@ -18,11 +18,19 @@ from typing import Any
 
 import pluggy
 
+from fxquant.enums import member
 from fxquant.errors import ConfigError, ConfigTypeError, PluginError, UnknownBackendError
 from fxquant.registry import hookspecs
 from fxquant.registry.assembly import AssembledBackend, assemble, default_qconfig_mapping
 from fxquant.registry.compat import check_plugin_api
-from fxquant.registry.loading import EntryPointRecord, LoadedPlugin, PluginInfo, load, scan
+from fxquant.registry.loading import (
+    EntryPointRecord,
+    LoadedPlugin,
+    PluginInfo,
+    PluginStatus,
+    load,
+    scan,
+)
 
 __all__ = ["BackendReport", "Registry"]
 
@@ -33,15 +41,19 @@ class BackendReport:
 
     Example:
         >>> BackendReport("demo", "ok", "", (), 0, 0).status
-        'ok'
+        <PluginStatus.OK: 'ok'>
     """
 
     name: str
-    status: str
+    status: PluginStatus
     reason: str
     plugins: tuple[PluginInfo, ...]
     pattern_count: int
     kernel_count: int
+
+    def __post_init__(self) -> None:
+        status = member(PluginStatus, self.status, "BackendReport status")
+        object.__setattr__(self, "status", status)  # frozen: the checked member
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +227,7 @@ class Registry:
         """Register ``plugin`` for ``backend`` now; checked at once, used from the next call."""
         backend = _backend_name(backend)
         name = _object_name(plugin)
-        info = PluginInfo(backend, "(registered)", "", name, status="ok")
+        info = PluginInfo(backend, "(registered)", "", name, status=PluginStatus.OK)
         check_plugin_api(plugin, info.label)
         with self._lock:
             if any(e.plugin is plugin and e.backend == backend for e in self._registered):
@@ -271,17 +283,19 @@ class Registry:
         if not infos:
             raise self._unknown(name)
         statuses = {i.status for i in infos}
-        if statuses <= {"disabled"}:
-            return BackendReport(name, "disabled", infos[0].reason, infos, 0, 0)
-        if statuses <= {"disabled", "incompatible"}:
-            reason = next(i.reason for i in infos if i.status == "incompatible")
-            return BackendReport(name, "incompatible", reason, infos, 0, 0)
+        disabled, incompatible = PluginStatus.DISABLED, PluginStatus.INCOMPATIBLE
+        if statuses <= {disabled}:
+            return BackendReport(name, disabled, infos[0].reason, infos, 0, 0)
+        if statuses <= {disabled, incompatible}:
+            reason = next(i.reason for i in infos if i.status == incompatible)
+            return BackendReport(name, incompatible, reason, infos, 0, 0)
         try:
             backend = self.assembled(name)
         except PluginError as error:
-            return BackendReport(name, "failed", str(error).splitlines()[0], infos, 0, 0)
+            failed = PluginStatus.FAILED
+            return BackendReport(name, failed, str(error).splitlines()[0], infos, 0, 0)
         counts = (len(backend.config.configs), len(backend.lowering_rules))
-        return BackendReport(name, "ok", "", infos, *counts)
+        return BackendReport(name, PluginStatus.OK, "", infos, *counts)
 
     def reports(self) -> list[BackendReport]:
         """One report per backend found (disabled and incompatible ones included), sorted."""

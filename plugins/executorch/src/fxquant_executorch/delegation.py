@@ -26,7 +26,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from fxquant.export import origin
-from fxquant.flow.report import NodeReport, Reason, Report
+from fxquant.flow.report import NodeReport, NodeStatus, Reason, ReasonCode, Report
 from torch import fx
 from torch.export import ExportedProgram
 
@@ -35,7 +35,7 @@ from fxquant_executorch.edge_ops import target_name
 __all__ = ["Placement", "capture_partitioner_reasons", "delegation_report", "placements"]
 
 _PARTITIONER_LOGGER = "executorch.backends.xnnpack.partition"
-_QUANTIZED = ("reference", "lowered", "quantized")
+_QUANTIZED = (NodeStatus.REFERENCE, NodeStatus.LOWERED, NodeStatus.QUANTIZED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,11 +185,11 @@ def delegation_report(report: Report, found: Sequence[Placement]) -> Report:
         placement = by_node.get(entry.node)
         quantized = entry.status in _QUANTIZED
         if quantized and (placement is None or placement.in_xnnpack):
-            entry = dataclasses.replace(entry, status="lowered", reason=None)
+            entry = dataclasses.replace(entry, status=NodeStatus.LOWERED, reason=None)
         elif placement is not None and not placement.in_xnnpack:
-            reason = Reason("not_delegated", _words(entry, placement))
+            reason = Reason(ReasonCode.NOT_DELEGATED, _words(entry, placement))
             if quantized:
-                entry = dataclasses.replace(entry, status="reference", reason=reason)
+                entry = dataclasses.replace(entry, status=NodeStatus.REFERENCE, reason=reason)
             elif entry.reason is None:
                 entry = dataclasses.replace(entry, reason=reason)
         entries.append(entry)

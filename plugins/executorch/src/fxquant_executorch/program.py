@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from fxquant.errors import ConfigTypeError, ExportError, QuantizationSkipped
 from fxquant.export import export_quantized
-from fxquant.flow.report import Report
+from fxquant.flow.report import NodeStatus, ReasonCode, Report
 from fxquant.flow.state import META_KEY, FlowState
 from torch import fx
 from torch.utils import _pytree as pytree
@@ -130,7 +130,7 @@ class ExecuTorchProgram:
         return pytree.tree_unflatten(list(outputs), self._out_spec)
 
     def __repr__(self) -> str:
-        counts = {status: 0 for status in ("lowered", "reference")}
+        counts = {status: 0 for status in (NodeStatus.LOWERED, NodeStatus.REFERENCE)}
         for entry in self.report.entries():
             if entry.status in counts:
                 counts[entry.status] += 1
@@ -233,8 +233,10 @@ def to_executorch(
     result = ExecuTorchProgram(buffer, report, found, out_spec, time.perf_counter() - start)
     _check_runs(result, example_inputs)
     if strict:
-        outside = [e for e in report.entries() if e.reason and e.reason.code == "not_delegated"]
-        quantized = [e for e in outside if e.status == "reference"]
+        outside = [
+            e for e in report.entries() if e.reason and e.reason.code == ReasonCode.NOT_DELEGATED
+        ]
+        quantized = [e for e in outside if e.status == NodeStatus.REFERENCE]
         if quantized:
             lines = "\n".join(f"  {e.reason.words}" for e in quantized if e.reason)
             msg = f"to_executorch(strict=True): {len(quantized)} quantized nodes not delegated:\n"

@@ -37,6 +37,7 @@ import torch
 from fxquant.errors import ExportError
 from fxquant.export import export_quantized, source_of
 from fxquant.flow import explain
+from fxquant.flow.report import NodeStatus
 from fxquant.lowering import CHOOSE_QPARAMS_OP, QUANTIZE_OPS
 from torch import fx
 
@@ -222,7 +223,7 @@ def export_onnx(
     quantized = {
         entry.node
         for entry in explain(model, show=False).entries()
-        if entry.status in ("quantized", "reference", "lowered")
+        if entry.status in (NodeStatus.QUANTIZED, NodeStatus.REFERENCE, NodeStatus.LOWERED)
     }
     placement = check_placement(onnx_model, origins, sources=sources, int8_origins=quantized)
     if strict:

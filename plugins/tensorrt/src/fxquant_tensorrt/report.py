@@ -13,7 +13,7 @@ import dataclasses
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
-from fxquant.flow.report import NodeReport, Reason, Report
+from fxquant.flow.report import NodeReport, NodeStatus, Reason, ReasonCode, Report
 
 if TYPE_CHECKING:
     from torch import fx
@@ -22,12 +22,12 @@ if TYPE_CHECKING:
 
 __all__ = ["placement_report"]
 
-_QUANTIZED = ("quantized", "reference", "lowered")
+_QUANTIZED = (NodeStatus.QUANTIZED, NodeStatus.REFERENCE, NodeStatus.LOWERED)
 
 
 def _reason(findings: list[Finding]) -> Reason:
     words = "; ".join(f.words for f in findings)
-    return Reason("qdq_not_fusable", words, field=findings[0].problem, bound="TensorRT")
+    return Reason(ReasonCode.QDQ_NOT_FUSABLE, words, field=findings[0].problem, bound="TensorRT")
 
 
 def placement_report(placement: Placement, model: fx.GraphModule | None = None) -> Report:
@@ -49,7 +49,9 @@ def placement_report(placement: Placement, model: fx.GraphModule | None = None) 
         for entry in fxquant.explain(model, show=False).entries():
             if entry.status in _QUANTIZED:
                 found = by_node.pop(entry.node, [])
-                status, reason = ("reference", _reason(found)) if found else ("lowered", None)
+                status, reason = (
+                    (NodeStatus.REFERENCE, _reason(found)) if found else (NodeStatus.LOWERED, None)
+                )
                 entry = dataclasses.replace(entry, status=status, reason=reason)
             entries.append(entry)
     else:
@@ -58,7 +60,9 @@ def placement_report(placement: Placement, model: fx.GraphModule | None = None) 
             if any(e.node == node for e in entries):
                 continue
             found = by_node.pop(node, [])
-            status, reason = ("reference", _reason(found)) if found else ("lowered", None)
+            status, reason = (
+                (NodeStatus.REFERENCE, _reason(found)) if found else (NodeStatus.LOWERED, None)
+            )
             entries.append(NodeReport(node, "onnx", None, None, status, reason))
     # what is left: findings at a node prepare left float (a Q/DQ it reads is wrong), or at
     # ONNX nodes no converted node owns; one entry per node, the node's own one if it has one
@@ -67,8 +71,10 @@ def placement_report(placement: Placement, model: fx.GraphModule | None = None) 
         if name in own:
             entry = entries[own[name]]
             entries[own[name]] = dataclasses.replace(
-                entry, status="reference", reason=_reason(found)
+                entry, status=NodeStatus.REFERENCE, reason=_reason(found)
             )
         else:
-            entries.append(NodeReport(name, "onnx", None, None, "reference", _reason(found)))
+            entries.append(
+                NodeReport(name, "onnx", None, None, NodeStatus.REFERENCE, _reason(found))
+            )
     return Report(entries)

@@ -1,0 +1,117 @@
+"""The value kinds and the attention-mask rule of fxquant.flow.values (its docstring's rules)."""
+
+from __future__ import annotations
+
+import fxquant
+import pytest
+import torch
+from fxquant.flow import explain, prepare_fx
+from fxquant.flow.values import MASK_FILL_MAX, ValueKind, fills_a_mask, value_kinds
+from fxquant.observer import MinMaxObserver
+from hypothesis import given
+from hypothesis import strategies as st
+from torch import fx, nn
+
+
+def kinds(model: nn.Module, *inputs: torch.Tensor) -> dict[str, ValueKind]:
+    gm = fx.symbolic_trace(model)
+    found = value_kinds(gm, dict(gm.named_modules()), inputs)
+    return {node.name: kind for node, kind in found.items() if node.op != "output"}
+
+
+class Filled(nn.Module):
+    """Attention scores with positions filled by ``fill`` where the key is padding."""
+
+    def __init__(self, fill: float, *, method: bool = True) -> None:
+        super().__init__()
+        self.fill, self.method = fill, method
+
+    def forward(self, scores: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        padding = keep == 0
+        if self.method:
+            filled = scores.masked_fill(padding, self.fill)
+        else:
+            filled = torch.masked_fill(scores, padding, self.fill)
+        return torch.softmax(filled, -1)
+
+
+SCORES, KEEP = torch.randn(2, 5, 5), torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+
+
+@pytest.mark.parametrize("fill", [-1e9, float("-inf"), torch.finfo(torch.float32).min, -1e3])
+@pytest.mark.parametrize("method", [True, False], ids=["method", "function"])
+def test_a_fill_standing_for_minus_infinity_masks_the_scores_until_softmax(
+    fill: float, method: bool
+) -> None:
+    found = kinds(Filled(fill, method=method), SCORES, KEEP)
+    filled = next(name for name in found if name.startswith("masked_fill"))
+    assert found[filled] == ValueKind.MASKED
+    assert found["softmax"] == ValueKind.FLOAT
+
+
+@pytest.mark.parametrize("fill", [-999.0, -10.0, 0.0, 1e4])
+def test_an_ordinary_fill_value_leaves_a_plain_float(fill: float) -> None:
+    found = kinds(Filled(fill), SCORES, KEEP)
+    assert found["masked_fill"] == ValueKind.FLOAT
+
+
+@given(fill=st.floats(allow_nan=False, width=32))
+def test_masked_fill_masks_exactly_when_its_value_is_at_most_the_bound(fill: float) -> None:
+    gm = fx.symbolic_trace(Filled(fill))
+    (node,) = [n for n in gm.graph.nodes if n.target == "masked_fill"]
+    assert fills_a_mask(node) == (fill <= MASK_FILL_MAX)
+
+
+def test_a_fill_given_by_keyword_counts_too() -> None:
+    class Keyword(nn.Module):
+        def forward(self, scores: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+            return scores.masked_fill(keep == 0, value=-1e4)
+
+    assert kinds(Keyword(), SCORES, KEEP)["masked_fill"] == ValueKind.MASKED
+
+
+class Additive(nn.Module):
+    """BERT's extended attention mask: (1 - mask) * -10000 added to the scores."""
+
+    def forward(self, scores: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        additive = (1.0 - keep[:, None, :].float()) * -10000.0
+        return torch.softmax(scores + additive, -1) * keep[:, None, :].float()
+
+
+def test_a_float_computed_from_integers_is_a_mask_and_adding_it_masks_the_scores() -> None:
+    found = kinds(Additive(), SCORES, KEEP)
+    assert [found[name] for name in ("getitem", "float_1", "sub", "mul")] == [
+        ValueKind.INT,
+        ValueKind.MASK,
+        ValueKind.MASK,
+        ValueKind.MASK,
+    ]
+    assert found["add"] == ValueKind.MASKED
+    assert found["softmax"] == ValueKind.FLOAT
+    assert found["mul_1"] == ValueKind.FLOAT  # a product with a mask is no additive mask
+
+
+def test_kinds_are_enum_members_equal_to_their_strings() -> None:
+    found = kinds(Additive(), SCORES, KEEP)
+    assert found["add"] == "masked"
+    assert all(isinstance(kind, ValueKind) for kind in found.values())
+
+
+def test_a_masked_fill_keeps_minus_infinity_away_from_every_observer() -> None:
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.q = nn.Linear(5, 5)
+
+        def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+            scores = self.q(x).masked_fill(keep[:, None, :] == 0, -1e9)
+            return torch.softmax(scores, -1)
+
+    mapping = fxquant.get_default_qconfig_mapping("reference")
+    prepared = prepare_fx(Model().eval(), mapping, (SCORES, KEEP))
+    prepared(SCORES, KEEP)
+    minima = [float(m.min_val) for m in prepared.modules() if isinstance(m, MinMaxObserver)]
+    assert minima
+    assert min(minima) > -100  # no -1e9 reached an observer
+    codes = {e.node: e.reason.code for e in explain(prepared, show=False).entries() if e.reason}
+    assert codes["softmax"] == "additive_mask"
