@@ -135,8 +135,8 @@ class ExecuTorchProgram:
             if entry.status in counts:
                 counts[entry.status] += 1
         return (
-            f"ExecuTorchProgram({self.size} bytes, {counts['lowered']} nodes in XNNPACK, "
-            f"{counts['reference']} quantized nodes outside it)"
+            f"ExecuTorchProgram({self.size} bytes, {counts[NodeStatus.LOWERED]} nodes in "
+            f"XNNPACK, {counts[NodeStatus.REFERENCE]} quantized nodes outside it)"
         )
 
 
