@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
 import torch
@@ -114,11 +115,13 @@ PER_CHANNEL_OPS: Final[frozenset[torch._ops.OpOverload]] = frozenset(
 )
 """The ops with one scale and zero point per channel of an axis (``scales, zero_points, axis``)."""
 
-DEQUANTIZE_OF: Final[Mapping[torch._ops.OpOverload, torch._ops.OpOverload]] = {
-    _OPS.quantize_per_tensor.default: _OPS.dequantize_per_tensor.default,
-    _OPS.quantize_per_tensor.tensor: _OPS.dequantize_per_tensor.tensor,
-    _OPS.quantize_per_channel.default: _OPS.dequantize_per_channel.default,
-}
+DEQUANTIZE_OF: Final[Mapping[torch._ops.OpOverload, torch._ops.OpOverload]] = MappingProxyType(
+    {
+        _OPS.quantize_per_tensor.default: _OPS.dequantize_per_tensor.default,
+        _OPS.quantize_per_tensor.tensor: _OPS.dequantize_per_tensor.tensor,
+        _OPS.quantize_per_channel.default: _OPS.dequantize_per_channel.default,
+    }
+)
 """Each quantize op -> the dequantize op with the same qparams arguments."""
 
 CHOOSE_QPARAMS_OP: Final[torch._ops.OpOverload] = _OPS.choose_qparams_per_tensor.default
