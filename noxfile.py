@@ -38,6 +38,16 @@ def local_plugins(name: str) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+def dependencies_first() -> list[str]:
+    """Every plugin, each after the first-party plugins it depends on (onednn before x86).
+
+    pip 23.2 does not match a dependency on a local plugin given later in the same
+    command with extras (``-e ./plugins/onednn[test]``): it looks for it on an index
+    and fails. Listed first, the local plugin is pinned before anyone asks for it.
+    """
+    return list(dict.fromkeys(dep for name in PLUGINS for dep in local_plugins(name)))
+
+
 def install_core(session: nox.Session, *extras: str) -> None:
     # pinned first: an unpinned torch pulls GBs of CUDA packages. numpy because torch's
     # wheel does not require it yet warns on import without it.
@@ -51,7 +61,7 @@ def tests(session: nox.Session) -> None:
     """Core tests and doctests with coverage (every plugin installed), then each plugin's tests."""
     install_core(session, "test")
     if PLUGINS:  # one pip call: plugins that build on each other resolve locally
-        session.install(*(f"-e./plugins/{name}[test]" for name in PLUGINS))
+        session.install(*(f"-e./plugins/{name}[test]" for name in dependencies_first()))
     session.run(
         "pytest",
         "tests",
@@ -96,7 +106,7 @@ def demo(session: nox.Session) -> None:
     """The main job: `fxquant demo` with every installed backend."""
     install_core(session)
     if PLUGINS:
-        session.install(*(f"-e./plugins/{name}" for name in PLUGINS))
+        session.install(*(f"-e./plugins/{name}" for name in dependencies_first()))
     session.run("fxquant", "demo", *session.posargs)
 
 
@@ -105,7 +115,7 @@ def bench(session: nox.Session) -> None:
     """Benchmarks: print a table per benchmark and write JSON under bench/results/."""
     install_core(session)
     if PLUGINS:
-        session.install(*(f"-e./plugins/{name}" for name in PLUGINS))
+        session.install(*(f"-e./plugins/{name}" for name in dependencies_first()))
     env = {"OMP_NUM_THREADS": "1", "PYTHONPATH": os.fspath(ROOT)}
     for script in sorted((ROOT / "bench").glob("bench_*.py")):
         session.run("python", os.fspath(script), *session.posargs, env=env)
