@@ -177,6 +177,10 @@ class FakeQuantize(FakeQuantizeBase):
 
     def _update_qparams(self, x: torch.Tensor) -> None:
         self.activation_post_process(x.detach())
+        self._refresh_qparams()
+
+    def _refresh_qparams(self) -> None:
+        """Recompute ``scale`` and ``zero_point`` from the observer's current statistics."""
         scale, zero_point = self.calculate_qparams()
         scale, zero_point = scale.to(self.scale.device), zero_point.to(self.zero_point.device)
         if self.scale.shape != scale.shape:
@@ -316,11 +320,20 @@ class FusedMovingAvgObsFakeQuantize(FakeQuantize):
         fused = getattr(torch, "fused_moving_avg_obs_fake_quant", None)
         if fused is None:
             return super().forward(x)
+        observer_enabled = self.observer_enabled
+        if self.activation_post_process._batch_reducer is not None and observer_enabled[0] == 1:
+            self._observe_global_batch(x)
+            observer_enabled = torch.zeros_like(observer_enabled)
+        return self._run_fused(x, observer_enabled, self.fake_quant_enabled)
+
+    def _run_fused(
+        self, x: torch.Tensor, observer_enabled: torch.Tensor, fake_quant_enabled: torch.Tensor
+    ) -> torch.Tensor:
         post = self.activation_post_process
-        result: torch.Tensor = fused(
+        result: torch.Tensor = torch.fused_moving_avg_obs_fake_quant(
             x,
-            self.observer_enabled,
-            self.fake_quant_enabled,
+            observer_enabled,
+            fake_quant_enabled,
             post.min_val,
             post.max_val,
             self.scale,
@@ -333,6 +346,53 @@ class FusedMovingAvgObsFakeQuantize(FakeQuantize):
             self.is_symmetric_quant,
         )
         return result
+
+    def _observe_global_batch(self, x: torch.Tensor) -> None:
+        """Fold in the min and max of the peers' global batch (fxquant.distributed).
+
+        The fused kernel observes nothing but its input's min and max (per channel), so
+        running it, observer on and fake quantization off, on a tensor of just the global
+        extremes makes exactly the update it would make on the global batch. It computes
+        qparams only while fake-quantizing: a second run on that tensor does it when this
+        rank's own batch may be empty.
+        """
+        post = self.activation_post_process
+        ch_axis = self.ch_axis if self.is_per_channel else None
+        found = post._batch_min_max(x, post.min_val.dtype, ch_axis)
+        if found is None:
+            return
+        extremes = self._extremes_tensor(*found)
+        on, off = torch.ones_like(self.observer_enabled), torch.zeros_like(self.observer_enabled)
+        with torch.no_grad():
+            self._run_fused(extremes, on, off)
+            if self.fake_quant_enabled[0] == 1:
+                self._run_fused(extremes, off, on)
+
+    def _extremes_tensor(self, low: torch.Tensor, high: torch.Tensor) -> torch.Tensor:
+        """A tensor holding just ``low`` and ``high`` (per channel along ``ch_axis``)."""
+        pairs = torch.stack([low, high], dim=-1)  # (2,) per tensor, (C, 2) per channel
+        return _channels_along(pairs, self.ch_axis) if self.is_per_channel else pairs
+
+    def _refresh_qparams(self) -> None:
+        """``scale`` and ``zero_point`` recomputed from the running min and max, by the kernel."""
+        post = self.activation_post_process
+        if getattr(torch, "fused_moving_avg_obs_fake_quant", None) is None or (
+            post.min_val.numel() == 0 or bool(torch.any(post.min_val > post.max_val))
+        ):
+            super()._refresh_qparams()
+            return
+        extremes = self._extremes_tensor(post.min_val.clone(), post.max_val.clone())
+        on, off = torch.ones_like(self.observer_enabled), torch.zeros_like(self.observer_enabled)
+        with torch.no_grad():
+            self._run_fused(extremes, off, on)
+
+
+def _channels_along(pairs: torch.Tensor, ch_axis: int) -> torch.Tensor:
+    """``(C, 2)`` min/max pairs as a tensor whose dimension ``ch_axis`` holds the C channels."""
+    if ch_axis >= 0:
+        return pairs.reshape([1] * ch_axis + list(pairs.shape))
+    # a negative axis counts from the end: (2, C, 1, ..., 1) with -ch_axis - 1 trailing ones
+    return pairs.t().reshape([2, pairs.shape[0]] + [1] * (-ch_axis - 1))
 
 
 def _switch(

@@ -12,13 +12,19 @@ the same dtypes (see :mod:`fxquant.dtypes`). Qschemes may be torch objects
 
 Unlike torch.ao, nothing here warns: an observer that saw no data returns
 ``scale=1.0, zero_point=0`` and infinities are left out of histograms.
+
+Global batches (:func:`fxquant.distributed.observe_global_batch`): an observer
+with a :class:`BatchReducer` combines each batch's statistics (min/max, the
+histogram's counts) with those of its peers in other processes *before*
+folding them in, so that every peer makes the same update, the one a single
+process seeing all the peers' batches at once would make.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -68,6 +74,26 @@ __all__ = [
 FLOAT32_EPS: float = float(torch.finfo(torch.float32).eps)
 
 
+class BatchReducer(Protocol):
+    """Combines one batch's statistics with those its peers compute at the same step.
+
+    Observers call it (when one is set in their ``_batch_reducer``) between
+    measuring a batch and folding the measurement into their state. Each call is
+    collective: every peer makes the same calls, in the same order, with tensors
+    of the same shape, also when its own batch is empty (it then passes ``inf``
+    as ``low`` and ``-inf`` as ``high``). :mod:`fxquant.distributed` implements
+    it with ``torch.distributed`` all-reduces.
+    """
+
+    def min_max(self, low: torch.Tensor, high: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Elementwise minimum of ``low`` and maximum of ``high`` over the peers."""
+        ...
+
+    def sum(self, values: torch.Tensor) -> torch.Tensor:
+        """Elementwise sum of ``values`` over the peers."""
+        ...
+
+
 class ObserverBase(torch.nn.Module):
     """Base of every observer: ``forward`` records, ``calculate_qparams`` answers.
 
@@ -83,10 +109,39 @@ class ObserverBase(torch.nn.Module):
         torch.uint8
     """
 
+    # set by fxquant.distributed while observing global batches; a class default so that
+    # observers unpickled from before it existed read None
+    _batch_reducer: BatchReducer | None = None
+
     def __init__(self, dtype: torch.dtype, is_dynamic: bool = False) -> None:
         super().__init__()
         self.dtype = dtype
         self.is_dynamic = is_dynamic
+
+    def _batch_min_max(
+        self, x: torch.Tensor, dtype: torch.dtype, ch_axis: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``x``'s min and max (per slice along ``ch_axis``), over every peer's batch when a
+        reducer is set; None when there is nothing to fold in."""
+        reducer = self._batch_reducer
+        if x.numel() == 0 and reducer is None:
+            return None
+        x = x.detach().to(dtype)
+        if x.numel() == 0:
+            # an empty batch still takes part in the peers' reduction, as the neutral element
+            shape = () if ch_axis is None else (x.shape[ch_axis],)
+            low = torch.full(shape, float("inf"), dtype=dtype, device=x.device)
+            high = torch.full(shape, float("-inf"), dtype=dtype, device=x.device)
+        elif ch_axis is None:
+            low, high = torch.aminmax(x)
+        else:
+            low, high = _per_channel_aminmax(x, ch_axis)
+        if reducer is None:
+            return low, high
+        low, high = reducer.min_max(low, high)
+        if low.numel() == 0 or bool(torch.all(low > high)):
+            return None  # no peer saw data
+        return low, high
 
     @classmethod
     def with_args(cls, **kwargs: Any) -> ModuleFactory:
@@ -377,10 +432,10 @@ class MinMaxObserver(UniformQuantizationObserverBase):
 
     def forward(self, x_orig: torch.Tensor) -> torch.Tensor:
         """Record ``x``'s minimum and maximum; return ``x`` unchanged."""
-        if x_orig.numel() == 0:
+        found = self._batch_min_max(x_orig, self.min_val.dtype)
+        if found is None:
             return x_orig
-        x = x_orig.detach().to(self.min_val.dtype)
-        batch_min, batch_max = torch.aminmax(x)
+        batch_min, batch_max = found
         self.min_val.copy_(torch.min(batch_min, self.min_val))
         self.max_val.copy_(torch.max(batch_max, self.max_val))
         return x_orig
@@ -468,10 +523,10 @@ class MovingAverageMinMaxObserver(MinMaxObserver):
 
     def forward(self, x_orig: torch.Tensor) -> torch.Tensor:
         """Fold ``x``'s min and max into the moving averages; return ``x`` unchanged."""
-        if x_orig.numel() == 0:
+        found = self._batch_min_max(x_orig, self.min_val.dtype)
+        if found is None:
             return x_orig
-        x = x_orig.detach().to(self.min_val.dtype)
-        batch_min, batch_max = torch.aminmax(x)
+        batch_min, batch_max = found
         if bool(self.min_val == float("inf")) and bool(self.max_val == float("-inf")):
             new_min, new_max = batch_min, batch_max
         else:
@@ -544,11 +599,10 @@ class PerChannelMinMaxObserver(UniformQuantizationObserverBase):
 
     def forward(self, x_orig: torch.Tensor) -> torch.Tensor:
         """Record each channel's min and max; return ``x`` unchanged."""
-        if x_orig.numel() == 0:
+        found = self._batch_min_max(x_orig, self.min_val.dtype, self.ch_axis)
+        if found is None:
             return x_orig
-        batch_min, batch_max = _per_channel_aminmax(
-            x_orig.detach().to(self.min_val.dtype), self.ch_axis
-        )
+        batch_min, batch_max = found
         if self.min_val.numel() == 0 or self.max_val.numel() == 0:
             self._store(batch_min, batch_max)
         else:
@@ -618,11 +672,10 @@ class MovingAveragePerChannelMinMaxObserver(PerChannelMinMaxObserver):
 
     def forward(self, x_orig: torch.Tensor) -> torch.Tensor:
         """Fold each channel's min and max into the moving averages; return ``x``."""
-        if x_orig.numel() == 0:
+        found = self._batch_min_max(x_orig, self.min_val.dtype, self.ch_axis)
+        if found is None:
             return x_orig
-        batch_min, batch_max = _per_channel_aminmax(
-            x_orig.detach().to(self.min_val.dtype), self.ch_axis
-        )
+        batch_min, batch_max = found
         if self.min_val.numel() == 0 or self.max_val.numel() == 0:
             self._store(batch_min, batch_max)
         else:
@@ -793,6 +846,22 @@ def _f32(value: float) -> float:
     return float(struct.unpack("f", struct.pack("f", value))[0])
 
 
+def _finite_with_range(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``x`` without infinities, and its min and max (``inf``, ``-inf`` when nothing is left)."""
+    if x.numel() > 0:
+        x_min, x_max = torch.aminmax(x)
+        if not (bool(x_min == float("-inf")) or bool(x_max == float("inf"))):
+            return x, x_min, x_max
+        # an infinite range would be useless; the kernels clamp such values anyway
+        x = x[x.abs() != float("inf")]
+        if x.numel() > 0:
+            x_min, x_max = torch.aminmax(x)
+            return x, x_min, x_max
+    dtype = x.dtype if x.dtype.is_floating_point else torch.float32
+    low = torch.tensor(float("inf"), dtype=dtype, device=x.device)
+    return x, low, torch.tensor(float("-inf"), dtype=dtype, device=x.device)
+
+
 def _cube_integral(begin: torch.Tensor, end: torch.Tensor, density: torch.Tensor) -> torch.Tensor:
     """``density * integral of t**2 from begin to end``: the L2 error of a uniform spread."""
     return density * ((end * end * end - begin * begin * begin) / 3)
@@ -862,25 +931,26 @@ class HistogramObserver(UniformQuantizationObserverBase):
 
     def forward(self, x_orig: torch.Tensor) -> torch.Tensor:
         """Add ``x`` (infinities left out) to the histogram; return ``x`` unchanged."""
-        if x_orig.numel() == 0:
+        reducer = self._batch_reducer
+        if x_orig.numel() == 0 and reducer is None:
             return x_orig
-        x = x_orig.detach()
-        x_min, x_max = torch.aminmax(x)
-        if bool(x_min == float("-inf")) or bool(x_max == float("inf")):
-            # an infinite range would be useless; the kernels clamp such values anyway
-            x = x[x.abs() != float("inf")]
-            if x.numel() == 0:
-                return x_orig
-            x_min, x_max = torch.aminmax(x)
+        x, x_min, x_max = _finite_with_range(x_orig.detach())
+        if reducer is not None:
+            # the peers agree on the range first: every one then bins onto the same edges,
+            # and the sum of their counts is the histogram of the union of their batches
+            x_min, x_max = reducer.min_max(x_min, x_max)
+        if bool(x_min > x_max):
+            return x_orig  # nothing finite to add (here, or at any peer)
         if bool(self.min_val == float("inf")) or bool(self.max_val == float("-inf")):
-            self._set_state(
-                torch.histc(x, self.bins, min=float(x_min), max=float(x_max)), x_min, x_max
-            )
+            first = torch.histc(x, self.bins, min=float(x_min), max=float(x_max))
+            self._set_state(first if reducer is None else reducer.sum(first), x_min, x_max)
             return x_orig
         new_min = torch.min(self.min_val, x_min).detach()
         new_max = torch.max(self.max_val, x_max).detach()
         batch = torch.histc(x, self.bins, min=float(new_min), max=float(new_max))
         batch = batch.to(self.histogram.device)
+        if reducer is not None:
+            batch = reducer.sum(batch)
         if bool(new_min == self.min_val) and bool(new_max == self.max_val):
             self._set_state(self.histogram + batch, new_min, new_max)
         else:
