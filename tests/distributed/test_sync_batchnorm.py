@@ -85,6 +85,19 @@ def test_convert_fx_folds_sync_batch_norm_like_batch_norm() -> None:
     assert torch.equal(reverted(x), plain(x))
 
 
+def test_torchs_sync_batch_norm_inside_fused_qat_modules_folds_too() -> None:
+    """On GPUs torch's own SyncBatchNorm may train the fused modules; convert_fx folds it."""
+    torch.manual_seed(0)
+    prepared = qat_model()
+    for _ in range(3):
+        prepared(torch.randn(8, 1, 8, 8))
+    plain = fxquant.convert_fx(copy.deepcopy(prepared).eval())
+    synced = nn.SyncBatchNorm.convert_sync_batchnorm(copy.deepcopy(prepared))
+    assert sum(type(m) is nn.SyncBatchNorm for m in synced.modules()) == 2
+    x = torch.randn(16, 1, 8, 8)
+    assert torch.equal(fxquant.convert_fx(synced.eval())(x), plain(x))
+
+
 def test_batch_norm_type_must_be_a_batch_norm_class() -> None:
     with pytest.raises(ConfigTypeError, match=r"batch_norm_type must be .* got <class"):
         SyncBatchNorm(3, batch_norm_type=nn.LayerNorm)  # type: ignore[arg-type]

@@ -31,11 +31,8 @@ from fxquant.distributed.batchnorm import (
     convert_sync_batchnorm,
     revert_sync_batchnorm,
 )
-from fxquant.distributed.observers import (
-    GlobalBatchObservation,
-    observe_global_batch,
-    sync_observers,
-)
+from fxquant.distributed.global_batch import GlobalBatchObservation, observe_global_batch
+from fxquant.distributed.merge import sync_observers
 
 __all__ = [
     "GlobalBatchObservation",

@@ -70,7 +70,10 @@ def require_initialized(what: str) -> None:
     """Raise a clear error unless ``torch.distributed`` is available and initialized.
 
     Example:
-        >>> require_initialized("sync_observers")  # doctest: +SKIP
+        >>> require_initialized("sync_observers")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        fxquant.errors.ConfigError: sync_observers needs an initialized process group; ...
     """
     if not dist.is_available():
         msg = f"{what} needs torch.distributed, which this build of torch does not include"
@@ -109,14 +112,24 @@ def collective_device(group: Any) -> torch.device:
 
 
 def all_reduce_sum(tensor: torch.Tensor, group: Any) -> torch.Tensor:
-    """The elementwise sum of ``tensor`` over the group, as a new tensor."""
+    """The elementwise sum of ``tensor`` over the group, as a new tensor.
+
+    Example:
+        >>> all_reduce_sum(torch.ones(2), None)  # doctest: +SKIP
+        tensor([2., 2.])
+    """
     out = tensor.detach().clone().contiguous()
     dist.all_reduce(out, op=dist.ReduceOp.SUM, group=group)
     return out
 
 
 def all_reduce_min(tensor: torch.Tensor, group: Any) -> torch.Tensor:
-    """The elementwise minimum of ``tensor`` over the group, as a new tensor."""
+    """The elementwise minimum of ``tensor`` over the group, as a new tensor.
+
+    Example:
+        >>> all_reduce_min(torch.tensor([float(dist.get_rank())]), None)  # doctest: +SKIP
+        tensor([0.])
+    """
     out = tensor.detach().clone().contiguous()
     dist.all_reduce(out, op=dist.ReduceOp.MIN, group=group)
     return out
@@ -126,6 +139,10 @@ def min_max(low: torch.Tensor, high: torch.Tensor, group: Any) -> tuple[torch.Te
     """Elementwise min of ``low`` and max of ``high`` over the group, in one all-reduce.
 
     ``max(high) == -min(-high)``: both halves ride in one MIN reduction.
+
+    Example:
+        >>> min_max(torch.tensor(-1.0), torch.tensor(2.0), None)  # doctest: +SKIP
+        (tensor(-3.), tensor(5.))
     """
     count = low.numel()
     packed = torch.cat([low.detach().reshape(-1), -high.detach().reshape(-1).to(low.dtype)])
@@ -152,6 +169,10 @@ def all_reduce_sum_differentiable(tensor: torch.Tensor, group: Any) -> torch.Ten
 
     (``torch.distributed.nn.functional.all_reduce`` does this too, but is
     deprecated and warns on every call.)
+
+    Example:
+        >>> total = all_reduce_sum_differentiable(x.sum(0), None)  # doctest: +SKIP
+        >>> total.sum().backward()  # doctest: +SKIP
     """
     result: torch.Tensor = _AllReduceSum.apply(tensor, group)  # type: ignore[no-untyped-call]  # torch leaves Function.apply untyped
     return result
