@@ -13,9 +13,13 @@ observers, on one rank and on two, each rank a process with
 
 How: the ranks are spawned once per world size, with a gloo process group on
 127.0.0.1; a round is barrier, calibrate, barrier (so it lasts as long as the
-slowest rank), on a freshly prepared model, after one untimed round. Figures
-are medians of --rounds rounds. The all-reduce latency (an 8-byte tensor,
-median of 200) shows what the global-batch mode pays per observer and batch.
+slowest rank), on a freshly prepared model, after one untimed round. The
+machine is shared: wall-clock figures are the fastest of --rounds rounds (the
+least disturbed), CPU figures the median of the busiest rank's CPU seconds,
+which tell the speedup two cores of one's own would give. A QAT step (DDP,
+batch 16 per rank) is timed the same way, plain and with fxquant.distributed.
+The all-reduce latency (an 8-byte tensor, median of 200) shows what the
+global-batch mode pays per observer and batch.
 Prints a table and writes bench/results/distributed.json.
 
 Scaling: the work per rank is independent, so ``sharded`` scales with the
@@ -31,6 +35,7 @@ all-reduce latency`` per batch, a fixed cost that larger batches amortize.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import datetime
 import json
@@ -51,6 +56,7 @@ from models import resnet_at_depth
 
 RESULTS = Path(__file__).resolve().parent / "results" / "distributed.json"
 BATCH = 32
+QAT_BATCH = 16  # per rank
 LOOPBACK = {"linux": "lo", "darwin": "lo0"}
 
 
@@ -98,6 +104,43 @@ def calibrate_round(
     return {"wall": time.perf_counter() - start, "cpu": cpu, "merge": merge}
 
 
+QAT_VARIANTS = ("DDP", "DDP + observe_global_batch", "DDP + observe_global_batch + SyncBatchNorm")
+
+
+def qat_step_seconds(
+    model: torch.nn.Module, variant: str, images: torch.Tensor
+) -> dict[str, float]:
+    """A QAT training step under DDP in ``variant``: the fastest wall time (barrier to
+    barrier) and the median of this rank's CPU time."""
+    import fxquant
+    from fxquant.distributed import convert_sync_batchnorm, observe_global_batch
+    from torch.nn.parallel import DistributedDataParallel
+
+    mapping = fxquant.get_default_qconfig_mapping("reference", is_qat=True)
+    prepared = fxquant.prepare_qat_fx(copy.deepcopy(model).train(), mapping, (images[:2],))
+    if variant.endswith("SyncBatchNorm"):
+        prepared = convert_sync_batchnorm(prepared)
+    ddp = DistributedDataParallel(prepared)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=1e-3)
+    mode = (
+        observe_global_batch(ddp) if "observe_global_batch" in variant else contextlib.nullcontext()
+    )
+    walls, cpus = [], []
+    with mode:
+        for batch in images.split(QAT_BATCH):
+            dist.barrier()
+            start, cpu = time.perf_counter(), time.process_time()
+            loss = ddp(batch).square().mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            cpus.append(time.process_time() - cpu)
+            dist.barrier()
+            walls.append(time.perf_counter() - start)
+    # the first step warms up
+    return {"wall": min(walls[1:]), "cpu": statistics.median(cpus[1:])}
+
+
 def all_reduce_latency(count: int = 200) -> float:
     """Median seconds of one all-reduce of an 8-byte tensor."""
     value = torch.zeros(2)
@@ -132,10 +175,17 @@ def rank_main(rank: int, world: int, port: int, folder: str, options: dict[str, 
             rounds = [
                 calibrate_round(model, observers, mode, images) for _ in range(options["rounds"])
             ]
+            # wall: the least disturbed round (the machine is shared); CPU: the median
             figures[f"{observers}|{mode}"] = {
-                key: statistics.median(found[key] for found in rounds)
-                for key in ("wall", "cpu", "merge")
+                "wall": min(found["wall"] for found in rounds),
+                "cpu": statistics.median(found["cpu"] for found in rounds),
+                "merge": min(found["merge"] for found in rounds),
             }
+    if world > 1:
+        steps = images[: QAT_BATCH * (options["rounds"] + 1)]
+        figures["qat"] = {
+            variant: qat_step_seconds(model, variant, steps) for variant in QAT_VARIANTS
+        }
     prepared = __import__("fxquant").prepare_fx(
         copy.deepcopy(model), mappings()["min_max"], (images[:1],)
     )
@@ -162,8 +212,10 @@ def run(world: int, options: dict[str, Any]) -> dict[str, Any]:
         ranks = [torch.load(Path(folder) / f"figures{rank}.pt") for rank in range(world)]
     figures: dict[str, Any] = ranks[0]
     for key, found in figures.items():
-        if isinstance(found, dict):  # CPU seconds: the busiest rank's
+        if isinstance(found, dict) and "cpu" in found:  # CPU seconds: the busiest rank's
             found["cpu"] = max(rank[key]["cpu"] for rank in ranks)
+    for variant, step in figures.get("qat", {}).items():
+        step["cpu"] = max(rank["qat"][variant]["cpu"] for rank in ranks)
     return figures
 
 
@@ -212,6 +264,15 @@ def main() -> None:
             f"{row['cpu_speedup']:>16}x {merge:>15}"
         )
     print(f"gloo all-reduce on loopback, 2 ranks: {latency_us:.0f} us (8 bytes, median)")
+    qat = by_world[2]["qat"]
+    print(f"\nQAT step on 2 ranks, batch {QAT_BATCH} per rank ({args.rounds} steps):")
+    print(f"  {'':<46} {'wall (fastest)':>15} {'CPU (median)':>13}")
+    for variant, step in qat.items():
+        wall, cpu = step["wall"] / qat["DDP"]["wall"] - 1, step["cpu"] / qat["DDP"]["cpu"] - 1
+        print(
+            f"  {variant:<46} {step['wall'] * 1e3:8.0f} ms {wall:+4.0%} "
+            f"{step['cpu'] * 1e3:7.0f} ms {cpu:+4.0%}"
+        )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(
         json.dumps(
@@ -230,6 +291,10 @@ def main() -> None:
                 "load_average": round(load, 2),
                 "all_reduce_latency_us_2_ranks": round(latency_us, 1),
                 "results": rows,
+                "qat_step_ms_2_ranks": {
+                    variant: {key: round(value * 1e3, 1) for key, value in step.items()}
+                    for variant, step in qat.items()
+                },
             },
             indent=2,
         )

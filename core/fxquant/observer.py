@@ -42,6 +42,7 @@ from fxquant.errors import ConfigError, ConfigTypeError
 from fxquant.factory import ModuleFactory
 
 __all__ = [
+    "BatchReducer",
     "FixedQParamsObserver",
     "HistogramObserver",
     "MinMaxObserver",
@@ -83,6 +84,18 @@ class BatchReducer(Protocol):
     of the same shape, also when its own batch is empty (it then passes ``inf``
     as ``low`` and ``-inf`` as ``high``). :mod:`fxquant.distributed` implements
     it with ``torch.distributed`` all-reduces.
+
+    Example:
+        >>> class Alone:  # a single peer: nothing to combine with
+        ...     def min_max(self, low, high):
+        ...         return low, high
+        ...     def sum(self, values):
+        ...         return values
+        >>> obs = MinMaxObserver()
+        >>> obs._batch_reducer = Alone()
+        >>> _ = obs(torch.tensor([-1.0, 2.0]))
+        >>> float(obs.min_val), float(obs.max_val)
+        (-1.0, 2.0)
     """
 
     def min_max(self, low: torch.Tensor, high: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

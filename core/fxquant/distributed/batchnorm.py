@@ -2,17 +2,19 @@
 
 ``torch.nn.SyncBatchNorm`` refuses CPU tensors (and DDP refuses CPU modules
 that hold one), so QAT under DDP on CPU could not synchronize BatchNorm. This
-``SyncBatchNorm`` computes the same thing with two differentiable all-reduces:
+``SyncBatchNorm`` computes the same thing with one differentiable all-gather:
 
-    x (this rank's batch) -> sum over N, H, W, and count -> all-reduce -> global mean
-                          -> sum of (x - mean)**2          -> all-reduce -> global variance
+    x (this rank's batch) -> per channel: mean, sum of squared deviations, count
+                          -> all-gather -> Chan's formula -> global mean and variance
     y = (x - mean) / sqrt(var + eps) * weight + bias       (running stats: unbiased var)
 
-Gradients flow back through both sums to every rank, so a DDP step equals one
-process's step on the concatenated batch. In eval mode (or alone) it is plain
-BatchNorm. ``convert_sync_batchnorm`` swaps it in for every ``BatchNorm1d/2d/3d``,
-the ones inside fused QAT modules (``ConvBn2d``...) included, sharing
-parameters and buffers; ``revert_sync_batchnorm`` swaps the originals back.
+The all-gather's backward is one all-reduce, so gradients reach every rank's
+input and a DDP step equals one process's step on the concatenated batch (as
+torch's: one collective forward, one backward). In eval mode (or alone) it is
+plain BatchNorm. ``convert_sync_batchnorm`` swaps it in for every
+``BatchNorm1d/2d/3d``, the ones inside fused QAT modules (``ConvBn2d``...)
+included, sharing parameters and buffers; ``revert_sync_batchnorm`` swaps the
+originals back.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from fxquant.distributed.collectives import GroupRef, all_reduce_sum_differentiable, world_size
+from fxquant.distributed.collectives import GroupRef, all_gather_differentiable, world_size
 from fxquant.errors import ConfigTypeError
 
 __all__ = ["SyncBatchNorm", "convert_sync_batchnorm", "revert_sync_batchnorm"]
@@ -126,24 +128,38 @@ class SyncBatchNorm(_BatchNorm):
 
 
 def _global_moments(x: torch.Tensor, group: Any) -> tuple[torch.Tensor, torch.Tensor, float]:
-    """Mean and biased variance per channel over every rank's ``x``, and the global count."""
+    """Mean and biased variance per channel over every rank's ``x``, and the global count.
+
+    Each rank's mean and sum of squared deviations (two passes: no cancellation),
+    gathered in one collective and combined with Chan's pairwise formula.
+    """
     dims = [0, *range(2, x.dim())]
     local_count = x.numel() // max(x.shape[1], 1)
-    # float64: the count stays exact past 2**24 values per channel
-    sums = torch.cat([x.sum(dims).double(), x.new_tensor([local_count], dtype=torch.float64)])
-    totals = all_reduce_sum_differentiable(sums, group)
-    count = float(totals[-1].detach())
+    local_mean = x.sum(dims) / max(local_count, 1)  # an empty batch contributes zeros
+    centered = x - local_mean.reshape([1, -1] + [1] * (x.dim() - 2))
+    local = torch.cat(
+        [
+            local_mean.double(),
+            (centered * centered).sum(dims).double(),
+            # float64: counts stay exact past 2**24 values per channel
+            x.new_tensor([local_count], dtype=torch.float64),
+        ]
+    )
+    gathered = all_gather_differentiable(local, group)  # (ranks, 2 * channels + 1)
+    channels = x.shape[1]
+    means, squares = gathered[:, :channels], gathered[:, channels : 2 * channels]
+    counts = gathered[:, -1:]
+    count = float(counts.detach().sum())
     if count <= 1:
         msg = (
             f"Expected more than 1 value per channel when training over all ranks, got {count:.0f} "
             f"(this rank's input: {tuple(x.shape)})"
         )
         raise ValueError(msg)
-    shape = [1, -1] + [1] * (x.dim() - 2)
-    mean = (totals[:-1] / count).to(x.dtype)
-    centered = x - mean.reshape(shape)
-    squares = all_reduce_sum_differentiable((centered * centered).sum(dims).double(), group)
-    return mean, (squares / count).to(x.dtype), count
+    mean = (counts * means).sum(0) / count
+    deviation = means - mean
+    var = (squares + counts * deviation * deviation).sum(0) / count
+    return mean.to(x.dtype), var.to(x.dtype), count
 
 
 def _swap(module: nn.Module, replace: Any) -> nn.Module:

@@ -21,9 +21,9 @@ from fxquant.errors import ConfigError
 __all__ = [
     "GroupReducer",
     "GroupRef",
+    "all_gather_differentiable",
     "all_reduce_min",
     "all_reduce_sum",
-    "all_reduce_sum_differentiable",
     "collective_device",
     "fingerprint",
     "min_max",
@@ -150,31 +150,32 @@ def min_max(low: torch.Tensor, high: torch.Tensor, group: Any) -> tuple[torch.Te
     return reduced[:count].reshape(low.shape), (-reduced[count:]).reshape(high.shape)
 
 
-class _AllReduceSum(torch.autograd.Function):
-    """Sum over the ranks whose backward is the sum of the ranks' gradients."""
+class _AllGather(torch.autograd.Function):
+    """Every rank's tensor, stacked; the backward sums each rank's slice over the ranks."""
 
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, group: Any) -> torch.Tensor:
         ctx.group = group
-        return all_reduce_sum(tensor, group)
+        ctx.rank = dist.get_rank(group)
+        parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(parts, tensor.detach().contiguous(), group=group)
+        return torch.stack(parts)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        # every rank's loss depends on every rank's input through the sum
-        return all_reduce_sum(grad, ctx.group), None
+        # every rank's loss depends on this rank's slice: their gradients add up
+        return all_reduce_sum(grad, ctx.group)[ctx.rank], None
 
 
-def all_reduce_sum_differentiable(tensor: torch.Tensor, group: Any) -> torch.Tensor:
-    """The sum of ``tensor`` over the group; gradients flow back to every rank's ``tensor``.
-
-    (``torch.distributed.nn.functional.all_reduce`` does this too, but is
-    deprecated and warns on every call.)
+def all_gather_differentiable(tensor: torch.Tensor, group: Any) -> torch.Tensor:
+    """Every rank's ``tensor`` stacked in rank order; gradients flow back to each rank's own.
 
     Example:
-        >>> total = all_reduce_sum_differentiable(x.sum(0), None)  # doctest: +SKIP
-        >>> total.sum().backward()  # doctest: +SKIP
+        >>> stacked = all_gather_differentiable(torch.ones(3), None)  # doctest: +SKIP
+        >>> stacked.shape  # doctest: +SKIP
+        torch.Size([2, 3])
     """
-    result: torch.Tensor = _AllReduceSum.apply(tensor, group)  # type: ignore[no-untyped-call]  # torch leaves Function.apply untyped
+    result: torch.Tensor = _AllGather.apply(tensor, group)  # type: ignore[no-untyped-call]  # torch leaves Function.apply untyped
     return result
 
 
