@@ -249,8 +249,9 @@ def main() -> None:
     print(
         f"calibration of {by_world[1]['model']} ({'quick' if args.quick else 'full'}, 64x64, "
         f"batch {BATCH}, {options['images']} images, {by_world[1]['observers']} observers), "
-        f"1 thread per rank, median of {args.rounds}; {os.cpu_count()} cores, load {load:.1f}"
+        f"1 thread per rank, {args.rounds} rounds; {os.cpu_count()} cores, load {load:.1f}"
     )
+    print("img/s: the fastest round; CPU-time speedup: medians of the busiest rank's CPU seconds")
     header = (
         f"{'observers':<10} {'mode':<13} {'1 rank img/s':>13} {'2 ranks img/s':>14} "
         f"{'speedup':>8} {'CPU-time speedup':>17} {'sync_observers':>15}"
