@@ -6,8 +6,8 @@ through a TCP store on 127.0.0.1 and a free port, calls
 ``worker(rank, world_size, *args)`` in each and returns their results in rank
 order. A child that raises fails the test with the child's traceback (and the
 other children are terminated); a child that hangs is killed after
-``timeout`` seconds, and collectives give up after ``collective_timeout``, so
-nothing in CI waits forever.
+``timeout`` seconds (300), and collectives give up after ``collective_timeout``
+(60), so nothing in CI waits forever.
 
 Workers and their arguments must be picklable: module-level functions, and
 results made of tensors, numbers, strings, lists and dicts.
@@ -73,10 +73,29 @@ def run_ranks(
     worker: Callable[..., Any],
     *args: Any,
     world_size: int = 2,
-    timeout: float = 120.0,
+    timeout: float = 300.0,
     collective_timeout: float = 60.0,
 ) -> list[Any]:
-    """``worker(rank, world_size, *args)`` on ``world_size`` processes; their results by rank."""
+    """``worker(rank, world_size, *args)`` on ``world_size`` processes; their results by rank.
+
+    The free port is free when chosen, not necessarily when rank 0 binds it a
+    second later: a launch that fails on the address in use is retried once.
+    """
+    try:
+        return _run_ranks(worker, args, world_size, timeout, collective_timeout)
+    except mp.ProcessRaisedException as error:
+        if "EADDRINUSE" not in str(error) and "address already in use" not in str(error).lower():
+            raise
+        return _run_ranks(worker, args, world_size, timeout, collective_timeout)
+
+
+def _run_ranks(
+    worker: Callable[..., Any],
+    args: tuple[Any, ...],
+    world_size: int,
+    timeout: float,
+    collective_timeout: float,
+) -> list[Any]:
     with tempfile.TemporaryDirectory() as folder:
         context = mp.start_processes(
             _rank_main,
