@@ -61,8 +61,13 @@ _SELECT = (
 # can then take over the dequantize step after them)
 _IDENTITY = (nn.Identity, nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout)
 # torch 2.13's uint8 max pooling fails on channels_last input and is slow (8x) on NCHW:
-# pool the integers as float (exact) in channels_last instead
-_MAX_POOL = (nn.MaxPool2d, nn.AdaptiveMaxPool2d, F.max_pool2d, F.adaptive_max_pool2d)
+# pool the integers as float (exact) in channels_last instead. 1-d and 3-d: torch has no
+# uint8 max_pool1d/3d at all (NotImplementedError; found by `fxquant check x86`, #13)
+_MAX_POOL = (
+    nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AdaptiveMaxPool1d, nn.AdaptiveMaxPool2d,
+    nn.AdaptiveMaxPool3d, F.max_pool1d, F.max_pool2d, F.max_pool3d, F.adaptive_max_pool1d,
+    F.adaptive_max_pool2d, F.adaptive_max_pool3d,
+)  # fmt: skip
 # averaging ops: the mean of the integers, rounded, is the reference's result
 _AVERAGE = (
     nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d, nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d,

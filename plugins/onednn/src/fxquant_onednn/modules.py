@@ -311,8 +311,13 @@ class Fp16Linear(nn.Module):
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
         self._packed = None
 
-    _load_from_state_dict = _Packed._load_from_state_dict
     __getstate__ = _Packed.__getstate__
+
+    def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
+        # its own method: _Packed's calls super() for _Packed, which this class is not
+        # (load_state_dict raised TypeError; found by `fxquant check x86`, #13)
+        nn.Module._load_from_state_dict(self, *args, **kwargs)
+        self._packed = None  # a new weight: pack again on the next call
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Run the fp16-weight kernel on the float ``x``."""
