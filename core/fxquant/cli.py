@@ -1,4 +1,6 @@
-"""The ``fxquant`` command: ``backends``, ``show NAME``, ``demo`` (argparse only).
+"""The ``fxquant`` command: ``backends``, ``show NAME``, ``demo``, ``check NAME``, ``new-backend``.
+
+argparse only (the core depends on torch, pluggy and importlib-metadata).
 
 Every subcommand reads the registry and renders plain data (``--json``
 dumps the same data), so a broken plugin shows up as a status line instead
@@ -25,6 +27,9 @@ examples:
   fxquant show x86 --json       one backend's patterns, as JSON
   fxquant demo                  quantize a model with every installed backend
   fxquant demo --backends x86   the same with the backends named
+  fxquant demo --json           the demo's results as JSON (progress on stderr)
+  fxquant check x86             does the x86 backend keep the plugin contract?
+  fxquant new-backend mine      a plugin skeleton in ./fxquant-mine that passes check
 
 environment:
   FXQUANT_DISABLE_PLUGIN_AUTOLOAD=1   load no installed plugin (built-ins stay)
@@ -200,7 +205,38 @@ def _cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
     from fxquant.demo import run_demo
 
     names = None if args.backends is None else [n.strip() for n in args.backends.split(",")]
-    return run_demo(out, backends=[n for n in names if n] if names is not None else None)
+    chosen = [n for n in names if n] if names is not None else None
+    return run_demo(out, backends=chosen, as_json=args.json)
+
+
+def _cmd_check(args: argparse.Namespace, out: TextIO) -> int:
+    from fxquant.conformance import CheckStatus, check_backend, render_results
+    from fxquant.errors import PluginError, UnknownBackendError
+
+    try:
+        rows = check_backend(args.name, shapes=args.shapes, seed=args.seed)
+    except (UnknownBackendError, PluginError) as error:
+        print(f"fxquant: error: {error}", file=sys.stderr)
+        return 1
+    shown = [r for r in rows if r.result == CheckStatus.FAIL] if args.failures else rows
+    data = [
+        {"pattern": r.pattern, "check": r.check, "result": r.result.value, "reason": r.reason}
+        for r in shown
+    ]
+    _emit(data, render_results(shown, args.name), args.json, out)
+    return 1 if any(r.result == CheckStatus.FAIL for r in rows) else 0
+
+
+def _cmd_new_backend(args: argparse.Namespace, out: TextIO) -> int:
+    from fxquant.scaffold import new_backend
+
+    try:
+        folder = new_backend(args.name, args.directory)
+    except (ValueError, FileExistsError) as error:
+        print(f"fxquant: error: {error}", file=sys.stderr)
+        return 1
+    print(f"wrote {folder}: pip install -e {folder} && fxquant check {args.name}", file=out)
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -231,8 +267,28 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--backends", help="comma-separated backends to run (default: every installed one)"
     )
+    demo.add_argument("--json", action="store_true", help="print JSON instead of tables")
     demo.set_defaults(run=_cmd_demo)
+    _add_check(commands)
+    new = commands.add_parser("new-backend", help="write a plugin skeleton that passes check")
+    new.add_argument("name", help="the backend's name (a Python identifier, e.g. mychip)")
+    new.add_argument(
+        "--directory", default=".", help="where to create fxquant-NAME/ (default: here)"
+    )
+    new.set_defaults(run=_cmd_new_backend)
     return parser
+
+
+def _add_check(commands: Any) -> None:
+    check = commands.add_parser(
+        "check", help="check that an installed backend keeps the plugin contract"
+    )
+    check.add_argument("name", help="the backend, e.g. x86")
+    check.add_argument("--shapes", type=int, default=3, help="random sizes per case (3)")
+    check.add_argument("--seed", type=int, default=0, help="seed of sizes, weights, inputs")
+    check.add_argument("--failures", action="store_true", help="show only the failed rows")
+    check.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    check.set_defaults(run=_cmd_check)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import copy
 import importlib
+import json
+import math
 import statistics
 import sys
 import time
@@ -27,6 +29,7 @@ from typing import Any, TextIO
 
 import torch
 
+from fxquant.progress import progress
 from fxquant.registry.answers import Deployment
 from fxquant.registry.hookspecs import hookimpl
 
@@ -36,6 +39,7 @@ __all__ = [
     "TutorialPlugin",
     "fuse_conv2d_relu",
     "quantize_with",
+    "result_dict",
     "run_demo",
     "tutorial_pattern_configs",
     "tutorial_qconfig_mapping",
@@ -305,7 +309,8 @@ def _results(model: torch.nn.Module, data: torch.Tensor, names: Sequence[str]) -
                 get_deployment(name),
             ),
         )
-        for name in names
+        # deploying (ExecuTorch, ONNX) takes seconds a backend: say how far along it is
+        for name in progress(names, description="fxquant demo")
     ]
     registry = Registry()  # private: the tutorial backend must not show up in the user's process
     registry.register_plugin(TutorialPlugin(), backend=BACKEND)
@@ -337,10 +342,41 @@ def _row(result: DemoResult) -> list[str]:
     ]
 
 
-def run_demo(out: TextIO | None = None, backends: Sequence[str] | None = None) -> int:
+def result_dict(result: DemoResult) -> dict[str, Any]:
+    """One result as JSON-safe data (``fxquant demo --json``): NaN and infinity become None.
+
+    Example:
+        >>> result_dict(DemoResult("x86"))["sqnr_db"] is None
+        True
+    """
+
+    def number(value: float) -> float | None:
+        return value if math.isfinite(value) else None
+
+    return {
+        "backend": result.backend,
+        "status": "failed" if result.error else "ok",
+        "error": result.error,
+        "counts": dict(sorted(result.counts.items())),
+        "sqnr_db": number(result.sqnr_db),
+        "top1_agreement": number(result.agreement),
+        "speed": number(result.speed),
+        "runs_on": result.runs_on,
+        "not_quantized": [
+            {"node": node, "code": code, "words": words}
+            for node, code, words in result.not_quantized
+        ],
+    }
+
+
+def run_demo(
+    out: TextIO | None = None, backends: Sequence[str] | None = None, *, as_json: bool = False
+) -> int:
     """Quantize :class:`DemoNet` with each installed backend (or ``backends``); print; return 0.
 
-    Returns 1 when every backend failed.
+    Progress goes to stderr when it is a terminal (:mod:`fxquant.progress`);
+    ``as_json`` prints the results as a JSON list (:func:`result_dict`) instead
+    of the tables. Returns 1 when every backend failed.
 
     Example:
         >>> import io
@@ -360,6 +396,10 @@ def run_demo(out: TextIO | None = None, backends: Sequence[str] | None = None) -
         results = _results(model, data, names)
     finally:
         torch.set_num_threads(threads)
+    code = 1 if all(r.error for r in results) else 0
+    if as_json:
+        print(json.dumps([result_dict(r) for r in results], indent=2), file=out)
+        return code
     print(
         f"Quantizing DemoNet (residual CNN, sigmoid gate) with {len(results)} backends "
         "(installed ones + the seed tutorial's my_backend); SQNR and top-1 agreement vs "
@@ -381,7 +421,7 @@ def run_demo(out: TextIO | None = None, backends: Sequence[str] | None = None) -
     print(markdown_table(header, [_row(r) for r in results]), file=out)
     for result in results:
         _print_reasons(result, out)
-    return 1 if all(r.error for r in results) else 0
+    return code
 
 
 def _print_reasons(result: DemoResult, out: TextIO) -> None:

@@ -233,10 +233,17 @@ class LoweringRule:
         build: ``build(match: LoweringMatch)`` -> kernel, or ``None``.
         name: a short name shown by ``fxquant show`` (e.g. ``"qlinear"``).
         complex_format: whether ``pattern`` is in the reversed nested format.
+        tolerance: how far the kernel's output may be from the reference
+            model's, in quantization steps of the output (default 1: within
+            one step). ``fxquant check`` holds the kernel to it on random
+            shapes; declare more only for a kernel whose arithmetic is known
+            to round differently (and say why next to the rule).
 
     Raises:
-        ConfigTypeError: when ``build`` is not callable or ``name`` not a str.
-        ConfigError: when ``name`` is empty or ``pattern`` is not a valid pattern.
+        ConfigTypeError: when ``build`` is not callable, ``name`` not a str or
+            ``tolerance`` not a number.
+        ConfigError: when ``name`` is empty, ``pattern`` is not a valid pattern
+            or ``tolerance`` is negative.
 
     Example:
         >>> import torch
@@ -249,6 +256,7 @@ class LoweringRule:
     build: Callable[..., Any]
     name: str
     complex_format: bool = False
+    tolerance: float = 1.0
 
     def __post_init__(self) -> None:
         if self.pattern is None:
@@ -265,6 +273,12 @@ class LoweringRule:
             raise ConfigTypeError(msg)
         if not self.name:
             msg = "LoweringRule name must not be empty; give the kernel a short name"
+            raise ConfigError(msg)
+        if not isinstance(self.tolerance, (int, float)) or isinstance(self.tolerance, bool):
+            msg = f"LoweringRule tolerance must be a number of output steps, got {self.tolerance!r}"
+            raise ConfigTypeError(msg)
+        if not self.tolerance >= 0:  # also refuses NaN
+            msg = f"LoweringRule tolerance must be >= 0 output steps, got {self.tolerance!r}"
             raise ConfigError(msg)
         _ = self.key  # validates the pattern now, not when the flow first needs it
 

@@ -85,6 +85,7 @@ __all__ = [
     "output_scale",
     "quantize_case",
     "quantize_model",
+    "tolerance",
     "train_digits_classifier",
 ]
 
@@ -393,7 +394,17 @@ def lowering_statuses(model: fx.GraphModule) -> dict[str, NodeStatus]:
     return {e.node: e.status for e in entries if e.op != "placeholder"}
 
 
-def _tolerance(case: Case, reference: torch.Tensor, step: float) -> float:
+def tolerance(case: Case, reference: torch.Tensor, step: float) -> float:
+    """How far a lowered ``case`` may be from its ``reference`` output: one output ``step``.
+
+    A float output (the op stayed float, or a dynamic / fp16 linear) gets the
+    float rounding of the computation instead, relative to the output's size.
+
+    Example:
+        >>> case = next(c for c in LOWERING_CASES if c.name == "relu")
+        >>> tolerance(case, torch.ones(2), step=0.5)
+        0.5005
+    """
     scale = 1 + float(reference.abs().max())
     if case.name == "linear_dynamic":  # float out: activations quantized per call by both
         return 1e-4 * scale
@@ -427,7 +438,7 @@ def check_lowering(backend: str, case: Case, sizes: Sizes, *, seed: int = 0) -> 
     with torch.no_grad():
         expected = reference(*inputs)
         difference = float((lowered(*inputs) - expected).abs().max())
-    bound = _tolerance(case, expected, output_scale(reference))
+    bound = tolerance(case, expected, output_scale(reference))
     if difference > bound:
         msg = f"{case.name}: the lowered output is {difference} off the reference, over {bound}"
         raise AssertionError(msg)
@@ -470,7 +481,7 @@ def check_deployed(backend: str, case: Case, sizes: Sizes, *, seed: int = 0) -> 
     with torch.no_grad():
         expected = reference(*inputs)
         difference = float((deployed(*inputs) - expected).abs().max())
-    bound = _tolerance(case, expected, output_scale(reference))
+    bound = tolerance(case, expected, output_scale(reference))
     if difference > bound:
         msg = f"{case.name}: {deployment.name} is {difference} off the reference, over {bound}"
         raise AssertionError(msg)

@@ -16,7 +16,7 @@ from typing import Any
 from fxquant.errors import FxquantError
 from fxquant.registry.assembly import AssembledBackend, Origin, default_qconfig_mapping
 
-__all__ = ["class_str", "describe", "dtype_config_str"]
+__all__ = ["class_str", "describe", "dtype_config_str", "pattern_text"]
 
 _SHORT_MODULES = ("fxquant.nn.", "torch.nn.modules.", "torch.nn.")
 
@@ -42,8 +42,16 @@ def class_str(cls: object) -> str:
     return f"{module}.{cls.__qualname__}"
 
 
-def _pattern_text(key: Hashable) -> str:
-    """The pattern in simple form when it has one; classes with their package (qat.Linear)."""
+def pattern_text(key: Hashable) -> str:
+    """A normalized pattern as tables show it: the simple form when it has one.
+
+    Classes are named with their package (``qat.Linear``), as :func:`class_str` does.
+
+    Example:
+        >>> import torch
+        >>> pattern_text((torch.nn.ReLU, torch.nn.Conv2d))
+        '(Conv2d, ReLU)'
+    """
     from fxquant.config.pattern import complex_to_simple, pattern_str
 
     def render(part: object) -> str:
@@ -115,7 +123,7 @@ def _origin_dict(origin: Origin | None) -> dict[str, Any]:
 def _pattern_row(key: Hashable, config: Any, backend: AssembledBackend) -> dict[str, Any]:
     kernels = {rule.key: rule.name for rule in backend.lowering_rules}
     return {
-        "pattern": _pattern_text(key),
+        "pattern": pattern_text(key),
         "observation_type": config.observation_type.name,
         "dtype_configs": [dtype_config_str(d) for d in config.dtype_configs],
         "root_module": class_str(config.root_module),
@@ -196,7 +204,7 @@ def describe(backend: AssembledBackend) -> dict[str, Any]:
     rows = [_pattern_row(key, config, backend) for key, config in by_pattern.items()]
     kernels = [
         {
-            "pattern": _pattern_text(rule.key),
+            "pattern": pattern_text(rule.key),
             "name": rule.name,
             **_origin_dict(backend.kernel_origins.get(rule.key)),
         }
