@@ -1,0 +1,93 @@
+"""Every code block of the documentation runs, so the docs cannot rot.
+
+Per page, its ``python`` blocks run in order in one namespace (a page reads as
+one session); ``bash``/``console`` lines that call ``fxquant`` must parse with the
+command's own parser; ``toml`` blocks must parse. ``text`` blocks are prose
+(command output, trees, signatures) and are not run. A block that cannot run
+here (it needs a GPU, or a package the test environment lacks) says so with a
+``# needs: MODULE`` first line and is skipped only when MODULE is missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import re
+import shlex
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from fxquant.cli import build_parser
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+PAGES = sorted(
+    p for p in DOCS.rglob("*.md") if not {"hooks", "examples"} & set(p.relative_to(DOCS).parts)
+)
+FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.M | re.S)
+# what a page's blocks need that its text sets up: plugins.md walks a plugin's files
+PRELUDES = {"plugins.md": "tests.docs.preludes:plugins"}
+
+
+def blocks(page: Path, language: str) -> list[str]:
+    return [code for lang, code in FENCE.findall(page.read_text()) if lang == language]
+
+
+def page_id(page: Path) -> str:
+    return str(page.relative_to(DOCS))
+
+
+def test_every_page_is_found_and_every_fence_has_a_language() -> None:
+    assert {"index.md", "migration.md", "plugins.md", "conformance.md"} <= {page_id(p) for p in PAGES}
+    unlabelled = [page_id(p) for p in PAGES for lang, _ in FENCE.findall(p.read_text()) if not lang]
+    assert unlabelled == []
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if blocks(p, "python")], ids=page_id)
+def test_python_blocks_run_in_order(page: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    namespace: dict[str, object] = {"__name__": f"docs_{page.stem}"}
+    prelude = PRELUDES.get(page_id(page))
+    if prelude:
+        module, function = prelude.split(":")
+        namespace.update(getattr(importlib.import_module(module), function)(monkeypatch))
+    for number, code in enumerate(blocks(page, "python"), start=1):
+        needs = re.match(r"# needs: (\S+)", code)
+        if needs and importlib.util.find_spec(needs.group(1)) is None:
+            pytest.skip(f"block {number} needs {needs.group(1)}")
+        with contextlib.redirect_stdout(io.StringIO()):
+            exec(compile(code, f"{page_id(page)} block {number}", "exec"), namespace)
+
+
+def fxquant_commands(page: Path) -> list[list[str]]:
+    found = []
+    for code in blocks(page, "bash") + blocks(page, "console"):
+        for line in code.splitlines():
+            command = line.removeprefix("$ ").split("#", 1)[0].strip()
+            for part in command.split("&&"):
+                words = shlex.split(part)
+                if words[:1] == ["fxquant"]:
+                    found.append(words[1:])
+    return found
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if fxquant_commands(p)], ids=page_id)
+def test_fxquant_commands_parse(page: Path) -> None:
+    parser = build_parser()
+    for words in fxquant_commands(page):
+        with contextlib.redirect_stderr(io.StringIO()) as errors:
+            try:
+                parser.parse_args(words)
+            except SystemExit as error:
+                assert error.code == 0, f"fxquant {' '.join(words)}: {errors.getvalue()}"
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if blocks(p, "toml")], ids=page_id)
+def test_toml_blocks_parse(page: Path) -> None:
+    for code in blocks(page, "toml"):
+        tomllib.loads(code)
+
+
+def test_the_blocks_of_a_page_run_in_this_interpreter() -> None:
+    assert sys.version_info >= (3, 11)  # tomllib; the docs test runs where the suite runs
