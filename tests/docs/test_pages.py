@@ -27,8 +27,12 @@ PAGES = sorted(
     p for p in DOCS.rglob("*.md") if not {"hooks", "examples"} & set(p.relative_to(DOCS).parts)
 )
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.M | re.S)
-# what a page's blocks need that its text sets up: plugins.md walks a plugin's files
-PRELUDES = {"plugins.md": "tests.docs.preludes:plugins"}
+# what a page's blocks need that its text sets up: plugins.md walks a plugin's files,
+# distributed.md runs under torchrun
+PRELUDES = {
+    "plugins.md": "tests.docs.preludes:plugins",
+    "distributed.md": "tests.docs.preludes:distributed",
+}
 
 
 def blocks(page: Path, language: str) -> list[str]:
@@ -46,12 +50,14 @@ def test_every_page_is_found_and_every_fence_has_a_language() -> None:
 
 
 @pytest.mark.parametrize("page", [p for p in PAGES if blocks(p, "python")], ids=page_id)
-def test_python_blocks_run_in_order(page: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_python_blocks_run_in_order(
+    page: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
     namespace: dict[str, object] = {"__name__": f"docs_{page.stem}"}
     prelude = PRELUDES.get(page_id(page))
     if prelude:
         module, function = prelude.split(":")
-        namespace.update(getattr(importlib.import_module(module), function)(monkeypatch))
+        namespace.update(getattr(importlib.import_module(module), function)(monkeypatch, request))
     for number, code in enumerate(blocks(page, "python"), start=1):
         needs = re.match(r"# needs: (\S+)", code)
         if needs and importlib.util.find_spec(needs.group(1)) is None:
