@@ -5,7 +5,9 @@ one session); ``bash``/``console`` lines that call ``fxquant`` must parse with t
 command's own parser; ``toml`` blocks must parse. ``text`` blocks are prose
 (command output, trees, signatures) and are not run. A block that cannot run
 here (it needs a GPU, or a package the test environment lacks) says so with a
-``# needs: MODULE`` first line and is skipped only when MODULE is missing.
+``# needs: MODULE`` first line and is skipped only when MODULE is missing. A block
+whose first line names the test that runs it instead (``# torch.ao version:
+tests/docs/test_migration.py ...``: torch.ao warns on every call) is left to that test.
 """
 
 from __future__ import annotations
@@ -35,8 +37,17 @@ PRELUDES = {
 }
 
 
+RUN_ELSEWHERE = re.compile(r"# .*: (tests/\S+\.py)")
+
+
 def blocks(page: Path, language: str) -> list[str]:
     return [code for lang, code in FENCE.findall(page.read_text()) if lang == language]
+
+
+def run_elsewhere(code: str) -> bool:
+    """The block's first line names the test that runs it, and that test exists."""
+    found = RUN_ELSEWHERE.match(code)
+    return bool(found) and (DOCS.parent / found.group(1)).is_file()
 
 
 def page_id(page: Path) -> str:
@@ -59,6 +70,8 @@ def test_python_blocks_run_in_order(
         module, function = prelude.split(":")
         namespace.update(getattr(importlib.import_module(module), function)(monkeypatch, request))
     for number, code in enumerate(blocks(page, "python"), start=1):
+        if run_elsewhere(code):
+            continue
         needs = re.match(r"# needs: (\S+)", code)
         if needs and importlib.util.find_spec(needs.group(1)) is None:
             pytest.skip(f"block {number} needs {needs.group(1)}")
