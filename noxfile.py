@@ -1,4 +1,4 @@
-"""Developer sessions: `nox -s tests`, `lint`, `typecheck`, `demo`, `bench`, `plugin`.
+"""Developer sessions: `nox -s tests`, `lint`, `typecheck`, `docs`, `demo`, `bench`, `plugin`.
 
 Every session that needs torch installs ``torch==2.13.0`` first and explicitly:
 an unpinned torch (asked for directly or through a dependency's range) pulls
@@ -58,8 +58,12 @@ def install_core(session: nox.Session, *extras: str) -> None:
 
 @nox.session(python="3.11")
 def tests(session: nox.Session) -> None:
-    """Core tests and doctests with coverage (every plugin installed), then each plugin's tests."""
-    install_core(session, "test")
+    """Core tests and doctests with coverage (every plugin installed), then each plugin's tests.
+
+    The docs extra too: tests/docs builds the site with ``mkdocs build --strict`` and runs
+    every code block of it, so a broken page fails CI (FXQUANT_DOCS_REQUIRED: not a skip).
+    """
+    install_core(session, "test", "docs")
     if PLUGINS:  # one pip call: plugins that build on each other resolve locally
         session.install(*(f"-e./plugins/{name}[test]" for name in dependencies_first()))
     session.run(
@@ -69,7 +73,7 @@ def tests(session: nox.Session) -> None:
         "--cov=fxquant",
         "--cov-report=term",
         *session.posargs,
-        env={"OMP_NUM_THREADS": "1"},
+        env={"OMP_NUM_THREADS": "1", "FXQUANT_DOCS_REQUIRED": "1"},
     )
     for name in PLUGINS:
         session.run("pytest", f"plugins/{name}/tests", env={"OMP_NUM_THREADS": "1"})
@@ -99,6 +103,20 @@ def typecheck(session: nox.Session) -> None:
     install_core(session)
     session.install("mypy")
     session.run("mypy", "core/fxquant")
+
+
+@nox.session(python="3.11")
+def docs(session: nox.Session) -> None:
+    """The documentation site, built with --strict (every warning fails) into site/.
+
+    Every plugin is installed: the backend pages are generated from them at build time.
+    ``nox -s docs -- serve`` serves it with live reload instead.
+    """
+    install_core(session, "docs")
+    if PLUGINS:
+        session.install(*(f"-e./plugins/{name}" for name in dependencies_first()))
+    command = session.posargs or ["build"]
+    session.run("mkdocs", *command, "--strict", env={"NO_MKDOCS_2_WARNING": "1"})
 
 
 @nox.session(python="3.11")

@@ -15,15 +15,16 @@ the summary plot when ``docs/img/benchmarks.png`` exists.
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import re
+import urllib.parse
 from pathlib import Path
 from typing import Any
-
-from mkdocs.structure.files import File, Files
 
 from fxquant.cli import markdown_table
 from fxquant.registry import default_registry, get_default_qconfig_mapping, list_backends
 from fxquant.registry.describe import class_str, describe, pattern_text
+from mkdocs.structure.files import File, Files
 
 PLOT = "img/benchmarks.png"
 BENCHMARK_HEADING = re.compile(r"^##\s+.*(speed|figures|bench)", re.IGNORECASE)
@@ -36,7 +37,7 @@ def backends() -> list[str]:
     for name in list_backends():
         try:
             default_registry().assembled(name)
-        except Exception:  # noqa: BLE001  (fxquant backends shows the failure; no page here)
+        except Exception:  # fxquant backends shows the failure; no page here
             continue
         names.append(name)
     return names
@@ -77,13 +78,32 @@ def backends_table() -> str:
 
 
 def readme_of(distribution: str) -> str:
-    """The README a distribution ships as its long description ("" when it has none)."""
+    """The README a distribution ships as its long description ("" when it has none).
+
+    A distribution installed from a local folder (``pip install -e plugins/x86``, as nox
+    does) is read from that folder's README.md: its metadata is a copy made at install
+    time, older than the figures a benchmark run has since written.
+    """
     try:
-        metadata = importlib.metadata.metadata(distribution)
+        found = importlib.metadata.distribution(distribution)
     except importlib.metadata.PackageNotFoundError:
         return ""
-    payload = metadata.get_payload()  # type: ignore[attr-defined]
+    folder = local_folder(found)
+    if folder is not None and (folder / "README.md").is_file():
+        return (folder / "README.md").read_text()
+    payload = found.metadata.get_payload()  # type: ignore[attr-defined]
     return payload if isinstance(payload, str) else ""
+
+
+def local_folder(found: importlib.metadata.Distribution) -> Path | None:
+    """The folder a distribution was installed from, if pip recorded a local one (PEP 610)."""
+    text = found.read_text("direct_url.json")
+    url = json.loads(text).get("url", "") if text else ""
+    return (
+        Path(urllib.parse.unquote(url.removeprefix("file://")))
+        if url.startswith("file://")
+        else None
+    )
 
 
 def benchmark_section(readme: str, level: str = "###") -> str:
@@ -105,7 +125,9 @@ def benchmark_sections(plot: bool) -> str:
     for name in backends():
         plugins = describe(default_registry().assembled(name))["plugins"]
         sections = [benchmark_section(readme_of(p["distribution"])) for p in plugins]
-        text = "\n\n".join(s for p, s in zip(plugins, sections, strict=True) if s and not is_builtin(p))
+        text = "\n\n".join(
+            s for p, s in zip(plugins, sections, strict=True) if s and not is_builtin(p)
+        )
         if text:
             parts.append(f"## {name}\n\nFrom the [{name} page](backends/{name}.md).\n\n{text}\n")
     return "\n".join(parts) or "No installed plugin publishes benchmark figures."
@@ -141,7 +163,7 @@ def observer_text(factory: Any) -> str:
 def mapping_table(name: str, is_qat: bool) -> str:
     try:
         mapping = get_default_qconfig_mapping(name, is_qat=is_qat)
-    except Exception as error:  # noqa: BLE001  (shown on the page instead)
+    except Exception as error:  # shown on the page instead
         return f"No default mapping: {error}"
     entries = [("global", mapping.global_qconfig)]
     entries += [

@@ -11,7 +11,6 @@ import subprocess
 import sys
 
 import pytest
-
 from fxquant.registry import list_backends
 
 FIRST_PARTY = ("x86", "onednn", "fbgemm", "qnnpack", "executorch", "tensorrt", "reference")
@@ -32,4 +31,5 @@ def test_fxquant_check_passes(backend: str) -> None:
     )
     summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert summary.startswith(f"{backend}: ") and ", 0 fail," in summary, summary
+    assert summary.startswith(f"{backend}: "), summary
+    assert ", 0 fail," in summary, summary
