@@ -80,12 +80,11 @@ def test_the_example_changes_only_the_imports() -> None:
 
 def test_the_example_gives_torch_aos_numbers_within_one_step() -> None:
     ours = run(FXQUANT_BLOCK)
-    ao = oracle.load()
+    oracle.load()  # skips where torch.ao is gone
     with oracle.quiet():
         theirs = run(AO_BLOCK)
         expected = theirs["converted"](ours["x"])  # type: ignore[operator]
     oracle.release()
-    assert isinstance(ao, object)
     got = ours["converted"](ours["x"])  # type: ignore[operator]
     # the same observers saw the same data: one step of the conv-relu output, after sigmoid
     step = ours["prepared"].activation_post_process_2.calculate_qparams()[0].item()  # type: ignore[attr-defined]
