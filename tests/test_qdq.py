@@ -203,3 +203,22 @@ def test_choose_qparams_accepts_an_activation_that_requires_grad_without_warning
     x = torch.tensor([-1.0, 3.0], requires_grad=True)
     scale, zero_point = qdq.choose_qparams_per_tensor(x, 0, 255, torch.uint8)
     assert (round(float(scale), 6), int(zero_point)) == (0.015686, 64)
+
+
+@given(
+    low=st.floats(-1e4, 1e4, allow_nan=False, width=32),
+    width=st.floats(0.0, 1e4, allow_nan=False, width=32),
+    signed=st.booleans(),
+)
+def test_qparams_for_a_range_are_those_chosen_from_a_tensor_with_that_range(
+    low: float, width: float, signed: bool
+) -> None:
+    # a dynamic kernel computes the range once and asks for the qparams as numbers (#12)
+    x = torch.tensor([low, low + width], dtype=torch.float32)
+    quant_min, quant_max, dtype = (-128, 127, torch.int8) if signed else (0, 255, torch.uint8)
+    scale, zero_point = qdq.choose_qparams_per_tensor(x, quant_min, quant_max, dtype)
+    low_, high_ = (float(v) for v in x)
+    assert qdq.qparams_for_range(low_, high_, quant_min, quant_max) == (
+        scale.item(),
+        zero_point.item(),
+    )

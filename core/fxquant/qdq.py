@@ -37,6 +37,7 @@ __all__ = [
     "choose_qparams_per_tensor",
     "dequantize_per_channel",
     "dequantize_per_tensor",
+    "qparams_for_range",
     "quantize_per_channel",
     "quantize_per_tensor",
 ]
@@ -214,15 +215,26 @@ def _choose_qparams_per_tensor_impl(
     _check_range(quant_min, quant_max, dtype)
     x = _float_input(x)
     low, high = (0.0, 0.0) if x.numel() == 0 else (float(v) for v in torch.aminmax(x.detach()))
-    scale, zero_point = _fbgemm_qparams(low, high, quant_min, quant_max)
+    scale, zero_point = qparams_for_range(low, high, quant_min, quant_max)
     return (
         torch.tensor(scale, dtype=torch.float64, device=x.device),
         torch.tensor(zero_point, dtype=torch.int64, device=x.device),
     )
 
 
-def _fbgemm_qparams(low: float, high: float, quant_min: int, quant_max: int) -> tuple[float, int]:
-    """FBGEMM's ChooseQuantizationParams: the range always covers 0; scale stays a double."""
+def qparams_for_range(low: float, high: float, quant_min: int, quant_max: int) -> tuple[float, int]:
+    """Dynamic quantization's ``(scale, zero_point)`` for a tensor whose range is ``[low, high]``.
+
+    FBGEMM's ChooseQuantizationParams, as :func:`choose_qparams_per_tensor`
+    computes it from ``torch.aminmax`` of a tensor: the range always covers 0;
+    the scale stays a double. For kernels that already have the range (a
+    dynamic linear computes it once per call) and want the qparams as Python
+    numbers, with no tensor made.
+
+    Example:
+        >>> qparams_for_range(-1.0, 3.0, 0, 255)
+        (0.01568627450980392, 64)
+    """
     low, high = min(low, 0.0), max(high, 0.0)
     steps = quant_max - quant_min
     scale = (high - low) / steps
