@@ -215,7 +215,8 @@ class LoweringRule:
 
     Epilogues: once every rule has run, a kernel module that defines
     ``absorb(step) -> bool`` is offered, one at a time, what alone reads its
-    output: a module called on it alone (a clamp kernel, a float ``nn.GELU``),
+    output: a module called on it alone (a clamp kernel, a float ``nn.GELU``; an
+    ``F.gelu`` call is offered as the ``nn.GELU`` it computes),
     ``Dequantize(qparams)`` when only dequantize steps read it, or
     ``Quantize(qparams)`` when one quantize step does. ``True`` means the
     kernel now computes that step too (returning floats after a
@@ -223,8 +224,21 @@ class LoweringRule:
     the next one offered. Likewise a kernel module with ``absorb_input(step)``
     is offered ``Quantize(qparams)`` when a quantize step alone feeds its
     first argument from float values; ``True`` means the kernel takes the
-    floats and quantizes them itself. Results must stay within one output
-    step of the reference. An ``nn.Identity`` kernel is removed without asking.
+    floats and quantizes them itself. Last, kernel modules of one class that
+    each take the same value as their only argument (a transformer's query,
+    key and value projections) are offered to the first one's
+    ``merge(others) -> nn.Module | None``; a module returned replaces them all
+    and returns a tuple, one result per kernel, in graph order (``None``
+    keeps them apart). Results must stay within one output step of the
+    reference. An ``nn.Identity`` kernel is removed without asking.
+
+    A rule with ``quantized=False`` lowers float ops instead: it matches only
+    where no node of the pattern was quantized (attention's matmul, softmax,
+    matmul left float by the qconfig mapping), every ``match.inputs`` entry is
+    ``None`` (the kernel gets the float values), ``match.output`` is ``None``
+    (it returns floats), and the report is unchanged (the nodes were never
+    quantized). Its kernel must compute what the float ops compute, up to
+    float rounding.
 
     Args:
         pattern: the op(s), in the simple pattern format of
@@ -238,6 +252,8 @@ class LoweringRule:
             one step). ``fxquant check`` holds the kernel to it on random
             shapes; declare more only for a kernel whose arithmetic is known
             to round differently (and say why next to the rule).
+        quantized: ``True`` (the default): the pattern is quantized ops in
+            reference form; ``False``: float ops, replaced by a faster float kernel.
 
     Raises:
         ConfigTypeError: when ``build`` is not callable, ``name`` not a str or
@@ -257,6 +273,7 @@ class LoweringRule:
     name: str
     complex_format: bool = False
     tolerance: float = 1.0
+    quantized: bool = True
 
     def __post_init__(self) -> None:
         if self.pattern is None:

@@ -6,9 +6,12 @@ Run by :func:`fxquant.flow.lower.lower` once every rule has run, in this order:
     fast_boundaries             quantize steps that feed kernels -> the float32 boundary op
     drop_identities             nn.Identity kernels and eval-mode dropouts pass their input on
     absorb_epilogues            a kernel's ``absorb(step)`` takes what alone reads its output:
-                                a module on it alone, Dequantize(q), then Quantize(q)
+                                a module on it alone (``F.gelu`` offered as ``nn.GELU``),
+                                Dequantize(q), then Quantize(q)
     absorb_inputs               a kernel's ``absorb_input(Quantize(q))`` takes the quantize
                                 step that alone feeds it
+    merge_siblings              kernels of one class reading the same value as their only
+                                argument -> the first one's ``merge(others)`` module
 
 The protocol is the plugin author's (``fxquant.registry.hookspecs.LoweringRule``);
 a kernel that declines leaves the graph as it was.
@@ -16,10 +19,12 @@ a kernel that declines leaves the graph as it was.
 
 from __future__ import annotations
 
+import operator
 from collections import Counter
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.fx import GraphModule, Node
 
@@ -32,6 +37,7 @@ __all__ = [
     "absorb_inputs",
     "drop_identities",
     "fast_boundaries",
+    "merge_siblings",
     "shape_reads_from_integers",
 ]
 
@@ -70,6 +76,18 @@ def _follower(gm: GraphModule, node: Node) -> tuple[Any, list[Node]] | None:
         return gm.get_submodule(str(user.target)), [user]
     if user.op == "call_function" and user.target in _BOUNDARY_QUANTIZE:
         return Quantize(node_qparams(gm, user)), [user]
+    if user.op == "call_function" and len(user.args) == 1:
+        module = _module_form(user)
+        return None if module is None else (module, [user])
+    return None
+
+
+def _module_form(node: Node) -> nn.Module | None:
+    """The module a functional call computes, offered as that module: Hugging Face models
+    call ``F.gelu`` (their ``GELUActivation`` is traced through), not ``nn.GELU`` (#12)."""
+    if node.target is F.gelu and set(node.kwargs) <= {"approximate"}:
+        approximate = node.kwargs.get("approximate", "none")
+        return nn.GELU(approximate) if isinstance(approximate, str) else None
     return None
 
 
@@ -113,6 +131,46 @@ def absorb_inputs(gm: GraphModule) -> None:
         if absorb_input is not None and absorb_input(Quantize(node_qparams(gm, node))):
             kernel.replace_input_with(node, node.args[0])
             gm.graph.erase_node(node)
+
+
+def merge_siblings(gm: GraphModule) -> None:
+    """Kernels of one class that each take the same value as their only argument are
+    offered to the first one's ``merge(others)``; a module it returns runs in their place
+    and returns one result per kernel, in graph order (see ``LoweringRule``)."""
+    calls = _module_calls(gm)
+    order = {node: index for index, node in enumerate(gm.graph.nodes)}
+    for node in list(gm.graph.nodes):
+        groups: dict[type, list[Node]] = {}
+        for user in sorted(node.users, key=lambda u: order.get(u, len(order))):
+            if user.op == "call_module" and user.args == (node,) and not user.kwargs:
+                module = gm.get_submodule(str(user.target))
+                if hasattr(module, "merge"):
+                    groups.setdefault(type(module), []).append(user)
+        for users in groups.values():
+            if len(users) > 1:
+                _merge(gm, users, calls)
+
+
+def _merge(gm: GraphModule, users: list[Node], calls: Counter[str]) -> None:
+    first, *rest = users
+    merge: Any = gm.get_submodule(str(first.target)).merge  # checked by the caller
+    merged = merge([gm.get_submodule(str(u.target)) for u in rest])
+    if not isinstance(merged, nn.Module):
+        return
+    name, index = f"{first.target}_merged", 0
+    while hasattr(gm, name.replace(".", "_")):
+        index += 1
+        name = f"{first.target}_merged_{index}"
+    name = name.replace(".", "_")
+    gm.add_submodule(name, merged)
+    with gm.graph.inserting_before(first):
+        call = gm.graph.call_module(name, first.args)
+        results = [gm.graph.call_function(operator.getitem, (call, i)) for i in range(len(users))]
+    for user, result in zip(users, results, strict=True):
+        result.meta = dict(user.meta)
+        user.replace_all_uses_with(result)
+        gm.graph.erase_node(user)
+        _drop_module(gm, user, calls)
 
 
 def drop_identities(gm: GraphModule) -> None:

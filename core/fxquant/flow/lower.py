@@ -124,9 +124,10 @@ def _install(
     kernel: Callable[..., Any],
     modules: _Modules,
     args: list[Node],
+    quantize: Node | None,
 ) -> None:
     anchor = match.anchor
-    replaced = _output_quantize(anchor) or anchor
+    replaced = quantize or anchor
     with gm.graph.inserting_after(replaced):
         if isinstance(kernel, nn.Module):
             name = _kernel_name(gm, match, modules)
@@ -143,13 +144,21 @@ def _install(
             gm.graph.erase_node(node)
 
 
+def _fits(match: Match[LoweringRule]) -> bool:
+    """A rule for quantized ops takes only quantized nodes; a float rule only float ones."""
+    quantized = [_quantized(n) for n in match.nodes]
+    return all(quantized) if match.payload.quantized else not any(quantized)
+
+
 def _lower_one(
     gm: GraphModule, match: Match[LoweringRule], backend: str, modules: _Modules
 ) -> bool:
-    if not all(_quantized(n) for n in match.nodes):
-        return False
-    pairs = [_input(gm, value) for value in _external_inputs(match.nodes)]
-    quantize = _output_quantize(match.anchor)
+    external = _external_inputs(match.nodes)
+    if match.payload.quantized:
+        pairs = [_input(gm, value) for value in external]
+        quantize = _output_quantize(match.anchor)
+    else:  # float ops: the kernel takes the float values and returns floats
+        pairs, quantize = [(value, None) for value in external], None
     lowering = LoweringMatch(
         rule=match.payload,
         backend=backend,
@@ -164,7 +173,7 @@ def _lower_one(
     kernel = match.payload.build(lowering)
     if kernel is None:
         return False
-    _install(gm, match, kernel, modules, [node for node, _ in pairs])
+    _install(gm, match, kernel, modules, [node for node, _ in pairs], quantize)
     return True
 
 
@@ -238,11 +247,13 @@ def lower(gm: GraphModule, ctx: FlowContext, report: Report) -> Report:
         uses = Counter(str(n.target) for n in gm.graph.nodes if n.op == "call_module")
         modules = _Modules(by_name, uses)
         index: PatternIndex[LoweringRule] = PatternIndex.build((r.key, r) for r in rules)
-        matches = {id(m): m for m in match_graph(gm, index, modules=by_name).values()}
+        # the veto frees a structural match of the wrong kind for the shorter patterns
+        found = match_graph(gm, index, modules=by_name, accept=_fits)
+        matches = {id(m): m for m in found.values()}
         for match in matches.values():
             names = [n.name for n in match.nodes]
-            if _lower_one(gm, match, backend, modules):
-                lowered.update(names)
+            if _lower_one(gm, match, backend, modules) and match.payload.quantized:
+                lowered.update(names)  # float rules leave the report alone: never quantized
         _fold_weights(gm)
         epilogues.shape_reads_from_integers(gm)
         _remove_dead(gm)  # first: a dead dequantize would count as a second reader
@@ -250,5 +261,6 @@ def lower(gm: GraphModule, ctx: FlowContext, report: Report) -> Report:
         epilogues.drop_identities(gm)
         epilogues.absorb_epilogues(gm)
         epilogues.absorb_inputs(gm)
+        epilogues.merge_siblings(gm)
         _remove_dead(gm)
     return _update_report(report, lowered, backend, bool(rules), ctx.deployed)
