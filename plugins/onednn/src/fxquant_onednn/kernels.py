@@ -10,6 +10,8 @@
     max pools, reshapes, relu, ...                IntegerOp: the op on the integers themselves
     avg pools, mean                               IntegerOp: averaged integers, rounded
     every other quantized op                      FloatOp: dequantize -> op -> quantize, one module
+    float attention (matmul, softmax, matmul)     Attention: scaled_dot_product_attention
+                                                  (fxquant_onednn.attention, float-op rules)
 
 Every rule is built from a backend's pattern list (:func:`lowering_rules`), so
 each pattern the backend quantizes has a rule.
@@ -504,7 +506,8 @@ def lowering_rules(configs: Sequence[BackendPatternConfig]) -> list[LoweringRule
     """A rule for every pattern in ``configs`` that can appear in a reference model.
 
     Weighted modules get the oneDNN kernels above; every other pattern gets
-    :func:`build_op` (QAdd, IntegerOp, FloatOp).
+    :func:`build_op` (QAdd, IntegerOp, FloatOp). The float attention rules of
+    :mod:`fxquant_onednn.attention` come last.
 
     Example:
         >>> from fxquant_onednn.patterns import pattern_configs
@@ -512,6 +515,9 @@ def lowering_rules(configs: Sequence[BackendPatternConfig]) -> list[LoweringRule
         >>> rules[0].name
         'onednn.qlinear_pointwise'
     """
+    # imported here: attention's kernel replays its ops with this module's _Replay
+    from fxquant_onednn.attention import attention_rules
+
     rules = [LoweringRule(cls, build=build, name=name) for cls, build, name in _WEIGHTED]
     seen = {rule.key for rule in rules}
     for config in configs:
@@ -520,7 +526,7 @@ def lowering_rules(configs: Sequence[BackendPatternConfig]) -> list[LoweringRule
             continue
         seen.add(key)
         rules.append(LoweringRule(key, build=build_op, name=_op_name(config), complex_format=True))
-    return rules
+    return [*rules, *attention_rules()]
 
 
 def _is_weighted_class(key: Any) -> bool:
