@@ -130,10 +130,15 @@ def demo(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def bench(session: nox.Session) -> None:
-    """Benchmarks: print a table per benchmark and write JSON under bench/results/."""
-    install_core(session)
+    """Benchmarks: a table per benchmark and JSON under bench/results/, then one summary table
+    (bench/summary.py) and its plot, docs/img/benchmarks.png. Not part of ``tests``.
+
+    ``nox -s bench -- --quick`` is a smoke run (small models; the summary reads only full runs).
+    """
+    install_core(session, "bench")  # matplotlib for the plot, transformers for BertModel
     if PLUGINS:
         session.install(*(f"-e./plugins/{name}" for name in dependencies_first()))
     env = {"OMP_NUM_THREADS": "1", "PYTHONPATH": os.fspath(ROOT)}
     for script in sorted((ROOT / "bench").glob("bench_*.py")):
         session.run("python", os.fspath(script), *session.posargs, env=env)
+    session.run("python", os.fspath(ROOT / "bench" / "summary.py"), env=env)

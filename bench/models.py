@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from torch import nn
+from torch import fx, nn
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as `python bench/bench_flow.py`: the zoo lives in tests/
@@ -42,6 +42,9 @@ __all__ = [
     "bench_models",
     "bert_base",
     "calibration_models",
+    "concrete_graph",
+    "hf_bert",
+    "main_output",
     "mlp",
     "mobilenet_v2",
     "resnet_at_depth",
@@ -92,12 +95,12 @@ def resnet_at_depth(
     return BenchModel(name, build, _images(batch, size))
 
 
-def bert_base(*, quick: bool = False, length: int | None = None) -> BenchModel:
+def bert_base(*, quick: bool = False, length: int | None = None, batch: int = 1) -> BenchModel:
     """A 12-layer BERT-base-like encoder, sequence length 128 (quick: hidden 192, length 32).
 
     Example:
-        >>> bert_base(quick=True).name
-        'bert_base'
+        >>> bert_base(quick=True, batch=8).inputs()[0].shape
+        torch.Size([8, 32])
     """
     hidden, ffn, default_length = (192, 768, 32) if quick else (768, 3072, 128)
     length = length or default_length
@@ -118,9 +121,94 @@ def bert_base(*, quick: bool = False, length: int | None = None) -> BenchModel:
         )
 
     def inputs() -> tuple[torch.Tensor, ...]:
-        return bert_inputs(vocab, 0, batch=1, length=length, padding=length // 8)
+        return bert_inputs(vocab, 0, batch=batch, length=length, padding=length // 8)
 
     return BenchModel("bert_base", build, inputs)
+
+
+def hf_bert(*, quick: bool = False, batch: int = 1, length: int = 128) -> BenchModel:
+    """transformers' ``BertModel`` with BERT-base's config and random weights (no download).
+
+    Inputs: token ids and an int attention mask whose last eighth is padding.
+    Quick: 2 layers, hidden 192, 32 tokens. Needs ``transformers`` (the test extra).
+
+    Example:
+        >>> spec = hf_bert(quick=True)
+        >>> spec.build()(*spec.inputs()).last_hidden_state.shape
+        torch.Size([1, 32, 192])
+    """
+    import transformers
+
+    layers, hidden, heads, ffn = (2, 192, 12, 768) if quick else (12, 768, 12, 3072)
+    length = 32 if quick else length
+    config = transformers.BertConfig(
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=ffn,
+    )
+
+    def build() -> nn.Module:
+        return seeded(lambda: transformers.BertModel(config))
+
+    def inputs() -> tuple[torch.Tensor, ...]:
+        return bert_inputs(config.vocab_size, 0, batch=batch, length=length, padding=length // 8)
+
+    return BenchModel("hf_bert", build, inputs)
+
+
+def main_output(output: object) -> torch.Tensor:
+    """The tensor to compare: a transformers model's ``last_hidden_state``, else the output.
+
+    Example:
+        >>> main_output({"last_hidden_state": torch.ones(1)})
+        tensor([1.])
+    """
+    if isinstance(output, torch.Tensor):
+        return output
+    if isinstance(output, dict):  # transformers' ModelOutput is a dict, also when traced
+        return output["last_hidden_state"]
+    msg = f"no tensor to compare in {type(output).__name__}"
+    raise TypeError(msg)
+
+
+def concrete_graph(model: nn.Module, inputs: tuple[torch.Tensor, ...]) -> fx.GraphModule:
+    """``model`` traced by transformers' tracer, its shapes, dtypes and finfo made constants.
+
+    torch.ao's ``prepare_fx`` traces what it is given again with a plain fx tracer,
+    which fails on transformers' own graph (a buffer sliced by a traced length,
+    ``torch.finfo`` of a traced dtype). Every node whose value at ``inputs`` is not a
+    tensor (a size, a dtype, a finfo, a number) becomes that constant, so the graph
+    traces again; it then only runs at the shapes of ``inputs``, which is all a
+    benchmark at one shape needs.
+
+    Example:
+        >>> spec = hf_bert(quick=True)
+        >>> model, inputs = spec.build(), spec.inputs()
+        >>> gm = concrete_graph(model, inputs)
+        >>> torch.equal(gm(*inputs)["last_hidden_state"], model(*inputs).last_hidden_state)
+        True
+    """
+    from transformers.utils import fx as hf_fx
+
+    names = ["input_ids", "attention_mask"][: len(inputs)]
+    gm = hf_fx.symbolic_trace(model, input_names=names)
+    values: dict[fx.Node, object] = {}
+
+    class Recorder(fx.Interpreter):
+        def run_node(self, n: fx.Node) -> object:
+            values[n] = result = super().run_node(n)
+            return result
+
+    Recorder(gm).run(*inputs)
+    constant = (int, float, bool, torch.dtype, torch.Size, torch.finfo)
+    for node in gm.graph.nodes:
+        value = values.get(node)
+        if node.op not in ("placeholder", "output") and isinstance(value, constant):
+            node.replace_all_uses_with(value)  # type: ignore[arg-type]  # fx takes constants
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    return gm
 
 
 # MobileNetV2's inverted residual settings: (expansion, channels, repeats, first stride)
