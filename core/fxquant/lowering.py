@@ -40,6 +40,7 @@ __all__ = [
     "QUANTIZE_OPS",
     "STATIC_DEQUANTIZE_OPS",
     "STATIC_QUANTIZE_OPS",
+    "AddInput",
     "Dequantize",
     "LoweringMatch",
     "LoweringRule",
@@ -195,6 +196,21 @@ class Dequantize:
 
 
 @dataclass(frozen=True, slots=True)
+class AddInput:
+    """A float add of a kernel's output and one other value, offered to its ``absorb``.
+
+    ``True`` means the kernel takes that value as one more (last) argument and
+    returns its output plus it, added in float32 after everything else the kernel
+    computes, as the add did (a transformer's residual add: no new tensor for the
+    sum, #12). A kernel that accepts it then declines every later step.
+
+    Example:
+        >>> AddInput()
+        AddInput()
+    """
+
+
+@dataclass(frozen=True, slots=True)
 class LoweringRule:
     """How a backend lowers one reference pattern to its own kernel.
 
@@ -218,7 +234,8 @@ class LoweringRule:
     output: a module called on it alone (a clamp kernel, a float ``nn.GELU``; an
     ``F.gelu`` call is offered as the ``nn.GELU`` it computes),
     ``Dequantize(qparams)`` when only dequantize steps read it, or
-    ``Quantize(qparams)`` when one quantize step does. ``True`` means the
+    ``Quantize(qparams)`` when one quantize step does, or :class:`AddInput`
+    when a float add of the output and another value does. ``True`` means the
     kernel now computes that step too (returning floats after a
     ``Dequantize``, integers after a ``Quantize``); the step is removed and
     the next one offered. Likewise a kernel module with ``absorb_input(step)``

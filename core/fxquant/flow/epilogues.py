@@ -7,7 +7,7 @@ Run by :func:`fxquant.flow.lower.lower` once every rule has run, in this order:
     drop_identities             nn.Identity kernels and eval-mode dropouts pass their input on
     absorb_epilogues            a kernel's ``absorb(step)`` takes what alone reads its output:
                                 a module on it alone (``F.gelu`` offered as ``nn.GELU``),
-                                Dequantize(q), then Quantize(q)
+                                Dequantize(q), then Quantize(q), a float add (AddInput)
     absorb_inputs               a kernel's ``absorb_input(Quantize(q))`` takes the quantize
                                 step that alone feeds it
     merge_siblings              kernels of one class reading the same value as their only
@@ -30,7 +30,7 @@ from torch.fx import GraphModule, Node
 
 from fxquant.flow.convert_qdq import node_qparams
 from fxquant.kernels import boundary
-from fxquant.lowering import DEQUANTIZE_OPS, QDQ_OPS, Dequantize, Quantize
+from fxquant.lowering import DEQUANTIZE_OPS, QDQ_OPS, AddInput, Dequantize, Quantize
 
 __all__ = [
     "absorb_epilogues",
@@ -58,6 +58,9 @@ def fast_boundaries(gm: GraphModule) -> None:
             node.target = boundary.quantize_per_tensor
 
 
+_ADDS = (operator.add, torch.add)
+
+
 def _follower(gm: GraphModule, node: Node) -> tuple[Any, list[Node]] | None:
     """What alone reads ``node``'s output, as ``absorb`` receives it, and the nodes it is."""
     users = [u for u in node.users if not _reads_shape(u)]  # same shape either way
@@ -70,6 +73,8 @@ def _follower(gm: GraphModule, node: Node) -> tuple[Any, list[Node]] | None:
             return Dequantize(node_qparams(gm, users[0])), users
         return None
     (user,) = users if len(users) == 1 else (None,)
+    if user is not None and _added_value(user, node) is not None:
+        return AddInput(), [user]
     if user is None or user.args[:1] != (node,):
         return None
     if user.op == "call_module" and len(user.args) == 1 and not user.kwargs:
@@ -80,6 +85,16 @@ def _follower(gm: GraphModule, node: Node) -> tuple[Any, list[Node]] | None:
         module = _module_form(user)
         return None if module is None else (module, [user])
     return None
+
+
+def _added_value(user: Node, node: Node) -> Node | None:
+    """The other value of ``user`` when it is ``node + value`` (either order), else None."""
+    if user.op != "call_function" or user.target not in _ADDS or user.kwargs:
+        return None
+    if len(user.args) != 2 or list(user.args).count(node) != 1:
+        return None
+    other = user.args[1] if user.args[0] is node else user.args[0]
+    return other if isinstance(other, Node) else None
 
 
 def _module_form(node: Node) -> nn.Module | None:
@@ -103,6 +118,10 @@ def absorb_epilogues(gm: GraphModule) -> None:
             step, steps = found
             if not absorb(step):
                 break
+            if isinstance(step, AddInput):  # the value added becomes the kernel's last argument
+                (add,) = steps
+                add.prepend(node)  # after every input of both: the add read them all
+                node.args = (*node.args, _added_value(add, node))
             for follower in steps:
                 follower.replace_all_uses_with(node)
                 gm.graph.erase_node(follower)

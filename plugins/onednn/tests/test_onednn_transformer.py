@@ -4,6 +4,7 @@ linears that share an input quantize it once, a GELU after a dynamic linear as i
 from __future__ import annotations
 
 import copy
+import operator
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -180,3 +181,86 @@ def test_a_gelu_after_a_dynamic_linear_runs_as_its_post_op(gelu: Any) -> None:
     assert lowered.get_submodule("fc").post_op == "gelu"
     with torch.no_grad():
         assert torch.allclose(lowered(x), lower_reference(model, (x,)), atol=1e-4)
+
+
+def linear_only_mapping() -> Any:
+    """Linears int8, everything else float: x86's transformer mapping with min/max observers."""
+    qconfig = fxquant.QConfig(
+        activation=fxquant.observer.MinMaxObserver,
+        weight=fxquant.observer.default_per_channel_weight_observer,
+    )
+    return fxquant.QConfigMapping().set_object_type(nn.Linear, qconfig)
+
+
+class Residual(nn.Module):
+    """``norm(residual + dropout(linear(x)))`` with the add spelled ``spelling``; the residual
+    is read again after the add, and ``residual`` may broadcast."""
+
+    def __init__(self, spelling: str) -> None:
+        super().__init__()
+        self.linear, self.dropout, self.norm = nn.Linear(16, 16), nn.Dropout(), nn.LayerNorm(16)
+        self.spelling = spelling
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        y = self.dropout(self.linear(x))
+        if self.spelling == "residual + y":
+            total = residual + y
+        elif self.spelling == "torch.add":
+            total = torch.add(y, residual)
+        else:
+            total = y + residual
+        return self.norm(total) * residual
+
+
+@pytest.mark.parametrize("spelling", ["y + residual", "residual + y", "torch.add"])
+@pytest.mark.parametrize("residual_shape", [(3, 5, 16), (16,)])
+def test_a_residual_add_runs_inside_the_linear_within_one_step(
+    spelling: str, residual_shape: tuple[int, ...]
+) -> None:
+    torch.manual_seed(0)
+    model = Residual(spelling).eval()
+    example = (torch.randn(3, 5, 16), torch.randn(residual_shape))
+    lowered = lower(copy.deepcopy(model), linear_only_mapping(), example)
+    prepared = fxquant.prepare_fx(
+        copy.deepcopy(model), linear_only_mapping(), example,
+        backend_config=fxquant.get_backend_config("onednn"),
+    )  # fmt: skip
+    with torch.no_grad():
+        prepared(*example)
+    reference = fxquant.convert_to_reference_fx(prepared)
+    assert lowered.get_submodule("linear").adds_input
+    adds = [n for n in lowered.graph.nodes if n.target in (torch.add, operator.add)]
+    assert adds == []
+    residual_before = example[1].clone()
+    with torch.no_grad():
+        got, want = lowered(*example), reference(*example)
+    assert torch.equal(example[1], residual_before)  # the add is in place on the kernel's own
+    # the linear's output within one step of the reference (~0.005 here), through LayerNorm
+    assert torch.allclose(got, want, atol=0.05)
+
+
+def test_a_kernel_that_added_a_value_takes_no_later_step() -> None:
+    # linear -> + residual -> linear: the first kernel must not quantize before the add
+    torch.manual_seed(0)
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.first, self.second = nn.Linear(8, 8), nn.Linear(8, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.second(self.first(x) + x)
+
+    model, x = Block().eval(), torch.randn(6, 8)
+    lowered = lower(copy.deepcopy(model), linear_only_mapping(), (x,))
+    first = lowered.get_submodule("first")
+    assert first.adds_input
+    assert first.out_dtype == torch.float32
+    prepared = fxquant.prepare_fx(
+        copy.deepcopy(model), linear_only_mapping(), (x,),
+        backend_config=fxquant.get_backend_config("onednn"),
+    )  # fmt: skip
+    with torch.no_grad():
+        prepared(x)
+        reference = fxquant.convert_to_reference_fx(prepared)
+        assert torch.allclose(lowered(x), reference(x), atol=0.05)

@@ -25,7 +25,7 @@ import torch
 from fxquant import qdq  # the core's numerics, shared with the reference model
 from fxquant.kernels import boundary
 from fxquant.kernels.integer import IntegerClamp
-from fxquant.lowering import Dequantize, QParams, Quantize
+from fxquant.lowering import AddInput, Dequantize, QParams, Quantize
 from torch import nn
 
 __all__ = [
@@ -104,6 +104,19 @@ class _Packed(nn.Module):
         state = dict(self.__dict__)
         state["_packed"] = state["_tail"] = None
         return state
+
+
+def _add(result: torch.Tensor, added: object) -> torch.Tensor:
+    """``result + added``: in place on the kernel's fresh float ``result`` when the sum has its
+    shape and dtype (a residual add at batch 8 then allocates and faults in no new 3 MB)."""
+    if (
+        isinstance(added, torch.Tensor)
+        and added.dtype == result.dtype
+        and torch.broadcast_shapes(added.shape, result.shape) == result.shape
+    ):
+        return result.add_(added)
+    sum_: torch.Tensor = result + added  # promotes or broadcasts as the float add did
+    return sum_
 
 
 def _out_args(out: QParams | None) -> tuple[float, int, torch.dtype | None]:
@@ -185,6 +198,7 @@ class QLinear(_Packed):
         self.post_op, self.post_op_args = post_op, list(post_op_args)
         self.post_op_algorithm = ""
         self.range_only = False  # a "hardtanh" post op that only clamps to the output range
+        self.adds_input = False  # a float add absorbed: forward(qx, value) returns out + value
 
     def _weight(self, qx: torch.Tensor) -> torch.Tensor:
         if self._packed is None:
@@ -198,9 +212,16 @@ class QLinear(_Packed):
         A relu6 / hardtanh clamp of the integers; the dequantize step (the kernel
         then returns floats, clamped to the output range as the reference is);
         a float GELU after that (oneDNN's ``gelu`` post op, in place of the clamp);
-        and the quantize step after those (integers again, with its qparams).
+        and the quantize step after those (integers again, with its qparams); or,
+        with a float output, a float add of another value (a residual add: added in
+        place on the kernel's fresh output, after the clamp; nothing after it).
         """
         self._tail = None  # the kernel's arguments may change
+        if self.adds_input:
+            return False  # the add comes last: a later step would run before it
+        if isinstance(step, AddInput):
+            self.adds_input = self.out_dtype == torch.float32
+            return self.adds_input
         if isinstance(step, Dequantize):
             return self._to_float(step.qparams)
         if isinstance(step, nn.GELU):
@@ -242,8 +263,9 @@ class QLinear(_Packed):
         self.out_dtype, self.range_only = None, False
         return True
 
-    def forward(self, qx: torch.Tensor) -> torch.Tensor:
-        """Run the kernel on ``qx`` (uint8, any leading shape)."""
+    def forward(self, qx: torch.Tensor, added: torch.Tensor | None = None) -> torch.Tensor:
+        """Run the kernel on ``qx`` (uint8, any leading shape); plus ``added`` when it
+        absorbed an add (:class:`fxquant.lowering.AddInput`)."""
         # the arguments after qx never change: built once
         tail = self._tail
         if tail is None:
@@ -253,7 +275,9 @@ class QLinear(_Packed):
                 self.out_dtype, self.post_op, self.post_op_args, self.post_op_algorithm,
             )  # fmt: skip
         result: torch.Tensor = _LINEAR_OP(qx, *tail)
-        return result
+        if added is None:
+            return result
+        return _add(result, added)
 
 
 class DynamicQLinear(QLinear):
