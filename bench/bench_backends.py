@@ -24,9 +24,10 @@ torch.ao's qconfig (like for like). torch.ao cannot trace ``BertModel`` itself:
 it gets transformers' traced graph with its shapes and dtypes made constants
 (``models.concrete_graph``); fxquant gets the ``BertModel``. All are calibrated
 on the same batch. A figure is the median over ``--rounds`` (>= 5) rounds of the
-per-call CPU time of the process (``time.process_time``, garbage collector
-paused), the variants alternating order round by round after one untimed call
-each; a round repeats the call enough to last ~0.2 s. SQNR is
+per-call CPU time of the process (fxquant / torch.ao: the median of the per-round
+ratios) (``time.process_time``, garbage collector paused), the variants alternating
+order round by round after one untimed call each; a round repeats the call enough to
+last ~0.2 s. SQNR is
 ``10 log10(|float|^2 / |float - int8|^2)`` on the model's output
 (``last_hidden_state`` for ``BertModel``); the warnings of one fxquant forward are
 recorded (it must emit none). A backend that is not installed or fails is a row
@@ -270,8 +271,9 @@ def seconds_per_call(call: Callable[[], Any], repeats: int) -> float:
         gc.enable()
 
 
-def interleaved(calls: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:
-    """Median seconds per call of each variant; variants alternate order round by round."""
+def interleaved(calls: dict[str, Callable[[], Any]], rounds: int) -> dict[str, list[float]]:
+    """Seconds per call of each variant, one sample per round; variants alternate order
+    round by round."""
     repeats = {}
     for name, call in calls.items():  # untimed warm-up; it also sizes the rounds
         once = seconds_per_call(call, 1)
@@ -281,7 +283,7 @@ def interleaved(calls: dict[str, Callable[[], Any]], rounds: int) -> dict[str, f
     for index in range(rounds):
         for name in names if index % 2 == 0 else names[::-1]:
             samples[name].append(seconds_per_call(calls[name], repeats[name]))
-    return {name: statistics.median(values) for name, values in samples.items()}
+    return samples
 
 
 def sqnr(reference: torch.Tensor, output: torch.Tensor) -> float:
@@ -370,7 +372,8 @@ def measure_case(name: str, case: Case, master: nn.Module, rounds: int) -> dict[
     with torch.no_grad():
         reference = main_output(master(*case.spec.inputs()))
         outputs = {v: main_output(call()) for v, call in calls.items() if v != "float"}
-        times = interleaved(calls, rounds)
+        samples = interleaved(calls, rounds)
+        times = {variant: statistics.median(values) for variant, values in samples.items()}
         fxquant_warnings = user_warnings(calls["fxquant"]) if "fxquant" in calls else []
         quint8_ops = quantized_dtype_ops(calls["fxquant"]) if "fxquant" in calls else []
     row: dict[str, Any] = {
@@ -385,7 +388,9 @@ def measure_case(name: str, case: Case, master: nn.Module, rounds: int) -> dict[
         if variant in times:
             row[f"{variant}_speedup_vs_float"] = round(times["float"] / times[variant], 2)
     if "fxquant" in times and "torch_ao" in times:
-        row["fxq_over_ao"] = round(times["fxquant"] / times["torch_ao"], 3)
+        # the median of per-round ratios: a round's two figures share the machine's load
+        ratios = [f / a for f, a in zip(samples["fxquant"], samples["torch_ao"], strict=True)]
+        row["fxq_over_ao"] = round(statistics.median(ratios), 3)
     row["fxquant_warnings"] = fxquant_warnings
     row["fxquant_quint8_ops"] = quint8_ops
     row["target"], row["ok"] = target(name, case, row)
