@@ -1000,29 +1000,39 @@ class HistogramObserver(UniformQuantizationObserverBase):
         target = target.clamp_(0, self.bins - 1)
         return torch.bincount(target, weights=fine, minlength=self.bins)
 
-    def _l2_error(self, start: int, end: int) -> float:
-        """Estimated L2 quantization error when bins ``start..end`` become the range."""
-        bin_width = (self.max_val.item() - self.min_val.item()) / self.bins
+    def _l2_error(
+        self, start: int, end: int, search: tuple[float, torch.Tensor, torch.Tensor] | None = None
+    ) -> float:
+        """Estimated L2 quantization error when bins ``start..end`` become the range.
+
+        ``search``: (bin width, bin indices, density), the same for every candidate of one
+        :meth:`_search_range` (computed here when not given); the arithmetic is the same.
+        """
+        bin_width, indices, density = search or self._search_constants()
         dst_width = bin_width * (end - start + 1) / self.dst_nbins
         if dst_width == 0.0:
             return 0.0
-        device = self.histogram.device
-        src_begin = (torch.arange(self.bins, device=device) - start) * bin_width
+        src_begin = (indices - start) * bin_width
         src_end = src_begin + bin_width
         last = self.dst_nbins - 1
-        dst_of_begin = torch.clamp(torch.div(src_begin, dst_width, rounding_mode="floor"), 0, last)
-        dst_of_end = torch.clamp(torch.div(src_end, dst_width, rounding_mode="floor"), 0, last)
-        density = self.histogram / bin_width
+        dst_of_begin = torch.div(src_begin, dst_width, rounding_mode="floor").clamp_(0, last)
+        dst_of_end = torch.div(src_end, dst_width, rounding_mode="floor").clamp_(0, last)
         half = dst_width / 2
+        # float32 0-d bounds broadcast over the bins: the values a float32 vector would hold
+        plus, minus = torch.tensor(half), torch.tensor(-half)
         # a source bin spans: the tail of one destination bin, whole bins, the head of another
-        norm = torch.zeros(self.bins, device=device)
         head = src_begin - (dst_of_begin + 0.5) * dst_width
-        norm += _cube_integral(head, torch.ones(self.bins, device=device) * half, density)
-        whole = _cube_integral(torch.tensor(-half), torch.tensor(half), density)
+        norm = _cube_integral(head, plus, density)
+        whole = _cube_integral(minus, plus, density)
         norm += (dst_of_end - dst_of_begin - 1) * whole
         tail = src_end - (dst_of_end * dst_width + half)
-        norm += _cube_integral(torch.tensor(-half), tail, density)
+        norm += _cube_integral(minus, tail, density)
         return float(norm.sum().item())
+
+    def _search_constants(self) -> tuple[float, torch.Tensor, torch.Tensor]:
+        bin_width = (self.max_val.item() - self.min_val.item()) / self.bins
+        indices = torch.arange(self.bins, device=self.histogram.device)
+        return bin_width, indices, self.histogram / bin_width
 
     def _search_range(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Narrow ``[min_val, max_val]`` to the bins whose range minimizes :meth:`_l2_error`."""
@@ -1032,6 +1042,7 @@ class HistogramObserver(UniformQuantizationObserverBase):
         alpha, beta = 0.0, 1.0
         start, end = 0, self.bins - 1
         best = float("inf")
+        constants = self._search_constants()  # one per search, not one per candidate (#12)
         while alpha < beta:
             next_alpha, next_beta = alpha + step, beta - step
             low_mass, high_mass = _f32(next_alpha * total), _f32(next_beta * total)
@@ -1047,7 +1058,7 @@ class HistogramObserver(UniformQuantizationObserverBase):
                 candidate, beta = (start, right), next_beta
             if candidate == (start, end):
                 continue
-            error = self._l2_error(*candidate)
+            error = self._l2_error(*candidate, constants)
             if error > best:
                 break
             best = error
