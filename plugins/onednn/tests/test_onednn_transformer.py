@@ -264,3 +264,14 @@ def test_a_kernel_that_added_a_value_takes_no_later_step() -> None:
         prepared(x)
         reference = fxquant.convert_to_reference_fx(prepared)
         assert torch.allclose(lowered(x), reference(x), atol=0.05)
+
+
+def test_a_residual_add_after_a_dynamic_linear_runs_inside_it() -> None:
+    torch.manual_seed(0)
+    model = Residual("residual + y").eval()
+    example = (torch.randn(3, 5, 16), torch.randn(3, 5, 16))
+    lowered = lower(copy.deepcopy(model), default_dynamic_mapping(), example)
+    assert lowered.get_submodule("linear").adds_input
+    assert [n for n in lowered.graph.nodes if n.target in (torch.add, operator.add)] == []
+    with torch.no_grad():
+        assert torch.allclose(lowered(*example), lower_reference(model, example), atol=1e-4)

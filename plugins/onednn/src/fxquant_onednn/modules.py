@@ -307,7 +307,13 @@ class DynamicQLinear(QLinear):
         self.quant_min, self.quant_max, self.dtype = x.quant_min, x.quant_max, x.dtype
 
     def absorb(self, step: object) -> bool:
-        """A float GELU after the kernel runs as its ``gelu`` post op; nothing else."""
+        """A float GELU after the kernel runs as its ``gelu`` post op; a float add after
+        that is added in place on the output (:class:`fxquant.lowering.AddInput`)."""
+        if self.adds_input:
+            return False
+        if isinstance(step, AddInput):
+            self.adds_input = True
+            return True
         if not isinstance(step, nn.GELU) or self.post_op != "none":
             return False
         self.post_op, self.post_op_algorithm = "gelu", step.approximate
@@ -346,9 +352,11 @@ class DynamicQLinear(QLinear):
         )  # fmt: skip
         return result
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Quantize ``x`` with qparams chosen from its range, then run the int8 kernel."""
-        return self.run(*self.quantize_input(x))
+    def forward(self, x: torch.Tensor, added: torch.Tensor | None = None) -> torch.Tensor:
+        """Quantize ``x`` with qparams chosen from its range, then run the int8 kernel (plus
+        ``added`` when it absorbed an add)."""
+        result = self.run(*self.quantize_input(x))
+        return result if added is None else _add(result, added)
 
 
 class SharedInputDynamicQLinear(nn.Module):
