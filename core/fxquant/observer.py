@@ -146,7 +146,7 @@ class ObserverBase(torch.nn.Module):
             low = torch.full(shape, float("inf"), dtype=dtype, device=x.device)
             high = torch.full(shape, float("-inf"), dtype=dtype, device=x.device)
         elif ch_axis is None:
-            low, high = torch.aminmax(x)
+            low, high = _aminmax(x)
         else:
             low, high = _per_channel_aminmax(x, ch_axis)
         if reducer is None:
@@ -551,12 +551,19 @@ class MovingAverageMinMaxObserver(MinMaxObserver):
         return x_orig
 
 
+def _aminmax(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch.aminmax(x)`` as two reductions: in torch 2.13 on CPU, ``amin`` + ``amax`` take
+    0.6x the time of ``aminmax`` (one 1024x3072 activation: 269 vs 432 us). Both are exact."""
+    return torch.amin(x), torch.amax(x)
+
+
 def _per_channel_aminmax(x: torch.Tensor, ch_axis: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Min and max of each slice along ``ch_axis``."""
-    # min and max are exact, so the order of the other dims does not matter
+    # min and max are exact, so the order of the other dims does not matter. amin + amax:
+    # torch 2.13's aminmax(dim=1) is ~20x slower on CPU (a 512x4608 conv weight: 5.1 ms vs
+    # 0.23 ms), which made per-channel weight observation a large part of convert_fx (#12)
     rows = x.movedim(ch_axis, 0).reshape(x.shape[ch_axis], -1)
-    found = torch.aminmax(rows, dim=1)
-    return found.min, found.max
+    return torch.amin(rows, dim=1), torch.amax(rows, dim=1)
 
 
 class PerChannelMinMaxObserver(UniformQuantizationObserverBase):
@@ -862,13 +869,13 @@ def _f32(value: float) -> float:
 def _finite_with_range(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``x`` without infinities, and its min and max (``inf``, ``-inf`` when nothing is left)."""
     if x.numel() > 0:
-        x_min, x_max = torch.aminmax(x)
+        x_min, x_max = _aminmax(x)
         if not (bool(x_min == float("-inf")) or bool(x_max == float("inf"))):
             return x, x_min, x_max
         # an infinite range would be useless; the kernels clamp such values anyway
         x = x[x.abs() != float("inf")]
         if x.numel() > 0:
-            x_min, x_max = torch.aminmax(x)
+            x_min, x_max = _aminmax(x)
             return x, x_min, x_max
     dtype = x.dtype if x.dtype.is_floating_point else torch.float32
     low = torch.tensor(float("inf"), dtype=dtype, device=x.device)
