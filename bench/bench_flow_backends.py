@@ -169,7 +169,7 @@ def rows_for(name: str, rounds: int, quick: bool, depth: bool) -> list[dict[str,
 
 
 def linearity(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """prepare_fx time ~ nodes ** k per library over the ResNet-50 depths of each backend."""
+    """prepare_fx and convert_fx time ~ nodes ** k per library over the ResNet-50 depths."""
     fits: dict[str, Any] = {}
     for backend in dict.fromkeys(r["backend"] for r in rows):
         depth = [r for r in rows if r["backend"] == backend and r["model"].startswith("resnet50")]
@@ -177,7 +177,8 @@ def linearity(rows: list[dict[str, Any]]) -> dict[str, Any]:
         if len(depth) < 2:
             continue
         fits[backend] = {
-            library: round(exponent([(r["nodes"], r["prepare_fx"][key]) for r in depth]), 2)
+            f"{step} {library}": round(exponent([(r["nodes"], r[step][key]) for r in depth]), 2)
+            for step in ("prepare_fx", "convert_fx")
             for library, key in (("fxquant", "fxquant_s"), ("torch.ao", "torch_ao_s"))
         }
     return fits
@@ -200,10 +201,7 @@ def print_table(rows: list[dict[str, Any]], fits: dict[str, Any], rounds: int) -
             f"{c['torch_ao_s']:>9.3f} {c['speedup']:>6.2f}x  {'yes' if r['ok'] else 'NO'}"
         )
     for backend, fit in fits.items():
-        print(
-            f"prepare_fx time ~ nodes^k on {backend}: "
-            + ", ".join(f"{k} {v}" for k, v in fit.items())
-        )
+        print(f"time ~ nodes^k on {backend}: " + ", ".join(f"{k} {v}" for k, v in fit.items()))
 
 
 def main() -> None:
