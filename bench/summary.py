@@ -17,7 +17,7 @@ filtered reruns, see ``--output`` of bench_backends.py). Writes
 bench/results/summary.json and, when matplotlib is installed (the ``bench``
 extra), the plot docs/img/benchmarks.png.
 
-    python bench/summary.py [--no-plot]
+    python bench/summary.py [--no-plot] [--markdown x86]
 """
 
 from __future__ import annotations
@@ -193,6 +193,9 @@ def plot(rows: list[dict[str, Any]], path: Path) -> bool:
         if max(values) / min(values) > 10:  # flow speedups span 1x to 50x: a log axis
             ax.set_xscale("log")
             ax.set_xlim(min(values) / 1.5, max(values) * 3)
+            ticks = [t for t in (1, 2, 5, 10, 20, 50) if t <= max(values) * 3]
+            ax.set_xticks(ticks, [f"{t}x" for t in ticks])
+            ax.axvline(2.0, color="black", linewidth=0.6, linestyle="--")  # the flow target
         else:
             ax.set_xlim(0, max(values) * 1.25)
         ax.set_title(title, fontsize=9)
@@ -212,11 +215,41 @@ def _label(row: dict[str, Any]) -> str:
     return f"{row['backend']} {row['model']}{metric}"
 
 
+def markdown(rows: list[dict[str, Any]], backend: str) -> None:
+    """The rows of ``backend`` as a Markdown table (the plugins' READMEs quote it)."""
+    print(
+        "| area | model | metric | fxquant | torch.ao | torch.ao / fxquant "
+        "| SQNR fxquant / torch.ao | target | met |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        if r["backend"] != backend:
+            continue
+        if r["fxquant"] is None and r["error"]:
+            print(f"| {r['area']} | {r['model']} | {r['metric']} | FAILED: {r['error'][:80]} |||||")
+            continue
+        sqnr = (
+            f"{r['sqnr_fxquant']:.1f} / {r['sqnr_torch_ao']:.1f} dB"
+            if r.get("sqnr_fxquant") is not None and r.get("sqnr_torch_ao") is not None
+            else "-"
+        )
+        speedup = "-" if r["speedup"] is None else f"{r['speedup']:.2f}x"
+        met = {True: "yes", False: "**no**", None: "-"}[r["ok"]]
+        print(
+            f"| {r['area']} | {r['model']} | {r['metric']} | {r['fxquant']} | {r['torch_ao']} "
+            f"| {speedup} | {sqnr} | {r['target']} | {met} |"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-plot", action="store_true", help="table and JSON only")
+    parser.add_argument("--markdown", metavar="BACKEND", help="print BACKEND's rows as Markdown")
     args = parser.parse_args()
     rows = lowered_rows() + flow_rows()
+    if args.markdown:
+        markdown(rows, args.markdown)
+        return
     print_table(rows)
     path = RESULTS / "summary.json"
     path.parent.mkdir(parents=True, exist_ok=True)
