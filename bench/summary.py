@@ -140,11 +140,11 @@ def _cell(value: Any, spec: str, width: int) -> str:
 def print_table(rows: list[dict[str, Any]]) -> None:
     print("# fxquant vs torch.ao (ao/fxq > 1: fxquant faster); 1 thread, interleaved rounds")
     print(
-        f"{'area':<8} {'backend':<16} {'model':<20} {'metric':<21} {'fxquant':>9} "
+        f"{'area':<8} {'backend':<16} {'model':<20} {'metric':<30} {'fxquant':>9} "
         f"{'torch.ao':>9} {'ao/fxq':>7} {'dB fxq':>6} {'dB ao':>6}  {'target':<23} met"
     )
     for r in rows:
-        head = f"{r['area']:<8} {r['backend']:<16} {r['model']:<20} {r['metric']:<21}"
+        head = f"{r['area']:<8} {r['backend']:<16} {r['model']:<20} {r['metric']:<30}"
         if r["fxquant"] is None and r["error"]:
             print(f"{head} FAILED: {r['error'][:90]}")
             continue
