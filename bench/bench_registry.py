@@ -109,7 +109,11 @@ def median_seconds(script: str, runs: int, pythonpath: Path | None = None) -> fl
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7, help="fresh processes per figure (>= 5)")
-    runs = max(5, parser.parse_args().runs)
+    # every bench script takes --quick (nox -s bench -- --quick passes it to all of them);
+    # this one is quick already, so it only drops to the fewest runs a median needs
+    parser.add_argument("--quick", action="store_true", help="5 runs per figure")
+    args = parser.parse_args()
+    runs = 5 if args.quick else max(5, args.runs)
     with tempfile.TemporaryDirectory() as tmp:
         site = make_site(Path(tmp))
         rows = [
