@@ -5,9 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import fxquant
+import fxquant.registry
 import pytest
 from fxquant import testing
 from fxquant.conformance import CheckResult, check_backend, conformance_checks
+from fxquant.lowering import LoweringRule
+from torch import nn
 
 from tests.conformance import planted
 
@@ -80,3 +83,44 @@ def test_the_test_suite_entry_point_raises_with_the_failed_rows() -> None:
 def test_rows_check_their_result() -> None:
     with pytest.raises(ValueError, match="result 'ok' is not one of pass, fail, skip"):
         CheckResult("Linear", "well_formed", "ok")  # type: ignore[arg-type]
+
+
+class _Family:
+    """A backend whose rules include a family (two patterns, one name) no case reaches."""
+
+    @fxquant.registry.hookimpl
+    def fxquant_pattern_configs(self, backend: str) -> list[object] | None:
+        return planted.fxquant_pattern_configs("clean") if backend == "family" else None
+
+    @fxquant.registry.hookimpl
+    def fxquant_default_qconfig_mapping(self, backend: str, is_qat: bool) -> object | None:
+        return (
+            planted.fxquant_default_qconfig_mapping("clean", is_qat)
+            if backend == "family"
+            else None
+        )
+
+    @fxquant.registry.hookimpl
+    def fxquant_lowering_kernels(self, backend: str) -> list[LoweringRule] | None:
+        if backend != "family":
+            return None
+        never = lambda match: None  # noqa: E731  # no case reaches these rules
+        return [
+            LoweringRule(nn.ReLU6, build=never, name="spelled", quantized=False),
+            LoweringRule(nn.Hardtanh, build=never, name="spelled", quantized=False),
+            LoweringRule(nn.ELU, build=never, name="lone", quantized=False),
+        ]
+
+
+def test_a_family_of_unreached_rules_is_one_skip_row_and_a_lone_rule_its_own() -> None:
+    plugin = _Family()
+    fxquant.register_plugin(plugin, backend="family")
+    try:
+        rows = check_backend("family", cases=[], fresh_process=False)
+    finally:
+        fxquant.unregister_plugin(plugin)
+    skipped = {row.pattern: row.reason for row in rows if row.check == "kernel"}
+    assert list(skipped) == ["spelled (2 patterns)", "ELU (lone)"]
+    assert skipped["spelled (2 patterns)"].startswith(
+        "no case of fxquant.testing reaches any of its 2 patterns (the first: ReLU6)"
+    )
