@@ -42,24 +42,24 @@ bench/results/backends.json (``--quick``: backends_quick.json; a run filtered by
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import gc
 import importlib
 import importlib.metadata
 import json
 import math
-import platform
 import statistics
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import harness
 import torch
+from harness import engine
 from models import (
     BenchModel,
     bert_base,
@@ -121,17 +121,6 @@ def cases(quick: bool) -> list[Case]:
 
 
 # --- torch.ao, through importlib (the lint bans the name) -----------------------------------
-
-
-@contextlib.contextmanager
-def engine(name: str) -> Iterator[None]:
-    """``torch.backends.quantized.engine`` set to ``name`` inside the block, restored after."""
-    previous = torch.backends.quantized.engine
-    torch.backends.quantized.engine = name
-    try:
-        yield
-    finally:
-        torch.backends.quantized.engine = previous
 
 
 def ao_lowered(
@@ -456,24 +445,8 @@ def onednn_bert_check(rows: list[dict[str, Any]]) -> None:
 
 def machine() -> dict[str, Any]:
     """The machine and the versions the figures were taken with."""
-    cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    versions = {}
     dists = ("fxquant", "fxquant-x86", "fxquant-fbgemm", "fxquant-onednn", "fxquant-qnnpack")
-    for dist in (*dists, "transformers"):
-        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-            versions[dist] = importlib.metadata.version(dist)
-    return {
-        "cpu": cpu,
-        "threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "python": sys.version.split()[0],
-        "versions": versions,
-    }
+    return harness.machine((*dists, "transformers"))
 
 
 def cell(row: dict[str, Any], key: str, spec: str) -> str:

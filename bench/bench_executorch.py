@@ -55,16 +55,13 @@ from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
 import copy
 import functools
 import gc
 import hashlib
-import importlib.metadata
 import json
 import math
 import os
-import platform
 import statistics
 import sys
 import time
@@ -75,6 +72,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import harness
 import torch
 from models import ROOT, BenchModel, bert_base, mobilenet_v2, resnet_at_depth
 from torch import nn
@@ -528,26 +526,12 @@ def machine() -> dict[str, Any]:
     """The machine, threads and versions the figures were taken with."""
     from executorch.extension.pybindings import portable_lib
 
-    cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    versions = {}
-    for dist in ("fxquant", "fxquant-executorch", "executorch", "torchao"):
-        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-            versions[dist] = importlib.metadata.version(dist)
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "executorch_threads": portable_lib._threadpool_get_thread_count(),
-        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-        "torch": torch.__version__,
-        "python": sys.version.split()[0],
-        "versions": versions,
-    }
+    return harness.machine(
+        ("fxquant", "fxquant-executorch", "executorch", "torchao"),
+        cores=os.cpu_count(),
+        executorch_threads=portable_lib._threadpool_get_thread_count(),
+        omp_num_threads=os.environ.get("OMP_NUM_THREADS"),
+    )
 
 
 def cell(row: dict[str, Any], key: str, spec: str, scale: float = 1.0) -> str:
@@ -561,7 +545,7 @@ def cell(row: dict[str, Any], key: str, spec: str, scale: float = 1.0) -> str:
 
 def print_table(rows: list[dict[str, Any]], info: dict[str, Any], rounds: int) -> None:
     print(
-        f"# {info['cpu']}, {info['cores']} cores; torch {info['torch_threads']} thread, "
+        f"# {info['cpu']}, {info['cores']} cores; torch {info['threads']} thread, "
         f"ExecuTorch {info['executorch_threads']} thread; torch {info['torch']}, "
         f"executorch {info['versions'].get('executorch')}, "
         f"torchao {info['versions'].get('torchao')}"

@@ -20,7 +20,7 @@ Linearity: prepare time of ResNet-50 at 1x, 2x and 4x blocks fitted as
 ``time ~ nodes ** k``. The first call is prepare + one calibration batch +
 convert_to_reference_fx of the small zoo MobileNetV2 in a fresh subprocess,
 import of the flow included, minus the same call repeated warm. Prints a table
-and writes bench/results/flow.json.
+and writes bench/results/flow.json (``--quick``: flow_quick.json).
 
     python bench/bench_flow.py [--rounds 5] [--quick]
 """
@@ -413,7 +413,9 @@ def main() -> None:
     rows += calibration_rows(flows, calibration_models(quick=args.quick), rounds)
     rows += first_call_rows(2 if args.quick else rounds)
     print_table(rows, linearity, rounds)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    # a smoke run must not overwrite the figures bench/summary.py reads
+    path = RESULTS.with_name("flow_quick.json") if args.quick else RESULTS
+    path.parent.mkdir(parents=True, exist_ok=True)
     payload = {
         "rounds": rounds,
         "quick": args.quick,
@@ -422,8 +424,8 @@ def main() -> None:
         "results": rows,
         "linearity": linearity,
     }
-    RESULTS.write_text(json.dumps(payload, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -30,14 +30,14 @@ import json
 import statistics
 import sys
 import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from bench_flow import attempt, exponent, node_count, seconds
+from harness import engine
 from models import BenchModel, bert_base, mobilenet_v2, resnet_at_depth
 from torch import fx, nn
 
@@ -54,16 +54,6 @@ class Flow:
     prepare: Callable[[nn.Module, tuple[Any, ...]], fx.GraphModule]
     convert: Callable[[fx.GraphModule], nn.Module]
     release: Callable[[], None]
-
-
-@contextmanager
-def engine(name: str) -> Iterator[None]:
-    previous = torch.backends.quantized.engine
-    torch.backends.quantized.engine = name
-    try:
-        yield
-    finally:
-        torch.backends.quantized.engine = previous
 
 
 def fxquant_flow(name: str) -> Flow:

@@ -16,18 +16,18 @@ clock). Prints a table and writes bench/results/kernels.json.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import statistics
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 from fxquant.lowering import QParams
 from fxquant_onednn.modules import QConv, QLinear
+from harness import engine
 from torch import nn
 
 RESULTS = Path(__file__).resolve().parent / "results" / "kernels.json"
@@ -46,17 +46,6 @@ LINEARS = (
     ("bert ffn1 768->3072", 128, 768, 3072),
     ("bert ffn2 3072->768", 128, 3072, 768),
 )
-
-
-@contextlib.contextmanager
-def engine(name: str) -> Iterator[None]:
-    """torch's quantized engine set to ``name`` inside the block."""
-    previous = torch.backends.quantized.engine
-    torch.backends.quantized.engine = name
-    try:
-        yield
-    finally:
-        torch.backends.quantized.engine = previous
 
 
 def conv_calls(cin: int, cout: int, size: int, kernel: int, groups: int) -> dict[str, Any]:

@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import argparse
 import copy
-import importlib.metadata
 import json
-import platform
 import statistics
 import time
 from collections.abc import Callable
@@ -36,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import fxquant
+import harness
 import torch
 from models import BenchModel, bert_base, resnet_at_depth
 
@@ -121,20 +120,9 @@ def measure(bench: BenchModel, rounds: int, *, transformer: bool = False) -> dic
     }
 
 
-def machine() -> dict[str, str]:
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
-    versions = {
-        name: importlib.metadata.version(name)
-        for name in ("torch", "onnx", "onnxruntime", "onnxscript")
-    }
-    return {"cpu": cpu, "python": platform.python_version(), **versions}
+def machine() -> dict[str, Any]:
+    """The machine and the versions the figures were taken with."""
+    return harness.machine(("onnx", "onnxruntime", "onnxscript"))
 
 
 def main() -> None:

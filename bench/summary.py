@@ -156,15 +156,18 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         )
 
 
-def plot(rows: list[dict[str, Any]], path: Path) -> bool:
-    """Bars of torch.ao / fxquant per row (lowered latency; flow steps), 1.0 and targets marked."""
+def plot(rows: list[dict[str, Any]], path: Path) -> str:
+    """Bars of torch.ao / fxquant per row (lowered latency; flow steps), 1.0 and targets marked.
+
+    Returns the line to print: where the plot went, or why there is none.
+    """
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return False
+        return "no plot: matplotlib is not installed (pip install -e '.[bench]')"
     lowered = [r for r in rows if r["area"] == "lowered" and r["speedup"]]
     flow = [
         r
@@ -175,7 +178,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> bool:
     panels.append((flow, "flow on each backend's defaults: torch.ao / fxquant"))
     panels = [(p, t) for p, t in panels if p]
     if not panels:
-        return False
+        return "no plot: no full-run results to draw (--quick runs are not summarised)"
     height = max(len(p) for p, _ in panels) * 0.28 + 1.5
     fig, axes = plt.subplots(1, len(panels), figsize=(7.5 * len(panels), height), squeeze=False)
     for ax, (data, title) in zip(axes[0], panels, strict=True):
@@ -207,7 +210,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> bool:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
-    return True
+    return f"wrote {path}"
 
 
 def _label(row: dict[str, Any]) -> str:
@@ -256,7 +259,7 @@ def main() -> None:
     path.write_text(json.dumps({"results": rows}, indent=2) + "\n")
     print(f"wrote {path}")
     if not args.no_plot:
-        print(f"wrote {PLOT}" if plot(rows, PLOT) else "no plot: pip install -e '.[bench]'")
+        print(plot(rows, PLOT))
 
 
 if __name__ == "__main__":
