@@ -386,8 +386,8 @@ def _apply_input_scale(
     modules[target] = modules[str(observer.target)]
     with graph.inserting_after(observer):
         constant = graph.get_attr(name)
-    with graph.inserting_after(constant):
-        mul = graph.call_function(torch.mul, (observer, constant))
+    with graph.inserting_after(constant):  # from the float value: not quantized twice
+        mul = graph.call_function(torch.mul, (source, constant))
     with graph.inserting_after(mul):
         own = graph.call_module(target, (mul,))
     for linear in linears:

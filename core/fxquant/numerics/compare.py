@@ -61,6 +61,9 @@ class NodeError:
     """Largest absolute difference of the accumulated value."""
     steps: float | None
     """``max_abs`` in quantization steps of the value (None for float values)."""
+    local_steps: float | None = None
+    """The local value's largest difference, in quantization steps: against a reference
+    model, how far the node alone strays from it (issue 23: at most one step)."""
 
 
 @dataclass(frozen=True)
@@ -113,21 +116,22 @@ class Comparison:
         Example:
             >>> row = NodeError("fc", "Linear", "reference", 20.0, None, 0.1, None)
             >>> print(Comparison([row]).to_markdown())
-            | node | pattern | status | SQNR dB | local SQNR dB | max abs | steps |
-            | --- | --- | --- | ---: | ---: | ---: | ---: |
-            | fc | Linear | reference | 20.0 | - | 0.1 | - |
+            | node | pattern | status | SQNR dB | local SQNR dB | max abs | steps | local steps |
+            | --- | --- | --- | ---: | ---: | ---: | ---: | ---: |
+            | fc | Linear | reference | 20.0 | - | 0.1 | - | - |
         """
 
         def number(value: float | None, digits: int) -> str:
             return "-" if value is None else f"{value:.{digits}f}"
 
         lines = [
-            "| node | pattern | status | SQNR dB | local SQNR dB | max abs | steps |",
-            "| --- | --- | --- | ---: | ---: | ---: | ---: |",
+            "| node | pattern | status | SQNR dB | local SQNR dB | max abs | steps | local steps |",
+            "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
         ]
         lines += [
             f"| {r.node} | {r.pattern} | {r.status} | {number(r.sqnr, 1)} | "
-            f"{number(r.local_sqnr, 1)} | {r.max_abs:.3g} | {number(r.steps, 2)} |"
+            f"{number(r.local_sqnr, 1)} | {r.max_abs:.3g} | {number(r.steps, 2)} | "
+            f"{number(r.local_steps, 2)} |"
             for r in self.rows
         ]
         return "\n".join(lines)
@@ -326,6 +330,7 @@ class _Sums:
     local_signal: float = 0.0
     has_local: bool = False
     max_abs: float = 0.0
+    local_max_abs: float = 0.0
 
     def add(self, expected: torch.Tensor, actual: torch.Tensor, local: torch.Tensor | None) -> None:
         self.signal += float(expected.pow(2).sum())
@@ -337,6 +342,8 @@ class _Sums:
             self.has_local = True
             self.local_signal += float(expected.pow(2).sum())
             self.local_noise += float((expected - local).pow(2).sum())
+            if expected.numel():
+                self.local_max_abs = max(self.local_max_abs, float((expected - local).abs().max()))
 
 
 def _db(signal: float, noise: float) -> float:
@@ -469,4 +476,5 @@ def _rows(
             local_sqnr=local,
             max_abs=total.max_abs,
             steps=None if step is None else total.max_abs / step,
+            local_steps=None if step is None or local is None else total.local_max_abs / step,
         )

@@ -276,13 +276,13 @@ def _entries(units: Iterable[_Unit]) -> tuple[str, ...]:
 
 def _sensitivity(setup: _Setup, units: list[_Unit], reference: nn.Module) -> dict[str, float]:
     rows = {row.node: row for row in compare(setup.model, reference, setup.batches[:4])}
-    sensitivity = {}
+    sensitivity: dict[str, float] = {}
     for unit in units:
-        values = [
-            rows[n].local_sqnr if rows[n].local_sqnr is not None else rows[n].sqnr
-            for n in unit.nodes
-            if n in rows
-        ]
+        values: list[float] = []
+        for name in unit.nodes:
+            if name in rows:
+                local = rows[name].local_sqnr
+                values.append(rows[name].sqnr if local is None else local)
         sensitivity[unit.name] = min(values, default=math.inf)
     return dict(sorted(sensitivity.items(), key=lambda item: item[1]))
 
@@ -360,19 +360,20 @@ def _search(setup: _Setup, mapping: QConfigMapping, max_float: int | None) -> Fa
     sensitivity = _sensitivity(setup, units, convert_to_reference_fx(prepared))
     by_name = {u.name: u for u in units}
     chosen: list[_Unit] = []
-    best = (score, quantized, mapping, ())
+    model: nn.Module = quantized
+    best: tuple[float, nn.Module, QConfigMapping, tuple[str, ...]] = (score, model, mapping, ())
     limit = len(units) if max_float is None else min(max_float, len(units))
     for name in list(sensitivity)[:limit]:
         if score >= setup.min_score:
             break
         chosen.append(by_name[name])
         mapping_now = _with_float(mapping, chosen)
-        quantized = _quantize(setup, mapping_now)[1]
-        score = setup.evaluate(quantized)
+        model = _quantize(setup, mapping_now)[1]
+        score = setup.evaluate(model)
         floats = tuple(u.name for u in chosen)
         steps.append(FallbackStep("keep float", name, score, floats))
         if score > best[0]:
-            best = (score, quantized, mapping_now, floats)
+            best = (score, model, mapping_now, floats)
     if score < setup.min_score:  # not met: the best try, with every step recorded
         final_score, final_model, final_mapping, floats = best
         kept = [by_name[n] for n in floats]
@@ -386,10 +387,10 @@ def _search(setup: _Setup, mapping: QConfigMapping, max_float: int | None) -> Fa
             False,
             _entries(kept),
         )
-    chosen, quantized, score = _verify(setup, mapping, chosen, (quantized, score), steps)
+    chosen, model, score = _verify(setup, mapping, chosen, (model, score), steps)
     return FallbackResult(
         _with_float(mapping, chosen),
-        quantized,
+        model,
         tuple(u.name for u in chosen),
         sensitivity,
         tuple(steps),
@@ -406,18 +407,19 @@ def _verify(
     current: tuple[nn.Module, float],
     steps: list[FallbackStep],
 ) -> tuple[list[_Unit], nn.Module, float]:
-    """Give back each float pattern (latest first) that the budget does not need."""
+    """Give back each float pattern (latest first) that the budget does not need; again
+    until a whole pass gives nothing back, so that each one left is needed by the others."""
     quantized, score = current
-    for unit in list(reversed(chosen)):
-        trial = [u for u in chosen if u is not unit]
-        candidate = _quantize(setup, _with_float(mapping, trial))[1]
-        trial_score = setup.evaluate(candidate)
-        holds = trial_score >= setup.min_score
-        steps.append(
-            FallbackStep(
-                "give back", unit.name, trial_score, tuple(u.name for u in trial), kept=holds
-            )
-        )
-        if holds:
-            chosen, quantized, score = trial, candidate, trial_score
+    changed = True
+    while changed:
+        changed = False
+        for unit in list(reversed(chosen)):
+            trial = [u for u in chosen if u is not unit]
+            candidate = _quantize(setup, _with_float(mapping, trial))[1]
+            trial_score = setup.evaluate(candidate)
+            holds = trial_score >= setup.min_score
+            names = tuple(u.name for u in trial)
+            steps.append(FallbackStep("give back", unit.name, trial_score, names, kept=holds))
+            if holds:
+                chosen, quantized, score, changed = trial, candidate, trial_score, True
     return chosen, quantized, score
