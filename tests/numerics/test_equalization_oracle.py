@@ -4,8 +4,9 @@ Both flows get the same float model, the same per-tensor MinMax qconfig on Linea
 and ``F.linear`` (torch.ao's ``default_qconfig``, as its own equalization tests use),
 ``default_equalization_qconfig`` on the same ops and the same calibration batches.
 The per-channel scales must agree to float precision (torch.ao's computed by its own
-``calculate_equalization_scale``), and so must the reference models' outputs, within
-one quantization step of the output.
+``calculate_equalization_scale``), and so must the reference models' outputs, but on
+chains, where torch.ao keeps quantizing the first Linear's output with its unscaled
+range: there the weights agree and fxquant's output is at least as close to float.
 
 torch.ao's input observer reads channels on axis 1, so inputs here are 2-d, where
 axis 1 is the Linear's input channel axis (fxquant reads the last axis).
@@ -211,11 +212,9 @@ def _compared(name: str, build: Callable[[], nn.Module]) -> tuple[Any, ...]:
 @pytest.mark.parametrize("name", sorted(SAME_OUTPUT))
 def test_scales_and_outputs_equal_torch_ao_equalization(name: str) -> None:
     _, batches, reference, ao_reference = _compared(name, SAME_OUTPUT[name])
-    step = _output_step(reference)
     with torch.no_grad(), oracle.quiet():
         for batch in batches:
-            diff = (reference(batch) - ao_reference(batch)).abs().max().item()
-            assert diff <= step * 1.01, (diff, step)
+            torch.testing.assert_close(reference(batch), ao_reference(batch))
 
 
 @pytest.mark.parametrize("name", sorted(CHAINS))
@@ -232,3 +231,26 @@ def test_chains_have_torch_ao_scales_and_weights_and_an_output_at_least_as_close
     with torch.no_grad(), oracle.quiet():
         expected = model(x)
         assert _sqnr(expected, reference(x)) >= _sqnr(expected, ao_reference(x)) - 0.1
+
+
+def main() -> None:
+    """Print the comparison's figures: ``python -m tests.numerics.test_equalization_oracle``."""
+    for name, build in {**SAME_OUTPUT, **CHAINS}.items():
+        model, batches, reference, ao_reference = _compared(name, build)
+        _, ao_scales = _ao(model, batches)
+        pairs = reference.meta[EQUALIZATION_KEY]
+        scale_diff = max(
+            float((p.scale - s).abs().max()) for p, s in zip(pairs, ao_scales, strict=True)
+        )
+        x = torch.cat(batches)
+        with torch.no_grad(), oracle.quiet():
+            theirs, ours, expected = ao_reference(x), reference(x), model(x)
+        print(
+            f"{name}: scale max|diff| {scale_diff:.1e}, output max|diff| "
+            f"{float((theirs - ours).abs().max()):.3g} (one step: {_output_step(reference):.3g}), "
+            f"SQNR to float {_sqnr(expected, ours):.1f} dB (torch.ao {_sqnr(expected, theirs):.1f})"
+        )
+
+
+if __name__ == "__main__":
+    main()

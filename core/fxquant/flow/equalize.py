@@ -214,7 +214,8 @@ def _weight_and_bias(
 
 
 def _scale_columns(root: nn.Module, path: str, scale: torch.Tensor) -> None:
-    _set(root, path, _get(root, path).detach() / scale)
+    # times the reciprocal (not a division): torch.ao's rounding, so both quantize alike
+    _set(root, path, _get(root, path).detach() * torch.reciprocal(scale))
 
 
 def _scale_rows(root: nn.Module, path: str | None, scale: torch.Tensor) -> None:
