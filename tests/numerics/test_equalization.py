@@ -126,6 +126,8 @@ def test_layer_norm_feeding_qkv_takes_the_scale_so_no_op_is_added_and_error_drop
     with torch.no_grad():
         expected = model(x)
         assert _sqnr(expected, equalized(x)) > _sqnr(expected, plain(x)) + 2.0
+    # compare knows the norm's output is scaled on purpose: it compares it scaled
+    assert compare(model, equalized, x)["norm"].sqnr > 20.0
 
 
 def test_an_input_that_also_feeds_the_residual_gets_a_mul_with_its_own_observer() -> None:
@@ -179,3 +181,18 @@ def test_a_linear_whose_input_is_not_quantized_is_listed_as_not_equalized() -> N
     prepared = prepare_fx(model, mapping, (torch.randn(2, 4),), None, equalization)
     (line,) = explain(prepared, show=False).notes()
     assert "not equalized: input not quantized" in line
+
+
+def test_a_convolution_is_listed_as_not_equalized() -> None:
+    model = nn.Sequential(nn.Conv2d(1, 2, 3), nn.Flatten(), nn.Linear(8, 2)).eval()
+    equalization = fxquant.QConfigMapping().set_global(default_equalization_qconfig)
+    prepared = prepare_fx(
+        model,
+        fxquant.get_default_qconfig_mapping("reference"),
+        (torch.randn(2, 1, 4, 4),),
+        None,
+        equalization,
+    )
+    notes = explain(prepared, show=False).notes()
+    assert any("not convolutions" in line for line in notes)
+    assert any("-> _2 (alpha 0.5): observing" in line for line in notes)

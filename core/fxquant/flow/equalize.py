@@ -91,6 +91,18 @@ def _is_linear(node: Node, modules: Mapping[str, nn.Module]) -> bool:
     )
 
 
+_CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
+_NO_CONV = "not equalized: fxquant equalizes Linear and F.linear inputs, not convolutions"
+
+
+def _is_conv(node: Node, modules: Mapping[str, nn.Module]) -> bool:
+    if node.op == "call_module":
+        module = modules.get(str(node.target))
+        first = module[0] if isinstance(module, nn.Sequential) and len(module) else module
+        return isinstance(first, _CONVS)
+    return node.op == "call_function" and node.target in (F.conv1d, F.conv2d, F.conv3d)
+
+
 def _observer_node(node: object, modules: Mapping[str, nn.Module]) -> Node | None:
     if isinstance(node, Node) and node.op == "call_module":
         module = modules.get(str(node.target))
@@ -122,7 +134,12 @@ def insert_observers(gm: fx.GraphModule, mapping: QConfigMapping) -> tuple[Equal
     pairs: list[EqualizedPair] = []
     for node in gm.graph.nodes:
         qconfig = qconfigs.get(node)
-        if not isinstance(qconfig, EqualizationQConfig) or not _is_linear(node, modules):
+        if not isinstance(qconfig, EqualizationQConfig):
+            continue
+        if _is_conv(node, modules):  # torch.ao equalizes convolutions too; fxquant not yet
+            pairs.append(EqualizedPair(str(node.args[0]), (node.name,), 0.5, _NO_CONV))
+            continue
+        if not _is_linear(node, modules):
             continue
         observer = _observer_node(node.args[0] if node.args else None, modules)
         if observer is None:
