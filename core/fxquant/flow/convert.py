@@ -43,7 +43,8 @@ from fxquant.flow.convert_qconfig import (
     turned_off_nodes,
 )
 from fxquant.flow.convert_qdq import replace_observer
-from fxquant.flow.equalize import EQUALIZATION_KEY, apply_equalization
+from fxquant.flow.equalize import EQUALIZATION_KEY
+from fxquant.flow.equalize_convert import apply_equalization
 from fxquant.flow.report import NodeStatus, Report, raise_if_skipped
 from fxquant.flow.state import META_KEY, FlowMeta, FlowState
 from fxquant.flow.trace import drop_string_annotations

@@ -6,7 +6,8 @@ query/key/value do; they then share one scale)::
 
     x -> obs_0 -> fc            becomes      x -> obs_0 -> eq_obs -> fc
 
-Convert (on its copy; the prepared model is untouched) computes the scale ``s``
+Convert (``fxquant.flow.equalize_convert``, on its copy; the prepared model is
+untouched) computes the scale ``s``
 (``fxquant.numerics.equalization``), divides the weight columns by ``s`` and
 multiplies the input by ``s`` where that costs nothing at inference:
 
@@ -21,7 +22,6 @@ model quantizes the values it now computes.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -37,16 +37,20 @@ from fxquant.flow.qconfig_assign import assign_qconfigs
 from fxquant.numerics.equalization import (
     EqualizationQConfig,
     InputEqualizationObserver,
-    WeightEqualizationObserver,
-    equalization_scale,
 )
 
-__all__ = ["EQUALIZATION_KEY", "EqualizedPair", "apply_equalization", "insert_observers"]
+__all__ = [
+    "EQUALIZATION_KEY",
+    "EqualizedPair",
+    "insert_observers",
+    "is_linear",
+    "linear_module",
+    "observer_node",
+    "unique_name",
+]
 
 EQUALIZATION_KEY = "fxquant.equalization"
 """``gm.meta`` key of the equalized pairs (read by ``fxquant.explain``)."""
-
-_RELUS = (torch.relu, F.relu, "relu")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +78,8 @@ class EqualizedPair:
         return f"{self.input} -> {', '.join(self.linears)} (alpha {self.alpha:g}): {self.applied}"
 
 
-def _linear_module(node: Node, modules: Mapping[str, nn.Module]) -> nn.Linear | None:
+def linear_module(node: Node, modules: Mapping[str, nn.Module]) -> nn.Linear | None:
+    """The ``nn.Linear`` a module call runs (the first of a fused LinearReLU), if any."""
     if node.op != "call_module":
         return None
     module = modules.get(str(node.target))
@@ -85,8 +90,9 @@ def _linear_module(node: Node, modules: Mapping[str, nn.Module]) -> nn.Linear | 
     return None
 
 
-def _is_linear(node: Node, modules: Mapping[str, nn.Module]) -> bool:
-    return _linear_module(node, modules) is not None or (
+def is_linear(node: Node, modules: Mapping[str, nn.Module]) -> bool:
+    """A Linear module call (fused or not) or an ``F.linear`` call."""
+    return linear_module(node, modules) is not None or (
         node.op == "call_function" and node.target is F.linear
     )
 
@@ -103,7 +109,8 @@ def _is_conv(node: Node, modules: Mapping[str, nn.Module]) -> bool:
     return node.op == "call_function" and node.target in (F.conv1d, F.conv2d, F.conv3d)
 
 
-def _observer_node(node: object, modules: Mapping[str, nn.Module]) -> Node | None:
+def observer_node(node: object, modules: Mapping[str, nn.Module]) -> Node | None:
+    """``node`` if it calls an observer, else None."""
     if isinstance(node, Node) and node.op == "call_module":
         module = modules.get(str(node.target))
         if module is not None and is_observer(module):
@@ -111,7 +118,8 @@ def _observer_node(node: object, modules: Mapping[str, nn.Module]) -> Node | Non
     return None
 
 
-def _unique_name(root: nn.Module, base: str) -> str:
+def unique_name(root: nn.Module, base: str) -> str:
+    """``base``, or ``base_N`` with the first N that ``root`` has no attribute of."""
     name, index = base, 0
     while hasattr(root, name):
         index += 1
@@ -139,9 +147,9 @@ def insert_observers(gm: fx.GraphModule, mapping: QConfigMapping) -> tuple[Equal
         if _is_conv(node, modules):  # torch.ao equalizes convolutions too; fxquant not yet
             pairs.append(EqualizedPair(str(node.args[0]), (node.name,), 0.5, _NO_CONV))
             continue
-        if not _is_linear(node, modules):
+        if not is_linear(node, modules):
             continue
-        observer = _observer_node(node.args[0] if node.args else None, modules)
+        observer = observer_node(node.args[0] if node.args else None, modules)
         if observer is None:
             pairs.append(
                 EqualizedPair(
@@ -171,7 +179,7 @@ def _insert(
     module.weight_observers = nn.ModuleDict(
         {n.name: qconfigs[n].weight() for n in linears}  # one per Linear, run at convert
     )
-    name = _unique_name(gm, f"{linears[0].name}_equalization_process")
+    name = unique_name(gm, f"{linears[0].name}_equalization_process")
     gm.add_submodule(name, module)
     with gm.graph.inserting_after(observer):
         eq_node = gm.graph.call_module(name, (observer,))
@@ -179,243 +187,3 @@ def _insert(
         linear.replace_input_with(observer, eq_node)
     source = observer.args[0]
     return EqualizedPair(str(source), tuple(n.name for n in linears), module.alpha, "observing")
-
-
-# ---- convert -------------------------------------------------------------------------------
-
-
-def _get(root: nn.Module, path: str) -> Any:
-    owner, _, name = path.rpartition(".")
-    return getattr(root.get_submodule(owner) if owner else root, name)
-
-
-def _set(root: nn.Module, path: str, value: Any) -> None:
-    owner, _, name = path.rpartition(".")
-    target = root.get_submodule(owner) if owner else root
-    if isinstance(getattr(target, name, None), nn.Parameter):
-        value = nn.Parameter(value, requires_grad=False)
-    setattr(target, name, value)  # a new tensor: the prepared model keeps its own
-
-
-def _constant_path(node: object, modules: Mapping[str, nn.Module], root: nn.Module) -> str | None:
-    """The attribute path of a functional's weight/bias (through its observer, if any)."""
-    observer = _observer_node(node, modules)
-    if observer is not None:
-        # convert observes it again on the scaled weight: forget calibration's range
-        fresh = copy.deepcopy(modules[str(observer.target)])
-        reset = getattr(fresh, "reset_min_max_vals", None)
-        if callable(reset):
-            reset()
-        _set(root, str(observer.target), fresh)
-        modules[str(observer.target)] = fresh  # type: ignore[index]
-        node = observer.args[0]
-    if isinstance(node, Node) and node.op == "get_attr":
-        return str(node.target)
-    return None
-
-
-def _weight_and_bias(
-    node: Node, modules: Mapping[str, nn.Module], root: nn.Module
-) -> tuple[str | None, str | None]:
-    """Paths (from ``root``) of a Linear node's weight and bias."""
-    if node.op == "call_module":
-        path = str(node.target)
-        module = modules[path]
-        prefix = f"{path}.0" if not isinstance(module, nn.Linear) else path
-        linear = _linear_module(node, modules)
-        bias = f"{prefix}.bias" if linear is not None and linear.bias is not None else None
-        return f"{prefix}.weight", bias
-    weight_arg = node.args[1] if len(node.args) > 1 else node.kwargs.get("weight")
-    bias_arg = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
-    return _constant_path(weight_arg, modules, root), _constant_path(bias_arg, modules, root)
-
-
-def _scale_columns(root: nn.Module, path: str, scale: torch.Tensor) -> None:
-    # times the reciprocal (not a division): torch.ao's rounding, so both quantize alike
-    _set(root, path, _get(root, path).detach() * torch.reciprocal(scale))
-
-
-def _scale_rows(root: nn.Module, path: str | None, scale: torch.Tensor) -> None:
-    if path is None:
-        return
-    value = _get(root, path).detach()
-    shape = (-1,) + (1,) * (value.dim() - 1)
-    _set(root, path, value * scale.reshape(shape))
-
-
-def _rescale_observer(
-    root: nn.Module, modules: dict[str, nn.Module], target: str, ranges: tuple[torch.Tensor, ...]
-) -> bool:
-    """Give observer ``target`` the range of the scaled input (a copy: the prepared model's
-    observer keeps its own)."""
-    observer = copy.deepcopy(modules[target])
-    low, high = ranges
-    old_min, old_max = getattr(observer, "min_val", None), getattr(observer, "max_val", None)
-    if not isinstance(old_min, torch.Tensor) or not isinstance(old_max, torch.Tensor):
-        return False
-    observer.min_val = low.reshape(old_min.shape).to(old_min.dtype)
-    observer.max_val = high.reshape(old_max.shape).to(old_max.dtype)
-    _set(root, target, observer)
-    modules[target] = observer
-    return True
-
-
-def _single_user(node: object, user: Node) -> bool:
-    return isinstance(node, Node) and list(node.users) == [user]
-
-
-def _producer(
-    source: object, observer: Node, modules: Mapping[str, nn.Module]
-) -> tuple[str, Node | None]:
-    """Where ``s`` can go: ``("layer_norm", ln)``, ``("rows", linear)`` or ``("mul", None)``."""
-    if not _single_user(source, observer) or not isinstance(source, Node):
-        return "mul", None
-    module = modules.get(str(source.target)) if source.op == "call_module" else None
-    if isinstance(module, nn.LayerNorm) and module.elementwise_affine and module.bias is not None:
-        return "layer_norm", source
-    if _is_linear(source, modules):
-        return "rows", source
-    is_relu = isinstance(module, nn.ReLU) or (
-        source.op in ("call_function", "call_method") and source.target in _RELUS
-    )
-    if not is_relu or not source.args or not _single_user(source.args[0], source):
-        return "mul", None
-    before = source.args[0]
-    observed = _observer_node(before, modules)
-    linear = observed.args[0] if observed is not None else before
-    if not isinstance(linear, Node) or not _is_linear(linear, modules):
-        return "mul", None
-    if observed is not None and not _single_user(linear, observed):
-        return "mul", None
-    return "rows", linear
-
-
-def _nodes_between(start: Node, end: Node) -> list[Node]:
-    """The single-user path from ``start`` (exclusive) to ``end`` (inclusive)."""
-    found, node = [], start
-    while node is not end:
-        node = next(iter(node.users))
-        found.append(node)
-    return found
-
-
-def _observers_between(start: Node, end: Node, modules: Mapping[str, nn.Module]) -> list[Node]:
-    """Observer nodes on the single-user path from ``start`` (exclusive) to ``end`` (inclusive)."""
-    return [n for n in _nodes_between(start, end) if _observer_node(n, modules) is not None]
-
-
-def apply_equalization(
-    root: nn.Module, graph: fx.Graph, modules: dict[str, nn.Module]
-) -> tuple[EqualizedPair, ...]:
-    """Convert's step: scale weights, fold or insert the input scale, drop the observers.
-
-    Example:
-        >>> # see tests/numerics/test_equalization.py
-    """
-    pairs = []
-    for node in list(graph.nodes):
-        module = modules.get(str(node.target)) if node.op == "call_module" else None
-        if isinstance(module, InputEqualizationObserver):
-            pairs.append(_apply(root, graph, modules, node))
-    return tuple(pairs)
-
-
-def _apply(
-    root: nn.Module, graph: fx.Graph, modules: dict[str, nn.Module], eq_node: Node
-) -> EqualizedPair:
-    eq: InputEqualizationObserver = modules[str(eq_node.target)]  # type: ignore[assignment]
-    observer = eq_node.args[0]
-    assert isinstance(observer, Node)  # insert_observers put it there
-    linears = list(eq_node.users)
-    names = tuple(n.name for n in linears)
-    eq_node.replace_all_uses_with(observer)
-    graph.erase_node(eq_node)
-    if not torch.all(torch.isfinite(eq.min_val)):
-        return EqualizedPair(
-            str(observer.args[0]), names, eq.alpha, "not equalized: no data observed"
-        )
-    paths = [_weight_and_bias(n, modules, root) for n in linears]
-    weights = []
-    for linear, (weight, _) in zip(linears, paths, strict=True):
-        assert weight is not None, linear.format_node()
-        stored = getattr(eq, "weight_observers", {})
-        w_obs = (
-            copy.deepcopy(stored[linear.name])
-            if linear.name in stored
-            else WeightEqualizationObserver()
-        )
-        w_obs(_get(root, weight).detach())
-        weights.append(w_obs)
-    scale = equalization_scale(eq, weights)
-    for weight, _ in paths:
-        _scale_columns(root, str(weight), scale)
-    ranges = (torch.min(eq.min_val * scale), torch.max(eq.max_val * scale))
-    source = str(observer.args[0])
-    applied, scaled = _apply_input_scale(root, graph, modules, (observer, linears), scale, ranges)
-    return EqualizedPair(source, names, eq.alpha, applied, scale.detach().clone(), scaled)
-
-
-def _apply_input_scale(
-    root: nn.Module,
-    graph: fx.Graph,
-    modules: dict[str, nn.Module],
-    site: tuple[Node, list[Node]],
-    scale: torch.Tensor,
-    ranges: tuple[torch.Tensor, torch.Tensor],
-) -> tuple[str, tuple[str, ...]]:
-    observer, linears = site
-    source = observer.args[0]
-    sharers = [n for n in graph.nodes if n.op == "call_module" and n.target == observer.target]
-    exclusive = set(observer.users) == set(linears) and sharers == [observer]
-    kind, producer = ("mul", None)
-    if set(observer.users) == set(linears):
-        kind, producer = _producer(source, observer, modules)
-    if kind == "rows" and producer is not None:
-        path = set(_observers_between(producer, observer, modules))
-        if not all(n in path for n in sharers):  # an observer shared beyond the path
-            kind, producer = "mul", None
-    elif not exclusive:
-        kind, producer = "mul", None
-    if kind == "layer_norm" and producer is not None:
-        _scale_rows(root, f"{producer.target}.weight", scale)
-        _scale_rows(root, f"{producer.target}.bias", scale)
-        _rescale_observer(root, modules, str(observer.target), ranges)
-        return f"folded into {producer.name}", (producer.name,)
-    if kind == "rows" and producer is not None:
-        weight, bias = _weight_and_bias(producer, modules, root)
-        _scale_rows(root, weight, scale)
-        _scale_rows(root, bias, scale)
-        chain = [producer, *_nodes_between(producer, observer)]
-        for between in chain:
-            if _observer_node(between, modules) is not None:
-                _rescale_observer(root, modules, str(between.target), _with_zero(ranges))
-        scaled = tuple(n.name for n in chain if _observer_node(n, modules) is None)
-        return f"folded into rows of {producer.name}", scaled
-    name = _unique_name(root, f"{observer.name}_equalization_scale")
-    root.register_buffer(name, scale.detach().clone())
-    if exclusive and isinstance(source, Node):
-        with graph.inserting_before(observer):
-            mul = graph.call_function(torch.mul, (source, graph.get_attr(name)))
-        observer.replace_input_with(source, mul)
-        _rescale_observer(root, modules, str(observer.target), ranges)
-        return f"mul node {mul.name}", ()
-    target = _unique_name(root, f"{observer.target}_equalized")
-    _set(root, target, modules[str(observer.target)])
-    modules[target] = modules[str(observer.target)]
-    with graph.inserting_after(observer):
-        constant = graph.get_attr(name)
-    with graph.inserting_after(constant):  # from the float value: not quantized twice
-        mul = graph.call_function(torch.mul, (source, constant))
-    with graph.inserting_after(mul):
-        own = graph.call_module(target, (mul,))
-    for linear in linears:
-        linear.replace_input_with(observer, own)
-    _rescale_observer(root, modules, target, ranges)
-    return f"mul node {mul.name} (its input also feeds other nodes)", ()
-
-
-def _with_zero(ranges: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    # an observer before a ReLU: its negative values become 0 anyway, so the ReLU output's
-    # range (widened to hold 0) quantizes what matters exactly
-    low, high = ranges
-    return torch.clamp(low, max=0.0), torch.clamp(high, min=0.0)

@@ -9,14 +9,17 @@
 
 from __future__ import annotations
 
-from fxquant.numerics.compare import Comparison, NodeError, compare
+from fxquant.numerics.budget import Budget
+from fxquant.numerics.compare import compare
+from fxquant.numerics.comparison import Comparison, NodeError
 from fxquant.numerics.equalization import (
     EqualizationQConfig,
     InputEqualizationObserver,
     WeightEqualizationObserver,
     default_equalization_qconfig,
 )
-from fxquant.numerics.fallback import Budget, FallbackResult, FallbackStep, fallback
+from fxquant.numerics.fallback import fallback
+from fxquant.numerics.fallback_report import FallbackResult, FallbackStep
 
 __all__ = [
     "Budget",

@@ -22,277 +22,22 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import fx, nn
-from torch.fx import Node
 
 from fxquant.errors import ConfigTypeError
-from fxquant.flow.epilogues import OUTPUT_OF_KEY, OUTPUT_QPARAMS_KEY
 from fxquant.flow.report import NodeStatus
 from fxquant.flow.state import META_KEY, FlowState
-from fxquant.lowering import DEQUANTIZE_OPS, STATIC_QUANTIZE_OPS, QParams
+from fxquant.numerics.comparison import Comparison, NodeError
+from fxquant.numerics.node_values import ValueRun, value_sites
 
-__all__ = ["Comparison", "NodeError", "compare"]
+__all__ = ["compare"]
 
 _QUANTIZED = {NodeStatus.QUANTIZED, NodeStatus.REFERENCE, NodeStatus.LOWERED}
-
-
-@dataclass(frozen=True, slots=True)
-class NodeError:
-    """One row of a :class:`Comparison`: a node's error against the float model.
-
-    Example:
-        >>> NodeError("fc", "Linear", "lowered", 31.5, 33.0, 0.02, 0.8).sqnr
-        31.5
-    """
-
-    node: str
-    pattern: str
-    status: str
-    sqnr: float
-    """Accumulated: the node's value in the quantized model vs the float model's (dB)."""
-    local_sqnr: float | None
-    """The node alone, fed the float model's inputs (dB); None where it cannot be fed."""
-    max_abs: float
-    """Largest absolute difference of the accumulated value."""
-    steps: float | None
-    """``max_abs`` in quantization steps of the value (None for float values)."""
-    local_steps: float | None = None
-    """The local value's largest difference, in quantization steps: against a reference
-    model, how far the node alone strays from it (issue 23: at most one step)."""
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """Per-node errors of a quantized model against a float (or reference) model.
-
-    Iterating gives the rows (:class:`NodeError`) in graph order, the model's
-    output last.
-
-    Example:
-        >>> row = NodeError("fc", "Linear", "reference", 20.0, 21.0, 0.1, 1.0)
-        >>> [r.node for r in Comparison([row]).worst(1)]
-        ['fc']
-    """
-
-    rows: Sequence[NodeError] = field(default_factory=tuple)
-
-    def __iter__(self) -> Iterator[NodeError]:
-        return iter(self.rows)
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def __getitem__(self, node: str) -> NodeError:
-        for row in self.rows:
-            if row.node == node:
-                return row
-        msg = f"no row for node {node!r}; rows: {', '.join(r.node for r in self.rows)}"
-        raise KeyError(msg)
-
-    def worst(self, n: int = 5, *, by: str = "local_sqnr") -> list[NodeError]:
-        """The ``n`` rows with the lowest SQNR (``by="local_sqnr"`` or ``"sqnr"``), output excluded.
-
-        Raises:
-            ValueError: ``by`` names no SQNR column.
-        """
-        if by not in ("local_sqnr", "sqnr"):
-            msg = f"by={by!r}: rank by 'local_sqnr' (the node alone) or 'sqnr' (accumulated)"
-            raise ValueError(msg)
-
-        def key(row: NodeError) -> float:
-            value = getattr(row, by)
-            return math.inf if value is None else float(value)
-
-        return sorted((r for r in self.rows if r.node != "output"), key=key)[:n]
-
-    def to_markdown(self) -> str:
-        """The rows as a Markdown table.
-
-        Example:
-            >>> row = NodeError("fc", "Linear", "reference", 20.0, None, 0.1, None)
-            >>> print(Comparison([row]).to_markdown())
-            | node | pattern | status | SQNR dB | local SQNR dB | max abs | steps | local steps |
-            | --- | --- | --- | ---: | ---: | ---: | ---: | ---: |
-            | fc | Linear | reference | 20.0 | - | 0.1 | - | - |
-        """
-
-        def number(value: float | None, digits: int) -> str:
-            return "-" if value is None else f"{value:.{digits}f}"
-
-        lines = [
-            "| node | pattern | status | SQNR dB | local SQNR dB | max abs | steps | local steps |",
-            "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
-        ]
-        lines += [
-            f"| {r.node} | {r.pattern} | {r.status} | {number(r.sqnr, 1)} | "
-            f"{number(r.local_sqnr, 1)} | {r.max_abs:.3g} | {number(r.steps, 2)} | "
-            f"{number(r.local_steps, 2)} |"
-            for r in self.rows
-        ]
-        return "\n".join(lines)
-
-    def to_dict(self) -> list[dict[str, Any]]:
-        """The rows as plain data (JSON-able)."""
-        return [asdict(r) for r in self.rows]
-
-    def plot(self, path: str | None = None) -> Any:
-        """A bar chart of both SQNRs per node (needs matplotlib); saved to ``path`` if given.
-
-        Raises:
-            ImportError: matplotlib is not installed (``pip install matplotlib``).
-        """
-        try:
-            import matplotlib  # optional dependency
-
-            matplotlib.use("Agg")
-            from matplotlib import pyplot as plt
-        except ImportError as error:
-            msg = "Comparison.plot needs matplotlib: pip install matplotlib"
-            raise ImportError(msg) from error
-        names = [r.node for r in self.rows]
-        positions = range(len(names))
-        figure, axis = plt.subplots(figsize=(max(6.0, 0.5 * len(names)), 4.0))
-
-        def finite(value: float | None) -> float:
-            return 0.0 if value is None or not math.isfinite(value) else value
-
-        axis.bar(
-            [p - 0.2 for p in positions],
-            [finite(r.sqnr) for r in self.rows],
-            0.4,
-            label="accumulated",
-        )
-        axis.bar(
-            [p + 0.2 for p in positions],
-            [finite(r.local_sqnr) for r in self.rows],
-            0.4,
-            label="local",
-        )
-        axis.set_xticks(list(positions), names, rotation=60, ha="right")
-        axis.set_ylabel("SQNR (dB)")
-        axis.legend()
-        figure.tight_layout()
-        if path is not None:
-            figure.savefig(path)
-        return figure
-
-
-# ---- where each node's value is ------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Site:
-    name: str  # the float graph's node name
-    chain: tuple[Node, ...]  # output quantize -> dequantize applied to the node's output
-    qparams: QParams | None  # to read an integer output (a kernel's)
-
-
-def _attribute(gm: nn.Module, node: Node) -> Any:
-    value: Any = gm
-    for part in str(node.target).split("."):
-        value = getattr(value, part)
-    return value
-
-
-def _static_step(node: Node) -> float | None:
-    if (
-        node.target in STATIC_QUANTIZE_OPS
-        and len(node.args) > 1
-        and isinstance(node.args[1], float)
-    ):
-        return float(node.args[1])
-    return None
-
-
-def _output_chain(node: Node) -> tuple[Node, ...]:
-    users = list(node.users)
-    if (
-        len(users) != 1
-        or users[0].op != "call_function"
-        or users[0].target not in STATIC_QUANTIZE_OPS
-    ):
-        return ()
-    quantize = users[0]
-    dequantize = [
-        u for u in quantize.users if u.op == "call_function" and u.target in DEQUANTIZE_OPS
-    ]
-    return (quantize, dequantize[0]) if dequantize else ()
-
-
-def _sites(gm: fx.GraphModule, names: set[str]) -> dict[Node, _Site]:
-    sites = {}
-    for node in gm.graph.nodes:
-        if node.op not in ("call_module", "call_function", "call_method"):
-            continue
-        if node.op == "call_function" and (
-            node.target in STATIC_QUANTIZE_OPS or node.target in DEQUANTIZE_OPS
-        ):
-            continue
-        name = node.meta.get(OUTPUT_OF_KEY, node.name)
-        if name is None or name not in names:
-            continue
-        sites[node] = _Site(name, _output_chain(node), node.meta.get(OUTPUT_QPARAMS_KEY))
-    return sites
-
-
-class _Run(fx.Interpreter):
-    """Runs ``gm``, reading every site's value; replaces it by ``forced[name]`` if given."""
-
-    def __init__(
-        self, gm: fx.GraphModule, sites: Mapping[Node, _Site], forced: Mapping[str, Any] | None
-    ) -> None:
-        super().__init__(gm)
-        self.sites, self.forced = sites, forced
-        self.values: dict[str, torch.Tensor] = {}
-        self.steps: dict[str, float] = {}
-
-    def run_node(self, n: Node) -> Any:
-        out = super().run_node(n)
-        site = self.sites.get(n)
-        if site is None or not isinstance(out, torch.Tensor):
-            return out
-        value = self._value(site, out)
-        if value is not None:
-            self.values.setdefault(site.name, value)
-        if self.forced is not None and site.name in self.forced:
-            return self._force(site, out, self.forced[site.name])
-        return out
-
-    def _value(self, site: _Site, out: torch.Tensor) -> torch.Tensor | None:
-        for step in site.chain:
-            args = [self._constant(a) for a in step.args[1:]]
-            out = step.target(out, *args)  # type: ignore[operator]
-            scale = _static_step(step)
-            if scale is not None:
-                self.steps[site.name] = scale
-        if out.is_floating_point():
-            return out.detach().float()
-        qparams = site.qparams
-        if qparams is None or qparams.scale is None or qparams.is_per_channel:
-            return None
-        self.steps[site.name] = float(qparams.scale)
-        return (out.float() - float(qparams.zero_point or 0)) * float(qparams.scale)
-
-    def _constant(self, arg: Any) -> Any:
-        if isinstance(arg, Node):
-            return _attribute(self.module, arg) if arg.op == "get_attr" else self.env[arg]
-        return arg
-
-    def _force(self, site: _Site, out: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-        if value.shape != out.shape:
-            return out
-        if out.is_floating_point():
-            return value.to(out.dtype)
-        qparams = site.qparams
-        if qparams is None or qparams.scale is None or qparams.is_per_channel:
-            return out
-        scaled = torch.round(value / float(qparams.scale)) + float(qparams.zero_point or 0)
-        return scaled.clamp(qparams.quant_min, qparams.quant_max).to(out.dtype)
 
 
 def _batches(inputs: Any) -> list[tuple[Any, ...]]:
@@ -415,25 +160,25 @@ def compare(float_model: nn.Module, quantized_model: nn.Module, inputs: Any) -> 
         raise ConfigTypeError(msg)
     batches = _batches(inputs)
     float_gm = _float_graph(float_model, quantized_model)
-    float_sites = _sites(float_gm, {n.name for n in float_gm.graph.nodes})
+    float_sites = value_sites(float_gm, {n.name for n in float_gm.graph.nodes})
     labels = _labels(quantized_model)
     # a reference model compared with its lowered form is equalized the same way
     scaled = (
         {} if _scaled_by_equalization(float_model) else _scaled_by_equalization(quantized_model)
     )
     is_graph = isinstance(quantized_model, fx.GraphModule)
-    sites = _sites(quantized_model, set(labels)) if is_graph else {}  # type: ignore[arg-type]
+    sites = value_sites(quantized_model, set(labels)) if is_graph else {}  # type: ignore[arg-type]
     sums: dict[str, _Sums] = {}
     steps: dict[str, float] = {}
     with torch.no_grad():
         for batch in batches:
-            reference = _Run(float_gm, float_sites, None)
+            reference = ValueRun(float_gm, float_sites, None)
             expected_out = _outputs(reference.run(*batch))
             expected = {k: _rescale(v, scaled.get(k)) for k, v in reference.values.items()}
             if is_graph:
-                plain = _Run(quantized_model, sites, None)  # type: ignore[arg-type]
+                plain = ValueRun(quantized_model, sites, None)  # type: ignore[arg-type]
                 actual_out = _outputs(plain.run(*batch))
-                forced = _Run(quantized_model, sites, expected)  # type: ignore[arg-type]
+                forced = ValueRun(quantized_model, sites, expected)  # type: ignore[arg-type]
                 forced.run(*batch)
                 steps.update(plain.steps)
                 for name, value in plain.values.items():

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -31,133 +31,11 @@ from fxquant.config.backend import BackendConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.errors import ConfigError, ConfigTypeError
 from fxquant.flow.state import node_info
+from fxquant.numerics.budget import Budget, Evaluate, cosine_score
 from fxquant.numerics.compare import compare
+from fxquant.numerics.fallback_report import FallbackResult, FallbackStep
 
-__all__ = ["Budget", "FallbackResult", "FallbackStep", "fallback"]
-
-Evaluate = Callable[[nn.Module], float]
-
-
-@dataclass(frozen=True)
-class Budget:
-    """What the quantized model must reach: ``evaluate(quantized_model) >= min_score``.
-
-    Args:
-        min_score: the lowest acceptable score.
-        evaluate: scores a quantized model (higher is better), e.g. accuracy on a
-            validation set; ``None`` with :meth:`cosine`, where the mean cosine
-            of the outputs to the float model's on the calibration data is scored.
-
-    Raises:
-        ConfigTypeError: ``evaluate`` is not callable.
-
-    Example:
-        >>> Budget.cosine(0.99).min_score
-        0.99
-        >>> Budget(0.9, evaluate=lambda model: 0.95).evaluate(None)
-        0.95
-    """
-
-    min_score: float
-    evaluate: Evaluate | None = None
-
-    def __post_init__(self) -> None:
-        if self.evaluate is not None and not callable(self.evaluate):
-            msg = (
-                f"Budget evaluate must be a callable scoring a quantized model, got "
-                f"{self.evaluate!r}; use Budget.cosine(min_cosine) to score by cosine to float"
-            )
-            raise ConfigTypeError(msg)
-
-    @classmethod
-    def cosine(cls, min_cosine: float) -> Budget:
-        """Mean cosine similarity of the outputs to the float model's, per sample."""
-        return cls(float(min_cosine))
-
-    @classmethod
-    def accuracy_drop(cls, evaluate: Evaluate, float_score: float, max_drop: float) -> Budget:
-        """``evaluate`` may drop at most ``max_drop`` below ``float_score`` (absolute).
-
-        Example:
-            >>> Budget.accuracy_drop(lambda m: 0.0, float_score=0.97, max_drop=0.01).min_score
-            0.96
-        """
-        return cls(round(float_score - max_drop, 12), evaluate)
-
-
-@dataclass(frozen=True)
-class FallbackStep:
-    """One try: which patterns were float and the score it got."""
-
-    action: str
-    """``quantize all``, ``keep float``, ``give back`` (verification)."""
-    node: str | None
-    score: float
-    float_nodes: tuple[str, ...]
-    kept: bool = True
-    """False for a verification try that broke the budget (the pattern stays float)."""
-
-
-@dataclass(frozen=True)
-class FallbackResult:
-    """What :func:`fallback` chose and why.
-
-    ``qconfig_mapping`` is the user's mapping plus a ``None`` entry per float
-    pattern; pass it to ``prepare_fx`` (same model, same backend) to get
-    ``model`` again, or save it with ``qconfig_mapping.to_json()``.
-    """
-
-    qconfig_mapping: QConfigMapping
-    model: nn.Module
-    float_nodes: tuple[str, ...]
-    sensitivity: dict[str, float]
-    """Every quantized pattern's local SQNR (dB), worst first."""
-    steps: tuple[FallbackStep, ...]
-    score: float
-    met: bool
-    entries: tuple[str, ...] = field(default=())
-    """The mapping entries added, as text."""
-
-    def table(self) -> str:
-        """The steps as a text table (what ``print(result)`` shows)."""
-        lines = ["step  action        node                      score     float nodes"]
-        for index, step in enumerate(self.steps):
-            mark = "" if step.kept else "  (reverted)"
-            lines.append(
-                f"{index:<5} {step.action:<13} {step.node or '-':<25} {step.score:<9.4f} "
-                f"{len(step.float_nodes)}{mark}"
-            )
-        verdict = "met" if self.met else "NOT met"
-        lines.append(
-            f"budget {verdict}: score {self.score:.4f} with float: "
-            f"{', '.join(self.float_nodes) or 'none'}"
-        )
-        return "\n".join(lines)
-
-    __str__ = table
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain data (JSON-able): the mapping as ``to_json`` text, the nodes, scores, steps."""
-        return {
-            "qconfig_mapping": self.qconfig_mapping.to_json(),
-            "float_nodes": list(self.float_nodes),
-            "sensitivity": dict(self.sensitivity),
-            "score": self.score,
-            "met": self.met,
-            "steps": [
-                {
-                    "action": s.action,
-                    "node": s.node,
-                    "score": s.score,
-                    "float_nodes": list(s.float_nodes),
-                    "kept": s.kept,
-                }
-                for s in self.steps
-            ],
-        }
-
-
-# ---- the pieces -------------------------------------------------------------------------------
+__all__ = ["fallback"]
 
 
 @dataclass(frozen=True)
@@ -177,24 +55,6 @@ def _batches(data: Iterable[Any]) -> list[tuple[Any, ...]]:
         msg = "calibration_data is empty: give at least one batch of inputs"
         raise ConfigError(msg)
     return batches
-
-
-def _cosine_score(model: nn.Module, batches: Sequence[tuple[Any, ...]]) -> Evaluate:
-    with torch.no_grad():
-        expected = [model(*b).detach().float() for b in batches]
-
-    def score(quantized: nn.Module) -> float:
-        values = []
-        with torch.no_grad():
-            for batch, want in zip(batches, expected, strict=True):
-                got = quantized(*batch).detach().float()
-                cos = torch.nn.functional.cosine_similarity(
-                    got.reshape(got.shape[0], -1), want.reshape(want.shape[0], -1), dim=1
-                )
-                values.append(cos)
-        return float(torch.cat(values).mean())
-
-    return score
 
 
 def _quantize(setup: _Setup, mapping: QConfigMapping) -> tuple[fx.GraphModule, fx.GraphModule]:
@@ -301,7 +161,7 @@ def fallback(  # noqa: PLR0913  # five positional (the prepare_fx inputs + budge
     """Quantize ``model`` keeping the fewest, most sensitive patterns float that meet ``budget``.
 
     Args:
-        model: the float model (eval mode; not modified).
+        model: the float model, in eval mode (not modified: each try quantizes a copy).
         qconfig_mapping: the mapping to start from (e.g. the backend's default).
         example_inputs: as for ``prepare_fx``.
         calibration_data: batches of positional inputs (a tensor or a tuple each);
@@ -340,8 +200,7 @@ def fallback(  # noqa: PLR0913  # five positional (the prepare_fx inputs + budge
         )
         raise ConfigTypeError(msg)
     batches = _batches(calibration_data)
-    model = model.eval()
-    evaluate = budget.evaluate or _cosine_score(model, batches)
+    evaluate = budget.evaluate or cosine_score(model, batches)
     if not isinstance(example_inputs, tuple):
         example_inputs = (example_inputs,)
     setup = _Setup(
