@@ -49,6 +49,26 @@ from fxquant.registry import (
 
 __version__ = "0.1.0"
 
+# importable from the top level without joining the contract's __all__ (#23): the seed
+# exports default_equalization_qconfig from torch.ao.quantization, and fxquant.numerics is
+# the numerics package
+_LAZY = {
+    "default_equalization_qconfig": "fxquant.numerics.equalization",
+    "numerics": "fxquant.numerics",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        msg = f"module 'fxquant' has no attribute {name!r}"
+        raise AttributeError(msg)
+    import importlib
+
+    loaded = importlib.import_module(module)
+    return loaded if module.endswith(name) else getattr(loaded, name)
+
+
 __all__ = [
     "BackendConfig",
     "BackendPatternConfig",

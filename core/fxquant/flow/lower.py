@@ -35,6 +35,7 @@ from torch.fx import GraphModule, Node
 from fxquant.flow import epilogues
 from fxquant.flow.context import FlowContext
 from fxquant.flow.convert_qdq import attribute_value, node_qparams
+from fxquant.flow.epilogues import OUTPUT_OF_KEY, OUTPUT_QPARAMS_KEY
 from fxquant.flow.match import Match, PatternIndex, match_graph
 from fxquant.flow.report import NodeStatus, Reason, ReasonCode, Report
 from fxquant.flow.state import META_KEY, NodeInfo
@@ -137,6 +138,10 @@ def _install(
         else:
             new = gm.graph.call_function(kernel, tuple(args))
     new.meta = dict(anchor.meta)
+    # for fxquant.numerics.compare (#23): whose value the kernel computes, and its integers' qparams
+    new.meta[OUTPUT_OF_KEY] = anchor.name
+    if quantize is not None:
+        new.meta[OUTPUT_QPARAMS_KEY] = node_qparams(gm, quantize)
     replaced.replace_all_uses_with(new)
     # dict.fromkeys: when the output stays float, `replaced` is the anchor, also in nodes
     for node in dict.fromkeys([replaced, *reversed(match.nodes)]):
