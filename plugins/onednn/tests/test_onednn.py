@@ -15,7 +15,7 @@ import fxquant.observer
 import pytest
 import torch
 import torch.nn.functional as F
-from fxquant.kernels import boundary
+from fxquant.kernels import boundary, cpu
 from fxquant.torch_ao_names import as_fxquant_class
 from fxquant_onednn.kernels import FloatOp, IntegerOp
 from fxquant_onednn.patterns import LinearLeakyReLU, LinearTanh, pattern_configs
@@ -24,6 +24,10 @@ from hypothesis import strategies as st
 from torch import fx, nn
 
 BACKEND = "onednn"
+# static activations at the range oneDNN computes exactly on this CPU: 0..255 with VNNI,
+# 0..127 without (its u8 x s8 products saturate in int16 pairs there; the rules decline 8 bits)
+REDUCE_RANGE = not cpu.has_vnni()
+MINMAX = fxquant.observer.MinMaxObserver.with_args(reduce_range=REDUCE_RANGE)
 
 
 @pytest.fixture(autouse=True)
@@ -56,8 +60,7 @@ def fast_mapping(backend: str) -> Any:
     (histograms are slow to calibrate): each lowering rule gets exercised."""
     mapping = fxquant.get_default_qconfig_mapping("reference")
     minmax = fxquant.QConfig(
-        activation=fxquant.observer.MinMaxObserver,
-        weight=fxquant.observer.default_per_channel_weight_observer,
+        activation=MINMAX, weight=fxquant.observer.default_per_channel_weight_observer
     )
     per_tensor = fxquant.QConfig(minmax.activation, fxquant.observer.default_weight_observer)
     for conv_transpose in (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d):
@@ -440,8 +443,7 @@ def test_linear_between_float_ops_takes_its_output_steps_and_gelu_into_the_kerne
     # the kernel returns floats with GELU as its post op; only the input quantize is left
     torch.manual_seed(0)
     qconfig = fxquant.QConfig(
-        activation=fxquant.observer.MinMaxObserver,
-        weight=fxquant.observer.default_per_channel_weight_observer,
+        activation=MINMAX, weight=fxquant.observer.default_per_channel_weight_observer
     )
     mapping = fxquant.QConfigMapping().set_object_type(nn.Linear, qconfig)
     model = nn.Sequential(nn.LayerNorm(16), nn.Linear(16, 8), nn.GELU())
@@ -468,8 +470,7 @@ def test_a_feed_forward_block_runs_gelu_and_the_requantize_inside_the_first_kern
     # second one's uint8 input directly
     torch.manual_seed(0)
     qconfig = fxquant.QConfig(
-        activation=fxquant.observer.MinMaxObserver,
-        weight=fxquant.observer.default_per_channel_weight_observer,
+        activation=MINMAX, weight=fxquant.observer.default_per_channel_weight_observer
     )
     mapping = fxquant.QConfigMapping().set_object_type(nn.Linear, qconfig)
     model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8))

@@ -18,11 +18,20 @@ which halves a ResNet's latency against a float add between dequantize and
 quantize steps. The QAT mapping keeps those adds float too: a conv + bn + add
 cannot fuse while the BatchNorm still trains.
 
-uint8 activations over the full 0..255 range (oneDNN computes u8 x s8 without
-the int16 saturation of pre-VNNI kernels), int8 weights symmetric per output
-channel (the only weights oneDNN takes; per tensor for transposed convs).
-Activations: HistogramObserver for PTQ (it clips outliers, which min/max does
-not), moving-average min/max fake-quantize for QAT.
+uint8 activations, int8 weights symmetric per output channel (the only weights
+oneDNN takes; per tensor for transposed convs). Activations: HistogramObserver
+for PTQ (it clips outliers, which min/max does not), moving-average min/max
+fake-quantize for QAT.
+
+The activations' range depends on the CPU (``fxquant.kernels.cpu.has_vnni``,
+asked when the mapping is built): the full 0..255 with VNNI or AMX, where
+oneDNN adds each u8 x s8 product in int32; 7 bits (0..127, ``reduce_range``)
+without, where it adds pairs of products in int16 with saturation and 8-bit
+activations give wrong results (an AVX2 CPU: 10 dB instead of 37 dB of SQNR on
+a linear stack). torch.ao's x86 default reduces the range the same way. 7 bits
+cost accuracy, not speed. A user's own full-range qconfig stays correct there:
+the kernels decline it and the reference form runs it (``fxquant.explain``
+says why). ``FXQUANT_CPU_VNNI=1`` / ``0`` overrides what the CPU says.
 """
 
 from __future__ import annotations
@@ -35,11 +44,12 @@ import torch.nn.functional as F
 from fxquant import fake_quantize, observer
 from fxquant.config.qconfig import QConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
+from fxquant.kernels import cpu
 from fxquant.nn import intrinsic
 from fxquant.patterns import reference_default_qconfig_mapping
 from torch import nn
 
-__all__ = ["FLOAT_OPS", "activation_qconfig", "default_qconfig_mapping"]
+__all__ = ["FLOAT_OPS", "activation_qconfig", "default_qconfig_mapping", "dynamic_qconfig"]
 
 # ops kept float: int8 versions cost accuracy in transformers and save no time
 FLOAT_OPS: tuple[Any, ...] = (
@@ -54,13 +64,22 @@ FLOAT_OPS: tuple[Any, ...] = (
 )  # fmt: skip
 
 
-def activation_qconfig(is_qat: bool, *, reduce_range: bool = False) -> QConfig:
+def activation_qconfig(is_qat: bool, *, reduce_range: bool | None = None) -> QConfig:
     """uint8 activations and per-channel symmetric int8 weights.
 
+    Args:
+        is_qat: fake-quantize modules instead of observers.
+        reduce_range: 7-bit activations (0..127); default: on CPUs without VNNI,
+            where oneDNN's u8 x s8 products saturate on 8 bits (module docstring).
+
     Example:
-        >>> activation_qconfig(is_qat=False).activation().quant_max
+        >>> activation_qconfig(is_qat=False, reduce_range=False).activation().quant_max
         255
+        >>> activation_qconfig(is_qat=True, reduce_range=True).activation().quant_max
+        127
     """
+    if reduce_range is None:
+        reduce_range = not cpu.has_vnni()
     if is_qat:
         activation = fake_quantize.FakeQuantize.with_args(
             observer=observer.MovingAverageMinMaxObserver,
@@ -74,16 +93,42 @@ def activation_qconfig(is_qat: bool, *, reduce_range: bool = False) -> QConfig:
     return QConfig(activation=histogram, weight=observer.default_per_channel_weight_observer)
 
 
+def dynamic_qconfig(*, reduce_range: bool | None = None) -> QConfig:
+    """Dynamic int8 linear: uint8 activations quantized per call, per-channel int8 weights.
+
+    The activations' range is the default mapping's: 7 bits (0..127) on CPUs
+    without VNNI, where oneDNN's kernels decline 8-bit ones (module docstring).
+
+    Args:
+        reduce_range: 7-bit activations; default: on CPUs without VNNI.
+
+    Example:
+        >>> qconfig = dynamic_qconfig(reduce_range=True)
+        >>> observer = qconfig.activation()
+        >>> observer.is_dynamic, observer.quant_max
+        (True, 127)
+    """
+    if reduce_range is None:
+        reduce_range = not cpu.has_vnni()
+    activation = observer.PlaceholderObserver.with_args(
+        dtype=torch.uint8, quant_min=0, quant_max=127 if reduce_range else 255, is_dynamic=True
+    )
+    return QConfig(activation=activation, weight=observer.default_per_channel_weight_observer)
+
+
 def default_qconfig_mapping(is_qat: bool) -> QConfigMapping:
     """Conv, pooling and Linear inputs in int8; norms, softmax, matmuls and residual adds float.
 
+    Activations are 7-bit (0..127) on CPUs without VNNI (module docstring).
+
     Example:
         >>> import torch
+        >>> from fxquant.kernels import cpu
         >>> mapping = default_qconfig_mapping(is_qat=False)
         >>> mapping.qconfig_for("", torch.nn.LayerNorm) is None
         True
-        >>> mapping.global_qconfig.activation().quant_max
-        255
+        >>> mapping.global_qconfig.activation().quant_max == (255 if cpu.has_vnni() else 127)
+        True
     """
     mapping = reference_default_qconfig_mapping(is_qat)
     int8 = activation_qconfig(is_qat)
