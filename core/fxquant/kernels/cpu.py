@@ -1,18 +1,24 @@
-"""Whether this CPU's uint8 x int8 kernels are exact on full-range (0..255) activations.
+"""Whether this CPU's uint8 x int8 kernels are exact, and for which weights.
 
 oneDNN (the x86 and onednn backends) and FBGEMM multiply uint8 activations by
 int8 weights. With VNNI (``avx512_vnni``, ``avx_vnni``) or AMX every product is
-added in int32: exact. Without it (AVX2, AVX-512 without VNNI) the kernels add
-each pair of products in int16 with saturation (``vpmaddubsw``): 255 * 127 * 2 =
-64770 does not fit in 32767, so full-range activations give wrong results, while
-7-bit ones (0..127: at most 127 * 128 * 2 = 32512) stay exact. Measured on an
-AVX2 CPU with torch 2.13: ``onednn.qlinear_pointwise`` on random 0..255 inputs
-is off by 14% of its output range, on 0..127 inputs exact; the same for
-``onednn.qconv2d_pointwise`` (15%).
+added in int32: exact. Without it (AVX2, AVX-512 without VNNI) they add each pair
+of products in int16 with saturation (``vpmaddubsw``): 2 * 255 * 127 = 64770 does
+not fit in 32767, and results are silently wrong. Measured with torch 2.13 on an
+AVX2 CPU: ``onednn.qlinear_pointwise`` on random 0..255 inputs and -128..127
+weights is off by 14% of its output range (``qconv2d_pointwise`` 15%).
 
-So, as torch.ao does on such CPUs, backends quantize activations to 7 bits
-there (``reduce_range=True`` / ``quant_max=127``) and their lowering rules
-decline a pattern whose activations use more, leaving it in reference form.
+Two ways out, measured there: 7-bit activations (0..127: 2 * 127 * 128 = 32512),
+torch.ao's ``reduce_range``, and 7-bit weights (|w| <= 64: 2 * 255 * 64 = 32640).
+Only the second is exact for every input: ``reduce_range`` chooses the scale so
+that the calibrated range fills 0..127, but the stored integers span 0..255 (a
+value beyond the calibrated range saturates at 255, as in torch.ao's reference
+models), and those values overflow (a linear stack fed 2x its calibration range:
+10% of the output off the reference; a conv stack at 4x: 25%). 7-bit weights are
+also the more accurate (the zoo's MLP, ResNet, MobileNetV2 and BERT under the x86
+mapping: 0.3 to 2.4 dB of SQNR above 7-bit activations). So the x86 and onednn
+defaults quantize weights to -63..63 on such CPUs, and their rules check the
+weights they lower (:func:`saturation_reason`).
 
 :func:`has_vnni` asks the CPU once; the environment variable
 ``FXQUANT_CPU_VNNI`` (``1`` or ``0``) overrides the answer, read on every call:
@@ -28,25 +34,23 @@ from typing import Final
 
 import torch
 
-from fxquant.lowering import LoweringMatch, QParams
+from fxquant.lowering import QParams
 
-__all__ = [
-    "ENV_VAR",
-    "SEVEN_BIT_QUANT_MAX",
-    "activation_range",
-    "has_vnni",
-    "saturation_reason",
-]
+__all__ = ["ENV_VAR", "SEVEN_BIT_WEIGHT", "WEIGHT_BOUND", "has_vnni", "saturation_reason"]
 
 ENV_VAR: Final = "FXQUANT_CPU_VNNI"
 """``1``: treat the CPU as having VNNI; ``0``: as not having it; unset: ask the CPU."""
 
-SEVEN_BIT_QUANT_MAX: Final = 127
-"""The largest uint8 activation whose products with int8 weights cannot saturate in pairs."""
+WEIGHT_BOUND: Final = 64
+"""The largest |int8 weight| whose products with any uint8 value cannot saturate in pairs."""
+
+SEVEN_BIT_WEIGHT: Final = (-63, 63)
+"""The symmetric weight range (quant_min, quant_max) the defaults use without VNNI."""
 
 # the int32 dot products: AVX-512 VNNI, AVX-VNNI (Alder Lake and later), AMX tiles
 _EXACT_FEATURES: Final = ("avx512_vnni", "avx_vnni", "amx_int8")
 _WORDS: Final = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+_SEVEN_BITS: Final = 127  # the largest uint8 value whose products cannot saturate in pairs
 
 
 @functools.cache
@@ -78,58 +82,50 @@ def has_vnni() -> bool:
     return answer
 
 
-def activation_range(match: LoweringMatch, x: QParams) -> QParams:
-    """``x`` with the integer range the pattern's activations were quantized for.
-
-    A static input's stored integers always span the dtype (0..255: a value beyond
-    the calibrated range saturates there, as in torch.ao's reference models); the
-    range the qparams were chosen for is the pattern's qconfig's activation
-    observer's (0..127 with ``reduce_range``). A dynamic input's qparams already
-    carry the range they are chosen for.
+def largest_weight(weight: torch.Tensor) -> int:
+    """The largest magnitude among the int8 ``weight``'s values (128 for -128).
 
     Example:
-        >>> from fxquant.lowering import LoweringRule
-        >>> rule = LoweringRule(torch.nn.Linear, build=lambda match: None, name="mine")
-        >>> x = QParams(torch.uint8, 0, 255, scale=0.1, zero_point=0)
-        >>> activation_range(LoweringMatch(rule, "mine", (), (), (x,), None), x).quant_max
-        255
+        >>> largest_weight(torch.tensor([3, -128, 90], dtype=torch.int8))
+        128
     """
-    if x.is_dynamic or not match.nodes:
-        return x
-    from fxquant.flow.state import node_info  # the flow's record of the anchor's qconfig
-
-    qconfig = node_info(match.anchor).qconfig
-    if qconfig is None or qconfig.activation is None:
-        return x
-    observer = qconfig.activation()
-    low, high = getattr(observer, "quant_min", None), getattr(observer, "quant_max", None)
-    if not isinstance(low, int) or not isinstance(high, int):
-        return x
-    return QParams(x.dtype, low, high, x.scale, x.zero_point, x.axis, x.is_dynamic)
+    return int(weight.to(torch.int16).abs().max()) if weight.numel() else 0
 
 
-def saturation_reason(library: str, x: QParams) -> str | None:
-    """Why ``library``'s uint8 x int8 kernel would be wrong on inputs quantized as ``x``,
-    or ``None`` when it is exact on them (VNNI, or activations within 7 bits).
+def saturation_reason(library: str, weight: torch.Tensor, x: QParams) -> str | None:
+    """Why ``library``'s uint8 x int8 kernel would be wrong with this int8 ``weight`` on inputs
+    quantized as ``x``, or ``None`` when it is exact on this CPU.
 
+    Exact with VNNI; with weights within +-64 (any uint8 input); or when ``x`` is
+    dynamic with a chosen range within 0..127 (the values then fit it). A static
+    input's stored integers reach 255 whatever range its scale was chosen for.
     A lowering rule returns ``fxquant.lowering.Declined(reason)`` with it: the
-    pattern stays in reference form and the report says why. Pass a static
-    input through :func:`activation_range` first.
+    pattern stays in reference form and the report says why.
 
     Example:
         >>> import os
         >>> from unittest import mock
-        >>> full, seven = (QParams(torch.uint8, 0, high, is_dynamic=True) for high in (255, 127))
+        >>> x = QParams(torch.uint8, 0, 255, scale=0.1, zero_point=0)
+        >>> wide, narrow = torch.tensor([[127, -3]]), torch.tensor([[63, -3]])
         >>> with mock.patch.dict(os.environ, {"FXQUANT_CPU_VNNI": "0"}):
-        ...     saturation_reason("oneDNN", full).split(" (")[0], saturation_reason("oneDNN", seven)
-        ("oneDNN's u8 x s8 kernel saturates on CPUs without VNNI for activations over 7 bits", None)
+        ...     saturation_reason("oneDNN", wide.char(), x).split(":")[0]
+        ...     saturation_reason("oneDNN", narrow.char(), x) is None
+        "oneDNN's u8 x s8 kernel saturates on CPUs without VNNI"
+        True
     """
-    if x.dtype == torch.uint8 and x.quant_max <= SEVEN_BIT_QUANT_MAX:
-        return None
     if has_vnni():
         return None
+    if x.is_dynamic and x.dtype == torch.uint8 and x.quant_max <= _SEVEN_BITS:
+        return None
+    reached = largest_weight(weight)
+    if reached <= WEIGHT_BOUND:
+        return None
+    low, high = SEVEN_BIT_WEIGHT
     return (
-        f"{library}'s u8 x s8 kernel saturates on CPUs without VNNI for activations over "
-        f"7 bits (quant range {x.quant_min}..{x.quant_max}); use reduce_range=True / "
-        f"quant_max={SEVEN_BIT_QUANT_MAX}"
+        f"{library}'s u8 x s8 kernel saturates on CPUs without VNNI: it adds pairs of "
+        f"uint8 x int8 products in int16, exact only for weights within +-{WEIGHT_BOUND} "
+        f"(these reach {reached}) or dynamic activations within 0..{_SEVEN_BITS} (these: "
+        f"{x.quant_min}..{x.quant_max}{'' if x.is_dynamic else ', static'}); quantize the "
+        f"weights to {low}..{high} (quant_min={low}, quant_max={high}, as the backend's "
+        f"default mapping does on this CPU)"
     )

@@ -16,10 +16,10 @@
 Every rule is built from a backend's pattern list (:func:`lowering_rules`), so
 each pattern the backend quantizes has a rule.
 
-On a CPU without VNNI oneDNN's uint8 x int8 products saturate in int16 pairs on
-activations over 7 bits (``fxquant.kernels.cpu``): there the linear and conv
-rules decline such inputs (``Declined``, the report says why), and the pattern
-stays in reference form, correct, instead of lowered and wrong.
+On a CPU without VNNI oneDNN's uint8 x int8 products saturate in int16 pairs
+unless the weights stay within +-64 (``fxquant.kernels.cpu``): there the linear
+and conv rules decline other weights (``Declined``, the report says why), and
+the pattern stays in reference form, correct, instead of lowered and wrong.
 """
 
 from __future__ import annotations
@@ -106,19 +106,19 @@ def _linear_post_op(fused: nn.Module) -> tuple[str, tuple[float, ...]]:
     return "none", ()
 
 
-def _saturates(match: LoweringMatch, x: QParams) -> Declined | None:
-    """Declined when oneDNN's u8 x s8 products would saturate on ``x`` (the range the
-    pattern's activations were quantized for) on this CPU."""
-    reason = cpu.saturation_reason("oneDNN", cpu.activation_range(match, x))
+def _saturates(weight: torch.Tensor, x: QParams) -> Declined | None:
+    """Declined when oneDNN's u8 x s8 products of ``weight`` and inputs quantized as ``x``
+    could saturate on this CPU (no VNNI, weights beyond +-64: ``fxquant.kernels.cpu``)."""
+    reason = cpu.saturation_reason("oneDNN", weight, x)
     return None if reason is None else Declined(reason)
 
 
 def build_linear(match: LoweringMatch) -> nn.Module | Declined | None:
     """QLinear / DynamicQLinear / Fp16Linear for a reference linear (maybe fused).
 
-    A static input whose range would saturate oneDNN's products on this CPU
-    (over 7 bits without VNNI) is declined with the reason; a dynamic one runs
-    as two exact 7-bit GEMMs (``DynamicQLinear``'s ``split``).
+    Where oneDNN's products could saturate on this CPU (no VNNI, weights beyond
+    +-64), a static input is declined with the reason, and a dynamic one over 7
+    bits runs as two exact 7-bit GEMMs (``DynamicQLinear``'s ``split``).
 
     Example:
         >>> build_linear.__name__
@@ -142,10 +142,10 @@ def build_linear(match: LoweringMatch) -> nn.Module | Declined | None:
         if post_op != "none":
             return None
         # the kernel quantizes its input itself: two exact 7-bit GEMMs where one would saturate
-        return DynamicQLinear(*weight, bias, x, split=_saturates(match, x) is not None)
+        return DynamicQLinear(*weight, bias, x, split=_saturates(weight[0], x) is not None)
     if x.dtype != torch.uint8:
         return None
-    return _saturates(match, x) or QLinear(
+    return _saturates(weight[0], x) or QLinear(
         *weight, bias, x, match.output, post_op=post_op, post_op_args=post_op_args
     )
 
@@ -153,8 +153,8 @@ def build_linear(match: LoweringMatch) -> nn.Module | Declined | None:
 def build_conv(match: LoweringMatch) -> nn.Module | Declined | None:
     """QConv for a reference conv 1d/2d/3d, conv + relu, or conv + add (+ relu).
 
-    Declined (with the reason) when the input's range would saturate oneDNN's
-    products on this CPU; the added tensor of conv + add is only summed: any range.
+    Declined (with the reason) where oneDNN's products could saturate on this CPU
+    (no VNNI, weights beyond +-64); the added tensor of conv + add is only summed.
 
     Example:
         >>> build_conv.__name__
@@ -175,7 +175,7 @@ def build_conv(match: LoweringMatch) -> nn.Module | Declined | None:
     if any(q.dtype != torch.uint8 for q in qparams) or match.output is None:
         return None
     x, *extra = qparams
-    declined = _saturates(match, x)
+    declined = _saturates(weight[0], x)
     if declined is not None:
         return declined
     if extra:
