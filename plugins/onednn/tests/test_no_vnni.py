@@ -181,12 +181,23 @@ def test_the_default_mapping_lowers_within_one_step_even_beyond_the_calibrated_r
     assert difference <= output_step(reference) * 1.001 + 1e-6
 
 
+SEVEN_BIT_DYNAMIC = fxquant.QConfig(
+    activation=fxquant.observer.PlaceholderObserver.with_args(
+        dtype=torch.uint8, quant_min=0, quant_max=127, is_dynamic=True
+    ),
+    weight=fxquant.observer.default_per_channel_weight_observer,  # -128..127
+)
+
+
 @pytest.mark.usefixtures("no_vnni")
 @pytest.mark.parametrize(
-    ("qconfig", "split"), [(default_dynamic_qconfig, True), (dynamic_qconfig(), False)]
-)
+    ("qconfig", "split", "quant_max"),
+    [(default_dynamic_qconfig, True, 255), (dynamic_qconfig(), False, 255),
+     (SEVEN_BIT_DYNAMIC, False, 127)],
+    ids=["eight_bit", "seven_bit_weights", "seven_bit_activations"],
+)  # fmt: skip
 def test_a_dynamic_linear_runs_exactly_as_two_seven_bit_gemms_or_one(
-    qconfig: fxquant.QConfig, split: bool
+    qconfig: fxquant.QConfig, split: bool, quant_max: int
 ) -> None:
     torch.manual_seed(0)
     mapping = fxquant.QConfigMapping().set_object_type(nn.Linear, qconfig)
@@ -194,6 +205,8 @@ def test_a_dynamic_linear_runs_exactly_as_two_seven_bit_gemms_or_one(
     lowered, reference = convert(model, mapping, torch.randn(4, 64), "x86")
     kernels = [m for m in lowered.modules() if isinstance(m, DynamicQLinear)]
     assert [k.split for k in kernels] == [split, split]
+    # qparams chosen over the observer's range, as the reference's choose_qparams step does
+    assert [k.quant_max for k in kernels] == [quant_max, quant_max]
     x = torch.randn(16, 64) * 5
     with torch.no_grad():
         assert torch.allclose(lowered(x), reference(x), rtol=1e-4, atol=1e-4)
