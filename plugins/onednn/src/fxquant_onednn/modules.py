@@ -321,12 +321,12 @@ class DynamicQLinear(QLinear):
     transformer's query, key and value) merge into one
     :class:`SharedInputDynamicQLinear`, which quantizes that input once.
 
-    ``split``: for a CPU without VNNI, where oneDNN's u8 x s8 products saturate on
-    inputs over 7 bits (``fxquant.kernels.cpu``), an 8-bit input ``q`` runs as two
-    exact GEMMs on its 7-bit high part and its lowest bit (``q = 2 * (q >> 1) + (q & 1)``),
-    summed in float: the reference's numerics at twice the GEMM time (still 1.3-2.8x
-    faster than float32 on BERT-sized linears, measured on AVX2); 7-bit inputs (the x86
-    and onednn defaults there) run one GEMM.
+    ``split``: for a CPU without VNNI, where oneDNN's u8 x s8 products saturate unless
+    the weights stay within +-64 or the inputs within 7 bits (``fxquant.kernels.cpu``),
+    an 8-bit input ``q`` runs as two exact GEMMs on its 7-bit high part and its lowest
+    bit (``q = 2 * (q >> 1) + (q & 1)``), summed in float: the reference's numerics at
+    2-3.3x the one-GEMM time, 1.1-1.3x faster than a float32 linear (BERT-base sizes,
+    one AVX2 thread). The x86 and onednn defaults there (7-bit weights) run one GEMM.
 
     Example:
         >>> x = QParams(torch.uint8, 0, 255, is_dynamic=True)

@@ -141,7 +141,7 @@ def dynamic_qconfig(*, seven_bit_weights: bool | None = None) -> QConfig:
 
     The weights are the default mapping's: 7 bits (-63..63) on CPUs without VNNI
     (module docstring). Dynamic linears with 8-bit weights and activations run
-    exactly there too, as two 7-bit GEMMs (``DynamicQLinear``), at twice the time.
+    exactly there too, as two 7-bit GEMMs (``DynamicQLinear``), at 2-3x the time.
 
     Args:
         seven_bit_weights: weights in -63..63; default: on CPUs without VNNI.

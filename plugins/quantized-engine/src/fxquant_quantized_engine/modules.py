@@ -340,7 +340,7 @@ class QuantizedLinearDynamic(_Weighted):
     ``reduce_range`` is True when the dynamic activation range is 7 bits (0..127).
     ``split``: on fbgemm without VNNI, weights beyond +-64 with 8-bit activations
     saturate (``fxquant.kernels.cpu``); the weight runs as two exact GEMMs, its high
-    half (``w >> 1``, twice the scale) and its lowest bit, at twice the time.
+    half (``w >> 1``, twice the scale) and its lowest bit: two GEMMs' time.
 
     Example:
         >>> from fxquant.nn import reference
