@@ -7,6 +7,7 @@
     Quantize/Dequantize  the steps next to a kernel, offered to its ``absorb``
     LoweringRule       a backend's kernel for one reference pattern (``fxquant_lowering_kernels``)
     LoweringMatch      one place in a reference model that a rule's ``build`` lowers
+    Declined           what ``build`` returns instead of ``None`` to say why it declines
 
 A leaf: at import it needs nothing of fxquant but the exception tree
 (``fxquant.errors``, which imports nothing), so the flow, the registry, the
@@ -41,6 +42,7 @@ __all__ = [
     "STATIC_DEQUANTIZE_OPS",
     "STATIC_QUANTIZE_OPS",
     "AddInput",
+    "Declined",
     "Dequantize",
     "LoweringMatch",
     "LoweringRule",
@@ -211,6 +213,23 @@ class AddInput:
 
 
 @dataclass(frozen=True, slots=True)
+class Declined:
+    """What a rule's ``build`` returns to decline with a reason: like ``None``, the place
+    stays in reference form (``no_lowering_kernel``), and the report's words give ``reason``.
+
+    For a kernel that would be wrong on these qparams on this machine (oneDNN's
+    uint8 x int8 products saturate on full-range activations without VNNI): the
+    user's model stays correct and ``fxquant.explain`` says what to change.
+
+    Example:
+        >>> Declined("the kernel saturates at quant range 0..255; use quant_max=127").reason
+        'the kernel saturates at quant range 0..255; use quant_max=127'
+    """
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class LoweringRule:
     """How a backend lowers one reference pattern to its own kernel.
 
@@ -221,7 +240,8 @@ class LoweringRule:
     LinearReLU``), only where every matched node was quantized at prepare, and
     calls ``build(match)`` with a ``LoweringMatch``. ``build`` returns the
     kernel (an ``nn.Module``, or any callable) or ``None`` to decline, which
-    leaves that place in reference form (reported as ``no_lowering_kernel``).
+    leaves that place in reference form (reported as ``no_lowering_kernel``);
+    :class:`Declined` declines the same way and the report gives its reason.
 
     The kernel is called as ``kernel(*args)``, one argument per entry of
     ``match.inputs``: the integer tensor for a statically quantized input,
@@ -261,7 +281,7 @@ class LoweringRule:
         pattern: the op(s), in the simple pattern format of
             ``BackendPatternConfig`` (or the reversed nested format when
             ``complex_format`` is True).
-        build: ``build(match: LoweringMatch)`` -> kernel, or ``None``.
+        build: ``build(match: LoweringMatch)`` -> kernel, ``None`` or :class:`Declined`.
         name: a short name shown by ``fxquant show`` (e.g. ``"qlinear"``).
         complex_format: whether ``pattern`` is in the reversed nested format.
         tolerance: how far the kernel's output may be from the reference

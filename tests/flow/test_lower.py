@@ -21,6 +21,7 @@ from fxquant.flow.context import FlowContext
 from fxquant.flow.convert import convert_fx, convert_to_reference_fx
 from fxquant.flow.state import META_KEY
 from fxquant.kernels import boundary
+from fxquant.lowering import Declined
 from fxquant.nn import reference
 from fxquant.observer import MinMaxObserver
 from fxquant.patterns import conv_configs, linear_configs
@@ -296,6 +297,25 @@ def test_a_declining_rule_leaves_the_pattern_in_reference_form() -> None:
     ref.recompile()
     assert ref.code == before
     assert report.entry("_0").reason.code == "no_lowering_kernel"
+
+
+def test_a_rule_declining_with_a_reason_leaves_reference_form_and_the_report_says_why() -> None:
+    prepared = hand_prepare(
+        nn.Sequential(nn.ReLU()), {nn.ReLU: ADD}, STATIC, activation=MinMaxObserver
+    )
+    calibrate(prepared, torch.randn(8))
+    from fxquant.flow.lower import lower
+
+    ref = convert_to_reference_fx(prepared)
+    before = ref.code
+    why = "the kernel saturates on this CPU; quantize the weights to -63..63"
+    rule = LoweringRule(nn.ReLU, build=lambda m: Declined(why), name="no")
+    report = lower(ref, context("x", rule), ref.meta[META_KEY].report)
+    ref.recompile()
+    assert ref.code == before
+    entry = report.entry("_0")
+    assert (entry.status, entry.reason.code) == ("reference", "no_lowering_kernel")
+    assert f"(the lowering rule declined it: {why})" in entry.reason.words
 
 
 def test_functional_linear_weight_is_quantized_once_into_an_integer_buffer() -> None:

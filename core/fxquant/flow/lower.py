@@ -15,7 +15,7 @@ and stored as integer buffers, quantize/dequantize steps left without users
 are removed, and :mod:`fxquant.flow.epilogues` tidies the steps between kernels
 (float32 boundary quantize, kernels taking over the steps next to them). The
 report marks lowered nodes ``lowered`` and gives every other quantized node the
-reason ``no_lowering_kernel``.
+reason ``no_lowering_kernel`` (with the rule's words when it returned ``Declined``).
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from fxquant.lowering import (
     QDQ_OPS,
     STATIC_DEQUANTIZE_OPS,
     STATIC_QUANTIZE_OPS,
+    Declined,
     LoweringMatch,
     LoweringRule,
     QParams,
@@ -76,7 +77,13 @@ def _input(gm: GraphModule, value: Node) -> tuple[Node, QParams | None]:
     if value.op == "call_function" and value.target == _DYNAMIC_DEQUANTIZE:
         q = value.args[0]
         assert isinstance(q, Node)  # convert feeds dequantize from a quantize node
-        _, _, _, low, high, dtype = value.args
+        _, scale, _, low, high, dtype = value.args
+        # the range the qparams are chosen for (the observer's: 0..127 with reduce_range), as
+        # the reference does; the values fit it, whatever the stored range (#AVX2: a kernel
+        # choosing over 0..255 instead was more precise than the reference and saturated)
+        choose = scale.args[0] if isinstance(scale, Node) and scale.args else None
+        if isinstance(choose, Node) and choose.target == CHOOSE_QPARAMS_OP:
+            _, low, high, _ = choose.args
         x = q.args[0]
         assert isinstance(x, Node)  # the float input of the dynamic quantize
         return x, QParams(dtype, low, high, is_dynamic=True)  # type: ignore[arg-type]  # convert wrote these
@@ -156,7 +163,11 @@ def _fits(match: Match[LoweringRule]) -> bool:
 
 
 def _lower_one(
-    gm: GraphModule, match: Match[LoweringRule], backend: str, modules: _Modules
+    gm: GraphModule,
+    match: Match[LoweringRule],
+    backend: str,
+    modules: _Modules,
+    declined: dict[str, str],
 ) -> bool:
     external = _external_inputs(match.nodes)
     if match.payload.quantized:
@@ -176,6 +187,9 @@ def _lower_one(
         output=None if quantize is None else node_qparams(gm, quantize),
     )
     kernel = match.payload.build(lowering)
+    if isinstance(kernel, Declined):  # the report gives the rule's reason
+        declined.update(dict.fromkeys((n.name for n in match.nodes), kernel.reason))
+        return False
     if kernel is None:
         return False
     _install(gm, match, kernel, modules, [node for node, _ in pairs], quantize)
@@ -218,7 +232,12 @@ def _remove_dead(gm: GraphModule) -> None:
 
 
 def _update_report(
-    report: Report, lowered: set[str], backend: str, has_rules: bool, deployed: bool
+    report: Report,
+    lowered: set[str],
+    declined: dict[str, str],
+    backend: str,
+    has_rules: bool,
+    deployed: bool,
 ) -> Report:
     entries = []
     for entry in report.entries():
@@ -226,6 +245,8 @@ def _update_report(
             entry = dataclasses.replace(entry, status=NodeStatus.LOWERED, reason=None)
         elif entry.status == NodeStatus.REFERENCE and not (deployed and not has_rules):
             where = "the lowering rule declined it" if has_rules else "the backend has none"
+            if entry.node in declined:
+                where = f"{where}: {declined[entry.node]}"
             words = (
                 f"{entry.node}: no lowering kernel in backend {backend!r} for "
                 f"{entry.pattern or entry.op} ({where}); it stays in reference form"
@@ -247,6 +268,7 @@ def lower(gm: GraphModule, ctx: FlowContext, report: Report) -> Report:
     """
     rules, backend = ctx.lowering_rules, ctx.backend_config.name
     lowered: set[str] = set()
+    declined: dict[str, str] = {}  # node -> the reason its rule gave (``Declined``)
     if rules:
         by_name = dict(gm.named_modules())
         uses = Counter(str(n.target) for n in gm.graph.nodes if n.op == "call_module")
@@ -257,7 +279,7 @@ def lower(gm: GraphModule, ctx: FlowContext, report: Report) -> Report:
         matches = {id(m): m for m in found.values()}
         for match in matches.values():
             names = [n.name for n in match.nodes]
-            if _lower_one(gm, match, backend, modules) and match.payload.quantized:
+            if _lower_one(gm, match, backend, modules, declined) and match.payload.quantized:
                 lowered.update(names)  # float rules leave the report alone: never quantized
         _fold_weights(gm)
         epilogues.shape_reads_from_integers(gm)
@@ -268,4 +290,4 @@ def lower(gm: GraphModule, ctx: FlowContext, report: Report) -> Report:
         epilogues.absorb_inputs(gm)
         epilogues.merge_siblings(gm)
         _remove_dead(gm)
-    return _update_report(report, lowered, backend, bool(rules), ctx.deployed)
+    return _update_report(report, lowered, declined, backend, bool(rules), ctx.deployed)
