@@ -13,6 +13,8 @@
     │   └── PluginAPIVersionError           a plugin targets a plugin-API version we lack
     └── QuantizationSkipped (RuntimeError)  strict mode: a pattern would be left in float
 
+    PluginWarning (UserWarning)             a broken extension was left out of its backend
+
 Catching the builtin base (``ValueError``, ``KeyError``...) keeps working for
 code written against torch.ao, while ``FxquantError`` catches everything of ours.
 """
@@ -28,10 +30,12 @@ __all__ = [
     "PluginAPIVersionError",
     "PluginConflictError",
     "PluginError",
+    "PluginWarning",
     "QuantizationSkipped",
     "UnknownBackendError",
     "UnsafeNameError",
     "UntraceableModelError",
+    "extension_skipped_warning",
 ]
 
 
@@ -108,3 +112,30 @@ class QuantizationSkipped(FxquantError, RuntimeError):
     def __init__(self, message: str, skipped: list[object] | None = None) -> None:
         super().__init__(message)
         self.skipped: list[object] = list(skipped or [])
+
+
+class PluginWarning(UserWarning):
+    """A plugin extending a backend failed; the backend loaded without it (#22)."""
+
+
+def extension_skipped_warning(info: object) -> str:
+    """The one warning for a broken extension: who failed, why, and how to switch it off.
+
+    ``info`` is the extension's ``fxquant.registry.loading.PluginInfo``.
+
+    Example:
+        >>> from fxquant.registry.loading import PluginInfo
+        >>> extension_skipped_warning(
+        ...     PluginInfo("x86", "acme-x86", "1.0", "x86 = acme.plugin", reason="ImportError: no")
+        ... )[:60]
+        "backend 'x86' loaded without acme-x86 1.0 (entry point 'x86 "
+    """
+    backend = getattr(info, "backend", "?")
+    label = getattr(info, "label", repr(info))
+    dist = getattr(info, "distribution", "?")
+    reason = getattr(info, "reason", "")
+    return (
+        f"backend {backend!r} loaded without {label}, which extends it and failed: {reason}; "
+        f"switch it off with FXQUANT_DISABLE_PLUGINS={dist}, or set FXQUANT_STRICT_PLUGINS=1 "
+        "to make a failing extension an error"
+    )

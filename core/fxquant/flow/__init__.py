@@ -26,6 +26,7 @@ from fxquant.flow.fuse import fuse as _fuse
 from fxquant.flow.prepare import prepare as _prepare_graph
 from fxquant.flow.report import Report, raise_if_skipped
 from fxquant.flow.state import META_KEY, FlowMeta, FlowState
+from fxquant.flow.trace import TRACING_LOCK
 from fxquant.flow.trace import trace as _trace
 
 __all__ = [
@@ -54,12 +55,14 @@ def fuse_fx(
         'ConvReLU2d'
     """
     ctx = FlowContext.for_fuse(fuse_custom_config, backend_config)
-    return _fuse(_trace(model, ctx), ctx)
+    with TRACING_LOCK:  # tracing patches torch.nn.Module process-wide (#18)
+        return _fuse(_trace(model, ctx), ctx)
 
 
 def _prepare(model: nn.Module, ctx: FlowContext, step: str) -> fx.GraphModule:
-    gm = _fuse(_trace(model, ctx), ctx, recompile=False)  # prepare recompiles once
-    gm, report = _prepare_graph(gm, ctx)
+    with TRACING_LOCK:  # tracing patches torch.nn.Module process-wide (#18)
+        gm = _fuse(_trace(model, ctx), ctx, recompile=False)  # prepare recompiles once
+        gm, report = _prepare_graph(gm, ctx)
     assert ctx.qconfig_mapping is not None  # for_prepare always sets it
     gm.meta = FlowMeta(gm.meta)  # so torch.save of a prepared model works (without the state)
     gm.meta[META_KEY] = FlowState(

@@ -1,7 +1,20 @@
-"""The quantized engine switch, and torch's quint8 deprecation warning kept inside kernels."""
+"""The quantized engine switch, and torch's quint8 deprecation warning kept inside kernels.
+
+``torch.backends.quantized.engine`` is one process-wide setting, and some kernels read
+it while they run (prepacking, add/mul/cat pick their implementation by it). Kernels of
+one engine may run in many threads at once; a kernel of another engine waits until they
+are done (a lease, #18). The first kernel in selects the engine, the last one out puts
+back the engine it found, so between kernels the engine is the user's, and two threads
+never flip it under each other::
+
+    thread A (fbgemm)   lease ----- kernel ----- kernel --- release
+    thread B (fbgemm)        lease --- kernel --- release
+    thread C (qnnpack)       waits ...........................  lease -- kernel -- release
+"""
 
 from __future__ import annotations
 
+import threading
 import warnings
 from collections.abc import Callable
 from types import TracebackType
@@ -56,13 +69,85 @@ class _Quiet:
             self._catch.__exit__(kind, value, tb)
 
 
+_ENGINE_IDS: dict[str, int] = {}
+
+
 def _engine_id(name: str) -> int:
-    previous = torch.backends.quantized.engine
-    try:
-        torch.backends.quantized.engine = name
-        return int(torch._C._get_qengine())
-    finally:
-        torch.backends.quantized.engine = previous
+    """The id torch gives engine ``name``; found without switching (another thread's
+    kernel may be running on the current engine, #18)."""
+    found = _ENGINE_IDS.get(name)
+    if found is None:
+        if name not in torch.backends.quantized.supported_engines:
+            msg = (
+                f"quantized engine {name!r} is not in this torch build; supported: "
+                f"{', '.join(torch.backends.quantized.supported_engines)}"
+            )
+            raise RuntimeError(msg)
+        found = _ENGINE_IDS[name] = int(torch.backends.quantized._get_qengine_id(name))
+    return found
+
+
+class _Lease:
+    """Who holds the process's quantized engine: one engine id, any number of threads."""
+
+    lock = threading.Lock()
+    free = threading.Condition(lock)
+    engine = -1  # the engine id the holders run on
+    holders = 0
+    restore = -1  # the engine the first holder found, put back by the last one
+    local = threading.local()  # per thread: how deep it holds the lease
+
+
+def acquire_engine(engine: int) -> None:
+    """Hold the quantized engine ``engine`` (an id) for this thread; wait for other engines.
+
+    A thread that already holds the lease and asks for another engine (nested scopes of
+    two engines) switches at once: waiting would wait for itself.
+
+    Example:
+        >>> acquire_engine(_engine_id("qnnpack")); torch.backends.quantized.engine
+        'qnnpack'
+        >>> release_engine()
+    """
+    depth = getattr(_Lease.local, "depth", 0)
+    with _Lease.lock:
+        if depth == 0:
+            while _Lease.holders and _Lease.engine != engine:
+                _Lease.free.wait()
+        if _Lease.holders == 0:
+            _Lease.restore = _GET_ENGINE()
+        if _GET_ENGINE() != engine:
+            _SET_ENGINE(engine)
+        stack = getattr(_Lease.local, "stack", None)
+        if stack is None:
+            stack = _Lease.local.stack = []
+        stack.append(_Lease.engine if depth else -1)
+        _Lease.engine = engine
+        _Lease.holders += 1
+    _Lease.local.depth = depth + 1
+
+
+def release_engine() -> None:
+    """Give back this thread's innermost hold (see :func:`acquire_engine`).
+
+    Example:
+        >>> before = torch.backends.quantized.engine
+        >>> acquire_engine(_engine_id("qnnpack")); release_engine()
+        >>> torch.backends.quantized.engine == before
+        True
+    """
+    _Lease.local.depth -= 1
+    with _Lease.lock:
+        _Lease.holders -= 1
+        outer = _Lease.local.stack.pop()
+        if _Lease.holders == 0:
+            if _GET_ENGINE() != _Lease.restore:
+                _SET_ENGINE(_Lease.restore)
+            _Lease.engine = -1
+            _Lease.free.notify_all()
+        elif outer not in (-1, _Lease.engine):  # a nested scope ends: the outer engine
+            _Lease.engine = outer
+            _SET_ENGINE(outer)
 
 
 class EngineScope:
@@ -79,18 +164,15 @@ class EngineScope:
         True
     """
 
-    __slots__ = ("_id", "_previous", "_quiet", "name")
+    __slots__ = ("_id", "_quiet", "name")
 
     def __init__(self, name: str) -> None:
         self.name = name
         self._id = _engine_id(name)
-        self._previous = self._id
         self._quiet = _Quiet()
 
     def __enter__(self) -> EngineScope:
-        self._previous = int(torch._C._get_qengine())
-        if self._previous != self._id:
-            torch._C._set_qengine(self._id)
+        acquire_engine(self._id)
         self._quiet.__enter__()
         return self
 
@@ -101,5 +183,4 @@ class EngineScope:
         tb: TracebackType | None,
     ) -> None:
         self._quiet.__exit__(kind, value, tb)
-        if self._previous != self._id:
-            torch._C._set_qengine(self._previous)
+        release_engine()
