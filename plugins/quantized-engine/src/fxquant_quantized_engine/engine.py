@@ -87,21 +87,20 @@ def _engine_id(name: str) -> int:
     return found
 
 
-class _Lease:
-    """Who holds the process's quantized engine: one engine id, any number of threads."""
-
-    lock = threading.Lock()
-    free = threading.Condition(lock)
-    engine = -1  # the engine id the holders run on
-    holders = 0
-    restore = -1  # the engine the first holder found, put back by the last one
-    local = threading.local()  # per thread: how deep it holds the lease
+# the lease (#18): which engine id the holders run on, how many hold it, the engine the
+# first holder found (put back by the last one), how many threads wait for another engine
+_ENGINE, _HOLDERS, _RESTORE, _WAITING = 0, 1, 2, 3
+_LEASE = [-1, 0, -1, 0]
+_LOCK = threading.Lock()
+_FREE = threading.Condition(_LOCK)
+_LOCAL = threading.local()  # per thread: the engines of its outer holds (a stack)
 
 
 def acquire_engine(engine: int) -> None:
     """Hold the quantized engine ``engine`` (an id) for this thread; wait for other engines.
 
-    A thread that already holds the lease and asks for another engine (nested scopes of
+    The kernels' hot path (two calls per kernel): kept to a lock and a few list reads. A
+    thread that already holds the lease and asks for another engine (nested scopes of
     two engines) switches at once: waiting would wait for itself.
 
     Example:
@@ -109,26 +108,30 @@ def acquire_engine(engine: int) -> None:
         'qnnpack'
         >>> release_engine()
     """
-    depth = getattr(_Lease.local, "depth", 0)
-    with _Lease.lock:
-        if depth == 0:
-            while _Lease.holders and _Lease.engine != engine:
-                _Lease.free.wait()
-        if _Lease.holders == 0:
-            _Lease.restore = _GET_ENGINE()
-        if _GET_ENGINE() != engine:
+    stack = _LOCAL.__dict__.setdefault("stack", [])
+    lease = _LEASE
+    with _LOCK:
+        if not stack:
+            while lease[_HOLDERS] and lease[_ENGINE] != engine:
+                lease[_WAITING] += 1
+                _FREE.wait()
+                lease[_WAITING] -= 1
+        if lease[_HOLDERS] == 0:
+            lease[_RESTORE] = current = _GET_ENGINE()
+            if current != engine:
+                _SET_ENGINE(engine)
+        elif lease[_ENGINE] != engine:  # nested: this thread holds another engine
             _SET_ENGINE(engine)
-        stack = getattr(_Lease.local, "stack", None)
-        if stack is None:
-            stack = _Lease.local.stack = []
-        stack.append(_Lease.engine if depth else -1)
-        _Lease.engine = engine
-        _Lease.holders += 1
-    _Lease.local.depth = depth + 1
+        stack.append(lease[_ENGINE])
+        lease[_ENGINE] = engine
+        lease[_HOLDERS] += 1
 
 
 def release_engine() -> None:
     """Give back this thread's innermost hold (see :func:`acquire_engine`).
+
+    The last holder puts back the engine the first one found, unless the user set
+    another engine meanwhile (theirs stays).
 
     Example:
         >>> before = torch.backends.quantized.engine
@@ -136,17 +139,20 @@ def release_engine() -> None:
         >>> torch.backends.quantized.engine == before
         True
     """
-    _Lease.local.depth -= 1
-    with _Lease.lock:
-        _Lease.holders -= 1
-        outer = _Lease.local.stack.pop()
-        if _Lease.holders == 0:
-            if _GET_ENGINE() != _Lease.restore:
-                _SET_ENGINE(_Lease.restore)
-            _Lease.engine = -1
-            _Lease.free.notify_all()
-        elif outer not in (-1, _Lease.engine):  # a nested scope ends: the outer engine
-            _Lease.engine = outer
+    stack = _LOCAL.stack
+    lease = _LEASE
+    with _LOCK:
+        outer = stack.pop()
+        lease[_HOLDERS] -= 1
+        if lease[_HOLDERS] == 0:
+            current = _GET_ENGINE()
+            if current == lease[_ENGINE] != lease[_RESTORE]:
+                _SET_ENGINE(lease[_RESTORE])
+            lease[_ENGINE] = -1
+            if lease[_WAITING]:
+                _FREE.notify_all()
+        elif stack and outer != lease[_ENGINE]:  # a nested scope ends: the outer engine again
+            lease[_ENGINE] = outer
             _SET_ENGINE(outer)
 
 
