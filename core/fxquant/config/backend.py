@@ -637,7 +637,17 @@ class BackendPatternConfig:
             >>> len(a.dtype_configs), len(b.dtype_configs)
             (0, 1)
         """
-        return BackendPatternConfig.from_dict(self.to_dict())
+        # fields, not from_dict(to_dict()): this config is valid already, and the registry
+        # copies every pattern at assembly and on each get_backend_config (#18); the
+        # DTypeConfigs in the list are frozen, so a new list is a full copy
+        copied = object.__new__(type(self))
+        copied.__dict__.update(self.__dict__)
+        copied.dtype_configs = list(self.dtype_configs)
+        copied._num_tensor_args_to_observation_type = dict(
+            self._num_tensor_args_to_observation_type
+        )
+        copied._input_type_to_index = dict(self._input_type_to_index)
+        return copied
 
     def to_dict(self) -> dict[str, Any]:
         """The dict form with torch.ao's keys; unset entries are left out.
