@@ -229,8 +229,9 @@ def test_re_exported_function_is_refused() -> None:
         BackendConfig.from_json(backend_json(fuser_method=ref))
     # refused from the name alone (#18): serialize is no module fusers are read from
     assert str(info.value) == (
-        "configs[0].fuser_method: 'fxquant.config.serialize.importlib.import_module' is not in "
-        "a module fxquant reads a fuser function from (fxquant.nn.fusers, fxquant.patterns.conv_add)"
+        "configs[0].fuser_method: 'fxquant.config.serialize.importlib.import_module' is not "
+        "in a module fxquant reads a fuser function from "
+        "(fxquant.nn.fusers, fxquant.patterns.conv_add)"
     )
 
 
