@@ -22,6 +22,7 @@ from typing import Any, Final
 import torch
 
 from fxquant.config import pattern as patterns
+from fxquant.config.checks import check_real
 from fxquant.config.pattern import Pattern
 from fxquant.dtypes import canonical_dtype
 from fxquant.errors import ConfigError, ConfigTypeError
@@ -116,8 +117,13 @@ class DTypeWithConstraints:
         _check_dtype(self.dtype, "DTypeWithConstraints dtype")
         for name in ("quant_min_lower_bound", "quant_max_upper_bound"):
             _check_number(getattr(self, name), name, (int, float))
+            # a NaN bound compares False both ways: it silently switched the check off (#18)
+            check_real(getattr(self, name), f"DTypeWithConstraints {name}", optional=True)
         for name in ("scale_min_lower_bound", "scale_max_upper_bound", "scale_exact_match"):
             _check_number(getattr(self, name), name, (int, float))
+            check_real(
+                getattr(self, name), f"DTypeWithConstraints {name}", positive=True, optional=True
+            )
         _check_number(self.zero_point_exact_match, "zero_point_exact_match", (int,))
         self._check_order("quant_min_lower_bound", "quant_max_upper_bound")
         self._check_order("scale_min_lower_bound", "scale_max_upper_bound")

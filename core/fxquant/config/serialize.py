@@ -424,9 +424,30 @@ def _decode_constructor(data: object, path: str) -> Any:
     if not isinstance(kwargs, Mapping):
         msg = f"{path}.kwargs: expected an object of keyword arguments, got {kwargs!r}"
         raise ConfigError(msg)
-    return ModuleFactory(
+    factory = ModuleFactory(
         cls, {k: _decode_value(v, f"{path}.kwargs.{k}") for k, v in kwargs.items()}
     )
+    _try_build(factory, path)
+    return factory
+
+
+def _try_build(factory: ModuleFactory, path: str) -> None:
+    """Build the observer once, so a bad argument fails here with its JSON path (#18).
+
+    Observers validate their arguments in their constructors; without this, ``eps``
+    NaN from a file would only fail (or silently give NaN scales) inside prepare_fx.
+    """
+    try:
+        factory()
+    except (ConfigError, ConfigTypeError) as error:
+        msg = f"{path}.kwargs: {error}"
+        raise type(error)(msg) from error
+    except TypeError as error:  # an argument the class does not take
+        msg = f"{path}.kwargs: {error}"
+        raise ConfigTypeError(msg) from error
+    except Exception as error:  # torch refusing a value (a device, a dtype...)
+        msg = f"{path}.kwargs: {factory!r} cannot be built: {type(error).__name__}: {error}"
+        raise ConfigError(msg) from error
 
 
 def _encode_qconfig(qconfig: object, path: str) -> Any:
@@ -503,9 +524,8 @@ def _decode_constrained(data: object, path: str) -> Any:
             raise ConfigError(msg)
         dtype = data.get("dtype")
         fields = {k: v for k, v in data.items() if k != "dtype"}
-        return DTypeWithConstraints(
-            dtype=None if dtype is None else _decode_dtype(dtype, f"{path}.dtype"), **fields
-        )
+        decoded = None if dtype is None else _decode_dtype(dtype, f"{path}.dtype")
+        return _with_path(path, lambda f: DTypeWithConstraints(dtype=decoded, **f), fields)
     msg = f"{path}: expected a dtype name or an object of dtype constraints, got {data!r}"
     raise ConfigError(msg)
 
@@ -664,17 +684,55 @@ def backend_config_to_json(backend_config: BackendConfig) -> str:
     return json.dumps({"name": backend_config.name, "configs": configs})
 
 
-def _loads(text: object, owner: str) -> dict[str, Any]:
-    if not isinstance(text, (str, bytes)):
+# a config nests a dozen levels; a deeper document is refused before it is walked (#18:
+# 500+ levels raised RecursionError)
+MAX_DEPTH: Final = 64
+
+
+def _depth_exceeded(data: object) -> bool:
+    """Whether ``data`` nests deeper than :data:`MAX_DEPTH` (iterative: no recursion)."""
+    stack: list[tuple[object, int]] = [(data, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return True
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+    return False
+
+
+def _text(text: object, owner: str) -> str:
+    if isinstance(text, (bytes, bytearray)):
+        try:
+            return bytes(text).decode("utf-8-sig")  # JSON is UTF-8 (RFC 8259); a BOM is allowed
+        except UnicodeDecodeError as error:
+            msg = (
+                f"{owner}.from_json: the bytes are not UTF-8 (byte {error.start}: "
+                f"{bytes(text)[error.start : error.start + 1]!r}); JSON files are UTF-8"
+            )
+            raise ConfigError(msg) from error
+    if not isinstance(text, str):
         msg = f"{owner}.from_json expects a str, got {text!r} of type {type(text).__name__}"
         raise ConfigTypeError(msg)
+    return text
+
+
+def _loads(text: object, owner: str) -> dict[str, Any]:
     try:
-        data = json.loads(text)
+        data = json.loads(_text(text, owner))
     except json.JSONDecodeError as error:
         msg = f"{owner}.from_json: the text is not valid JSON ({error})"
         raise ConfigError(msg) from error
+    except RecursionError as error:
+        msg = f"{owner}.from_json: the JSON nests deeper than {MAX_DEPTH} levels"
+        raise ConfigError(msg) from error
     if not isinstance(data, dict):
         msg = f"{owner}.from_json expects a JSON object, got {data!r}"
+        raise ConfigError(msg)
+    if _depth_exceeded(data):
+        msg = f"{owner}.from_json: the JSON nests deeper than {MAX_DEPTH} levels"
         raise ConfigError(msg)
     return data
 
