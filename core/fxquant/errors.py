@@ -4,6 +4,7 @@
     ├── ConfigError (ValueError)            a config value is out of range or malformed
     │   └── UnsafeNameError                 a JSON name resolves outside the allowed modules
     ├── ConfigTypeError (TypeError)         a config argument has the wrong type
+    ├── CheckpointError (ValueError)        a checkpoint file is corrupt, changed or does not fit
     ├── UntraceableModelError (TypeError)   symbolic tracing failed inside the user's model
     ├── ExportError (RuntimeError)          torch.export could not capture a converted model
     ├── UnknownBackendError (KeyError)      no installed plugin provides that backend
@@ -23,6 +24,7 @@ code written against torch.ao, while ``FxquantError`` catches everything of ours
 from __future__ import annotations
 
 __all__ = [
+    "CheckpointError",
     "ConfigError",
     "ConfigTypeError",
     "ConfigWarning",
@@ -52,6 +54,11 @@ class ConfigError(FxquantError, ValueError):
 
 class ConfigTypeError(FxquantError, TypeError):
     """A config argument has the wrong type."""
+
+
+class CheckpointError(FxquantError, ValueError):
+    """A checkpoint cannot be trusted: truncated, corrupt, changed since saved, or it does
+    not fit the model (``fxquant.checkpoint``, #18). The message names the file."""
 
 
 class UnsafeNameError(ConfigError):
