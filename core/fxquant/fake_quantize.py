@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 
+from fxquant.config.checks import check_flag, check_integer
 from fxquant.dtypes import is_per_channel, is_symmetric, qscheme_name, quant_range
 from fxquant.errors import ConfigError, ConfigTypeError
-from fxquant.config.checks import check_flag, check_integer
 from fxquant.factory import ModuleFactory
 from fxquant.observer import (
     FixedQParamsObserver,

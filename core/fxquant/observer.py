@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 import torch
 
+from fxquant.config.checks import check_flag, check_integer, check_real, check_unit_interval
 from fxquant.dtypes import (
     canonical_dtype,
     dtypes_match,
@@ -39,7 +40,6 @@ from fxquant.dtypes import (
     quant_range,
 )
 from fxquant.errors import ConfigError, ConfigTypeError
-from fxquant.config.checks import check_flag, check_integer, check_real, check_unit_interval
 from fxquant.factory import ModuleFactory
 
 __all__ = [
