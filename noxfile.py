@@ -1,4 +1,5 @@
-"""Developer sessions: `nox -s tests`, `lint`, `typecheck`, `docs`, `demo`, `bench`, `plugin`.
+"""Developer sessions: `nox -s tests`, `lint`, `typecheck`, `docs`, `demo`, `bench`, `plugin`,
+`fuzz`.
 
 Every session that needs torch installs ``torch==2.13.0`` first and explicitly:
 an unpinned torch (asked for directly or through a dependency's range) pulls
@@ -77,6 +78,31 @@ def tests(session: nox.Session) -> None:
     )
     for name in PLUGINS:
         session.run("pytest", f"plugins/{name}/tests", env={"OMP_NUM_THREADS": "1"})
+
+
+@nox.session(python="3.11")
+def fuzz(session: nox.Session) -> None:
+    """The long runs of the robustness suites (#18): 20,000 fuzzed configs, the hostile-name
+    suite, and 100 fresh processes racing register_plugin against list_backends.
+
+    ``nox -s tests`` runs a fast slice of each. ``nox -s fuzz -- --cases 50000 --seed 3``
+    passes its arguments to the fuzzer.
+    """
+    install_core(session, "test")
+    if PLUGINS:  # the fuzzer mutates every installed backend's configs
+        session.install(*(f"-e./plugins/{name}[test]" for name in dependencies_first()))
+    env = {"OMP_NUM_THREADS": "1", "PYTHONPATH": os.fspath(ROOT)}
+    session.run(
+        "python", "-m", "tests.config.fuzz", *(session.posargs or ["--cases", "20000"]), env=env
+    )
+    session.run(
+        "pytest",
+        "tests/config/test_hostile_names.py",
+        "tests/registry/test_threads.py",
+        "-p",
+        "no:cacheprovider",
+        env={**env, "FXQUANT_RACE_PROCESSES": "100"},
+    )
 
 
 @nox.session(python="3.11")

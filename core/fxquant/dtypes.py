@@ -153,7 +153,9 @@ def dtype_from_name(name: str) -> torch.dtype:
         msg = f"expected a dtype name like 'torch.uint8', got {name!r}"
         raise ConfigError(msg)
     attr = name.removeprefix("torch.")
-    found = getattr(torch, attr, None)
+    # vars(), not getattr: torch's module __getattr__ imports submodules (torch._dynamo...)
+    # by name, and a dtype name from a JSON file must import nothing (#18)
+    found = vars(torch).get(attr)
     if isinstance(found, torch.dtype):
         return found
     if attr in _QUANTIZED_TO_PLAIN:

@@ -4,6 +4,7 @@
     ├── ConfigError (ValueError)            a config value is out of range or malformed
     │   └── UnsafeNameError                 a JSON name resolves outside the allowed modules
     ├── ConfigTypeError (TypeError)         a config argument has the wrong type
+    ├── CheckpointError (ValueError)        a checkpoint file is corrupt, changed or does not fit
     ├── UntraceableModelError (TypeError)   symbolic tracing failed inside the user's model
     ├── ExportError (RuntimeError)          torch.export could not capture a converted model
     ├── UnknownBackendError (KeyError)      no installed plugin provides that backend
@@ -13,6 +14,9 @@
     │   └── PluginAPIVersionError           a plugin targets a plugin-API version we lack
     └── QuantizationSkipped (RuntimeError)  strict mode: a pattern would be left in float
 
+    PluginWarning (UserWarning)             a broken extension was left out of its backend
+    ConfigWarning (UserWarning)             a dict form has keys fxquant does not know (ignored)
+
 Catching the builtin base (``ValueError``, ``KeyError``...) keeps working for
 code written against torch.ao, while ``FxquantError`` catches everything of ours.
 """
@@ -20,18 +24,23 @@ code written against torch.ao, while ``FxquantError`` catches everything of ours
 from __future__ import annotations
 
 __all__ = [
+    "CheckpointError",
     "ConfigError",
     "ConfigTypeError",
+    "ConfigWarning",
     "ExportError",
     "FxquantError",
     "MissingDefaultQConfigError",
     "PluginAPIVersionError",
     "PluginConflictError",
     "PluginError",
+    "PluginWarning",
     "QuantizationSkipped",
     "UnknownBackendError",
     "UnsafeNameError",
     "UntraceableModelError",
+    "extension_skipped_warning",
+    "unknown_keys",
 ]
 
 
@@ -45,6 +54,11 @@ class ConfigError(FxquantError, ValueError):
 
 class ConfigTypeError(FxquantError, TypeError):
     """A config argument has the wrong type."""
+
+
+class CheckpointError(FxquantError, ValueError):
+    """A checkpoint cannot be trusted: truncated, corrupt, changed since saved, or it does
+    not fit the model (``fxquant.checkpoint``, #18). The message names the file."""
 
 
 class UnsafeNameError(ConfigError):
@@ -108,3 +122,73 @@ class QuantizationSkipped(FxquantError, RuntimeError):
     def __init__(self, message: str, skipped: list[object] | None = None) -> None:
         super().__init__(message)
         self.skipped: list[object] = list(skipped or [])
+
+
+class PluginWarning(UserWarning):
+    """A plugin extending a backend failed; the backend loaded without it (#22)."""
+
+
+def extension_skipped_warning(info: object) -> str:
+    """The one warning for a broken extension: who failed, why, and how to switch it off.
+
+    ``info`` is the extension's ``fxquant.registry.loading.PluginInfo``.
+
+    Example:
+        >>> from fxquant.registry.loading import PluginInfo
+        >>> extension_skipped_warning(
+        ...     PluginInfo("x86", "acme-x86", "1.0", "x86 = acme.plugin", reason="ImportError: no")
+        ... )[:60]
+        "backend 'x86' loaded without acme-x86 1.0 (entry point 'x86 "
+    """
+    backend = getattr(info, "backend", "?")
+    label = getattr(info, "label", repr(info))
+    dist = getattr(info, "distribution", "?")
+    reason = getattr(info, "reason", "")
+    return (
+        f"backend {backend!r} loaded without {label}, which extends it and failed: {reason}; "
+        f"switch it off with FXQUANT_DISABLE_PLUGINS={dist}, or set FXQUANT_STRICT_PLUGINS=1 "
+        "to make a failing extension an error"
+    )
+
+
+class ConfigWarning(UserWarning):
+    """A config's dict form has keys fxquant does not know; they were ignored (#22)."""
+
+
+def unknown_keys(data: object, valid: tuple[str, ...], owner: str, strict: bool) -> None:
+    """Warn once about keys of ``data`` outside ``valid`` (raise when ``strict``).
+
+    torch.ao ignores keys it does not know, so a saved torch.ao dict with a stray key
+    loads there: it loads here too, with one warning naming the keys (#22).
+
+    Raises:
+        ConfigError: ``strict`` and an unknown key.
+
+    Example:
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     unknown_keys({"x": 1}, ("y",), "Config.from_dict", strict=False)
+        >>> str(caught[0].message)[:60]
+        "Config.from_dict: unknown key(s) 'x' at Config.from_dict['x'"
+    """
+    if not hasattr(data, "keys"):
+        return
+    unknown = [k for k in data.keys() if k not in valid]  # noqa: SIM118  # any Mapping
+    if not unknown:
+        return
+    where = ", ".join(f"{owner}[{k!r}]" for k in unknown)
+    listed = ", ".join(map(repr, valid))
+    if strict:
+        msg = (
+            f"{owner}: unknown key(s) {', '.join(map(repr, unknown))} at {where}; "
+            f"valid keys: {listed}"
+        )
+        raise ConfigError(msg)
+    import warnings
+
+    msg = (
+        f"{owner}: unknown key(s) {', '.join(map(repr, unknown))} at {where} ignored, as "
+        f"torch.ao does; valid keys: {listed} (strict=True makes this an error)"
+    )
+    warnings.warn(msg, ConfigWarning, stacklevel=4)

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from fxquant.config.checks import check_flag, check_integer
 from fxquant.dtypes import is_per_channel, is_symmetric, qscheme_name, quant_range
 from fxquant.errors import ConfigError, ConfigTypeError
 from fxquant.factory import ModuleFactory
@@ -148,6 +149,15 @@ class FakeQuantize(FakeQuantizeBase):
         **observer_kwargs: Any,
     ) -> None:
         super().__init__()
+        check_integer(quant_min, "FakeQuantize quant_min", optional=True)
+        check_integer(quant_max, "FakeQuantize quant_max", optional=True)
+        check_flag(is_dynamic, "FakeQuantize is_dynamic")
+        if not callable(observer):
+            msg = (
+                f"FakeQuantize observer={observer!r}: expected an observer class or a "
+                f".with_args(...) factory, got {type(observer).__name__}"
+            )
+            raise ConfigTypeError(msg)
         if quant_min is not None and quant_max is not None:
             _check_fake_quant_range(
                 quant_min, quant_max, _observer_dtype(observer, observer_kwargs)

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 import torch
 
+from fxquant.config.checks import check_flag, check_integer, check_real, check_unit_interval
 from fxquant.dtypes import (
     canonical_dtype,
     dtypes_match,
@@ -176,6 +177,29 @@ class ObserverBase(torch.nn.Module):
         raise ConfigError(msg)
 
 
+_MAX_BINS = 1 << 20
+
+
+def _check_uniform_arguments(
+    owner: str,
+    eps: object,
+    reduce_range: object,
+    quant_range_given: tuple[object, object],
+    factory_kwargs: object,
+) -> None:
+    """The numbers every uniform observer takes, checked before anything is stored (#18)."""
+    check_real(eps, f"{owner} eps", positive=True)
+    check_flag(reduce_range, f"{owner} reduce_range")
+    check_integer(quant_range_given[0], f"{owner} quant_min", optional=True)
+    check_integer(quant_range_given[1], f"{owner} quant_max", optional=True)
+    if factory_kwargs is not None and not isinstance(factory_kwargs, Mapping):
+        msg = (
+            f"{owner} factory_kwargs={factory_kwargs!r}: expected a dict of tensor options "
+            f"(device, dtype) or None, got {type(factory_kwargs).__name__}"
+        )
+        raise ConfigTypeError(msg)
+
+
 def _custom_range(
     quant_min: int, quant_max: int, dtype: torch.dtype, reduce_range: bool
 ) -> tuple[int, int]:
@@ -269,6 +293,9 @@ class UniformQuantizationObserverBase(ObserverBase):
         is_dynamic: bool = False,
     ) -> None:
         qscheme_name(qscheme)  # validates before anything is stored
+        _check_uniform_arguments(
+            type(self).__name__, eps, reduce_range, (quant_min, quant_max), factory_kwargs
+        )
         super().__init__(dtype=_check_dtype(dtype), is_dynamic=is_dynamic)
         self.qscheme = qscheme_object(qscheme)
         self.reduce_range = reduce_range
@@ -523,6 +550,7 @@ class MovingAverageMinMaxObserver(MinMaxObserver):
         is_dynamic: bool = False,
         factory_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
+        check_unit_interval(averaging_constant, f"{type(self).__name__} averaging_constant")
         if is_dynamic and averaging_constant != 1:
             msg = (
                 f"MovingAverageMinMaxObserver with is_dynamic=True needs averaging_constant=1, "
@@ -603,6 +631,7 @@ class PerChannelMinMaxObserver(UniformQuantizationObserverBase):
         is_dynamic: bool = False,
     ) -> None:
         _require_per_channel(type(self).__name__, qscheme, is_dynamic)
+        check_integer(ch_axis, f"{type(self).__name__} ch_axis")
         super().__init__(
             dtype, qscheme, reduce_range, quant_min, quant_max, factory_kwargs, eps, is_dynamic
         )
@@ -677,6 +706,7 @@ class MovingAveragePerChannelMinMaxObserver(PerChannelMinMaxObserver):
         is_dynamic: bool = False,
         factory_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
+        check_unit_interval(averaging_constant, f"{type(self).__name__} averaging_constant")
         super().__init__(
             ch_axis,
             dtype,
@@ -742,8 +772,18 @@ class FixedQParamsObserver(ObserverBase):
             msg = "FixedQParamsObserver does not support is_dynamic=True: its qparams are fixed"
             raise ConfigError(msg)
         _require_per_tensor("FixedQParamsObserver", qscheme)
+        check_real(scale, "FixedQParamsObserver scale", positive=True)
+        check_integer(zero_point, "FixedQParamsObserver zero_point")
+        check_integer(quant_min, "FixedQParamsObserver quant_min")
+        check_integer(quant_max, "FixedQParamsObserver quant_max")
         super().__init__(dtype=_check_dtype(dtype), is_dynamic=False)
         _custom_range(quant_min, quant_max, dtype, reduce_range=False)
+        if not quant_min <= zero_point <= quant_max:
+            msg = (
+                f"FixedQParamsObserver zero_point={zero_point!r}: expected an integer in "
+                f"quant_min..quant_max ({quant_min}..{quant_max})"
+            )
+            raise ConfigError(msg)
         self.quant_min = quant_min
         self.quant_max = quant_max
         self.qscheme = qscheme_object(qscheme)
@@ -933,6 +973,10 @@ class HistogramObserver(UniformQuantizationObserverBase):
         is_dynamic: bool = False,
     ) -> None:
         _require_per_tensor("HistogramObserver", qscheme)
+        check_integer(bins, "HistogramObserver bins", minimum=1)
+        if bins > _MAX_BINS:  # the histogram is a buffer: 10**12 bins would ask for 4 TB
+            msg = f"HistogramObserver bins={bins!r}: expected an integer in 1..{_MAX_BINS}"
+            raise ConfigError(msg)
         if is_dynamic:
             msg = "HistogramObserver does not support is_dynamic=True; use PlaceholderObserver"
             raise ConfigError(msg)

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 from fxquant.factory import ModuleFactory
-from fxquant.registry import loading
+from fxquant.registry import default_registry, loading
 
 
 class TinyObserver(torch.nn.Module):
@@ -56,4 +56,6 @@ def installed() -> Iterator[None]:
     record = loading.EntryPointRecord(backend="fake", value=__name__, dist_key="fake", dist=None)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(loading, "scan", lambda: [record])
+        # serialize reads the registry's scan (kept until refresh)
+        patch.setattr(default_registry(), "records", lambda: [record])
         yield

@@ -142,7 +142,9 @@ def test_an_override_replaces_the_earlier_config_and_records_who_overrode_it(
     )
     installed.add("x86", "better", dist="fxquant-x86-better")
     backend = registry.assembled("x86")
-    assert backend.config.configs[0] is replacement
+    # a copy of it: the registry never holds a plugin's object (#18)
+    assert backend.config.configs[0] is not replacement
+    assert backend.config.configs[0].to_dict() == replacement.to_dict()
     origin = backend.pattern_origins[linear]
     assert (origin.source, origin.overrides, origin.reason) == (
         "fxquant-x86-better",

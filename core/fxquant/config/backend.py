@@ -22,6 +22,7 @@ from typing import Any, Final
 import torch
 
 from fxquant.config import pattern as patterns
+from fxquant.config.checks import check_real
 from fxquant.config.pattern import Pattern
 from fxquant.dtypes import canonical_dtype
 from fxquant.errors import ConfigError, ConfigTypeError
@@ -116,8 +117,13 @@ class DTypeWithConstraints:
         _check_dtype(self.dtype, "DTypeWithConstraints dtype")
         for name in ("quant_min_lower_bound", "quant_max_upper_bound"):
             _check_number(getattr(self, name), name, (int, float))
+            # a NaN bound compares False both ways: it silently switched the check off (#18)
+            check_real(getattr(self, name), f"DTypeWithConstraints {name}", optional=True)
         for name in ("scale_min_lower_bound", "scale_max_upper_bound", "scale_exact_match"):
             _check_number(getattr(self, name), name, (int, float))
+            check_real(
+                getattr(self, name), f"DTypeWithConstraints {name}", positive=True, optional=True
+            )
         _check_number(self.zero_point_exact_match, "zero_point_exact_match", (int,))
         self._check_order("quant_min_lower_bound", "quant_max_upper_bound")
         self._check_order("scale_min_lower_bound", "scale_max_upper_bound")
@@ -637,7 +643,17 @@ class BackendPatternConfig:
             >>> len(a.dtype_configs), len(b.dtype_configs)
             (0, 1)
         """
-        return BackendPatternConfig.from_dict(self.to_dict())
+        # fields, not from_dict(to_dict()): this config is valid already, and the registry
+        # copies every pattern at assembly and on each get_backend_config (#18); the
+        # DTypeConfigs in the list are frozen, so a new list is a full copy
+        copied = object.__new__(type(self))
+        copied.__dict__.update(self.__dict__)
+        copied.dtype_configs = list(self.dtype_configs)
+        copied._num_tensor_args_to_observation_type = dict(
+            self._num_tensor_args_to_observation_type
+        )
+        copied._input_type_to_index = dict(self._input_type_to_index)
+        return copied
 
     def to_dict(self) -> dict[str, Any]:
         """The dict form with torch.ao's keys; unset entries are left out.

@@ -21,7 +21,7 @@ import torch
 
 from fxquant.config.backend import BackendConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
-from fxquant.errors import ConfigError, ConfigTypeError
+from fxquant.errors import ConfigError, ConfigTypeError, unknown_keys
 
 __all__ = [
     "ConvertCustomConfig",
@@ -110,18 +110,23 @@ def _list_of(values: object, argument: str, check: Callable[[object, str], T]) -
     return [check(v, f"{argument}[{i}]") for i, v in enumerate(values)]
 
 
-def _check_keys(data: object, valid: tuple[str, ...], owner: str) -> Mapping[str, Any]:
+def _check_keys(
+    data: object, valid: tuple[str, ...], owner: str, strict: bool
+) -> Mapping[str, Any]:
     if not isinstance(data, Mapping):
         msg = f"{owner}.from_dict expects a dict, got {data!r} of type {type(data).__name__}"
         raise ConfigTypeError(msg)
-    unknown = [k for k in data if k not in valid]
-    if unknown:
-        msg = (
-            f"{owner}.from_dict got unknown key(s) {', '.join(map(repr, unknown))}; "
-            f"valid keys: {', '.join(map(repr, valid))}"
-        )
-        raise ConfigError(msg)
+    unknown_keys(data, valid, f"{owner}.from_dict", strict)  # warns, as torch.ao ignores (#22)
     return data
+
+
+def _entries(data: Mapping[str, Any], key: str) -> list[Any] | tuple[Any, ...]:
+    """The list under ``key`` (empty when absent); a non-list is a ConfigTypeError (#18)."""
+    entries = data.get(key, [])
+    if not isinstance(entries, (list, tuple)):
+        msg = f"{key} must be a list, got {entries!r} of type {type(entries).__name__}"
+        raise ConfigTypeError(msg)
+    return entries
 
 
 def _optional(value: Any, cls: type[T], argument: str) -> T | None:
@@ -229,14 +234,18 @@ class FuseCustomConfig(_Preserved):
         )
 
     @classmethod
-    def from_dict(cls, fuse_custom_config_dict: Mapping[str, Any]) -> FuseCustomConfig:
+    def from_dict(
+        cls, fuse_custom_config_dict: Mapping[str, Any], *, strict: bool = False
+    ) -> FuseCustomConfig:
         """Build from the dict form (key ``"preserved_attributes"``).
 
         Example:
             >>> FuseCustomConfig.from_dict({}).preserved_attributes
             []
         """
-        data = _check_keys(fuse_custom_config_dict, (PRESERVED_ATTRIBUTES_KEY,), cls.__name__)
+        data = _check_keys(
+            fuse_custom_config_dict, (PRESERVED_ATTRIBUTES_KEY,), cls.__name__, strict
+        )
         return cls().set_preserved_attributes(data.get(PRESERVED_ATTRIBUTES_KEY, []))
 
 
@@ -437,23 +446,26 @@ class PrepareCustomConfig(_Preserved):
         return result
 
     @classmethod
-    def from_dict(cls, prepare_custom_config_dict: Mapping[str, Any]) -> PrepareCustomConfig:
+    def from_dict(
+        cls, prepare_custom_config_dict: Mapping[str, Any], *, strict: bool = False
+    ) -> PrepareCustomConfig:
         """Build from the dict form (see :meth:`to_dict`; torch.ao's dicts load unchanged).
 
         Raises:
-            ConfigError: for an unknown key (the message lists the valid ones).
+            ConfigError: for an unknown key with ``strict=True`` (without it: one
+                ``ConfigWarning`` naming the key, as torch.ao ignores it, #22).
 
         Example:
             >>> PrepareCustomConfig.from_dict({"input_quantized_idxs": [0]}).input_quantized_indexes
             [0]
         """
-        data = _check_keys(prepare_custom_config_dict, _PREPARE_KEYS, cls.__name__)
+        data = _check_keys(prepare_custom_config_dict, _PREPARE_KEYS, cls.__name__, strict)
         config = cls()
         for key, setter in (
             (STANDALONE_MODULE_NAME_KEY, config.set_standalone_module_name),
             (STANDALONE_MODULE_CLASS_KEY, config.set_standalone_module_class),
         ):
-            for i, entry in enumerate(data.get(key, [])):
+            for i, entry in enumerate(_entries(data, key)):
                 if not isinstance(entry, (tuple, list)) or len(entry) != 5:
                     msg = (
                         f"{key}[{i}] must be a tuple (key, qconfig_mapping, example_inputs, "
@@ -518,18 +530,21 @@ class ConvertCustomConfig(_Preserved):
         return result
 
     @classmethod
-    def from_dict(cls, convert_custom_config_dict: Mapping[str, Any]) -> ConvertCustomConfig:
+    def from_dict(
+        cls, convert_custom_config_dict: Mapping[str, Any], *, strict: bool = False
+    ) -> ConvertCustomConfig:
         """Build from the dict form (see :meth:`to_dict`).
 
         Raises:
-            ConfigError: for an unknown key (the message lists the valid ones).
+            ConfigError: for an unknown key with ``strict=True`` (without it: one
+                ``ConfigWarning`` naming the key, as torch.ao ignores it, #22).
 
         Example:
             >>> ConvertCustomConfig.from_dict({"preserved_attributes": ["a"]}).preserved_attributes
             ['a']
         """
         valid = (OBSERVED_TO_QUANTIZED_KEY, PRESERVED_ATTRIBUTES_KEY)
-        data = _check_keys(convert_custom_config_dict, valid, cls.__name__)
+        data = _check_keys(convert_custom_config_dict, valid, cls.__name__, strict)
         config = cls()
         for quant_type, observed_cls, quantized_cls in _class_mappings_from_dict(
             data.get(OBSERVED_TO_QUANTIZED_KEY, {}), OBSERVED_TO_QUANTIZED_KEY

@@ -33,7 +33,7 @@ from typing import Any, Final
 import torch
 
 from fxquant.config.qconfig import QConfig, QConfigAny
-from fxquant.errors import ConfigError, ConfigTypeError
+from fxquant.errors import ConfigError, ConfigTypeError, unknown_keys
 
 __all__ = ["ObjectType", "OrderKey", "QConfigChoice", "QConfigMapping", "order_key", "order_scope"]
 
@@ -367,18 +367,21 @@ class QConfigMapping:
         }
 
     @classmethod
-    def from_dict(cls, qconfig_dict: Mapping[str, Any]) -> QConfigMapping:
+    def from_dict(cls, qconfig_dict: Mapping[str, Any], *, strict: bool = False) -> QConfigMapping:
         """Build from the dict form (all keys optional; entries are tuples or lists).
 
+        A key fxquant does not know is ignored with one ``ConfigWarning`` naming it, as
+        torch.ao ignores it (#22); ``strict=True`` raises instead.
+
         Raises:
-            ConfigError: for an unknown key (the message lists the valid ones) or an
-                entry of the wrong length.
+            ConfigError: for an entry of the wrong length, or an unknown key with
+                ``strict=True`` (the message lists the valid ones).
 
         Example:
             >>> QConfigMapping.from_dict({"module_name": [("fc", None)]}).module_name_qconfigs
             {'fc': None}
         """
-        _check_dict_keys(qconfig_dict)
+        _check_dict_keys(qconfig_dict, strict)
         mapping = cls()
         if GLOBAL_KEY in qconfig_dict:
             mapping.set_global(qconfig_dict[GLOBAL_KEY])
@@ -389,7 +392,14 @@ class QConfigMapping:
             MODULE_NAME_OBJECT_TYPE_ORDER_KEY: (mapping.set_module_name_object_type_order, 4),
         }
         for key, (setter, size) in setters.items():
-            for i, entry in enumerate(qconfig_dict.get(key, [])):
+            entries = qconfig_dict.get(key, [])
+            if not isinstance(entries, (list, tuple)):
+                msg = (
+                    f"QConfigMapping.from_dict: {key} must be a list of tuples of {size} items, "
+                    f"got {entries!r} of type {type(entries).__name__}"
+                )
+                raise ConfigTypeError(msg)
+            for i, entry in enumerate(entries):
                 if not isinstance(entry, (tuple, list)) or len(entry) != size:
                     msg = (
                         f"QConfigMapping.from_dict: {key}[{i}] must be a tuple of {size} items, "
@@ -450,14 +460,8 @@ def _order_key(
     return (name, checked, index)
 
 
-def _check_dict_keys(qconfig_dict: object) -> None:
+def _check_dict_keys(qconfig_dict: object, strict: bool) -> None:
     if not isinstance(qconfig_dict, Mapping):
         msg = f"QConfigMapping.from_dict expects a dict, got {qconfig_dict!r}"
         raise ConfigTypeError(msg)
-    unknown = [k for k in qconfig_dict if k not in DICT_KEYS]
-    if unknown:
-        msg = (
-            f"QConfigMapping.from_dict got unknown key(s) {', '.join(map(repr, unknown))}; "
-            f"valid keys: {', '.join(map(repr, DICT_KEYS))}"
-        )
-        raise ConfigError(msg)
+    unknown_keys(qconfig_dict, tuple(DICT_KEYS), "QConfigMapping.from_dict", strict)

@@ -10,13 +10,19 @@ The JSON mirrors ``to_dict()``; objects that JSON cannot hold are tagged:
     observer constructor                {"module": ..., "name": ..., "kwargs": {...}}  (no
                                         "kwargs" key: the class itself, not a factory)
 
-Reading a name must not let a JSON file run code of its choosing, so names resolve
-only under trusted roots, checked *before* importing: pattern ops and module classes
-under ``torch``, ``operator``, ``fxquant`` and installed fxquant plugins; functions
-fxquant calls (fusers, getters) and observer classes under ``fxquant`` and plugins
-only, and they must be plain functions / ``nn.Module`` classes defined there.
-A plugin root is the top-level package of an entry point in group
-``fxquant.backends``; listing them imports nothing.
+Reading a name must not let a JSON file run code of its choosing, so a name is
+decided from its text alone, *before* anything is imported (#18): its root must be
+trusted for its kind (``torch``, ``operator``, ``fxquant``, installed fxquant plugins),
+and under ``torch``/``operator``/``fxquant`` its module must be one fxquant reads that
+kind from (:data:`ALLOWED_MODULES`: ops and module classes from ``torch``,
+``torch.nn.functional``, ``torch.nn.modules.*``, ``fxquant.nn.*``...; fusers only from
+``fxquant.nn.fusers``/``fxquant.patterns.conv_add``, getters only from
+``fxquant.patterns.getters``, observers only from ``fxquant.observer``/``fake_quantize``).
+Every part is a plain identifier (no leading underscore, no dunder). fxquant's own
+functions must also be listed in their module's ``__all__``; what is found must then be
+a plain function / ``nn.Module`` class defined under a trusted root. A plugin root is
+the top-level package of an entry point in group ``fxquant.backends`` (trusted as
+installed code); listing them imports nothing.
 """
 
 from __future__ import annotations
@@ -59,12 +65,37 @@ __all__ = [
 OP: Final = "pattern op"
 MODULE_CLASS: Final = "module class"
 FUNCTION: Final = "function"
+FUSER: Final = "fuser function"
+GETTER: Final = "getter function"
 CONSTRUCTOR: Final = "observer class"
 _BASE_ROOTS: Final = {
     OP: ("torch", "operator", "fxquant"),
     MODULE_CLASS: ("torch", "operator", "fxquant"),
     FUNCTION: ("fxquant",),
+    FUSER: ("fxquant",),
+    GETTER: ("fxquant",),
     CONSTRUCTOR: ("fxquant",),
+}
+_OP_MODULES: Final = (
+    "torch",
+    "torch.functional",
+    "torch.nn",
+    "torch.nn.functional",
+    "torch.nn.modules.*",
+    "operator",
+    "_operator",
+    "fxquant.nn.*",
+    "fxquant.config.pattern",  # MatchAllNode
+)
+# the modules (``.*``: and their submodules) a name of each kind may come from under the
+# base roots; decided before any import, so a refused name is never imported (#18)
+ALLOWED_MODULES: Final = {
+    OP: _OP_MODULES,
+    MODULE_CLASS: _OP_MODULES,
+    FUNCTION: ("fxquant.nn.fusers", "fxquant.patterns.conv_add", "fxquant.patterns.getters"),
+    FUSER: ("fxquant.nn.fusers", "fxquant.patterns.conv_add"),
+    GETTER: ("fxquant.patterns.getters",),
+    CONSTRUCTOR: ("fxquant.observer", "fxquant.fake_quantize", "fxquant.numerics.*"),
 }
 # a builtin's __module__ can be an implementation module; these are the names users write
 _MODULE_ALIASES: Final = {"_operator": "operator"}
@@ -86,19 +117,19 @@ def _plugin_roots() -> frozenset[str]:
 
 
 def _scan_plugin_roots() -> frozenset[str]:
-    # the registry owns discovery; imported here because the registry imports the configs
-    from fxquant.registry.loading import scan
+    # the registry owns discovery and keeps its scan until fxquant.registry.refresh(), as for
+    # backends: a scan costs 25 ms, a hostile or fuzzed config is refused in microseconds (#18)
+    from fxquant.registry import default_registry
 
     roots = set()
-    for record in scan():
+    for record in default_registry().records():
         module = record.value.split(":", 1)[0].strip()
         if module and not record.disabled:
             roots.add(module.split(".", 1)[0])
     return frozenset(roots)
 
 
-# one entry-point scan per to_json/from_json call: a scan costs milliseconds and a
-# backend has hundreds of names, while plugins may be installed between calls
+# the roots read once per to_json/from_json call: a backend has hundreds of names
 _SCANNED_ROOTS: contextvars.ContextVar[frozenset[str] | None] = contextvars.ContextVar(
     "fxquant_plugin_roots", default=None
 )
@@ -173,7 +204,15 @@ def name_of(obj: object, path: str, kind: str) -> dict[str, str]:
 def _lookup(module: str, name: str) -> Any:
     found: Any = importlib.import_module(module)
     for part in name.split("."):
-        found = getattr(found, part)
+        if isinstance(found, types.ModuleType):
+            # vars(), not getattr: a module __getattr__ (torch's) imports submodules by
+            # name, and a name from a JSON file must import nothing past its module (#18)
+            if part not in vars(found):
+                msg = f"module {found.__name__!r} has no attribute {part!r}"
+                raise AttributeError(msg)
+            found = vars(found)[part]
+        else:
+            found = getattr(found, part)
     return found
 
 
@@ -185,9 +224,46 @@ def _check_dotted(text: object, path: str) -> str:
         msg = f"{path}: expected a dotted name (str), got {text!r}"
         raise ConfigTypeError(msg)
     for part in text.split("."):
-        if not part.isidentifier() or part.startswith("__"):
-            raise _unsafe(path, text, "is not a plain dotted name (no dunder parts allowed)")
+        # ascii: the text is shown in messages and compared with module names as it is
+        private = part.startswith("_") and part != "_operator"
+        if not (part.isascii() and part.isidentifier()) or private:
+            why = "is not a plain dotted name (no dunder or _private parts allowed)"
+            raise _unsafe(path, text, why)
     return text
+
+
+def _module_allowed(module: str, kind: str) -> bool:
+    """Whether ``module`` is one fxquant reads names of ``kind`` from (text only)."""
+    for allowed in ALLOWED_MODULES[kind]:
+        if allowed.endswith(".*"):
+            base = allowed[:-2]
+            if module == base or module.startswith(base + "."):
+                return True
+        elif module == allowed:
+            return True
+    return False
+
+
+def _check_module(module: str, name: str, path: str, kind: str) -> None:
+    """Refuse, from the text alone, a name under a base root but outside its kind's modules."""
+    if _root(module) not in _BASE_ROOTS[kind]:
+        return  # a plugin's own package: installed code the user chose (roots checked before)
+    if not _module_allowed(module, kind):
+        allowed = ", ".join(ALLOWED_MODULES[kind])
+        why = f"is not in a module fxquant reads {_a(kind)} from ({allowed})"
+        raise _unsafe(path, f"{module}.{name}", why)
+    if "." in name:
+        why = f"is not a top-level name of {module} (a dotted name would reach other modules)"
+        raise _unsafe(path, f"{module}.{name}", why)
+
+
+def _check_listed(module: str, name: str, path: str, kind: str) -> None:
+    """fxquant's own functions: only those its module lists in ``__all__`` (#18)."""
+    if kind in (FUNCTION, FUSER, GETTER) and _root(module) == "fxquant":
+        listed = getattr(importlib.import_module(module), "__all__", ())
+        if name not in listed:
+            why = f"is not one of the {kind}s {module} offers ({', '.join(listed)})"
+            raise _unsafe(path, f"{module}.{name}", why)
 
 
 def resolve(ref: object, path: str, kind: str) -> Any:
@@ -217,7 +293,9 @@ def resolve(ref: object, path: str, kind: str) -> Any:
         raise _unsafe(
             path, f"{module}.{name}", f"is outside the modules trusted for {_a(kind)} ({allowed})"
         )
+    _check_module(module, name, path, kind)
     try:
+        _check_listed(module, name, path, kind)
         found = _lookup(module, name)
     except (ImportError, AttributeError) as error:
         msg = f"{path}: {module}.{name} does not exist ({error})"
@@ -230,7 +308,7 @@ def _check_resolved(found: Any, path: str, kind: str, roots: frozenset[str]) -> 
     origin = getattr(found, "__module__", None)
     if isinstance(found, str) or not isinstance(origin, str) or _root(origin) not in roots:
         raise _unsafe(path, found, f"is not defined in a module trusted for {_a(kind)}")
-    if kind == FUNCTION and not isinstance(found, types.FunctionType):
+    if kind in (FUNCTION, FUSER, GETTER) and not isinstance(found, types.FunctionType):
         raise _unsafe(path, found, "is not a plain function")
     if kind in (MODULE_CLASS, CONSTRUCTOR) and not (
         isinstance(found, type) and issubclass(found, torch.nn.Module)
@@ -346,9 +424,30 @@ def _decode_constructor(data: object, path: str) -> Any:
     if not isinstance(kwargs, Mapping):
         msg = f"{path}.kwargs: expected an object of keyword arguments, got {kwargs!r}"
         raise ConfigError(msg)
-    return ModuleFactory(
+    factory = ModuleFactory(
         cls, {k: _decode_value(v, f"{path}.kwargs.{k}") for k, v in kwargs.items()}
     )
+    _try_build(factory, path)
+    return factory
+
+
+def _try_build(factory: ModuleFactory, path: str) -> None:
+    """Build the observer once, so a bad argument fails here with its JSON path (#18).
+
+    Observers validate their arguments in their constructors; without this, ``eps``
+    NaN from a file would only fail (or silently give NaN scales) inside prepare_fx.
+    """
+    try:
+        factory()
+    except (ConfigError, ConfigTypeError) as error:
+        msg = f"{path}.kwargs: {error}"
+        raise type(error)(msg) from error
+    except TypeError as error:  # an argument the class does not take
+        msg = f"{path}.kwargs: {error}"
+        raise ConfigTypeError(msg) from error
+    except Exception as error:  # torch refusing a value (a device, a dtype...)
+        msg = f"{path}.kwargs: {factory!r} cannot be built: {type(error).__name__}: {error}"
+        raise ConfigError(msg) from error
 
 
 def _encode_qconfig(qconfig: object, path: str) -> Any:
@@ -425,9 +524,8 @@ def _decode_constrained(data: object, path: str) -> Any:
             raise ConfigError(msg)
         dtype = data.get("dtype")
         fields = {k: v for k, v in data.items() if k != "dtype"}
-        return DTypeWithConstraints(
-            dtype=None if dtype is None else _decode_dtype(dtype, f"{path}.dtype"), **fields
-        )
+        decoded = None if dtype is None else _decode_dtype(dtype, f"{path}.dtype")
+        return _with_path(path, lambda f: DTypeWithConstraints(dtype=decoded, **f), fields)
     msg = f"{path}: expected a dtype name or an object of dtype constraints, got {data!r}"
     raise ConfigError(msg)
 
@@ -471,8 +569,8 @@ def _module_codec() -> _Codec:
     )
 
 
-def _function_codec() -> _Codec:
-    return (lambda v, p: name_of(v, p, FUNCTION), lambda d, p: resolve(d, p, FUNCTION))
+def _function_codec(kind: str) -> _Codec:
+    return (lambda v, p: name_of(v, p, kind), lambda d, p: resolve(d, p, kind))
 
 
 def _observation_type_name(value: object, path: str) -> str:
@@ -511,7 +609,7 @@ def _identity(value: Any, path: str) -> Any:
 
 
 def _pattern_config_codecs() -> dict[str, _Codec]:
-    modules, functions = _module_codec(), _function_codec()
+    modules = _module_codec()
     return {
         "pattern": (_encode_pattern, _decode_pattern),
         "pattern_complex_format": (_encode_pattern, _decode_pattern),
@@ -524,9 +622,9 @@ def _pattern_config_codecs() -> dict[str, _Codec]:
         "qat_module": modules,
         "reference_quantized_module_for_root": modules,
         "fused_module": modules,
-        "fuser_method": functions,
-        "root_node_getter": functions,
-        "extra_inputs_getter": functions,
+        "fuser_method": _function_codec(FUSER),
+        "root_node_getter": _function_codec(GETTER),
+        "extra_inputs_getter": _function_codec(GETTER),
         "num_tensor_args_to_observation_type": (_encode_num_args, _decode_num_args),
         "input_type_to_index": (_identity, _identity),
     }
@@ -586,17 +684,55 @@ def backend_config_to_json(backend_config: BackendConfig) -> str:
     return json.dumps({"name": backend_config.name, "configs": configs})
 
 
-def _loads(text: object, owner: str) -> dict[str, Any]:
-    if not isinstance(text, (str, bytes)):
+# a config nests a dozen levels; a deeper document is refused before it is walked (#18:
+# 500+ levels raised RecursionError)
+MAX_DEPTH: Final = 64
+
+
+def _depth_exceeded(data: object) -> bool:
+    """Whether ``data`` nests deeper than :data:`MAX_DEPTH` (iterative: no recursion)."""
+    stack: list[tuple[object, int]] = [(data, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return True
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+    return False
+
+
+def _text(text: object, owner: str) -> str:
+    if isinstance(text, (bytes, bytearray)):
+        try:
+            return bytes(text).decode("utf-8-sig")  # JSON is UTF-8 (RFC 8259); a BOM is allowed
+        except UnicodeDecodeError as error:
+            msg = (
+                f"{owner}.from_json: the bytes are not UTF-8 (byte {error.start}: "
+                f"{bytes(text)[error.start : error.start + 1]!r}); JSON files are UTF-8"
+            )
+            raise ConfigError(msg) from error
+    if not isinstance(text, str):
         msg = f"{owner}.from_json expects a str, got {text!r} of type {type(text).__name__}"
         raise ConfigTypeError(msg)
+    return text
+
+
+def _loads(text: object, owner: str) -> dict[str, Any]:
     try:
-        data = json.loads(text)
+        data = json.loads(_text(text, owner))
     except json.JSONDecodeError as error:
         msg = f"{owner}.from_json: the text is not valid JSON ({error})"
         raise ConfigError(msg) from error
+    except RecursionError as error:
+        msg = f"{owner}.from_json: the JSON nests deeper than {MAX_DEPTH} levels"
+        raise ConfigError(msg) from error
     if not isinstance(data, dict):
         msg = f"{owner}.from_json expects a JSON object, got {data!r}"
+        raise ConfigError(msg)
+    if _depth_exceeded(data):
+        msg = f"{owner}.from_json: the JSON nests deeper than {MAX_DEPTH} levels"
         raise ConfigError(msg)
     return data
 

@@ -28,6 +28,7 @@ from fxquant.flow.fuse import fuse as _fuse
 from fxquant.flow.prepare import prepare as _prepare_graph
 from fxquant.flow.report import Report, raise_if_skipped
 from fxquant.flow.state import META_KEY, FlowMeta, FlowState
+from fxquant.flow.trace import TRACING_LOCK
 from fxquant.flow.trace import trace as _trace
 
 __all__ = [
@@ -56,14 +57,16 @@ def fuse_fx(
         'ConvReLU2d'
     """
     ctx = FlowContext.for_fuse(fuse_custom_config, backend_config)
-    return _fuse(_trace(model, ctx), ctx)
+    with TRACING_LOCK:  # tracing patches torch.nn.Module process-wide (#18)
+        return _fuse(_trace(model, ctx), ctx)
 
 
 def _prepare(
     model: nn.Module, ctx: FlowContext, step: str, equalization: QConfigMapping | None = None
 ) -> fx.GraphModule:
-    gm = _fuse(_trace(model, ctx), ctx, recompile=False)  # prepare recompiles once
-    gm, report = _prepare_graph(gm, ctx)
+    with TRACING_LOCK:  # tracing patches torch.nn.Module process-wide (#18)
+        gm = _fuse(_trace(model, ctx), ctx, recompile=False)  # prepare recompiles once
+        gm, report = _prepare_graph(gm, ctx)
     pairs = _insert_equalization(gm, equalization) if equalization is not None else ()
     if pairs:
         gm.recompile()

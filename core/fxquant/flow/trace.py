@@ -23,6 +23,7 @@ import copy
 import inspect
 import os
 import sys
+import threading
 import types
 from typing import Any
 
@@ -35,7 +36,19 @@ from fxquant.flow.context import FlowContext
 from fxquant.flow.qconfig_assign import number_calls
 from fxquant.flow.state import META_KEY, NodeInfo, update_info
 
-__all__ = ["QuantizationTracer", "UntraceableModelError", "drop_string_annotations", "trace"]
+__all__ = [
+    "TRACING_LOCK",
+    "QuantizationTracer",
+    "UntraceableModelError",
+    "drop_string_annotations",
+    "trace",
+]
+
+# torch.fx tracing patches torch.nn.Module.__call__/__getattr__ process-wide: while one
+# thread traces, another thread's fusers and observers reading the same model get Proxy
+# objects (prepare_fx from 4 threads failed 14-25%, #18). Every flow call that traces
+# holds this lock from trace to its last step on the model.
+TRACING_LOCK = threading.RLock()
 
 # frames from these folders are never "the user's code"
 _INTERNAL_DIRS = (

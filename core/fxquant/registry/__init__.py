@@ -14,6 +14,7 @@ distributions, ``FXQUANT_DISABLE_PLUGINS=a,b`` skips those.
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING
 
 from fxquant.lowering import LoweringRule
@@ -44,6 +45,9 @@ __all__ = [
 ]
 
 _registry: Registry | None = None
+# first use from several threads must build one registry, or a register_plugin made on a
+# registry that another thread then replaces is lost (#18)
+_registry_lock = threading.Lock()
 
 
 def default_registry() -> Registry:
@@ -54,12 +58,16 @@ def default_registry() -> Registry:
         True
     """
     global _registry  # one registry per process, made lazily
-    if _registry is None:
+    registry = _registry
+    if registry is None:
         # imported here: `import fxquant` must not pay for the registry until it is used
         from fxquant.registry.manager import Registry
 
-        _registry = Registry()
-    return _registry
+        with _registry_lock:
+            if _registry is None:
+                _registry = Registry()
+            registry = _registry
+    return registry
 
 
 def list_backends() -> list[str]:

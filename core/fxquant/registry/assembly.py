@@ -126,7 +126,9 @@ def _call(
             raise _plugin_error(info, hook, "declares a wrapper (fxquant hooks take none)", None)
         try:
             answer = impl.function(*(kwargs[arg] for arg in impl.argnames))
-        except Exception as error:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as error:  # SystemExit too: a hook's sys.exit() is its failure (#18)
             raise _plugin_error(info, hook, "raised", error) from error
         if answer is not None:
             answers.append((info, answer))
@@ -208,7 +210,9 @@ def _backend_config(name: str, merged: _Merged) -> Any:
     config = BackendConfig(name)
     for key, pattern_config in merged.items.items():
         try:
-            config.set_backend_pattern_config(pattern_config)
+            # a copy: the plugin keeps its object and may change it later; what the registry
+            # hands out must stay what the plugin answered at assembly (#18)
+            config.set_backend_pattern_config(pattern_config.copy())
         except (ValueError, TypeError) as error:
             problem = f"returned an invalid pattern config for {_show(key)}"
             raise _plugin_error(merged.owners[key], _PATTERN_HOOK, problem, error) from error

@@ -37,8 +37,10 @@ __all__ = [
     "LoadedPlugin",
     "PluginInfo",
     "PluginStatus",
+    "is_first_party",
     "load",
     "scan",
+    "strict_plugins",
 ]
 
 GROUP = "fxquant.backends"
@@ -177,6 +179,35 @@ class LoadedPlugin:
     def ok(self) -> bool:
         """Whether the plugin loaded and can be asked."""
         return self.info.status == PluginStatus.OK
+
+
+def strict_plugins() -> bool:
+    """Whether ``FXQUANT_STRICT_PLUGINS`` makes any failing plugin fail its backend (#22).
+
+    Example:
+        >>> import os; os.environ.pop("FXQUANT_STRICT_PLUGINS", None) and None
+        >>> strict_plugins()
+        False
+    """
+    return os.environ.get("FXQUANT_STRICT_PLUGINS", "") not in ("", "0")
+
+
+def is_first_party(info: PluginInfo, backend: str) -> bool:
+    """Whether ``info`` is the backend's own plugin (``fxquant-NAME``, or the core's).
+
+    Any other distribution contributing to ``backend`` extends it: when it fails, the
+    backend loads without it (#22).
+
+    Example:
+        >>> is_first_party(PluginInfo("x86", "fxquant-x86", "0.1", "x86 = m"), "x86")
+        True
+        >>> is_first_party(PluginInfo("x86", "acme-x86-extra", "1.0", "x86 = m"), "x86")
+        False
+    """
+    if info.builtin or not info.version:  # the core's own, or a register_plugin object
+        return True
+    dist = normalize_dist_name(info.distribution)
+    return dist in (normalize_dist_name(f"fxquant-{backend}"), normalize_dist_name(backend))
 
 
 def _env_names(variable: str) -> frozenset[str] | None:
@@ -342,7 +373,9 @@ def load(record: EntryPointRecord) -> LoadedPlugin:
     try:
         entry_point = importlib.metadata.EntryPoint(record.backend, record.value, GROUP)
         plugin: object = entry_point.load()
-    except Exception as error:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as error:  # SystemExit too: a plugin's sys.exit() is its failure (#18)
         return _failure(info, error, "to import")
     seconds = time.perf_counter() - start
     try:

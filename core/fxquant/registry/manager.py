@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import threading
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,7 +20,14 @@ from typing import Any
 import pluggy
 
 from fxquant.enums import member
-from fxquant.errors import ConfigError, ConfigTypeError, PluginError, UnknownBackendError
+from fxquant.errors import (
+    ConfigError,
+    ConfigTypeError,
+    PluginError,
+    PluginWarning,
+    UnknownBackendError,
+    extension_skipped_warning,
+)
 from fxquant.registry import hookspecs
 from fxquant.registry.assembly import AssembledBackend, assemble, default_qconfig_mapping
 from fxquant.registry.compat import check_plugin_api
@@ -28,8 +36,10 @@ from fxquant.registry.loading import (
     LoadedPlugin,
     PluginInfo,
     PluginStatus,
+    is_first_party,
     load,
     scan,
+    strict_plugins,
 )
 
 __all__ = ["BackendReport", "Registry"]
@@ -155,10 +165,17 @@ class Registry:
     def _plugins_of(self, name: str) -> list[LoadedPlugin]:
         loaded = self._load_all(name)
         failed = [p for p in loaded if p.error is not None]
-        if failed:
-            assert failed[0].error is not None  # narrowed above; mypy cannot see through the list
-            raise failed[0].error
         usable = [p for p in loaded if p.ok]
+        # a broken extension never takes down the backend it extends (#22); its own
+        # first-party plugin failing, or strict plugins, still does
+        fatal = [p for p in failed if strict_plugins() or is_first_party(p.info, name)]
+        if failed and not usable and not fatal:
+            fatal = failed
+        if fatal:
+            assert fatal[0].error is not None  # narrowed above; mypy cannot see through the list
+            raise fatal[0].error
+        for extension in failed:
+            warnings.warn(extension_skipped_warning(extension.info), PluginWarning, stacklevel=4)
         usable += [LoadedPlugin(e.info, e.plugin) for e in self._registered if e.backend == name]
         if not usable:
             raise self._unknown(name)

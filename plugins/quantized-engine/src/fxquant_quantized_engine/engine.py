@@ -1,7 +1,20 @@
-"""The quantized engine switch, and torch's quint8 deprecation warning kept inside kernels."""
+"""The quantized engine switch, and torch's quint8 deprecation warning kept inside kernels.
+
+``torch.backends.quantized.engine`` is one process-wide setting, and some kernels read
+it while they run (prepacking, add/mul/cat pick their implementation by it). Kernels of
+one engine may run in many threads at once; a kernel of another engine waits until they
+are done (a lease, #18). The first kernel in selects the engine, the last one out puts
+back the engine it found, so between kernels the engine is the user's, and two threads
+never flip it under each other::
+
+    thread A (fbgemm)   lease ----- kernel ----- kernel --- release
+    thread B (fbgemm)        lease --- kernel --- release
+    thread C (qnnpack)       waits ...........................  lease -- kernel -- release
+"""
 
 from __future__ import annotations
 
+import threading
 import warnings
 from collections.abc import Callable
 from types import TracebackType
@@ -56,13 +69,91 @@ class _Quiet:
             self._catch.__exit__(kind, value, tb)
 
 
+_ENGINE_IDS: dict[str, int] = {}
+
+
 def _engine_id(name: str) -> int:
-    previous = torch.backends.quantized.engine
-    try:
-        torch.backends.quantized.engine = name
-        return int(torch._C._get_qengine())
-    finally:
-        torch.backends.quantized.engine = previous
+    """The id torch gives engine ``name``; found without switching (another thread's
+    kernel may be running on the current engine, #18)."""
+    found = _ENGINE_IDS.get(name)
+    if found is None:
+        if name not in torch.backends.quantized.supported_engines:
+            msg = (
+                f"quantized engine {name!r} is not in this torch build; supported: "
+                f"{', '.join(torch.backends.quantized.supported_engines)}"
+            )
+            raise RuntimeError(msg)
+        found = _ENGINE_IDS[name] = int(torch.backends.quantized._get_qengine_id(name))
+    return found
+
+
+# the lease (#18): which engine id the holders run on, how many hold it, the engine the
+# first holder found (put back by the last one), how many threads wait for another engine
+_ENGINE, _HOLDERS, _RESTORE, _WAITING = 0, 1, 2, 3
+_LEASE = [-1, 0, -1, 0]
+_LOCK = threading.Lock()
+_FREE = threading.Condition(_LOCK)
+_LOCAL = threading.local()  # per thread: the engines of its outer holds (a stack)
+
+
+def acquire_engine(engine: int) -> None:
+    """Hold the quantized engine ``engine`` (an id) for this thread; wait for other engines.
+
+    The kernels' hot path (two calls per kernel): kept to a lock and a few list reads. A
+    thread that already holds the lease and asks for another engine (nested scopes of
+    two engines) switches at once: waiting would wait for itself.
+
+    Example:
+        >>> acquire_engine(_engine_id("qnnpack")); torch.backends.quantized.engine
+        'qnnpack'
+        >>> release_engine()
+    """
+    stack = _LOCAL.__dict__.setdefault("stack", [])
+    lease = _LEASE
+    with _LOCK:
+        if not stack:
+            while lease[_HOLDERS] and lease[_ENGINE] != engine:
+                lease[_WAITING] += 1
+                _FREE.wait()
+                lease[_WAITING] -= 1
+        if lease[_HOLDERS] == 0:
+            lease[_RESTORE] = current = _GET_ENGINE()
+            if current != engine:
+                _SET_ENGINE(engine)
+        elif lease[_ENGINE] != engine:  # nested: this thread holds another engine
+            _SET_ENGINE(engine)
+        stack.append(lease[_ENGINE])
+        lease[_ENGINE] = engine
+        lease[_HOLDERS] += 1
+
+
+def release_engine() -> None:
+    """Give back this thread's innermost hold (see :func:`acquire_engine`).
+
+    The last holder puts back the engine the first one found, unless the user set
+    another engine meanwhile (theirs stays).
+
+    Example:
+        >>> before = torch.backends.quantized.engine
+        >>> acquire_engine(_engine_id("qnnpack")); release_engine()
+        >>> torch.backends.quantized.engine == before
+        True
+    """
+    stack = _LOCAL.stack
+    lease = _LEASE
+    with _LOCK:
+        outer = stack.pop()
+        lease[_HOLDERS] -= 1
+        if lease[_HOLDERS] == 0:
+            current = _GET_ENGINE()
+            if current == lease[_ENGINE] != lease[_RESTORE]:
+                _SET_ENGINE(lease[_RESTORE])
+            lease[_ENGINE] = -1
+            if lease[_WAITING]:
+                _FREE.notify_all()
+        elif stack and outer != lease[_ENGINE]:  # a nested scope ends: the outer engine again
+            lease[_ENGINE] = outer
+            _SET_ENGINE(outer)
 
 
 class EngineScope:
@@ -79,18 +170,15 @@ class EngineScope:
         True
     """
 
-    __slots__ = ("_id", "_previous", "_quiet", "name")
+    __slots__ = ("_id", "_quiet", "name")
 
     def __init__(self, name: str) -> None:
         self.name = name
         self._id = _engine_id(name)
-        self._previous = self._id
         self._quiet = _Quiet()
 
     def __enter__(self) -> EngineScope:
-        self._previous = int(torch._C._get_qengine())
-        if self._previous != self._id:
-            torch._C._set_qengine(self._id)
+        acquire_engine(self._id)
         self._quiet.__enter__()
         return self
 
@@ -101,5 +189,4 @@ class EngineScope:
         tb: TracebackType | None,
     ) -> None:
         self._quiet.__exit__(kind, value, tb)
-        if self._previous != self._id:
-            torch._C._set_qengine(self._previous)
+        release_engine()

@@ -11,11 +11,11 @@ from fxquant.lowering import Dequantize, Quantize
 from torch import nn
 
 from fxquant_quantized_engine.engine import (
-    _GET_ENGINE,
-    _SET_ENGINE,
     EngineScope,
     _engine_id,
     _Quiet,
+    acquire_engine,
+    release_engine,
 )
 from fxquant_quantized_engine.views import (
     TensorQParams,
@@ -477,9 +477,7 @@ class QuantizedBinary(_Bound):
         def call(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
             qa = _quint8_input(a, first, first_scale, first_zero)
             qb = _quint8_input(b, second, second_scale, second_zero)
-            previous = _GET_ENGINE()  # _run_on, written out (10 adds in MobileNetV2)
-            if previous != engine:
-                _SET_ENGINE(engine)
+            acquire_engine(engine)  # see engine.py: one engine at a time (#18)
             try:
                 if _Quiet.spent and not torch.is_warn_always_enabled():
                     result = op(qa, qb, scale, zero_point)
@@ -487,8 +485,7 @@ class QuantizedBinary(_Bound):
                     with _Quiet():
                         result = op(qa, qb, scale, zero_point)
             finally:
-                if previous != engine:
-                    _SET_ENGINE(previous)
+                release_engine()
             return _result(result, out, float_output)
 
         return call

@@ -11,10 +11,10 @@ from typing import Any
 import torch
 
 from fxquant_quantized_engine.engine import (
-    _GET_ENGINE,
     _QUINT8,
-    _SET_ENGINE,
     _Quiet,
+    acquire_engine,
+    release_engine,
 )
 
 
@@ -143,24 +143,22 @@ def weight_as_qint8(
 
 
 def _run_on(engine: int, op: Callable[..., torch.Tensor], *args: Any) -> torch.Tensor:
-    """``op(*args)`` with the quantized engine ``engine`` (its id) selected, then restored.
+    """``op(*args)`` holding the quantized engine ``engine`` (its id), see ``engine.py``.
 
-    The kernels' hot path: the switch costs 0.1 us where a ``with EngineScope`` block
-    costs 1 us (measured, 1 thread). Views need no engine and never warn, so only the op
-    runs here; the deprecation filter is entered only when it can still fire (see
-    :class:`_Quiet`).
+    The kernels' hot path: a ``with EngineScope`` block costs more than the two calls.
+    Kernels of one engine run concurrently; another engine's wait, so no thread's
+    kernel runs on an engine another thread selected (#18). Views need no engine and
+    never warn, so only the op runs here; the deprecation filter is entered only when it
+    can still fire (see :class:`_Quiet`).
     """
-    previous = _GET_ENGINE()
-    if previous != engine:
-        _SET_ENGINE(engine)
+    acquire_engine(engine)
     try:
         if _Quiet.spent and not torch.is_warn_always_enabled():
             return op(*args)
         with _Quiet():
             return op(*args)
     finally:
-        if previous != engine:
-            _SET_ENGINE(previous)
+        release_engine()
 
 
 class _Held(weakref.ref):  # type: ignore[type-arg]  # a weak reference to a uint8 tensor
@@ -293,9 +291,7 @@ def _unary_call(
             quantized = template.detach().set_(
                 values.untyped_storage(), values.storage_offset(), values.size(), values.stride()
             )
-        previous = _GET_ENGINE()
-        if previous != engine:
-            _SET_ENGINE(engine)
+        acquire_engine(engine)  # see engine.py: one engine at a time (#18)
         try:
             if _Quiet.spent and not torch.is_warn_always_enabled():
                 result = op(quantized, packed, scale, zero_point)
@@ -303,8 +299,7 @@ def _unary_call(
                 with _Quiet():
                     result = op(quantized, packed, scale, zero_point)
         finally:
-            if previous != engine:
-                _SET_ENGINE(previous)
+            release_engine()
         integers = _UINT8_TEMPLATE.detach().set_(
             result.untyped_storage(), result.storage_offset(), result.size(), result.stride()
         )
@@ -336,9 +331,7 @@ def _boundary_call(
     template = _quint8_template(x.scale, x.zero_point)
 
     def call(values: torch.Tensor) -> torch.Tensor:
-        previous = _GET_ENGINE()
-        if previous != engine:
-            _SET_ENGINE(engine)
+        acquire_engine(engine)  # see engine.py: one engine at a time (#18)
         try:
             with _Quiet():  # quantize_per_tensor creates a quint8 tensor too
                 if not float_input:
@@ -351,8 +344,7 @@ def _boundary_call(
                     )  # float(): the reference quantizes float16/float64 as float32 too
                 result = op(quantized, packed, out.scale, out.zero_point)
         finally:
-            if previous != engine:
-                _SET_ENGINE(previous)
+            release_engine()
         return _result(result, out, float_output)
 
     return call

@@ -1,0 +1,101 @@
+"""Range checks for the numbers a config carries (observer arguments, dtype constraints).
+
+A number from a JSON file or a dict may be NaN, infinite, negative or a bool; each
+check raises at the constructor, naming the argument, the value and what is expected,
+so that a bad value never reaches a scale (#18: ``eps=nan`` gave all-NaN outputs,
+``averaging_constant=2.0`` an error of 1.77, a NaN bound switched a constraint off).
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Real
+
+from fxquant.errors import ConfigError, ConfigTypeError
+
+__all__ = ["check_flag", "check_integer", "check_real", "check_unit_interval"]
+
+
+def check_real(
+    value: object, argument: str, *, positive: bool = False, optional: bool = False
+) -> float | None:
+    """A finite real number (``positive``: also > 0); ``optional`` lets ``None`` through.
+
+    Raises:
+        ConfigTypeError: for a non-number (a bool or a string included).
+        ConfigError: for NaN, an infinity, or a value <= 0 when ``positive``.
+
+    Example:
+        >>> check_real(2**-12, "eps", positive=True)
+        0.000244140625
+        >>> check_real(float("nan"), "eps", positive=True)
+        Traceback (most recent call last):
+        ...
+        fxquant.errors.ConfigError: eps=nan: expected a finite number > 0
+    """
+    if value is None and optional:
+        return None
+    wanted = "a finite number > 0" if positive else "a finite number"
+    if isinstance(value, bool) or not isinstance(value, Real):
+        msg = f"{argument}={value!r}: expected {wanted}, got {type(value).__name__}"
+        raise ConfigTypeError(msg)
+    number = float(value)
+    if not math.isfinite(number) or (positive and number <= 0):
+        msg = f"{argument}={value!r}: expected {wanted}"
+        raise ConfigError(msg)
+    return number
+
+
+def check_unit_interval(value: object, argument: str) -> float:
+    """A number in ``(0, 1]`` (a moving average's weight of the newest batch).
+
+    Example:
+        >>> check_unit_interval(2.0, "averaging_constant")
+        Traceback (most recent call last):
+        ...
+        fxquant.errors.ConfigError: averaging_constant=2.0: expected a number in (0, 1]
+    """
+    number = check_real(value, argument)
+    assert number is not None  # not optional
+    if not 0 < number <= 1:
+        msg = f"{argument}={value!r}: expected a number in (0, 1]"
+        raise ConfigError(msg)
+    return number
+
+
+def check_integer(
+    value: object, argument: str, *, minimum: int | None = None, optional: bool = False
+) -> int | None:
+    """An int (not a bool, not a float), at least ``minimum`` when given.
+
+    Example:
+        >>> check_integer(0, "bins", minimum=1)
+        Traceback (most recent call last):
+        ...
+        fxquant.errors.ConfigError: bins=0: expected an integer >= 1
+    """
+    if value is None and optional:
+        return None
+    wanted = "an integer" if minimum is None else f"an integer >= {minimum}"
+    if isinstance(value, bool) or not isinstance(value, int):
+        msg = f"{argument}={value!r}: expected {wanted}, got {type(value).__name__}"
+        raise ConfigTypeError(msg)
+    if minimum is not None and value < minimum:
+        msg = f"{argument}={value!r}: expected {wanted}"
+        raise ConfigError(msg)
+    return int(value)
+
+
+def check_flag(value: object, argument: str) -> bool:
+    """A bool (0 and 1 too, as torch.ao scripts pass them).
+
+    Example:
+        >>> check_flag("yes", "reduce_range")
+        Traceback (most recent call last):
+        ...
+        fxquant.errors.ConfigTypeError: reduce_range='yes': expected True or False, got str
+    """
+    if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
+        return bool(value)
+    msg = f"{argument}={value!r}: expected True or False, got {type(value).__name__}"
+    raise ConfigTypeError(msg)
