@@ -382,13 +382,9 @@ class _Quiet:
         self._catch.__exit__(*exc)
 
 
-def _hf_traced(model: nn.Module) -> fx.GraphModule:
-    transformers_fx = importlib.import_module("transformers.utils.fx")
-    return transformers_fx.symbolic_trace(model, input_names=["input_ids", "attention_mask"])  # type: ignore[no-any-return]
-
-
 def torch_ao_row(setup: Setup) -> Row:
-    """torch.ao FX, its x86 default mapping and config, on transformers' traced graph."""
+    """torch.ao FX, its x86 default mapping and config, on transformers' traced graph with its
+    shapes made constants (``bench/models.concrete_graph``: torch.ao cannot trace the model)."""
     row = Row("torch.ao x86", "torch.ao `convert_fx` model")
     with _Quiet():
         importlib.import_module("torch.ao.quantization.backend_config.utils")  # import-order quirk
@@ -403,7 +399,9 @@ def torch_ao_row(setup: Setup) -> Row:
             )
             mapping.set_global(narrow)
             row.mapping = "default, 7-bit activations"
-        traced = _hf_traced(copy.deepcopy(setup.model))
+        from models import concrete_graph  # torch.ao traces the graph again: constant shapes
+
+        traced = concrete_graph(copy.deepcopy(setup.model), setup.calibration[0])
         prepared = quantize_fx.prepare_fx(
             traced, mapping, setup.calibration[0], backend_config=backend.get_x86_backend_config()
         )
