@@ -167,4 +167,7 @@ def bench(session: nox.Session) -> None:
     env = {"OMP_NUM_THREADS": "1", "PYTHONPATH": os.fspath(ROOT)}
     for script in sorted((ROOT / "bench").glob("bench_*.py")):
         session.run("python", os.fspath(script), *session.posargs, env=env)
+    # the real pretrained transformer of issue 23, every backend's deployment (offline weights)
+    accuracy = ROOT / "bench" / "accuracy_transformer.py"
+    session.run("python", os.fspath(accuracy), *session.posargs, env={**env, "HF_HUB_OFFLINE": "1"})
     session.run("python", os.fspath(ROOT / "bench" / "summary.py"), env=env)

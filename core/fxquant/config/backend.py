@@ -210,8 +210,11 @@ class DTypeConfig:
 
     ``input_dtype`` is the dtype of the quantize op before the pattern,
     ``output_dtype`` the one after it (float for dynamic quantization, where the
-    output is not quantized). Each of input/output/weight may be a plain dtype or a
-    :class:`DTypeWithConstraints`.
+    output is not quantized). A static config with a quantized ``input_dtype`` and a
+    float ``output_dtype`` (fxquant's extension, #23) is an int8-in, float-out kernel:
+    the pattern's output gets no observer and stays float in the reference model, as
+    the kernel returns it; a quantized consumer quantizes it on its own input. Each of
+    input/output/weight may be a plain dtype or a :class:`DTypeWithConstraints`.
 
     Args:
         input_dtype: dtype (or constrained dtype) of the input activation.

@@ -21,7 +21,7 @@ from fxquant.dtypes import canonical_dtype, dtype_name, is_quantized_dtype, qsch
 from fxquant.errors import ConfigError
 from fxquant.flow.report import Reason, ReasonCode
 
-__all__ = ["ObserverFacts", "QConfigProbe", "select_dtype_config"]
+__all__ = ["ObserverFacts", "QConfigProbe", "float_output", "select_dtype_config"]
 
 _FLOAT = torch.float32
 
@@ -104,6 +104,23 @@ class QConfigProbe:
         return half if static_half and not self.activation.is_dynamic else _FLOAT
 
 
+def float_output(config: DTypeConfig | None) -> bool:
+    """Whether ``config`` is a static int8-in, float-out kernel (#23): quantized input,
+    float output, not dynamic. Its pattern's output gets no observer.
+
+    Example:
+        >>> float_output(DTypeConfig(torch.uint8, torch.float, torch.int8, torch.float))
+        True
+        >>> float_output(DTypeConfig(torch.uint8, torch.uint8, torch.int8, torch.float))
+        False
+    """
+    if config is None or config.is_dynamic or config.output_dtype is None:
+        return False
+    if config.input_dtype is None or not is_quantized_dtype(config.input_dtype):
+        return False
+    return canonical_dtype(config.output_dtype) == _FLOAT
+
+
 def _same(a: torch.dtype | None, b: torch.dtype) -> bool:
     return a is None or canonical_dtype(a) == b
 
@@ -131,7 +148,8 @@ def _check_dtypes(config: DTypeConfig, probe: QConfigProbe, label: str) -> Reaso
         )
     if not _same(config.input_dtype, act.dtype):
         return _dtype_reason("activation", act.dtype, config.input_dtype, label)
-    if not _same(config.output_dtype, probe.output_dtype):
+    # an int8-in, float-out config takes a static qconfig: its output is not observed
+    if not float_output(config) and not _same(config.output_dtype, probe.output_dtype):
         return _dtype_reason("output", probe.output_dtype, config.output_dtype, label)
     weight = config.weight_dtype
     # a float weight needs no observer, so any weight observer will do

@@ -29,7 +29,7 @@ from fxquant.config.pattern import pattern_str
 from fxquant.config.qconfig import QConfig
 from fxquant.dtypes import canonical_dtype, is_quantized_dtype
 from fxquant.flow.context import FlowContext
-from fxquant.flow.dtype_check import QConfigProbe, select_dtype_config
+from fxquant.flow.dtype_check import QConfigProbe, float_output, select_dtype_config
 from fxquant.flow.match import Match, PatternIndex, match_graph, module_table
 from fxquant.flow.qat_swap import (
     float_class_of,
@@ -427,6 +427,8 @@ def _plan_node(node: fx.Node, planner: _Planner) -> None:
     dtype = probe.activation.dtype
     if node is not decision.match.anchor or probe.activation.is_dynamic:
         return
+    if float_output(decision.dtype_config):
+        return  # an int8-in, float-out kernel: its consumers quantize what they need (#23)
     if planner.kinds.get(node) != ValueKind.FLOAT or not _observable(dtype):
         return
     site = planner.new_site(node, None, decision.qconfig.activation)
@@ -502,6 +504,8 @@ def _report(
         pattern = None
         if d is not None and d.match is not None:
             pattern = pattern_str(d.match.payload.pattern or d.match.pattern)
+            if d.quantized and float_output(d.dtype_config):
+                pattern += " (int8 in, float out)"  # the reference and kernel say so (#23)
         entries.append(
             NodeReport(
                 node=node.name,

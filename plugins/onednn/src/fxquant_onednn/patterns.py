@@ -4,7 +4,9 @@ Beyond the shared builders, oneDNN fuses linear with leaky_relu and tanh
 (``LinearLeakyReLU``, ``LinearTanh``, defined here) and conv2d with add (+ relu).
 
     weighted ops    uint8 activations, int8 weights (symmetric), float bias
-    linear          + dynamic int8 and fp16 weights (float activations)
+    linear          uint8 in, float out (the kernel returns fp32; a quantized consumer's
+                    quantize step becomes its output requantization), + dynamic int8
+                    and fp16 weights (float activations)
     other ops       uint8 in and out
     layer norm      uint8 in and out, float affine weights
     embedding       weight-only int8
@@ -40,6 +42,7 @@ from torch import nn
 __all__ = [
     "DYNAMIC_FP16",
     "DYNAMIC_INT8",
+    "LINEAR_INT8",
     "STATIC_INT8",
     "WEIGHTED_INT8",
     "LinearLeakyReLU",
@@ -51,6 +54,15 @@ __all__ = [
 WEIGHTED_INT8 = DTypeConfig(
     input_dtype=torch.uint8,
     output_dtype=torch.uint8,
+    weight_dtype=torch.int8,
+    bias_dtype=torch.float,
+)
+# oneDNN's qlinear returns fp32 unless told to requantize: the reference model of a Linear
+# leaves its output float too, so it computes what the kernel does (#23). Where a quantized
+# op reads the output, its input quantize step is absorbed by the kernel (uint8 output)
+LINEAR_INT8 = DTypeConfig(
+    input_dtype=torch.uint8,
+    output_dtype=torch.float,
     weight_dtype=torch.int8,
     bias_dtype=torch.float,
 )
@@ -182,7 +194,7 @@ def pattern_configs() -> list[BackendPatternConfig]:
         >>> len(pattern_configs()) > 200
         True
     """
-    linear = [WEIGHTED_INT8, DYNAMIC_INT8, DYNAMIC_FP16]
+    linear = [LINEAR_INT8, DYNAMIC_INT8, DYNAMIC_FP16]
     static = [STATIC_INT8]
     return [
         *conv_configs([WEIGHTED_INT8]),

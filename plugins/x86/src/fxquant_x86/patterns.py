@@ -3,7 +3,8 @@
 The dtypes and kernels are fxquant-onednn's (plain uint8/int8 tensors through
 oneDNN); x86 states only its pattern list:
 
-    PyTorch's x86 set    conv, linear (static, dynamic int8, dynamic fp16), binary ops, cat,
+    PyTorch's x86 set    conv, linear (static uint8 in and float out as oneDNN's kernel returns
+                         it (#23), dynamic int8, dynamic fp16), binary ops, cat,
                          default, fixed-qparams, share-qparams and tensor-info ops, bn,
                          rnn (dynamic int8/fp16), embedding (weight-only uint8 / 4-bit)
     added                conv2d + add (+ relu) fused into one oneDNN conv (ResNet blocks),
@@ -29,7 +30,13 @@ from fxquant.patterns import (
     tensor_info_op_configs,
 )
 from fxquant.patterns.reference import weight_only_dtype_configs
-from fxquant_onednn.patterns import DYNAMIC_FP16, DYNAMIC_INT8, STATIC_INT8, WEIGHTED_INT8
+from fxquant_onednn.patterns import (
+    DYNAMIC_FP16,
+    DYNAMIC_INT8,
+    LINEAR_INT8,
+    STATIC_INT8,
+    WEIGHTED_INT8,
+)
 
 __all__ = ["pattern_configs"]
 
@@ -46,7 +53,7 @@ def pattern_configs() -> list[BackendPatternConfig]:
     return [
         *conv_configs([WEIGHTED_INT8]),
         *conv_add_configs([WEIGHTED_INT8]),
-        *linear_configs([WEIGHTED_INT8, *dynamic]),
+        *linear_configs([LINEAR_INT8, *dynamic]),
         *binary_op_configs(static),
         *matmul_configs(static),
         *cat_configs(static),
