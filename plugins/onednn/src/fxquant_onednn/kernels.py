@@ -466,8 +466,11 @@ def build_op(match: LoweringMatch) -> nn.Module | None:
         'build_op'
     """
     static = [q for q in match.inputs if q is not None]
-    if match.output is None or not static or any(q.is_dynamic for q in static):
+    if not static or any(q.is_dynamic for q in static):
         return None  # fp16 / dynamic: stays in reference form
+    if match.output is None:
+        # int8 in, float out (F.linear's config says so, #23): the reference numerics in one module
+        return FloatOp(match)
     ops = [_op_of(n, m) for n, m in zip(match.nodes, match.modules, strict=True)]
     if (
         ops[0] in _ADD
