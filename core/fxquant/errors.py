@@ -13,6 +13,11 @@
     │   └── PluginAPIVersionError           a plugin targets a plugin-API version we lack
     └── QuantizationSkipped (RuntimeError)  strict mode: a pattern would be left in float
 
+    CalibrationWarning (UserWarning)        a result would otherwise be wrong without a word
+                                            (#18): non-finite calibration values ignored,
+                                            observers never calibrated, a train-mode model
+                                            given to prepare_fx
+
 Catching the builtin base (``ValueError``, ``KeyError``...) keeps working for
 code written against torch.ao, while ``FxquantError`` catches everything of ours.
 """
@@ -20,6 +25,7 @@ code written against torch.ao, while ``FxquantError`` catches everything of ours
 from __future__ import annotations
 
 __all__ = [
+    "CalibrationWarning",
     "ConfigError",
     "ConfigTypeError",
     "ExportError",
@@ -108,3 +114,13 @@ class QuantizationSkipped(FxquantError, RuntimeError):
     def __init__(self, message: str, skipped: list[object] | None = None) -> None:
         super().__init__(message)
         self.skipped: list[object] = list(skipped or [])
+
+
+class CalibrationWarning(UserWarning):
+    """fxquant did something about the user's data or model that changes the numbers (#18).
+
+    Raised as a warning, once per cause: an observer left non-finite values (NaN,
+    inf) out of its range, ``convert_fx`` kept never-calibrated nodes float, or
+    ``prepare_fx`` got a model in training mode. ``warnings.simplefilter("error",
+    CalibrationWarning)`` turns them into errors.
+    """
