@@ -48,12 +48,14 @@ def test_uncalibrated_model_warns_once_and_stays_float(backend: str) -> None:
         converted = fxquant.convert_fx(prepared)
     assert len(caught) == 1
     words = str(caught[0].message)
-    assert "activation_post_process_0" in words and "not_calibrated" in words
+    assert "activation_post_process_0" in words
+    assert "not_calibrated" in words
     assert "calibrate" in words  # what to do
     torch.testing.assert_close(converted(x), model(x), rtol=0, atol=1e-6)
     entries = {e.node: e for e in fxquant.explain(converted, show=False).entries()}
     skipped = [e for e in entries.values() if e.reason is not None]
-    assert skipped and all(e.reason.code == "not_calibrated" for e in skipped)
+    assert skipped
+    assert all(e.reason.code == "not_calibrated" for e in skipped)
     assert all(e.status == "skipped" for e in skipped)
     assert not any(e.status == "lowered" for e in entries.values())
 
@@ -99,7 +101,8 @@ def test_a_path_that_saw_only_nan_stays_float_the_rest_is_quantized(
         converted = fxquant.convert_fx(prepared)
     assert sum("not_calibrated" in str(w.message) for w in caught) == 1
     statuses = {e.node: e.status for e in fxquant.explain(converted, show=False).entries()}
-    assert statuses["a"] == "lowered" and statuses["b"] == "skipped"
+    assert statuses["a"] == "lowered"
+    assert statuses["b"] == "skipped"
     y = torch.randn(8, 4) * scale
     got_a, got_b = converted(x, y)
     torch.testing.assert_close(got_b, model.b(y), rtol=0, atol=1e-6)  # float: exact

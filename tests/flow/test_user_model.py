@@ -48,7 +48,8 @@ def test_calibrating_a_train_mode_model_leaves_its_buffers_alone(seed: int, batc
     before = _snapshot(model)
     with pytest.warns(CalibrationWarning, match=r"model\.eval\(\)") as caught:
         prepared = _prepare(model)
-    assert len(caught) == 1 and "BatchNorm2d" in str(caught[0].message)
+    assert len(caught) == 1
+    assert "BatchNorm2d" in str(caught[0].message)
     for _ in range(batches):
         prepared(torch.randn(2, 3, 8, 8) * 3 + 1)
     for key, value in model.state_dict().items():
