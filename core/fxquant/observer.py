@@ -202,8 +202,8 @@ class ObserverBase(torch.nn.Module):
             # (one tiny op, no second pass over x); only a poisoned batch is filtered (#18)
             if not bool(torch.isfinite(high - low).all()):
                 low, high = self._finite_min_max(x, ch_axis)
-            if reducer is None and ch_axis is None and bool(low > high):
-                return None  # nothing finite in the batch: the observer stays as it was
+                if reducer is None and ch_axis is None and bool(low > high):
+                    return None  # nothing finite in the batch: the observer stays as it was
         if reducer is None:
             return low, high
         low, high = reducer.min_max(low, high)
