@@ -104,7 +104,8 @@ _VIEW_MODULES = (nn.Identity, nn.Flatten, nn.Unflatten, nn.Dropout)
 
 
 class InPlaceProxy(fx.Proxy):
-    """A proxy that records ``y += 1`` as ``operator.iadd`` (torch.fx's records ``add``).
+    """A proxy that records ``y += 1`` as ``operator.iadd`` (torch.fx's records ``add``)
+    and ``y[i] = v`` as ``operator.setitem`` (torch.fx's refuses it).
 
     torch.fx's Proxy has no ``__iadd__``, so Python falls back to ``__add__`` and
     rebinds the name: ``z = y; z += 1`` then leaves ``y`` unchanged in the graph
@@ -135,6 +136,14 @@ def _in_place(op: Callable[[Any, Any], Any]) -> Callable[[fx.Proxy, Any], fx.Pro
 
 for _op in _OPERATORS:
     setattr(InPlaceProxy, f"__{_op.__name__}__", _in_place(_op))
+
+
+def _setitem(self: fx.Proxy, index: Any, value: Any) -> None:
+    # torch.fx's Proxy refuses item assignment; recorded, functionalize makes it a copy
+    self.tracer.create_proxy("call_function", operator.setitem, (self, index, value), {})
+
+
+setattr(InPlaceProxy, "__setitem__", _setitem)  # noqa: B010  # a dunder set after the class
 
 
 def on_copy(method: str, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
