@@ -67,6 +67,8 @@ OPS: dict[str, tuple[Op, Op]] = {
         lambda y: y.masked_fill(y > 0.3, 0.0),
     ),
     "fill_": (lambda y: y.fill_(0.5), lambda y: torch.full_like(y, 0.5)),
+    "F.hardtanh_": (lambda y: F.hardtanh_(y, 0.0, 0.3), lambda y: F.hardtanh(y, 0.0, 0.3)),
+    "F.leaky_relu_": (lambda y: F.leaky_relu_(y.sub_(0.2)), lambda y: F.leaky_relu(y.sub(0.2))),
     "operator.iadd": (lambda y: operator.iadd(y, 0.25), lambda y: operator.add(y, 0.25)),
     "setitem": (_setitem, _setitem_twin),
 }

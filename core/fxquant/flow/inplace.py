@@ -171,6 +171,18 @@ def setitem_copy(tensor: torch.Tensor, index: Any, value: Any) -> torch.Tensor:
     return out
 
 
+def _out_of_place_function(target: Any) -> Callable[..., Any] | None:
+    """``F.hardtanh`` for ``F.hardtanh_``, ``torch.relu`` for ``torch.relu_``...; else None."""
+    name = getattr(target, "__name__", "")
+    if not isinstance(name, str) or not name.endswith("_") or name.startswith("_"):
+        return None
+    for owner in (torch.nn.functional, torch):
+        plain = getattr(owner, name[:-1], None)
+        if getattr(owner, name, None) is target and callable(plain):
+            return plain  # type: ignore[no-any-return]
+    return None
+
+
 def _inplace_param(target: Callable[..., Any]) -> int | None:
     """Position of an ``inplace`` parameter of a Python function (F.relu...), if any."""
     try:
@@ -202,14 +214,10 @@ def _functional_form(node: fx.Node, modules: dict[str, nn.Module]) -> bool | Non
         if target is operator.setitem:
             node.target = setitem_copy
             return True
-        name = getattr(target, "__name__", "")
-        module = getattr(target, "__module__", None) or ""
-        if name.endswith("_") and not name.startswith("_"):
-            owner = torch.nn.functional if module.startswith("torch.nn.functional") else torch
-            plain = getattr(owner, name[:-1], None)
-            if callable(plain) and getattr(owner, name, None) is target:
-                node.target = plain
-                return True
+        plain = _out_of_place_function(target)
+        if plain is not None:
+            node.target = plain
+            return True
         position = _inplace_param(target) if callable(target) else None
         if position is None:
             return None
@@ -301,12 +309,8 @@ def _mutates(node: fx.Node, modules: dict[str, nn.Module]) -> bool:
     target = node.target
     if target in _OPERATORS or target is operator.setitem:
         return True
-    name = getattr(target, "__name__", "")
-    if name.endswith("_") and not name.startswith("_"):
-        module = getattr(target, "__module__", None) or ""
-        owner = torch.nn.functional if module.startswith("torch.nn.functional") else torch
-        if getattr(owner, name, None) is target and callable(getattr(owner, name[:-1], None)):
-            return True
+    if _out_of_place_function(target) is not None:
+        return True
     position = _inplace_param(target) if callable(target) else None
     if position is None:
         return False
