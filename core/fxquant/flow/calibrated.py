@@ -52,8 +52,8 @@ def label_observers(gm: GraphModule) -> None:
         >>> m = torch.nn.Sequential(torch.nn.ReLU()).eval()
         >>> gm = fxquant.prepare_fx(m, fxquant.get_default_qconfig_mapping("reference"),
         ...                         (torch.randn(2),))
-        >>> gm.activation_post_process_1._fxquant_name
-        "activation_post_process_1 (output of node '_0')"
+        >>> gm.activation_post_process_0._fxquant_name  # ReLU shares its input's observer
+        "activation_post_process_0 (output of node 'input_1')"
     """
     modules = dict(gm.named_modules())
     for node, module in _observers(gm, modules):
