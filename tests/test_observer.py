@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 from fxquant import observer as fxobs
-from fxquant.errors import ConfigError, ConfigTypeError
+from fxquant.errors import CalibrationWarning, ConfigError, ConfigTypeError
 from fxquant.factory import ModuleFactory
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -247,12 +247,14 @@ def test_histogram_keeps_mass_when_the_range_grows():
     assert (float(obs.min_val), float(obs.max_val)) == (-3.0, 5.0)
 
 
-def test_histogram_ignores_infinities_without_warning():
+def test_histogram_ignores_infinities_with_one_warning():
     obs = fxobs.HistogramObserver(bins=16)
-    obs(torch.tensor([float("inf"), -1.0, 2.0, float("-inf")]))
+    with pytest.warns(CalibrationWarning, match="ignored 2 non-finite value"):
+        obs(torch.tensor([float("inf"), -1.0, 2.0, float("-inf")]))
     assert (float(obs.min_val), float(obs.max_val)) == (-1.0, 2.0)
-    obs(torch.tensor([float("inf")]))
+    obs(torch.tensor([float("inf")]))  # no second warning: filterwarnings=error would raise
     assert float(obs.histogram.sum()) == 2.0
+    assert obs.nonfinite_count == 3
 
 
 @settings(max_examples=30)

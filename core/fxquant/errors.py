@@ -16,6 +16,10 @@
 
     PluginWarning (UserWarning)             a broken extension was left out of its backend
     ConfigWarning (UserWarning)             a dict form has keys fxquant does not know (ignored)
+    CalibrationWarning (UserWarning)        a result would otherwise be wrong without a word
+                                            (#18): non-finite calibration values ignored,
+                                            observers never calibrated, a train-mode model
+                                            given to prepare_fx
 
 Catching the builtin base (``ValueError``, ``KeyError``...) keeps working for
 code written against torch.ao, while ``FxquantError`` catches everything of ours.
@@ -24,6 +28,7 @@ code written against torch.ao, while ``FxquantError`` catches everything of ours
 from __future__ import annotations
 
 __all__ = [
+    "CalibrationWarning",
     "CheckpointError",
     "ConfigError",
     "ConfigTypeError",
@@ -192,3 +197,13 @@ def unknown_keys(data: object, valid: tuple[str, ...], owner: str, strict: bool)
         f"torch.ao does; valid keys: {listed} (strict=True makes this an error)"
     )
     warnings.warn(msg, ConfigWarning, stacklevel=4)
+
+
+class CalibrationWarning(UserWarning):
+    """fxquant did something about the user's data or model that changes the numbers (#18).
+
+    Raised as a warning, once per cause: an observer left non-finite values (NaN,
+    inf) out of its range, ``convert_fx`` kept never-calibrated nodes float, or
+    ``prepare_fx`` got a model in training mode. ``warnings.simplefilter("error",
+    CalibrationWarning)`` turns them into errors.
+    """

@@ -11,6 +11,7 @@ dtype). Output and gradients equal torch.ao's modules with the same settings.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -331,10 +332,50 @@ class FusedMovingAvgObsFakeQuantize(FakeQuantize):
         if fused is None:
             return super().forward(x)
         observer_enabled = self.observer_enabled
-        if self.activation_post_process._batch_reducer is not None and observer_enabled[0] == 1:
+        observing = bool(observer_enabled[0] == 1)
+        saved = self._state() if observing else None
+        if self.activation_post_process._batch_reducer is not None and observing:
             self._observe_global_batch(x)
             observer_enabled = torch.zeros_like(observer_enabled)
-        return self._run_fused(x, observer_enabled, self.fake_quant_enabled)
+        try:
+            result: torch.Tensor | None = self._run_fused(
+                x, observer_enabled, self.fake_quant_enabled
+            )
+        except RuntimeError:  # a NaN zero point (per channel) fails the kernel's own check
+            if saved is None or self._finite_state():
+                raise
+            result = None
+        if saved is not None and (result is None or not self._finite_state()):
+            # the kernel folded a NaN or inf of x into the moving averages, which would then
+            # never recover (#18): undo it and take the unfused steps, whose observer leaves
+            # non-finite values out (and warns once)
+            self._restore(saved)
+            return super().forward(x)
+        assert result is not None  # set unless the state was restored above
+        return result
+
+    def _state(self) -> tuple[torch.Tensor, ...]:
+        post = self.activation_post_process
+        return tuple(t.clone() for t in (post.min_val, post.max_val, self.scale, self.zero_point))
+
+    def _finite_state(self) -> bool:
+        """False when the running min/max took a NaN or an infinity (checked on the tiny
+        min/max tensors after each kernel call: no extra pass over the batch)."""
+        post = self.activation_post_process
+        if post.min_val.numel() > 0 and math.isfinite(float((post.max_val - post.min_val).sum())):
+            return True  # the usual case: one tiny op
+        seen = post.min_val <= post.max_val
+        return (
+            bool(torch.isfinite(post.min_val[seen]).all())
+            and bool(torch.isfinite(post.max_val[seen]).all())
+            and not bool(torch.isnan(post.min_val).any() | torch.isnan(post.max_val).any())
+        )
+
+    def _restore(self, saved: tuple[torch.Tensor, ...]) -> None:
+        post = self.activation_post_process
+        targets = (post.min_val, post.max_val, self.scale, self.zero_point)
+        for target, value in zip(targets, saved, strict=True):
+            target.resize_(value.shape).copy_(value)
 
     def _run_fused(
         self, x: torch.Tensor, observer_enabled: torch.Tensor, fake_quant_enabled: torch.Tensor

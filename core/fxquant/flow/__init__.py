@@ -18,6 +18,7 @@ from fxquant.config.backend import BackendConfig
 from fxquant.config.custom import FuseCustomConfig, PrepareCustomConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.errors import ConfigTypeError
+from fxquant.flow.calibrated import label_observers
 from fxquant.flow.context import FlowContext
 from fxquant.flow.convert import convert_fx, convert_to_reference_fx
 from fxquant.flow.equalize import EQUALIZATION_KEY
@@ -25,11 +26,13 @@ from fxquant.flow.equalize import insert_observers as _insert_equalization
 
 # aliased: a bare `fuse`/`prepare`/`trace` here would hide the submodules of the same name
 from fxquant.flow.fuse import fuse as _fuse
+from fxquant.flow.inplace import functionalize
 from fxquant.flow.prepare import prepare as _prepare_graph
 from fxquant.flow.report import Report, raise_if_skipped
 from fxquant.flow.state import META_KEY, FlowMeta, FlowState
 from fxquant.flow.trace import TRACING_LOCK
 from fxquant.flow.trace import trace as _trace
+from fxquant.flow.user_model import warn_if_training
 
 __all__ = [
     "convert_fx",
@@ -39,6 +42,12 @@ __all__ = [
     "prepare_fx",
     "prepare_qat_fx",
 ]
+
+
+def _capture(model: nn.Module, ctx: FlowContext) -> fx.GraphModule:
+    gm = _trace(model, ctx)
+    functionalize(gm)  # in-place ops out of place before any step reads the graph (#18)
+    return gm
 
 
 def fuse_fx(
@@ -58,18 +67,21 @@ def fuse_fx(
     """
     ctx = FlowContext.for_fuse(fuse_custom_config, backend_config)
     with TRACING_LOCK:  # tracing patches torch.nn.Module process-wide (#18)
-        return _fuse(_trace(model, ctx), ctx)
+        return _fuse(_capture(model, ctx), ctx)
 
 
 def _prepare(
     model: nn.Module, ctx: FlowContext, step: str, equalization: QConfigMapping | None = None
 ) -> fx.GraphModule:
+    if not ctx.is_qat:
+        warn_if_training(model, step)  # (#18)
     with TRACING_LOCK:  # tracing patches torch.nn.Module process-wide (#18)
-        gm = _fuse(_trace(model, ctx), ctx, recompile=False)  # prepare recompiles once
+        gm = _fuse(_capture(model, ctx), ctx, recompile=False)  # prepare recompiles once
         gm, report = _prepare_graph(gm, ctx)
     pairs = _insert_equalization(gm, equalization) if equalization is not None else ()
     if pairs:
         gm.recompile()
+    label_observers(gm)  # observers' own warnings name their edge (#18)
     assert ctx.qconfig_mapping is not None  # for_prepare always sets it
     gm.meta = FlowMeta(gm.meta)  # so torch.save of a prepared model works (without the state)
     gm.meta[META_KEY] = FlowState(

@@ -27,6 +27,7 @@ from torch import fx
 from fxquant.errors import ConfigError
 from fxquant.flow.context import FlowContext
 from fxquant.flow.state import META_KEY, NodeInfo
+from fxquant.flow.user_model import own_copy
 
 __all__ = ["adopt"]
 
@@ -66,7 +67,8 @@ def adopt(
         )
         raise ConfigError(msg)
     _check_leaves(model, ctx)
-    source = copy.deepcopy(model) if ctx.is_qat else model
+    # PTQ: parameters shared, buffers and modules the flow's own (#18)
+    source = copy.deepcopy(model) if ctx.is_qat else own_copy(model)
     gm = fx.GraphModule(source, copy.deepcopy(model.graph), type(model).__name__)
     gm.train(model.training)
     if not any(META_KEY in node.meta for node in gm.graph.nodes):

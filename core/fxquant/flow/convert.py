@@ -27,6 +27,7 @@ from fxquant.config.backend import BackendConfig
 from fxquant.config.custom import ConvertCustomConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.errors import ConfigTypeError
+from fxquant.flow.calibrated import uncalibrated, warn_uncalibrated
 from fxquant.flow.context import FlowContext
 from fxquant.flow.convert_copy import (
     attr,
@@ -38,6 +39,7 @@ from fxquant.flow.convert_copy import (
 from fxquant.flow.convert_modules import is_observer, swap_weighted_module
 from fxquant.flow.convert_qconfig import (
     float_observers,
+    report_not_calibrated,
     report_turned_off,
     turn_off,
     turned_off_nodes,
@@ -177,7 +179,12 @@ def _mapping(value: object) -> QConfigMapping | None:
 
 
 def reference_model(
-    graph_module: GraphModule, convert_custom_config: object, qconfig_mapping: object, step: str
+    graph_module: GraphModule,
+    convert_custom_config: object,
+    qconfig_mapping: object,
+    step: str,
+    *,
+    strict: bool = False,
 ) -> tuple[GraphModule, FlowState, Report]:
     """The reference model of a prepared model, its flow state and its updated report.
 
@@ -189,11 +196,18 @@ def reference_model(
     mapping = _mapping(qconfig_mapping)
     source_modules = dict(graph_module.named_modules())
     turned_off = turned_off_nodes(graph_module, source_modules, mapping)
-    root, graph, modules = copy_model(graph_module, source_modules, turned_off)
+    # never-calibrated observers: their nodes stay float, reported and warned about (#18)
+    not_calibrated = uncalibrated(graph_module, source_modules)
+    if not strict:
+        warn_uncalibrated(not_calibrated, step)
+    stays_float = {n for nodes in not_calibrated.values() for n in nodes} - turned_off
+    off = turned_off | stays_float
+    root, graph, modules = copy_model(graph_module, source_modules, off)
     _swap_custom_modules(root, graph, modules, config)
     equalized = apply_equalization(root, graph, modules)  # before observers go (#23)
-    turn_off(graph, turned_off)
-    drop = float_observers(graph, modules, turned_off)
+    turn_off(graph, off)
+    drop = float_observers(graph, modules, off)
+    drop |= {n for n in graph.nodes if n.op == "call_module" and n.target in not_calibrated}
     with torch.no_grad():
         _rewrite(root, graph, modules, drop)
     _quantized_outputs(graph, list(state.prepare_custom_config.output_quantized_indexes))
@@ -205,7 +219,8 @@ def reference_model(
     preserve(graph_module, gm, preserved)
     if equalized:
         gm.meta[EQUALIZATION_KEY] = equalized
-    report = _mark_reference(report_turned_off(state.report, turned_off))
+    report = report_turned_off(state.report, turned_off)
+    report = _mark_reference(report_not_calibrated(report, not_calibrated, stays_float))
     return gm, state, report
 
 
@@ -298,7 +313,7 @@ def convert_fx(
     from fxquant.flow.lower import lower
 
     gm, state, report = reference_model(
-        graph_module, convert_custom_config, qconfig_mapping, "convert_fx"
+        graph_module, convert_custom_config, qconfig_mapping, "convert_fx", strict=strict
     )
     backend = state.backend_config if backend_config is None else backend_config
     report = lower(gm, FlowContext.for_convert(backend, strict=strict), report)

@@ -20,7 +20,13 @@ from fxquant.flow.qconfig_assign import assign_qconfigs
 from fxquant.flow.report import NodeStatus, Reason, ReasonCode, Report
 from fxquant.flow.state import META_KEY, NodeInfo
 
-__all__ = ["float_observers", "report_turned_off", "turn_off", "turned_off_nodes"]
+__all__ = [
+    "float_observers",
+    "report_not_calibrated",
+    "report_turned_off",
+    "turn_off",
+    "turned_off_nodes",
+]
 
 
 def turned_off_nodes(
@@ -91,6 +97,34 @@ def report_turned_off(report: Report, turned_off: set[str]) -> Report:
             words = f"{entry.node}: the qconfig_mapping given to convert sets its qconfig to None"
             entry = dataclasses.replace(
                 entry, status=NodeStatus.SKIPPED, reason=Reason(ReasonCode.QCONFIG_NONE, words)
+            )
+        entries.append(entry)
+    return Report(entries, report.unused())
+
+
+def report_not_calibrated(
+    report: Report, observers: dict[str, list[str]], stays_float: set[str]
+) -> Report:
+    """The report with every node kept float for a never-calibrated observer ``skipped``
+    for ``not_calibrated`` (#18), naming the observer.
+
+    Example:
+        >>> report_not_calibrated(Report(), {}, set()).entries()
+        []
+    """
+    by_node: dict[str, str] = {}
+    for observer, nodes in observers.items():
+        for node in nodes:
+            by_node.setdefault(node, observer)
+    entries = []
+    for entry in report.entries():
+        if entry.node in stays_float:
+            words = (
+                f"{entry.node}: observer {by_node[entry.node]} saw no finite value "
+                "(the model was not calibrated, or not on this path): kept float"
+            )
+            entry = dataclasses.replace(
+                entry, status=NodeStatus.SKIPPED, reason=Reason(ReasonCode.NOT_CALIBRATED, words)
             )
         entries.append(entry)
     return Report(entries, report.unused())

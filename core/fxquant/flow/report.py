@@ -76,6 +76,9 @@ class ReasonCode(StrEnum):
     """A standalone module is quantized on its own, not as part of the model."""
     NOT_DELEGATED = "not_delegated"
     """A deployment (ExecuTorch's partitioner) left the node outside its delegate."""
+    NOT_CALIBRATED = "not_calibrated"
+    """convert: an activation observer next to the node saw no finite value (the prepared
+    model was not run on data): the node stays float rather than use a made-up range (#18)."""
 
 
 class NodeStatus(StrEnum):

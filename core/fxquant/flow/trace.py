@@ -33,8 +33,10 @@ from torch import fx, nn
 from fxquant.errors import ConfigError, FxquantError, UntraceableModelError
 from fxquant.flow.adopt import adopt
 from fxquant.flow.context import FlowContext
+from fxquant.flow.inplace import InPlaceProxy
 from fxquant.flow.qconfig_assign import number_calls
 from fxquant.flow.state import META_KEY, NodeInfo, update_info
+from fxquant.flow.user_model import own_copy
 
 __all__ = [
     "TRACING_LOCK",
@@ -120,6 +122,10 @@ class QuantizationTracer(fx.Tracer):
             return True  # fused torch.ao modules are Sequentials, which torch.fx would enter
         return bool(super().is_leaf_module(m, module_qualified_name))
 
+    def proxy(self, node: fx.Node) -> fx.Proxy:
+        """torch.fx's proxy, recording ``y += 1`` as in place (``fxquant.flow.inplace``, #18)."""
+        return InPlaceProxy(node, self)
+
     def create_node(  # torch.fx's signature
         self,
         kind: str,
@@ -186,7 +192,8 @@ def trace(model: nn.Module, ctx: FlowContext) -> fx.GraphModule:
 
 
 def _trace_module(model: nn.Module, ctx: FlowContext) -> fx.GraphModule:
-    root = copy.deepcopy(model) if ctx.is_qat else model
+    # PTQ: parameters shared, buffers and modules the flow's own (#18)
+    root = copy.deepcopy(model) if ctx.is_qat else own_copy(model)
     concrete = _check_concrete_args(root, ctx)
     tracer: fx.Tracer
     try:

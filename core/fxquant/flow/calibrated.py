@@ -1,0 +1,128 @@
+"""Which observers were calibrated, and what convert does with those that were not (#18).
+
+An activation observer that never saw a finite value still holds the range of a
+fresh observer (``inf``, ``-inf``): quantizing with it would use ``scale=1.0,
+zero_point=0``, a wrong number with no warning. ``convert_fx`` and
+``convert_to_reference_fx`` instead keep every node next to such an observer
+float (the pattern it belongs to, whole), report it ``skipped`` with the reason
+code ``not_calibrated``, and warn once naming the observers and nodes;
+``convert_fx(strict=True)`` raises :class:`fxquant.QuantizationSkipped`.
+
+Only activation observers (the ``activation_post_process_N`` modules on the
+graph's edges) count: weight observers are run on the weights at convert.
+Fixed-qparams, placeholder and dynamic observers never need calibration
+(:func:`fxquant.observer.is_calibrated`).
+
+Prepare also names every observer after its place in the graph
+(:func:`label_observers`), so that an observer's own warnings (non-finite
+values) say which edge it watches.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+
+from torch import nn
+from torch.fx import GraphModule, Node
+
+from fxquant.errors import CalibrationWarning
+from fxquant.flow.convert_copy import observed_constant
+from fxquant.flow.convert_modules import is_observer
+from fxquant.flow.state import NodeInfo, node_info
+from fxquant.observer import is_calibrated
+
+__all__ = ["label_observers", "uncalibrated", "warn_uncalibrated"]
+
+
+def _observers(gm: GraphModule, modules: Mapping[str, nn.Module]) -> list[tuple[Node, nn.Module]]:
+    found = []
+    for node in gm.graph.nodes:
+        module = modules.get(str(node.target)) if node.op == "call_module" else None
+        if module is not None and is_observer(module):
+            found.append((node, module))
+    return found
+
+
+def label_observers(gm: GraphModule) -> None:
+    """Name each observer (and fake quantize) of ``gm`` for its messages.
+
+    Example:
+        >>> import torch, fxquant
+        >>> m = torch.nn.Sequential(torch.nn.ReLU()).eval()
+        >>> gm = fxquant.prepare_fx(m, fxquant.get_default_qconfig_mapping("reference"),
+        ...                         (torch.randn(2),))
+        >>> gm.activation_post_process_0._fxquant_name  # ReLU shares its input's observer
+        "activation_post_process_0 (output of node 'input_1')"
+    """
+    modules = dict(gm.named_modules())
+    for node, module in _observers(gm, modules):
+        if getattr(module, "_fxquant_name", None) is not None:
+            continue  # an observer shared by several edges keeps its first one
+        observed = node.args[0] if node.args else None
+        label = str(node.target)
+        if isinstance(observed, Node):
+            source = node_info(observed).source
+            label += f" (output of node {observed.name!r}" + (f" at {source})" if source else ")")
+        _set_label(module, label)
+    for path, module in modules.items():  # weight fake quants inside QAT modules
+        if path and is_observer(module) and getattr(module, "_fxquant_name", None) is None:
+            _set_label(module, path)
+
+
+def _set_label(module: nn.Module, label: str) -> None:
+    # a plain attribute (nn.Module keeps it in __dict__): kept by deepcopy and pickling
+    object.__setattr__(module, "_fxquant_name", label)
+    inner = getattr(module, "activation_post_process", None)
+    if isinstance(inner, nn.Module):
+        object.__setattr__(inner, "_fxquant_name", label)
+
+
+def uncalibrated(gm: GraphModule, modules: Mapping[str, nn.Module]) -> dict[str, list[str]]:
+    """Never-calibrated activation observers: observer name -> the quantized nodes next to it.
+
+    The nodes are every node of the patterns the observer's producer and consumers
+    belong to (a fused pattern stays float as a whole).
+
+    Example:
+        >>> # see tests/flow/test_not_calibrated.py
+    """
+    found: dict[str, list[str]] = {}
+    anchors: dict[str, list[str]] = {}
+    for node in gm.graph.nodes:
+        info = node.meta.get("fxquant")
+        if isinstance(info, NodeInfo) and info.qconfig is not None and info.anchor is not None:
+            anchors.setdefault(info.anchor, []).append(node.name)
+    for node, module in _observers(gm, modules):
+        if is_calibrated(module) or observed_constant(node):
+            continue  # a functional's weight is observed at convert
+        names: list[str] = []
+        for neighbour in (*node.all_input_nodes, *node.users):
+            info = node_info(neighbour)
+            if info.qconfig is None:
+                continue
+            group = anchors.get(info.anchor or "", [neighbour.name])
+            names += [n for n in group if n not in names]
+        if names:
+            found.setdefault(str(node.target), [])
+            found[str(node.target)] += [n for n in names if n not in found[str(node.target)]]
+    return found
+
+
+def warn_uncalibrated(found: Mapping[str, list[str]], step: str) -> None:
+    """One :class:`CalibrationWarning` naming every never-calibrated observer and its nodes.
+
+    Example:
+        >>> warn_uncalibrated({}, "convert_fx")  # nothing to say
+    """
+    if not found:
+        return
+    listed = "; ".join(f"{obs} -> {', '.join(nodes)}" for obs, nodes in found.items())
+    msg = (
+        f"{step}: {len(found)} activation observer(s) saw no finite value, so their nodes "
+        f"stay float in the converted model (reason not_calibrated): {listed}. Run the "
+        "prepared model on representative data before converting (fxquant.calibration."
+        f"calibrate), or pass strict=True to make this an error"
+    )
+    # 4: the user's call of convert_fx / convert_to_reference_fx (through reference_model)
+    warnings.warn(msg, CalibrationWarning, stacklevel=4)

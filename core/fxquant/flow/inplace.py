@@ -1,0 +1,334 @@
+"""In-place tensor ops become out-of-place ones right after capture (#18).
+
+A captured graph says what reads what, but an in-place op (``y.mul_(0.5)``,
+``torch.relu_(y)``, ``F.relu(y, inplace=True)``, ``nn.ReLU(inplace=True)``,
+``operator.setitem``) changes a value that other nodes read *by identity*: the
+later ``self.b(y)`` reads ``y``'s node, not the ``mul_``. Every step after
+capture breaks that hidden edge: an observer passes ``y`` through, a quantize
+step makes a copy that the ``mul_`` then changes for nobody, a lowered kernel
+reads the integers made before it. The converted model silently dropped the
+op (0.36 off on a model whose outputs span 0.58).
+
+So the flow makes the edge explicit before anything else looks at the graph:
+
+* the op becomes its out-of-place form (``mul_`` -> ``mul``, ``torch.relu_`` ->
+  ``torch.relu``, ``operator.iadd`` -> ``operator.add``, ``inplace=True`` ->
+  ``False``; methods without one, such as ``fill_``, ``zero_`` or ``copy_``, run
+  on a clone of their input: :func:`on_copy`), and
+* every node after it that read the mutated value reads the op's result instead.
+
+An in-place *module* (``nn.ReLU(inplace=True)``) keeps running in place on its
+input, but nothing reads that input afterwards: its later readers read the
+module's output. The prepared and converted models therefore never change
+their inputs (the float model's ``x.mul_(2)`` changed the caller's tensor).
+
+Refused with :class:`UntraceableModelError` (a clear error, never a silent
+drop): an in-place op on a *view* whose base (or another view of it) is read
+afterwards (``y.view(-1).mul_(2)`` then ``y``), and an in-place op on a module's
+parameter or buffer (``self.buf.add_(1)`` in ``forward``), whose change would
+outlive the call.
+
+Example:
+    >>> import torch
+    >>> class M(torch.nn.Module):
+    ...     def forward(self, x):
+    ...         y = torch.relu(x)
+    ...         y.mul_(0.5)
+    ...         return y + 1
+    >>> gm = torch.fx.symbolic_trace(M())
+    >>> functionalize(gm)
+    1
+    >>> [n.target for n in gm.graph.nodes if n.op == "call_method"]
+    ['mul']
+    >>> float(gm(torch.tensor([2.0])))
+    2.0
+"""
+
+from __future__ import annotations
+
+import inspect
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import fx, nn
+
+from fxquant.errors import UntraceableModelError
+from fxquant.flow.state import node_info
+
+__all__ = ["InPlaceProxy", "functionalize", "on_copy", "setitem_copy"]
+
+_OPERATORS: dict[Callable[..., Any], Callable[..., Any]] = {
+    operator.iadd: operator.add,
+    operator.isub: operator.sub,
+    operator.imul: operator.mul,
+    operator.itruediv: operator.truediv,
+    operator.ifloordiv: operator.floordiv,
+    operator.imod: operator.mod,
+    operator.ipow: operator.pow,
+    operator.imatmul: operator.matmul,
+    operator.iand: operator.and_,
+    operator.ior: operator.or_,
+    operator.ixor: operator.xor,
+    operator.ilshift: operator.lshift,
+    operator.irshift: operator.rshift,
+}
+
+# methods ending in "_" that change no tensor values (or only autograd state)
+_NOT_MUTATING = frozenset(
+    {"requires_grad_", "retain_grad_", "share_memory_", "record_stream_", "detach_"}
+)
+
+# ops whose result may share memory with their first argument: a view of it
+_VIEW_METHODS = frozenset(
+    {
+        "view", "view_as", "reshape", "reshape_as", "transpose", "transpose_", "permute",
+        "t", "T", "mT", "narrow", "select", "expand", "expand_as", "squeeze", "unsqueeze",
+        "flatten", "unflatten", "chunk", "split", "unbind", "tensor_split", "movedim",
+        "moveaxis", "swapaxes", "swapdims", "diagonal", "as_strided", "unfold", "detach",
+        "contiguous", "real", "imag", "__getitem__", "split_with_sizes", "to", "type_as",
+        "view_as_real", "view_as_complex", "squeeze_", "unsqueeze_", "align_as",
+    }
+)  # fmt: skip
+_VIEW_FUNCTIONS: frozenset[Any] = frozenset(
+    {
+        operator.getitem, torch.reshape, torch.flatten, torch.transpose, torch.permute,
+        torch.t, torch.narrow, torch.select, torch.squeeze, torch.unsqueeze, torch.chunk,
+        torch.split, torch.unbind, torch.tensor_split, torch.movedim, torch.moveaxis,
+        torch.swapaxes, torch.swapdims, torch.diagonal, torch.as_strided, torch.detach,
+        torch.unflatten, torch.view_as_real, torch.view_as_complex, torch.real, torch.imag,
+    }
+)  # fmt: skip
+_VIEW_MODULES = (nn.Identity, nn.Flatten, nn.Unflatten, nn.Dropout)
+
+
+class InPlaceProxy(fx.Proxy):
+    """A proxy that records ``y += 1`` as ``operator.iadd`` (torch.fx's records ``add``)
+    and ``y[i] = v`` as ``operator.setitem`` (torch.fx's refuses it).
+
+    torch.fx's Proxy has no ``__iadd__``, so Python falls back to ``__add__`` and
+    rebinds the name: ``z = y; z += 1`` then leaves ``y`` unchanged in the graph
+    while eager PyTorch changed it. Recording the in-place operator lets
+    :func:`functionalize` rewire ``y``'s later readers (#18).
+
+    Example:
+        >>> class M(torch.nn.Module):
+        ...     def forward(self, x):
+        ...         y = x * 1
+        ...         z = y
+        ...         z += 1
+        ...         return y
+        >>> from fxquant.flow.trace import QuantizationTracer
+        >>> graph = QuantizationTracer().trace(M())
+        >>> [n.target.__name__ for n in graph.nodes if n.op == "call_function"]
+        ['mul', 'iadd']
+    """
+
+
+def _in_place(op: Callable[[Any, Any], Any]) -> Callable[[fx.Proxy, Any], fx.Proxy]:
+    def method(self: fx.Proxy, other: Any) -> fx.Proxy:
+        return self.tracer.create_proxy("call_function", op, (self, other), {})
+
+    method.__name__ = f"__{op.__name__}__"
+    return method
+
+
+for _op in _OPERATORS:
+    setattr(InPlaceProxy, f"__{_op.__name__}__", _in_place(_op))
+
+
+def _setitem(self: fx.Proxy, index: Any, value: Any) -> None:
+    # torch.fx's Proxy refuses item assignment; recorded, functionalize makes it a copy
+    self.tracer.create_proxy("call_function", operator.setitem, (self, index, value), {})
+
+
+setattr(InPlaceProxy, "__setitem__", _setitem)  # noqa: B010  # a dunder set after the class
+
+
+def on_copy(method: str, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+    """``tensor.<method>(*args, **kwargs)`` run on a clone: an in-place method, functional.
+
+    Example:
+        >>> x = torch.ones(2)
+        >>> on_copy("fill_", x, 3.0), x
+        (tensor([3., 3.]), tensor([1., 1.]))
+    """
+    result: torch.Tensor = getattr(tensor.clone(), method)(*args, **kwargs)
+    return result
+
+
+def setitem_copy(tensor: torch.Tensor, index: Any, value: Any) -> torch.Tensor:
+    """``tensor[index] = value`` on a clone of ``tensor``; returns the clone.
+
+    Example:
+        >>> x = torch.zeros(2)
+        >>> setitem_copy(x, 0, 5.0), x
+        (tensor([5., 0.]), tensor([0., 0.]))
+    """
+    out = tensor.clone()
+    out[index] = value
+    return out
+
+
+def _out_of_place_function(target: Any) -> Callable[..., Any] | None:
+    """``F.hardtanh`` for ``F.hardtanh_``, ``torch.relu`` for ``torch.relu_``...; else None."""
+    name = getattr(target, "__name__", "")
+    if not isinstance(name, str) or not name.endswith("_") or name.startswith("_"):
+        return None
+    for owner in (torch.nn.functional, torch):
+        plain = getattr(owner, name[:-1], None)
+        if getattr(owner, name, None) is target and callable(plain):
+            return plain  # type: ignore[no-any-return]
+    return None
+
+
+def _inplace_param(target: Callable[..., Any]) -> int | None:
+    """Position of an ``inplace`` parameter of a Python function (F.relu...), if any."""
+    try:
+        parameters = list(inspect.signature(target).parameters)
+    except (TypeError, ValueError):
+        return None
+    return parameters.index("inplace") if "inplace" in parameters else None
+
+
+def _functional_form(node: fx.Node, modules: dict[str, nn.Module]) -> bool | None:
+    """Rewrite ``node`` into its out-of-place form; True when the node mutated its first
+    argument, None when it is no in-place op. A call_module stays (see the module doc)."""
+    if node.op == "call_method":
+        name = str(node.target)
+        if not name.endswith("_") or name.startswith("_") or name in _NOT_MUTATING:
+            return None
+        plain = getattr(torch.Tensor, name[:-1], None)
+        if callable(plain) and not name.endswith("__"):
+            node.target = name[:-1]
+        else:  # fill_, zero_, copy_, normal_...: no out-of-place method of that name
+            node.op, node.target = "call_function", on_copy
+            node.args = (name, *node.args)
+        return True
+    if node.op == "call_function":
+        target = node.target
+        if target in _OPERATORS:
+            node.target = _OPERATORS[target]
+            return True
+        if target is operator.setitem:
+            node.target = setitem_copy
+            return True
+        plain = _out_of_place_function(target)
+        if plain is not None:
+            node.target = plain
+            return True
+        position = _inplace_param(target) if callable(target) else None
+        if position is None:
+            return None
+        given = node.kwargs.get(
+            "inplace", node.args[position] if len(node.args) > position else False
+        )
+        if given is not True:
+            return None
+        node.args = node.args[:position]
+        node.kwargs = {**node.kwargs, "inplace": False}
+        return True
+    if node.op == "call_module":
+        module = modules.get(str(node.target))
+        return True if getattr(module, "inplace", False) is True else None
+    return None
+
+
+def _is_view(node: fx.Node, modules: dict[str, nn.Module]) -> bool:
+    if node.op == "call_method":
+        return str(node.target) in _VIEW_METHODS
+    if node.op == "call_function":
+        return node.target in _VIEW_FUNCTIONS
+    if node.op == "call_module":
+        return isinstance(modules.get(str(node.target)), _VIEW_MODULES)
+    return False
+
+
+def _base(node: fx.Node, modules: dict[str, nn.Module]) -> fx.Node:
+    """The node whose memory ``node`` may share: itself unless it is a view of another."""
+    while _is_view(node, modules) and node.args and isinstance(node.args[0], fx.Node):
+        node = node.args[0]
+    return node
+
+
+def _refuse(node: fx.Node, why: str) -> UntraceableModelError:
+    source = node_info(node).source
+    where = f" at {source}" if source else ""
+    msg = (
+        f"in-place op {node.name!r} ({node.target}){where} {why}; fxquant cannot keep that "
+        "change in a quantized model, where every value is a new tensor. Write it out of "
+        "place (y = y.mul(0.5) instead of y.mul_(0.5)), or keep that code in a non-traceable "
+        "module (PrepareCustomConfig().set_non_traceable_module_names)"
+    )
+    return UntraceableModelError(msg)
+
+
+def functionalize(gm: fx.GraphModule) -> int:
+    """Make every in-place op of ``gm`` out of place and rewire its later readers (#18).
+
+    Returns the number of ops rewritten; recompiles ``gm`` when there was any.
+
+    Raises:
+        UntraceableModelError: an in-place op on module state, or on a view whose
+            base is read afterwards (see the module doc).
+
+    Example:
+        >>> functionalize(fx.symbolic_trace(nn.Linear(2, 2)))
+        0
+    """
+    modules = dict(gm.named_modules())
+    position = {node: i for i, node in enumerate(gm.graph.nodes)}
+    changed = 0
+    for node in list(gm.graph.nodes):
+        mutated = node.args[0] if node.args else None
+        if not isinstance(mutated, fx.Node) or not _mutates(node, modules):
+            continue
+        _check(node, mutated, modules, position)
+        if _functional_form(node, modules) is None:
+            continue
+        changed += 1
+        for user in list(mutated.users):
+            if user is not node and position[user] > position[node]:
+                user.replace_input_with(mutated, node)
+    if changed:
+        gm.graph.lint()
+        gm.recompile()
+    return changed
+
+
+def _mutates(node: fx.Node, modules: dict[str, nn.Module]) -> bool:
+    """Whether ``node`` is an in-place op (without rewriting it)."""
+    if node.op == "call_method":
+        name = str(node.target)
+        return name.endswith("_") and not name.startswith("_") and name not in _NOT_MUTATING
+    if node.op == "call_module":
+        return getattr(modules.get(str(node.target)), "inplace", False) is True
+    if node.op != "call_function":
+        return False
+    target = node.target
+    if target in _OPERATORS or target is operator.setitem:
+        return True
+    if _out_of_place_function(target) is not None:
+        return True
+    position = _inplace_param(target) if callable(target) else None
+    if position is None:
+        return False
+    given = node.args[position] if len(node.args) > position else False
+    return node.kwargs.get("inplace", given) is True
+
+
+def _check(
+    node: fx.Node, mutated: fx.Node, modules: dict[str, nn.Module], position: dict[fx.Node, int]
+) -> None:
+    base = _base(mutated, modules)
+    if base.op == "get_attr":
+        raise _refuse(node, f"changes the module's tensor {base.target!r} inside forward")
+    if base is mutated:
+        return
+    # a view: the change reaches the base and every other view of it, which later nodes
+    # read through edges the rewiring cannot follow
+    aliases = [n for n in position if n is not mutated and _base(n, modules) is base]
+    for alias in aliases:
+        if any(position[user] > position[node] for user in alias.users if user is not node):
+            raise _refuse(node, f"changes a view of {base.name!r}, which is read again afterwards")

@@ -1,0 +1,87 @@
+"""The user's model is never changed by prepare_fx or by calibrating its result (#18).
+
+``prepare_fx`` works on a copy of the model that shares its *parameters* (no
+second copy of the weights) and owns everything else: the module objects, their
+attributes and their *buffers* (BatchNorm's ``running_mean``, ``running_var``,
+``num_batches_tracked``, any buffer a custom module updates in ``forward``).
+Calibrating the prepared model, even in training mode, then cannot write into the
+user's tensors: the forward pass never writes parameters, only buffers. (Training
+the prepared model with an optimizer would update the shared weights: train with
+``prepare_qat_fx``, which copies the whole model.)
+
+A model in training mode is a mistake for post-training quantization:
+BatchNorm then normalizes with each batch's statistics and dropout drops values,
+so the observers record ranges the eval-mode model never produces. prepare_fx
+warns once (:class:`fxquant.errors.CalibrationWarning`) and names the fix, when
+the model holds one of torch's modules whose forward depends on the mode
+(BatchNorm, InstanceNorm with running statistics, dropout, RReLU); a model
+without them computes the same numbers in both modes and gets no warning.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+from torch import nn
+
+from fxquant.errors import CalibrationWarning
+
+__all__ = ["own_copy", "warn_if_training"]
+
+
+def own_copy(model: nn.Module) -> nn.Module:
+    """A copy of ``model`` that shares its parameters and owns its buffers and modules.
+
+    Example:
+        >>> bn = nn.BatchNorm1d(2)
+        >>> mine = own_copy(bn)
+        >>> mine.weight is bn.weight, mine.running_mean is bn.running_mean
+        (True, False)
+    """
+    memo: dict[int, object] = {id(p): p for p in model.parameters()}
+    try:
+        return copy.deepcopy(model, memo)
+    except Exception:  # any attribute deepcopy cannot copy (a lock, a handle)
+        if model.training:
+            # training would write the user's buffers; refuse rather than share them
+            msg = (
+                f"prepare_fx needs to copy the buffers of {type(model).__name__} in training "
+                "mode (calibration would update the user's BatchNorm statistics) but the model "
+                "cannot be deep-copied; call model.eval() before prepare_fx"
+            )
+            raise TypeError(msg) from None
+        return model  # eval mode: forward writes no buffer of torch's modules
+
+
+def warn_if_training(model: nn.Module, step: str) -> None:
+    """One :class:`CalibrationWarning` for a model in training mode given to ``step``.
+
+    Example:
+        >>> warn_if_training(nn.Linear(1, 1).eval(), "prepare_fx")  # eval: no warning
+    """
+    if not model.training:
+        return
+    trained = sorted(
+        {type(m).__name__ for m in model.modules() if m.training and _changes_in_training(m)}
+    )
+    if not trained:
+        return  # torch's other modules compute the same in both modes: no number changes
+    msg = (
+        f"{step} got {type(model).__name__} in training mode, where {', '.join(trained)} "
+        "compute differently (batch statistics, dropped values): calibration would record "
+        "ranges the model in eval mode never produces. Call model.eval() before "
+        f"{step} (prepare_qat_fx is the flow for training). The prepared model works on its "
+        "own copy of every buffer: your model's BatchNorm statistics are not changed"
+    )
+    warnings.warn(msg, CalibrationWarning, stacklevel=3)
+
+
+def _changes_in_training(module: nn.Module) -> bool:
+    # torch's modules whose forward reads self.training; a user's module may too, which
+    # the docs ask to avoid by calling model.eval()
+    if isinstance(module, nn.modules.batchnorm._NormBase):  # BatchNorm, InstanceNorm
+        return bool(module.track_running_stats) or isinstance(
+            module, nn.modules.batchnorm._BatchNorm
+        )
+    return isinstance(module, (nn.modules.dropout._DropoutNd, nn.RReLU))

@@ -1,0 +1,276 @@
+"""In-place tensor ops survive prepare and convert on every backend (#18).
+
+Before: ``y = torch.relu(self.a(x)); y.mul_(0.5); return self.b(y)`` lost its
+``mul_`` in every lowered model (0.36 off where the reference model was 0.009
+off), and an in-place op on the model's input was lost on every backend. The
+flow now rewrites in-place ops out of place right after capture
+(``fxquant.flow.inplace``).
+
+x86 and oneDNN: this test machine may lack VNNI, where their full-range uint8
+kernels saturate (a separate issue); their cases use 7-bit activations, and
+compare the in-place model with its out-of-place twin (bit-identical: same
+graph) besides the float model.
+"""
+
+from __future__ import annotations
+
+import copy
+import operator
+from collections.abc import Callable
+
+import fxquant
+import pytest
+import torch
+import torch.nn.functional as F
+from fxquant.config.qconfig import QConfig
+from fxquant.errors import UntraceableModelError
+from fxquant.flow.inplace import functionalize
+from fxquant.observer import MinMaxObserver
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import fx, nn
+
+Op = Callable[[torch.Tensor], torch.Tensor]
+
+
+def _iadd(y: torch.Tensor) -> torch.Tensor:
+    y += 0.25
+    return y
+
+
+def _setitem(y: torch.Tensor) -> torch.Tensor:
+    y[0] = 0.5
+    y[:, 1:3] = y[:, 4:6]
+    return y
+
+
+def _setitem_twin(y: torch.Tensor) -> torch.Tensor:
+    row = torch.cat([torch.full_like(y[:1], 0.5), y[1:]])
+    return torch.cat([row[:, :1], row[:, 4:6], row[:, 3:]], dim=1)
+
+
+# name -> (in-place spelling, out-of-place twin)
+OPS: dict[str, tuple[Op, Op]] = {
+    "mul_": (lambda y: y.mul_(0.5), lambda y: y.mul(0.5)),
+    "add_": (lambda y: y.add_(1.0), lambda y: y.add(1.0)),
+    "sub_": (lambda y: y.sub_(0.25), lambda y: y.sub(0.25)),
+    "div_": (lambda y: y.div_(3.0), lambda y: y.div(3.0)),
+    "clamp_": (lambda y: y.clamp_(0.0, 0.3), lambda y: y.clamp(0.0, 0.3)),
+    "relu_": (lambda y: y.sub_(0.2).relu_(), lambda y: y.sub(0.2).relu()),
+    "torch.relu_": (lambda y: torch.relu_(y.sub_(0.2)), lambda y: torch.relu(y.sub(0.2))),
+    "F.relu(inplace)": (
+        lambda y: F.relu(y.sub_(0.2), inplace=True),
+        lambda y: F.relu(y.sub(0.2)),
+    ),
+    "masked_fill_": (
+        lambda y: y.masked_fill_(y > 0.3, 0.0),
+        lambda y: y.masked_fill(y > 0.3, 0.0),
+    ),
+    "fill_": (lambda y: y.fill_(0.5), lambda y: torch.full_like(y, 0.5)),
+    "F.hardtanh_": (lambda y: F.hardtanh_(y, 0.0, 0.3), lambda y: F.hardtanh(y, 0.0, 0.3)),
+    "F.leaky_relu_": (lambda y: F.leaky_relu_(y.sub_(0.2)), lambda y: F.leaky_relu(y.sub(0.2))),
+    "operator.iadd": (lambda y: operator.iadd(y, 0.25), lambda y: operator.add(y, 0.25)),
+    "setitem": (_setitem, _setitem_twin),
+}
+
+
+class InPlace(nn.Module):
+    """``a -> relu -> op -> b``, the op in place (result unused) or out of place."""
+
+    def __init__(self, op: Op, *, twin: bool, on_input: bool = False) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 4)
+        self.op, self.twin, self.on_input = op, twin, on_input
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.on_input:
+            x = self.op(x) if self.twin else x
+            if not self.twin:
+                self.op(x)
+            return self.b(torch.relu(self.a(x)))
+        y = torch.relu(self.a(x))
+        if self.twin:
+            y = self.op(y)
+        else:
+            self.op(y)  # the result is dropped: only the mutation carries the value
+        return self.b(y)
+
+
+BACKENDS = ["x86", "onednn", "fbgemm", "qnnpack", "reference", "executorch", "tensorrt"]
+SEVEN_BIT = {"x86", "onednn"}  # see the module docstring
+
+
+def _mapping(backend: str) -> fxquant.QConfigMapping:
+    mapping = fxquant.get_default_qconfig_mapping(backend)
+    if backend in SEVEN_BIT:
+        weight = mapping.global_qconfig.weight  # type: ignore[union-attr]
+        activation = MinMaxObserver.with_args(quant_min=0, quant_max=127)
+        mapping = mapping.set_global(QConfig(activation=activation, weight=weight))
+    return mapping
+
+
+def _convert(model: nn.Module, backend: str, x: torch.Tensor) -> tuple[fx.GraphModule, ...]:
+    prepared = fxquant.prepare_fx(
+        model, _mapping(backend), (x,), backend_config=fxquant.get_backend_config(backend)
+    )
+    for i in range(4):
+        prepared(x.clone() * (1 + i / 4))
+    reference = fxquant.convert_to_reference_fx(copy.deepcopy(prepared))
+    return reference, fxquant.convert_fx(prepared)
+
+
+def _diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).detach().abs().max())
+
+
+def _step(model: fx.GraphModule) -> float:
+    """The largest quantization step of the model: its coarsest rounding."""
+    scales = [
+        float(n.args[1])
+        for n in model.graph.nodes
+        if n.op == "call_function" and "quantize_per_tensor" in str(n.target)
+    ]
+    return max(scales, default=0.0)
+
+
+def _pair(name: str, seed: int) -> tuple[nn.Module, nn.Module, torch.Tensor]:
+    torch.manual_seed(seed)
+    model = InPlace(OPS[name][0], twin=False).eval()
+    twin = InPlace(OPS[name][1], twin=True).eval()
+    twin.load_state_dict(model.state_dict())
+    return model, twin, torch.randn(16, 8)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", ["mul_", "add_", "sub_", "div_", "clamp_", "operator.iadd"])
+def test_in_place_op_after_a_lowered_op_is_kept(backend: str, name: str) -> None:
+    model, twin, x = _pair(name, seed=0)
+    expected = model(x.clone())
+    reference, lowered = _convert(model, backend, x)
+    twin_reference, twin_lowered = _convert(twin, backend, x)
+    # the in-place model converts exactly as its out-of-place twin does
+    torch.testing.assert_close(lowered(x.clone()), twin_lowered(x.clone()), rtol=0, atol=0)
+    torch.testing.assert_close(reference(x.clone()), twin_reference(x.clone()), rtol=0, atol=0)
+    # and near the float model: the dropped op was off by 0.3..3.5, a step is ~0.01
+    step = _step(reference)
+    assert _diff(reference(x.clone()), expected) <= 4 * step
+    if backend not in SEVEN_BIT:  # x86/onednn: see the module docstring
+        assert _diff(lowered(x.clone()), reference(x.clone())) <= step * 1.001
+
+
+@settings(max_examples=25)
+@given(
+    name=st.sampled_from(sorted(set(OPS) - {"setitem"})),  # its twin is another graph: below
+    seed=st.integers(0, 2**16),
+    on_input=st.booleans(),
+)
+def test_in_place_ops_convert_like_their_out_of_place_twins(
+    name: str, seed: int, on_input: bool
+) -> None:
+    torch.manual_seed(seed)
+    model = InPlace(OPS[name][0], twin=False, on_input=on_input).eval()
+    twin = InPlace(OPS[name][1], twin=True, on_input=on_input).eval()
+    twin.load_state_dict(model.state_dict())
+    x = torch.randn(16, 8)
+    torch.testing.assert_close(model(x.clone()), twin(x.clone()))
+    reference, lowered = _convert(model, "fbgemm", x)
+    _, twin_lowered = _convert(twin, "fbgemm", x)
+    torch.testing.assert_close(lowered(x.clone()), twin_lowered(x.clone()), rtol=0, atol=0)
+    step = _step(reference)
+    assert _diff(reference(x.clone()), model(x.clone())) <= 4 * step + 1e-6
+
+
+@pytest.mark.parametrize("backend", ["fbgemm", "qnnpack", "reference", "x86", "onednn"])
+def test_in_place_op_on_the_model_input_is_kept_and_the_input_is_not_changed(
+    backend: str,
+) -> None:
+    torch.manual_seed(1)
+    model = InPlace(OPS["mul_"][0], twin=False, on_input=True).eval()
+    x = torch.randn(16, 8)
+    expected = model(x.clone())
+    reference, lowered = _convert(model, backend, x)
+    given = x.clone()
+    out = lowered(given)
+    torch.testing.assert_close(given, x, rtol=0, atol=0)  # the caller's tensor, unchanged
+    step = _step(reference)
+    assert _diff(reference(x.clone()), expected) <= 4 * step
+    assert _diff(out, expected) <= 4 * step
+
+
+@pytest.mark.parametrize("backend", ["fbgemm", "reference"])
+@pytest.mark.parametrize("on_input", [False, True])
+def test_item_assignment_is_traced_and_kept(backend: str, on_input: bool) -> None:
+    # torch.fx's own tracer refuses `y[0] = v`; fxquant's records it as a copy (#18)
+    torch.manual_seed(3)
+    model = InPlace(_setitem, twin=False, on_input=on_input).eval()
+    x = torch.randn(16, 8)
+    expected = model(x.clone())
+    reference, lowered = _convert(model, backend, x)
+    step = _step(reference)
+    assert _diff(reference(x.clone()), expected) <= 4 * step
+    assert _diff(lowered(x.clone()), expected) <= 4 * step
+
+
+class ModuleInPlace(nn.Module):
+    """nn.ReLU(inplace=True) whose input is read again afterwards (eager: the ReLU'd value)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+        self.relu = nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.a(x)
+        z = self.relu(y)
+        return self.b(y) + z
+
+
+@pytest.mark.parametrize("backend", ["fbgemm", "reference"])
+def test_in_place_module_whose_input_is_read_afterwards(backend: str) -> None:
+    torch.manual_seed(2)
+    model, x = ModuleInPlace().eval(), torch.randn(16, 8)
+    expected = model(x.clone())
+    reference, lowered = _convert(model, backend, x)
+    step = _step(reference)
+    assert _diff(reference(x.clone()), expected) <= 4 * step
+    assert _diff(lowered(x.clone()), expected) <= 4 * step
+    assert model.relu.inplace  # the user's module is left as it was
+
+
+class ViewMutation(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(x)
+        y.view(-1).mul_(2.0)  # changes y through a view
+        return y + 1
+
+
+def _state_mutation() -> fx.GraphModule:
+    """``self.calls.add_(1); return x + self.calls`` as a graph (symbolic tracing would run
+    the ``add_`` once while tracing; another tracer may record it)."""
+    root = nn.Module()
+    root.register_buffer("calls", torch.zeros(1))
+    graph = fx.Graph()
+    x, calls = graph.placeholder("x"), graph.get_attr("calls")
+    graph.call_method("add_", (calls, 1))
+    graph.output(graph.call_function(operator.add, (x, calls)))
+    return fx.GraphModule(root, graph)
+
+
+@pytest.mark.parametrize(
+    ("model", "words"),
+    [(ViewMutation(), "changes a view of 'relu'"), (_state_mutation(), "module's tensor 'calls'")],
+)
+def test_in_place_ops_fxquant_cannot_keep_are_refused_naming_the_op(
+    model: nn.Module, words: str
+) -> None:
+    mapping = fxquant.get_default_qconfig_mapping("reference")
+    with pytest.raises(UntraceableModelError, match=words) as info:
+        fxquant.prepare_fx(model.eval(), mapping, (torch.randn(2, 4),))
+    assert "out of place" in str(info.value)
+
+
+def test_functionalize_leaves_out_of_place_graphs_alone() -> None:
+    gm = fx.symbolic_trace(InPlace(OPS["mul_"][1], twin=True))
+    code = gm.code
+    assert functionalize(gm) == 0
+    assert gm.code == code

@@ -1,0 +1,125 @@
+"""convert_fx of a model that was not calibrated is never silent (#18).
+
+Before: observers still at +inf/-inf gave scale 1.0 and zero point 0, explain
+said ``lowered``, no warning even with ``strict=True`` (5.54 off on a Linear with
+inputs of scale 3). Now the nodes of never-calibrated activation observers stay
+float (the float model's numbers), ``explain`` says ``not_calibrated``, convert
+warns once naming the observers and nodes, and ``strict=True`` raises.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import fxquant
+import pytest
+import torch
+from fxquant.config.defaults import default_dynamic_qconfig
+from fxquant.errors import CalibrationWarning, QuantizationSkipped
+from fxquant.observer import (
+    FixedQParamsObserver,
+    MinMaxObserver,
+    PlaceholderObserver,
+    is_calibrated,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+BACKENDS = ["x86", "fbgemm", "qnnpack", "onednn", "reference"]
+
+
+def _prepare(model: nn.Module, backend: str, *inputs: torch.Tensor) -> torch.fx.GraphModule:
+    return fxquant.prepare_fx(
+        model.eval(),
+        fxquant.get_default_qconfig_mapping(backend),
+        inputs,
+        backend_config=fxquant.get_backend_config(backend),
+    )
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_uncalibrated_model_warns_once_and_stays_float(backend: str) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)).eval()
+    x = torch.randn(16, 4) * 3
+    prepared = _prepare(model, backend, x)
+    with pytest.warns(CalibrationWarning) as caught:
+        converted = fxquant.convert_fx(prepared)
+    assert len(caught) == 1
+    words = str(caught[0].message)
+    assert "activation_post_process_0" in words
+    assert "not_calibrated" in words
+    assert "calibrate" in words  # what to do
+    torch.testing.assert_close(converted(x), model(x), rtol=0, atol=1e-6)
+    entries = {e.node: e for e in fxquant.explain(converted, show=False).entries()}
+    skipped = [e for e in entries.values() if e.reason is not None]
+    assert skipped
+    assert all(e.reason.code == "not_calibrated" for e in skipped)
+    assert all(e.status == "skipped" for e in skipped)
+    assert not any(e.status == "lowered" for e in entries.values())
+
+
+def test_strict_convert_of_an_uncalibrated_model_raises_without_warning() -> None:
+    model = nn.Sequential(nn.Linear(4, 2))
+    prepared = _prepare(model, "fbgemm", torch.randn(2, 4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(QuantizationSkipped, match=r"\[not_calibrated\]") as info:
+            fxquant.convert_fx(prepared, strict=True)
+    assert "activation_post_process_0" in str(info.value)
+
+
+def test_convert_to_reference_fx_warns_too() -> None:
+    prepared = _prepare(nn.Sequential(nn.Linear(4, 2)), "reference", torch.randn(2, 4))
+    with pytest.warns(CalibrationWarning, match="convert_to_reference_fx"):
+        reference = fxquant.convert_to_reference_fx(prepared)
+    assert not any("quantize" in str(n.target) for n in reference.graph.nodes)
+
+
+class TwoInputs(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.a(x), self.b(y)
+
+
+@settings(max_examples=10)
+@given(seed=st.integers(0, 2**16), scale=st.floats(0.5, 8.0))
+def test_a_path_that_saw_only_nan_stays_float_the_rest_is_quantized(
+    seed: int, scale: float
+) -> None:
+    torch.manual_seed(seed)
+    model = TwoInputs().eval()
+    x, nan = torch.randn(8, 4) * scale, torch.full((8, 4), float("nan"))
+    prepared = _prepare(model, "fbgemm", x, x)
+    with pytest.warns(CalibrationWarning):  # the observers of y each ignored 32 NaN
+        prepared(x, nan)
+    with pytest.warns(CalibrationWarning, match="not_calibrated") as caught:
+        converted = fxquant.convert_fx(prepared)
+    assert sum("not_calibrated" in str(w.message) for w in caught) == 1
+    statuses = {e.node: e.status for e in fxquant.explain(converted, show=False).entries()}
+    assert statuses["a"] == "lowered"
+    assert statuses["b"] == "skipped"
+    y = torch.randn(8, 4) * scale
+    got_a, got_b = converted(x, y)
+    torch.testing.assert_close(got_b, model.b(y), rtol=0, atol=1e-6)  # float: exact
+    step = (float(x.max()) - min(float(x.min()), 0.0)) / 255
+    assert float((got_a - model.a(x)).detach().abs().max()) < 50 * step  # quantized: near
+
+
+def test_dynamic_fixed_and_placeholder_observers_are_never_uncalibrated() -> None:
+    assert is_calibrated(FixedQParamsObserver(scale=1 / 256, zero_point=0))
+    assert is_calibrated(PlaceholderObserver(dtype=torch.float16))
+    assert is_calibrated(MinMaxObserver(is_dynamic=True))
+    assert not is_calibrated(MinMaxObserver())
+    mapping = fxquant.QConfigMapping().set_global(default_dynamic_qconfig)
+    model = nn.Sequential(nn.Linear(4, 2)).eval()
+    prepared = fxquant.prepare_fx(
+        model, mapping, (torch.randn(2, 4),), backend_config=fxquant.get_backend_config("fbgemm")
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # dynamic: nothing to calibrate, no warning
+        fxquant.convert_fx(prepared)

@@ -1,0 +1,103 @@
+"""prepare_fx never changes the user's model, even one left in train() mode (#18).
+
+Before: PTQ of a model in training mode updated the user's BatchNorm
+(``running_mean``, ``running_var``, ``num_batches_tracked``) during calibration,
+without a word. Now the prepared model shares the user's parameters and owns
+copies of the buffers, and a train-mode model with BatchNorm or dropout gets
+one ``CalibrationWarning`` naming the fix (``model.eval()``).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import fxquant
+import pytest
+import torch
+from fxquant.errors import CalibrationWarning
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+
+def _model() -> nn.Module:
+    # BatchNorm after the ReLU: not folded into the conv, so it runs during calibration
+    return nn.Sequential(
+        nn.Conv2d(3, 4, 3), nn.ReLU(), nn.BatchNorm2d(4), nn.Dropout(0.2), nn.Conv2d(4, 2, 1)
+    )
+
+
+def _snapshot(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def _prepare(model: nn.Module, backend: str = "fbgemm") -> torch.fx.GraphModule:
+    return fxquant.prepare_fx(
+        model,
+        fxquant.get_default_qconfig_mapping(backend),
+        (torch.randn(2, 3, 8, 8),),
+        backend_config=fxquant.get_backend_config(backend),
+    )
+
+
+@settings(max_examples=10)
+@given(seed=st.integers(0, 2**16), batches=st.integers(1, 4))
+def test_calibrating_a_train_mode_model_leaves_its_buffers_alone(seed: int, batches: int) -> None:
+    torch.manual_seed(seed)
+    model = _model().train()
+    before = _snapshot(model)
+    with pytest.warns(CalibrationWarning, match=r"model\.eval\(\)") as caught:
+        prepared = _prepare(model)
+    assert len(caught) == 1
+    assert "BatchNorm2d" in str(caught[0].message)
+    for _ in range(batches):
+        prepared(torch.randn(2, 3, 8, 8) * 3 + 1)
+    for key, value in model.state_dict().items():
+        torch.testing.assert_close(value, before[key], rtol=0, atol=0)
+    assert model.training  # the user's mode, untouched too
+    assert int(prepared.get_submodule("2").num_batches_tracked) == batches  # its own copy
+
+
+def test_prepared_model_shares_parameters_and_owns_buffers() -> None:
+    model = _model().eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # eval mode: no warning
+        prepared = _prepare(model)
+    bn = prepared.get_submodule("2")
+    assert bn.weight is model[2].weight  # no second copy of the weights
+    assert bn.running_mean is not model[2].running_mean
+    before = _snapshot(model)
+    prepared.train()  # a user switching the prepared model to train() later
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CalibrationWarning)
+        prepared(torch.randn(2, 3, 8, 8))
+    for key, value in model.state_dict().items():
+        torch.testing.assert_close(value, before[key], rtol=0, atol=0)
+
+
+def test_train_mode_model_without_mode_dependent_modules_gets_no_warning() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU()).train()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fxquant.prepare_fx(
+            model, fxquant.get_default_qconfig_mapping("reference"), (torch.randn(2, 4),)
+        )
+
+
+def test_qat_training_leaves_the_users_bn_and_weights_alone() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU()).train()
+    before = _snapshot(model)
+    prepared = fxquant.prepare_qat_fx(
+        model,
+        fxquant.get_default_qconfig_mapping("fbgemm", is_qat=True),
+        (torch.randn(2, 3, 8, 8),),
+        backend_config=fxquant.get_backend_config("fbgemm"),
+    )
+    optimizer = torch.optim.SGD(prepared.parameters(), lr=0.1)
+    for _ in range(3):
+        optimizer.zero_grad()
+        prepared(torch.randn(2, 3, 8, 8)).sum().backward()
+        optimizer.step()
+    for key, value in model.state_dict().items():
+        torch.testing.assert_close(value, before[key], rtol=0, atol=0)
