@@ -143,19 +143,19 @@ def test_index_errors_name_the_position() -> None:
     )
 
 
-def test_custom_configs_reject_unknown_dict_keys() -> None:
+def test_custom_configs_reject_unknown_dict_keys_under_strict() -> None:
     with pytest.raises(ConfigError) as info:
-        FuseCustomConfig.from_dict({"preserved_attribute": ["a"]})
+        FuseCustomConfig.from_dict({"preserved_attribute": ["a"]}, strict=True)
     assert str(info.value) == (
-        "FuseCustomConfig.from_dict got unknown key(s) 'preserved_attribute'; "
-        "valid keys: 'preserved_attributes'"
+        "FuseCustomConfig.from_dict: unknown key(s) 'preserved_attribute' at "
+        "FuseCustomConfig.from_dict['preserved_attribute']; valid keys: 'preserved_attributes'"
     )
     with pytest.raises(ConfigError, match="valid keys: 'standalone_module_name', "):
-        PrepareCustomConfig.from_dict({"input_quantized_indexes": [0]})
+        PrepareCustomConfig.from_dict({"input_quantized_indexes": [0]}, strict=True)
     with pytest.raises(
         ConfigError, match="valid keys: 'observed_to_quantized_custom_module_class'"
     ):
-        ConvertCustomConfig.from_dict({"observed_to_quantized": {}})
+        ConvertCustomConfig.from_dict({"observed_to_quantized": {}}, strict=True)
 
 
 def test_convert_custom_config_keeps_one_mapping_per_quant_type() -> None:

@@ -103,12 +103,13 @@ def test_to_dict_uses_torch_ao_keys_and_tuples() -> None:
     assert QConfigMapping.from_dict(mapping.to_dict()) == mapping
 
 
-def test_from_dict_lists_the_valid_keys() -> None:
+def test_from_dict_lists_the_valid_keys_under_strict() -> None:
     with pytest.raises(ConfigError) as info:
-        QConfigMapping.from_dict({"global": Q1})
+        QConfigMapping.from_dict({"global": Q1}, strict=True)
     assert str(info.value) == (
-        "QConfigMapping.from_dict got unknown key(s) 'global'; valid keys: '', 'object_type', "
-        "'module_name_regex', 'module_name', 'module_name_object_type_order'"
+        "QConfigMapping.from_dict: unknown key(s) 'global' at QConfigMapping.from_dict['global']; "
+        "valid keys: '', 'object_type', 'module_name_regex', 'module_name', "
+        "'module_name_object_type_order'"
     )
 
 
