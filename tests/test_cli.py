@@ -15,6 +15,7 @@ from fxquant import __version__
 from fxquant.cli import main, markdown_table, render_backends
 from fxquant.flow.report import Report
 from fxquant.registry import Deployment, Override
+from fxquant.registry.install import install_hint
 from fxquant.registry.manager import Registry
 
 from tests.registry.conftest import Installed, config
@@ -177,7 +178,7 @@ def test_show_unknown_backend_exits_nonzero_with_the_closest_match(
     assert (code, out) == (1, "")
     assert err == (
         "fxquant: error: unknown backend 'refrence'; did you mean 'reference'? installed: "
-        "reference (pip install fxquant-NAME, or see `fxquant backends`)\n"
+        f"reference; {install_hint()}; see `fxquant backends`\n"
     )
 
 

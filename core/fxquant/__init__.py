@@ -3,6 +3,9 @@
 The names here are the public contract (../shared/CONTRACT.md); everything
 else lives in submodules: ``fxquant.observer``, ``fxquant.fake_quantize``,
 ``fxquant.nn.intrinsic``, ``fxquant.nn.qat``, ``fxquant.nn.reference``.
+The names a torch.ao script imports from ``torch.ao.quantization`` itself
+(``default_dynamic_qconfig``, ``MinMaxObserver``, ``get_default_qconfig``...)
+import from ``fxquant`` too, without being listed in ``__all__`` (#22).
 
 Example:
     >>> import torch, fxquant
@@ -48,6 +51,28 @@ from fxquant.registry import (
 )
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    """torch.ao.quantization's top-level names, from the submodule that has them (PEP 562)."""
+    import importlib
+
+    from fxquant.torch_ao_names import TOP_LEVEL_NAMES
+
+    module = TOP_LEVEL_NAMES.get(name)
+    if module is None:
+        msg = f"module 'fxquant' has no attribute {name!r}"
+        raise AttributeError(msg)
+    value: object = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # found once
+    return value
+
+
+def __dir__() -> list[str]:
+    from fxquant.torch_ao_names import TOP_LEVEL_NAMES
+
+    return sorted({*globals(), *TOP_LEVEL_NAMES})
+
 
 __all__ = [
     "BackendConfig",
