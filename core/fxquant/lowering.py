@@ -6,6 +6,7 @@
     QParams            how one tensor at a kernel's boundary is quantized
     Quantize/Dequantize  the steps next to a kernel, offered to its ``absorb``
     LoweringRule       a backend's kernel for one reference pattern (``fxquant_lowering_kernels``)
+    Decline            what a rule's ``build`` returns to leave a place unlowered, and why
     LoweringMatch      one place in a reference model that a rule's ``build`` lowers
 
 A leaf: at import it needs nothing of fxquant but the exception tree
@@ -41,6 +42,7 @@ __all__ = [
     "STATIC_DEQUANTIZE_OPS",
     "STATIC_QUANTIZE_OPS",
     "AddInput",
+    "Decline",
     "Dequantize",
     "LoweringMatch",
     "LoweringRule",
@@ -211,6 +213,26 @@ class AddInput:
 
 
 @dataclass(frozen=True, slots=True)
+class Decline:
+    """What ``LoweringRule.build`` returns to leave one place in reference form, and why.
+
+    The reason reaches the report (``fxquant.explain``): "lowering rule qlinear
+    declined: <reason>". Returning ``None`` still declines, without a reason (#22).
+
+    Example:
+        >>> Decline("the weight is per-tensor; this kernel takes per-channel weights").reason
+        'the weight is per-tensor; this kernel takes per-channel weights'
+    """
+
+    reason: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.reason, str) or not self.reason:
+            msg = f"Decline needs a non-empty reason str, got {self.reason!r}"
+            raise ConfigTypeError(msg)
+
+
+@dataclass(frozen=True, slots=True)
 class LoweringRule:
     """How a backend lowers one reference pattern to its own kernel.
 
@@ -220,8 +242,15 @@ class LoweringRule:
     model, e.g. ``fxquant.nn.reference.Linear`` or ``fxquant.nn.intrinsic.
     LinearReLU``), only where every matched node was quantized at prepare, and
     calls ``build(match)`` with a ``LoweringMatch``. ``build`` returns the
-    kernel (an ``nn.Module``, or any callable) or ``None`` to decline, which
-    leaves that place in reference form (reported as ``no_lowering_kernel``).
+    kernel (an ``nn.Module``, or any callable), or :class:`Decline` with the
+    reason (or ``None``) to decline, which leaves that place in reference form
+    (reported as ``no_lowering_kernel``: "lowering rule NAME declined: why").
+
+    The pattern must be one that can occur in a reference model: a float
+    module that convert swaps for its reference module (``torch.nn.Linear``
+    with int8 weights becomes ``fxquant.nn.reference.Linear``) or a QAT module
+    (converted to float) never does, and the registry refuses such a rule
+    when it assembles the backend.
 
     The kernel is called as ``kernel(*args)``, one argument per entry of
     ``match.inputs``: the integer tensor for a statically quantized input,
@@ -261,7 +290,7 @@ class LoweringRule:
         pattern: the op(s), in the simple pattern format of
             ``BackendPatternConfig`` (or the reversed nested format when
             ``complex_format`` is True).
-        build: ``build(match: LoweringMatch)`` -> kernel, or ``None``.
+        build: ``build(match: LoweringMatch)`` -> kernel, ``Decline(why)`` or ``None``.
         name: a short name shown by ``fxquant show`` (e.g. ``"qlinear"``).
         complex_format: whether ``pattern`` is in the reversed nested format.
         tolerance: how far the kernel's output may be from the reference
@@ -279,8 +308,8 @@ class LoweringRule:
             or ``tolerance`` is negative.
 
     Example:
-        >>> import torch
-        >>> rule = LoweringRule(torch.nn.Linear, build=lambda match: match, name="qlinear")
+        >>> from fxquant.nn import reference
+        >>> rule = LoweringRule(reference.Linear, build=lambda match: match, name="qlinear")
         >>> rule.name
         'qlinear'
     """

@@ -25,7 +25,7 @@ from fxquant.nn import reference
 from fxquant.observer import MinMaxObserver
 from fxquant.patterns import conv_configs, linear_configs
 from fxquant.registry import Deployment, LoweringRule, hookimpl
-from fxquant.registry.hookspecs import LoweringMatch, QParams
+from fxquant.registry.hookspecs import Decline, LoweringMatch, QParams
 from torch import fx, nn
 
 from tests.flow.test_convert import ADD, INT8, PER_CHANNEL, STATIC, calibrate, hand_prepare
@@ -262,7 +262,9 @@ def test_pattern_without_a_rule_stays_reference_and_is_reported(testint8: Any) -
     entry = gm.meta[META_KEY].report.entry("add")
     assert entry.status == "reference"
     assert entry.reason.code == "no_lowering_kernel"
-    assert "no lowering kernel in backend 'no_kernels'" in entry.reason.words
+    assert entry.reason.words == (
+        "no lowering rule in backend 'no_kernels' for operator.add; it stays in reference form"
+    )
     assert torch.equal(gm(x), convert_to_reference_fx(prepared)(x))
 
 
@@ -296,6 +298,33 @@ def test_a_declining_rule_leaves_the_pattern_in_reference_form() -> None:
     ref.recompile()
     assert ref.code == before
     assert report.entry("_0").reason.code == "no_lowering_kernel"
+    # not "no rule": the rule exists and declined, without saying why (#22)
+    assert report.entry("_0").reason.words == (
+        "lowering rule no declined: its build returned None, without a reason; "
+        "it stays in reference form"
+    )
+
+
+def test_a_rule_declining_with_a_reason_puts_the_reason_in_the_report() -> None:
+    prepared = hand_prepare(
+        nn.Sequential(nn.ReLU()), {nn.ReLU: ADD}, STATIC, activation=MinMaxObserver
+    )
+    calibrate(prepared, torch.randn(8))
+    from fxquant.flow.lower import lower
+
+    ref = convert_to_reference_fx(prepared)
+    rule = LoweringRule(nn.ReLU, build=lambda m: Decline("only 4-d inputs"), name="qrelu")
+    report = lower(ref, context("x", rule), ref.meta[META_KEY].report)
+    entry = report.entry("_0")
+    assert (entry.status, entry.reason.code) == ("reference", "no_lowering_kernel")
+    assert entry.reason.words == (
+        "lowering rule qrelu declined: only 4-d inputs; it stays in reference form"
+    )
+
+
+def test_decline_needs_a_reason() -> None:
+    with pytest.raises(ConfigTypeError, match="Decline needs a non-empty reason str, got ''"):
+        Decline("")
 
 
 def test_functional_linear_weight_is_quantized_once_into_an_integer_buffer() -> None:

@@ -24,6 +24,7 @@ RECORDS = (
     "QParams",
     "Dequantize",
     "Quantize",
+    "Decline",
     "Override",
     "Deployment",
     "Deployed",
