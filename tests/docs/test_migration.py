@@ -281,3 +281,15 @@ def test_the_top_level_names_are_torch_aos_and_all_of_those_fxquant_has() -> Non
     for module in set(TOP_LEVEL_NAMES.values()):
         ours |= set(importlib.import_module(module).__all__)
     assert (public & ours) - set(fxquant.__all__) == set(TOP_LEVEL_NAMES)
+
+
+def test_the_deliberate_differences_behave_as_the_page_says() -> None:
+    assert "## Deliberate differences, and the one-line change each needs" in TEXT
+    # QConfigs compare by value (torch.ao: by identity)
+    assert fxquant.get_default_qconfig() == fxquant.get_default_qconfig()
+    # QConfig fields must be observer classes or factories, checked at once
+    with pytest.raises(ConfigTypeError, match=r"^QConfig activation must be an observer"):
+        fxquant.QConfig(activation=None, weight=None)
+    # custom-config setters take nn.Module subclasses, not names
+    with pytest.raises(ConfigTypeError, match=r"must be a torch.nn.Module subclass"):
+        fxquant.PrepareCustomConfig().set_non_traceable_module_classes(["MyBlock"])  # type: ignore[list-item]
