@@ -181,7 +181,7 @@ except KeyError as error:
 
 def _fresh_venv(session: nox.Session, name: str) -> Path:
     """A new, empty virtualenv under the session's tmp folder (never reused: clean)."""
-    path = Path(session.create_tmp()) / name
+    path = Path(session.create_tmp()).resolve() / name  # absolute: steps run from other folders
     shutil.rmtree(path, ignore_errors=True)
     session.run("python", "-m", "venv", os.fspath(path))
     return path
@@ -214,7 +214,7 @@ def install(session: nox.Session) -> None:
     # 1. the clone forms, in the order the pages give them, from the clone's root
     venv = _fresh_venv(session, "clone")
     _venv_run(session, venv, "pip", "install", TORCH, "numpy")  # pinned first (see above)
-    scaffolds = Path(session.create_tmp()) / "scaffolds"  # relative targets are made here
+    scaffolds = Path(session.create_tmp()).resolve() / "scaffolds"  # relative targets go here
     shutil.rmtree(scaffolds, ignore_errors=True)
     scaffolds.mkdir()
     for command in commands:
@@ -240,14 +240,15 @@ def install(session: nox.Session) -> None:
     venv = _fresh_venv(session, "hint")
     _venv_run(session, venv, "pip", "install", TORCH, "numpy", ".")
     for name in ("x86", "fbgemm"):
-        hint = str(_venv_run(session, venv, "python", "-c", _HINT, name, silent=True)).strip()
+        output = str(_venv_run(session, venv, "python", "-c", _HINT, name, silent=True))
+        hint = next(line for line in output.splitlines() if line.startswith("pip install "))
         session.log(f"the error for {name!r} says: {hint}")
         assert hint.startswith("pip install "), hint
         _venv_run(session, venv, *hint.split())
     _venv_run(session, venv, "python", "-c", _USE_BACKENDS, "x86", "fbgemm", "onednn")
 
     # 3. the index forms, against wheels built from the clone
-    wheels = Path(session.create_tmp()) / "wheels"
+    wheels = Path(session.create_tmp()).resolve() / "wheels"
     shutil.rmtree(wheels, ignore_errors=True)
     session.run(
         "python",
