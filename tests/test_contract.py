@@ -66,12 +66,13 @@ def test_all_is_sorted_and_holds_exactly_the_contract_names() -> None:
 
 
 # The seed signatures (seed 002), plus the keyword-only strict= the contract adds, and after it
-# prepare's keyword-only concrete_args= (issue 11: tracing models with optional arguments).
+# prepare's keyword-only concrete_args= (issue 11: tracing models with optional arguments);
+# prepare_fx's _equalization_config at the seed's position (issue 23).
 FLOW_SIGNATURES = {
     "fuse_fx": "(model, fuse_custom_config=None, backend_config=None)",
     "prepare_fx": (
         "(model, qconfig_mapping, example_inputs, prepare_custom_config=None, "
-        "backend_config=None, *, strict=False, concrete_args=None)"
+        "_equalization_config=None, backend_config=None, *, strict=False, concrete_args=None)"
     ),
     "prepare_qat_fx": (
         "(model, qconfig_mapping, example_inputs, prepare_custom_config=None, "

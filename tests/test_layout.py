@@ -33,6 +33,7 @@ def test_the_core_kernels_are_the_ones_every_backend_uses() -> None:
     assert sorted(p.name for p in (CORE / "kernels").iterdir() if p.suffix == ".py") == [
         "__init__.py",
         "boundary.py",
+        "cpu.py",
         "integer.py",
     ]
 

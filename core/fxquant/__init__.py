@@ -52,6 +52,14 @@ from fxquant.registry import (
 
 __version__ = "0.1.0"
 
+# importable from the top level without joining the contract's __all__: torch.ao.quantization's
+# top-level names fxquant keeps in submodules (#22, fxquant.torch_ao_names.TOP_LEVEL_NAMES),
+# the seed's default_equalization_qconfig, and the numerics package (#23)
+_LAZY = {
+    "default_equalization_qconfig": "fxquant.numerics.equalization",
+    "numerics": "fxquant.numerics",
+}
+
 
 def __getattr__(name: str) -> object:
     """torch.ao.quantization's top-level names, from the submodule that has them (PEP 562)."""
@@ -59,11 +67,12 @@ def __getattr__(name: str) -> object:
 
     from fxquant.torch_ao_names import TOP_LEVEL_NAMES
 
-    module = TOP_LEVEL_NAMES.get(name)
+    module = _LAZY.get(name) or TOP_LEVEL_NAMES.get(name)
     if module is None:
         msg = f"module 'fxquant' has no attribute {name!r}"
         raise AttributeError(msg)
-    value: object = getattr(importlib.import_module(module), name)
+    loaded = importlib.import_module(module)
+    value: object = loaded if module.endswith(f".{name}") else getattr(loaded, name)
     globals()[name] = value  # found once
     return value
 
@@ -71,7 +80,7 @@ def __getattr__(name: str) -> object:
 def __dir__() -> list[str]:
     from fxquant.torch_ao_names import TOP_LEVEL_NAMES
 
-    return sorted({*globals(), *TOP_LEVEL_NAMES})
+    return sorted({*globals(), *_LAZY, *TOP_LEVEL_NAMES})
 
 
 __all__ = [

@@ -278,7 +278,9 @@ def quantize_with(
     from fxquant.flow.report import NodeStatus
 
     result = DemoResult(backend_config.name)
-    prepared = prepare_fx(copy.deepcopy(model), qconfig_mapping, (data[:1],), None, backend_config)
+    prepared = prepare_fx(
+        copy.deepcopy(model), qconfig_mapping, (data[:1],), backend_config=backend_config
+    )
     with torch.no_grad():
         for batch in torch.split(data, 4):
             prepared(batch)

@@ -6,8 +6,8 @@
     QParams            how one tensor at a kernel's boundary is quantized
     Quantize/Dequantize  the steps next to a kernel, offered to its ``absorb``
     LoweringRule       a backend's kernel for one reference pattern (``fxquant_lowering_kernels``)
-    Decline            what a rule's ``build`` returns to leave a place unlowered, and why
     LoweringMatch      one place in a reference model that a rule's ``build`` lowers
+    Declined           what ``build`` returns instead of ``None`` to say why it declines
 
 A leaf: at import it needs nothing of fxquant but the exception tree
 (``fxquant.errors``, which imports nothing), so the flow, the registry, the
@@ -42,7 +42,7 @@ __all__ = [
     "STATIC_DEQUANTIZE_OPS",
     "STATIC_QUANTIZE_OPS",
     "AddInput",
-    "Decline",
+    "Declined",
     "Dequantize",
     "LoweringMatch",
     "LoweringRule",
@@ -213,23 +213,20 @@ class AddInput:
 
 
 @dataclass(frozen=True, slots=True)
-class Decline:
-    """What ``LoweringRule.build`` returns to leave one place in reference form, and why.
+class Declined:
+    """What a rule's ``build`` returns to decline with a reason: like ``None``, the place
+    stays in reference form (``no_lowering_kernel``), and the report's words give ``reason``.
 
-    The reason reaches the report (``fxquant.explain``): "lowering rule qlinear
-    declined: <reason>". Returning ``None`` still declines, without a reason (#22).
+    For a kernel that would be wrong on these qparams on this machine (oneDNN's
+    uint8 x int8 products saturate on full-range activations without VNNI): the
+    user's model stays correct and ``fxquant.explain`` says what to change.
 
     Example:
-        >>> Decline("the weight is per-tensor; this kernel takes per-channel weights").reason
-        'the weight is per-tensor; this kernel takes per-channel weights'
+        >>> Declined("the kernel saturates at quant range 0..255; use quant_max=127").reason
+        'the kernel saturates at quant range 0..255; use quant_max=127'
     """
 
     reason: str
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.reason, str) or not self.reason:
-            msg = f"Decline needs a non-empty reason str, got {self.reason!r}"
-            raise ConfigTypeError(msg)
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,15 +239,17 @@ class LoweringRule:
     model, e.g. ``fxquant.nn.reference.Linear`` or ``fxquant.nn.intrinsic.
     LinearReLU``), only where every matched node was quantized at prepare, and
     calls ``build(match)`` with a ``LoweringMatch``. ``build`` returns the
-    kernel (an ``nn.Module``, or any callable), or :class:`Decline` with the
-    reason (or ``None``) to decline, which leaves that place in reference form
-    (reported as ``no_lowering_kernel``: "lowering rule NAME declined: why").
+    kernel (an ``nn.Module``, or any callable) or ``None`` to decline, which
+    leaves that place in reference form (reported as ``no_lowering_kernel``:
+    "lowering rule NAME declined: ..."); :class:`Declined` declines the same way
+    and the report gives its reason.
 
     The pattern must be one that can occur in a reference model: a float
     module that convert swaps for its reference module (``torch.nn.Linear``
-    with int8 weights becomes ``fxquant.nn.reference.Linear``) or a QAT module
-    (converted to float) never does, and the registry refuses such a rule
-    when it assembles the backend.
+    with int8 weights becomes ``fxquant.nn.reference.Linear``), a QAT module
+    (converted to float) or a fusion pattern (one fused module by then)
+    never does, and the registry refuses such a rule when it assembles the
+    backend (#22).
 
     The kernel is called as ``kernel(*args)``, one argument per entry of
     ``match.inputs``: the integer tensor for a statically quantized input,
@@ -290,7 +289,7 @@ class LoweringRule:
         pattern: the op(s), in the simple pattern format of
             ``BackendPatternConfig`` (or the reversed nested format when
             ``complex_format`` is True).
-        build: ``build(match: LoweringMatch)`` -> kernel, ``Decline(why)`` or ``None``.
+        build: ``build(match: LoweringMatch)`` -> kernel, ``None`` or :class:`Declined`.
         name: a short name shown by ``fxquant show`` (e.g. ``"qlinear"``).
         complex_format: whether ``pattern`` is in the reversed nested format.
         tolerance: how far the kernel's output may be from the reference

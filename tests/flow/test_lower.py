@@ -21,11 +21,12 @@ from fxquant.flow.context import FlowContext
 from fxquant.flow.convert import convert_fx, convert_to_reference_fx
 from fxquant.flow.state import META_KEY
 from fxquant.kernels import boundary
+from fxquant.lowering import Declined
 from fxquant.nn import reference
 from fxquant.observer import MinMaxObserver
 from fxquant.patterns import conv_configs, linear_configs
 from fxquant.registry import Deployment, LoweringRule, hookimpl
-from fxquant.registry.hookspecs import Decline, LoweringMatch, QParams
+from fxquant.registry.hookspecs import LoweringMatch, QParams
 from torch import fx, nn
 
 from tests.flow.test_convert import ADD, INT8, PER_CHANNEL, STATIC, calibrate, hand_prepare
@@ -305,7 +306,7 @@ def test_a_declining_rule_leaves_the_pattern_in_reference_form() -> None:
     )
 
 
-def test_a_rule_declining_with_a_reason_puts_the_reason_in_the_report() -> None:
+def test_a_rule_declining_with_a_reason_leaves_reference_form_and_the_report_says_why() -> None:
     prepared = hand_prepare(
         nn.Sequential(nn.ReLU()), {nn.ReLU: ADD}, STATIC, activation=MinMaxObserver
     )
@@ -313,18 +314,16 @@ def test_a_rule_declining_with_a_reason_puts_the_reason_in_the_report() -> None:
     from fxquant.flow.lower import lower
 
     ref = convert_to_reference_fx(prepared)
-    rule = LoweringRule(nn.ReLU, build=lambda m: Decline("only 4-d inputs"), name="qrelu")
+    before = ref.code
+    why = "the kernel saturates on this CPU; quantize the weights to -63..63"
+    rule = LoweringRule(nn.ReLU, build=lambda m: Declined(why), name="no")
     report = lower(ref, context("x", rule), ref.meta[META_KEY].report)
+    ref.recompile()
+    assert ref.code == before
     entry = report.entry("_0")
     assert (entry.status, entry.reason.code) == ("reference", "no_lowering_kernel")
-    assert entry.reason.words == (
-        "lowering rule qrelu declined: only 4-d inputs; it stays in reference form"
-    )
-
-
-def test_decline_needs_a_reason() -> None:
-    with pytest.raises(ConfigTypeError, match="Decline needs a non-empty reason str, got ''"):
-        Decline("")
+    # the rule's name and its words, not "no lowering rule" (#22)
+    assert entry.reason.words == f"lowering rule no declined: {why}; it stays in reference form"
 
 
 def test_functional_linear_weight_is_quantized_once_into_an_integer_buffer() -> None:

@@ -185,7 +185,9 @@ def test_unsupported_qconfig_is_skipped_with_a_reason_naming_the_bound() -> None
         weight=fxquant.observer.default_weight_observer,
     )
     qmap = fxquant.QConfigMapping().set_global(wide)
-    gm = prepare_fx(nn.Sequential(nn.Linear(4, 4)).eval(), qmap, (torch.randn(1, 4),), None, narrow)
+    gm = prepare_fx(
+        nn.Sequential(nn.Linear(4, 4)).eval(), qmap, (torch.randn(1, 4),), None, None, narrow
+    )
     (entry,) = explain(gm, show=False).skipped()
     assert entry.reason is not None
     assert (entry.reason.code, entry.reason.field, entry.reason.bound) == (

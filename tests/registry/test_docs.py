@@ -24,7 +24,7 @@ RECORDS = (
     "QParams",
     "Dequantize",
     "Quantize",
-    "Decline",
+    "Declined",
     "Override",
     "Deployment",
     "Deployed",

@@ -20,6 +20,8 @@ from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.errors import ConfigTypeError
 from fxquant.flow.context import FlowContext
 from fxquant.flow.convert import convert_fx, convert_to_reference_fx
+from fxquant.flow.equalize import EQUALIZATION_KEY
+from fxquant.flow.equalize import insert_observers as _insert_equalization
 
 # aliased: a bare `fuse`/`prepare`/`trace` here would hide the submodules of the same name
 from fxquant.flow.fuse import fuse as _fuse
@@ -57,24 +59,53 @@ def fuse_fx(
     return _fuse(_trace(model, ctx), ctx)
 
 
-def _prepare(model: nn.Module, ctx: FlowContext, step: str) -> fx.GraphModule:
+def _prepare(
+    model: nn.Module, ctx: FlowContext, step: str, equalization: QConfigMapping | None = None
+) -> fx.GraphModule:
     gm = _fuse(_trace(model, ctx), ctx, recompile=False)  # prepare recompiles once
     gm, report = _prepare_graph(gm, ctx)
+    pairs = _insert_equalization(gm, equalization) if equalization is not None else ()
+    if pairs:
+        gm.recompile()
     assert ctx.qconfig_mapping is not None  # for_prepare always sets it
     gm.meta = FlowMeta(gm.meta)  # so torch.save of a prepared model works (without the state)
     gm.meta[META_KEY] = FlowState(
         ctx.backend_config, ctx.qconfig_mapping, ctx.is_qat, report, ctx.prepare_custom_config
     )
+    if pairs:
+        gm.meta[EQUALIZATION_KEY] = pairs
     if ctx.strict:
         raise_if_skipped(report, step)
     return gm
 
 
-def prepare_fx(  # noqa: PLR0913  # the seed's five arguments plus keyword-only strict, concrete_args
+def _equalization_mapping(value: object) -> QConfigMapping | None:
+    if value is None or isinstance(value, QConfigMapping):
+        return value
+    if isinstance(value, dict):
+        return QConfigMapping.from_dict(value)  # torch.ao's qconfig_dict form
+    if isinstance(value, BackendConfig):
+        msg = (
+            f"_equalization_config got the BackendConfig {value.name!r}: prepare_fx takes the "
+            "seed's order (model, qconfig_mapping, example_inputs, prepare_custom_config, "
+            "_equalization_config, backend_config); pass backend_config=... by keyword"
+        )
+        raise ConfigTypeError(msg)
+    msg = (
+        "_equalization_config must be a fxquant.QConfigMapping of equalization qconfigs "
+        "(e.g. QConfigMapping().set_object_type(torch.nn.Linear, "
+        f"fxquant.default_equalization_qconfig)), its dict form or None, got {value!r} "
+        f"of type {type(value).__name__}"
+    )
+    raise ConfigTypeError(msg)
+
+
+def prepare_fx(  # noqa: PLR0913  # the seed's six arguments plus keyword-only strict, concrete_args
     model: nn.Module,
     qconfig_mapping: QConfigMapping,
     example_inputs: tuple[Any, ...],
     prepare_custom_config: PrepareCustomConfig | None = None,
+    _equalization_config: QConfigMapping | dict[str, Any] | None = None,
     backend_config: BackendConfig | None = None,
     *,
     strict: bool = False,
@@ -90,6 +121,13 @@ def prepare_fx(  # noqa: PLR0913  # the seed's five arguments plus keyword-only 
         example_inputs: positional inputs of ``model.forward`` (their dtypes tell
             float tensors from integer ones).
         prepare_custom_config: tracing and boundary settings.
+        _equalization_config: input-weight equalization, as in the seed: a
+            ``QConfigMapping`` whose entries are equalization qconfigs
+            (``fxquant.default_equalization_qconfig``, or an
+            ``fxquant.numerics.EqualizationQConfig`` with a migration strength
+            ``alpha``) for the Linears to equalize. Observers are inserted now;
+            ``convert_fx`` computes the scales and folds them into the preceding
+            LayerNorm or Linear where it can (``explain`` lists each pair).
         backend_config: the backend's patterns; None means the ``reference`` backend.
         strict: raise :class:`fxquant.QuantizationSkipped` instead of skipping a pattern.
         concrete_args: ``forward`` parameters to trace with fixed values, as in
@@ -116,7 +154,7 @@ def prepare_fx(  # noqa: PLR0913  # the seed's five arguments plus keyword-only 
         is_qat=False,
         strict=strict,
     ).with_concrete_args(concrete_args)
-    return _prepare(model, ctx, "prepare_fx")
+    return _prepare(model, ctx, "prepare_fx", _equalization_mapping(_equalization_config))
 
 
 def prepare_qat_fx(  # noqa: PLR0913  # the seed's five arguments plus keyword-only strict, concrete_args
@@ -131,8 +169,13 @@ def prepare_qat_fx(  # noqa: PLR0913  # the seed's five arguments plus keyword-o
 ) -> fx.GraphModule:
     """Prepare a train-mode model for quantization-aware training: QAT modules, fake quant.
 
-    Same arguments as :func:`prepare_fx` (``concrete_args`` included); ``model`` is
-    copied, never modified.
+    Same arguments as :func:`prepare_fx` (``concrete_args`` included) but for
+    ``_equalization_config``, which QAT does not take (neither does the seed):
+    equalization scales come from the weights at convert, and QAT trains those
+    weights against its fake-quantized, unequalized inputs, so scaling them after
+    training would change the numerics it learned; QAT adapts the weights to the
+    input ranges itself. Equalize a float model with ``prepare_fx`` instead.
+    ``model`` is copied, never modified.
 
     Example:
         >>> import torch, fxquant
@@ -173,6 +216,10 @@ def explain(model: nn.Module, *, show: bool = True) -> Report:
             f"convert_fx; got {type(model).__name__} without a report"
         )
         raise ConfigTypeError(msg)
+    report = state.report
+    pairs = getattr(model, "meta", {}).get(EQUALIZATION_KEY, ())
+    if pairs:
+        report = report.with_notes(f"equalized: {pair.line()}" for pair in pairs)
     if show:
-        print(state.report.table())  # printing the table is the point
-    return state.report
+        print(report.table())  # printing the table is the point
+    return report

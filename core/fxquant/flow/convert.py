@@ -43,6 +43,8 @@ from fxquant.flow.convert_qconfig import (
     turned_off_nodes,
 )
 from fxquant.flow.convert_qdq import replace_observer
+from fxquant.flow.equalize import EQUALIZATION_KEY
+from fxquant.flow.equalize_convert import apply_equalization
 from fxquant.flow.report import NodeStatus, Report, raise_if_skipped
 from fxquant.flow.state import META_KEY, FlowMeta, FlowState
 from fxquant.flow.trace import drop_string_annotations
@@ -148,7 +150,7 @@ def _tidy(graph: fx.Graph) -> None:
 
 
 def _finish(gm: GraphModule, source: GraphModule, state: FlowState, report: Report) -> GraphModule:
-    gm.meta = FlowMeta(source.meta)
+    gm.meta = FlowMeta({**source.meta, **gm.meta})  # convert's own entries win (#23)
     gm.meta[META_KEY] = dataclasses.replace(state, report=report)
     return gm
 
@@ -197,6 +199,7 @@ def reference_model(
     turned_off = turned_off_nodes(graph_module, source_modules, mapping)
     root, graph, modules = copy_model(graph_module, source_modules, turned_off)
     _swap_custom_modules(root, graph, modules, config)
+    equalized = apply_equalization(root, graph, modules)  # before observers go (#23)
     turn_off(graph, turned_off)
     drop = float_observers(graph, modules, turned_off)
     with torch.no_grad():
@@ -208,6 +211,8 @@ def reference_model(
     gm = GraphModule(root, graph, class_name=type(graph_module).__name__)
     preserved = [*state.prepare_custom_config.preserved_attributes, *config.preserved_attributes]
     preserve(graph_module, gm, preserved)
+    if equalized:
+        gm.meta[EQUALIZATION_KEY] = equalized
     report = _mark_reference(report_turned_off(state.report, turned_off))
     return gm, state, report
 

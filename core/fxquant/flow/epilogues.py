@@ -33,6 +33,8 @@ from fxquant.kernels import boundary
 from fxquant.lowering import DEQUANTIZE_OPS, QDQ_OPS, AddInput, Dequantize, Quantize
 
 __all__ = [
+    "OUTPUT_OF_KEY",
+    "OUTPUT_QPARAMS_KEY",
     "absorb_epilogues",
     "absorb_inputs",
     "drop_identities",
@@ -59,6 +61,26 @@ def fast_boundaries(gm: GraphModule) -> None:
 
 
 _ADDS = (operator.add, torch.add)
+
+OUTPUT_OF_KEY = "fxquant_output_of"
+"""``node.meta`` key on a kernel: the reference node whose value it computes (#23, compare)."""
+
+OUTPUT_QPARAMS_KEY = "fxquant_output_qparams"
+"""``node.meta`` key on a kernel: the qparams of its integer output (#23, compare)."""
+
+
+def _inherit_output(kernel: Node, follower: Node, step: Any) -> None:
+    """The kernel now computes what ``follower`` did: record whose value and its qparams."""
+    if isinstance(step, Dequantize):
+        return  # the same value, now in float
+    if isinstance(step, Quantize):
+        kernel.meta[OUTPUT_QPARAMS_KEY] = step.qparams
+        return
+    kernel.meta[OUTPUT_OF_KEY] = follower.meta.get(OUTPUT_OF_KEY, follower.name)
+    if OUTPUT_QPARAMS_KEY in follower.meta:
+        kernel.meta[OUTPUT_QPARAMS_KEY] = follower.meta[OUTPUT_QPARAMS_KEY]
+    else:
+        kernel.meta.pop(OUTPUT_QPARAMS_KEY, None)
 
 
 def _follower(gm: GraphModule, node: Node) -> tuple[Any, list[Node]] | None:
@@ -123,6 +145,7 @@ def absorb_epilogues(gm: GraphModule) -> None:
                 add.prepend(node)  # after every input of both: the add read them all
                 node.args = (*node.args, _added_value(add, node))
             for follower in steps:
+                _inherit_output(node, follower, step)
                 follower.replace_all_uses_with(node)
                 gm.graph.erase_node(follower)
                 absorbed.add(follower)

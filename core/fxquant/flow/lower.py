@@ -16,7 +16,7 @@ are removed, and :mod:`fxquant.flow.epilogues` tidies the steps between kernels
 (float32 boundary quantize, kernels taking over the steps next to them). The
 report marks lowered nodes ``lowered`` and gives every other quantized node the
 reason ``no_lowering_kernel``, in words that say whether a rule declined it (and
-why: ``Decline``) or the backend has no rule for its pattern.
+why: ``Declined``) or the backend has no rule for its pattern.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from torch.fx import GraphModule, Node
 from fxquant.flow import epilogues
 from fxquant.flow.context import FlowContext
 from fxquant.flow.convert_qdq import attribute_value, node_qparams
+from fxquant.flow.epilogues import OUTPUT_OF_KEY, OUTPUT_QPARAMS_KEY
 from fxquant.flow.match import Match, PatternIndex, match_graph
 from fxquant.flow.report import NodeStatus, Reason, ReasonCode, Report
 from fxquant.flow.state import META_KEY, NodeInfo
@@ -44,7 +45,7 @@ from fxquant.lowering import (
     QDQ_OPS,
     STATIC_DEQUANTIZE_OPS,
     STATIC_QUANTIZE_OPS,
-    Decline,
+    Declined,
     LoweringMatch,
     LoweringRule,
     QParams,
@@ -77,7 +78,13 @@ def _input(gm: GraphModule, value: Node) -> tuple[Node, QParams | None]:
     if value.op == "call_function" and value.target == _DYNAMIC_DEQUANTIZE:
         q = value.args[0]
         assert isinstance(q, Node)  # convert feeds dequantize from a quantize node
-        _, _, _, low, high, dtype = value.args
+        _, scale, _, low, high, dtype = value.args
+        # the range the qparams are chosen for (the observer's: 0..127 with reduce_range), as
+        # the reference does; the values fit it, whatever the stored range (#AVX2: a kernel
+        # choosing over 0..255 instead was more precise than the reference and saturated)
+        choose = scale.args[0] if isinstance(scale, Node) and scale.args else None
+        if isinstance(choose, Node) and choose.target == CHOOSE_QPARAMS_OP:
+            _, low, high, _ = choose.args
         x = q.args[0]
         assert isinstance(x, Node)  # the float input of the dynamic quantize
         return x, QParams(dtype, low, high, is_dynamic=True)  # type: ignore[arg-type]  # convert wrote these
@@ -139,6 +146,10 @@ def _install(
         else:
             new = gm.graph.call_function(kernel, tuple(args))
     new.meta = dict(anchor.meta)
+    # for fxquant.numerics.compare (#23): whose value the kernel computes, and its integers' qparams
+    new.meta[OUTPUT_OF_KEY] = anchor.name
+    if quantize is not None:
+        new.meta[OUTPUT_QPARAMS_KEY] = node_qparams(gm, quantize)
     replaced.replace_all_uses_with(new)
     # dict.fromkeys: when the output stays float, `replaced` is the anchor, also in nodes
     for node in dict.fromkeys([replaced, *reversed(match.nodes)]):
@@ -176,7 +187,7 @@ def _lower_one(
     kernel = match.payload.build(lowering)
     if kernel is None:
         return "its build returned None, without a reason"
-    if isinstance(kernel, Decline):
+    if isinstance(kernel, Declined):  # the report gives the rule's reason
         return kernel.reason
     _install(gm, match, kernel, modules, [node for node, _ in pairs], quantize)
     return None

@@ -175,11 +175,30 @@ class Report:
         ['x']
     """
 
-    __slots__ = ("_entries", "_unused")
+    __slots__ = ("_entries", "_notes", "_unused")
 
-    def __init__(self, entries: Iterable[NodeReport] = (), unused: Iterable[Reason] = ()) -> None:
+    def __init__(
+        self,
+        entries: Iterable[NodeReport] = (),
+        unused: Iterable[Reason] = (),
+        notes: Iterable[str] = (),
+    ) -> None:
         self._entries: dict[str, NodeReport] = {e.node: e for e in entries}
         self._unused: tuple[Reason, ...] = tuple(unused)
+        self._notes: tuple[str, ...] = tuple(notes)
+
+    def notes(self) -> list[str]:
+        """Lines about the whole model printed under the table (e.g. equalized pairs, #23)."""
+        return list(self._notes)
+
+    def with_notes(self, notes: Iterable[str]) -> Report:
+        """A copy with ``notes`` added after the existing ones.
+
+        Example:
+            >>> Report().with_notes(["equalized: ln -> fc"]).notes()
+            ['equalized: ln -> fc']
+        """
+        return Report(self._entries.values(), self._unused, (*self._notes, *notes))
 
     def entries(self) -> list[NodeReport]:
         """Every node's report, in graph order."""
@@ -219,11 +238,11 @@ class Report:
         """
         entries = dict(self._entries)
         entries[entry.node] = entry
-        return Report(entries.values(), self._unused)
+        return Report(entries.values(), self._unused, self._notes)
 
     def with_unused(self, unused: Iterable[Reason]) -> Report:
         """A copy listing ``unused`` as the unmatched qconfig-mapping entries."""
-        return Report(self._entries.values(), unused)
+        return Report(self._entries.values(), unused, self._notes)
 
     def table(self) -> str:
         """The report as a text table (node, op, pattern, qconfig, status, reason).
@@ -241,6 +260,7 @@ class Report:
             for row in rows
         ]
         lines += [f"unused qconfig entry: {r.words}" for r in self._unused]
+        lines += list(self._notes)
         return "\n".join(lines)
 
     __str__ = table
@@ -255,10 +275,13 @@ class Report:
             >>> Report().to_dict()
             {'nodes': [], 'unused': []}
         """
-        return {
+        plain: dict[str, Any] = {
             "nodes": [asdict(e) for e in self._entries.values()],
             "unused": [asdict(r) for r in self._unused],
         }
+        if self._notes:
+            plain["notes"] = list(self._notes)
+        return plain
 
 
 def _row(entry: NodeReport) -> tuple[str, ...]:

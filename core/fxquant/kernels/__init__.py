@@ -8,5 +8,7 @@ the kernels of one family of backends live with those plugins (oneDNN's in
 
     boundary.py           the float -> integer step at a lowered model's float boundaries
                           (the flow's epilogues put it there)
+    cpu.py                whether this CPU's uint8 x int8 kernels (oneDNN's, FBGEMM's) are
+                          exact, and for which weights (no VNNI: within +-64)
     integer.py            kernels on the integers themselves (IntegerClamp)
 """

@@ -26,7 +26,7 @@ means version 1. ``PLUGIN_API_VERSIONS`` lists the versions this fxquant offers.
 
 This module holds the specifications only. The records hooks return and
 kernels receive live in ``fxquant.lowering`` (``LoweringRule``,
-``LoweringMatch``, ``QParams``, ``Quantize``, ``Dequantize``, ``Decline``) and
+``LoweringMatch``, ``QParams``, ``Quantize``, ``Dequantize``, ``Declined``) and
 ``fxquant.registry.answers`` (``Override``, ``Deployment``, ``Deployed``);
 they are importable from here too.
 """
@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 import pluggy
 
 # re-exported: plugins written against this module import the records from here
-from fxquant.lowering import Decline, Dequantize, LoweringMatch, LoweringRule, QParams, Quantize
+from fxquant.lowering import Declined, Dequantize, LoweringMatch, LoweringRule, QParams, Quantize
 from fxquant.registry.answers import Deployed, Deployment, Override
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 __all__ = [
     "PLUGIN_API_VERSIONS",
     "PROJECT_NAME",
-    "Decline",
+    "Declined",
     "Deployed",
     "Deployment",
     "Dequantize",
@@ -123,7 +123,7 @@ def fxquant_lowering_kernels(backend: str) -> list[LoweringRule | Override] | No
     ``PluginError`` that says what to write. ``build`` receives a
     ``LoweringMatch`` (the matched nodes and modules, the ``QParams`` of each
     input and of the output) and returns the kernel, which takes and returns
-    integer tensors, or ``Decline("why")`` to leave that place unlowered.
+    integer tensors, or ``Declined("why")`` to leave that place unlowered.
 
     Merge rule: as for ``fxquant_pattern_configs``, one rule per pattern; a
     later plugin replaces an earlier rule only with ``Override(rule)``.

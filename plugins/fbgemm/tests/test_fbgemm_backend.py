@@ -9,6 +9,7 @@ import fxquant
 import pytest
 import torch
 from fxquant import testing
+from fxquant.kernels import cpu
 from torch import nn
 
 BACKEND = "fbgemm"
@@ -37,15 +38,50 @@ def _depthwise_error_in_steps(mapping: fxquant.QConfigMapping) -> float:
 
 
 def test_default_reduce_range_keeps_depthwise_conv_exact_where_full_range_saturates() -> None:
-    from fxquant.observer import MinMaxObserver
+    from fxquant.observer import MinMaxObserver, default_per_channel_weight_observer
 
     default = fxquant.get_default_qconfig_mapping(BACKEND)
     full_range = fxquant.QConfig(
         activation=MinMaxObserver.with_args(dtype=torch.uint8),
-        weight=default.global_qconfig.weight,
+        weight=default_per_channel_weight_observer,  # -128..127
     )
     assert _depthwise_error_in_steps(default) <= 1.0
-    assert _depthwise_error_in_steps(fxquant.QConfigMapping().set_global(full_range)) > 10
+    error = _depthwise_error_in_steps(fxquant.QConfigMapping().set_global(full_range))
+    if cpu.has_vnni():
+        assert error > 10
+    else:  # 8-bit weights saturate everywhere there: the rule declines them, the reference runs
+        assert error == 0.0
+
+
+def test_without_vnni_eight_bit_weights_are_declined_with_the_reason(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from fxquant.observer import default_per_channel_weight_observer
+
+    monkeypatch.setenv(cpu.ENV_VAR, "0")
+    default = fxquant.get_default_qconfig_mapping(BACKEND)
+    assert default.global_qconfig.weight().quant_max == 63
+    eight_bit = fxquant.QConfig(
+        default.global_qconfig.activation, default_per_channel_weight_observer
+    )
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(4, 8, 3), nn.Flatten(), nn.Linear(8 * 4 * 4, 4)).eval()
+    x = torch.randn(2, 4, 6, 6)
+    for mapping, status in (
+        (default, "lowered"),
+        (fxquant.QConfigMapping().set_global(eight_bit), "reference"),
+    ):
+        lowered, reference = testing.quantize_model(BACKEND, model, [[x]], mapping)
+        entries = {e.node: e for e in fxquant.explain(lowered, show=False).entries()}
+        assert [entries[n].status for n in ("_0", "_2")] == [status, status]
+        if status == "reference":
+            assert "FBGEMM's u8 x s8 kernel saturates on CPUs without VNNI" in str(
+                entries["_0"].reason
+            )
+        with torch.no_grad():
+            y = x * 4  # beyond the calibrated range: uint8 inputs up to 255
+            step = testing.output_scale(reference)
+            assert float((lowered(y) - reference(y)).abs().max()) <= step * 1.001 + 1e-6
 
 
 def test_backend_has_every_pattern_of_torch_ao_config_for_the_same_target() -> None:

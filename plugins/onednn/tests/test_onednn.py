@@ -19,11 +19,15 @@ from fxquant.kernels import boundary
 from fxquant.torch_ao_names import as_fxquant_class
 from fxquant_onednn.kernels import FloatOp, IntegerOp
 from fxquant_onednn.patterns import LinearLeakyReLU, LinearTanh, pattern_configs
+from fxquant_onednn.qconfig import per_channel_weight
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import fx, nn
 
 BACKEND = "onednn"
+# weights at the range oneDNN computes exactly on this CPU: -128..127 with VNNI, -63..63
+# without (its u8 x s8 products saturate in int16 pairs there; the rules decline 8 bits)
+WEIGHT = per_channel_weight(is_qat=False)
 
 
 @pytest.fixture(autouse=True)
@@ -55,10 +59,7 @@ def fast_mapping(backend: str) -> Any:
     """Every op int8 (the default mapping keeps transformer ops float), with min/max observers
     (histograms are slow to calibrate): each lowering rule gets exercised."""
     mapping = fxquant.get_default_qconfig_mapping("reference")
-    minmax = fxquant.QConfig(
-        activation=fxquant.observer.MinMaxObserver,
-        weight=fxquant.observer.default_per_channel_weight_observer,
-    )
+    minmax = fxquant.QConfig(activation=fxquant.observer.MinMaxObserver, weight=WEIGHT)
     per_tensor = fxquant.QConfig(minmax.activation, fxquant.observer.default_weight_observer)
     for conv_transpose in (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d):
         mapping.set_object_type(conv_transpose, per_tensor)
@@ -170,7 +171,7 @@ def test_dynamic_linear_quantizes_its_float_input_at_run_time() -> None:
         activation=fxquant.observer.PlaceholderObserver.with_args(
             dtype=torch.uint8, quant_min=0, quant_max=255, is_dynamic=True
         ),
-        weight=fxquant.observer.default_per_channel_weight_observer,
+        weight=WEIGHT,
     )
     mapping = fxquant.QConfigMapping().set_object_type(nn.Linear, dynamic)
     model, x = nn.Sequential(nn.Linear(16, 8)), torch.randn(3, 16)
@@ -423,7 +424,7 @@ def test_lowering_a_float_output_pattern_erases_each_node_once() -> None:
         activation=fxquant.observer.PlaceholderObserver.with_args(
             dtype=torch.uint8, quant_min=0, quant_max=255, is_dynamic=True
         ),
-        weight=fxquant.observer.default_per_channel_weight_observer,
+        weight=WEIGHT,
     )
     mapping = fxquant.QConfigMapping().set_object_type(nn.Linear, dynamic)
     config = fxquant.get_backend_config(BACKEND)
@@ -439,10 +440,7 @@ def test_linear_between_float_ops_takes_its_output_steps_and_gelu_into_the_kerne
     # LayerNorm -> Linear -> GELU with only the linear int8 (x86's transformer mapping):
     # the kernel returns floats with GELU as its post op; only the input quantize is left
     torch.manual_seed(0)
-    qconfig = fxquant.QConfig(
-        activation=fxquant.observer.MinMaxObserver,
-        weight=fxquant.observer.default_per_channel_weight_observer,
-    )
+    qconfig = fxquant.QConfig(activation=fxquant.observer.MinMaxObserver, weight=WEIGHT)
     mapping = fxquant.QConfigMapping().set_object_type(nn.Linear, qconfig)
     model = nn.Sequential(nn.LayerNorm(16), nn.Linear(16, 8), nn.GELU())
     x = torch.randn(4, 16)
@@ -467,10 +465,7 @@ def test_a_feed_forward_block_runs_gelu_and_the_requantize_inside_the_first_kern
     # BERT's FFN on x86: Linear -> GELU (float) -> Linear; the first kernel returns the
     # second one's uint8 input directly
     torch.manual_seed(0)
-    qconfig = fxquant.QConfig(
-        activation=fxquant.observer.MinMaxObserver,
-        weight=fxquant.observer.default_per_channel_weight_observer,
-    )
+    qconfig = fxquant.QConfig(activation=fxquant.observer.MinMaxObserver, weight=WEIGHT)
     mapping = fxquant.QConfigMapping().set_object_type(nn.Linear, qconfig)
     model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8))
     x = torch.randn(6, 16)
@@ -489,7 +484,8 @@ def test_qat_of_linear_leaky_relu_trains_the_linear_and_the_activation_apart() -
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 8), nn.LeakyReLU(0.1)).train()
     x = torch.randn(4, 8)
-    mapping = fxquant.get_default_qconfig_mapping("reference", is_qat=True)
+    # the backend's own mapping: its weights are the ones oneDNN computes exactly on this CPU
+    mapping = fxquant.get_default_qconfig_mapping(BACKEND, is_qat=True)
     config = fxquant.get_backend_config(BACKEND)
     prepared = fxquant.prepare_qat_fx(model, mapping, (x,), backend_config=config)
     assert not any(isinstance(m, LinearLeakyReLU) for m in prepared.modules())

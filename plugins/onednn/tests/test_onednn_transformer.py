@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from fxquant.config.defaults import default_dynamic_qconfig
 from fxquant_onednn.attention import Attention
+from fxquant_onednn.qconfig import per_channel_weight
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import fx, nn
@@ -144,7 +145,7 @@ def test_quantized_matmuls_are_left_to_the_quantized_rules() -> None:
     torch.manual_seed(0)
     minmax = fxquant.QConfig(
         activation=fxquant.observer.MinMaxObserver,
-        weight=fxquant.observer.default_per_channel_weight_observer,
+        weight=per_channel_weight(is_qat=False),  # 7 bits without VNNI: exact there
     )
     mapping = fxquant.get_default_qconfig_mapping("reference").set_global(minmax)
     lowered = lower(SelfAttention(), mapping, inputs())
@@ -187,7 +188,7 @@ def linear_only_mapping() -> Any:
     """Linears int8, everything else float: x86's transformer mapping with min/max observers."""
     qconfig = fxquant.QConfig(
         activation=fxquant.observer.MinMaxObserver,
-        weight=fxquant.observer.default_per_channel_weight_observer,
+        weight=per_channel_weight(is_qat=False),  # 7 bits without VNNI: exact there
     )
     return fxquant.QConfigMapping().set_object_type(nn.Linear, qconfig)
 

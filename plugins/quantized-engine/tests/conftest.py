@@ -10,6 +10,7 @@ import pytest
 import torch
 from fxquant.config.backend import BackendPatternConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
+from fxquant.kernels import cpu
 from fxquant.lowering import LoweringRule
 from fxquant.patterns.reference import dynamic_dtype_configs
 from fxquant_quantized_engine import (
@@ -49,9 +50,13 @@ class EngineBackend:
     def fxquant_default_qconfig_mapping(self, backend: str, is_qat: bool) -> QConfigMapping | None:
         if backend != self.name:
             return None
-        # 7-bit activations: fbgemm's int16 accumulation pairs cannot saturate
+        # 7-bit activations: fbgemm's int16 accumulation pairs cannot saturate on calibrated
+        # values; on CPUs without VNNI 7-bit weights too (fxquant.kernels.cpu), or its rules
+        # decline: values beyond the calibrated range still reach 255
         activation: dict[str, Any] = {"dtype": torch.uint8, "quant_min": 0, "quant_max": 127}
-        weight: dict[str, Any] = {"dtype": torch.int8, "quant_min": -127, "quant_max": 127}
+        exact = self.engine != "fbgemm" or cpu.has_vnni()
+        low, high = (-127, 127) if exact else cpu.SEVEN_BIT_WEIGHT
+        weight: dict[str, Any] = {"dtype": torch.int8, "quant_min": low, "quant_max": high}
         return engine_default_qconfig_mapping(is_qat, activation=activation, weight=weight)
 
 

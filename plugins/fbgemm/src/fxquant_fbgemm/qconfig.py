@@ -7,6 +7,14 @@ weights (fbgemm's conv and linear take per-channel scales). QAT: moving-average
 fake-quantize on the same ranges (0..127). Fixed-qparams ops (sigmoid, tanh, ...) get
 their exact grids; transposed convs per-tensor weights; layer norm float weights
 (see :func:`fxquant_quantized_engine.engine_default_qconfig_mapping`).
+
+Weights are -128..127 on CPUs with VNNI or AMX and 7 bits (-63..63) on CPUs
+without (``fxquant.kernels.cpu``, asked when the mapping is built): there FBGEMM
+adds pairs of u8 x s8 products in int16 with saturation, and the 7-bit activations
+do not prevent it (a value beyond the calibrated range is stored up to 255, and
+fixed-qparams ops such as tanh and sigmoid use the full 0..255); weights within
++-64 keep its GEMMs exact for every input. The lowering rules decline larger
+weights there (``fxquant.explain`` says why).
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from typing import Any
 
 import torch
 from fxquant.config.qconfig_mapping import QConfigMapping
+from fxquant.kernels import cpu
 from fxquant_quantized_engine import engine_default_qconfig_mapping
 
 _ACTIVATION: dict[str, Any] = {"dtype": torch.uint8, "reduce_range": True}
@@ -30,7 +39,12 @@ def default_qconfig_mapping(is_qat: bool = False) -> QConfigMapping:
         >>> qconfig = default_qconfig_mapping().global_qconfig
         >>> qconfig.activation().quant_max, qconfig.weight().qscheme
         (127, torch.per_channel_symmetric)
+        >>> qconfig.weight().quant_max == (127 if cpu.has_vnni() else 63)
+        True
     """
+    weight = dict(_WEIGHT)
+    if not cpu.has_vnni():
+        weight["quant_min"], weight["quant_max"] = cpu.SEVEN_BIT_WEIGHT
     return engine_default_qconfig_mapping(
-        is_qat, activation=_ACTIVATION, weight=_WEIGHT, qat_activation=_QAT_ACTIVATION
+        is_qat, activation=_ACTIVATION, weight=weight, qat_activation=_QAT_ACTIVATION
     )

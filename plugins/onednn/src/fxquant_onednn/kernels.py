@@ -15,6 +15,11 @@
 
 Every rule is built from a backend's pattern list (:func:`lowering_rules`), so
 each pattern the backend quantizes has a rule.
+
+On a CPU without VNNI oneDNN's uint8 x int8 products saturate in int16 pairs
+unless the weights stay within +-64 (``fxquant.kernels.cpu``): there the linear
+and conv rules decline other weights (``Declined``, the report says why), and
+the pattern stays in reference form, correct, instead of lowered and wrong.
 """
 
 from __future__ import annotations
@@ -28,9 +33,9 @@ import torch
 import torch.nn.functional as F
 from fxquant import qdq
 from fxquant.config.backend import BackendPatternConfig
-from fxquant.kernels import boundary
+from fxquant.kernels import boundary, cpu
 from fxquant.kernels.integer import IntegerClamp
-from fxquant.lowering import LoweringMatch, LoweringRule, QParams
+from fxquant.lowering import Declined, LoweringMatch, LoweringRule, QParams
 from fxquant.nn import intrinsic, reference
 from torch import fx, nn
 
@@ -101,8 +106,19 @@ def _linear_post_op(fused: nn.Module) -> tuple[str, tuple[float, ...]]:
     return "none", ()
 
 
-def build_linear(match: LoweringMatch) -> nn.Module | None:
+def _saturates(weight: torch.Tensor, x: QParams) -> Declined | None:
+    """Declined when oneDNN's u8 x s8 products of ``weight`` and inputs quantized as ``x``
+    could saturate on this CPU (no VNNI, weights beyond +-64: ``fxquant.kernels.cpu``)."""
+    reason = cpu.saturation_reason("oneDNN", weight, x)
+    return None if reason is None else Declined(reason)
+
+
+def build_linear(match: LoweringMatch) -> nn.Module | Declined | None:
     """QLinear / DynamicQLinear / Fp16Linear for a reference linear (maybe fused).
+
+    Where oneDNN's products could saturate on this CPU (no VNNI, weights beyond
+    +-64), a static input is declined with the reason, and a dynamic one over 7
+    bits runs as two exact 7-bit GEMMs (``DynamicQLinear``'s ``split``).
 
     Example:
         >>> build_linear.__name__
@@ -123,14 +139,22 @@ def build_linear(match: LoweringMatch) -> nn.Module | None:
     if weight is None or x is None:
         return None
     if x.is_dynamic:
-        return DynamicQLinear(*weight, bias, x) if post_op == "none" else None
+        if post_op != "none":
+            return None
+        # the kernel quantizes its input itself: two exact 7-bit GEMMs where one would saturate
+        return DynamicQLinear(*weight, bias, x, split=_saturates(weight[0], x) is not None)
     if x.dtype != torch.uint8:
         return None
-    return QLinear(*weight, bias, x, match.output, post_op=post_op, post_op_args=post_op_args)
+    return _saturates(weight[0], x) or QLinear(
+        *weight, bias, x, match.output, post_op=post_op, post_op_args=post_op_args
+    )
 
 
-def build_conv(match: LoweringMatch) -> nn.Module | None:
+def build_conv(match: LoweringMatch) -> nn.Module | Declined | None:
     """QConv for a reference conv 1d/2d/3d, conv + relu, or conv + add (+ relu).
+
+    Declined (with the reason) where oneDNN's products could saturate on this CPU
+    (no VNNI, weights beyond +-64); the added tensor of conv + add is only summed.
 
     Example:
         >>> build_conv.__name__
@@ -151,6 +175,9 @@ def build_conv(match: LoweringMatch) -> nn.Module | None:
     if any(q.dtype != torch.uint8 for q in qparams) or match.output is None:
         return None
     x, *extra = qparams
+    declined = _saturates(weight[0], x)
+    if declined is not None:
+        return declined
     if extra:
         kernel = QConv(*weight, _tensor(conv.bias), conv, (x, match.output, extra[0]), relu=relu)
         kernel.reuse_accumulate = _last_use_of_accumulate(match)
@@ -465,7 +492,9 @@ def build_op(match: LoweringMatch) -> nn.Module | None:
 
 # --- the rules ------------------------------------------------------------------------------
 
-_WEIGHTED: tuple[tuple[type[nn.Module], Callable[[LoweringMatch], nn.Module | None], str], ...] = (
+_Build = Callable[[LoweringMatch], nn.Module | Declined | None]
+
+_WEIGHTED: tuple[tuple[type[nn.Module], _Build, str], ...] = (
     (reference.Linear, build_linear, "onednn.qlinear_pointwise"),
     (intrinsic.LinearReLU, build_linear, "onednn.qlinear_pointwise(relu)"),
     (LinearLeakyReLU, build_linear, "onednn.qlinear_pointwise(leaky_relu)"),

@@ -338,6 +338,9 @@ class QuantizedLinearDynamic(_Weighted):
     """Dynamic int8 linear: float in, float out; activations quantized per call by the kernel.
 
     ``reduce_range`` is True when the dynamic activation range is 7 bits (0..127).
+    ``split``: on fbgemm without VNNI, weights beyond +-64 with 8-bit activations
+    saturate (``fxquant.kernels.cpu``); the weight runs as two exact GEMMs, its high
+    half (``w >> 1``, twice the scale) and its lowest bit: two GEMMs' time.
 
     Example:
         >>> from fxquant.nn import reference
@@ -348,16 +351,42 @@ class QuantizedLinearDynamic(_Weighted):
         torch.float32
     """
 
-    def __init__(self, engine: str, reference: Any, reduce_range: bool = False) -> None:
+    def __init__(
+        self, engine: str, reference: Any, reduce_range: bool = False, *, split: bool = False
+    ) -> None:
         super().__init__(engine, reference)
         self.reduce_range = reduce_range
+        # symmetric weights only: w = 2 * (w >> 1) + (w & 1) keeps a zero point of 0
+        self.split = split and not bool(self.weight_zero_point.any())
 
     def pack(self) -> Any:
-        return torch.ops.quantized.linear_prepack(self.qweight(), self.bias)
+        if not self.split:
+            return torch.ops.quantized.linear_prepack(self.qweight(), self.bias)
+        # FBGEMM without VNNI saturates on weights beyond +-64 (fxquant.kernels.cpu): the
+        # high half (within +-64, twice the scale) and the lowest bit, each exact
+        high, low = torch.bitwise_right_shift(self.weight, 1), torch.bitwise_and(self.weight, 1)
+        zero_point = self.weight_zero_point
+        return (
+            torch.ops.quantized.linear_prepack(
+                weight_as_qint8(high, self.weight_scale * 2, zero_point), self.bias
+            ),
+            torch.ops.quantized.linear_prepack(
+                weight_as_qint8(low, self.weight_scale, zero_point), None
+            ),
+        )
 
     def bind(self) -> Callable[..., torch.Tensor]:
         engine, op = _engine_id(self.engine), _quantized_op("linear_dynamic")
         packed, reduce_range = self.packed(), self.reduce_range
+
+        if self.split:  # both calls quantize x with the same qparams: the halves add up
+            high, low = packed
+
+            def call_split(x: torch.Tensor) -> torch.Tensor:
+                result: torch.Tensor = _run_on(engine, op, x, high, reduce_range)
+                return result.add_(_run_on(engine, op, x, low, reduce_range))
+
+            return call_split
 
         def call(x: torch.Tensor) -> torch.Tensor:
             return _run_on(engine, op, x, packed, reduce_range)

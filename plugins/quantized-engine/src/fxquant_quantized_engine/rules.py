@@ -10,8 +10,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from fxquant.kernels import cpu
 from fxquant.kernels.integer import IntegerClamp
-from fxquant.lowering import LoweringRule
+from fxquant.lowering import Declined, LoweringRule
 from fxquant.nn import intrinsic
 from fxquant.nn import reference as reference_modules
 from torch import nn
@@ -330,18 +331,34 @@ def _op_name(node: Any, module: nn.Module | None) -> str:
     return str(getattr(node.target, "__name__", ""))
 
 
-def build_weighted(engine: str, relu: bool) -> Callable[[Any], nn.Module | None]:
+def _fbgemm_saturation(engine: str, reference: Any, x: Any) -> str | None:
+    """Why FBGEMM's u8 x s8 products of this weight could saturate on this CPU, or None.
+
+    FBGEMM adds pairs of products in int16 on CPUs without VNNI, as oneDNN does
+    (``fxquant.kernels.cpu``: exact for weights within +-64, or a dynamic input
+    within 7 bits). QNNPACK's kernels widen every product first: never.
+    """
+    if engine != "fbgemm" or x is None:
+        return None
+    weight = reference.get_quantized_weight()
+    weight = weight.int_repr() if weight.dtype == _QINT8 else weight
+    return cpu.saturation_reason("FBGEMM", weight, x)
+
+
+def build_weighted(engine: str, relu: bool) -> Callable[[Any], nn.Module | Declined | None]:
     """A rule builder for reference linear/conv modules (plain, or fused with relu).
 
     Static uint8 -> :class:`QuantizedLinear` / :class:`QuantizedConv`; a dynamic input
     -> :class:`QuantizedLinearDynamic`; an fp16 weight -> :class:`QuantizedLinearFP16`.
+    On fbgemm without VNNI, weights beyond +-64 are declined with the reason (static)
+    or split in two exact halves (dynamic: :class:`QuantizedLinearDynamic`'s ``split``).
 
     Example:
         >>> callable(build_weighted("qnnpack", relu=True))
         True
     """
 
-    def build(match: Any) -> nn.Module | None:
+    def build(match: Any) -> nn.Module | Declined | None:
         module = match.module
         reference = module[0] if relu else module
         weight_dtype = reference.get_weight_qparams().get("dtype")
@@ -351,12 +368,16 @@ def build_weighted(engine: str, relu: bool) -> Callable[[Any], nn.Module | None]
             return QuantizedLinearFP16(engine, reference)
         if weight_dtype not in (torch.int8, _QINT8):
             return None
+        saturation = _fbgemm_saturation(engine, reference, x)
         if x is not None and x.is_dynamic and is_linear and not relu:
             narrow = int(x.quant_max) - int(x.quant_min) <= 127
-            return QuantizedLinearDynamic(engine, reference, reduce_range=narrow)
+            split = saturation is not None
+            return QuantizedLinearDynamic(engine, reference, reduce_range=narrow, split=split)
         qx, out = _tensor_qparams(x), _tensor_qparams(match.output)
         if qx is None or out is None:
             return None
+        if saturation is not None:
+            return Declined(saturation)
         kernel = QuantizedLinear if is_linear else QuantizedConv
         return kernel(engine, reference, qx, out, relu=relu)
 

@@ -1,0 +1,133 @@
+"""Where each node's value is, in a float, reference or lowered model, and a run reading them (#23).
+
+A node's value is what the next op reads: a reference model's node through its
+output quantize/dequantize steps; a lowered kernel's integers, dequantized with
+the output qparams lowering recorded on it (``flow/epilogues.py``'s keys). A run
+can also replace each value by a given one before the next node reads it: fed
+the float model's values, each node then shows its own (local) error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import fx, nn
+from torch.fx import Node
+
+from fxquant.flow.epilogues import OUTPUT_OF_KEY, OUTPUT_QPARAMS_KEY
+from fxquant.lowering import DEQUANTIZE_OPS, STATIC_QUANTIZE_OPS, QParams
+
+__all__ = ["Site", "ValueRun", "value_sites"]
+
+
+@dataclass(frozen=True, slots=True)
+class Site:
+    name: str  # the float graph's node name
+    chain: tuple[Node, ...]  # output quantize -> dequantize applied to the node's output
+    qparams: QParams | None  # to read an integer output (a kernel's)
+
+
+def _attribute(gm: nn.Module, node: Node) -> Any:
+    value: Any = gm
+    for part in str(node.target).split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _static_step(node: Node) -> float | None:
+    if (
+        node.target in STATIC_QUANTIZE_OPS
+        and len(node.args) > 1
+        and isinstance(node.args[1], float)
+    ):
+        return float(node.args[1])
+    return None
+
+
+def _output_chain(node: Node) -> tuple[Node, ...]:
+    users = list(node.users)
+    if (
+        len(users) != 1
+        or users[0].op != "call_function"
+        or users[0].target not in STATIC_QUANTIZE_OPS
+    ):
+        return ()
+    quantize = users[0]
+    dequantize = [
+        u for u in quantize.users if u.op == "call_function" and u.target in DEQUANTIZE_OPS
+    ]
+    return (quantize, dequantize[0]) if dequantize else ()
+
+
+def value_sites(gm: fx.GraphModule, names: set[str]) -> dict[Node, Site]:
+    sites = {}
+    for node in gm.graph.nodes:
+        if node.op not in ("call_module", "call_function", "call_method"):
+            continue
+        if node.op == "call_function" and (
+            node.target in STATIC_QUANTIZE_OPS or node.target in DEQUANTIZE_OPS
+        ):
+            continue
+        name = node.meta.get(OUTPUT_OF_KEY, node.name)
+        if name is None or name not in names:
+            continue
+        sites[node] = Site(name, _output_chain(node), node.meta.get(OUTPUT_QPARAMS_KEY))
+    return sites
+
+
+class ValueRun(fx.Interpreter):
+    """Runs ``gm``, reading every site's value; replaces it by ``forced[name]`` if given."""
+
+    def __init__(
+        self, gm: fx.GraphModule, sites: Mapping[Node, Site], forced: Mapping[str, Any] | None
+    ) -> None:
+        super().__init__(gm)
+        self.sites, self.forced = sites, forced
+        self.values: dict[str, torch.Tensor] = {}
+        self.steps: dict[str, float] = {}
+
+    def run_node(self, n: Node) -> Any:
+        out = super().run_node(n)
+        site = self.sites.get(n)
+        if site is None or not isinstance(out, torch.Tensor):
+            return out
+        value = self._value(site, out)
+        if value is not None:
+            self.values.setdefault(site.name, value)
+        if self.forced is not None and site.name in self.forced:
+            return self._force(site, out, self.forced[site.name])
+        return out
+
+    def _value(self, site: Site, out: torch.Tensor) -> torch.Tensor | None:
+        for step in site.chain:
+            args = [self._constant(a) for a in step.args[1:]]
+            out = step.target(out, *args)  # type: ignore[operator]
+            scale = _static_step(step)
+            if scale is not None:
+                self.steps[site.name] = scale
+        if out.is_floating_point():
+            return out.detach().float()
+        qparams = site.qparams
+        if qparams is None or qparams.scale is None or qparams.is_per_channel:
+            return None
+        self.steps[site.name] = float(qparams.scale)
+        return (out.float() - float(qparams.zero_point or 0)) * float(qparams.scale)
+
+    def _constant(self, arg: Any) -> Any:
+        if isinstance(arg, Node):
+            return _attribute(self.module, arg) if arg.op == "get_attr" else self.env[arg]
+        return arg
+
+    def _force(self, site: Site, out: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        if value.shape != out.shape:
+            return out
+        if out.is_floating_point():
+            return value.to(out.dtype)
+        qparams = site.qparams
+        if qparams is None or qparams.scale is None or qparams.is_per_channel:
+            return out
+        scaled = torch.round(value / float(qparams.scale)) + float(qparams.zero_point or 0)
+        return scaled.clamp(qparams.quant_min, qparams.quant_max).to(out.dtype)
