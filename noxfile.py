@@ -1,5 +1,5 @@
 """Developer sessions: `nox -s tests`, `lint`, `typecheck`, `docs`, `demo`, `bench`, `plugin`,
-`fuzz`.
+`fuzz`, `install`.
 
 Every session that needs torch installs ``torch==2.13.0`` first and explicitly:
 an unpinned torch (asked for directly or through a dependency's range) pulls
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import sys
 from pathlib import Path
 
 import nox
@@ -171,3 +173,135 @@ def bench(session: nox.Session) -> None:
     accuracy = ROOT / "bench" / "accuracy_transformer.py"
     session.run("python", os.fspath(accuracy), *session.posargs, env={**env, "HF_HUB_OFFLINE": "1"})
     session.run("python", os.fspath(ROOT / "bench" / "summary.py"), env=env)
+
+
+# what `nox -s install` checks in each venv after the documented installs: every backend
+# they installed loads, and x86 quantizes and lowers a model
+_USE_BACKENDS = """
+import sys, torch, fxquant
+expected = set(sys.argv[1:])
+names = set(fxquant.list_backends())
+assert expected <= names, (expected, names)
+for name in sorted(expected):
+    fxquant.get_backend_config(name)
+if "x86" in expected:
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
+    x = torch.randn(4, 8)
+    prepared = fxquant.prepare_fx(model, fxquant.get_default_qconfig_mapping(), (x,),
+                                  backend_config=fxquant.get_backend_config("x86"))
+    prepared(x)
+    converted = fxquant.convert_fx(prepared)
+    statuses = {e.status.value for e in fxquant.explain(converted, show=False).entries()}
+    assert "lowered" in statuses, statuses
+    assert (converted(x) - model(x)).abs().max() < 0.1
+print("ok:", ", ".join(sorted(names)))
+"""
+
+_HINT = """
+import sys, fxquant
+name = sys.argv[1]
+try:
+    fxquant.get_backend_config(name)
+except KeyError as error:
+    print(str(error).split("to install it: ", 1)[1].split(";", 1)[0])
+"""
+
+
+def _fresh_venv(session: nox.Session, name: str) -> Path:
+    """A new, empty virtualenv under the session's tmp folder (never reused: clean)."""
+    path = Path(session.create_tmp()).resolve() / name  # absolute: steps run from other folders
+    shutil.rmtree(path, ignore_errors=True)
+    session.run("python", "-m", "venv", os.fspath(path))
+    return path
+
+
+def _venv_run(session: nox.Session, venv: Path, *args: str, **kwargs: object) -> object:
+    return session.run(os.fspath(venv / "bin" / args[0]), *args[1:], external=True, **kwargs)
+
+
+@nox.session(python="3.11")
+def install(session: nox.Session) -> None:
+    """Every install command of README.md, docs/, the plugins' READMEs and the error hints,
+    each in a clean venv, then what it installed is imported and used. Minutes: not in
+    ``tests`` (tests/docs/test_install_commands.py checks, fast, that the commands it runs
+    are the ones the files print).
+
+    Three venvs: the clone forms in doc order (``pip install . plugins/onednn plugins/x86``),
+    the hint an error prints for a missing backend (core alone, then the hint's command),
+    and the index forms (``pip install fxquant-x86``) against wheels built from the clone.
+    """
+    sys.path.insert(0, os.fspath(ROOT))
+    from tests.install_commands import SCAFFOLDS, SKIPPED, documented_commands
+
+    commands = documented_commands()
+    for command in commands:
+        if command.kind == "skipped":
+            session.log(f"not run: {command.text} ({command.source}): {SKIPPED[command.text]}")
+    backends = [n for n in PLUGINS if n != "quantized-engine"]
+
+    # 1. the clone forms, in the order the pages give them, from the clone's root
+    venv = _fresh_venv(session, "clone")
+    _venv_run(session, venv, "pip", "install", TORCH, "numpy")  # pinned first (see above)
+    scaffolds = Path(session.create_tmp()).resolve() / "scaffolds"  # relative targets go here
+    shutil.rmtree(scaffolds, ignore_errors=True)
+    scaffolds.mkdir()
+    for command in commands:
+        if command.kind not in ("clone", "scaffold"):
+            continue
+        session.log(f"{command.source}: {command.text}")
+        if command.kind == "clone":
+            _venv_run(session, venv, "pip", "install", *command.arguments)
+            continue
+        target = next(a for a in command.arguments if a.rstrip("/") in SCAFFOLDS)
+        setup = SCAFFOLDS[target.rstrip("/")]
+        with session.chdir(scaffolds if target.startswith(".") else ROOT):
+            shutil.rmtree(target, ignore_errors=True)
+            if setup.startswith("fxquant "):
+                _venv_run(session, venv, *setup.split())
+            else:  # the folder the page's steps write: the example that holds them
+                shutil.copytree(ROOT / setup.split()[2], target)
+            _venv_run(session, venv, "pip", "install", *command.arguments)
+    _venv_run(session, venv, "fxquant", "backends")
+    _venv_run(session, venv, "python", "-c", _USE_BACKENDS, *backends, "mybackend", "mychip")
+
+    # 2. the hint of an error: the core alone, then the command its message prints
+    venv = _fresh_venv(session, "hint")
+    _venv_run(session, venv, "pip", "install", TORCH, "numpy", ".")
+    for name in ("x86", "fbgemm"):
+        output = str(_venv_run(session, venv, "python", "-c", _HINT, name, silent=True))
+        hint = next(line for line in output.splitlines() if line.startswith("pip install "))
+        session.log(f"the error for {name!r} says: {hint}")
+        assert hint.startswith("pip install "), hint
+        _venv_run(session, venv, *hint.split())
+    _venv_run(session, venv, "python", "-c", _USE_BACKENDS, "x86", "fbgemm", "onednn")
+
+    # 3. the index forms, against wheels built from the clone
+    wheels = Path(session.create_tmp()).resolve() / "wheels"
+    shutil.rmtree(wheels, ignore_errors=True)
+    session.run(
+        "python",
+        "-m",
+        "pip",
+        "wheel",
+        "--no-deps",
+        "-w",
+        os.fspath(wheels),
+        ".",
+        *(f"plugins/{name}" for name in PLUGINS),
+    )
+    venv = _fresh_venv(session, "index")
+    _venv_run(session, venv, "pip", "install", TORCH, "numpy")
+    for command in commands:
+        if command.kind == "index":
+            session.log(f"{command.source}: {command.text} (from the clone's wheels)")
+            _venv_run(
+                session,
+                venv,
+                "pip",
+                "install",
+                "--find-links",
+                os.fspath(wheels),
+                *command.arguments,
+            )
+    installed = [n for n in backends if n != "quantized-engine"]
+    _venv_run(session, venv, "python", "-c", _USE_BACKENDS, *installed)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,9 +13,10 @@ import fxquant.registry
 import pytest
 import torch
 from fxquant import __version__
-from fxquant.cli import main, markdown_table, render_backends
+from fxquant.cli import build_parser, main, markdown_table, render_backends
 from fxquant.flow.report import Report
 from fxquant.registry import Deployment, Override
+from fxquant.registry.install import install_hint
 from fxquant.registry.manager import Registry
 
 from tests.registry.conftest import Installed, config
@@ -177,7 +179,7 @@ def test_show_unknown_backend_exits_nonzero_with_the_closest_match(
     assert (code, out) == (1, "")
     assert err == (
         "fxquant: error: unknown backend 'refrence'; did you mean 'reference'? installed: "
-        "reference (pip install fxquant-NAME, or see `fxquant backends`)\n"
+        f"reference; {install_hint()}; see `fxquant backends`\n"
     )
 
 
@@ -208,29 +210,100 @@ def test_no_command_prints_help_and_exits_2(capsys: pytest.CaptureFixture[str]) 
     assert out.startswith("usage: fxquant")
 
 
+def _demo_rows(out: str) -> dict[str, dict[str, str]]:
+    """The demo table as {backend: {column: cell}}."""
+    lines = [line for line in out.splitlines() if line.startswith("| ")]
+    header = [cell.strip() for cell in lines[0].split("|")[1:-1]]
+    rows = ([cell.strip() for cell in line.split("|")[1:-1]] for line in lines[2:])
+    return {cells[0]: dict(zip(header, cells, strict=True)) for cells in rows}
+
+
 def test_demo_quantizes_with_every_backend_and_says_what_stayed_float_and_why(
     installed: Installed, capsys: pytest.CaptureFixture[str]
 ) -> None:
     installed.add("broken", "fxquant_missing_module", dist="fxquant-broken", version="0.2")
     code, out, _ = run(capsys, "demo")
     assert code == 0
-    lines = [line for line in out.splitlines() if line.startswith("| ")][2:]  # past the header
-    rows = {line.split("|")[1].strip(): line for line in lines}
+    rows = _demo_rows(out)
     assert set(rows) == {"broken", "reference", "my_backend"}
-    assert "failed: PluginError: fxquant-broken 0.2" in rows["broken"]
+    assert rows["broken"]["status"].startswith("failed: PluginError: fxquant-broken 0.2")
     # the reference backend quantizes everything in reference form, close to float
-    reference = [cell.strip() for cell in rows["reference"].split("|")[1:-1]]
-    assert reference[:4] == ["reference", "0", "11", "0"]
-    assert float(reference[4]) > 25  # SQNR dB
-    assert reference[-1] == "ok"
+    reference = rows["reference"]
+    counts = [reference[c] for c in ("lowered", "reference", "skipped", "float")]
+    assert counts == ["0", "11", "0", "0"]
+    assert float(reference["SQNR dB"]) > 25
+    assert reference["status"] == "ok"
+    # absolute latency next to the ratio: speed is float ms / int8 ms (medians of rounds)
+    ratio = float(reference["float ms"]) / float(reference["int8 ms"])
+    assert float(reference["speed"].removesuffix("x")) == pytest.approx(ratio, rel=0.5)
     # the tutorial backend quantizes only Linear, and says why the rest stayed float
     assert (
         "stem_0 -> stem_1 -> stem_2: no pattern in backend 'my_backend' matches "
         "(Conv2d, BatchNorm2d, ReLU)" in out
     )
     assert "gate (Sigmoid): qconfig is None" in out
-    assert "  no lowering kernel (reference form): fc, fc_1" in out
+    assert rows["my_backend"]["float"] == "5"  # add, pool, flatten, gate, mul: qconfig None
+    # its Linear has no lowering rule: said so, not "the rule declined it" (#22)
+    assert (
+        "  fc, fc_1 (reference form): no lowering rule in backend 'my_backend' for Linear\n" in out
+    )
     assert fxquant.registry.list_backends() == ["broken", "reference"]  # my_backend stays private
+
+
+def test_demo_explains_every_column_and_the_run_to_run_variance(
+    installed: Installed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, out, _ = run(capsys, "demo", "--backends", "reference")
+    header = out.split("\n| ")[1].split("|")
+    legend = out.split("Columns (", 1)[1]
+    for column in (c.strip() for c in header if c.strip()):
+        if column not in ("backend", "runs on", "status"):
+            assert f"\n  {column} " in legend, column
+    assert "Latency varies from run to run" in legend
+
+
+def test_demo_with_named_backends_leaves_the_tutorial_backend_out(
+    installed: Installed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(capsys, "demo", "--backends", "reference")
+    assert code == 0
+    assert set(_demo_rows(out)) == {"reference"}
+    assert "my_backend" not in out
+    _, out, _ = run(capsys, "demo", "--backends", "reference,my_backend")
+    assert set(_demo_rows(out)) == {"reference", "my_backend"}  # asked for by name
+
+
+def test_demo_json_has_the_latencies(
+    installed: Installed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, out, _ = run(capsys, "demo", "--backends", "reference", "--json")
+    (result,) = json.loads(out)
+    assert result["float_ms"] > 0
+    assert result["int8_ms"] > 0
+
+
+def test_third_party_start_up_lines_are_kept_out_and_everything_else_kept(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    from fxquant.quiet import third_party_noise_filtered
+
+    noise = (
+        "[cpuinfo_utils.cpp:71] Reading file /sys/devices/soc0/image_version\n"
+        "Failed to load /venv/lib/python3.11/site-packages/torchao/_C_mxfp8.cpython-310-"
+        "x86_64-linux-gnu.so: Could not load this library: /venv/torchao/_C_mxfp8.so\n"
+    )
+    with third_party_noise_filtered():
+        os.write(2, noise.encode())  # as C++ writes it: straight to descriptor 2
+        os.write(2, b"fxquant: error: a real problem\n")
+        print("a warning of ours", file=sys.stderr)
+    _, err = capfd.readouterr()
+    assert sorted(err.splitlines()) == ["a warning of ours", "fxquant: error: a real problem"]
+
+
+def test_help_documents_fxquant_progress() -> None:
+    text = build_parser().format_help()
+    assert "FXQUANT_PROGRESS=0|1" in text
+    assert "only when stderr is a terminal" in text
 
 
 class ToyRuntime:
@@ -276,10 +349,10 @@ def test_demo_measures_a_deployed_backend_in_its_runtime(
     installed.add("toy", "toy", dist="fxquant-toy")
     code, out, _ = run(capsys, "demo", "--backends", "toy")
     assert code == 0
-    row = next(line for line in out.splitlines() if line.startswith("| toy "))
-    cells = [cell.strip() for cell in row.split("|")[1:-1]]
-    assert cells[:4] == ["toy", "11", "0", "0"]  # the runtime took every quantized node
-    assert cells[-2:] == ["toy runtime", "ok"]
+    cells = _demo_rows(out)["toy"]
+    counts = [cells[c] for c in ("lowered", "reference", "skipped")]
+    assert counts == ["11", "0", "0"]  # the runtime took every quantized node
+    assert (cells["runs on"], cells["status"]) == ("toy runtime", "ok")
     assert len(deployed) == 1
     assert deployed[0].calls > 2  # accuracy and speed were measured on the deployed model
 

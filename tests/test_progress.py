@@ -53,7 +53,7 @@ def test_calibrate_spreads_tuples_and_dicts_and_records_ranges() -> None:
 
 def test_demo_json_is_valid_json_with_one_entry_per_backend() -> None:
     out = io.StringIO()
-    assert demo.run_demo(out, backends=["reference"], as_json=True) == 0
+    assert demo.run_demo(out, backends=["reference", "my_backend"], as_json=True) == 0
     data = json.loads(out.getvalue())
     assert [entry["backend"] for entry in data] == ["reference", "my_backend"]
     assert data[0]["status"] == "ok"

@@ -3,6 +3,9 @@
 The names here are the public contract (../shared/CONTRACT.md); everything
 else lives in submodules: ``fxquant.observer``, ``fxquant.fake_quantize``,
 ``fxquant.nn.intrinsic``, ``fxquant.nn.qat``, ``fxquant.nn.reference``.
+The names a torch.ao script imports from ``torch.ao.quantization`` itself
+(``default_dynamic_qconfig``, ``MinMaxObserver``, ``get_default_qconfig``...)
+import from ``fxquant`` too, without being listed in ``__all__`` (#22).
 
 Example:
     >>> import torch, fxquant
@@ -49,9 +52,9 @@ from fxquant.registry import (
 
 __version__ = "0.1.0"
 
-# importable from the top level without joining the contract's __all__ (#23): the seed
-# exports default_equalization_qconfig from torch.ao.quantization, and fxquant.numerics is
-# the numerics package
+# importable from the top level without joining the contract's __all__: torch.ao.quantization's
+# top-level names fxquant keeps in submodules (#22, fxquant.torch_ao_names.TOP_LEVEL_NAMES),
+# the seed's default_equalization_qconfig, and the numerics package (#23)
 _LAZY = {
     "default_equalization_qconfig": "fxquant.numerics.equalization",
     "numerics": "fxquant.numerics",
@@ -59,14 +62,25 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
+    """torch.ao.quantization's top-level names, from the submodule that has them (PEP 562)."""
+    import importlib
+
+    from fxquant.torch_ao_names import TOP_LEVEL_NAMES
+
+    module = _LAZY.get(name) or TOP_LEVEL_NAMES.get(name)
     if module is None:
         msg = f"module 'fxquant' has no attribute {name!r}"
         raise AttributeError(msg)
-    import importlib
-
     loaded = importlib.import_module(module)
-    return loaded if module.endswith(name) else getattr(loaded, name)
+    value: object = loaded if module.endswith(f".{name}") else getattr(loaded, name)
+    globals()[name] = value  # found once
+    return value
+
+
+def __dir__() -> list[str]:
+    from fxquant.torch_ao_names import TOP_LEVEL_NAMES
+
+    return sorted({*globals(), *_LAZY, *TOP_LEVEL_NAMES})
 
 
 __all__ = [

@@ -35,6 +35,9 @@ environment:
   FXQUANT_DISABLE_PLUGIN_AUTOLOAD=1   load no installed plugin (built-ins stay)
   FXQUANT_PLUGINS=a,b                 load only these distributions
   FXQUANT_DISABLE_PLUGINS=a,b         skip these distributions
+  FXQUANT_PROGRESS=0|1                progress on stderr (demo, check): never / always;
+                                      unset: only when stderr is a terminal (a bar with
+                                      tqdm installed, else a few plain lines)
 """
 
 
@@ -91,11 +94,13 @@ def render_backends(data: list[dict[str, Any]]) -> str:
     """The text of ``fxquant backends``: one table row per backend, then the reasons.
 
     Example:
-        >>> print(render_backends([]))
-        no backends installed (pip install fxquant-NAME)
+        >>> print(render_backends([]))  # doctest: +ELLIPSIS
+        no backends installed; to install one: pip install ...
     """
     if not data:
-        return "no backends installed (pip install fxquant-NAME)"
+        from fxquant.registry.install import install_hint
+
+        return f"no backends installed; {install_hint()}"
     rows = []
     notes = []
     for backend in data:

@@ -3,10 +3,13 @@
 For each installed backend (and the seed tutorial's ``my_backend``, built with
 fxquant's config classes and registered in a private registry) the demo runs
 the whole flow on :class:`DemoNet`: ``prepare_fx`` with the backend's default
-mapping, calibration, ``convert_fx``. It prints one row per backend (patterns
-lowered to kernels, left in reference form, left float; output SQNR and top-1
-agreement against the float model; latency against float at one thread), then
-every node a backend did not quantize, with the report's reason. A backend
+mapping, calibration, ``convert_fx``. It prints one row per backend (nodes
+lowered to kernels, left in reference form, skipped, left float; output SQNR
+and top-1 agreement against the float model; int8 and float latency at one
+thread and their ratio), a legend saying what each column counts, then every
+node a backend did not lower, with the report's reason. Third-party start-up
+chatter (ExecuTorch's cpuinfo lines, torchao's missing CUDA kernels) is kept
+out of it (:mod:`fxquant.quiet`). A backend
 whose target runs outside PyTorch (a ``Deployment``: an ExecuTorch program, an
 ONNX model) is deployed with it and measured in its runtime; its counts come
 from the deployment's report. A backend that fails gets its error in its row;
@@ -30,6 +33,7 @@ from typing import Any, TextIO
 import torch
 
 from fxquant.progress import progress
+from fxquant.quiet import third_party_noise_filtered
 from fxquant.registry.answers import Deployment
 from fxquant.registry.hookspecs import hookimpl
 
@@ -203,6 +207,8 @@ class DemoResult:
         sqnr_db: output SQNR against the float model.
         agreement: fraction of inputs whose top-1 class matches the float model's.
         speed: float latency / quantized latency (above 1 is faster).
+        float_ms: the float model's latency on the 32 inputs, in milliseconds.
+        int8_ms: the quantized model's latency on them, in milliseconds.
         runs_on: what ran the quantized model (``PyTorch``, or the deployment's name).
         error: why the backend failed, or "" when it worked.
     """
@@ -213,6 +219,8 @@ class DemoResult:
     sqnr_db: float = float("nan")
     agreement: float = float("nan")
     speed: float = float("nan")
+    float_ms: float = float("nan")
+    int8_ms: float = float("nan")
     runs_on: str = "PyTorch"
     error: str = ""
 
@@ -230,16 +238,23 @@ def _seconds(run: Callable[[], Any], repeat: int) -> float:
     return (time.perf_counter() - start) / repeat
 
 
-def _speed(float_run: Callable[[], Any], int8_run: Callable[[], Any], rounds: int = 7) -> float:
-    """Float latency over int8 latency: the median of per-round ratios, the two alternating.
+ROUNDS = 7
+
+
+def _speed(
+    float_run: Callable[[], Any], int8_run: Callable[[], Any], rounds: int = ROUNDS
+) -> tuple[float, float, float]:
+    """``(float seconds, int8 seconds, ratio)``: medians over rounds, the two alternating.
 
     One untimed call each first (kernels pack their weights on the first call);
-    alternating within a round keeps a shared machine's load out of the ratio.
+    alternating within a round keeps a shared machine's load out of the ratio,
+    which is the median of the per-round ratios.
     """
     float_run()
     int8_run()
-    ratios = [_seconds(float_run, 3) / _seconds(int8_run, 3) for _ in range(rounds)]
-    return statistics.median(ratios)
+    pairs = [(_seconds(float_run, 3), _seconds(int8_run, 3)) for _ in range(rounds)]
+    ratio = statistics.median(f / i for f, i in pairs)
+    return statistics.median(f for f, _ in pairs), statistics.median(i for _, i in pairs), ratio
 
 
 def quantize_with(
@@ -276,10 +291,15 @@ def quantize_with(
             deployed = deployment.deploy(quantized, (data,))
             run, report, result.runs_on = deployed, deployed.report, deployment.name
         expected, actual = model(data), run(data)
-        result.speed = _speed(lambda: model(data), lambda: run(data))
+        float_s, int8_s, result.speed = _speed(lambda: model(data), lambda: run(data))
+        result.float_ms, result.int8_ms = float_s * 1000, int8_s * 1000
     result.sqnr_db = _sqnr_db(expected, actual)
     result.agreement = float((expected.argmax(1) == actual.argmax(1)).float().mean())
     result.counts = Counter(entry.status for entry in report.entries())
+    # placeholders, outputs and attributes are "float" too: the column counts ops
+    result.counts["float_ops"] = sum(
+        1 for e in report.entries() if e.status == NodeStatus.FLOAT and e.op.startswith("call_")
+    )
     result.not_quantized = [
         (entry.node, entry.reason.code, entry.reason.words)
         for entry in report.entries()
@@ -291,12 +311,17 @@ def quantize_with(
 
 def _try(name: str, build: Callable[[], DemoResult]) -> DemoResult:
     try:
-        return build()
+        # plugins import their toolchains here (ExecuTorch, torchao): their start-up lines
+        # would print before the table, and read like errors of ours
+        with third_party_noise_filtered():
+            return build()
     except Exception as error:  # a broken backend is reported in its row; the others run
         return DemoResult(name, error=f"{type(error).__name__}: {error}".splitlines()[0])
 
 
-def _results(model: torch.nn.Module, data: torch.Tensor, names: Sequence[str]) -> list[DemoResult]:
+def _results(
+    model: torch.nn.Module, data: torch.Tensor, names: Sequence[str], tutorial: bool
+) -> list[DemoResult]:
     from fxquant.registry import get_backend_config, get_default_qconfig_mapping, get_deployment
     from fxquant.registry.manager import Registry
 
@@ -314,6 +339,8 @@ def _results(model: torch.nn.Module, data: torch.Tensor, names: Sequence[str]) -
         # deploying (ExecuTorch, ONNX) takes seconds a backend: say how far along it is
         for name in progress(names, description="fxquant demo")
     ]
+    if not tutorial:
+        return results
     registry = Registry()  # private: the tutorial backend must not show up in the user's process
     registry.register_plugin(TutorialPlugin(), backend=BACKEND)
     results.append(
@@ -327,21 +354,62 @@ def _results(model: torch.nn.Module, data: torch.Tensor, names: Sequence[str]) -
     return results
 
 
+def _ms(value: float) -> str:
+    return f"{value:.1f}" if math.isfinite(value) else "-"
+
+
+def _float_ops(result: DemoResult) -> int:
+    return int(result.counts["float_ops"])
+
+
 def _row(result: DemoResult) -> list[str]:
     if result.error:
-        return [result.backend, "-", "-", "-", "-", "-", "-", "-", f"failed: {result.error}"]
+        return [result.backend, *["-"] * 10, f"failed: {result.error}"]
     counts = result.counts
     return [
         result.backend,
         str(counts["lowered"]),
         str(counts["reference"]),
         str(counts["skipped"]),
+        str(_float_ops(result)),
         f"{result.sqnr_db:.1f}",
         f"{result.agreement:.0%}",
+        _ms(result.int8_ms),
+        _ms(result.float_ms),
         f"{result.speed:.2f}x",
         result.runs_on,
         "ok",
     ]
+
+
+HEADER = [
+    "backend",
+    "lowered",
+    "reference",
+    "skipped",
+    "float",
+    "SQNR dB",
+    "top-1",
+    "int8 ms",
+    "float ms",
+    "speed",
+    "runs on",
+    "status",
+]
+
+LEGEND = f"""Columns (node counts are graph nodes of DemoNet: an op or a module call each):
+  lowered    runs on the backend's kernels (or, for a backend that deploys, in its runtime)
+  reference  quantized, but no kernel took it: quantize -> float op -> dequantize, same numbers
+  skipped    the mapping asked to quantize it and the backend could not (no pattern, dtypes)
+  float      an op left float on purpose: its qconfig is None, or it computes on shapes
+  SQNR dB    output signal-to-noise vs the float model (20 dB ~ 10% error, 40 dB ~ 1%)
+  top-1      share of the 32 inputs whose top class is the float model's
+  int8 ms    median latency of the quantized model on the 32 inputs, 1 thread
+  float ms   the same for the float model, measured alternately with it
+  speed      float ms / int8 ms (above 1: faster), the median of {ROUNDS} per-round ratios
+Latency varies from run to run on a shared or busy machine (speed-ups have moved 2x between
+runs); compare backends within one run, and use bench/ (same-run ratios, >= 5 rounds) for
+figures to quote. Every node not lowered is listed below with the report's reason."""
 
 
 def result_dict(result: DemoResult) -> dict[str, Any]:
@@ -363,6 +431,8 @@ def result_dict(result: DemoResult) -> dict[str, Any]:
         "sqnr_db": number(result.sqnr_db),
         "top1_agreement": number(result.agreement),
         "speed": number(result.speed),
+        "float_ms": number(result.float_ms),
+        "int8_ms": number(result.int8_ms),
         "runs_on": result.runs_on,
         "not_quantized": [
             {"node": node, "code": code, "words": words}
@@ -376,7 +446,9 @@ def run_demo(
 ) -> int:
     """Quantize :class:`DemoNet` with each installed backend (or ``backends``); print; return 0.
 
-    Progress goes to stderr when it is a terminal (:mod:`fxquant.progress`);
+    The seed tutorial's ``my_backend`` runs too when no backends are named (or
+    when ``"my_backend"`` is one of them). Progress goes to stderr when it is a
+    terminal (:mod:`fxquant.progress`; ``FXQUANT_PROGRESS=0`` turns it off);
     ``as_json`` prints the results as a JSON list (:func:`result_dict`) instead
     of the tables. Returns 1 when every backend failed.
 
@@ -394,33 +466,26 @@ def run_demo(
     try:
         model = DemoNet().eval()
         data = torch.randn(32, 3, 16, 16, generator=torch.Generator().manual_seed(1))
-        names = list_backends() if backends is None else list(backends)
-        results = _results(model, data, names)
+        names = list_backends() if backends is None else [n for n in backends if n != BACKEND]
+        tutorial = backends is None or BACKEND in backends
+        results = _results(model, data, names, tutorial)
     finally:
         torch.set_num_threads(threads)
     code = 1 if all(r.error for r in results) else 0
     if as_json:
         print(json.dumps([result_dict(r) for r in results], indent=2), file=out)
         return code
+    extra = (
+        " + the seed tutorial's my_backend" if any(r.backend == BACKEND for r in results) else ""
+    )
     print(
-        f"Quantizing DemoNet (residual CNN, sigmoid gate) with {len(results)} backends "
-        "(installed ones + the seed tutorial's my_backend); SQNR and top-1 agreement vs "
-        'float on 32 inputs, speed = float latency / int8 latency at 1 thread; "lowered" '
-        "counts the nodes that run on the backend's kernels or in its runtime.\n",
+        f"Quantizing DemoNet (residual CNN, sigmoid gate) with {len(results)} backend"
+        f"{'s' if len(results) != 1 else ''} (installed{extra}): prepare_fx with the backend's "
+        "default mapping, calibrate on 32 inputs, convert_fx, compare with the float model.\n",
         file=out,
     )
-    header = [
-        "backend",
-        "lowered",
-        "reference",
-        "skipped",
-        "SQNR dB",
-        "top-1",
-        "speed",
-        "runs on",
-        "status",
-    ]
-    print(markdown_table(header, [_row(r) for r in results]), file=out)
+    print(markdown_table(HEADER, [_row(r) for r in results]), file=out)
+    print(f"\n{LEGEND}", file=out)
     for result in results:
         _print_reasons(result, out)
     return code
@@ -430,9 +495,13 @@ def _print_reasons(result: DemoResult, out: TextIO) -> None:
     if not result.not_quantized:
         return
     print(f"\n{result.backend}: not lowered to a kernel, and why", file=out)
-    unlowered = [node for node, code, _ in result.not_quantized if code == "no_lowering_kernel"]
-    if unlowered:
-        print(f"  no lowering kernel (reference form): {', '.join(unlowered)}", file=out)
+    unlowered = [(n, w) for n, code, w in result.not_quantized if code == "no_lowering_kernel"]
+    # one line per reason: "no lowering rule for Linear" or "rule qlinear declined: why" (#22)
+    by_reason: dict[str, list[str]] = {}
+    for node, words in unlowered:
+        by_reason.setdefault(words.removesuffix("; it stays in reference form"), []).append(node)
+    for words, nodes in by_reason.items():
+        print(f"  {', '.join(nodes)} (reference form): {words}", file=out)
     # a multi-node chain repeats one sentence per node: print each sentence once
     sentences = (w for _, code, w in result.not_quantized if code != "no_lowering_kernel")
     for words in dict.fromkeys(sentences):

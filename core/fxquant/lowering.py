@@ -240,8 +240,16 @@ class LoweringRule:
     LinearReLU``), only where every matched node was quantized at prepare, and
     calls ``build(match)`` with a ``LoweringMatch``. ``build`` returns the
     kernel (an ``nn.Module``, or any callable) or ``None`` to decline, which
-    leaves that place in reference form (reported as ``no_lowering_kernel``);
-    :class:`Declined` declines the same way and the report gives its reason.
+    leaves that place in reference form (reported as ``no_lowering_kernel``:
+    "lowering rule NAME declined: ..."); :class:`Declined` declines the same way
+    and the report gives its reason.
+
+    The pattern must be one that can occur in a reference model: a float
+    module that convert swaps for its reference module (``torch.nn.Linear``
+    with int8 weights becomes ``fxquant.nn.reference.Linear``), a QAT module
+    (converted to float) or a fusion pattern (one fused module by then)
+    never does, and the registry refuses such a rule when it assembles the
+    backend (#22).
 
     The kernel is called as ``kernel(*args)``, one argument per entry of
     ``match.inputs``: the integer tensor for a statically quantized input,
@@ -299,8 +307,8 @@ class LoweringRule:
             or ``tolerance`` is negative.
 
     Example:
-        >>> import torch
-        >>> rule = LoweringRule(torch.nn.Linear, build=lambda match: match, name="qlinear")
+        >>> from fxquant.nn import reference
+        >>> rule = LoweringRule(reference.Linear, build=lambda match: match, name="qlinear")
         >>> rule.name
         'qlinear'
     """

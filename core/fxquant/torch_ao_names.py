@@ -9,10 +9,111 @@ the one place that knows torch.ao's module names; nothing here imports torch.ao.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, Final
 
-__all__ = ["as_fxquant_class", "is_torch_ao_match_all", "is_torch_ao_module_class"]
+__all__ = [
+    "TOP_LEVEL_NAMES",
+    "as_fxquant_class",
+    "is_torch_ao_match_all",
+    "is_torch_ao_module_class",
+]
+
+# The names a torch.ao script imports from `torch.ao.quantization` itself that fxquant keeps in
+# a submodule: `from fxquant import default_dynamic_qconfig` works as the torch.ao import did
+# (#22), without these names joining the contract's `fxquant.__all__` (resolved lazily by
+# `fxquant.__getattr__`). tests/docs/test_migration.py checks the list against torch.ao.
+_TOP_LEVEL = {
+    "fxquant.fake_quantize": (
+        "FakeQuantize",
+        "FakeQuantizeBase",
+        "FixedQParamsFakeQuantize",
+        "FusedMovingAvgObsFakeQuantize",
+        "default_affine_fixed_qparams_fake_quant",
+        "default_dynamic_fake_quant",
+        "default_embedding_fake_quant",
+        "default_fake_quant",
+        "default_fixed_qparams_range_0to1_fake_quant",
+        "default_fixed_qparams_range_neg1to1_fake_quant",
+        "default_fused_act_fake_quant",
+        "default_fused_per_channel_wt_fake_quant",
+        "default_fused_wt_fake_quant",
+        "default_histogram_fake_quant",
+        "default_per_channel_weight_fake_quant",
+        "default_symmetric_fixed_qparams_fake_quant",
+        "default_weight_fake_quant",
+        "disable_fake_quant",
+        "disable_observer",
+        "enable_fake_quant",
+        "enable_observer",
+        "fused_per_channel_wt_fake_quant_range_neg_127_to_127",
+        "fused_wt_fake_quant_range_neg_127_to_127",
+    ),
+    "fxquant.observer": (
+        "FixedQParamsObserver",
+        "HistogramObserver",
+        "MinMaxObserver",
+        "MovingAverageMinMaxObserver",
+        "MovingAveragePerChannelMinMaxObserver",
+        "NoopObserver",
+        "ObserverBase",
+        "PerChannelMinMaxObserver",
+        "PlaceholderObserver",
+        "RecordingObserver",
+        "ReuseInputObserver",
+        "UniformQuantizationObserverBase",
+        "default_affine_fixed_qparams_observer",
+        "default_debug_observer",
+        "default_dynamic_quant_observer",
+        "default_fixed_qparams_range_0to1_observer",
+        "default_fixed_qparams_range_neg1to1_observer",
+        "default_float_qparams_observer",
+        "default_histogram_observer",
+        "default_observer",
+        "default_per_channel_weight_observer",
+        "default_placeholder_observer",
+        "default_reuse_input_observer",
+        "default_symmetric_fixed_qparams_observer",
+        "default_weight_observer",
+        "per_channel_weight_observer_range_neg_127_to_127",
+        "weight_observer_range_neg_127_to_127",
+    ),
+    "fxquant.config": (
+        "QConfigAny",
+        "QuantType",
+    ),
+    "fxquant.config.defaults": (
+        "default_activation_only_qconfig",
+        "default_debug_qconfig",
+        "default_dynamic_qat_qconfig",
+        "default_dynamic_qconfig",
+        "default_embedding_qat_qconfig",
+        "default_per_channel_qconfig",
+        "default_per_channel_symmetric_qnnpack_qat_qconfig",
+        "default_per_channel_symmetric_qnnpack_qconfig",
+        "default_qat_qconfig",
+        "default_qat_qconfig_v2",
+        "default_qconfig",
+        "default_reuse_input_qconfig",
+        "default_symmetric_qnnpack_qat_qconfig",
+        "default_symmetric_qnnpack_qconfig",
+        "default_weight_only_qconfig",
+        "float16_dynamic_qconfig",
+        "float16_static_qconfig",
+        "float_qparams_weight_only_qconfig",
+        "per_channel_dynamic_qconfig",
+    ),
+    "fxquant.registry": (
+        "get_default_qat_qconfig",
+        "get_default_qat_qconfig_mapping",
+        "get_default_qconfig",
+    ),
+}
+TOP_LEVEL_NAMES: Final[Mapping[str, str]] = MappingProxyType(
+    {name: module for module, names in _TOP_LEVEL.items() for name in names}
+)
+"""torch.ao.quantization's top-level name -> the fxquant module that has it."""
 
 # torch.ao module prefix -> the fxquant module with the class of the same name (longest first)
 _AO_TO_FXQUANT = (

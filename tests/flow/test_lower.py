@@ -263,7 +263,9 @@ def test_pattern_without_a_rule_stays_reference_and_is_reported(testint8: Any) -
     entry = gm.meta[META_KEY].report.entry("add")
     assert entry.status == "reference"
     assert entry.reason.code == "no_lowering_kernel"
-    assert "no lowering kernel in backend 'no_kernels'" in entry.reason.words
+    assert entry.reason.words == (
+        "no lowering rule in backend 'no_kernels' for operator.add; it stays in reference form"
+    )
     assert torch.equal(gm(x), convert_to_reference_fx(prepared)(x))
 
 
@@ -297,6 +299,11 @@ def test_a_declining_rule_leaves_the_pattern_in_reference_form() -> None:
     ref.recompile()
     assert ref.code == before
     assert report.entry("_0").reason.code == "no_lowering_kernel"
+    # not "no rule": the rule exists and declined, without saying why (#22)
+    assert report.entry("_0").reason.words == (
+        "lowering rule no declined: its build returned None, without a reason; "
+        "it stays in reference form"
+    )
 
 
 def test_a_rule_declining_with_a_reason_leaves_reference_form_and_the_report_says_why() -> None:
@@ -315,7 +322,8 @@ def test_a_rule_declining_with_a_reason_leaves_reference_form_and_the_report_say
     assert ref.code == before
     entry = report.entry("_0")
     assert (entry.status, entry.reason.code) == ("reference", "no_lowering_kernel")
-    assert f"(the lowering rule declined it: {why})" in entry.reason.words
+    # the rule's name and its words, not "no lowering rule" (#22)
+    assert entry.reason.words == f"lowering rule no declined: {why}; it stays in reference form"
 
 
 def test_functional_linear_weight_is_quantized_once_into_an_integer_buffer() -> None:

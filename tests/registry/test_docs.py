@@ -24,6 +24,7 @@ RECORDS = (
     "QParams",
     "Dequantize",
     "Quantize",
+    "Declined",
     "Override",
     "Deployment",
     "Deployed",

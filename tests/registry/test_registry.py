@@ -18,6 +18,7 @@ from fxquant.errors import (
     UnknownBackendError,
 )
 from fxquant.registry import Override, hookimpl
+from fxquant.registry.install import checkout_root, install_command, install_hint
 from fxquant.registry.loading import PluginInfo, PluginStatus
 from fxquant.registry.manager import Registry
 
@@ -266,9 +267,24 @@ def test_unknown_backend_is_a_key_error_listing_installed_and_the_closest(
         registry.get_backend_config("x68")
     assert isinstance(caught.value, UnknownBackendError)
     assert str(caught.value) == (
-        "unknown backend 'x68'; did you mean 'x86'? installed: reference, x86 "
-        "(pip install fxquant-NAME, or see `fxquant backends`)"
+        "unknown backend 'x68'; did you mean 'x86'? installed: reference, x86; "
+        f"{install_hint()}; see `fxquant backends`"
     )
+
+
+def test_unknown_backend_that_the_checkout_has_names_the_command_that_installs_it(
+    installed: Installed, registry: Registry
+) -> None:
+    # from a clone, `pip install fxquant-x86` fails (no index has it) and so does
+    # `pip install plugins/x86` alone (it needs the local onednn): the hint names both folders
+    root = checkout_root()
+    if root is None:
+        pytest.skip("fxquant runs from an installed wheel, not a checkout")
+    with pytest.raises(KeyError) as caught:
+        registry.get_backend_config("x86")
+    command = install_command("x86")
+    assert f"to install it: {command};" in str(caught.value)
+    assert command.split()[-2:] == [str(root / "plugins/onednn"), str(root / "plugins/x86")]
 
 
 def test_a_hook_asking_for_its_own_backend_is_an_error_not_a_deadlock(

@@ -2,6 +2,10 @@
 
 Built once per public call (``prepare_fx`` ...) from the user's arguments,
 with ``backend_config=None`` resolved to the built-in ``reference`` backend.
+It is also where every config argument's torch.ao dict form (``BackendConfig.
+to_dict()`` output, a qconfig dict, a custom config dict) becomes its class
+(#22): the flow functions keep the seed's signatures and nothing past this
+module sees a dict.
 This module is where the flow asks the registry (the reference backend, and
 for ``convert_fx`` the lowering rules and deployment the plugins of the named
 backend contribute); the steps read the answers from the context.
@@ -19,22 +23,39 @@ from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.errors import ConfigTypeError
 from fxquant.lowering import LoweringRule
 
-__all__ = ["FlowContext"]
+__all__ = ["FlowContext", "as_backend_config", "as_config"]
 
 
-def _resolve_backend(backend_config: BackendConfig | None) -> BackendConfig:
-    if backend_config is None:
+def as_backend_config(backend_config: object) -> BackendConfig | None:
+    """``backend_config`` as a ``BackendConfig`` (its dict form converted), or ``None``.
+
+    Raises:
+        ConfigTypeError: neither a ``BackendConfig``, its dict form nor ``None``.
+
+    Example:
+        >>> as_backend_config({"name": "mine", "configs": []}).name
+        'mine'
+    """
+    if backend_config is None or isinstance(backend_config, BackendConfig):
+        return backend_config
+    if isinstance(backend_config, Mapping):
+        return BackendConfig.from_dict(backend_config)  # torch.ao's dict form (#22)
+    msg = (
+        "backend_config must be a fxquant.BackendConfig, its dict form (BackendConfig.to_dict()) "
+        f"or None (the reference backend), got {backend_config!r} of type "
+        f"{type(backend_config).__name__}"
+    )
+    raise ConfigTypeError(msg)
+
+
+def _resolve_backend(backend_config: object) -> BackendConfig:
+    resolved = as_backend_config(backend_config)
+    if resolved is None:
         from fxquant.registry import get_backend_config  # lazy: the registry loads plugins
 
-        resolved: BackendConfig = get_backend_config("reference")
-        return resolved
-    if not isinstance(backend_config, BackendConfig):
-        msg = (
-            f"backend_config must be a fxquant.BackendConfig or None (the reference backend), "
-            f"got {backend_config!r} of type {type(backend_config).__name__}"
-        )
-        raise ConfigTypeError(msg)
-    return backend_config
+        reference: BackendConfig = get_backend_config("reference")
+        return reference
+    return resolved
 
 
 def _lowering(name: str) -> tuple[tuple[LoweringRule, ...], bool]:
@@ -51,10 +72,21 @@ def _lowering(name: str) -> tuple[tuple[LoweringRule, ...], bool]:
     return backend.lowering_rules, backend.deployment is not None
 
 
-def _check(value: Any, cls: Any, argument: str) -> Any:
+def as_config(value: Any, cls: Any, argument: str) -> Any:
+    """``value`` as a ``cls`` (a config class with ``from_dict``); ``None`` gives ``cls()``.
+
+    Raises:
+        ConfigTypeError: ``value`` is neither a ``cls``, its dict form nor ``None``.
+
+    Example:
+        >>> from fxquant.config.custom import ConvertCustomConfig
+        >>> config = as_config({"preserved_attributes": ["a"]}, ConvertCustomConfig, "c")
+        >>> config.preserved_attributes
+        ['a']
+    """
     if value is None:
         return cls()
-    if isinstance(value, dict):
+    if isinstance(value, Mapping) and not isinstance(value, cls):
         return cls.from_dict(value)  # torch.ao's dict form
     if not isinstance(value, cls):
         msg = (
@@ -105,8 +137,8 @@ class FlowContext:
     @classmethod
     def for_fuse(
         cls,
-        fuse_custom_config: FuseCustomConfig | None,
-        backend_config: BackendConfig | None,
+        fuse_custom_config: FuseCustomConfig | Mapping[str, Any] | None,
+        backend_config: BackendConfig | Mapping[str, Any] | None,
     ) -> FlowContext:
         """The context of ``fuse_fx``.
 
@@ -114,7 +146,7 @@ class FlowContext:
             >>> FlowContext.for_fuse(None, BackendConfig("b")).qconfig_mapping is None
             True
         """
-        custom = _check(fuse_custom_config, FuseCustomConfig, "fuse_custom_config")
+        custom = as_config(fuse_custom_config, FuseCustomConfig, "fuse_custom_config")
         return cls(
             backend_config=_resolve_backend(backend_config),
             preserved_attributes=tuple(custom.preserved_attributes),
@@ -123,10 +155,10 @@ class FlowContext:
     @classmethod
     def for_prepare(  # the seed's four arguments plus the two modes
         cls,
-        qconfig_mapping: QConfigMapping,
+        qconfig_mapping: QConfigMapping | Mapping[str, Any],
         example_inputs: Any,
-        prepare_custom_config: PrepareCustomConfig | None,
-        backend_config: BackendConfig | None,
+        prepare_custom_config: PrepareCustomConfig | Mapping[str, Any] | None,
+        backend_config: BackendConfig | Mapping[str, Any] | None,
         *,
         is_qat: bool,
         strict: bool,
@@ -142,8 +174,8 @@ class FlowContext:
             >>> ctx.is_qat
             True
         """
-        mapping = _check(qconfig_mapping, QConfigMapping, "qconfig_mapping")
-        custom = _check(prepare_custom_config, PrepareCustomConfig, "prepare_custom_config")
+        mapping = as_config(qconfig_mapping, QConfigMapping, "qconfig_mapping")
+        custom = as_config(prepare_custom_config, PrepareCustomConfig, "prepare_custom_config")
         if not isinstance(example_inputs, tuple):
             example_inputs = (example_inputs,)  # torch.ao accepts a lone tensor too
         return cls(
@@ -170,7 +202,9 @@ class FlowContext:
         return replace(self, concrete_args=_check_concrete_args(concrete_args))
 
     @classmethod
-    def for_convert(cls, backend_config: BackendConfig, *, strict: bool) -> FlowContext:
+    def for_convert(
+        cls, backend_config: BackendConfig | Mapping[str, Any] | None, *, strict: bool
+    ) -> FlowContext:
         """The context of ``convert_fx``: the backend and what its plugins lower with.
 
         The lowering rules and the deployment are those the installed and
@@ -178,7 +212,7 @@ class FlowContext:
         name no plugin provides).
 
         Raises:
-            ConfigTypeError: ``backend_config`` is not a ``BackendConfig``.
+            ConfigTypeError: ``backend_config`` is not a ``BackendConfig`` or its dict form.
 
         Example:
             >>> ctx = FlowContext.for_convert(BackendConfig("reference"), strict=False)

@@ -28,7 +28,7 @@ from fxquant.config.custom import ConvertCustomConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.errors import ConfigTypeError
 from fxquant.flow.calibrated import uncalibrated, warn_uncalibrated
-from fxquant.flow.context import FlowContext
+from fxquant.flow.context import FlowContext, as_backend_config, as_config
 from fxquant.flow.convert_copy import (
     attr,
     copy_model,
@@ -69,17 +69,8 @@ def _flow_state(graph_module: object, step: str) -> FlowState:
 
 
 def _custom_config(value: object) -> ConvertCustomConfig:
-    if value is None:
-        return ConvertCustomConfig()
-    if isinstance(value, dict):
-        return ConvertCustomConfig.from_dict(value)  # torch.ao's dict form
-    if not isinstance(value, ConvertCustomConfig):
-        msg = (
-            "convert_custom_config must be a fxquant.ConvertCustomConfig, its dict form or None, "
-            f"got {value!r} of type {type(value).__name__}"
-        )
-        raise ConfigTypeError(msg)
-    return value
+    config: ConvertCustomConfig = as_config(value, ConvertCustomConfig, "convert_custom_config")
+    return config
 
 
 def _swap_custom_modules(
@@ -167,15 +158,32 @@ def _finish(gm: GraphModule, source: GraphModule, state: FlowState, report: Repo
 
 
 def _mapping(value: object) -> QConfigMapping | None:
-    if value is None or isinstance(value, QConfigMapping):
+    if value is None:
+        return None
+    mapping: QConfigMapping = as_config(value, QConfigMapping, "qconfig_mapping")
+    return mapping
+
+
+def _check_remove_qconfig(value: object, step: str) -> bool:
+    if isinstance(value, bool):
         return value
-    if isinstance(value, dict):
-        return QConfigMapping.from_dict(value)  # torch.ao's qconfig_dict form
     msg = (
-        "qconfig_mapping must be a fxquant.QConfigMapping, its dict form or None, "
-        f"got {value!r} of type {type(value).__name__}"
+        f"_remove_qconfig must be a bool, got {value!r} of type {type(value).__name__}; "
+        f"{step}'s third positional argument is _remove_qconfig, as in torch.ao: pass "
+        "qconfig_mapping= and backend_config= by keyword"
     )
     raise ConfigTypeError(msg)
+
+
+def _remove_qconfig_attributes(model: nn.Module) -> None:
+    """Delete the ``qconfig`` attributes a user set on modules (eager-mode style), as torch.ao.
+
+    fxquant itself sets none: the qconfigs it applied live in the flow state,
+    which ``fxquant.explain`` reads, and are kept (#22).
+    """
+    for module in model.modules():
+        if "qconfig" in vars(module):
+            delattr(module, "qconfig")
 
 
 def reference_model(
@@ -227,8 +235,9 @@ def reference_model(
 def convert_to_reference_fx(
     graph_module: GraphModule,
     convert_custom_config: ConvertCustomConfig | dict[str, Any] | None = None,
+    _remove_qconfig: bool = True,
     qconfig_mapping: QConfigMapping | dict[str, Any] | None = None,
-    backend_config: BackendConfig | None = None,
+    backend_config: BackendConfig | dict[str, Any] | None = None,
 ) -> GraphModule:
     """Convert a prepared and calibrated model to a reference quantized model.
 
@@ -240,18 +249,24 @@ def convert_to_reference_fx(
 
     Args:
         graph_module: the model returned by ``prepare_fx``/``prepare_qat_fx``.
-        convert_custom_config: custom module swaps and preserved attributes.
+        convert_custom_config: custom module swaps and preserved attributes
+            (or its torch.ao dict form).
+        _remove_qconfig: as in torch.ao, delete the ``qconfig`` attributes set
+            on the model's modules (eager-mode style) from the result; ``False``
+            keeps them. fxquant sets no such attribute itself: the qconfigs it
+            applied stay in the report either way.
         qconfig_mapping: optional; as in torch.ao it may set to ``None`` the
             qconfig of nodes quantized at prepare, which then stay float
             (reported ``qconfig_none``); other qconfigs are prepare's.
-        backend_config: accepted for torch.ao compatibility; the prepare
-            backend's pattern configs are used.
+        backend_config: accepted for torch.ao compatibility (a ``BackendConfig``
+            or its dict form); the prepare backend's pattern configs are used.
 
     Returns:
         The reference model (a new ``GraphModule``).
 
     Raises:
-        ConfigTypeError: ``graph_module`` is not a prepared model.
+        ConfigTypeError: ``graph_module`` is not a prepared model, or an
+            argument is not of its type (nor its dict form).
 
     Example:
         >>> import torch, fxquant
@@ -262,18 +277,21 @@ def convert_to_reference_fx(
         >>> _ = prepared(torch.randn(2, 4))
         >>> reference = convert_to_reference_fx(prepared)
     """
-    del backend_config  # decided at prepare; see Args
-    gm, state, report = reference_model(
-        graph_module, convert_custom_config, qconfig_mapping, "convert_to_reference_fx"
-    )
+    step = "convert_to_reference_fx"
+    remove = _check_remove_qconfig(_remove_qconfig, step)
+    as_backend_config(backend_config)  # checked, then unused: decided at prepare; see Args
+    gm, state, report = reference_model(graph_module, convert_custom_config, qconfig_mapping, step)
+    if remove:
+        _remove_qconfig_attributes(gm)
     return _finish(gm, graph_module, state, report)
 
 
 def convert_fx(
     graph_module: GraphModule,
     convert_custom_config: ConvertCustomConfig | dict[str, Any] | None = None,
+    _remove_qconfig: bool = True,
     qconfig_mapping: QConfigMapping | dict[str, Any] | None = None,
-    backend_config: BackendConfig | None = None,
+    backend_config: BackendConfig | dict[str, Any] | None = None,
     *,
     strict: bool = False,
 ) -> GraphModule:
@@ -289,16 +307,20 @@ def convert_fx(
 
     Args:
         graph_module: the model returned by ``prepare_fx``/``prepare_qat_fx``.
-        convert_custom_config: custom module swaps and preserved attributes.
+        convert_custom_config: custom module swaps and preserved attributes
+            (or its torch.ao dict form).
+        _remove_qconfig: delete the modules' ``qconfig`` attributes (as above).
         qconfig_mapping: optional; ``None`` entries keep nodes float (as above).
-        backend_config: whose lowering rules to use; default: prepare's.
+        backend_config: whose lowering rules to use (a ``BackendConfig`` or its
+            dict form); default: prepare's.
         strict: raise instead of leaving any pattern skipped or unlowered.
 
     Returns:
         The lowered model (a new ``GraphModule``).
 
     Raises:
-        ConfigTypeError: ``graph_module`` is not a prepared model.
+        ConfigTypeError: ``graph_module`` is not a prepared model, or an
+            argument is not of its type (nor its dict form).
         QuantizationSkipped: ``strict=True`` and a node was skipped or not lowered.
 
     Example:
@@ -312,11 +334,15 @@ def convert_fx(
     """
     from fxquant.flow.lower import lower
 
+    remove = _check_remove_qconfig(_remove_qconfig, "convert_fx")
+    chosen = as_backend_config(backend_config)  # before any work: a bad argument changes nothing
     gm, state, report = reference_model(
         graph_module, convert_custom_config, qconfig_mapping, "convert_fx", strict=strict
     )
-    backend = state.backend_config if backend_config is None else backend_config
+    backend = state.backend_config if chosen is None else chosen
     report = lower(gm, FlowContext.for_convert(backend, strict=strict), report)
+    if remove:
+        _remove_qconfig_attributes(gm)
     gm.graph.lint()
     gm.recompile()
     gm = _finish(gm, graph_module, state, report)

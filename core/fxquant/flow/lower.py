@@ -15,7 +15,8 @@ and stored as integer buffers, quantize/dequantize steps left without users
 are removed, and :mod:`fxquant.flow.epilogues` tidies the steps between kernels
 (float32 boundary quantize, kernels taking over the steps next to them). The
 report marks lowered nodes ``lowered`` and gives every other quantized node the
-reason ``no_lowering_kernel`` (with the rule's words when it returned ``Declined``).
+reason ``no_lowering_kernel``, in words that say whether a rule declined it (and
+why: ``Declined``) or the backend has no rule for its pattern.
 """
 
 from __future__ import annotations
@@ -163,12 +164,9 @@ def _fits(match: Match[LoweringRule]) -> bool:
 
 
 def _lower_one(
-    gm: GraphModule,
-    match: Match[LoweringRule],
-    backend: str,
-    modules: _Modules,
-    declined: dict[str, str],
-) -> bool:
+    gm: GraphModule, match: Match[LoweringRule], backend: str, modules: _Modules
+) -> str | None:
+    """Lower one match; ``None`` when lowered, else why the rule declined (#22)."""
     external = _external_inputs(match.nodes)
     if match.payload.quantized:
         pairs = [_input(gm, value) for value in external]
@@ -187,13 +185,12 @@ def _lower_one(
         output=None if quantize is None else node_qparams(gm, quantize),
     )
     kernel = match.payload.build(lowering)
-    if isinstance(kernel, Declined):  # the report gives the rule's reason
-        declined.update(dict.fromkeys((n.name for n in match.nodes), kernel.reason))
-        return False
     if kernel is None:
-        return False
+        return "its build returned None, without a reason"
+    if isinstance(kernel, Declined):  # the report gives the rule's reason
+        return kernel.reason
     _install(gm, match, kernel, modules, [node for node, _ in pairs], quantize)
-    return True
+    return None
 
 
 def _fold_weights(gm: GraphModule) -> None:
@@ -231,26 +228,40 @@ def _remove_dead(gm: GraphModule) -> None:
             delattr(gm, name)  # a reference module fully replaced by its kernel
 
 
+def _op_texts(gm: GraphModule) -> dict[str, str]:
+    """Each node's op as reports name it: ``Linear``, ``operator.add``, ``'relu'``."""
+    from fxquant.config.pattern import pattern_str
+
+    texts = {}
+    for node in gm.graph.nodes:
+        if node.op == "call_module":
+            texts[node.name] = type(gm.get_submodule(str(node.target))).__name__
+        elif node.op in ("call_function", "call_method"):
+            texts[node.name] = pattern_str(node.target)
+    return texts
+
+
 def _update_report(
     report: Report,
     lowered: set[str],
     declined: dict[str, str],
-    backend: str,
-    has_rules: bool,
-    deployed: bool,
+    ctx: FlowContext,
+    ops: dict[str, str],
 ) -> Report:
+    """Lowered nodes -> ``lowered``; other quantized ones say which rule declined, or that none
+    exists for their pattern (#22: one flag per backend could not tell those apart)."""
+    backend = ctx.backend_config.name
+    quiet = ctx.deployed and not ctx.lowering_rules  # its toolchain takes the reference form
     entries = []
     for entry in report.entries():
         if entry.node in lowered:
             entry = dataclasses.replace(entry, status=NodeStatus.LOWERED, reason=None)
-        elif entry.status == NodeStatus.REFERENCE and not (deployed and not has_rules):
-            where = "the lowering rule declined it" if has_rules else "the backend has none"
-            if entry.node in declined:
-                where = f"{where}: {declined[entry.node]}"
-            words = (
-                f"{entry.node}: no lowering kernel in backend {backend!r} for "
-                f"{entry.pattern or entry.op} ({where}); it stays in reference form"
-            )
+        elif entry.status == NodeStatus.REFERENCE and not quiet:
+            why = declined.get(entry.node)
+            if why is None:
+                what = entry.pattern or ops.get(entry.node, entry.op)
+                why = f"no lowering rule in backend {backend!r} for {what}"
+            words = f"{why}; it stays in reference form"
             entry = dataclasses.replace(entry, reason=Reason(ReasonCode.NO_LOWERING_KERNEL, words))
         entries.append(entry)
     return Report(entries, report.unused())
@@ -268,7 +279,8 @@ def lower(gm: GraphModule, ctx: FlowContext, report: Report) -> Report:
     """
     rules, backend = ctx.lowering_rules, ctx.backend_config.name
     lowered: set[str] = set()
-    declined: dict[str, str] = {}  # node -> the reason its rule gave (``Declined``)
+    declined: dict[str, str] = {}
+    ops = _op_texts(gm)  # before lowering replaces the nodes
     if rules:
         by_name = dict(gm.named_modules())
         uses = Counter(str(n.target) for n in gm.graph.nodes if n.op == "call_module")
@@ -279,8 +291,14 @@ def lower(gm: GraphModule, ctx: FlowContext, report: Report) -> Report:
         matches = {id(m): m for m in found.values()}
         for match in matches.values():
             names = [n.name for n in match.nodes]
-            if _lower_one(gm, match, backend, modules, declined) and match.payload.quantized:
-                lowered.update(names)  # float rules leave the report alone: never quantized
+            why = _lower_one(gm, match, backend, modules)
+            if not match.payload.quantized:
+                continue  # float rules leave the report alone: never quantized
+            if why is None:
+                lowered.update(names)
+            else:
+                rule = match.payload.name
+                declined.update(dict.fromkeys(names, f"lowering rule {rule} declined: {why}"))
         _fold_weights(gm)
         epilogues.shape_reads_from_integers(gm)
         _remove_dead(gm)  # first: a dead dequantize would count as a second reader
@@ -290,4 +308,4 @@ def lower(gm: GraphModule, ctx: FlowContext, report: Report) -> Report:
         epilogues.absorb_inputs(gm)
         epilogues.merge_siblings(gm)
         _remove_dead(gm)
-    return _update_report(report, lowered, declined, backend, bool(rules), ctx.deployed)
+    return _update_report(report, lowered, declined, ctx, ops)

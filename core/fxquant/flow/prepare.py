@@ -207,7 +207,9 @@ def _decide(
     if match is None:
         return _decide_unmatched(node, qconfig, ctx, planner, label)
     config = match.payload
-    label = f"{label} {pattern_str(config.pattern or match.pattern)}"
+    shown = pattern_str(config.pattern or match.pattern)
+    if not label.endswith(f"({shown})"):  # "gate (Sigmoid) Sigmoid" said the op twice (#22)
+        label = f"{label} {shown}"
     if planner.kinds.get(match.anchor) not in (ValueKind.FLOAT, None) and (
         config.observation_type is not ObservationType.INPUT_OUTPUT_NOT_OBSERVED
     ):

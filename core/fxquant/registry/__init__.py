@@ -23,6 +23,7 @@ from fxquant.registry.hookspecs import PLUGIN_API_VERSIONS, hookimpl, hookspec
 
 if TYPE_CHECKING:
     from fxquant.config.backend import BackendConfig
+    from fxquant.config.qconfig import QConfig
     from fxquant.config.qconfig_mapping import QConfigMapping
     from fxquant.registry.manager import Registry
 
@@ -34,6 +35,9 @@ __all__ = [
     "Override",
     "default_registry",
     "get_backend_config",
+    "get_default_qat_qconfig",
+    "get_default_qat_qconfig_mapping",
+    "get_default_qconfig",
     "get_default_qconfig_mapping",
     "get_deployment",
     "hookimpl",
@@ -112,22 +116,91 @@ def get_backend_config(name: str) -> BackendConfig:
     return default_registry().get_backend_config(name)  # type: ignore[no-any-return]  # typed by config
 
 
-def get_default_qconfig_mapping(name: str, is_qat: bool = False) -> QConfigMapping:
+def get_default_qconfig_mapping(name: str = "x86", is_qat: bool = False) -> QConfigMapping:
     """The default ``QConfigMapping`` of backend ``name``, from its plugins' hook.
 
     Args:
-        name: the backend.
+        name: the backend; ``"x86"`` when not given, as in torch.ao (#22).
         is_qat: True for quantization-aware training, False for post-training.
 
     Raises:
-        UnknownBackendError: no installed plugin provides ``name``.
+        UnknownBackendError: no installed plugin provides ``name`` (the message
+            says how to install it, and for the default ``"x86"`` that the
+            built-in ``"reference"`` needs no install).
         MissingDefaultQConfigError: no plugin of the backend gives a mapping.
         PluginError: a plugin failed or answered wrongly.
 
     Example:
         >>> mapping = get_default_qconfig_mapping("reference")
     """
-    return default_registry().get_default_qconfig_mapping(name, is_qat)  # type: ignore[no-any-return]
+    from fxquant.errors import UnknownBackendError
+
+    try:
+        return default_registry().get_default_qconfig_mapping(name, is_qat)  # type: ignore[no-any-return]
+    except UnknownBackendError as error:
+        if name != "x86":
+            raise
+        from fxquant.registry.install import install_command
+
+        msg = (
+            f"get_default_qconfig_mapping() uses backend 'x86' when no name is given, as "
+            f"torch.ao does, and no installed plugin provides it: install it "
+            f"({install_command('x86')}) or name the built-in backend: "
+            "get_default_qconfig_mapping('reference')"
+        )
+        raise UnknownBackendError(msg) from error
+
+
+def get_default_qat_qconfig_mapping(backend: str = "x86", version: int = 1) -> QConfigMapping:
+    """torch.ao's name for ``get_default_qconfig_mapping(backend, is_qat=True)``.
+
+    ``version`` is accepted so that torch.ao calls run unchanged; the backend's
+    plugin gives one default mapping, whatever the version (docs/migration.md).
+
+    Example:
+        >>> get_default_qat_qconfig_mapping("reference").global_qconfig is not None
+        True
+    """
+    del version  # one default per backend: its plugin's
+    return get_default_qconfig_mapping(backend, is_qat=True)
+
+
+def get_default_qconfig(backend: str = "x86", version: int = 0) -> QConfig:
+    """torch.ao's default post-training ``QConfig`` of ``backend``: its mapping's global one.
+
+    Raises:
+        MissingDefaultQConfigError: the backend's default mapping has no global qconfig.
+
+    Example:
+        >>> mapping = get_default_qconfig_mapping("reference")
+        >>> get_default_qconfig("reference") == mapping.global_qconfig
+        True
+    """
+    del version  # one default per backend: its plugin's
+    return _global_qconfig(get_default_qconfig_mapping(backend), backend)
+
+
+def get_default_qat_qconfig(backend: str = "x86", version: int = 1) -> QConfig:
+    """torch.ao's default QAT ``QConfig`` of ``backend``: its default QAT mapping's global one.
+
+    Example:
+        >>> get_default_qat_qconfig("reference").activation is not None
+        True
+    """
+    del version  # one default per backend: its plugin's
+    return _global_qconfig(get_default_qconfig_mapping(backend, is_qat=True), backend)
+
+
+def _global_qconfig(mapping: QConfigMapping, backend: str) -> QConfig:
+    from fxquant.errors import MissingDefaultQConfigError
+
+    if mapping.global_qconfig is None:
+        msg = (
+            f"backend {backend!r}'s default QConfigMapping sets no global qconfig; "
+            f"use get_default_qconfig_mapping({backend!r}) itself"
+        )
+        raise MissingDefaultQConfigError(msg)
+    return mapping.global_qconfig
 
 
 def get_deployment(name: str) -> Deployment | None:

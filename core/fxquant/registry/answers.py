@@ -38,9 +38,9 @@ class Override:
         reason: an optional note shown by ``fxquant show``.
 
     Example:
-        >>> import torch
         >>> from fxquant.lowering import LoweringRule
-        >>> Override(LoweringRule(torch.nn.Linear, build=print, name="fast")).item.name
+        >>> from fxquant.nn import reference
+        >>> Override(LoweringRule(reference.Linear, build=print, name="fast")).item.name
         'fast'
     """
 

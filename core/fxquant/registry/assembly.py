@@ -7,6 +7,7 @@ order, tryfirst/trylast included) so that a failure names its plugin::
 
     plugins (builtin, dists sorted, registered)  ->  answers per plugin
         -> checked (types, valid patterns)  ->  merged by normalized pattern
+        -> lowering rules checked against the reference model the patterns make
         -> BackendConfig + lowering rules + who configured / overrode what
 """
 
@@ -204,6 +205,93 @@ def _pattern_key(config: Any) -> Hashable:
     return key  # type: ignore[no-any-return]  # BackendPatternConfig is typed by its owner
 
 
+def _qualified(cls: type) -> str:
+    """The shortest import path of ``cls`` (``torch.nn.Linear``, not ``torch.nn.modules...``)."""
+    import sys
+
+    parts = cls.__module__.split(".")
+    for cut in range(1, len(parts) + 1):
+        module = sys.modules.get(".".join(parts[:cut]))
+        if module is not None and getattr(module, cls.__qualname__, None) is cls:
+            return f"{module.__name__}.{cls.__qualname__}"
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _quantizes_every_weight(config: Any) -> bool:
+    """Every dtype config gives the weight an integer or half dtype: convert always swaps it."""
+    import torch
+
+    weights = [d.weight_dtype for d in config.dtype_configs]
+    return bool(weights) and all(w is not None and w != torch.float32 for w in weights)
+
+
+def _is_fused_class(cls: type) -> bool:
+    # a fused module (LinearReLU, ConvReLU2d...) stays, holding the reference module inside
+    from torch import nn
+
+    return issubclass(cls, nn.Sequential)
+
+
+def _is_qat_class(cls: type) -> bool:
+    return callable(getattr(cls, "to_float", None))  # convert always turns these back to float
+
+
+def _replaced_in_reference(patterns: _Merged) -> dict[Hashable, str]:
+    """Pattern parts that never reach a reference model with quantized nodes, and what does (#22).
+
+    A weighted float module whose pattern config names a reference module is swapped for it
+    (``torch.nn.Linear`` -> ``fxquant.nn.reference.Linear``), a QAT module is converted back,
+    and a fusion pattern (``(Linear, ReLU)``) is one fused module by then.
+    """
+    replaced: dict[Hashable, str] = {}
+    for key, config in patterns.items.items():
+        reference = config.reference_quantized_module
+        swapped = reference is not None and _quantizes_every_weight(config)
+        if isinstance(key, type) and not _is_fused_class(key):
+            if _is_qat_class(key):
+                after = _qualified(reference) if reference is not None else "the float module"
+                replaced[key] = f"{after} (convert turns QAT modules back to float)"
+            elif swapped:
+                replaced[key] = f"{_qualified(reference)} (convert swaps {_qualified(key)} for it)"
+        qat = config.qat_module
+        if isinstance(qat, type) and isinstance(key, type) and qat is not key:
+            back: type = key if _is_fused_class(key) or not swapped else reference
+            replaced.setdefault(qat, f"{_qualified(back)} (convert turns QAT modules back)")
+        fused = config.fused_module
+        if isinstance(fused, type) and key != fused:
+            replaced.setdefault(key, f"{_qualified(fused)} (fusion makes that pattern one module)")
+    return replaced
+
+
+def _parts(key: Hashable) -> list[Hashable]:
+    if isinstance(key, tuple):
+        return [key, *(part for item in key for part in _parts(item))]
+    return [key]
+
+
+def _check_rules_can_match(patterns: _Merged, kernels: _Merged) -> None:
+    """Refuse a quantized rule whose pattern cannot occur in a reference model (#22).
+
+    Such a rule registered, never matched, and ``fxquant check`` skipped it with
+    nothing failed: the backend looked complete and its models stayed reference.
+    """
+    replaced = _replaced_in_reference(patterns)
+    for key, rule in kernels.items.items():
+        if not rule.quantized:
+            continue  # float rules match ops that stayed float: nothing was swapped
+        for part in _parts(key):
+            instead = replaced.get(part)
+            if instead is None:
+                continue
+            shown = _show(part) if isinstance(part, tuple) else _qualified(part)  # type: ignore[arg-type]
+            problem = (
+                f"returned lowering rule {rule.name!r} whose pattern {_show(key)} can never "
+                f"occur in a reference model: {shown} is not there once converted; "
+                f"write {instead} in the pattern instead"
+            )
+            raise _plugin_error(kernels.owners[key], _KERNEL_HOOK, problem, None)
+
+
 def _backend_config(name: str, merged: _Merged) -> Any:
     from fxquant.config.backend import BackendConfig
 
@@ -227,7 +315,10 @@ def assemble(name: str, plugins: Sequence[LoadedPlugin]) -> AssembledBackend:
         plugins: its plugins that loaded, in assembly order.
 
     Raises:
-        PluginError: a plugin was refused by pluggy, raised, or answered wrongly.
+        PluginError: a plugin was refused by pluggy, raised, or answered wrongly
+            (a lowering rule whose pattern can never occur in a reference model
+            included: ``torch.nn.Linear`` where the model holds
+            ``fxquant.nn.reference.Linear``).
         PluginConflictError: two plugins configured one pattern without ``Override``.
 
     Example:
@@ -250,6 +341,7 @@ def assemble(name: str, plugins: Sequence[LoadedPlugin]) -> AssembledBackend:
         LoweringRule,
         lambda rule: rule.key,
     )
+    _check_rules_can_match(patterns, kernels)
     deployment = _single_answer(
         _call(manager, members, _DEPLOYMENT_HOOK, kwargs),
         name,

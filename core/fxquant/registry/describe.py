@@ -120,8 +120,38 @@ def _origin_dict(origin: Origin | None) -> dict[str, Any]:
     }
 
 
+def _reference_forms(key: Hashable, configs: dict[Hashable, Any], depth: int = 0) -> list[Hashable]:
+    """What a pattern is in the reference model: itself, its fused module, its reference module.
+
+    ``(Linear, ReLU)`` is ``intrinsic.LinearReLU`` once fused; ``Linear`` is
+    ``reference.Linear`` once converted; ``qat.Linear`` is ``Linear`` (then
+    ``reference.Linear``). Lowering rules are keyed by these forms (#22).
+    """
+    from torch import nn
+
+    forms = [key]
+    config = configs.get(key)
+    if config is None or depth > 3:
+        return forms
+    fused, reference = config.fused_module, config.reference_quantized_module
+    if isinstance(fused, type) and fused != key:
+        forms += _reference_forms(fused, configs, depth + 1)
+    elif isinstance(key, type) and not issubclass(key, nn.Sequential):
+        if callable(getattr(key, "to_float", None)):  # a QAT module: its float module's forms
+            floats = [k for k, c in configs.items() if c.qat_module is key and k != key]
+            forms += [f for k in floats for f in _reference_forms(k, configs, depth + 1)]
+        if isinstance(reference, type):
+            forms.append(reference)
+    return forms
+
+
+def _kernel_of(key: Hashable, backend: AssembledBackend) -> str:
+    kernels = {rule.key: rule.name for rule in backend.lowering_rules if rule.quantized}
+    configs = backend.config.configs_by_pattern
+    return next((kernels[f] for f in _reference_forms(key, configs) if f in kernels), "")
+
+
 def _pattern_row(key: Hashable, config: Any, backend: AssembledBackend) -> dict[str, Any]:
-    kernels = {rule.key: rule.name for rule in backend.lowering_rules}
     return {
         "pattern": pattern_text(key),
         "observation_type": config.observation_type.name,
@@ -130,7 +160,7 @@ def _pattern_row(key: Hashable, config: Any, backend: AssembledBackend) -> dict[
         "fused_module": class_str(config.fused_module),
         "qat_module": class_str(config.qat_module),
         "reference_quantized_module": class_str(config.reference_quantized_module),
-        "lowering_kernel": kernels.get(key, ""),
+        "lowering_kernel": _kernel_of(key, backend),
         **_origin_dict(backend.pattern_origins.get(key)),
     }
 

@@ -26,7 +26,7 @@ means version 1. ``PLUGIN_API_VERSIONS`` lists the versions this fxquant offers.
 
 This module holds the specifications only. The records hooks return and
 kernels receive live in ``fxquant.lowering`` (``LoweringRule``,
-``LoweringMatch``, ``QParams``, ``Quantize``, ``Dequantize``) and
+``LoweringMatch``, ``QParams``, ``Quantize``, ``Dequantize``, ``Declined``) and
 ``fxquant.registry.answers`` (``Override``, ``Deployment``, ``Deployed``);
 they are importable from here too.
 """
@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 import pluggy
 
 # re-exported: plugins written against this module import the records from here
-from fxquant.lowering import Dequantize, LoweringMatch, LoweringRule, QParams, Quantize
+from fxquant.lowering import Declined, Dequantize, LoweringMatch, LoweringRule, QParams, Quantize
 from fxquant.registry.answers import Deployed, Deployment, Override
 
 if TYPE_CHECKING:
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 __all__ = [
     "PLUGIN_API_VERSIONS",
     "PROJECT_NAME",
+    "Declined",
     "Deployed",
     "Deployment",
     "Dequantize",
@@ -116,9 +117,13 @@ def fxquant_lowering_kernels(backend: str) -> list[LoweringRule | Override] | No
 
     Return a list of ``LoweringRule(pattern, build, name)``. ``None`` means
     "no kernels": the converted model stays a reference model for those
-    patterns. ``build`` receives a ``LoweringMatch`` (the matched nodes and
-    modules, the ``QParams`` of each input and of the output) and returns the
-    kernel, which takes and returns integer tensors.
+    patterns. A pattern names the ops as they are in the reference model:
+    ``fxquant.nn.reference.Linear``, not ``torch.nn.Linear`` (convert swaps
+    it); a rule whose pattern can never occur there is refused with a
+    ``PluginError`` that says what to write. ``build`` receives a
+    ``LoweringMatch`` (the matched nodes and modules, the ``QParams`` of each
+    input and of the output) and returns the kernel, which takes and returns
+    integer tensors, or ``Declined("why")`` to leave that place unlowered.
 
     Merge rule: as for ``fxquant_pattern_configs``, one rule per pattern; a
     later plugin replaces an earlier rule only with ``Override(rule)``.
@@ -129,7 +134,8 @@ def fxquant_lowering_kernels(backend: str) -> list[LoweringRule | Override] | No
         def fxquant_lowering_kernels(backend):
             if backend != "mybackend":
                 return None
-            return [LoweringRule(torch.nn.Linear, build=build_qlinear, name="qlinear")]
+            linear = fxquant.nn.reference.Linear  # what the reference model holds
+            return [LoweringRule(linear, build=build_qlinear, name="qlinear")]
     """
 
 

@@ -95,6 +95,15 @@ def _backend_name(backend: object) -> str:
     return backend
 
 
+def _install_hint(name: str) -> str:
+    """How to install ``name`` here: its folder from a checkout, else the generic command (#22)."""
+    from fxquant.registry.install import checkout_root, install_hint, local_plugin_folders
+
+    root = checkout_root()
+    known = root is not None and bool(local_plugin_folders(name, root))
+    return install_hint(name if known else None)
+
+
 class Registry:
     """Finds, loads and assembles backends; see ``fxquant.registry`` for the public face.
 
@@ -150,8 +159,8 @@ class Registry:
         close = difflib.get_close_matches(name, installed, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
         msg = (
-            f"unknown backend {name!r}; {hint}installed: {', '.join(installed) or 'none'} "
-            "(pip install fxquant-NAME, or see `fxquant backends`)"
+            f"unknown backend {name!r}; {hint}installed: {', '.join(installed) or 'none'}; "
+            f"{_install_hint(name)}; see `fxquant backends`"
         )
         return UnknownBackendError(msg)
 

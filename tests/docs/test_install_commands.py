@@ -1,0 +1,129 @@
+"""The install commands the docs and error hints print are the ones ``nox -s install`` runs,
+and each would work from a clone (#22). Fast: nothing is installed here."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import fxquant
+import pytest
+from fxquant.registry.install import checkout_root, install_command, local_plugin_folders
+
+from tests.install_commands import ROOT, SKIPPED, documented_commands
+
+COMMANDS = documented_commands()
+PLUGINS = sorted(p.parent.name for p in (ROOT / "plugins").glob("*/pyproject.toml"))
+BACKENDS = [n for n in PLUGINS if n != "quantized-engine"]  # a library: no entry point
+
+
+def test_the_install_session_runs_the_commands_read_from_the_files() -> None:
+    noxfile = (ROOT / "noxfile.py").read_text()
+    assert "def install(session" in noxfile
+    assert "documented_commands()" in noxfile
+    kinds = {c.kind for c in COMMANDS}
+    assert kinds <= {"clone", "index", "scaffold", "skipped"}
+    assert {"clone", "index", "scaffold"} <= kinds
+
+
+def test_every_skipped_command_is_still_in_the_files_and_says_why() -> None:
+    found = {c.text for c in COMMANDS}
+    assert set(SKIPPED) <= found
+    assert all(len(reason) > 20 for reason in SKIPPED.values())
+
+
+def test_the_getting_started_and_readme_commands_are_found() -> None:
+    texts = {c.text for c in COMMANDS}
+    assert "pip install . plugins/onednn plugins/x86" in texts
+    assert "pip install fxquant fxquant-x86" in texts
+    assert "pip install fxquant-x86" in texts
+
+
+@pytest.mark.parametrize("command", [c for c in COMMANDS if c.kind == "clone"], ids=str)
+def test_a_clone_command_names_the_local_plugins_its_plugins_build_on(command: object) -> None:
+    # `pip install plugins/x86` alone fails: pip looks for fxquant-onednn on an index
+    arguments = command.arguments  # type: ignore[attr-defined]
+    folders = [a for a in arguments if a.startswith("plugins/")]
+    for folder in folders:
+        name = folder.removeprefix("plugins/").split("[")[0]
+        needed = [f"plugins/{p.name}" for p in local_plugin_folders(name, ROOT)]
+        assert set(needed) <= {f.split("[")[0] for f in folders}, command
+    if folders:
+        assert "." in arguments, f"{command}: the core is not on an index either"
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_the_error_hint_installs_what_a_documented_command_installs(name: str) -> None:
+    if checkout_root() is None:
+        pytest.skip("fxquant runs from an installed wheel: the hint is pip install fxquant-NAME")
+    hint = install_command(name).split()[2:]
+    relative = {Path(a).relative_to(ROOT).as_posix() for a in hint if Path(a).is_absolute()}
+    relative.discard(".")
+    documented = [
+        {a.split("[")[0] for a in c.arguments if a.startswith("plugins/")}
+        for c in COMMANDS
+        if c.kind == "clone"
+    ]
+    assert relative in documented, (name, hint)
+
+
+@pytest.mark.parametrize(
+    "readme", sorted(ROOT.glob("plugins/*/README.md")), ids=lambda p: p.parent.name
+)
+def test_plugin_readmes_give_the_pattern_count_fxquant_show_prints(readme: Path) -> None:
+    for name, count in re.findall(r"fxquant show (\w+) .*?\((\d+) patterns\)", readme.read_text()):
+        assert int(count) == len(fxquant.get_backend_config(name).configs), (readme, name)
+
+
+def test_plugins_md_shows_fxquant_backends_as_the_table_it_prints(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib
+
+    from fxquant.cli import render_backends
+
+    monkeypatch.syspath_prepend(str(ROOT / "docs" / "examples" / "fxquant-mybackend" / "src"))
+    example = importlib.import_module("fxquant_mybackend.patterns")
+
+    page = (ROOT / "docs" / "plugins.md").read_text()
+    shown = re.search(r"```text\n(\| backend .*?)\n```", page, re.S)
+    assert shown is not None
+    data = [
+        {
+            "name": "mybackend",
+            "status": "ok",
+            "reason": "",
+            "pattern_count": len(example.pattern_configs()),
+            "kernel_count": 0,
+            "plugins": [
+                {
+                    "distribution": "fxquant-mybackend",
+                    "version": "0.1.0",
+                    "entry_point": "",
+                    "status": "ok",
+                    "reason": "",
+                    "import_ms": 2.1,
+                    "builtin": False,
+                }
+            ],
+        },
+        {
+            "name": "reference",
+            "status": "ok",
+            "reason": "",
+            "pattern_count": len(fxquant.get_backend_config("reference").configs),
+            "kernel_count": 0,
+            "plugins": [
+                {
+                    "distribution": "fxquant",
+                    "version": fxquant.__version__,
+                    "entry_point": "",
+                    "status": "ok",
+                    "reason": "",
+                    "import_ms": 1.2,
+                    "builtin": True,
+                }
+            ],
+        },
+    ]
+    assert shown.group(1) == render_backends(data)
