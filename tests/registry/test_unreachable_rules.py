@@ -142,3 +142,24 @@ def test_fxquant_show_names_each_patterns_kernel_through_its_reference_form(
     assert rows["Linear"]["kernel"] == "qlinear"  # becomes reference.Linear
     assert rows["(Linear, ReLU)"]["kernel"] == "qlinear_relu"  # fused into LinearReLU
     assert rows["intrinsic.LinearReLU"]["kernel"] == "qlinear_relu"
+
+
+def test_fxquant_check_fails_an_extension_with_a_rule_that_can_never_match(
+    process_registry: Installed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # an extension's failure is only a warning for users of the backend (#22); the check
+    # holds every plugin that contributes to it to the contract, so there it fails
+    install_rule(process_registry)
+    process_registry.module(
+        "plugin_chip_extra",
+        fxquant_lowering_kernels=lambda backend: (
+            [LoweringRule(nn.Linear, build=never, name="extra_qlinear")]
+            if backend == "chip"
+            else None
+        ),
+    )
+    process_registry.add("chip", "plugin_chip_extra", dist="acme-chip-extra", version="1.0")
+    code = main(["check", "chip"])
+    out, err = capsys.readouterr()
+    assert (code, out) == (1, "")
+    assert "lowering rule 'extra_qlinear' whose pattern Linear can never occur" in err
