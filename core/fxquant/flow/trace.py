@@ -123,8 +123,13 @@ class QuantizationTracer(fx.Tracer):
         return bool(super().is_leaf_module(m, module_qualified_name))
 
     def proxy(self, node: fx.Node) -> fx.Proxy:
-        """torch.fx's proxy, recording ``y += 1`` as in place (``fxquant.flow.inplace``, #18)."""
-        return InPlaceProxy(node, self)
+        """torch.fx's proxy, recording ``y += 1`` as in place (``fxquant.flow.inplace``, #18).
+
+        A tracer further down the MRO with a proxy of its own (transformers' ``HFProxy``
+        answers ``dim()`` and ``shape`` from metadata) keeps it: replacing it breaks tracing.
+        """
+        proxy = super().proxy(node)
+        return InPlaceProxy(node, self) if type(proxy) is fx.Proxy else proxy
 
     def create_node(  # torch.fx's signature
         self,
