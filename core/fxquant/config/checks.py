@@ -9,11 +9,12 @@ so that a bad value never reaches a scale (#18: ``eps=nan`` gave all-NaN outputs
 from __future__ import annotations
 
 import math
+import warnings
 from numbers import Real
 
-from fxquant.errors import ConfigError, ConfigTypeError
+from fxquant.errors import ConfigError, ConfigTypeError, ConfigWarning
 
-__all__ = ["check_flag", "check_integer", "check_real", "check_unit_interval"]
+__all__ = ["check_flag", "check_integer", "check_real", "check_unit_interval", "unknown_keys"]
 
 
 def check_real(
@@ -99,3 +100,40 @@ def check_flag(value: object, argument: str) -> bool:
         return bool(value)
     msg = f"{argument}={value!r}: expected True or False, got {type(value).__name__}"
     raise ConfigTypeError(msg)
+
+
+def unknown_keys(data: object, valid: tuple[str, ...], owner: str, strict: bool) -> None:
+    """Warn once about keys of ``data`` outside ``valid`` (raise when ``strict``).
+
+    torch.ao ignores keys it does not know, so a saved torch.ao dict with a stray key
+    loads there: it loads here too, with one warning naming the keys (#22).
+
+    Raises:
+        ConfigError: ``strict`` and an unknown key.
+
+    Example:
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     unknown_keys({"x": 1}, ("y",), "Config.from_dict", strict=False)
+        >>> str(caught[0].message)[:60]
+        "Config.from_dict: unknown key(s) 'x' at Config.from_dict['x'"
+    """
+    if not hasattr(data, "keys"):
+        return
+    unknown = [k for k in data.keys() if k not in valid]  # noqa: SIM118  # any Mapping
+    if not unknown:
+        return
+    where = ", ".join(f"{owner}[{k!r}]" for k in unknown)
+    listed = ", ".join(map(repr, valid))
+    if strict:
+        msg = (
+            f"{owner}: unknown key(s) {', '.join(map(repr, unknown))} at {where}; "
+            f"valid keys: {listed}"
+        )
+        raise ConfigError(msg)
+    msg = (
+        f"{owner}: unknown key(s) {', '.join(map(repr, unknown))} at {where} ignored, as "
+        f"torch.ao does; valid keys: {listed} (strict=True makes this an error)"
+    )
+    warnings.warn(msg, ConfigWarning, stacklevel=4)

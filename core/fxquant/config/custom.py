@@ -20,8 +20,9 @@ from typing import Any, Final, TypeVar
 import torch
 
 from fxquant.config.backend import BackendConfig
+from fxquant.config.checks import unknown_keys
 from fxquant.config.qconfig_mapping import QConfigMapping
-from fxquant.errors import ConfigError, ConfigTypeError, unknown_keys
+from fxquant.errors import ConfigError, ConfigTypeError
 
 __all__ = [
     "ConvertCustomConfig",

@@ -32,8 +32,9 @@ from typing import Any, Final
 
 import torch
 
+from fxquant.config.checks import unknown_keys
 from fxquant.config.qconfig import QConfig, QConfigAny
-from fxquant.errors import ConfigError, ConfigTypeError, unknown_keys
+from fxquant.errors import ConfigError, ConfigTypeError
 
 __all__ = ["ObjectType", "OrderKey", "QConfigChoice", "QConfigMapping", "order_key", "order_scope"]
 

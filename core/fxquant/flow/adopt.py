@@ -41,7 +41,8 @@ def adopt(
 
     Args:
         model: the user's GraphModule (left unmodified).
-        ctx: the flow's context (``is_qat`` copies the modules too).
+        ctx: the flow's context (PTQ copies the modules, sharing their parameters;
+            ``is_qat`` copies the parameters too).
         is_internal: whether a file belongs to torch or fxquant (not the user's code).
 
     Raises:
@@ -55,7 +56,7 @@ def adopt(
         >>> from fxquant.config.backend import BackendConfig
         >>> user = fx.symbolic_trace(torch.nn.Sequential(torch.nn.Linear(2, 2)))
         >>> gm = adopt(user, FlowContext(BackendConfig("b")), lambda f: False)
-        >>> gm.get_submodule("0") is user.get_submodule("0"), gm.graph is user.graph
+        >>> gm.get_submodule("0").weight is user.get_submodule("0").weight, gm.graph is user.graph
         (True, False)
     """
     if ctx.concrete_args is not None:
