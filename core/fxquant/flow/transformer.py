@@ -102,6 +102,10 @@ def attention_mask(
     return mask
 
 
+def _masked(scores: Tensor, mask: Tensor | None) -> Tensor:
+    return scores if mask is None else scores + mask
+
+
 def _additive(mask: Tensor, dtype: torch.dtype) -> Tensor:
     if mask.dtype == torch.bool:
         return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(
@@ -215,8 +219,8 @@ def multihead_attention(  # noqa: PLR0913, PLR0917 (torch's forward signature)
     weights = None
     if need_weights:
         scores = torch.matmul(q * math.sqrt(1.0 / m.head_dim), k.transpose(-2, -1))
-        if mask is not None:
-            scores = scores + mask
+        if mask is not None:  # a mask input may still be None at run time
+            scores = _call(_masked, scores, mask)
         weights = F.softmax(scores, dim=-1)
         attended = F.dropout(weights, p=dropout) if dropout > 0.0 else weights
         out = torch.matmul(attended, v)
