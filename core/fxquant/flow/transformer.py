@@ -14,10 +14,10 @@ so torch.fx keeps them as single (float) calls. While tracing, the
 :class:`~fxquant.flow.trace.QuantizationTracer` replaces the ``forward`` of
 these modules by the functions below: the slow path the module computes
 anyway outside that shortcut, written in plain ops (``F.linear``,
-``unflatten``/``transpose``, ``scaled_dot_product_attention`` or
-``matmul``/``softmax``, dropout, and the module's own ``Linear``/``LayerNorm``
-children), so the projections and feed-forward layers become ordinary
-``Linear``/``F.linear`` patterns that every backend quantizes. In eval mode the
+``unflatten``/``transpose``, ``matmul``/``softmax``/``matmul``, dropout, and the
+module's own ``Linear``/``LayerNorm`` children), so the projections and
+feed-forward layers become ordinary ``Linear``/``F.linear`` patterns that every
+backend quantizes. In eval mode the
 traced graph computes what the module computes (float rounding aside); the
 fast path is an inference shortcut with the same numbers, except that it
 writes zeros at padded positions of ``src_key_padding_mask`` where this path
@@ -51,6 +51,7 @@ import torch.nn.functional as F
 from torch import Tensor, fx, nn
 
 __all__ = [
+    "add_mask",
     "attention_mask",
     "decoder",
     "decoder_layer",
@@ -77,8 +78,11 @@ def _call(fn: Callable[..., Any], *args: Any) -> Any:
 
 def attention_mask(
     attn_mask: Tensor | None, key_padding_mask: Tensor | None, q: Tensor, num_heads: int
-) -> Tensor | None:
+) -> Tensor:
     """One additive float mask for attention scores of shape ``(..., heads, L, S)``.
+
+    A mask given as a model input may be None when the model runs: with both None
+    the mask is a single zero (the scores unchanged), so the graph's ``+ mask`` holds.
 
     ``attn_mask`` is ``(L, S)`` or ``(batch * heads, L, S)`` (``(heads, L, S)``
     unbatched), ``key_padding_mask`` is ``(batch, S)`` (``(S,)`` unbatched);
@@ -99,11 +103,17 @@ def attention_mask(
     if key_padding_mask is not None:
         padding = _additive(key_padding_mask, q.dtype).unsqueeze(-2).unsqueeze(-2)
         mask = padding if mask is None else mask + padding
-    return mask
+    return torch.zeros(1, dtype=q.dtype, device=q.device) if mask is None else mask
 
 
-def _masked(scores: Tensor, mask: Tensor | None) -> Tensor:
-    return scores if mask is None else scores + mask
+def add_mask(scores: Tensor, mask: Tensor) -> Tensor:
+    """``scores + mask``, as a node of its own: never a quantized add pattern (#20).
+
+    Example:
+        >>> add_mask(torch.zeros(2), torch.tensor([0.0, float("-inf")])).tolist()
+        [0.0, -inf]
+    """
+    return scores + mask
 
 
 def _additive(mask: Tensor, dtype: torch.dtype) -> Tensor:
@@ -217,17 +227,18 @@ def multihead_attention(  # noqa: PLR0913, PLR0917 (torch's forward signature)
         mask = _call(attention_mask, attn_mask, key_padding_mask, q, heads)
     dropout = m.dropout if m.training else 0.0
     weights = None
-    if need_weights:
-        scores = torch.matmul(q * math.sqrt(1.0 / m.head_dim), k.transpose(-2, -1))
-        if mask is not None:  # a mask input may still be None at run time
-            scores = _call(_masked, scores, mask)
-        weights = F.softmax(scores, dim=-1)
-        attended = F.dropout(weights, p=dropout) if dropout > 0.0 else weights
-        out = torch.matmul(attended, v)
-        if average_attn_weights:
-            weights = weights.mean(dim=-3)
-    else:
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+    # written out (not one scaled_dot_product_attention call): ExecuTorch's runtime lacks
+    # kernels for SDPA's decomposition, and x86/onednn fuse these ops back into SDPA (#12)
+    scores = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(m.head_dim))
+    if mask is not None:  # one float node: a backend quantizing adds must not round -inf
+        scores = _call(add_mask, scores, mask)
+    weights = F.softmax(scores, dim=-1)
+    attended = F.dropout(weights, p=dropout) if dropout > 0.0 else weights
+    out = torch.matmul(attended, v)
+    if not need_weights:
+        weights = None
+    elif average_attn_weights:
+        weights = weights.mean(dim=-3)
     out = _merge_heads(out, batch_first)
     if type(m.out_proj) is nn.Linear:  # split_projections typed it: one Linear pattern
         out = m.out_proj(out)
