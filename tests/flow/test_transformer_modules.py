@@ -19,10 +19,13 @@ from fxquant import (
     PrepareCustomConfig,
     QConfigMapping,
     convert_fx,
+    disable_observer,
     explain,
     get_backend_config,
+    get_default_qat_qconfig_mapping,
     get_default_qconfig_mapping,
     prepare_fx,
+    prepare_qat_fx,
 )
 from fxquant.errors import UntraceableModelError
 from hypothesis import given, settings
@@ -353,3 +356,30 @@ def test_attention_masks_of_any_shape_match_the_module(
         want, got = _outputs(model(x, attn, padding)), _outputs(gm(x, attn, padding))
     for w, g in zip(want, got, strict=True):
         torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+
+
+def test_qat_attention_dropout_follows_train_and_eval() -> None:
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(D, HEADS, FF, dropout=0.5, batch_first=True)
+    encoder = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False).train()
+    x = torch.randn(BATCH, SEQ, D)
+    prepared = prepare_qat_fx(
+        encoder,
+        get_default_qat_qconfig_mapping("x86"),
+        (x,),
+        backend_config=get_backend_config("x86"),
+    )
+    dropouts = [
+        n.target
+        for n in prepared.graph.nodes
+        if n.op == "call_module" and isinstance(prepared.get_submodule(str(n.target)), nn.Dropout)
+    ]
+    assert "layers.0.self_attn.attn_dropout" in dropouts
+    prepared(x).sum().backward()  # trains
+    prepared.eval()
+    prepared.apply(disable_observer)  # fixed qparams: only dropout could change the output
+    with torch.no_grad():
+        torch.testing.assert_close(prepared(x), prepared(x))  # no dropout left in eval
+        converted = convert_fx(prepared)
+        encoder.eval()
+        assert sqnr(encoder(x), converted(x)) > 25.0

@@ -34,8 +34,10 @@ Rules a user relies on:
 * masks are prepared at run time (bool or float, any rank torch accepts) by
   :func:`attention_mask`, a float node; the ``is_causal`` hints are honoured
   through the mask itself, which torch requires with them;
-* traced in training mode (``prepare_qat_fx``), the attention dropout is part
-  of the graph with the module's probability, as the module computes it then.
+* the attention dropout is an ``nn.Dropout`` child of the flow's copy
+  (``attn_dropout``): it drops in training mode only, as the module, so a QAT
+  model put in ``eval()`` stops dropping (a model the flow could not copy gets
+  ``F.dropout`` in the mode it was traced in).
 """
 
 from __future__ import annotations
@@ -165,6 +167,8 @@ def _projections(m: nn.MultiheadAttention, query: Any, key: Any, value: Any) -> 
 
 IN_PROJ = "in_proj"
 """The child :func:`split_projections` gives a MultiheadAttention: its packed in-projection."""
+ATTN_DROPOUT = "attn_dropout"
+"""Its ``nn.Dropout`` on the attention weights (follows ``train()``/``eval()``)."""
 
 
 def split_projections(m: nn.Module) -> list[tuple[str, nn.Module]]:
@@ -174,7 +178,9 @@ def split_projections(m: nn.Module) -> list[tuple[str, nn.Module]]:
     and ``in_proj_bias`` (the same Parameters, no copy), and ``out_proj`` (torch's
     ``NonDynamicallyQuantizableLinear``, a Linear with another name) is typed
     ``nn.Linear``: both then match every backend's Linear patterns and lower to
-    its prepacked int8 kernels (#20). Only ever called on modules the flow owns.
+    its prepacked int8 kernels (#20). ``attn_dropout``, an ``nn.Dropout`` with the
+    module's ``dropout``, drops attention weights in training mode only, as the
+    module (QAT then ``eval()``). Only ever called on modules the flow owns.
 
     Example:
         >>> mha = nn.MultiheadAttention(8, 2)
@@ -187,14 +193,19 @@ def split_projections(m: nn.Module) -> list[tuple[str, nn.Module]]:
         return []
     if type(m.out_proj) is nn.modules.linear.NonDynamicallyQuantizableLinear:
         m.out_proj.__class__ = nn.Linear  # type: ignore[assignment]  # no state of its own
-    if not m._qkv_same_embed_dim or hasattr(m, IN_PROJ):
-        return []
+    added: list[tuple[str, nn.Module]] = []
+    if m.dropout > 0.0 and ATTN_DROPOUT not in m._modules:
+        dropout = nn.Dropout(m.dropout).train(m.training)
+        m.add_module(ATTN_DROPOUT, dropout)
+        added.append((ATTN_DROPOUT, dropout))
+    if not m._qkv_same_embed_dim or IN_PROJ in m._modules:
+        return added
     # _parameters, not attributes: while tracing, torch.fx answers those with proxies
     weight, bias = m._parameters["in_proj_weight"], m._parameters["in_proj_bias"]
     packed = nn.Linear(m.embed_dim, 3 * m.embed_dim, bias=bias is not None, device="meta")
     packed.weight, packed.bias = weight, bias  # type: ignore[assignment]
     m.add_module(IN_PROJ, packed)
-    return [(IN_PROJ, packed)]
+    return [*added, (IN_PROJ, packed)]
 
 
 def multihead_attention(  # noqa: PLR0913, PLR0917 (torch's forward signature)
@@ -233,7 +244,11 @@ def multihead_attention(  # noqa: PLR0913, PLR0917 (torch's forward signature)
     if mask is not None:  # one float node: a backend quantizing adds must not round -inf
         scores = _call(add_mask, scores, mask)
     weights = F.softmax(scores, dim=-1)
-    attended = F.dropout(weights, p=dropout) if dropout > 0.0 else weights
+    module_dropout = m._modules.get(ATTN_DROPOUT)
+    if module_dropout is not None:  # the child split_projections added: follows eval()
+        attended = module_dropout(weights)
+    else:
+        attended = F.dropout(weights, p=dropout) if dropout > 0.0 else weights
     out = torch.matmul(attended, v)
     if not need_weights:
         weights = None
