@@ -20,6 +20,7 @@ the source line.
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import os
 import sys
@@ -36,6 +37,12 @@ from fxquant.flow.context import FlowContext
 from fxquant.flow.inplace import InPlaceProxy
 from fxquant.flow.qconfig_assign import number_calls
 from fxquant.flow.state import META_KEY, NodeInfo, update_info
+from fxquant.flow.transformer import (
+    leaf_rewrite,
+    root_concrete_args,
+    split_projections,
+    traceable_root,
+)
 from fxquant.flow.user_model import own_copy
 
 __all__ = [
@@ -110,6 +117,8 @@ class QuantizationTracer(fx.Tracer):
         super().__init__()
         self.leaf_names = leaf_names or set()
         self.leaf_classes = leaf_classes
+        self.owns_modules = False
+        """The root is the flow's own copy: rewrites may give its modules children (#20)."""
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
         """Configured names/classes and fxquant's own modules are leaves, then torch's rule."""
@@ -120,7 +129,22 @@ class QuantizationTracer(fx.Tracer):
             return True
         if is_leaf_module(m) or is_torch_ao_module_class(type(m)):
             return True  # fused torch.ao modules are Sequentials, which torch.fx would enter
+        if leaf_rewrite(m) is not None:
+            return False  # torch's transformer modules: traced through (#20)
         return bool(super().is_leaf_module(m, module_qualified_name))
+
+    def call_module(  # torch.fx's signature
+        self, m: nn.Module, forward: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """torch.fx's rule, tracing a rewritten module's plain-op forward (#20)."""
+        rewrite = leaf_rewrite(m)
+        if rewrite is not None and not self.is_leaf_module(m, path := self.path_of_module(m)):
+            if self.owns_modules:  # MultiheadAttention's projections as Linear children
+                for name, child in split_projections(m):
+                    if self.submodule_paths is not None:
+                        self.submodule_paths[child] = f"{path}.{name}" if path else name
+            forward = functools.partial(rewrite, m)
+        return super().call_module(m, forward, args, kwargs)
 
     def proxy(self, node: fx.Node) -> fx.Proxy:
         """torch.fx's proxy, recording ``y += 1`` as in place (``fxquant.flow.inplace``, #18).
@@ -207,6 +231,12 @@ def _trace_module(model: nn.Module, ctx: FlowContext) -> fx.GraphModule:
             tracer, graph = hf_trace.trace_transformers_model(root, ctx, _leaves(ctx))
         else:
             tracer = QuantizationTracer(*_leaves(ctx))
+            tracer.owns_modules = root is not model  # own_copy returns the model it cannot copy
+            if not tracer.is_leaf_module(root, ""):  # a torch transformer module as the root (#20)
+                concrete = root_concrete_args(root, len(ctx.example_inputs), concrete)
+                if tracer.owns_modules:
+                    split_projections(root)
+                root = traceable_root(root)
             graph = tracer.trace(root, concrete)
     except FxquantError:
         raise
