@@ -30,7 +30,7 @@ def test_no_core_module_calls_a_backends_kernel_library() -> None:
 
 
 def test_the_core_kernels_are_the_ones_every_backend_uses() -> None:
-    assert sorted(p.name for p in (CORE / "kernels").iterdir() if p.suffix == ".py") == [
+    assert sorted(p.name for p in (CORE / "lowering" / "kernels").iterdir() if p.suffix == ".py") == [
         "__init__.py",
         "boundary.py",
         "cpu.py",

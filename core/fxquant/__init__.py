@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+from fxquant import moved as _moved  # noqa: F401  (installs the finder of old module paths, #21)
 from fxquant.config import (
     BackendConfig,
     BackendPatternConfig,
