@@ -38,6 +38,12 @@ MOVED: Final[dict[str, str]] = {
     "fxquant.kernels": "fxquant.lowering.kernels",
     "fxquant.flow.lower": "fxquant.lowering.lower",
     "fxquant.flow.epilogues": "fxquant.lowering.epilogues",
+    "fxquant.cli": "fxquant.tools.cli",
+    "fxquant.conformance": "fxquant.tools.conformance",
+    "fxquant.demo": "fxquant.tools.demo",
+    "fxquant.registry.describe": "fxquant.tools.describe",
+    "fxquant.scaffold": "fxquant.tools.scaffold",
+    "fxquant.testing": "fxquant.tools.testing",
 }
 
 

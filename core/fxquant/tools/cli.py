@@ -127,7 +127,7 @@ def render_show(data: dict[str, Any]) -> str:
 
     Example:
         >>> from fxquant.registry import default_registry
-        >>> from fxquant.registry.describe import describe
+        >>> from fxquant.tools.describe import describe
         >>> text = render_show(describe(default_registry().assembled("reference")))
     """
     summary = data["summary"]
@@ -195,7 +195,7 @@ def _cmd_backends(args: argparse.Namespace, out: TextIO) -> int:
 def _cmd_show(args: argparse.Namespace, out: TextIO) -> int:
     from fxquant.errors import PluginError, UnknownBackendError
     from fxquant.registry import default_registry
-    from fxquant.registry.describe import describe
+    from fxquant.tools.describe import describe
 
     try:
         data = describe(default_registry().assembled(args.name))
@@ -207,7 +207,7 @@ def _cmd_show(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
-    from fxquant.demo import run_demo
+    from fxquant.tools.demo import run_demo
 
     names = None if args.backends is None else [n.strip() for n in args.backends.split(",")]
     chosen = [n for n in names if n] if names is not None else None
@@ -215,8 +215,8 @@ def _cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _cmd_check(args: argparse.Namespace, out: TextIO) -> int:
-    from fxquant.conformance import CheckStatus, check_backend, render_results
     from fxquant.errors import PluginError, UnknownBackendError
+    from fxquant.tools.conformance import CheckStatus, check_backend, render_results
 
     try:
         rows = check_backend(args.name, shapes=args.shapes, seed=args.seed)
@@ -233,7 +233,7 @@ def _cmd_check(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _cmd_new_backend(args: argparse.Namespace, out: TextIO) -> int:
-    from fxquant.scaffold import new_backend
+    from fxquant.tools.scaffold import new_backend
 
     try:
         folder = new_backend(args.name, args.directory)

@@ -457,8 +457,8 @@ def run_demo(
         >>> run_demo(io.StringIO(), backends=["reference"])
         0
     """
-    from fxquant.cli import markdown_table
     from fxquant.registry import list_backends
+    from fxquant.tools.cli import markdown_table
 
     out = sys.stdout if out is None else out
     threads = torch.get_num_threads()
