@@ -98,7 +98,12 @@ ALLOWED_MODULES: Final = {
     CONSTRUCTOR: ("fxquant.observer", "fxquant.fake_quantize", "fxquant.numerics.*"),
 }
 # a builtin's __module__ can be an implementation module; these are the names users write
-_MODULE_ALIASES: Final = {"_operator": "operator"}
+# (fxquant's observers moved into fxquant.numerics; JSON keeps their public paths, #21)
+_MODULE_ALIASES: Final = {
+    "_operator": "operator",
+    "fxquant.numerics.observer": "fxquant.observer",
+    "fxquant.numerics.fake_quantize": "fxquant.fake_quantize",
+}
 
 
 def trusted_roots(kind: str) -> frozenset[str]:
