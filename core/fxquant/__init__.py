@@ -50,8 +50,9 @@ from fxquant.registry import (
     register_plugin,
     unregister_plugin,
 )
+from fxquant.version import VERSION
 
-__version__ = "0.1.0"
+__version__ = VERSION
 
 # importable from the top level without joining the contract's __all__: torch.ao.quantization's
 # top-level names fxquant keeps in submodules (#22, fxquant.torch_ao_names.TOP_LEVEL_NAMES),

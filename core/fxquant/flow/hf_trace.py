@@ -30,7 +30,7 @@ from torch import fx, nn
 
 from fxquant.errors import ConfigError
 from fxquant.flow.context import FlowContext
-from fxquant.flow.trace import QuantizationTracer, mark_internal
+from fxquant.flow.tracer import QuantizationTracer, mark_internal
 
 __all__ = ["available", "trace_transformers_model", "tracer_class"]
 

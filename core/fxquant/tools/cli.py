@@ -17,6 +17,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from fxquant.tools.tables import markdown_table
+from fxquant.version import VERSION
+
 __all__ = ["main", "markdown_table", "render_backends", "render_show"]
 
 _EPILOG = """\
@@ -39,25 +42,6 @@ environment:
                                       unset: only when stderr is a terminal (a bar with
                                       tqdm installed, else a few plain lines)
 """
-
-
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Render a Markdown table with columns padded to their widest cell.
-
-    Example:
-        >>> print(markdown_table(["a", "bb"], [["1", "2"]]))
-        | a | bb |
-        | - | -- |
-        | 1 | 2  |
-    """
-    cells = [[str(c).replace("|", "\\|") for c in row] for row in [header, *rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    lines = [
-        "| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |"
-        for row in cells
-    ]
-    lines.insert(1, "| " + " | ".join("-" * w for w in widths) + " |")
-    return "\n".join(lines)
 
 
 def _backends_data() -> list[dict[str, Any]]:
@@ -251,15 +235,13 @@ def build_parser() -> argparse.ArgumentParser:
         >>> build_parser().parse_args(["show", "x86"]).name
         'x86'
     """
-    from fxquant import __version__
-
     parser = argparse.ArgumentParser(
         prog="fxquant",
         description="BackendConfig-driven FX quantization: inspect backends and their plugins.",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"fxquant {__version__}")
+    parser.add_argument("--version", action="version", version=f"fxquant {VERSION}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     backends = commands.add_parser("backends", help="list installed backends and their plugins")
     backends.add_argument("--json", action="store_true", help="print JSON instead of a table")

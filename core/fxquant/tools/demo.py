@@ -458,7 +458,7 @@ def run_demo(
         0
     """
     from fxquant.registry import list_backends
-    from fxquant.tools.cli import markdown_table
+    from fxquant.tools.tables import markdown_table
 
     out = sys.stdout if out is None else out
     threads = torch.get_num_threads()
