@@ -41,6 +41,7 @@ MOVED: Final[dict[str, str]] = {
     "fxquant.observer": "fxquant.numerics.observer",
     "fxquant.fake_quantize": "fxquant.numerics.fake_quantize",
     "fxquant.qdq": "fxquant.numerics.qdq",
+    "fxquant.patterns._common": "fxquant.patterns.builders",
     "fxquant.cli": "fxquant.tools.cli",
     "fxquant.conformance": "fxquant.tools.conformance",
     "fxquant.demo": "fxquant.tools.demo",
