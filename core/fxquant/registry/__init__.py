@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from fxquant import plugin_roots
 from fxquant.lowering import LoweringRule
-from fxquant.registry.answers import Deployed, Deployment, Override
+from fxquant.registry.answers import Deployed, Deployment, Override, only_for
 from fxquant.registry.hookspecs import PLUGIN_API_VERSIONS, hookimpl, hookspec
 
 if TYPE_CHECKING:
@@ -44,6 +44,7 @@ __all__ = [
     "hookimpl",
     "hookspec",
     "list_backends",
+    "only_for",
     "refresh",
     "register_plugin",
     "unregister_plugin",
