@@ -40,6 +40,7 @@ from fxquant.flow import (
     prepare_fx,
     prepare_qat_fx,
 )
+from fxquant.flow import hf_trace as _hf_trace  # noqa: F401  (registers transformers' tracer, #21)
 from fxquant.registry import (
     get_backend_config,
     get_default_qconfig_mapping,

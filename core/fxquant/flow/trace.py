@@ -21,19 +21,22 @@ from __future__ import annotations
 
 import copy
 import inspect
+import os
 import sys
 import threading
 import types
+from collections.abc import Callable
 from typing import Any
 
+import torch
 from torch import fx, nn
 
 from fxquant.errors import ConfigError, FxquantError, UntraceableModelError
 from fxquant.flow.adopt import adopt
 from fxquant.flow.context import FlowContext
+from fxquant.flow.inplace import InPlaceProxy
 from fxquant.flow.qconfig_assign import number_calls
-from fxquant.flow.state import META_KEY, update_info
-from fxquant.flow.tracer import QuantizationTracer, is_internal
+from fxquant.flow.state import META_KEY, NodeInfo, update_info
 from fxquant.flow.user_model import own_copy
 
 __all__ = [
@@ -49,6 +52,104 @@ __all__ = [
 # objects (prepare_fx from 4 threads failed 14-25%, #18). Every flow call that traces
 # holds this lock from trace to its last step on the model.
 TRACING_LOCK = threading.RLock()
+
+# frames from these folders are never "the user's code"
+_INTERNAL_DIRS = (
+    os.path.dirname(torch.__file__) + os.sep,
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
+)
+
+
+_INTERNAL: dict[str, bool] = {}  # filename -> internal? (tracing asks once per frame)
+
+
+def mark_internal(filename: str) -> None:
+    """Count ``filename`` as a tracer's code, never the user's (a tracer from a library).
+
+    Example:
+        >>> mark_internal("<tracer>"); _is_internal("<tracer>")
+        True
+    """
+    _INTERNAL[filename] = True
+
+
+def _is_internal(filename: str) -> bool:
+    internal = _INTERNAL.get(filename)
+    if internal is None:
+        internal = filename.startswith(_INTERNAL_DIRS) or filename.startswith("<")
+        _INTERNAL[filename] = internal
+    return internal
+
+
+def _user_frame(frame: types.FrameType | None) -> str | None:
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not _is_internal(filename):
+            return f"{filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None
+
+
+class QuantizationTracer(fx.Tracer):
+    """An FX tracer whose leaves are torch's and fxquant's modules plus configured ones.
+
+    Args:
+        leaf_names: qualified names of submodules to keep as single calls.
+        leaf_classes: module classes to keep as single calls.
+
+    Example:
+        >>> tracer = QuantizationTracer(leaf_names={"body"}, leaf_classes=())
+        >>> graph = tracer.trace(nn.Sequential(nn.Linear(2, 2)))
+        >>> [n.op for n in graph.nodes]
+        ['placeholder', 'call_module', 'output']
+    """
+
+    def __init__(
+        self, leaf_names: set[str] | None = None, leaf_classes: tuple[type, ...] = ()
+    ) -> None:
+        # defaults: torch.fx re-creates the tracer class without arguments on unpickling
+        super().__init__()
+        self.leaf_names = leaf_names or set()
+        self.leaf_classes = leaf_classes
+
+    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+        """Configured names/classes and fxquant's own modules are leaves, then torch's rule."""
+        from fxquant.nn import is_leaf_module  # lazy: nn imports its submodules on demand
+        from fxquant.torch_ao_names import is_torch_ao_module_class
+
+        if module_qualified_name in self.leaf_names or isinstance(m, self.leaf_classes):
+            return True
+        if is_leaf_module(m) or is_torch_ao_module_class(type(m)):
+            return True  # fused torch.ao modules are Sequentials, which torch.fx would enter
+        return bool(super().is_leaf_module(m, module_qualified_name))
+
+    def proxy(self, node: fx.Node) -> fx.Proxy:
+        """torch.fx's proxy, recording ``y += 1`` as in place (``fxquant.flow.inplace``, #18).
+
+        A tracer further down the MRO with a proxy of its own (transformers' ``HFProxy``
+        answers ``dim()`` and ``shape`` from metadata) keeps it: replacing it breaks tracing.
+        """
+        proxy = super().proxy(node)
+        return InPlaceProxy(node, self) if type(proxy) is fx.Proxy else proxy
+
+    def create_node(  # torch.fx's signature
+        self,
+        kind: str,
+        target: Any,
+        args: Any,
+        kwargs: Any,
+        name: str | None = None,
+        type_expr: Any | None = None,
+    ) -> fx.Node:
+        """torch.fx's node, plus its NodeInfo (owning module, user's source line)."""
+        node = super().create_node(kind, target, args, kwargs, name, type_expr)
+        if kind == "call_module":
+            path, owner = str(target), type(self.root.get_submodule(str(target)))
+        else:
+            path, owner = self.scope.module_path, self.scope.module_type
+        source = _user_frame(sys._getframe(1)) if kind.startswith("call") else None
+        node.meta[META_KEY] = NodeInfo(module_path=path, module_type=owner, source=source)
+        return node
 
 
 def _leaves(ctx: FlowContext) -> tuple[set[str], tuple[type, ...]]:
@@ -84,7 +185,7 @@ def trace(model: nn.Module, ctx: FlowContext) -> fx.GraphModule:
         raise TypeError(msg)
     if isinstance(model, fx.GraphModule):
         fresh = not any(META_KEY in n.meta for n in model.graph.nodes)
-        gm = adopt(model, ctx, is_internal)
+        gm = adopt(model, ctx, _is_internal)
         if any(isinstance(n.type, str) for n in gm.graph.nodes):
             drop_string_annotations(gm.graph)
             gm.recompile()
@@ -132,15 +233,19 @@ def _check_concrete_args(root: nn.Module, ctx: FlowContext) -> dict[str, Any] | 
     return dict(ctx.concrete_args)
 
 
-def _hf_tracing(root: nn.Module) -> types.ModuleType | None:
-    """``fxquant.flow.hf_trace`` for a transformers model (with transformers.utils.fx)."""
-    transformers = sys.modules.get("transformers")  # a transformers model means it is imported
-    if transformers is None or not isinstance(root, transformers.PreTrainedModel):
-        return None
-    from fxquant.flow import hf_trace  # lazy: it imports this module
+# tracers of other libraries' models, each (model) -> a module with trace_transformers_model or
+# None: an optional part registers itself here (flow/hf_trace.py, imported by fxquant/__init__),
+# so the flow imports no optional part (#21)
+MODEL_TRACERS: list[Callable[[nn.Module], types.ModuleType | None]] = []
 
-    # without transformers.utils.fx (5.x): torch.fx's tracer, as for any model
-    return hf_trace if hf_trace.available() else None
+
+def _hf_tracing(root: nn.Module) -> types.ModuleType | None:
+    """The registered tracer for ``root`` (transformers' for a transformers model), or None."""
+    for find in MODEL_TRACERS:
+        found = find(root)
+        if found is not None:
+            return found
+    return None
 
 
 def drop_string_annotations(graph: fx.Graph) -> None:
@@ -175,7 +280,7 @@ def _untraceable(root: nn.Module, error: Exception) -> UntraceableModelError:
     tb = error.__traceback__
     while tb is not None:  # innermost frame wins: walk to the end
         frame = tb.tb_frame
-        if not is_internal(frame.f_code.co_filename):
+        if not _is_internal(frame.f_code.co_filename):
             source = f"{frame.f_code.co_filename}:{tb.tb_lineno}"
             owner = frame.f_locals.get("self")
             if isinstance(owner, nn.Module) and id(owner) in paths:
