@@ -116,7 +116,8 @@ def test_no_module_but_the_vocabulary_spells_out_a_set_of_qdq_ops() -> None:
 
 def _vocabulary_lines() -> list[int]:
     return [
-        int(hit.rsplit(":", 1)[1]) for hit in _op_collections(ROOT / "core/fxquant/lowering/__init__.py")
+        int(hit.rsplit(":", 1)[1])
+        for hit in _op_collections(ROOT / "core/fxquant/lowering/__init__.py")
     ]
 
 
