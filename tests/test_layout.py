@@ -1,13 +1,19 @@
-"""The core holds the mechanism, plugins the backends: no backend's kernels live in core/ (#11)."""
+"""The core holds the mechanism, plugins the backends: no backend's kernels live in core/ (#11);
+the core's modules keep to their layers, with no import cycle, and plugins import only public
+fxquant names (#21)."""
 
 from __future__ import annotations
 
 import ast
+import importlib
 import importlib.metadata
 import importlib.util
 from pathlib import Path
 
 import pytest
+from fxquant import moved
+
+from tests import layout_graph
 
 ROOT = Path(__file__).resolve().parents[1]
 CORE = ROOT / "core" / "fxquant"
@@ -30,7 +36,9 @@ def test_no_core_module_calls_a_backends_kernel_library() -> None:
 
 
 def test_the_core_kernels_are_the_ones_every_backend_uses() -> None:
-    assert sorted(p.name for p in (CORE / "kernels").iterdir() if p.suffix == ".py") == [
+    assert sorted(
+        p.name for p in (CORE / "lowering" / "kernels").iterdir() if p.suffix == ".py"
+    ) == [
         "__init__.py",
         "boundary.py",
         "cpu.py",
@@ -79,3 +87,144 @@ def test_a_backend_depends_on_the_plugin_that_holds_its_kernels(plugin: str, lib
 def test_the_shared_quint8_engine_library_registers_no_backend() -> None:
     found = _distribution("fxquant-quantized-engine").entry_points
     assert [e for e in found if e.group == "fxquant.backends"] == []
+
+
+# ---------------------------------------------------------------- the layers (#21)
+# Bottom to top; a module belongs to the layer of its longest matching prefix and imports only
+# from its own layer and those below (docs/design.md draws this). Function-level imports count
+# too; those under `if TYPE_CHECKING:` do not (tests/layout_graph.py).
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "base",
+        (
+            "fxquant.errors",
+            "fxquant.enums",
+            "fxquant.version",
+            "fxquant.moved",
+            "fxquant.plugin_roots",
+            "fxquant.dtypes",
+            "fxquant.factory",
+            "fxquant.quiet",
+            "fxquant.progress",
+            "fxquant.torch_ao_names",
+            "fxquant.config.checks",
+            "fxquant.config.pattern",
+        ),
+    ),
+    ("lowering vocabulary", ("fxquant.lowering",)),
+    (
+        "numerics",
+        (
+            "fxquant.numerics.qdq",
+            "fxquant.numerics.observer",
+            "fxquant.numerics.fake_quantize",
+            "fxquant.lowering.kernels",
+        ),
+    ),
+    ("config", ("fxquant.config",)),
+    ("nn", ("fxquant.nn",)),
+    ("patterns", ("fxquant.patterns",)),
+    ("registry", ("fxquant.registry",)),
+    (
+        "flow",
+        (
+            "fxquant.flow",
+            "fxquant.lowering.lower",
+            "fxquant.lowering.epilogues",
+            "fxquant.numerics.equalization",
+        ),
+    ),
+    (
+        "after the flow",
+        ("fxquant.numerics", "fxquant.export", "fxquant.checkpoint", "fxquant.calibration"),
+    ),
+    ("optional", ("fxquant.distributed", "fxquant.flow.hf_trace")),
+    ("facade", ("fxquant",)),
+    ("tools", ("fxquant.tools", "fxquant.__main__")),
+)
+# (importer, imported): why this one import goes up
+ALLOWED_UPWARD: dict[tuple[str, str], str] = {}
+# the strongly connected components left (#21 "what remains"): each must shrink, never grow
+KNOWN_CYCLES: list[list[str]] = [
+    ["fxquant.config.backend", "fxquant.config.qconfig_mapping", "fxquant.config.serialize"],
+]
+
+
+def layer_of(module: str) -> int:
+    best = (-1, -1)
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(f"{prefix}.")) and len(prefix) > best[1]:
+                best = (index, len(prefix))
+    if best[0] < 0:
+        msg = f"{module} is in no layer of tests/test_layout.py's LAYERS"
+        raise AssertionError(msg)
+    return best[0]
+
+
+@pytest.fixture(scope="module")
+def graph() -> layout_graph.Graph:
+    return layout_graph.build_graph()
+
+
+def test_every_core_module_has_a_layer(graph: layout_graph.Graph) -> None:
+    for module in graph.modules:
+        layer_of(module)
+
+
+def test_no_core_module_imports_from_a_layer_above_its_own(graph: layout_graph.Graph) -> None:
+    upward = [
+        f"{i.source} ({LAYERS[layer_of(i.source)][0]}) -> {i.target} "
+        f"({LAYERS[layer_of(i.target)][0]}), line {i.line}"
+        for i in graph.imports
+        if i.target in graph.modules
+        and layer_of(i.source) < layer_of(i.target)
+        and (i.source, i.target) not in ALLOWED_UPWARD
+    ]
+    assert upward == []
+
+
+def test_the_core_has_no_import_cycle_but_the_known_ones(graph: layout_graph.Graph) -> None:
+    assert layout_graph.cycles(graph) == KNOWN_CYCLES
+
+
+def test_no_core_module_imports_a_moved_module_by_its_old_path(graph: layout_graph.Graph) -> None:
+    old = [
+        f"{i.source}:{i.line}: {i.target}"
+        for i in graph.imports
+        if i.target.startswith("fxquant.") and moved.new_name(i.target) is not None
+    ]
+    assert old == []
+
+
+def test_no_plugin_imports_a_private_fxquant_module_or_name() -> None:
+    assert layout_graph.plugin_private_imports() == []
+
+
+def test_the_graph_sees_function_level_imports_and_skips_type_checking_ones(
+    tmp_path: Path,
+) -> None:
+    package = tmp_path / "fxquant"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("def f():\n    from fxquant import b\n")
+    (package / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from fxquant import c\n"
+        "from fxquant.a import f\n"
+    )
+    (package / "c.py").write_text("import fxquant.b\n")
+    found = layout_graph.build_graph(tmp_path)
+    assert layout_graph.cycles(found) == [["fxquant.a", "fxquant.b"]]
+
+
+@pytest.mark.parametrize(("old", "new"), sorted(moved.MOVED.items()))
+def test_an_old_import_path_gives_the_module_at_its_new_path(old: str, new: str) -> None:
+    assert importlib.import_module(old) is importlib.import_module(new)
+
+
+def test_an_old_package_path_gives_its_submodules_once() -> None:
+    import fxquant.kernels.cpu
+    import fxquant.lowering.kernels.cpu
+
+    assert fxquant.kernels.cpu is fxquant.lowering.kernels.cpu
+    assert fxquant.kernels.cpu.has_vnni is fxquant.lowering.kernels.cpu.has_vnni

@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+from fxquant import moved as _moved  # noqa: F401  (installs the finder of old module paths, #21)
 from fxquant.config import (
     BackendConfig,
     BackendPatternConfig,
@@ -39,6 +40,7 @@ from fxquant.flow import (
     prepare_fx,
     prepare_qat_fx,
 )
+from fxquant.flow import hf_trace as _hf_trace  # noqa: F401  (registers transformers' tracer, #21)
 from fxquant.registry import (
     get_backend_config,
     get_default_qconfig_mapping,
@@ -49,8 +51,9 @@ from fxquant.registry import (
     register_plugin,
     unregister_plugin,
 )
+from fxquant.version import VERSION
 
-__version__ = "0.1.0"
+__version__ = VERSION
 
 # importable from the top level without joining the contract's __all__: torch.ao.quantization's
 # top-level names fxquant keeps in submodules (#22, fxquant.torch_ao_names.TOP_LEVEL_NAMES),

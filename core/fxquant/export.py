@@ -33,7 +33,7 @@ from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
 
 from fxquant.errors import ConfigTypeError, ExportError
 from fxquant.flow.convert_modules import is_observer
-from fxquant.flow.state import META_KEY, FlowState, node_info
+from fxquant.flow.state import flow_state, node_info
 from fxquant.lowering import DEQUANTIZE_OPS, QUANTIZE_OPS
 
 __all__ = [
@@ -49,8 +49,7 @@ _CONSTANT_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TEN
 
 
 def _check_converted(model: object) -> fx.GraphModule:
-    state = getattr(model, "meta", {}).get(META_KEY) if isinstance(model, fx.GraphModule) else None
-    if not isinstance(model, fx.GraphModule) or not isinstance(state, FlowState):
+    if not isinstance(model, fx.GraphModule) or flow_state(model) is None:
         msg = (
             f"export_quantized expects a model returned by fxquant.convert_fx or "
             f"convert_to_reference_fx, got {type(model).__name__}; prepare, calibrate and "

@@ -124,6 +124,7 @@ _AO_TO_FXQUANT = (
 )
 _AO_NN = "torch.ao.nn."
 _AO_MATCH_ALL = ("torch.ao.quantization.utils", "MatchAllNode")
+_FXQUANT_MATCH_ALL = ("fxquant.config.pattern", "MatchAllNode")
 
 
 def is_torch_ao_module_class(cls: type) -> bool:
@@ -166,9 +167,8 @@ def as_fxquant_class(op: Any, extra_modules: Sequence[str] = ()) -> Any:
     if isinstance(op, tuple):
         return tuple(as_fxquant_class(part, extra_modules) for part in op)
     if is_torch_ao_match_all(op):
-        from fxquant.config.pattern import MatchAllNode
-
-        return MatchAllNode
+        # by name, as the classes below: config.pattern imports this module, not back (#21)
+        return getattr(importlib.import_module(_FXQUANT_MATCH_ALL[0]), _FXQUANT_MATCH_ALL[1])
     if not isinstance(op, type):
         return op
     for prefix, target in _AO_TO_FXQUANT:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from fxquant.config.qconfig import QConfig
-from fxquant.fake_quantize import (
+from fxquant.numerics.fake_quantize import (
     FusedMovingAvgObsFakeQuantize,
     default_dynamic_fake_quant,
     default_embedding_fake_quant,
@@ -26,7 +26,7 @@ from fxquant.fake_quantize import (
     fused_per_channel_wt_fake_quant_range_neg_127_to_127,
     fused_wt_fake_quant_range_neg_127_to_127,
 )
-from fxquant.observer import (
+from fxquant.numerics.observer import (
     HistogramObserver,
     MovingAverageMinMaxObserver,
     NoopObserver,

@@ -37,6 +37,7 @@ from typing import Any, Final
 
 import torch
 
+from fxquant import plugin_roots
 from fxquant.config import pattern as patterns
 from fxquant.config.backend import (
     BackendConfig,
@@ -98,7 +99,12 @@ ALLOWED_MODULES: Final = {
     CONSTRUCTOR: ("fxquant.observer", "fxquant.fake_quantize", "fxquant.numerics.*"),
 }
 # a builtin's __module__ can be an implementation module; these are the names users write
-_MODULE_ALIASES: Final = {"_operator": "operator"}
+# (fxquant's observers moved into fxquant.numerics; JSON keeps their public paths, #21)
+_MODULE_ALIASES: Final = {
+    "_operator": "operator",
+    "fxquant.numerics.observer": "fxquant.observer",
+    "fxquant.numerics.fake_quantize": "fxquant.fake_quantize",
+}
 
 
 def trusted_roots(kind: str) -> frozenset[str]:
@@ -118,15 +124,9 @@ def _plugin_roots() -> frozenset[str]:
 
 def _scan_plugin_roots() -> frozenset[str]:
     # the registry owns discovery and keeps its scan until fxquant.registry.refresh(), as for
-    # backends: a scan costs 25 ms, a hostile or fuzzed config is refused in microseconds (#18)
-    from fxquant.registry import default_registry
-
-    roots = set()
-    for record in default_registry().records():
-        module = record.value.split(":", 1)[0].strip()
-        if module and not record.disabled:
-            roots.add(module.split(".", 1)[0])
-    return frozenset(roots)
+    # backends: a scan costs 25 ms, a hostile or fuzzed config is refused in microseconds (#18);
+    # it answers through fxquant.plugin_roots, as the configs sit below the registry (#21)
+    return plugin_roots.plugin_roots()
 
 
 # the roots read once per to_json/from_json call: a backend has hundreds of names

@@ -32,8 +32,8 @@ from fxquant.distributed.sites import (
     structure,
 )
 from fxquant.errors import ConfigError, ConfigTypeError
-from fxquant.fake_quantize import FakeQuantize, FakeQuantizeBase
-from fxquant.observer import ObserverBase
+from fxquant.numerics.fake_quantize import FakeQuantize, FakeQuantizeBase
+from fxquant.numerics.observer import ObserverBase
 
 __all__ = ["GlobalBatchObservation", "observe_global_batch"]
 

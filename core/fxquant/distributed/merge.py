@@ -37,8 +37,8 @@ from fxquant.distributed.sites import (
     structure,
 )
 from fxquant.errors import ConfigError
-from fxquant.fake_quantize import FakeQuantize
-from fxquant.observer import HistogramObserver
+from fxquant.numerics.fake_quantize import FakeQuantize
+from fxquant.numerics.observer import HistogramObserver
 
 __all__ = ["sync_observers"]
 

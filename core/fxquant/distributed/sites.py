@@ -16,8 +16,12 @@ from typing import Any, Literal
 from torch import nn
 
 from fxquant.errors import ConfigTypeError
-from fxquant.fake_quantize import FakeQuantize, FakeQuantizeBase, FusedMovingAvgObsFakeQuantize
-from fxquant.observer import (
+from fxquant.numerics.fake_quantize import (
+    FakeQuantize,
+    FakeQuantizeBase,
+    FusedMovingAvgObsFakeQuantize,
+)
+from fxquant.numerics.observer import (
     FixedQParamsObserver,
     HistogramObserver,
     MinMaxObserver,

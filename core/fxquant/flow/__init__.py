@@ -29,7 +29,7 @@ from fxquant.flow.fuse import fuse as _fuse
 from fxquant.flow.inplace import functionalize
 from fxquant.flow.prepare import prepare as _prepare_graph
 from fxquant.flow.report import Report, raise_if_skipped
-from fxquant.flow.state import META_KEY, FlowMeta, FlowState
+from fxquant.flow.state import META_KEY, FlowMeta, FlowState, flow_state
 from fxquant.flow.trace import TRACING_LOCK
 from fxquant.flow.trace import trace as _trace
 from fxquant.flow.user_model import warn_if_training
@@ -224,8 +224,8 @@ def explain(model: nn.Module, *, show: bool = True) -> Report:
         >>> [str(e.status) for e in explain(gm, show=False).entries()]
         ['float', 'quantized', 'float']
     """
-    state = getattr(model, "meta", {}).get(META_KEY) if isinstance(model, fx.GraphModule) else None
-    if not isinstance(state, FlowState):
+    state = flow_state(model)
+    if state is None:
         msg = (
             f"explain(model) needs a model returned by prepare_fx, prepare_qat_fx or "
             f"convert_fx; got {type(model).__name__} without a report"

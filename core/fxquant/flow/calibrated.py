@@ -30,7 +30,7 @@ from fxquant.errors import CalibrationWarning
 from fxquant.flow.convert_copy import observed_constant
 from fxquant.flow.convert_modules import is_observer
 from fxquant.flow.state import NodeInfo, node_info
-from fxquant.observer import is_calibrated
+from fxquant.numerics.observer import is_calibrated
 
 __all__ = ["label_observers", "uncalibrated", "warn_uncalibrated"]
 

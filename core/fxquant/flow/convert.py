@@ -332,7 +332,7 @@ def convert_fx(
         >>> _ = prepared(torch.randn(2, 4))
         >>> lowered = convert_fx(prepared)
     """
-    from fxquant.flow.lower import lower
+    from fxquant.lowering.lower import lower
 
     remove = _check_remove_qconfig(_remove_qconfig, "convert_fx")
     chosen = as_backend_config(backend_config)  # before any work: a bad argument changes nothing

@@ -22,8 +22,8 @@ from torch import nn
 from torch.fx import Graph, GraphModule, Node
 
 from fxquant import dtypes
-from fxquant import qdq as _qdq  # noqa: F401  # the kernels of torch.ops.fxquant.*
 from fxquant.lowering import PER_CHANNEL_OPS, QParams
+from fxquant.numerics import qdq as _qdq  # noqa: F401  # the kernels of torch.ops.fxquant.*
 
 __all__ = ["attribute_value", "node_qparams", "replace_observer"]
 

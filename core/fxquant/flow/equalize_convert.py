@@ -207,6 +207,26 @@ def _apply(
     return EqualizedPair(source, names, eq.alpha, applied, scale.detach().clone(), scaled)
 
 
+def _fold_plan(
+    graph: fx.Graph, modules: dict[str, nn.Module], site: tuple[Node, list[Node]]
+) -> tuple[str, Node | None, bool]:
+    """Where the input scale goes (pure): ``(kind, producer, exclusive)``; kind ``layer_norm``
+    or ``rows`` folds it into the producer, ``mul`` multiplies the observed input."""
+    observer, linears = site
+    sharers = [n for n in graph.nodes if n.op == "call_module" and n.target == observer.target]
+    exclusive = set(observer.users) == set(linears) and sharers == [observer]
+    kind, producer = ("mul", None)
+    if set(observer.users) == set(linears):
+        kind, producer = _producer(observer.args[0], observer, modules)
+    if kind == "rows" and producer is not None:
+        path = set(_observers_between(producer, observer, modules))
+        if not all(n in path for n in sharers):  # an observer shared beyond the path
+            kind, producer = "mul", None
+    elif not exclusive:
+        kind, producer = "mul", None
+    return kind, producer, exclusive
+
+
 def _apply_input_scale(
     root: nn.Module,
     graph: fx.Graph,
@@ -215,34 +235,49 @@ def _apply_input_scale(
     scale: torch.Tensor,
     ranges: tuple[torch.Tensor, torch.Tensor],
 ) -> tuple[str, tuple[str, ...]]:
-    observer, linears = site
-    source = observer.args[0]
-    sharers = [n for n in graph.nodes if n.op == "call_module" and n.target == observer.target]
-    exclusive = set(observer.users) == set(linears) and sharers == [observer]
-    kind, producer = ("mul", None)
-    if set(observer.users) == set(linears):
-        kind, producer = _producer(source, observer, modules)
-    if kind == "rows" and producer is not None:
-        path = set(_observers_between(producer, observer, modules))
-        if not all(n in path for n in sharers):  # an observer shared beyond the path
-            kind, producer = "mul", None
-    elif not exclusive:
-        kind, producer = "mul", None
+    # plan first, then one edit (#21: was one 57-line function)
+    observer = site[0]
+    kind, producer, exclusive = _fold_plan(graph, modules, site)
     if kind == "layer_norm" and producer is not None:
         _scale_rows(root, f"{producer.target}.weight", scale)
         _scale_rows(root, f"{producer.target}.bias", scale)
         _rescale_observer(root, modules, str(observer.target), ranges)
         return f"folded into {producer.name}", (producer.name,)
     if kind == "rows" and producer is not None:
-        weight, bias = _weight_and_bias(producer, modules, root)
-        _scale_rows(root, weight, scale)
-        _scale_rows(root, bias, scale)
-        chain = [producer, *_nodes_between(producer, observer)]
-        for between in chain:
-            if observer_node(between, modules) is not None:
-                _rescale_observer(root, modules, str(between.target), _with_zero(ranges))
-        scaled = tuple(n.name for n in chain if observer_node(n, modules) is None)
-        return f"folded into rows of {producer.name}", scaled
+        return _fold_into_rows(root, modules, (producer, observer), scale, ranges)
+    return _multiply_input(root, graph, modules, site, (scale, ranges), exclusive=exclusive)
+
+
+def _fold_into_rows(
+    root: nn.Module,
+    modules: dict[str, nn.Module],
+    ends: tuple[Node, Node],
+    scale: torch.Tensor,
+    ranges: tuple[torch.Tensor, torch.Tensor],
+) -> tuple[str, tuple[str, ...]]:
+    producer, observer = ends
+    weight, bias = _weight_and_bias(producer, modules, root)
+    _scale_rows(root, weight, scale)
+    _scale_rows(root, bias, scale)
+    chain = [producer, *_nodes_between(producer, observer)]
+    for between in chain:
+        if observer_node(between, modules) is not None:
+            _rescale_observer(root, modules, str(between.target), _with_zero(ranges))
+    scaled = tuple(n.name for n in chain if observer_node(n, modules) is None)
+    return f"folded into rows of {producer.name}", scaled
+
+
+def _multiply_input(
+    root: nn.Module,
+    graph: fx.Graph,
+    modules: dict[str, nn.Module],
+    site: tuple[Node, list[Node]],
+    scaling: tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]],
+    *,
+    exclusive: bool,
+) -> tuple[str, tuple[str, ...]]:
+    (observer, linears), (scale, ranges) = site, scaling
+    source = observer.args[0]
     name = unique_name(root, f"{observer.name}_equalization_scale")
     root.register_buffer(name, scale.detach().clone())
     if exclusive and isinstance(source, Node):

@@ -24,13 +24,15 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import sys
+import types
 from typing import Any
 
 from torch import fx, nn
 
 from fxquant.errors import ConfigError
 from fxquant.flow.context import FlowContext
-from fxquant.flow.trace import QuantizationTracer, mark_internal
+from fxquant.flow.trace import MODEL_TRACERS, QuantizationTracer, mark_internal
 
 __all__ = ["available", "trace_transformers_model", "tracer_class"]
 
@@ -103,3 +105,15 @@ def trace_transformers_model(
     tracer: Any = tracer_class()(*leaves)  # HFTracer.trace takes dummy_inputs
     graph: fx.Graph = tracer.trace(root, concrete_args=concrete, dummy_inputs=dummy)
     return tracer, graph
+
+
+def _for_transformers(root: nn.Module) -> types.ModuleType | None:
+    """This module for a transformers model when transformers.utils.fx is there, else None."""
+    transformers = sys.modules.get("transformers")  # a transformers model means it is imported
+    if transformers is None or not isinstance(root, transformers.PreTrainedModel):
+        return None
+    # without transformers.utils.fx (5.x): torch.fx's tracer, as for any model
+    return sys.modules[__name__] if available() else None
+
+
+MODEL_TRACERS.append(_for_transformers)  # flow/trace.py asks; it does not import this module (#21)

@@ -358,7 +358,7 @@ def _edge_request(
     if position == roles.get("bias"):
         if probe.bias_dtype != torch.float16:
             return None
-        from fxquant.observer import PlaceholderObserver
+        from fxquant.numerics.observer import PlaceholderObserver
 
         return PlaceholderObserver.with_args(dtype=torch.float16), torch.float16
     dtype = probe.activation.dtype

@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from torch.fx import Node
+from torch.fx import GraphModule, Node
 
 from fxquant.config.backend import BackendConfig, BackendPatternConfig, DTypeConfig
 from fxquant.config.custom import PrepareCustomConfig
@@ -20,7 +20,15 @@ from fxquant.config.qconfig import QConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.flow.report import Reason, Report
 
-__all__ = ["META_KEY", "FlowMeta", "FlowState", "NodeInfo", "node_info", "update_info"]
+__all__ = [
+    "META_KEY",
+    "FlowMeta",
+    "FlowState",
+    "NodeInfo",
+    "flow_state",
+    "node_info",
+    "update_info",
+]
 
 META_KEY = "fxquant"
 
@@ -68,6 +76,26 @@ class FlowState:
     is_qat: bool
     report: Report
     prepare_custom_config: PrepareCustomConfig
+
+
+def flow_state(model: object) -> FlowState | None:
+    """The flow's state on a model that prepare_fx, prepare_qat_fx or convert_fx returned
+    (its backend config, qconfig mapping and report), or None for any other object.
+
+    Public for plugins that deploy converted models (#21): the one lookup of ``META_KEY``.
+
+    Example:
+        >>> import torch, fxquant
+        >>> m = torch.nn.Sequential(torch.nn.ReLU()).eval()
+        >>> gm = fxquant.prepare_fx(m, fxquant.get_default_qconfig_mapping("reference"),
+        ...                         (torch.randn(2),))
+        >>> flow_state(gm).backend_config.name, flow_state(m)
+        ('reference', None)
+    """
+    if not isinstance(model, GraphModule):
+        return None
+    state = model.meta.get(META_KEY)
+    return state if isinstance(state, FlowState) else None
 
 
 def node_info(node: Node) -> NodeInfo:

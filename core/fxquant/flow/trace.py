@@ -26,6 +26,7 @@ import os
 import sys
 import threading
 import types
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -262,15 +263,19 @@ def _check_concrete_args(root: nn.Module, ctx: FlowContext) -> dict[str, Any] | 
     return dict(ctx.concrete_args)
 
 
-def _hf_tracing(root: nn.Module) -> types.ModuleType | None:
-    """``fxquant.flow.hf_trace`` for a transformers model (with transformers.utils.fx)."""
-    transformers = sys.modules.get("transformers")  # a transformers model means it is imported
-    if transformers is None or not isinstance(root, transformers.PreTrainedModel):
-        return None
-    from fxquant.flow import hf_trace  # lazy: it imports this module
+# tracers of other libraries' models, each (model) -> a module with trace_transformers_model or
+# None: an optional part registers itself here (flow/hf_trace.py, imported by fxquant/__init__),
+# so the flow imports no optional part (#21)
+MODEL_TRACERS: list[Callable[[nn.Module], types.ModuleType | None]] = []
 
-    # without transformers.utils.fx (5.x): torch.fx's tracer, as for any model
-    return hf_trace if hf_trace.available() else None
+
+def _hf_tracing(root: nn.Module) -> types.ModuleType | None:
+    """The registered tracer for ``root`` (transformers' for a transformers model), or None."""
+    for find in MODEL_TRACERS:
+        found = find(root)
+        if found is not None:
+            return found
+    return None
 
 
 def drop_string_annotations(graph: fx.Graph) -> None:

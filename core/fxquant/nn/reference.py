@@ -25,9 +25,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fxquant import dtypes, qdq
+from fxquant import dtypes
 from fxquant.errors import ConfigError, ConfigTypeError
 from fxquant.nn.intrinsic import FusedModule, type_label
+from fxquant.numerics import qdq
 
 __all__ = [
     "Conv1d",

@@ -24,7 +24,7 @@ import torch
 from fxquant.config.qconfig import Constructor, QConfig
 from fxquant.errors import ConfigError
 from fxquant.factory import ModuleFactory
-from fxquant.observer import PerChannelMinMaxObserver
+from fxquant.numerics.observer import PerChannelMinMaxObserver
 
 __all__ = [
     "EqualizationQConfig",

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fxquant.config.backend import BackendPatternConfig, DTypeConfig, ObservationType
-from fxquant.patterns._common import op_config
+from fxquant.patterns.builders import op_config
 
 __all__ = [
     "BINARY_OPS",

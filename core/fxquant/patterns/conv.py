@@ -25,7 +25,7 @@ from fxquant.config.backend import BackendPatternConfig, DTypeConfig, Observatio
 from fxquant.errors import ConfigError
 from fxquant.nn import fusers, intrinsic, qat, reference
 from fxquant.nn.intrinsic import qat as intrinsic_qat
-from fxquant.patterns._common import fusion_config, module_config, op_config
+from fxquant.patterns.builders import fusion_config, module_config, op_config
 
 __all__ = ["ConvFamily", "conv_configs", "conv_family", "conv_transpose_configs"]
 

@@ -29,7 +29,7 @@ from fxquant.config.pattern import MatchAllNode
 from fxquant.errors import ConfigError
 from fxquant.nn import fusers, intrinsic, reference
 from fxquant.patterns import getters
-from fxquant.patterns._common import Pattern, module_config
+from fxquant.patterns.builders import Pattern, module_config
 
 __all__ = [
     "conv_add_configs",

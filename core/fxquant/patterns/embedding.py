@@ -14,7 +14,7 @@ from torch import nn
 
 from fxquant.config.backend import BackendPatternConfig, DTypeConfig, ObservationType
 from fxquant.nn import qat, reference
-from fxquant.patterns._common import module_config, op_config
+from fxquant.patterns.builders import module_config, op_config
 
 __all__ = ["embedding_configs"]
 

@@ -30,7 +30,7 @@ from fxquant.config.backend import (
 )
 from fxquant.dtypes import dtypes_match
 from fxquant.errors import ConfigError
-from fxquant.patterns._common import Pattern, op_config
+from fxquant.patterns.builders import Pattern, op_config
 
 __all__ = [
     "RANGE_0_TO_1",

@@ -16,7 +16,7 @@ from torch import nn
 from fxquant.config.backend import BackendPatternConfig, DTypeConfig, ObservationType
 from fxquant.nn import fusers, intrinsic, qat, reference
 from fxquant.nn.intrinsic import qat as intrinsic_qat
-from fxquant.patterns._common import fusion_config, module_config, op_config
+from fxquant.patterns.builders import fusion_config, module_config, op_config
 
 __all__ = ["linear_configs"]
 

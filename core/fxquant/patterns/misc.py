@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fxquant.config.backend import BackendPatternConfig, DTypeConfig, ObservationType
-from fxquant.patterns._common import Pattern, op_config
+from fxquant.patterns.builders import Pattern, op_config
 
 __all__ = ["cat_configs", "default_op_configs", "default_ops", "tensor_info_op_configs"]
 

@@ -19,7 +19,7 @@ from torch import nn
 
 from fxquant.config.backend import BackendPatternConfig, DTypeConfig, ObservationType
 from fxquant.nn import fusers, intrinsic
-from fxquant.patterns._common import fusion_config, op_config
+from fxquant.patterns.builders import fusion_config, op_config
 
 __all__ = ["bn_configs", "ln_configs"]
 

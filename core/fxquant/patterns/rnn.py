@@ -14,7 +14,7 @@ from torch import nn
 
 from fxquant.config.backend import BackendPatternConfig, DTypeConfig
 from fxquant.nn import reference
-from fxquant.patterns._common import module_config
+from fxquant.patterns.builders import module_config
 
 __all__ = ["RNN_MODULES", "rnn_configs"]
 

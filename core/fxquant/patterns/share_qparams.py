@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fxquant.config.backend import BackendPatternConfig, DTypeConfig, ObservationType
-from fxquant.patterns._common import Pattern, op_config
+from fxquant.patterns.builders import Pattern, op_config
 
 __all__ = ["share_qparams_op_configs", "share_qparams_ops"]
 

@@ -17,8 +17,9 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
+from fxquant import plugin_roots
 from fxquant.lowering import LoweringRule
-from fxquant.registry.answers import Deployed, Deployment, Override
+from fxquant.registry.answers import Deployed, Deployment, Override, only_for
 from fxquant.registry.hookspecs import PLUGIN_API_VERSIONS, hookimpl, hookspec
 
 if TYPE_CHECKING:
@@ -43,6 +44,7 @@ __all__ = [
     "hookimpl",
     "hookspec",
     "list_backends",
+    "only_for",
     "refresh",
     "register_plugin",
     "unregister_plugin",
@@ -72,6 +74,19 @@ def default_registry() -> Registry:
                 _registry = Registry()
             registry = _registry
     return registry
+
+
+def _plugin_roots() -> frozenset[str]:
+    """The top-level packages of enabled entry points (trusted names in JSON configs)."""
+    roots = set()
+    for record in default_registry().records():
+        module = record.value.split(":", 1)[0].strip()
+        if module and not record.disabled:
+            roots.add(module.split(".", 1)[0])
+    return frozenset(roots)
+
+
+plugin_roots.answer_with(_plugin_roots)  # the configs ask through fxquant.plugin_roots (#21)
 
 
 def list_backends() -> list[str]:

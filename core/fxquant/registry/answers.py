@@ -3,6 +3,7 @@
     Override     wraps an answer that deliberately replaces another plugin's answer
     Deployment   how a backend runs converted models outside PyTorch eager (``fxquant_deployment``)
     Deployed     what ``Deployment.deploy`` returns: a callable with a report
+    only_for     a hook implementation that answers for one backend only (#21)
 
 The hook specifications themselves are in ``fxquant.registry.hookspecs``, which
 re-exports these records for plugins written against it.
@@ -10,9 +11,10 @@ re-exports these records for plugins written against it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from fxquant.errors import ConfigError, ConfigTypeError
 
@@ -21,7 +23,7 @@ if TYPE_CHECKING:
 
     from fxquant.flow.report import Report
 
-__all__ = ["Deployed", "Deployment", "Override"]
+__all__ = ["Deployed", "Deployment", "Override", "only_for"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,3 +118,37 @@ class Deployment:
                 f"{type(self.deploy).__name__}; pass deploy(model, example_inputs)"
             )
             raise ConfigTypeError(msg)
+
+
+_Answer = TypeVar("_Answer")
+
+
+def only_for(name: str) -> Callable[[Callable[..., _Answer]], Callable[..., _Answer | None]]:
+    """Make a hook implementation answer for backend ``name`` only, and ``None`` for others.
+
+    Every hook takes the backend's name first; a plugin's hook that has nothing for another
+    backend returns ``None`` (the hookspecs' rule). This decorator says so once, under
+    ``@hookimpl``, instead of an ``if backend == ...`` in every hook (#21). pluggy reads the
+    wrapped function's signature, so the hook keeps its arguments.
+
+    Args:
+        name: the backend the hook answers for.
+
+    Example:
+        >>> @only_for("mine")
+        ... def fxquant_default_qconfig_mapping(backend: str, is_qat: bool) -> str:
+        ...     return f"{backend} mapping, qat={is_qat}"
+        >>> fxquant_default_qconfig_mapping("mine", False)
+        'mine mapping, qat=False'
+        >>> fxquant_default_qconfig_mapping("x86", False) is None
+        True
+    """
+
+    def decorate(hook: Callable[..., _Answer]) -> Callable[..., _Answer | None]:
+        @functools.wraps(hook)
+        def answer(backend: str, *args: Any, **kwargs: Any) -> _Answer | None:
+            return hook(backend, *args, **kwargs) if backend == name else None
+
+        return answer
+
+    return decorate

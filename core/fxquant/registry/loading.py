@@ -29,6 +29,7 @@ from fxquant.registry.compat import (
     normalize_dist_name,
     version_satisfies,
 )
+from fxquant.version import VERSION
 
 __all__ = [
     "BUILTIN_DISTRIBUTION",
@@ -144,10 +145,8 @@ class EntryPointRecord:
 
     def info(self) -> PluginInfo:
         """The record as ``fxquant backends`` shows it (reads the distribution's METADATA)."""
-        from fxquant import __version__
-
         if self.dist is None:
-            name, version = BUILTIN_DISTRIBUTION, __version__
+            name, version = BUILTIN_DISTRIBUTION, VERSION
         else:
             name, version = self.dist.name, self.dist.version
         return PluginInfo(
@@ -332,14 +331,12 @@ def scan() -> list[EntryPointRecord]:
 
 
 def _incompatible_reason(record: EntryPointRecord) -> str:
-    from fxquant import __version__
-
     if record.dist is None or record.builtin:
         return ""
     specifier = fxquant_requirement(record.dist.requires)
-    if specifier is None or version_satisfies(__version__, specifier):
+    if specifier is None or version_satisfies(VERSION, specifier):
         return ""
-    return f"requires fxquant{specifier}, installed fxquant is {__version__}"
+    return f"requires fxquant{specifier}, installed fxquant is {VERSION}"
 
 
 def _failure(info: PluginInfo, error: BaseException, what: str) -> LoadedPlugin:

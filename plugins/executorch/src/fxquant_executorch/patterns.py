@@ -40,8 +40,8 @@ from fxquant.config.backend import (
     DTypeWithConstraints,
     ObservationType,
 )
-from fxquant.patterns._common import Pattern, op_config
 from fxquant.patterns.binary import binary_op_configs
+from fxquant.patterns.builders import Pattern, op_config
 from fxquant.patterns.conv import conv_configs
 from fxquant.patterns.embedding import embedding_configs
 from fxquant.patterns.linear import linear_configs

@@ -16,22 +16,23 @@ BACKEND = "executorch"
 
 
 @fxquant.registry.hookimpl
+@fxquant.registry.only_for(BACKEND)
 def fxquant_pattern_configs(backend: str) -> list[BackendPatternConfig] | None:
     """The patterns XNNPACK runs on int8."""
-    return pattern_configs() if backend == BACKEND else None
+    return pattern_configs()
 
 
 @fxquant.registry.hookimpl
+@fxquant.registry.only_for(BACKEND)
 def fxquant_default_qconfig_mapping(backend: str, is_qat: bool) -> QConfigMapping | None:
     """Asymmetric int8 activations, symmetric per-channel int8 weights (XNNPACK's qs8/qc8w)."""
-    return default_qconfig_mapping(is_qat) if backend == BACKEND else None
+    return default_qconfig_mapping(is_qat)
 
 
 @fxquant.registry.hookimpl
+@fxquant.registry.only_for(BACKEND)
 def fxquant_deployment(backend: str) -> Deployment | None:
     """Converted models deploy as ExecuTorch programs run by the XNNPACK delegate."""
-    if backend != BACKEND:
-        return None
     from fxquant_executorch.program import deploy  # executorch loads only when deploying
 
     return Deployment("ExecuTorch XNNPACK", deploy=deploy)

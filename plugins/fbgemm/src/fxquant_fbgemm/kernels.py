@@ -8,7 +8,7 @@ engine only.
 from __future__ import annotations
 
 import fxquant_quantized_engine as quantized_engine
-from fxquant.registry import LoweringRule
+from fxquant.lowering import LoweringRule
 
 from fxquant_fbgemm.patterns import pattern_configs
 

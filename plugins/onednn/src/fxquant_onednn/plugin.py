@@ -17,18 +17,21 @@ BACKEND = "onednn"
 
 
 @fxquant.registry.hookimpl
+@fxquant.registry.only_for(BACKEND)
 def fxquant_pattern_configs(backend: str) -> list[BackendPatternConfig] | None:
     """The patterns onednn quantizes."""
-    return pattern_configs() if backend == BACKEND else None
+    return pattern_configs()
 
 
 @fxquant.registry.hookimpl
+@fxquant.registry.only_for(BACKEND)
 def fxquant_lowering_kernels(backend: str) -> list[LoweringRule] | None:
     """A oneDNN kernel for every pattern."""
-    return lowering_rules(pattern_configs()) if backend == BACKEND else None
+    return lowering_rules(pattern_configs())
 
 
 @fxquant.registry.hookimpl
+@fxquant.registry.only_for(BACKEND)
 def fxquant_default_qconfig_mapping(backend: str, is_qat: bool) -> QConfigMapping | None:
     """Full-range uint8 activations, per-channel symmetric int8 weights."""
-    return default_qconfig_mapping(is_qat) if backend == BACKEND else None
+    return default_qconfig_mapping(is_qat)

@@ -31,18 +31,21 @@ def _deploy(model: Any, example_inputs: tuple[Any, ...]) -> Any:
 
 
 @fxquant.registry.hookimpl
+@fxquant.registry.only_for(BACKEND)
 def fxquant_pattern_configs(backend: str) -> list[BackendPatternConfig] | None:
     """The patterns TensorRT runs in int8, with its explicit-quantization constraints."""
-    return pattern_configs() if backend == BACKEND else None
+    return pattern_configs()
 
 
 @fxquant.registry.hookimpl
+@fxquant.registry.only_for(BACKEND)
 def fxquant_default_qconfig_mapping(backend: str, is_qat: bool) -> QConfigMapping | None:
     """int8 symmetric activations, int8 symmetric per-channel weights, float norms/softmax."""
-    return default_qconfig_mapping(is_qat) if backend == BACKEND else None
+    return default_qconfig_mapping(is_qat)
 
 
 @fxquant.registry.hookimpl
+@fxquant.registry.only_for(BACKEND)
 def fxquant_deployment(backend: str) -> Deployment | None:
     """The exported ONNX model in onnxruntime, with the TensorRT placement check as its report."""
-    return Deployment(RUNTIME, deploy=_deploy) if backend == BACKEND else None
+    return Deployment(RUNTIME, deploy=_deploy)

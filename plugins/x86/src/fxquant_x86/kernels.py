@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fxquant.registry.hookspecs import LoweringRule
+from fxquant.lowering import LoweringRule
 from fxquant_onednn.kernels import lowering_rules
 
 from fxquant_x86.patterns import pattern_configs

@@ -5,7 +5,7 @@ from __future__ import annotations
 import fxquant.registry
 from fxquant.config.backend import BackendPatternConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
-from fxquant.registry.hookspecs import LoweringRule
+from fxquant.lowering import LoweringRule
 
 from fxquant_x86.kernels import x86_lowering_rules
 from fxquant_x86.patterns import pattern_configs
@@ -17,18 +17,21 @@ BACKEND = "x86"
 
 
 @fxquant.registry.hookimpl
+@fxquant.registry.only_for(BACKEND)
 def fxquant_pattern_configs(backend: str) -> list[BackendPatternConfig] | None:
     """The patterns x86 quantizes."""
-    return pattern_configs() if backend == BACKEND else None
+    return pattern_configs()
 
 
 @fxquant.registry.hookimpl
+@fxquant.registry.only_for(BACKEND)
 def fxquant_lowering_kernels(backend: str) -> list[LoweringRule] | None:
     """fxquant-onednn's kernels for every x86 pattern."""
-    return x86_lowering_rules() if backend == BACKEND else None
+    return x86_lowering_rules()
 
 
 @fxquant.registry.hookimpl
+@fxquant.registry.only_for(BACKEND)
 def fxquant_default_qconfig_mapping(backend: str, is_qat: bool) -> QConfigMapping | None:
     """int8 conv / pooling / Linear / matmul; norms, softmax and residual adds float."""
-    return default_qconfig_mapping(is_qat) if backend == BACKEND else None
+    return default_qconfig_mapping(is_qat)

@@ -29,8 +29,8 @@ from torch import nn
 from torch.fx import GraphModule, Node
 
 from fxquant.flow.convert_qdq import node_qparams
-from fxquant.kernels import boundary
 from fxquant.lowering import DEQUANTIZE_OPS, QDQ_OPS, AddInput, Dequantize, Quantize
+from fxquant.lowering.kernels import boundary
 
 __all__ = [
     "OUTPUT_OF_KEY",

@@ -36,7 +36,7 @@ class IntegerClamp(nn.Module):
             >>> clamp.low, clamp.high
             (10, 70)
         """
-        from fxquant import qdq  # the reference numerics for the bounds
+        from fxquant.numerics import qdq  # the reference numerics for the bounds
 
         assert out.scale is not None  # static qparams
         assert out.zero_point is not None

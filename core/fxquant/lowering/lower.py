@@ -33,10 +33,8 @@ import torch
 from torch import nn
 from torch.fx import GraphModule, Node
 
-from fxquant.flow import epilogues
 from fxquant.flow.context import FlowContext
 from fxquant.flow.convert_qdq import attribute_value, node_qparams
-from fxquant.flow.epilogues import OUTPUT_OF_KEY, OUTPUT_QPARAMS_KEY
 from fxquant.flow.match import Match, PatternIndex, match_graph
 from fxquant.flow.report import NodeStatus, Reason, ReasonCode, Report
 from fxquant.flow.state import META_KEY, NodeInfo
@@ -49,7 +47,9 @@ from fxquant.lowering import (
     LoweringMatch,
     LoweringRule,
     QParams,
+    epilogues,
 )
+from fxquant.lowering.epilogues import OUTPUT_OF_KEY, OUTPUT_QPARAMS_KEY
 
 __all__ = ["lower"]
 

@@ -14,6 +14,8 @@ import re
 import string
 from pathlib import Path
 
+from fxquant.version import VERSION
+
 __all__ = ["TEMPLATES", "new_backend"]
 
 _PYPROJECT = """\
@@ -251,9 +253,7 @@ TEMPLATES: dict[str, str] = {
 
 
 def _requires() -> str:
-    from fxquant import __version__
-
-    major, minor = (int(part) for part in __version__.split(".")[:2])
+    major, minor = (int(part) for part in VERSION.split(".")[:2])
     return f"fxquant>={major}.{minor},<{major}.{minor + 1}"
 
 

@@ -1,10 +1,11 @@
-"""Small constructors shared by the pattern builders.
+"""Small constructors shared by the pattern builders, public for plugin authors (#21).
 
 Every builder in this package turns a list of patterns plus the backend's
 dtype configs into :class:`BackendPatternConfig` objects. The three shapes of
 config that recur (a plain op, a weighted module with its QAT/reference
 counterparts, a fusion) each get one helper here so the builders read as
-tables.
+tables. A plugin with patterns of its own builds them with the same helpers
+(``from fxquant.patterns.builders import Pattern, op_config``).
 """
 
 from __future__ import annotations

@@ -796,7 +796,7 @@ def load_module_from_path(path: str | Path, name: str) -> ModuleType:
         FileNotFoundError: there is no file at ``path``.
 
     Example:
-        >>> import fxquant
+        >>> import fxquant.testing
         >>> load_module_from_path(fxquant.testing.__file__, "a_copy_of_the_kit").__name__
         'a_copy_of_the_kit'
     """

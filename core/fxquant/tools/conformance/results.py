@@ -71,7 +71,7 @@ def render_results(rows: Sequence[CheckResult], title: str = "") -> str:
         | Linear  | well_formed | pass   |        |
         mine: 1 checks: 1 pass, 0 fail, 0 skip
     """
-    from fxquant.cli import markdown_table
+    from fxquant.tools.tables import markdown_table
 
     table = markdown_table(
         ["pattern", "check", "result", "reason"],

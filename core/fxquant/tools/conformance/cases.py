@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fxquant import testing
+from fxquant.tools import testing
 
 __all__ = ["DEPLOYED_CASES", "VARIANT_CASES"]
 

@@ -24,20 +24,24 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 
-from fxquant import testing
-from fxquant.conformance.cases import DEPLOYED_CASES, VARIANT_CASES
-from fxquant.conformance.configs import default_mapping_rows, pattern_problems, well_formed_rows
-from fxquant.conformance.kernels import (
+from fxquant.lowering import LoweringRule
+from fxquant.progress import progress
+from fxquant.registry import default_registry
+from fxquant.tools import testing
+from fxquant.tools.conformance.cases import DEPLOYED_CASES, VARIANT_CASES
+from fxquant.tools.conformance.configs import (
+    default_mapping_rows,
+    pattern_problems,
+    well_formed_rows,
+)
+from fxquant.tools.conformance.kernels import (
     deployed_rows,
     fresh_process_rows,
     kernel_rows,
     rule_text,
 )
-from fxquant.conformance.results import CheckResult, CheckStatus, Group, render_results
-from fxquant.lowering import LoweringRule
-from fxquant.progress import progress
-from fxquant.registry import default_registry
-from fxquant.registry.describe import pattern_text
+from fxquant.tools.conformance.results import CheckResult, CheckStatus, Group, render_results
+from fxquant.tools.describe import pattern_text
 
 __all__ = [
     "DEPLOYED_CASES",

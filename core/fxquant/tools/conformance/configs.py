@@ -9,13 +9,13 @@ import torch
 
 from fxquant.config.backend import BackendPatternConfig, DTypeConfig
 from fxquant.config.pattern import is_match_all
-from fxquant.conformance.results import CheckResult, CheckStatus
 from fxquant.dtypes import canonical_dtype
 from fxquant.errors import FxquantError, MissingDefaultQConfigError
 from fxquant.flow.dtype_check import QConfigProbe, select_dtype_config
 from fxquant.flow.report import Reason
 from fxquant.registry import default_registry, get_default_qconfig_mapping
-from fxquant.registry.describe import class_str, pattern_text
+from fxquant.tools.conformance.results import CheckResult, CheckStatus
+from fxquant.tools.describe import class_str, pattern_text
 
 __all__ = ["default_mapping_rows", "pattern_problems", "well_formed_rows"]
 

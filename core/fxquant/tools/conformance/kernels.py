@@ -20,12 +20,12 @@ from dataclasses import dataclass
 import torch
 from torch import fx
 
-from fxquant import testing
-from fxquant.conformance.results import CheckResult, CheckStatus
 from fxquant.flow.match import PatternIndex, match_graph
 from fxquant.lowering import LoweringRule
 from fxquant.registry import default_registry, get_default_qconfig_mapping
-from fxquant.registry.describe import pattern_text
+from fxquant.tools import testing
+from fxquant.tools.conformance.results import CheckResult, CheckStatus
+from fxquant.tools.describe import pattern_text
 
 __all__ = ["deployed_rows", "fresh_process_rows", "kernel_rows", "rule_text"]
 

@@ -17,6 +17,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from fxquant.tools.tables import markdown_table
+from fxquant.version import VERSION
+
 __all__ = ["main", "markdown_table", "render_backends", "render_show"]
 
 _EPILOG = """\
@@ -39,25 +42,6 @@ environment:
                                       unset: only when stderr is a terminal (a bar with
                                       tqdm installed, else a few plain lines)
 """
-
-
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Render a Markdown table with columns padded to their widest cell.
-
-    Example:
-        >>> print(markdown_table(["a", "bb"], [["1", "2"]]))
-        | a | bb |
-        | - | -- |
-        | 1 | 2  |
-    """
-    cells = [[str(c).replace("|", "\\|") for c in row] for row in [header, *rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    lines = [
-        "| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |"
-        for row in cells
-    ]
-    lines.insert(1, "| " + " | ".join("-" * w for w in widths) + " |")
-    return "\n".join(lines)
 
 
 def _backends_data() -> list[dict[str, Any]]:
@@ -127,7 +111,7 @@ def render_show(data: dict[str, Any]) -> str:
 
     Example:
         >>> from fxquant.registry import default_registry
-        >>> from fxquant.registry.describe import describe
+        >>> from fxquant.tools.describe import describe
         >>> text = render_show(describe(default_registry().assembled("reference")))
     """
     summary = data["summary"]
@@ -195,7 +179,7 @@ def _cmd_backends(args: argparse.Namespace, out: TextIO) -> int:
 def _cmd_show(args: argparse.Namespace, out: TextIO) -> int:
     from fxquant.errors import PluginError, UnknownBackendError
     from fxquant.registry import default_registry
-    from fxquant.registry.describe import describe
+    from fxquant.tools.describe import describe
 
     try:
         data = describe(default_registry().assembled(args.name))
@@ -207,7 +191,7 @@ def _cmd_show(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
-    from fxquant.demo import run_demo
+    from fxquant.tools.demo import run_demo
 
     names = None if args.backends is None else [n.strip() for n in args.backends.split(",")]
     chosen = [n for n in names if n] if names is not None else None
@@ -215,8 +199,8 @@ def _cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _cmd_check(args: argparse.Namespace, out: TextIO) -> int:
-    from fxquant.conformance import CheckStatus, check_backend, render_results
     from fxquant.errors import PluginError, UnknownBackendError
+    from fxquant.tools.conformance import CheckStatus, check_backend, render_results
 
     try:
         rows = check_backend(args.name, shapes=args.shapes, seed=args.seed)
@@ -233,7 +217,7 @@ def _cmd_check(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _cmd_new_backend(args: argparse.Namespace, out: TextIO) -> int:
-    from fxquant.scaffold import new_backend
+    from fxquant.tools.scaffold import new_backend
 
     try:
         folder = new_backend(args.name, args.directory)
@@ -251,15 +235,13 @@ def build_parser() -> argparse.ArgumentParser:
         >>> build_parser().parse_args(["show", "x86"]).name
         'x86'
     """
-    from fxquant import __version__
-
     parser = argparse.ArgumentParser(
         prog="fxquant",
         description="BackendConfig-driven FX quantization: inspect backends and their plugins.",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"fxquant {__version__}")
+    parser.add_argument("--version", action="version", version=f"fxquant {VERSION}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     backends = commands.add_parser("backends", help="list installed backends and their plugins")
     backends.add_argument("--json", action="store_true", help="print JSON instead of a table")

@@ -152,7 +152,7 @@ def tutorial_qconfig_mapping() -> Any:
     """
     from fxquant.config.qconfig import QConfig
     from fxquant.config.qconfig_mapping import QConfigMapping
-    from fxquant.observer import MinMaxObserver, default_weight_observer
+    from fxquant.numerics.observer import MinMaxObserver, default_weight_observer
 
     activation = MinMaxObserver.with_args(quant_min=0, quant_max=127, eps=2**-12)
     qconfig = QConfig(activation=activation, weight=default_weight_observer)
@@ -457,8 +457,8 @@ def run_demo(
         >>> run_demo(io.StringIO(), backends=["reference"])
         0
     """
-    from fxquant.cli import markdown_table
     from fxquant.registry import list_backends
+    from fxquant.tools.tables import markdown_table
 
     out = sys.stdout if out is None else out
     threads = torch.get_num_threads()

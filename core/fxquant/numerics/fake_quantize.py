@@ -21,7 +21,7 @@ from fxquant.config.checks import check_flag, check_integer
 from fxquant.dtypes import is_per_channel, is_symmetric, qscheme_name, quant_range
 from fxquant.errors import ConfigError, ConfigTypeError
 from fxquant.factory import ModuleFactory
-from fxquant.observer import (
+from fxquant.numerics.observer import (
     FixedQParamsObserver,
     HistogramObserver,
     MovingAverageMinMaxObserver,
