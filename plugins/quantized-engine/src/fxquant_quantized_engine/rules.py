@@ -21,6 +21,7 @@ from fxquant_quantized_engine.engine import (
     _QINT8,
     _Quiet,
 )
+from fxquant_quantized_engine.float_output import float_output_reason
 from fxquant_quantized_engine.modules import (
     QuantizedBinary,
     QuantizedCat,
@@ -269,11 +270,14 @@ def build_ops(engine: str) -> Callable[[Any], nn.Module | None]:
 
     def build(match: Any) -> nn.Module | None:
         out = _tensor_qparams(match.output)
-        if out is None:
+        if out is None and match.output is not None:
             return None
         inputs = [_input_qparams(q) for q in match.inputs]
         if any(q is None and p is not None for q, p in zip(inputs, match.inputs, strict=True)):
             return None  # an int8 activation or a dynamic input: no quint8 kernel takes it
+        if out is None:  # int8 in, float out (an F.linear, #23): the float ops on the inputs
+            steps, modules, _ = _steps(match)
+            return QuantizedOps(engine, steps, inputs, None, native=False, modules=modules)
         tensors = [q for q in inputs if not isinstance(q, ChannelQParams)]
         kernel = _special(engine, match, tensors, out) if len(tensors) == len(inputs) else None
         if kernel is not None:
@@ -374,10 +378,14 @@ def build_weighted(engine: str, relu: bool) -> Callable[[Any], nn.Module | Decli
             split = saturation is not None
             return QuantizedLinearDynamic(engine, reference, reduce_range=narrow, split=split)
         qx, out = _tensor_qparams(x), _tensor_qparams(match.output)
-        if qx is None or out is None:
+        if qx is None or (out is None and not (is_linear and match.output is None)):
             return None
         if saturation is not None:
             return Declined(saturation)
+        if out is None:  # int8 in, float out (#23)
+            reason = float_output_reason(engine, qx)
+            if reason is not None:
+                return Declined(reason)
         kernel = QuantizedLinear if is_linear else QuantizedConv
         return kernel(engine, reference, qx, out, relu=relu)
 
