@@ -1,8 +1,10 @@
 """The reference model says what the lowered model runs (#23), on a transformer and a CNN.
 
-x86 and onednn's linear kernels take int8 and return fp32: their Linear DTypeConfig says
-so (int8 in, float out), so the reference model leaves the output float too and
-``explain`` labels the pattern. Every weighted node of the lowered model is then within
+x86 and onednn's linear kernels take int8 and return fp32, and so do fbgemm's and
+qnnpack's (fbgemm's fused fp32-output linear, QNNPACK's dynamic one given the static
+range: fxquant_quantized_engine.float_output): their Linear DTypeConfig says so (int8 in,
+float out), so the reference model leaves the output float too and ``explain`` labels
+the pattern. Every weighted node of the lowered model is then within
 one quantization step of the reference model's same node: float outputs equal (up to
 float accumulation order), integer outputs within one step of the reference's quantize.
 
@@ -157,7 +159,7 @@ def test_each_lowered_node_is_within_one_step_of_the_reference(backend: str, nam
     assert nn.functional.cosine_similarity(out.flatten(), want.flatten(), dim=0) > 0.9999
 
 
-@pytest.mark.parametrize("backend", ["x86", "onednn"])
+@pytest.mark.parametrize("backend", ["x86", "onednn", "fbgemm", "qnnpack"])
 def test_an_int8_in_float_out_linear_leaves_its_output_float_and_says_so(backend: str) -> None:
     if backend not in fxquant.list_backends():
         pytest.skip(f"backend {backend!r} is not installed")
@@ -172,7 +174,7 @@ def test_an_int8_in_float_out_linear_leaves_its_output_float_and_says_so(backend
     assert torch.allclose(lowered(x), reference(x), atol=1e-5)
 
 
-@pytest.mark.parametrize("backend", ["x86", "onednn"])
+@pytest.mark.parametrize("backend", ["x86", "onednn", "fbgemm", "qnnpack"])
 def test_a_linear_feeding_an_int8_op_returns_int8_from_its_kernel(backend: str) -> None:
     """CNN speed: the consumer's quantize step is absorbed, so the chain stays integer."""
     if backend not in fxquant.list_backends():

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from fxquant.config.qconfig import QConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
+from fxquant.nn import intrinsic
 from fxquant.patterns.qconfigs import mapping_with_overrides
 from torch import nn
 
@@ -104,7 +105,8 @@ def engine_default_qconfig_mapping(
     mapping = mapping_with_overrides(base, per_tensor, is_qat)
     if linear_activation is not None:
         linear, _ = _engine_qconfigs(is_qat, linear_activation, weight)
-        for op in (nn.Linear, F.linear):
+        # the fused class too: it outranks its parts, so linear + relu still fuse
+        for op in (nn.Linear, F.linear, intrinsic.LinearReLU):
             mapping.set_object_type(op, linear)
     for op in TRANSFORMER_FLOAT_OPS:
         mapping.set_object_type(op, None)
