@@ -15,25 +15,34 @@ interleaved, median of ``--rounds`` rounds, microseconds per call; "new / old" p
 shape and for the whole layer (the sum of its six linears: q, k, v, out, ffn1, ffn2).
 Prints a table and writes bench/results/float_output_linear.json.
 
-    OMP_NUM_THREADS=1 python bench/bench_float_output_linear.py [--rounds 7] [--quick]
+``--cnn``: what the default's float residual adds (#23) cost CNNs instead: the lowered
+zoo ResNet-like model (2 + 2 bottlenecks, width 16, 64x64) and the bench's MobileNetV2
+(quick size) at batch 1, default mapping against ``transformer_ops_int8(default)``
+(adds int8, as before), same run, milliseconds per forward.
+
+    OMP_NUM_THREADS=1 python bench/bench_float_output_linear.py [--rounds 7] [--quick] [--cnn]
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import statistics
+import sys
 import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import fxquant
 import harness
+import models
 import torch
 from fxquant.lowering import Dequantize, QParams, Quantize
 from fxquant.nn import reference
-from fxquant_quantized_engine import QuantizedLinear, TensorQParams
+from fxquant_quantized_engine import QuantizedLinear, TensorQParams, transformer_ops_int8
 from torch import nn
 
 RESULTS = Path(__file__).resolve().parent / "results" / "float_output_linear.json"
@@ -93,17 +102,53 @@ def interleaved(calls: dict[str, Callable[[], Any]], rounds: int, repeats: int) 
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
+def cnn_rows(rounds: int, repeats: int) -> list[dict[str, Any]]:
+    """Default (float adds) against adds int8, lowered CNNs at batch 1 (module docstring)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.flow.zoo import ResNetLike  # the zoo's model, as the zoo tests build it
+
+    torch.manual_seed(0)
+    mobilenet = models.mobilenet_v2(quick=True, batch=1)
+    cases = {
+        "ResNet-like 64x64": (ResNetLike((2, 2), 16).eval(), torch.randn(1, 3, 64, 64)),
+        "MobileNetV2 (quick)": (mobilenet.build().eval(), mobilenet.inputs()[0]),
+    }
+    rows = []
+    for engine in ("fbgemm", "qnnpack"):
+        config = fxquant.get_backend_config(engine)
+        for name, (model, x) in cases.items():
+            lowered = {}
+            for key, mapping in (
+                ("old", transformer_ops_int8(fxquant.get_default_qconfig_mapping(engine))),
+                ("new", fxquant.get_default_qconfig_mapping(engine)),
+            ):
+                prepared = fxquant.prepare_fx(
+                    copy.deepcopy(model), mapping, (x,), backend_config=config
+                )
+                with torch.no_grad():
+                    for _ in range(3):
+                        prepared(x)
+                lowered[key] = fxquant.convert_fx(prepared)
+            with torch.no_grad():
+                times = interleaved(
+                    {k: (lambda m=m, x=x: m(x)) for k, m in lowered.items()}, rounds, repeats
+                )
+            rows.append({"engine": engine, "layer": name, "linear": "whole model (adds)", **times})
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="fewer calls per round")
+    parser.add_argument("--cnn", action="store_true", help="the float adds' cost on CNNs")
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
     warnings.filterwarnings("ignore", category=UserWarning)  # torch's quint8 warning, once
     repeats = 3 if args.quick else 20
-    rows = []
-    for engine in ("fbgemm", "qnnpack"):
+    rows = cnn_rows(args.rounds, max(1, repeats // 4)) if args.cnn else []
+    for engine in ("fbgemm", "qnnpack") if not args.cnn else ():
         for layer, tokens, linears in LAYERS:
             total = {"old": 0.0, "new": 0.0}
             for name, features, outputs, count in linears:
@@ -120,7 +165,7 @@ def main() -> None:
                 rows.append({"engine": engine, "layer": layer, "linear": name, **times})
             rows.append({"engine": engine, "layer": layer, "linear": "layer (6 linears)", **total})
     print(f"# 1 thread, torch {torch.__version__}, median of {args.rounds} rounds; us per call")
-    print("| engine | layer | linear | old (uint8 out) us | new (float out) us | new / old |")
+    print("| engine | layer | linear | old us | new us | new / old |")
     print("| --- | --- | --- | ---: | ---: | ---: |")
     for row in rows:
         print(
@@ -129,8 +174,9 @@ def main() -> None:
         )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     payload = {"machine": harness.machine(("torch",)), "rounds": args.rounds, "rows": rows}
-    RESULTS.write_text(json.dumps(payload, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+    output = RESULTS.with_name("float_output_cnn.json") if args.cnn else RESULTS
+    output.write_text(json.dumps(payload, indent=2) + "\n")
+    print(f"wrote {output}")
 
 
 if __name__ == "__main__":
