@@ -1,8 +1,10 @@
 """The reference model says what the lowered model runs (#23), on a transformer and a CNN.
 
-x86 and onednn's linear kernels take int8 and return fp32: their Linear DTypeConfig says
-so (int8 in, float out), so the reference model leaves the output float too and
-``explain`` labels the pattern. Every weighted node of the lowered model is then within
+x86 and onednn's linear kernels take int8 and return fp32, and so do fbgemm's and
+qnnpack's (fbgemm's fused fp32-output linear, QNNPACK's dynamic one given the static
+range: fxquant_quantized_engine.float_output): their Linear DTypeConfig says so (int8 in,
+float out), so the reference model leaves the output float too and ``explain`` labels
+the pattern. Every weighted node of the lowered model is then within
 one quantization step of the reference model's same node: float outputs equal (up to
 float accumulation order), integer outputs within one step of the reference's quantize.
 
@@ -13,6 +15,7 @@ CPUs without VNNI when activations use the full 0..255 range (issue of its own).
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -157,7 +160,7 @@ def test_each_lowered_node_is_within_one_step_of_the_reference(backend: str, nam
     assert nn.functional.cosine_similarity(out.flatten(), want.flatten(), dim=0) > 0.9999
 
 
-@pytest.mark.parametrize("backend", ["x86", "onednn"])
+@pytest.mark.parametrize("backend", ["x86", "onednn", "fbgemm", "qnnpack"])
 def test_an_int8_in_float_out_linear_leaves_its_output_float_and_says_so(backend: str) -> None:
     if backend not in fxquant.list_backends():
         pytest.skip(f"backend {backend!r} is not installed")
@@ -172,7 +175,7 @@ def test_an_int8_in_float_out_linear_leaves_its_output_float_and_says_so(backend
     assert torch.allclose(lowered(x), reference(x), atol=1e-5)
 
 
-@pytest.mark.parametrize("backend", ["x86", "onednn"])
+@pytest.mark.parametrize("backend", ["x86", "onednn", "fbgemm", "qnnpack"])
 def test_a_linear_feeding_an_int8_op_returns_int8_from_its_kernel(backend: str) -> None:
     """CNN speed: the consumer's quantize step is absorbed, so the chain stays integer."""
     if backend not in fxquant.list_backends():
@@ -183,3 +186,46 @@ def test_a_linear_feeding_an_int8_op_returns_int8_from_its_kernel(backend: str) 
     outputs = _outputs(lowered, ["0"], (x,))
     assert outputs["0"].dtype == torch.uint8
     assert check_each_node(reference, lowered, (x,)) == 2
+
+
+def _sqnr(signal: torch.Tensor, approximation: torch.Tensor) -> float:
+    noise = float((signal - approximation).pow(2).sum())
+    return 10 * math.log10(float(signal.pow(2).sum()) / max(noise, 1e-30))
+
+
+@pytest.mark.parametrize("backend", ["fbgemm", "qnnpack"])
+def test_the_quint8_defaults_keep_a_transformers_residual_stream_float(backend: str) -> None:
+    """fbgemm/qnnpack (#23): every Linear int8 in, float out; adds and LayerNorm float, and
+    the explain report says why; closer to float than with those ops int8."""
+    if backend not in fxquant.list_backends():
+        pytest.skip(f"backend {backend!r} is not installed")
+    from fxquant_quantized_engine import transformer_ops_int8
+
+    model, inputs = transformer()
+    config = fxquant.get_backend_config(backend)
+    lowered = {}
+    for name, mapping in (
+        ("default", fxquant.get_default_qconfig_mapping(backend)),
+        ("int8", transformer_ops_int8(fxquant.get_default_qconfig_mapping(backend))),
+    ):
+        prepared = fxquant.prepare_fx(
+            copy.deepcopy(model), mapping, inputs[0], backend_config=config
+        )
+        with torch.no_grad():
+            for x in inputs:
+                prepared(*x)
+        lowered[name] = fxquant.convert_fx(prepared, backend_config=config)
+    entries = fxquant.explain(lowered["default"], show=False).entries()
+    linears = [e for e in entries if e.pattern and e.pattern.startswith("Linear")]
+    assert len(linears) == sum(isinstance(m, nn.Linear) for m in model.modules())
+    assert {(e.pattern, str(e.status)) for e in linears} == {
+        ("Linear (int8 in, float out)", "lowered")
+    }
+    kept_float = [e for e in entries if e.op != "placeholder" and str(e.status) == "float"]
+    reasons = " ".join(str(e.reason) for e in kept_float)
+    assert "LayerNorm" in reasons
+    assert "add" in reasons
+    with torch.no_grad():
+        want = model(*inputs[-1])
+        default, int8 = (_sqnr(want, lowered[k](*inputs[-1])) for k in ("default", "int8"))
+    assert default > int8 + 3  # dB

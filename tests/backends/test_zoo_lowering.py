@@ -50,12 +50,9 @@ EVAL_SEED = 7
 
 # Known plugin bugs, pinned so that a fix shows up (strict) and nothing else regresses.
 KNOWN_BUGS: dict[tuple[str, str], str] = {}
-KNOWN_ACCURACY_GAPS: dict[tuple[str, str], str] = {
-    ("qnnpack", "mobilenet"): (
-        "lowered 44.3 dB vs reference 45.3 dB: QNNPACK rounds differently from the "
-        "reference in a few kernels; 0.05 dB outside the 1 dB margin; issue #5"
-    ),
-}
+# (qnnpack, mobilenet), 0.05 dB outside the margin, closed by #23: average pooling runs as
+# the reference rounds it
+KNOWN_ACCURACY_GAPS: dict[tuple[str, str], str] = {}
 
 
 def pin_known_bug(request: pytest.FixtureRequest, backend: str, name: str, accuracy: bool) -> None:

@@ -90,10 +90,14 @@ def test_lowered_equals_reference_within_one_quantization_step_per_node(
     model, data = _case(name)
     reference, lowered = _converted(model, backend, data)
     result = compare(reference, lowered, data)
-    rows = [row for row in result if row.local_steps is not None]
-    assert rows, result.to_markdown()
-    for row in rows:  # integer kernels may round a half step the other way: one step at most
-        assert row.local_steps <= 1.0 + 1e-4, result.to_markdown()
+    nodes = [row for row in result if row.node != "output"]
+    assert nodes, result.to_markdown()
+    for row in nodes:  # integer kernels may round a half step the other way: one step at most
+        if row.local_steps is not None:
+            assert row.local_steps <= 1.0 + 1e-4, result.to_markdown()
+        else:  # a float output (int8 in, float out, #23): float rounding apart
+            assert row.local_sqnr is not None, result.to_markdown()
+            assert row.local_sqnr > 60, result.to_markdown()
 
 
 def test_the_lowered_model_is_read_through_its_kernels_output_qparams() -> None:

@@ -5,22 +5,36 @@ The checks live in :mod:`fxquant.testing`, shared with the other quint8 engine (
 
 from __future__ import annotations
 
+import dataclasses
+
 import fxquant
 import pytest
 import torch
 from fxquant import testing
 from fxquant.testing import Case, Sizes
 from fxquant_qnnpack import plugin
-from fxquant_quantized_engine import QuantizedConv, QuantizedLinear
+from fxquant_quantized_engine import QuantizedConv, QuantizedLinear, transformer_ops_int8
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 torch.set_num_threads(1)  # the test machine has 2 shared cores
 
 BACKEND = "qnnpack"
+
+
+def int8_case(case: Case) -> Case:
+    """``case`` with a transformer's ops int8 too (the default mapping keeps adds, LayerNorm,
+    softmax, GELU and matmuls float, #23), so their kernels stay tested."""
+    if case.mapping is not None:
+        return case
+    return dataclasses.replace(
+        case, mapping=lambda b: transformer_ops_int8(fxquant.get_default_qconfig_mapping(b))
+    )
+
+
 # QNNPACK has no fp16 GEMM (linear_prepack_fp16 raises): the backend offers no fp16 config
 FP16 = next(c for c in testing.LOWERING_CASES if c.name == "linear_fp16")
-CASES = [c for c in testing.LOWERING_CASES if c is not FP16]
+CASES = [int8_case(c) for c in testing.LOWERING_CASES if c is not FP16]
 RULES = ["qnnpack_linear", "qnnpack_conv2d", "qnnpack_ops"]
 
 

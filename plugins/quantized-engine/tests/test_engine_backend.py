@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import fxquant
 import pytest
 from fxquant import testing
-from fxquant_quantized_engine import QuantizedConv, QuantizedLinear
+from fxquant_quantized_engine import QuantizedConv, QuantizedLinear, transformer_ops_int8
+
+
+def int8_case(case: testing.Case) -> testing.Case:
+    """``case`` with a transformer's ops int8 too (the default mapping keeps adds, LayerNorm,
+    softmax, GELU and matmuls float, #23), so their kernels stay tested."""
+    if case.mapping is not None:
+        return case
+    return dataclasses.replace(
+        case, mapping=lambda b: transformer_ops_int8(fxquant.get_default_qconfig_mapping(b))
+    )
+
 
 SIZES = (2, 4, 5, 6)  # batch, in channels, out channels, spatial size
 # the lowering checks but the fresh-process one: a registered plugin lives in this process only
@@ -15,7 +29,7 @@ CHECKS = [
 ]
 
 
-@pytest.mark.parametrize("case", testing.LOWERING_CASES, ids=str)
+@pytest.mark.parametrize("case", [int8_case(c) for c in testing.LOWERING_CASES], ids=str)
 def test_every_op_lowers_within_one_step_of_the_reference(backend: str, case: testing.Case) -> None:
     if case.name == "linear_fp16" and backend == "quint8_qnnpack":
         pytest.skip("QNNPACK has no fp16 GEMM: the backend offers no fp16 config")

@@ -35,7 +35,9 @@ them (clamped in place on their fresh result; ``r.dequantize()``), and
     ops.py       ops without a quint8 kernel (on the integers, or through float)
     rules.py     which kernel runs each reference pattern (``lowering_rules``)
     patterns.py  a backend's patterns from its engine's constraints (``engine_pattern_configs``)
-    qconfig.py   its default mapping (``engine_default_qconfig_mapping``)
+    qconfig.py   its default mapping (``engine_default_qconfig_mapping``; a transformer's
+                 adds, LayerNorm, softmax, GELU and matmuls float, #23)
+    float_output.py  int8 in, float out linear on each engine (#23)
 """
 
 from __future__ import annotations
@@ -62,7 +64,11 @@ from fxquant_quantized_engine.ops import (
     Step,
 )
 from fxquant_quantized_engine.patterns import engine_pattern_configs
-from fxquant_quantized_engine.qconfig import engine_default_qconfig_mapping
+from fxquant_quantized_engine.qconfig import (
+    TRANSFORMER_FLOAT_OPS,
+    engine_default_qconfig_mapping,
+    transformer_ops_int8,
+)
 from fxquant_quantized_engine.rules import (
     build_conv_transpose,
     build_ops,
@@ -79,6 +85,7 @@ from fxquant_quantized_engine.views import (
 
 __all__ = [
     "DEPRECATION_MESSAGE",
+    "TRANSFORMER_FLOAT_OPS",
     "ChannelQParams",
     "EngineScope",
     "IntegerClamp",
@@ -102,5 +109,6 @@ __all__ = [
     "engine_pattern_configs",
     "lowering_rules",
     "max_pool_integers",
+    "transformer_ops_int8",
     "weight_as_qint8",
 ]

@@ -17,6 +17,7 @@ from fxquant_quantized_engine.engine import (
     acquire_engine,
     release_engine,
 )
+from fxquant_quantized_engine.float_output import float_output_call
 from fxquant_quantized_engine.views import (
     TensorQParams,
     _clamped,
@@ -208,7 +209,11 @@ class _Static(_Weighted):
 
 
 class QuantizedLinear(_Static):
-    """Static int8 linear (optionally fused relu): uint8 in, uint8 out.
+    """Static int8 linear (optionally fused relu): uint8 in, uint8 out, or float out.
+
+    ``out=None``: int8 in, float out (#23), what the engines' linear patterns say
+    (:mod:`fxquant_quantized_engine.float_output` runs it exactly). Where a quantized op
+    reads the output, its quantize step is absorbed and the uint8-output kernel runs.
 
     Example:
         >>> from fxquant.nn import reference
@@ -225,11 +230,51 @@ class QuantizedLinear(_Static):
         engine: str,
         reference: Any,
         x: TensorQParams,
-        out: TensorQParams,
+        out: TensorQParams | None,
         relu: bool = False,
     ) -> None:
         super().__init__(engine, reference)
-        self.x, self.out, self.relu = x, out, relu
+        self.x, self.out, self.relu = x, out, relu  # type: ignore[assignment]  # None: float out
+
+    def absorb(self, step: object) -> bool:
+        """A float output takes the quantize step a quantized consumer put after it (and
+        is then a uint8-output kernel); a uint8 output, what :meth:`_Static.absorb` takes.
+
+        Example:
+            >>> from fxquant.nn import reference
+            >>> from fxquant.lowering import Quantize, QParams
+            >>> qparams = {"qscheme": torch.per_tensor_affine, "dtype": torch.int8,
+            ...            "scale": 0.1, "zero_point": 0}
+            >>> ref = reference.Linear.from_float(nn.Linear(4, 2), qparams)
+            >>> kernel = QuantizedLinear("fbgemm", ref, TensorQParams(0.1, 0), None)
+            >>> kernel(torch.zeros(3, 4, dtype=torch.uint8)).dtype
+            torch.float32
+            >>> kernel.absorb(Quantize(QParams(torch.uint8, 0, 255, 0.2, 3)))
+            True
+            >>> kernel(torch.zeros(3, 4, dtype=torch.uint8)).dtype
+            torch.uint8
+        """
+        if self.out is not None:
+            return _absorb(self, step)
+        if not isinstance(step, Quantize):
+            return False
+        out = _tensor_qparams(step.qparams)
+        if out is None:
+            return False
+        self.out, self._call = out, None
+        return True
+
+    def bind(self) -> Callable[..., torch.Tensor]:
+        if self.out is not None:
+            return super().bind()
+        return float_output_call(
+            self.engine,
+            _engine_id(self.engine),
+            self.packed(),
+            self.x,
+            float_input=self.float_input,
+            relu=self.relu,
+        )
 
     def pack(self) -> Any:
         return torch.ops.quantized.linear_prepack(self.qweight(), self.bias)

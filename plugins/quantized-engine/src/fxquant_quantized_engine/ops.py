@@ -90,7 +90,8 @@ class QuantizedOps(nn.Module):
     runs ops that torch implements on quint8 tensors (average pooling, sigmoid, tanh,
     ...); a result whose qparams differ from the output's is requantized. Float mode
     dequantizes the inputs with torch's vectorized kernel, runs the float ops and
-    quantizes the result: for ops with no int8 kernel.
+    quantizes the result: for ops with no int8 kernel (``out=None``: returns it float,
+    an int8-in, float-out pattern).
 
     Example:
         >>> q = TensorQParams(1 / 256, 0)
@@ -105,7 +106,7 @@ class QuantizedOps(nn.Module):
         engine: str,
         steps: Sequence[Step],
         inputs: Sequence[TensorQParams | ChannelQParams | None],
-        out: TensorQParams,
+        out: TensorQParams | None,
         native: bool,
         modules: Sequence[nn.Module] = (),
         integer: bool = False,
@@ -174,6 +175,8 @@ class QuantizedOps(nn.Module):
         """The steps on quint8 views (or their floats), then the result in ``out``'s integers."""
         result = self._run([self._view(v, q) for v, q in zip(values, self.inputs, strict=True)])
         out = self.out
+        if out is None:  # a float output (int8 in, float out, #23): as the float ops return it
+            return result.dequantize() if result.is_quantized else result
         if result.is_quantized:
             if result.q_scale() == out.scale and result.q_zero_point() == out.zero_point:
                 return out.finish(result)  # no holder: the result may view an input

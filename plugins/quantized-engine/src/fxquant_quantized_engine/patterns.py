@@ -6,7 +6,8 @@ activation and weight constraints, the dynamic linear dtypes (fp16 or not) and
 the observer ranges (``qconfig.py``). A plugin states those and calls
 :func:`engine_pattern_configs`:
 
-    weighted ops (conv, linear)     uint8 activations, int8 weight, float bias
+    conv                            uint8 activations, int8 weight, float bias
+    linear                          uint8 in, float out (#23), int8 weight, float bias
     linear, rnn                     + the dynamic dtype configs given
     every other op                  uint8 in and out (fixed-qparams ops: their exact grid)
     layer norm                      uint8 activations, float weight and bias
@@ -62,6 +63,14 @@ def engine_pattern_configs(
     weighted = DTypeConfig(
         input_dtype=activation, output_dtype=activation, weight_dtype=weight, bias_dtype=torch.float
     )
+    # the engines' linear returns float32 to the reference model too: int8 in, float out
+    # (#23; float_output.py runs it); a quantized consumer's quantize step is absorbed
+    linear = DTypeConfig(
+        input_dtype=activation,
+        output_dtype=torch.float,
+        weight_dtype=weight,
+        bias_dtype=torch.float,
+    )
     layer_norm = DTypeConfig(
         input_dtype=activation,
         output_dtype=activation,
@@ -70,7 +79,7 @@ def engine_pattern_configs(
     )
     families: list[tuple[_Builder, list[DTypeConfig]]] = [
         (conv_configs, [weighted]),
-        (linear_configs, [weighted, *dynamic]),
+        (linear_configs, [linear, *dynamic]),
         (binary_op_configs, static),
         (matmul_configs, static),
         (cat_configs, static),

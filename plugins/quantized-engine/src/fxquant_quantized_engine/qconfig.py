@@ -1,21 +1,43 @@
 """The default qconfig mapping of a backend on PyTorch's quint8 kernels (fbgemm, qnnpack).
 
 Histogram observers on uint8 activations and symmetric per-channel int8 weights
-(PTQ), moving-average fake-quantize on the same ranges (QAT); the engines differ
-only in the observer arguments a plugin passes to
-:func:`engine_default_qconfig_mapping`.
+(PTQ), moving-average fake-quantize on the same ranges (QAT); a transformer's
+residual adds, LayerNorm, softmax, GELU and attention's matmuls float
+(:data:`TRANSFORMER_FLOAT_OPS`, #23). The engines differ only in the observer
+arguments a plugin passes to :func:`engine_default_qconfig_mapping`.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
 from typing import Any
 
+import torch
+import torch.nn.functional as F
 from fxquant.config.qconfig import QConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
+from fxquant.nn import intrinsic
 from fxquant.patterns.qconfigs import mapping_with_overrides
+from torch import nn
 
-__all__ = ["engine_default_qconfig_mapping"]
+__all__ = ["TRANSFORMER_FLOAT_OPS", "engine_default_qconfig_mapping", "transformer_ops_int8"]
+
+# Kept float by default (#23): a transformer's residual stream (the adds), LayerNorm,
+# softmax, GELU and attention's matmuls, and the reshapes between its float-output
+# linears and those matmuls. Their int8 forms requantize the residual stream and
+# LayerNorm's outlier channels: all-MiniLM-L6-v2 fell to 0.51 (fbgemm) and 0.87
+# (qnnpack) mean cosine to float, against 0.993 with these float (docs/guide/accuracy.md).
+# The linears' inputs stay int8 (>= 90% of a BERT's Linear layers, all of them). A CNN
+# keeps its convs, pooling, relu, sigmoid/hardsigmoid/tanh and multiplies int8; its
+# residual adds run in float between the convs' dequantize and the next quantize step.
+TRANSFORMER_FLOAT_OPS: tuple[Any, ...] = (
+    nn.LayerNorm, F.layer_norm, operator.add, torch.add,
+    nn.Softmax, F.softmax, torch.softmax, nn.GELU, F.gelu,
+    torch.matmul, operator.matmul, torch.bmm,
+    nn.Dropout, F.dropout, "view", "reshape", "permute", "transpose", "contiguous",
+    torch.reshape, torch.permute, torch.transpose,
+)  # fmt: skip
 
 
 def _engine_qconfigs(
@@ -46,6 +68,7 @@ def engine_default_qconfig_mapping(
     activation: Mapping[str, Any],
     weight: Mapping[str, Any],
     qat_activation: Mapping[str, Any] | None = None,
+    linear_activation: Mapping[str, Any] | None = None,
 ) -> QConfigMapping:
     """The default mapping of a quint8-engine backend.
 
@@ -61,6 +84,11 @@ def engine_default_qconfig_mapping(
         weight: observer arguments of the weights, without the qscheme.
         qat_activation: the fake-quantize activation arguments, when they
             differ from ``activation`` (default ``activation``).
+        linear_activation: the observer (or fake-quantize) arguments of the
+            inputs of Linear, when they differ (fbgemm: 8 bits where its other
+            activations use 7, #23); default the global ones.
+
+    The ops of :data:`TRANSFORMER_FLOAT_OPS` stay float (``None``).
 
     Example:
         >>> import torch
@@ -69,7 +97,54 @@ def engine_default_qconfig_mapping(
         ... )
         >>> mapping.global_qconfig.weight().qscheme
         torch.per_channel_symmetric
+        >>> mapping.qconfig_for("", torch.nn.LayerNorm) is None
+        True
     """
     act = activation if qat_activation is None or not is_qat else qat_activation
     base, per_tensor = _engine_qconfigs(is_qat, act, weight)
-    return mapping_with_overrides(base, per_tensor, is_qat)
+    mapping = mapping_with_overrides(base, per_tensor, is_qat)
+    if linear_activation is not None:
+        linear, _ = _engine_qconfigs(is_qat, linear_activation, weight)
+        # the fused class too: it outranks its parts, so linear + relu still fuse
+        for op in (nn.Linear, F.linear, intrinsic.LinearReLU):
+            mapping.set_object_type(op, linear)
+    for op in TRANSFORMER_FLOAT_OPS:
+        mapping.set_object_type(op, None)
+    return mapping
+
+
+def transformer_ops_int8(mapping: QConfigMapping) -> QConfigMapping:
+    """``mapping`` with the ops of :data:`TRANSFORMER_FLOAT_OPS` int8 again (in place).
+
+    For CNNs whose residual adds should run on the engines' add kernel, and for tests
+    of those kernels: each op gets the global qconfig, as the engine's default would
+    without the float ops (LayerNorm a float weight, softmax its fixed grid).
+
+    Example:
+        >>> import torch
+        >>> mapping = engine_default_qconfig_mapping(
+        ...     False, activation={"dtype": torch.uint8}, weight={"dtype": torch.int8}
+        ... )
+        >>> transformer_ops_int8(mapping).qconfig_for("", torch.add) is not None
+        True
+        >>> mapping.qconfig_for("", torch.nn.LayerNorm).weight().dtype
+        torch.float32
+    """
+    from fxquant import observer  # heavy: only when asked
+    from fxquant.fake_quantize import FakeQuantizeBase
+    from fxquant.patterns.fixed_qparams import fixed_qparams_ops
+    from fxquant.patterns.qconfigs import fixed_qparams_qconfig
+
+    base = mapping.global_qconfig
+    if base is None:
+        return mapping
+    is_qat = isinstance(base.activation(), FakeQuantizeBase)
+    grids = fixed_qparams_ops()
+    for op in TRANSFORMER_FLOAT_OPS:
+        qconfig = base
+        if op in (nn.LayerNorm, F.layer_norm):
+            qconfig = QConfig(base.activation, observer.default_placeholder_observer)
+        elif op in grids:
+            qconfig = fixed_qparams_qconfig(grids[op], is_qat)
+        mapping.set_object_type(op, qconfig)
+    return mapping

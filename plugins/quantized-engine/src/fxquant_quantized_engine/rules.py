@@ -21,6 +21,7 @@ from fxquant_quantized_engine.engine import (
     _QINT8,
     _Quiet,
 )
+from fxquant_quantized_engine.float_output import float_output_reason
 from fxquant_quantized_engine.modules import (
     QuantizedBinary,
     QuantizedCat,
@@ -78,12 +79,6 @@ _NATIVE_FUNCTIONS: frozenset[Any] = frozenset(
         torch.nn.functional.max_pool1d,
         torch.nn.functional.max_pool2d,
         torch.nn.functional.max_pool3d,
-        torch.nn.functional.avg_pool1d,
-        torch.nn.functional.avg_pool2d,
-        torch.nn.functional.avg_pool3d,
-        torch.nn.functional.adaptive_avg_pool1d,
-        torch.nn.functional.adaptive_avg_pool2d,
-        torch.nn.functional.adaptive_avg_pool3d,
         torch.nn.functional.relu,
         torch.nn.functional.dropout,
         torch.nn.functional.interpolate,
@@ -114,11 +109,16 @@ _NATIVE_METHODS = frozenset(
 
 
 _NATIVE_MODULES: tuple[type[nn.Module], ...] = (
-    nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d,
-    nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d, nn.AdaptiveAvgPool3d, nn.ReLU, nn.Identity,
+    nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.ReLU, nn.Identity,
     nn.Dropout, nn.Flatten, nn.Upsample, nn.PixelShuffle,
     nn.Sigmoid, nn.Tanh, nn.Hardsigmoid,
 )  # fmt: skip
+
+
+# average pooling runs in float (dequantize, average, quantize), as the reference does: the
+# quint8 kernels round an average's ties their own way, one step off on most of a 2x2
+# window's outputs, which a float-output linear after it no longer hides (#23: ResNet's
+# head on fbgemm, 1.6 dB below its reference)
 
 
 def _is_native(kind: str, target: Any, module: nn.Module | None) -> bool:
@@ -269,11 +269,16 @@ def build_ops(engine: str) -> Callable[[Any], nn.Module | None]:
 
     def build(match: Any) -> nn.Module | None:
         out = _tensor_qparams(match.output)
-        if out is None:
+        if out is None and match.output is not None:
             return None
         inputs = [_input_qparams(q) for q in match.inputs]
         if any(q is None and p is not None for q, p in zip(inputs, match.inputs, strict=True)):
             return None  # an int8 activation or a dynamic input: no quint8 kernel takes it
+        if out is None:  # int8 in, float out (an F.linear, #23): the float ops on the inputs
+            if not any(n.target is torch.nn.functional.linear for n in match.nodes):
+                return None  # a tensor-info op (size, shape): its output is no tensor
+            steps, modules, _ = _steps(match)
+            return QuantizedOps(engine, steps, inputs, None, native=False, modules=modules)
         tensors = [q for q in inputs if not isinstance(q, ChannelQParams)]
         kernel = _special(engine, match, tensors, out) if len(tensors) == len(inputs) else None
         if kernel is not None:
@@ -374,10 +379,14 @@ def build_weighted(engine: str, relu: bool) -> Callable[[Any], nn.Module | Decli
             split = saturation is not None
             return QuantizedLinearDynamic(engine, reference, reduce_range=narrow, split=split)
         qx, out = _tensor_qparams(x), _tensor_qparams(match.output)
-        if qx is None or out is None:
+        if qx is None or (out is None and not (is_linear and match.output is None)):
             return None
         if saturation is not None:
             return Declined(saturation)
+        if out is None:  # int8 in, float out (#23)
+            reason = float_output_reason(engine, qx)
+            if reason is not None:
+                return Declined(reason)
         kernel = QuantizedLinear if is_linear else QuantizedConv
         return kernel(engine, reference, qx, out, relu=relu)
 
