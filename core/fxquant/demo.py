@@ -274,7 +274,7 @@ def quantize_with(
         >>> result.counts["reference"] > 0, result.sqnr_db > 20
         (True, True)
     """
-    from fxquant.flow import convert_fx, explain, prepare_fx
+    from fxquant.flow import convert_fx, convert_to_reference_fx, explain, prepare_fx
     from fxquant.flow.report import NodeStatus
 
     result = DemoResult(backend_config.name)
@@ -288,7 +288,11 @@ def quantize_with(
         report = explain(quantized, show=False)
         run: Callable[[torch.Tensor], torch.Tensor] = quantized
         if deployment is not None:
-            deployed = deployment.deploy(quantized, (data,))
+            # a backend whose kernels run in PyTorch too (x86: oneDNN eager, inductor compiled)
+            # deploys its reference model: its toolchain compiles that form (#19)
+            lowered = any(e.status == NodeStatus.LOWERED for e in report.entries())
+            source = convert_to_reference_fx(prepared) if lowered else quantized
+            deployed = deployment.deploy(source, (data,))
             run, report, result.runs_on = deployed, deployed.report, deployment.name
         expected, actual = model(data), run(data)
         float_s, int8_s, result.speed = _speed(lambda: model(data), lambda: run(data))

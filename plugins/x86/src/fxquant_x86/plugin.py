@@ -5,6 +5,7 @@ from __future__ import annotations
 import fxquant.registry
 from fxquant.config.backend import BackendPatternConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
+from fxquant.registry import Deployment
 from fxquant.registry.hookspecs import LoweringRule
 
 from fxquant_x86.kernels import x86_lowering_rules
@@ -32,3 +33,13 @@ def fxquant_lowering_kernels(backend: str) -> list[LoweringRule] | None:
 def fxquant_default_qconfig_mapping(backend: str, is_qat: bool) -> QConfigMapping | None:
     """int8 conv / pooling / Linear / matmul; norms, softmax and residual adds float."""
     return default_qconfig_mapping(is_qat) if backend == BACKEND else None
+
+
+@fxquant.registry.hookimpl
+def fxquant_deployment(backend: str) -> Deployment | None:
+    """The reference model compiled by inductor with freezing: its x86 int8 fusions (#19)."""
+    if backend != BACKEND:
+        return None
+    from fxquant_x86.compiled import deploy  # inductor loads only when deploying
+
+    return Deployment("inductor (torch.compile, freezing)", deploy=deploy)
