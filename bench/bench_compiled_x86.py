@@ -18,7 +18,9 @@ prepare, calibrate, convert). Latency: per-call CPU time of the process
 (``time.process_time``), the two compiled models alternating in each of
 ``--rounds`` (>= 5) rounds after a warm call, each round repeating a call for
 ~0.2 s; "fxq/pt2e" is the median of the per-round ratios (below 1: fxquant
-faster). SQNR: ``10 log10(|float|^2 / |float - int8|^2)`` of the output.
+faster). SQNR: ``10 log10(|float|^2 / |float - int8|^2)`` of the output. Each row
+also records the oneDNN int8 kernels in each side's generated code and the top ops
+of a ``torch.profiler`` run of 5 calls (self CPU ms per call): the profile behind a miss.
 A side that fails is recorded with its error; the run goes on.
 
     python bench/bench_compiled_x86.py [--rounds 5] [--quick] [--models bert_base,mobilenet_v2]
@@ -41,12 +43,14 @@ import copy
 import gc
 import json
 import logging
+import re
 import statistics
 import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import fxquant
 import harness
@@ -110,9 +114,35 @@ def pt2e_compiled(
         with torch._inductor.config.patch(freezing=True), torch.no_grad():
             return compiled(*args)
 
+    from torch._inductor.graph import GraphLowering
+
+    codes: list[str] = []
     start = time.perf_counter()
-    run(*inputs)
-    return run, flow, time.perf_counter() - start
+    with mock.patch.object(GraphLowering, "save_output_code", codes.append):
+        run(*inputs)
+    seconds = time.perf_counter() - start
+    run.kernels = int8_kernels("\n".join(codes))  # type: ignore[attr-defined]
+    return run, flow, seconds
+
+
+def top_ops(run: Callable[[], Any], calls: int = 5, count: int = 8) -> list[list[Any]]:
+    """The ``count`` ops of most self CPU time over ``calls`` calls: [name, ms per call]."""
+    from torch.profiler import ProfilerActivity, profile
+
+    run()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(calls):
+            run()
+    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    return [[e.key, round(e.self_cpu_time_total / calls / 1e3, 3)] for e in events[:count]]
+
+
+def int8_kernels(code: str) -> dict[str, int]:
+    """oneDNN int8 linear/conv calls in inductor's generated code, by op."""
+    found: dict[str, int] = {}
+    for name in re.findall(r"torch\.ops\.onednn\.(qlinear_pointwise|qconv\w*_pointwise)\b", code):
+        found[name] = found.get(name, 0) + 1
+    return found
 
 
 def _seconds(run: Callable[[], Any], repeat: int) -> float:
@@ -144,7 +174,9 @@ def interleaved(
     return statistics.median(a for a, _ in pairs), statistics.median(b for _, b in pairs), ratio
 
 
-def bench_one(name: str, batch: int, quick: bool, rounds: int) -> dict[str, Any]:
+def bench_one(
+    name: str, batch: int, quick: bool, rounds: int, profile: bool = True
+) -> dict[str, Any]:
     spec = BUILDERS[name](quick=quick, batch=batch)
     model, inputs = spec.build().eval(), spec.inputs()
     row: dict[str, Any] = {"model": name, "batch": batch, "target": TARGETS[name], "errors": {}}
@@ -158,6 +190,7 @@ def bench_one(name: str, batch: int, quick: bool, rounds: int) -> dict[str, Any]
                 row[f"sqnr_{side}"] = round(sqnr(expected, main_output(run(*inputs))), 2)
             row[f"flow_s_{side}"] = round(flow, 2)
             row[f"compile_s_{side}"] = round(compile_s, 2)
+            row[f"kernels_{side}"] = dict(getattr(run, "kernels", {}))
             runs[side] = run
         except Exception as error:  # a failing side is a row with its error
             row["errors"][side] = f"{type(error).__name__}: {error}".splitlines()[0][:300]
@@ -167,6 +200,9 @@ def bench_one(name: str, batch: int, quick: bool, rounds: int) -> dict[str, Any]
         row.update(
             fxquant_ms=round(a * 1e3, 3), pt2e_ms=round(b * 1e3, 3), fxq_over_pt2e=round(ratio, 3)
         )
+        if profile:  # where each side's time goes: the profile behind a miss
+            row["profile_fxquant"] = top_ops(lambda: fxq(*inputs))
+            row["profile_pt2e"] = top_ops(lambda: pt2e(*inputs))
         row["ok"] = bool(
             ratio <= TARGETS[name]
             and row["sqnr_fxquant"] >= row["sqnr_pt2e"]
@@ -209,18 +245,19 @@ def main() -> None:
     warnings.simplefilter("ignore", DeprecationWarning)
     warnings.simplefilter("ignore", FutureWarning)
     logging.getLogger("torchao").setLevel(logging.ERROR)
+    RESULTS.mkdir(exist_ok=True)
+    stem = "compiled_x86_quick" if args.quick else "compiled_x86"
+    path = RESULTS / (args.output or f"{stem}.json")
+    info = harness.machine(("fxquant", "torchao", "fxquant-x86"), quick=args.quick)
     rows = []
     for name in args.models.split(","):
         for batch in (int(b) for b in args.batches.split(",")):
             print(f"{name} b{batch} ...", flush=True)
             rows.append(bench_one(name, batch, args.quick, max(5, args.rounds)))
             print_rows(rows[-1:])
+            # after every row: a run stopped half-way (compiles take minutes) keeps what it measured
+            path.write_text(json.dumps({"machine": info, "results": rows}, indent=2) + "\n")
     print_rows(rows)
-    RESULTS.mkdir(exist_ok=True)
-    stem = "compiled_x86_quick" if args.quick else "compiled_x86"
-    path = RESULTS / (args.output or f"{stem}.json")
-    info = harness.machine(("fxquant", "torchao", "fxquant-x86"), quick=args.quick)
-    path.write_text(json.dumps({"machine": info, "results": rows}, indent=2) + "\n")
     print(f"wrote {path}")
 
 

@@ -140,12 +140,23 @@ def compiled_rows() -> list[dict[str, Any]]:
     The "torch.ao" columns hold pt2e's figures here (X86InductorQuantizer, torch.compile
     with freezing); a latency row is met when latency, SQNR and cold compile all are.
     """
-    payload = _load(RESULTS / "compiled_x86.json") or {}
+    out = []
+    # the full run, then reduced ones (--quick, or filtered with --output compiled_x86_*.json),
+    # their sizes in the model's name
+    files = sorted(RESULTS.glob("compiled_x86*.json"), key=lambda p: p.stat().st_mtime)
+    for path in files:
+        out.extend(_compiled_file_rows(path))
+    return out
+
+
+def _compiled_file_rows(path: Path) -> list[dict[str, Any]]:
+    payload = _load(path) or {}
+    quick = " quick" if payload.get("machine", {}).get("quick") else ""
     out = []
     for row in payload.get("results", []):
         error = "; ".join(f"{k}: {v}" for k, v in row.get("errors", {}).items())
         base = {"area": "compiled", "backend": "x86 vs pt2e", "error": error}
-        model = f"{row['model']} b{row['batch']}"
+        model = f"{row['model']}{quick} b{row['batch']}"
         ratio = row.get("fxq_over_pt2e")
         compile_fxq, compile_pt2e = row.get("compile_s_fxquant"), row.get("compile_s_pt2e")
         out.append(
@@ -160,7 +171,7 @@ def compiled_rows() -> list[dict[str, Any]]:
                 "sqnr_torch_ao": row.get("sqnr_pt2e"),
                 "target": f"fxq/pt2e <= {row['target']}, dB >=",
                 "ok": row.get("ok"),
-                "source": "compiled_x86.json",
+                "source": path.name,
             }
         )
         out.append(
@@ -175,7 +186,7 @@ def compiled_rows() -> list[dict[str, Any]]:
                 else None,
                 "target": "fxq <= pt2e",
                 "ok": None if not compile_fxq or not compile_pt2e else compile_fxq <= compile_pt2e,
-                "source": "compiled_x86.json",
+                "source": path.name,
             }
         )
     return out

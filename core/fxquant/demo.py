@@ -11,9 +11,10 @@ node a backend did not lower, with the report's reason. Third-party start-up
 chatter (ExecuTorch's cpuinfo lines, torchao's missing CUDA kernels) is kept
 out of it (:mod:`fxquant.quiet`). A backend
 whose target runs outside PyTorch (a ``Deployment``: an ExecuTorch program, an
-ONNX model) is deployed with it and measured in its runtime; its counts come
-from the deployment's report. A backend that fails gets its error in its row;
-the others still run.
+ONNX model, x86's inductor compile) is deployed with it and measured in its
+runtime; its counts come from the deployment's report. A backend that also
+lowers in PyTorch (x86) deploys its ``convert_to_reference_fx`` model (#19).
+A backend that fails gets its error in its row; the others still run.
 """
 
 from __future__ import annotations
