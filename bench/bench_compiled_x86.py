@@ -12,7 +12,8 @@ time at most pt2e's.
 How: ``torch.set_num_threads(1)``; inductor's caches off (``TORCHINDUCTOR_FX_GRAPH_CACHE=0``,
 ``TORCHINDUCTOR_AUTOGRAD_CACHE=0``) so every compile is cold. Both sides calibrate
 on the same batch (the example inputs). "compile s" is the wall time of each
-side's first call (dynamo + inductor, C++ compiles included); "flow s" the
+side's first call (dynamo + inductor, C++ compiles included), after one untimed
+warm-up compile of a tiny model in the process; "flow s" the
 quantization before it (fxquant: prepare, calibrate, convert; pt2e: export,
 prepare, calibrate, convert). Latency: per-call CPU time of the process
 (``time.process_time``), the two compiled models alternating in each of
@@ -174,6 +175,18 @@ def interleaved(
     return statistics.median(a for a, _ in pairs), statistics.median(b for _, b in pairs), ratio
 
 
+def warm_up() -> float:
+    """One small compile before any timed one: the first freezing compile of a process also
+    registers inductor's int8 patterns, starts its compile workers and loads its C++
+    toolchain (with the cache off, nothing of the models is compiled ahead). Without it
+    the side compiled first pays that (tens of seconds here)."""
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
+    x = torch.randn(2, 8)
+    start = time.perf_counter()
+    fxquant_compiled(model, (x,))
+    return time.perf_counter() - start
+
+
 def bench_one(
     name: str, batch: int, quick: bool, rounds: int, profile: bool = True
 ) -> dict[str, Any]:
@@ -249,6 +262,7 @@ def main() -> None:
     stem = "compiled_x86_quick" if args.quick else "compiled_x86"
     path = RESULTS / (args.output or f"{stem}.json")
     info = harness.machine(("fxquant", "torchao", "fxquant-x86"), quick=args.quick)
+    print(f"warm-up compile: {warm_up():.1f} s", flush=True)
     rows = []
     for name in args.models.split(","):
         for batch in (int(b) for b in args.batches.split(",")):
