@@ -117,9 +117,66 @@ class QuantizedDecomposedOps(CustomGraphPass):
             if node.kwargs.get("out_dtype") in (None, torch.float32):
                 node.kwargs = {k: v for k, v in node.kwargs.items() if k != "out_dtype"}
 
+        _clamps_before_requantize(graph, namespace)
+
     def uuid(self) -> bytes:
         """This file's hash: inductor's cache keys a compile by its passes' code."""
         return get_hash_for_files((__file__,))
+
+
+def _clamps_before_requantize(graph: fx.Graph, namespace: Any) -> None:
+    """``y -> q -> dq -> relu/clamp -> q`` (one qparams) becomes ``y -> relu/clamp -> q``.
+
+    fxquant's x86 patterns quantize a functional relu and a relu6/hardtanh on their
+    own, sharing the qparams of their input; pt2e's quantizer makes them the conv's
+    or linear's post-op. The two forms compute the same integers: quantizing is
+    monotonic, so it commutes with a clamp, and ``q(dq(k)) == k``. Without the
+    quantize/dequantize pair in between, inductor's patterns take the clamp as the
+    oneDNN kernel's post-op instead of running a separate pass over uint8 (#19).
+    """
+    quantize, dequantize = (
+        namespace.quantize_per_tensor.default,
+        namespace.dequantize_per_tensor.default,
+    )
+    clamps = (
+        torch.ops.aten.relu.default,
+        torch.ops.aten.clamp_min.default,
+        torch.ops.aten.hardtanh.default,
+    )
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target not in clamps:
+            continue
+        chain = [
+            node
+        ]  # relu; clamp_min (-> clamp_max): relu6 / hardtanh as inductor decomposes them
+        if node.target == torch.ops.aten.clamp_min.default and len(node.users) == 1:
+            (after,) = node.users
+            if after.op == "call_function" and after.target == torch.ops.aten.clamp_max.default:
+                chain.append(after)
+        last = chain[-1]
+        source = node.args[0]
+        if not (
+            isinstance(source, fx.Node)
+            and source.target == dequantize
+            and len(source.users) == 1
+            and len(last.users) == 1
+        ):
+            continue
+        (requantize,) = last.users
+        first = source.args[0]
+        if not (
+            isinstance(first, fx.Node)
+            and first.target == quantize
+            and len(first.users) == 1
+            and requantize.target == quantize
+            and requantize.args[1:] == first.args[1:] == source.args[1:]
+            and not source.kwargs
+            and not first.kwargs
+        ):
+            continue
+        node.replace_input_with(source, first.args[0])
+        graph.erase_node(source)
+        graph.erase_node(first)
 
 
 def inductor_options() -> dict[str, Any]:
