@@ -29,12 +29,15 @@ FLOAT_KERNELS = (
 
 
 class ConvNet(nn.Module):
-    """conv + relu, then two linears: one int8 -> int8 (with relu), one int8 in, float out."""
+    """conv + relu6, then two linears: one int8 -> int8 (with relu), one int8 in, float out.
+
+    x86's patterns quantize the relu6 and the functional relu on their own (shared
+    qparams); the compiled model runs them as the kernels' post-ops."""
 
     def __init__(self) -> None:
         super().__init__()
         self.conv = nn.Conv2d(3, 8, 3)
-        self.relu = nn.ReLU()
+        self.relu = nn.ReLU6()
         self.fc1 = nn.Linear(8 * 6 * 6, 32)
         self.fc2 = nn.Linear(32, 10)
 
@@ -99,6 +102,9 @@ def test_x86_deployment_runs_onednn_int8_conv_and_linear_not_float(
     # one became an int8 kernel
     run = "\n".join(line for line in compiled.code.splitlines() if not line.strip().startswith("#"))
     assert not re.search(FLOAT_KERNELS, run)
+    # relu6 and relu run inside the conv and the first linear, not as passes over uint8
+    assert re.search(r"qconv_pointwise\.tensor\([^\n]*'hardtanh', \[0\.0, 6\.0\]", run)
+    assert re.search(r"qlinear_pointwise\.tensor\([^\n]*torch\.uint8, 'relu'", run)
     statuses = {e.node: e.status for e in compiled.report.entries()}
     assert statuses["conv"] == statuses["fc1"] == statuses["fc2"] == "lowered"
     assert "qconv_pointwise" in repr(compiled)
