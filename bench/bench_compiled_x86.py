@@ -10,8 +10,9 @@ MobileNetV2-like CNNs; output SQNR against float at least pt2e's; cold compile
 time at most pt2e's.
 
 How: ``torch.set_num_threads(1)``; inductor's caches off (``TORCHINDUCTOR_FX_GRAPH_CACHE=0``,
-``TORCHINDUCTOR_AUTOGRAD_CACHE=0``) so every compile is cold. Both sides calibrate
-on the same batch (the example inputs). "compile s" is the wall time of each
+``TORCHINDUCTOR_AUTOGRAD_CACHE=0``) and each side compiled in a fresh cache
+directory (``torch._inductor.utils.fresh_cache``: C++ kernels too) so every
+compile is cold. Both sides calibrate on the same batch (the example inputs). "compile s" is the wall time of each
 side's first call (dynamo + inductor, C++ compiles included), after one untimed
 warm-up compile of a tiny model in the process; "flow s" the
 quantization before it (fxquant: prepare, calibrate, convert; pt2e: export,
@@ -57,6 +58,7 @@ import fxquant
 import harness
 import torch
 from models import BenchModel, bert_base, main_output, mobilenet_v2, resnet_at_depth
+from torch._inductor.utils import fresh_cache
 
 RESULTS = Path(__file__).resolve().parent / "results"
 BUILDERS: dict[str, Callable[..., BenchModel]] = {
@@ -198,7 +200,11 @@ def bench_one(
     runs: dict[str, Callable[..., Any]] = {}
     for side, build in (("fxquant", fxquant_compiled), ("pt2e", pt2e_compiled)):
         try:
-            run, flow, compile_s = build(model, inputs)
+            # a fresh cache directory and empty in-memory code caches per side: the C++
+            # kernels the two sides share would otherwise compile once, for the first side
+            # (and two processes writing one .so to the default directory race: "file too short")
+            with fresh_cache():
+                run, flow, compile_s = build(model, inputs)
             with torch.no_grad():
                 row[f"sqnr_{side}"] = round(sqnr(expected, main_output(run(*inputs))), 2)
             row[f"flow_s_{side}"] = round(flow, 2)
