@@ -12,10 +12,10 @@ time at most pt2e's.
 How: ``torch.set_num_threads(1)``; inductor's caches off (``TORCHINDUCTOR_FX_GRAPH_CACHE=0``,
 ``TORCHINDUCTOR_AUTOGRAD_CACHE=0``) and each side compiled in a fresh cache
 directory (``torch._inductor.utils.fresh_cache``: C++ kernels too) so every
-compile is cold. Both sides calibrate on the same batch (the example inputs). "compile s" is the wall time of each
-side's first call (dynamo + inductor, C++ compiles included), after one untimed
-warm-up compile of a tiny model in the process; "flow s" the
-quantization before it (fxquant: prepare, calibrate, convert; pt2e: export,
+compile is cold. Both sides calibrate on the same batch (the example inputs).
+"compile s" is the wall time of each side's first call (dynamo + inductor, C++
+compiles included), after one untimed warm-up compile of a tiny model in the
+process; "flow s" the quantization before it (fxquant: prepare, calibrate, convert; pt2e: export,
 prepare, calibrate, convert). Latency: per-call CPU time of the process
 (``time.process_time``), the two compiled models alternating in each of
 ``--rounds`` (>= 5) rounds after a warm call, each round repeating a call for
