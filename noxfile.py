@@ -166,6 +166,7 @@ def bench(session: nox.Session) -> None:
     install_core(session, "bench")  # matplotlib for the plot, transformers for BertModel
     if PLUGINS:
         session.install(*(f"-e./plugins/{name}" for name in dependencies_first()))
+        session.install("-e./plugins/x86[pt2e]")  # torchao: bench_compiled_x86.py's pt2e side
     env = {"OMP_NUM_THREADS": "1", "PYTHONPATH": os.fspath(ROOT)}
     for script in sorted((ROOT / "bench").glob("bench_*.py")):
         session.run("python", os.fspath(script), *session.posargs, env=env)

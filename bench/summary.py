@@ -6,6 +6,9 @@ row a target of issues 5 and 12 (or a figure for reference, target "-"):
     lowered    bench_backends.py: int8 latency per call, fxquant and torch.ao on the
                same engine, "ao/fxq" the speedup (above 1: fxquant faster), SQNR
                of each against the float model (dB)
+    compiled   bench_compiled_x86.py: x86's compiled deployment against torchao pt2e +
+               torch.compile (freezing), latency and cold compile; the "torch.ao"
+               columns hold pt2e's figures
     flow       bench_flow_backends.py: prepare_fx and convert_fx seconds with each
                backend's own default mapping and config against torch.ao's
                same-named backend; bench_flow.py's reference/native rows too,
@@ -131,6 +134,68 @@ def flow_rows() -> list[dict[str, Any]]:
     return out
 
 
+def compiled_rows() -> list[dict[str, Any]]:
+    """bench_compiled_x86.py's rows (#19): fxquant compiled against pt2e + torch.compile.
+
+    The "torch.ao" columns hold pt2e's figures here (X86InductorQuantizer, torch.compile
+    with freezing); a latency row is met when latency and SQNR are, a compile row when
+    fxquant's cold compile is at most pt2e's.
+    """
+    out = []
+    # the full run, then reduced ones (--quick, or filtered with --output compiled_x86_*.json),
+    # their sizes in the model's name
+    files = sorted(RESULTS.glob("compiled_x86*.json"), key=lambda p: p.stat().st_mtime)
+    for path in files:
+        out.extend(_compiled_file_rows(path))
+    return out
+
+
+def _compiled_file_rows(path: Path) -> list[dict[str, Any]]:
+    payload = _load(path) or {}
+    quick = " quick" if payload.get("machine", {}).get("quick") else ""
+    out = []
+    for row in payload.get("results", []):
+        error = "; ".join(f"{k}: {v}" for k, v in row.get("errors", {}).items())
+        base = {"area": "compiled", "backend": "x86 vs pt2e", "error": error}
+        model = f"{row['model']}{quick} b{row['batch']}"
+        ratio = row.get("fxq_over_pt2e")
+        compile_fxq, compile_pt2e = row.get("compile_s_fxquant"), row.get("compile_s_pt2e")
+        out.append(
+            {
+                **base,
+                "model": model,
+                "metric": "latency ms",
+                "fxquant": row.get("fxquant_ms"),
+                "torch_ao": row.get("pt2e_ms"),
+                "speedup": None if not ratio else round(1 / ratio, 3),
+                "sqnr_fxquant": row.get("sqnr_fxquant"),
+                "sqnr_torch_ao": row.get("sqnr_pt2e"),
+                "target": f"fxq/pt2e <= {row['target']}, dB >=",
+                # latency and SQNR; the cold compile has its own row
+                "ok": None
+                if not ratio
+                else ratio <= row["target"] and row["sqnr_fxquant"] >= row["sqnr_pt2e"],
+                "source": path.name,
+            }
+        )
+        out.append(
+            {
+                **base,
+                "model": model,
+                "metric": "cold compile s",
+                "fxquant": compile_fxq,
+                "torch_ao": compile_pt2e,
+                "speedup": round(compile_pt2e / compile_fxq, 3)
+                if compile_fxq and compile_pt2e
+                else None,
+                "target": "fxq <= pt2e",
+                "ok": None if not compile_fxq or not compile_pt2e else compile_fxq <= compile_pt2e,
+                "source": path.name,
+            }
+        )
+    return out
+
+
 def _cell(value: Any, spec: str, width: int) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return f"{'-':>{width}}"
@@ -174,8 +239,10 @@ def plot(rows: list[dict[str, Any]], path: Path) -> str:
         for r in rows
         if r["area"] == "flow" and r["speedup"] and r["source"] == "flow_backends.json"
     ]
+    compiled = [r for r in rows if r["area"] == "compiled" and r["speedup"]]
     panels = [(lowered, "int8 latency: torch.ao / fxquant (> 1: fxquant faster)")]
     panels.append((flow, "flow on each backend's defaults: torch.ao / fxquant"))
+    panels.append((compiled, "x86 compiled (#19): pt2e + torch.compile / fxquant"))
     panels = [(p, t) for p, t in panels if p]
     if not panels:
         return "no plot: no full-run results to draw (--quick runs are not summarised)"
@@ -249,7 +316,7 @@ def main() -> None:
     parser.add_argument("--no-plot", action="store_true", help="table and JSON only")
     parser.add_argument("--markdown", metavar="BACKEND", help="print BACKEND's rows as Markdown")
     args = parser.parse_args()
-    rows = lowered_rows() + flow_rows()
+    rows = lowered_rows() + flow_rows() + compiled_rows()
     if args.markdown:
         markdown(rows, args.markdown)
         return

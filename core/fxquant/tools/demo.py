@@ -11,9 +11,10 @@ node a backend did not lower, with the report's reason. Third-party start-up
 chatter (ExecuTorch's cpuinfo lines, torchao's missing CUDA kernels) is kept
 out of it (:mod:`fxquant.quiet`). A backend
 whose target runs outside PyTorch (a ``Deployment``: an ExecuTorch program, an
-ONNX model) is deployed with it and measured in its runtime; its counts come
-from the deployment's report. A backend that fails gets its error in its row;
-the others still run.
+ONNX model, x86's inductor compile) is deployed with it and measured in its
+runtime; its counts come from the deployment's report. A backend that also
+lowers in PyTorch (x86) deploys its ``convert_to_reference_fx`` model (#19).
+A backend that fails gets its error in its row; the others still run.
 """
 
 from __future__ import annotations
@@ -274,7 +275,7 @@ def quantize_with(
         >>> result.counts["reference"] > 0, result.sqnr_db > 20
         (True, True)
     """
-    from fxquant.flow import convert_fx, explain, prepare_fx
+    from fxquant.flow import convert_fx, convert_to_reference_fx, explain, prepare_fx
     from fxquant.flow.report import NodeStatus
 
     result = DemoResult(backend_config.name)
@@ -288,7 +289,11 @@ def quantize_with(
         report = explain(quantized, show=False)
         run: Callable[[torch.Tensor], torch.Tensor] = quantized
         if deployment is not None:
-            deployed = deployment.deploy(quantized, (data,))
+            # a backend whose kernels run in PyTorch too (x86: oneDNN eager, inductor compiled)
+            # deploys its reference model: its toolchain compiles that form (#19)
+            lowered = any(e.status == NodeStatus.LOWERED for e in report.entries())
+            source = convert_to_reference_fx(prepared) if lowered else quantized
+            deployed = deployment.deploy(source, (data,))
             run, report, result.runs_on = deployed, deployed.report, deployment.name
         expected, actual = model(data), run(data)
         float_s, int8_s, result.speed = _speed(lambda: model(data), lambda: run(data))

@@ -6,6 +6,7 @@ import fxquant.registry
 from fxquant.config.backend import BackendPatternConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.lowering import LoweringRule
+from fxquant.registry import Deployment
 
 from fxquant_x86.kernels import x86_lowering_rules
 from fxquant_x86.patterns import pattern_configs
@@ -35,3 +36,12 @@ def fxquant_lowering_kernels(backend: str) -> list[LoweringRule] | None:
 def fxquant_default_qconfig_mapping(backend: str, is_qat: bool) -> QConfigMapping | None:
     """int8 conv / pooling / Linear / matmul; norms, softmax and residual adds float."""
     return default_qconfig_mapping(is_qat)
+
+
+@fxquant.registry.hookimpl
+@fxquant.registry.only_for(BACKEND)
+def fxquant_deployment(backend: str) -> Deployment | None:
+    """The reference model compiled by inductor with freezing: its x86 int8 fusions (#19)."""
+    from fxquant_x86.compiled import deploy  # inductor loads only when deploying
+
+    return Deployment("inductor (torch.compile, freezing)", deploy=deploy)

@@ -1,0 +1,456 @@
+"""x86's deployment: a reference model compiled by inductor, its int8 fusions running it (#19).
+
+The route, with no torch.ao quantizer and no pt2e annotation::
+
+    reference model (fxquant q/dq ops around float ops, float weights)
+      -> torch.compile(options=INDUCTOR_OPTIONS)   dynamo traces it; freezing makes the
+                                                   weights constants and folds their quantize
+      -> QuantizedDecomposedOps (a joint-graph pass) fxquant q/dq -> quantized_decomposed q/dq
+                                                   (same schemas), the form inductor matches
+      -> inductor's x86 int8 passes                dq -> conv/linear -> q becomes
+                                                   onednn.qconv_pointwise / qlinear_pointwise
+                                                   with prepacked weights and fused post-ops
+      -> C++ kernels for the rest                  quantize, dequantize and float ops fused
+
+Freezing and the rewrite pass are set in ``torch._inductor.config`` only
+while a :class:`CompiledModel` runs (``config.patch`` around each call, since
+any call may recompile): other compiled functions of the process never see
+them. ``torch.compile(options=...)`` is not enough: dynamo reads ``freezing``
+itself, when it traces, to treat parameters as constants (without it the
+weights' quantize steps stay in the graph and inductor fails on
+``onednn.qconv_prepack``). Freezing only applies with grad disabled, so every
+call also runs under ``torch.no_grad()``.
+
+What the compile produced is checked, not assumed: the first call (the cold
+compile) captures inductor's generated code and counts its oneDNN int8
+kernels against the quantized linear and conv nodes of the model
+(:attr:`CompiledModel.kernels`); a node inductor left in float is reported
+``not_delegated``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+import re
+import time
+import warnings
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import torch
+from fxquant.errors import ConfigTypeError
+from fxquant.flow.report import NodeStatus, Reason, ReasonCode, Report
+from fxquant.flow.state import META_KEY, FlowState
+from fxquant.lowering import DEQUANTIZE_OPS, QDQ_OPS
+from fxquant.nn import reference
+from torch import fx
+from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
+
+__all__ = [
+    "INT8_KERNELS",
+    "CompiledModel",
+    "QuantizedDecomposedOps",
+    "compile_quantized",
+    "deploy",
+    "inductor_options",
+    "load",
+    "save_package",
+]
+
+INT8_KERNELS = re.compile(r"torch\.ops\.onednn\.(qlinear_pointwise|qconv\w*_pointwise)\b")
+"""oneDNN's int8 linear and conv ops, as inductor's generated Python wrapper calls them."""
+
+_LINEAR_CONV = (reference.Linear, reference.Conv1d, reference.Conv2d, reference.Conv3d)
+
+
+@functools.cache
+def _load_inductor() -> None:
+    # torch 2.13's inductor imports torch.utils.mkldnn, whose TorchScript classes warn that
+    # torch.jit is deprecated: torch's own import, not the user's concern (and an error
+    # under -W error). Its quantization passes define the quantized_decomposed library when
+    # they load; fxquant never imports torch.ao itself.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import torch._inductor.compile_fx
+        import torch._inductor.fx_passes.quantization  # noqa: F401
+
+
+def _quantized_decomposed() -> Any:
+    _load_inductor()
+    return torch.ops.quantized_decomposed
+
+
+class QuantizedDecomposedOps(CustomGraphPass):
+    """An inductor graph pass: fxquant's q/dq ops -> ``quantized_decomposed``'s of the same schema.
+
+    Inductor's x86 int8 passes match ``quantized_decomposed`` quantize and
+    dequantize nodes around ``aten`` conv/linear; fxquant's reference model
+    spells the same steps with ``torch.ops.fxquant`` ops (input, scale, zero
+    point, quant range, dtype), so the pass only swaps targets. ``out_dtype``
+    float32 (fxquant's default, spelt out) is dropped: the other schema has
+    it as its default too. Dynamic quantization (``choose_qparams``) is left as it is.
+
+    Example:
+        >>> g = fx.Graph()
+        >>> x = g.placeholder("x")
+        >>> q = g.call_function(torch.ops.fxquant.quantize_per_tensor.default,
+        ...                     (x, 0.1, 0, 0, 255, torch.uint8))
+        >>> _ = g.output(q)
+        >>> QuantizedDecomposedOps()(g)
+        >>> q.target
+        <OpOverload(op='quantized_decomposed.quantize_per_tensor', overload='default')>
+    """
+
+    def __call__(self, graph: fx.Graph) -> None:
+        """Swap the targets in place."""
+        namespace = _quantized_decomposed()
+        for node in graph.nodes:
+            if node.op != "call_function" or node.target not in QDQ_OPS:
+                continue
+            op = node.target
+            node.target = getattr(getattr(namespace, op.overloadpacket.__name__), op._overloadname)
+            if node.kwargs.get("out_dtype") in (None, torch.float32):
+                node.kwargs = {k: v for k, v in node.kwargs.items() if k != "out_dtype"}
+
+        _clamps_before_requantize(graph, namespace)
+
+    def uuid(self) -> bytes:
+        """This file's hash: inductor's cache keys a compile by its passes' code."""
+        return get_hash_for_files((__file__,))
+
+
+def _clamps_before_requantize(graph: fx.Graph, namespace: Any) -> None:
+    """``y -> q -> dq -> relu/clamp -> q`` (one qparams) becomes ``y -> relu/clamp -> q``.
+
+    fxquant's x86 patterns quantize a functional relu and a relu6/hardtanh on their
+    own, sharing the qparams of their input; pt2e's quantizer makes them the conv's
+    or linear's post-op. The two forms compute the same integers: quantizing is
+    monotonic, so it commutes with a clamp, and ``q(dq(k)) == k``. Without the
+    quantize/dequantize pair in between, inductor's patterns take the clamp as the
+    oneDNN kernel's post-op instead of running a separate pass over uint8 (#19).
+    """
+    quantize, dequantize = (
+        namespace.quantize_per_tensor.default,
+        namespace.dequantize_per_tensor.default,
+    )
+    clamps = (
+        torch.ops.aten.relu.default,
+        torch.ops.aten.clamp_min.default,
+        torch.ops.aten.hardtanh.default,
+    )
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target not in clamps:
+            continue
+        chain = [
+            node
+        ]  # relu; clamp_min (-> clamp_max): relu6 / hardtanh as inductor decomposes them
+        if node.target == torch.ops.aten.clamp_min.default and len(node.users) == 1:
+            (after,) = node.users
+            if after.op == "call_function" and after.target == torch.ops.aten.clamp_max.default:
+                chain.append(after)
+        last = chain[-1]
+        source = node.args[0]
+        if not (
+            isinstance(source, fx.Node)
+            and source.target == dequantize
+            and len(source.users) == 1
+            and len(last.users) == 1
+        ):
+            continue
+        (requantize,) = last.users
+        first = source.args[0]
+        if not (
+            isinstance(first, fx.Node)
+            and first.target == quantize
+            and len(first.users) == 1
+            and requantize.target == quantize
+            and requantize.args[1:] == first.args[1:] == source.args[1:]
+            and not source.kwargs
+            and not first.kwargs
+        ):
+            continue
+        node.replace_input_with(source, first.args[0])
+        graph.erase_node(source)
+        graph.erase_node(first)
+
+
+def inductor_options() -> dict[str, Any]:
+    """The inductor options of the compiled deployment: freezing and the q/dq rewrite.
+
+    Set with ``torch._inductor.config.patch`` around each call of a
+    :class:`CompiledModel`, and as AOTInductor's ``inductor_configs``.
+
+    Example:
+        >>> sorted(inductor_options())
+        ['freezing', 'joint_custom_pre_pass']
+    """
+    return {"freezing": True, "joint_custom_pre_pass": QuantizedDecomposedOps()}
+
+
+def _reference_model(model: object, argument: str) -> tuple[fx.GraphModule, FlowState]:
+    state = getattr(model, "meta", {}).get(META_KEY) if isinstance(model, fx.GraphModule) else None
+    if not isinstance(model, fx.GraphModule) or not isinstance(state, FlowState):
+        msg = (
+            f"{argument} must be a model returned by fxquant.convert_to_reference_fx (or "
+            f"convert_fx), got {type(model).__name__}; prepare it with "
+            "fxquant.get_backend_config('x86'), calibrate, and convert it first"
+        )
+        raise ConfigTypeError(msg)
+    lowered = [e.node for e in state.report.entries() if e.status == NodeStatus.LOWERED]
+    if lowered:
+        msg = (
+            f"{argument} is lowered to oneDNN kernels (convert_fx; nodes {', '.join(lowered[:3])}"
+            f"{'...' if len(lowered) > 3 else ''}); x86's compiled deployment compiles the "
+            "reference model: pass fxquant.convert_to_reference_fx(prepared) instead"
+        )
+        raise ConfigTypeError(msg)
+    return model, state
+
+
+def _int8_linear_conv(model: fx.GraphModule) -> list[str]:
+    """Nodes running a quantized linear or conv on a statically quantized input.
+
+    Those are what inductor's x86 passes turn into oneDNN int8 kernels; a
+    linear whose input stays float (a float-kept node) or is quantized
+    dynamically is not counted.
+    """
+    modules = dict(model.named_modules())
+    found = []
+    for node in model.graph.nodes:
+        if node.op != "call_module" or not node.args:
+            continue
+        module = modules[str(node.target)]
+        inner = module[0] if isinstance(module, torch.nn.Sequential) and len(module) else module
+        source = node.args[0]
+        static_input = (
+            isinstance(source, fx.Node)
+            and source.op == "call_function"
+            and source.target in DEQUANTIZE_OPS
+        )
+        if isinstance(inner, _LINEAR_CONV) and static_input:
+            found.append(node.name)
+    return found
+
+
+def _distinct(model: fx.GraphModule, names: list[str]) -> int:
+    """How many computations ``names`` are: a module called twice on the same input (DemoNet's
+    ``fc``) is one, as inductor's common-subexpression elimination makes it."""
+    nodes = [n for n in model.graph.nodes if n.name in set(names)]
+    return len({(str(n.target), n.args, tuple(n.kwargs.items())) for n in nodes})
+
+
+def _compiled_report(report: Report, expected: list[str], distinct: int, kernels: int) -> Report:
+    """Quantized nodes are ``lowered`` (compiled by inductor); when fewer oneDNN int8 kernels
+    came out than distinct quantized linear/conv computations went in, those nodes say so."""
+    missing = kernels < distinct
+    words = (
+        f"inductor compiled {kernels} oneDNN int8 linear/conv kernels for {distinct} "
+        "quantized linear/conv computations: the others run dequantize -> float op -> quantize"
+    )
+    entries = []
+    for entry in report.entries():
+        if missing and entry.node in expected:
+            reason = Reason(ReasonCode.NOT_DELEGATED, f"{entry.node}: {words}")
+            entry = dataclasses.replace(entry, status=NodeStatus.REFERENCE, reason=reason)
+        elif entry.status == NodeStatus.REFERENCE:
+            entry = dataclasses.replace(entry, status=NodeStatus.LOWERED, reason=None)
+        entries.append(entry)
+    return Report(entries, report.unused(), report.notes())
+
+
+class CompiledModel:
+    """A reference model compiled by inductor with freezing; call it like the model.
+
+    Attributes:
+        report: the model's report: quantized nodes ``lowered`` (compiled), a
+            linear/conv inductor left in float ``not_delegated``.
+        compile_seconds: wall time of the cold compile (the first call).
+        kernels: oneDNN int8 ops in inductor's generated code, by name
+            (``qlinear_pointwise``, ``qconv_pointwise``...).
+        expected_kernels: distinct quantized linear/conv computations of the
+            model (a module called twice on one input counts once).
+        code: inductor's generated wrapper code of the first compile.
+
+    Each call runs under ``torch.no_grad()`` (freezing needs it). Inputs of
+    another shape than the example's trigger a recompile (see the x86 README:
+    a new batch size recompiles once with a symbolic batch dimension).
+
+    Example:
+        >>> # compiled = compile_quantized(reference_model, (x,)); compiled(x)
+    """
+
+    def __init__(
+        self, model: fx.GraphModule, example_inputs: tuple[Any, ...], report: Report, **options: Any
+    ) -> None:
+        self._model = model
+        self._example_inputs = example_inputs
+        _load_inductor()
+        self._compiled = torch.compile(model, **options)
+        codes: list[str] = []
+        start = time.perf_counter()
+        # GraphLowering calls save_output_code with each compiled graph's code, also when it
+        # comes from inductor's cache; patched only for the cold compile
+        with mock.patch.object(_graph_lowering(), "save_output_code", codes.append):
+            self(*example_inputs)
+        self.compile_seconds = time.perf_counter() - start
+        self.code = "\n".join(codes)
+        self.kernels: Counter[str] = Counter(INT8_KERNELS.findall(self.code))
+        expected = _int8_linear_conv(model)
+        self.expected_kernels = _distinct(model, expected)
+        found = sum(self.kernels.values())
+        self.report = _compiled_report(report, expected, self.expected_kernels, found)
+
+    def __call__(self, *inputs: Any) -> Any:
+        """Run the compiled model (grad disabled, the inductor options set for the call)."""
+        with _inductor_config().patch(inductor_options()), torch.no_grad():
+            return self._compiled(*inputs)
+
+    def explain(self, *, show: bool = True) -> Report:
+        """The report; printed as a table unless ``show=False``.
+
+        Example:
+            >>> # compile_quantized(reference_model, (x,)).explain()
+        """
+        if show:
+            print(self.report.table())  # printing the table is the point, as fxquant.explain
+        return self.report
+
+    def save(
+        self,
+        path: str | Path,
+        *,
+        dynamic_batch: bool = True,
+    ) -> Path:
+        """Compile the model ahead of time (AOTInductor) into a ``.pt2`` package at ``path``.
+
+        The package holds the compiled C++ code and the frozen, prepacked
+        weights; :func:`load` runs it without fxquant. ``dynamic_batch``:
+        dim 0 of every tensor input is a batch dimension (any size from 1);
+        otherwise the package takes the example inputs' shapes only. This is
+        a second compile (tens of seconds for a BERT-base).
+
+        Raises:
+            fxquant.errors.ExportError: ``torch.export`` could not capture the model.
+
+        Example:
+            >>> # compiled.save("model.pt2"); fxquant_x86.compiled.load("model.pt2")(x)
+        """
+        return save_package(self._model, self._example_inputs, path, dynamic_batch=dynamic_batch)
+
+    def __repr__(self) -> str:
+        found = ", ".join(f"{n} {name}" for name, n in sorted(self.kernels.items())) or "none"
+        return (
+            f"CompiledModel(oneDNN int8 kernels: {found}; {self.expected_kernels} quantized "
+            f"linear/conv nodes; cold compile {self.compile_seconds:.1f} s)"
+        )
+
+
+def _inductor_config() -> Any:
+    from torch._inductor import config
+
+    return config
+
+
+def _graph_lowering() -> type:
+    from torch._inductor.graph import GraphLowering
+
+    return GraphLowering
+
+
+def _batch_shapes(example_inputs: tuple[Any, ...]) -> tuple[Any, ...]:
+    batch = torch.export.Dim("batch", min=1, max=2**16)
+    return tuple(
+        {0: batch} if isinstance(x, torch.Tensor) and x.dim() > 0 else None for x in example_inputs
+    )
+
+
+def save_package(
+    model: fx.GraphModule,
+    example_inputs: tuple[Any, ...],
+    path: str | Path,
+    *,
+    dynamic_batch: bool = True,
+) -> Path:
+    """AOTInductor package of a reference model (see :meth:`CompiledModel.save`).
+
+    Example:
+        >>> # save_package(reference_model, (x,), "model.pt2")
+    """
+    from fxquant.errors import ExportError
+
+    _load_inductor()
+    model, _ = _reference_model(model, "model")
+    shapes = _batch_shapes(example_inputs) if dynamic_batch else None
+    with torch.no_grad():
+        try:
+            program = torch.export.export(
+                model, tuple(example_inputs), dynamic_shapes=shapes, strict=False
+            )
+        except Exception as error:
+            msg = f"torch.export could not capture the model for AOTInductor: {error}"
+            raise ExportError(msg.splitlines()[0]) from error
+        written = torch._inductor.aoti_compile_and_package(
+            program, package_path=str(path), inductor_configs=inductor_options()
+        )
+    return Path(written)
+
+
+def load(path: str | Path) -> Any:
+    """Load a package :meth:`CompiledModel.save` wrote; call the result with the model's inputs.
+
+    Example:
+        >>> # run = load("model.pt2"); run(x)
+    """
+    return torch._inductor.aoti_load_package(str(path))
+
+
+def compile_quantized(
+    model: fx.GraphModule,
+    example_inputs: tuple[Any, ...],
+    *,
+    dynamic: bool | None = None,
+) -> CompiledModel:
+    """Compile an x86 reference model with inductor (freezing on); compile it now, on the example.
+
+    Args:
+        model: what ``fxquant.convert_to_reference_fx`` returned for a model
+            prepared with the ``x86`` (or ``onednn``) backend. A copy is
+            compiled: later changes to ``model`` do not reach the compiled one.
+        example_inputs: positional inputs; the first call compiles for their shapes.
+        dynamic: ``torch.compile``'s: ``None`` (default) compiles for the
+            example's shapes and recompiles once, with symbolic sizes, when a
+            size changes; ``True`` compiles symbolic sizes from the start.
+
+    Returns:
+        The compiled model (:class:`CompiledModel`).
+
+    Raises:
+        ConfigTypeError: ``model`` is not a converted fxquant model, or is
+            ``convert_fx``'s lowered one.
+
+    Example:
+        >>> # compiled = compile_quantized(convert_to_reference_fx(prepared), (x,))
+        >>> # compiled.kernels  -> Counter({'qlinear_pointwise': 2})
+    """
+    model, state = _reference_model(model, "model")
+    if not isinstance(example_inputs, tuple):
+        got = type(example_inputs).__name__
+        msg = f"example_inputs must be a tuple of the model's positional inputs, got {got}"
+        raise ConfigTypeError(msg)
+    copied = copy.deepcopy(model)
+    options: Mapping[str, Any] = {} if dynamic is None else {"dynamic": dynamic}
+    return CompiledModel(copied, example_inputs, state.report, **options)
+
+
+def deploy(model: fx.GraphModule, example_inputs: tuple[Any, ...]) -> CompiledModel:
+    """The ``fxquant_deployment`` entry: :func:`compile_quantized` with the defaults.
+
+    Example:
+        >>> # fxquant.registry.get_deployment("x86").deploy(reference_model, (x,))
+    """
+    return compile_quantized(model, example_inputs)

@@ -1,0 +1,196 @@
+"""x86's deployment: the reference model compiled by inductor runs oneDNN int8 kernels (#19).
+
+Inductor compiles take seconds on this machine: one tiny conv + linear model,
+compiled once for the module; the timings live in bench/bench_compiled_x86.py.
+"""
+
+from __future__ import annotations
+
+import re
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from unittest import mock
+
+import fxquant
+import pytest
+import torch
+from fxquant.errors import ConfigTypeError
+from fxquant.registry import get_deployment
+from fxquant_x86.compiled import CompiledModel, load, save_package
+from torch import fx, nn
+
+BACKEND = "x86"
+# how inductor's CPU code runs a float linear or conv
+FLOAT_KERNELS = (
+    r"extern_kernels\.(mm|addmm|bmm|convolution)\(|aten\.(mm|addmm|convolution)\.default\(|"
+    r"mkldnn\._(linear|convolution)_pointwise"
+)
+
+
+class ConvNet(nn.Module):
+    """conv + relu6, then two linears: one int8 -> int8 (with relu), one int8 in, float out.
+
+    x86's patterns quantize the relu6 and the functional relu on their own (shared
+    qparams); the compiled model runs them as the kernels' post-ops."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+        self.relu = nn.ReLU6()
+        self.fc1 = nn.Linear(8 * 6 * 6, 32)
+        self.fc2 = nn.Linear(32, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.relu(self.conv(x)).flatten(1)
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread() -> Iterator[None]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def prepared() -> fx.GraphModule:
+    torch.manual_seed(0)
+    model = ConvNet().eval()
+    x = torch.randn(4, 3, 8, 8)
+    config = fxquant.get_backend_config(BACKEND)
+    mapping = fxquant.get_default_qconfig_mapping(BACKEND)
+    prepared = fxquant.prepare_fx(model, mapping, (x,), backend_config=config)
+    with torch.no_grad():
+        for _ in range(4):
+            prepared(torch.randn(4, 3, 8, 8))
+    return prepared
+
+
+@pytest.fixture(scope="module")
+def reference(prepared: fx.GraphModule) -> fx.GraphModule:
+    return fxquant.convert_to_reference_fx(prepared)
+
+
+@pytest.fixture(scope="module")
+def compiled(reference: fx.GraphModule) -> CompiledModel:
+    deployment = get_deployment(BACKEND)
+    assert deployment is not None
+    deployed = deployment.deploy(reference, (torch.randn(4, 3, 8, 8),))
+    assert isinstance(deployed, CompiledModel)
+    return deployed
+
+
+def one_step(reference: fx.GraphModule) -> float:
+    """What one quantization step of fc2's int8 input moves the float output by, at most."""
+    quantize = [
+        n
+        for n in reference.graph.nodes
+        if n.target == torch.ops.fxquant.quantize_per_tensor.default
+    ]
+    scale = float(quantize[-1].args[1])  # the last quantize step feeds fc2
+    return scale * float(reference.fc2.weight.detach().abs().sum(1).max())
+
+
+def test_x86_deployment_runs_onednn_int8_conv_and_linear_not_float(
+    compiled: CompiledModel,
+) -> None:
+    assert compiled.kernels == {"qconv_pointwise": 1, "qlinear_pointwise": 2}
+    assert compiled.expected_kernels == 3
+    # no float conv or matmul runs (comments name the ATen ops a kernel came from): every
+    # one became an int8 kernel
+    run = "\n".join(line for line in compiled.code.splitlines() if not line.strip().startswith("#"))
+    assert not re.search(FLOAT_KERNELS, run)
+    # relu6 and relu run inside the conv and the first linear, not as passes over uint8
+    assert re.search(r"qconv_pointwise\.tensor\([^\n]*'hardtanh', \[0\.0, 6\.0\]", run)
+    assert re.search(r"qlinear_pointwise\.tensor\([^\n]*torch\.uint8, 'relu'", run)
+    statuses = {e.node: e.status for e in compiled.report.entries()}
+    assert statuses["conv"] == statuses["fc1"] == statuses["fc2"] == "lowered"
+    assert "qconv_pointwise" in repr(compiled)
+
+
+def test_compiled_output_is_within_one_step_of_the_reference_and_the_eager_kernels(
+    compiled: CompiledModel, reference: fx.GraphModule, prepared: fx.GraphModule
+) -> None:
+    x = torch.randn(4, 3, 8, 8, generator=torch.Generator().manual_seed(3))
+    lowered = fxquant.convert_fx(prepared)
+    with torch.no_grad():
+        expected = reference(x)
+        actual = compiled(x)
+        eager = lowered(x)
+    step = one_step(reference)
+    assert float((actual - expected).abs().max()) <= step
+    assert float((actual - eager).abs().max()) <= step
+
+
+def test_a_new_batch_size_recompiles_once_still_on_int8_kernels(
+    compiled: CompiledModel, reference: fx.GraphModule
+) -> None:
+    from torch._inductor.graph import GraphLowering
+
+    codes: list[str] = []
+    with mock.patch.object(GraphLowering, "save_output_code", codes.append):
+        for batch in (3, 5):
+            x = torch.randn(batch, 3, 8, 8)
+            with torch.no_grad():
+                assert float((compiled(x) - reference(x)).abs().max()) <= one_step(reference)
+    # batch 3 recompiles with a symbolic batch; 5 reuses it
+    assert len(codes) == 1
+    for code in codes:
+        kernels = re.findall(r"torch\.ops\.onednn\.(qlinear_pointwise|qconv\w*_pointwise)", code)
+        assert sorted(kernels) == ["qconv_pointwise", "qlinear_pointwise", "qlinear_pointwise"]
+
+
+def test_inductor_settings_hold_only_inside_the_compiled_calls(compiled: CompiledModel) -> None:
+    from torch._inductor import config
+
+    compiled(torch.randn(4, 3, 8, 8))
+    assert config.freezing is False
+    assert config.joint_custom_pre_pass is None
+
+
+def test_convert_fx_lowered_model_is_refused_naming_what_to_pass(
+    prepared: fx.GraphModule,
+) -> None:
+    deployment = get_deployment(BACKEND)
+    assert deployment is not None
+    with pytest.raises(
+        ConfigTypeError, match=r"lowered to oneDNN kernels.*convert_to_reference_fx"
+    ):
+        deployment.deploy(fxquant.convert_fx(prepared), (torch.randn(4, 3, 8, 8),))
+    with pytest.raises(ConfigTypeError, match="must be a model returned by"):
+        deployment.deploy(ConvNet().eval(), (torch.randn(4, 3, 8, 8),))  # type: ignore[arg-type]
+
+
+def _package_kernels(path: Path) -> list[str]:
+    with zipfile.ZipFile(path) as package:
+        code = "".join(
+            package.read(name).decode(errors="ignore")
+            for name in package.namelist()
+            if name.endswith(".wrapper.cpp")
+        )
+    return re.findall(r"aoti_torch_cpu__(qlinear_pointwise|qconv\w*_pointwise)\w*\(", code)
+
+
+def test_aot_package_reloads_and_runs_any_batch_on_int8_kernels(tmp_path: Path) -> None:
+    # a linear-only model: the package's compile is the slowest step of this module
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4)).eval()
+    x = torch.randn(4, 16)
+    config = fxquant.get_backend_config(BACKEND)
+    small = fxquant.prepare_fx(
+        model, fxquant.get_default_qconfig_mapping(BACKEND), (x,), backend_config=config
+    )
+    with torch.no_grad():
+        small(x)
+    reference = fxquant.convert_to_reference_fx(small)
+    # CompiledModel.save calls save_package: this skips the torch.compile the test does not need
+    path = save_package(reference, (x,), tmp_path / "small.pt2")
+    assert _package_kernels(path) == ["qlinear_pointwise", "qlinear_pointwise"]
+    run = load(path)
+    for batch in (4, 1, 7):
+        inputs = torch.randn(batch, 16)
+        with torch.no_grad():
+            difference = float((run(inputs) - reference(inputs)).abs().max())
+        assert difference <= 1e-5
