@@ -18,7 +18,9 @@ Rows, each from a deep copy of the float model, traced with transformers' tracer
     executorch                      ``fxquant_executorch.to_executorch``: the ``.pte`` in
                                     ExecuTorch's runtime (XNNPACK delegate)
     tensorrt                        ``fxquant_tensorrt.deploy``: the Q/DQ ONNX model in
-                                    onnxruntime (CPU)
+                                    onnxruntime (CPU); also with ``transformer_qconfig_mapping``
+                                    (tensorrt-transformer) and with it plus input-weight
+                                    equalization at alpha 0.75 (tensorrt-smoothquant)
     torch.ao x86                    torch.ao FX, its x86 default mapping, ``convert_fx``
     pt2e XNNPACKQuantizer           torchao pt2e, symmetric per-channel static config,
                                     the ``convert_pt2e`` model (its reference model)
@@ -311,12 +313,16 @@ def _replace_activation(mapping: Any, activation: Any) -> Any:
     return mapping
 
 
-def _fxquant_prepared(setup: Setup, backend: str, mapping: Any) -> Any:
+def _fxquant_prepared(setup: Setup, backend: str, mapping: Any, equalization: Any = None) -> Any:
     import fxquant
 
     config = fxquant.get_backend_config(backend)
     prepared = fxquant.prepare_fx(
-        copy.deepcopy(setup.model), mapping, setup.calibration[0], backend_config=config
+        copy.deepcopy(setup.model),
+        mapping,
+        setup.calibration[0],
+        _equalization_config=equalization,
+        backend_config=config,
     )
     with torch.no_grad():
         for ids, mask in setup.calibration:
@@ -342,14 +348,16 @@ ROUTES = {
 }
 
 
-def fxquant_row(setup: Setup, backend: str, mapping: Any = None, label: str = "") -> Row:
-    """A backend's default mapping through its own deployment."""
+def fxquant_row(
+    setup: Setup, backend: str, mapping: Any = None, label: str = "", equalization: Any = None
+) -> Row:
+    """A backend's default mapping (or ``mapping``) through its own deployment."""
     import fxquant
 
     if mapping is None:
         mapping, label = mapping_for(backend, setup.reduce_range)
     row = Row(backend, ROUTES.get(backend, "`convert_fx` model"), mapping=label or "custom")
-    prepared = _fxquant_prepared(setup, backend, mapping)
+    prepared = _fxquant_prepared(setup, backend, mapping, equalization)
     reference = fxquant.convert_to_reference_fx(copy.deepcopy(prepared))
     converted = fxquant.convert_fx(prepared)
     deployed = _deploy(backend, converted, setup.calibration[0])
@@ -481,18 +489,33 @@ ROWS: dict[str, Callable[[Setup], Row]] = {
     "executorch": lambda s: fxquant_row(s, "executorch"),
     "tensorrt": lambda s: fxquant_row(s, "tensorrt"),
     "tensorrt-transformer": lambda s: _tensorrt_transformer(s),
+    "tensorrt-smoothquant": lambda s: _tensorrt_transformer(s, alpha=0.75),
     "torch.ao": torch_ao_row,
     "pt2e": pt2e_row,
 }
 
 
-def _tensorrt_transformer(setup: Setup) -> Row:
-    """tensorrt's ``transformer_qconfig_mapping`` (adds and attention matmuls float)."""
+def _tensorrt_transformer(setup: Setup, alpha: float | None = None) -> Row:
+    """tensorrt's ``transformer_qconfig_mapping`` (adds and attention matmuls float); with
+    ``alpha``, every Linear's input equalized too (``_equalization_config``, SmoothQuant's
+    migration strength ``alpha``; the scales fold into the LayerNorms and weights)."""
+    from fxquant.config.qconfig_mapping import QConfigMapping
+    from fxquant.numerics.equalization import (
+        EqualizationQConfig,
+        InputEqualizationObserver,
+        WeightEqualizationObserver,
+    )
     from fxquant_tensorrt.qconfig import transformer_qconfig_mapping
 
-    return fxquant_row(
-        setup, "tensorrt", transformer_qconfig_mapping(), "transformer_qconfig_mapping"
-    )
+    label, equalization = "transformer_qconfig_mapping", None
+    if alpha is not None:
+        qconfig = EqualizationQConfig(
+            input_activation=InputEqualizationObserver.with_args(alpha=alpha),
+            weight=WeightEqualizationObserver,
+        )
+        equalization = QConfigMapping().set_object_type(nn.Linear, qconfig)
+        label += f" + equalization (alpha {alpha})"
+    return fxquant_row(setup, "tensorrt", transformer_qconfig_mapping(), label, equalization)
 
 
 def setup(quick: bool, reduce_range: bool) -> Setup:

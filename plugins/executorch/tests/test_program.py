@@ -226,3 +226,29 @@ def test_every_fxquant_qdq_op_has_an_executorch_op_with_the_same_arguments() -> 
         ]
     for quantize, dequantize in DEQUANTIZE_OF.items():
         assert dequantize_for(targets[quantize]) is targets[dequantize]
+
+
+class OneMinus(nn.Module):
+    """``1.0 - x`` with the 1.0 a tensor made in forward, as transformers' attention mask has it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.tensor(1.0, dtype=x.dtype) - x)
+
+
+def test_a_quantized_scalar_tensor_constant_exports_and_runs_within_one_step() -> None:
+    # XNNPACK's channels-last pass indexed the 0-d constant behind a delegated dequantize and
+    # to_executorch failed with IndexError on the BERT encoder (#23): the constant is folded
+    torch.manual_seed(0)
+    model = OneMinus().eval()
+    x = torch.rand(4, 8)
+    converted, _ = testing.quantize_model(BACKEND, model, [[x], [torch.rand(4, 8)]])
+    assert "sub" in {e.node for e in fxquant.explain(converted, show=False).entries()}
+    result = to_executorch(converted, (x,))
+    with torch.no_grad():
+        expected = converted(x)
+    step = testing.output_scale(converted)
+    assert float((result(x) - expected).abs().max()) <= step * 1.001

@@ -11,8 +11,9 @@ import fxquant
 import pytest
 import torch
 from fxquant import testing
+from fxquant.patterns import linear_configs
 from fxquant_tensorrt import plugin
-from fxquant_tensorrt.patterns import pattern_configs
+from fxquant_tensorrt.patterns import GEMM, addmm_config, pattern_configs
 from torch import nn
 from trt_helpers import quantize
 
@@ -61,11 +62,15 @@ def test_every_pattern_of_torch_tensorrt_config_is_supported() -> None:
     assert len(pattern_configs()) > len({testing.ao_normalized_pattern(c) for c in configs})
 
 
-def test_every_dtype_is_int8() -> None:
+def test_every_dtype_is_int8_and_gemms_return_float() -> None:
+    # a GEMM (linear, addmm) is int8 in, float out: TensorRT needs no Q/DQ after it (#23)
+    gemms = {c.pattern for c in [addmm_config([GEMM]), *linear_configs([GEMM])]}
+    assert torch.nn.Linear in gemms
     for config in pattern_configs():
         for dtype_config in config.dtype_configs:
             assert dtype_config.input_dtype == torch.int8, config.pattern
-            assert dtype_config.output_dtype == torch.int8, config.pattern
+            expected = torch.float if config.pattern in gemms else torch.int8
+            assert dtype_config.output_dtype == expected, config.pattern
             assert dtype_config.weight_dtype in (None, torch.int8), config.pattern
 
 

@@ -51,9 +51,11 @@ CASES = {
     }
 }
 # what onnxruntime fuses each into on x86 (int8 allowed); conv/linear + relu keep a float
-# Relu there: on a symmetric grid relu is not a clamp onnxruntime can drop (TensorRT fuses it)
+# Relu there: on a symmetric grid relu is not a clamp onnxruntime can drop (TensorRT fuses it).
+# A linear is int8 in, float out (#23): Q/DQ on the GEMM's inputs only, which TensorRT fuses;
+# onnxruntime makes a QGemm only with a QuantizeLinear after it, so its Gemm runs in float there
 FUSED = {
-    "linear": "QGemm",
+    "linear": None,
     "conv2d": "QLinearConv",
     "conv_bn_relu2d": None,
     "add": "QLinearAdd",
@@ -99,9 +101,10 @@ def test_onnx_holds_real_quantize_and_dequantize_nodes_with_per_channel_weights(
     written = onnx.load(path)
     onnx.checker.check_model(written)
     ops = [n.op_type for n in written.graph.node]
-    # input, conv output, flatten output (sharing the conv's scale), linear output
-    assert ops.count("QuantizeLinear") == 4
-    assert ops.count("DequantizeLinear") == 6  # the four, plus the two weights
+    # input, conv output, flatten output (sharing the conv's scale); the linear's output is
+    # float (#23: int8 in, float out)
+    assert ops.count("QuantizeLinear") == 3
+    assert ops.count("DequantizeLinear") == 5  # the three, plus the two weights
     assert not {"Mul", "Round", "Cast"} & set(ops)  # not decomposed (pytorch#127167)
     initializers = {i.name: i for i in written.graph.initializer}
     weights = [
@@ -132,14 +135,19 @@ def test_export_leaves_the_users_model_as_it_was() -> None:
     assert all(torch.equal(before[k], after[k]) for k in tensors)
 
 
-def test_deployed_report_names_every_weighted_node_lowered_and_onnxruntime_fuses_them() -> None:
+def test_deployed_report_names_every_weighted_node_lowered_and_the_gemm_reads_int8() -> None:
     model, x = conv_relu_linear()
     deployed = deploy(quantize(model, (x,)), (x,))
     assert isinstance(deployed, OnnxRuntimeModel)
     statuses = {e.node: e.status for e in deployed.report.entries()}
     assert statuses["_0"] == "lowered"  # conv + bn + relu, one TensorRT layer
     assert statuses["_4"] == "lowered"
-    assert deployed.fused_ops["QGemm"] == 1
+    # the classifier: int8 in (both inputs dequantized), float out, no Q/DQ after it (#23)
+    graph = deployed.exported.model.graph
+    producers = {out: n for n in graph.node for out in n.output}
+    gemm = next(n for n in graph.node if n.op_type == "Gemm")
+    assert [producers[i].op_type for i in gemm.input[:2]] == ["DequantizeLinear"] * 2
+    assert not [n for n in graph.node if gemm.output[0] in n.input]  # the model's output
 
 
 def residual() -> tuple[nn.Module, torch.Tensor]:

@@ -26,6 +26,18 @@ XNNPACK has no embedding)::
     dequantize_per_channel(table, scales, 0s, axis 0) -> embedding(., ids)
         -> embedding_byte(table, scales, None, -127, 127, ids)
 
+Constant scalars. A quantized binary op with a tensor constant operand
+(``1.0 - mask`` in transformers' attention mask, traced as ``torch.tensor(1.0)``)
+quantizes the constant at run time; exported, the 0-d constant is a lifted
+placeholder, and XNNPACK's channels-last pass indexes the value of every
+placeholder that a delegated dequantize reads as if it had a batch dimension:
+``to_edge_transform_and_lower`` failed with ``IndexError`` on the BERT encoder
+(#23). The quantize -> dequantize of a 0-d constant is itself a constant:
+the constant is replaced by its dequantized value (the same number the
+reference model computes) and the steps are dropped::
+
+    c = 1.0 -> q(c) -> dq -> sub          c' = dq(q(1.0)) -> sub
+
 Keep-dim means. XNNPACK's mean takes 4-d tensors over the two innermost
 dimensions with ``keepdim=True`` only; the common ``x.mean((2, 3))`` of a CNN
 head becomes that mean followed by a reshape (on the same quantization grid,
@@ -42,7 +54,13 @@ from torch.export import ExportedProgram
 
 from fxquant_executorch.edge_ops import dequantize_for, is_dequantize, is_quantize
 
-__all__ = ["duplicate_dequantize", "keepdim_means", "quantized_embeddings", "scalar_qparams"]
+__all__ = [
+    "constant_scalars",
+    "duplicate_dequantize",
+    "keepdim_means",
+    "quantized_embeddings",
+    "scalar_qparams",
+]
 
 _ATEN = torch.ops.aten
 
@@ -206,3 +224,54 @@ def scalar_qparams(program: ExportedProgram) -> int:
         node.args = (node.args[0], float(scale), int(zero_point), *node.args[3:])
         rewritten += 1
     return rewritten
+
+
+# what export writes around a tensor created in forward (``torch.tensor(1.0)``): no arithmetic
+_COPIES = frozenset({_ATEN.lift_fresh_copy.default, _ATEN.detach.default, _ATEN.detach_.default})
+
+
+def _constant_key(program: ExportedProgram, node: fx.Node) -> str | None:
+    """The ``program.constants`` key of the lifted tensor constant ``node`` copies, if any."""
+    while node.op == "call_function" and node.target in _COPIES and len(node.users) == 1:
+        source = node.args[0]
+        if not isinstance(source, fx.Node):
+            return None
+        node = source
+    if node.op != "placeholder" or len(node.users) != 1:
+        return None
+    key = program.graph_signature.inputs_to_lifted_tensor_constants.get(node.name)
+    return key if key is not None and key in program.constants else None
+
+
+def constant_scalars(program: ExportedProgram) -> int:
+    """Fold quantize -> dequantize of 0-d tensor constants into the constants; return how many.
+
+    Example:
+        >>> # see the module docstring; tests/test_program.py exports ``1.0 - x`` quantized
+    """
+    folded = 0
+    for node in list(program.graph.nodes):
+        if not is_quantize(node) or not isinstance(node.args[0], fx.Node):
+            continue
+        source = node.args[0]
+        key = _constant_key(program, source)
+        value = program.constants.get(key) if key is not None else None
+        readers = list(node.users)
+        if (
+            not isinstance(value, torch.Tensor)
+            or value.dim() != 0
+            or len(source.users) != 1
+            or not readers
+            or not all(is_dequantize(r) and r.args[1:] == node.args[1:] for r in readers)
+        ):
+            continue
+        target, dequantize = node.target, readers[0].target
+        assert callable(target)  # a quantize op: checked by is_quantize
+        assert callable(dequantize)
+        program.constants[str(key)] = dequantize(target(value, *node.args[1:]), *node.args[1:])
+        for reader in readers:
+            reader.replace_all_uses_with(source)
+            program.graph.erase_node(reader)
+        program.graph.erase_node(node)
+        folded += 1
+    return folded

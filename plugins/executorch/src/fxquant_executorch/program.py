@@ -39,6 +39,7 @@ from fxquant_executorch.delegation import (
 )
 from fxquant_executorch.edge_ops import quiet_toolchain, rewrite_qdq
 from fxquant_executorch.passes import (
+    constant_scalars,
     duplicate_dequantize,
     keepdim_means,
     quantized_embeddings,
@@ -223,6 +224,7 @@ def to_executorch(
     program = export_quantized(model, example_inputs, dynamic_shapes=dynamic_shapes)
     rewrite_qdq(program.graph)
     scalar_qparams(program)
+    constant_scalars(program)
     duplicate_dequantize(program.graph)
     keepdim_means(program.graph)
     quantized_embeddings(program)

@@ -5,8 +5,13 @@ DequantizeLinear and it fuses each Q/DQ pair into the layers around it
 (NVIDIA's "Q/DQ layer-placement recommendations"). The patterns say where
 fxquant's reference model puts those pairs::
 
-    conv (+bn) (+relu), linear, addmm   int8 symmetric activations in and out, int8
+    conv (+bn) (+relu)                  int8 symmetric activations in and out, int8
                                         symmetric weights (per output channel), float bias
+    linear, addmm                       the same, but the output float (#23): Q/DQ on the
+                                        GEMM's inputs only, as TensorRT's explicit
+                                        quantization runs them; a quantized consumer puts
+                                        its own Q/DQ after the GEMM, which TensorRT fuses
+                                        as its output requantization
     add, mul (+relu)                    Q/DQ on both inputs, so TensorRT fuses the add
                                         into the conv that feeds it (a ResNet's residual)
     cat                                 inputs and output share one observer: one scale,
@@ -45,6 +50,7 @@ from fxquant.patterns import (
 
 __all__ = [
     "ACTIVATION",
+    "GEMM",
     "NON_WEIGHTED",
     "WEIGHT",
     "WEIGHTED",
@@ -74,6 +80,10 @@ WEIGHTED = DTypeConfig(
     input_dtype=ACTIVATION, output_dtype=ACTIVATION, weight_dtype=WEIGHT, bias_dtype=torch.float
 )
 """conv, linear, addmm: int8 in and out, int8 weight, float bias (TensorRT quantizes it itself)."""
+GEMM = DTypeConfig(
+    input_dtype=ACTIVATION, output_dtype=torch.float, weight_dtype=WEIGHT, bias_dtype=torch.float
+)
+"""linear, addmm: int8 in, float out (no Q/DQ after the GEMM unless its consumer is int8)."""
 NON_WEIGHTED = DTypeConfig(input_dtype=ACTIVATION, output_dtype=ACTIVATION)
 """every other quantized op: int8 in and out."""
 
@@ -105,8 +115,8 @@ def pattern_configs() -> list[BackendPatternConfig]:
     binary_ops = (operator.add, torch.add, operator.mul, torch.mul)
     return [
         *conv_configs(weighted),
-        addmm_config(weighted),
-        *linear_configs(weighted),
+        addmm_config([GEMM]),
+        *linear_configs([GEMM]),
         *binary_op_configs(other, ops=binary_ops),
         *matmul_configs(other),
         *cat_configs(other),
