@@ -48,6 +48,7 @@ from fxquant.flow.convert_qdq import replace_observer
 from fxquant.flow.equalize import EQUALIZATION_KEY
 from fxquant.flow.equalize_convert import apply_equalization
 from fxquant.flow.report import NodeStatus, Report, raise_if_skipped
+from fxquant.flow.resolve import backend_kernels
 from fxquant.flow.state import META_KEY, FlowMeta, FlowState
 from fxquant.flow.trace import drop_string_annotations
 from fxquant.lowering import DEQUANTIZE_OPS
@@ -340,7 +341,12 @@ def convert_fx(
         graph_module, convert_custom_config, qconfig_mapping, "convert_fx", strict=strict
     )
     backend = state.backend_config if chosen is None else chosen
-    report = lower(gm, FlowContext.for_convert(backend, strict=strict), report)
+    # the one lookup by name, here at the entry point (CONTRACT; #21): the report says whose
+    kernels = backend_kernels(backend)
+    ctx = FlowContext.for_convert(
+        backend, strict=strict, lowering_rules=kernels.rules, deployed=kernels.deployed
+    )
+    report = lower(gm, ctx, report).with_notes([kernels.note()])
     if remove:
         _remove_qconfig_attributes(gm)
     gm.graph.lint()

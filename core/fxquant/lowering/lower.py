@@ -1,7 +1,7 @@
 """Lower a reference model: reference patterns -> the backend's kernels on integer tensors.
 
 The lowering rules of the backend (``fxquant_lowering_kernels``, read from the
-flow's context: ``FlowContext.for_convert`` asks the registry) are matched
+flow's context: ``convert_fx`` resolved them by the backend's name) are matched
 with the one matcher; a match is lowered when every node in it was quantized
 at prepare and the rule's ``build`` returns a kernel::
 
