@@ -52,6 +52,7 @@ from fxquant.flow.resolve import backend_kernels
 from fxquant.flow.state import META_KEY, FlowMeta, FlowState
 from fxquant.flow.trace import drop_string_annotations
 from fxquant.lowering import DEQUANTIZE_OPS
+from fxquant.lowering.lower import lower
 
 __all__ = ["convert_fx", "convert_to_reference_fx"]
 
@@ -333,7 +334,6 @@ def convert_fx(
         >>> _ = prepared(torch.randn(2, 4))
         >>> lowered = convert_fx(prepared)
     """
-    from fxquant.lowering.lower import lower
 
     remove = _check_remove_qconfig(_remove_qconfig, "convert_fx")
     chosen = as_backend_config(backend_config)  # before any work: a bad argument changes nothing

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import torch
 
+from fxquant.config.pattern import simple_to_complex, validate_complex
 from fxquant.errors import ConfigError, ConfigTypeError
 
 if TYPE_CHECKING:
@@ -348,7 +349,6 @@ class LoweringRule:
     def key(self) -> Hashable:
         """The pattern in the reversed nested format: the key for matching and conflicts."""
         # imported here: `import fxquant.registry` must not need the config package
-        from fxquant.config.pattern import simple_to_complex, validate_complex
 
         key: Hashable = (
             validate_complex(self.pattern)

@@ -33,6 +33,7 @@ import torch
 from torch import nn
 from torch.fx import GraphModule, Node
 
+from fxquant.config.pattern import pattern_str
 from fxquant.flow.context import FlowContext
 from fxquant.flow.convert_qdq import attribute_value, node_qparams
 from fxquant.flow.match import Match, PatternIndex, match_graph
@@ -230,7 +231,6 @@ def _remove_dead(gm: GraphModule) -> None:
 
 def _op_texts(gm: GraphModule) -> dict[str, str]:
     """Each node's op as reports name it: ``Linear``, ``operator.add``, ``'relu'``."""
-    from fxquant.config.pattern import pattern_str
 
     texts = {}
     for node in gm.graph.nodes:
