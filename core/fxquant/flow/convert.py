@@ -334,7 +334,6 @@ def convert_fx(
         >>> _ = prepared(torch.randn(2, 4))
         >>> lowered = convert_fx(prepared)
     """
-
     remove = _check_remove_qconfig(_remove_qconfig, "convert_fx")
     chosen = as_backend_config(backend_config)  # before any work: a bad argument changes nothing
     gm, state, report = reference_model(

@@ -139,7 +139,6 @@ def _reference_class(cls: type) -> type:
     torch.ao's reference modules compute with ``torch.quint8``/``qint8`` tensors,
     which fxquant never creates; fxquant's have the same names and numerics.
     """
-
     found: type = as_fxquant_class(cls)
     return found
 

@@ -607,7 +607,6 @@ def prepare(gm: fx.GraphModule, ctx: FlowContext) -> tuple[fx.GraphModule, Repor
         >>> prepare(gm, ctx)[1].skipped()
         []
     """
-
     modules = module_table(gm)
     assignment = assign_qconfigs(gm, modules, ctx.qconfig_mapping or QConfigMapping())
     if ctx.is_qat:

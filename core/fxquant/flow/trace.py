@@ -125,7 +125,6 @@ class QuantizationTracer(fx.Tracer):
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
         """Configured names/classes and fxquant's own modules are leaves, then torch's rule."""
-
         if module_qualified_name in self.leaf_names or isinstance(m, self.leaf_classes):
             return True
         if is_leaf_module(m) or is_torch_ao_module_class(type(m)):

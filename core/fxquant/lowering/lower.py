@@ -231,7 +231,6 @@ def _remove_dead(gm: GraphModule) -> None:
 
 def _op_texts(gm: GraphModule) -> dict[str, str]:
     """Each node's op as reports name it: ``Linear``, ``operator.add``, ``'relu'``."""
-
     texts = {}
     for node in gm.graph.nodes:
         if node.op == "call_module":

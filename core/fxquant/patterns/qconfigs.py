@@ -51,7 +51,6 @@ def fixed_qparams_qconfig(grid: FixedQParams, is_qat: bool) -> QConfig:
         >>> float(observer.calculate_qparams()[0])
         0.00390625
     """
-
     fixed = observer.FixedQParamsObserver.with_args(
         scale=grid.scale,
         zero_point=grid.zero_point,
@@ -94,7 +93,6 @@ def reference_default_qconfig_mapping(is_qat: bool = False) -> QConfigMapping:
         >>> float(scale), int(zero_point)
         (0.0078125, 128)
     """
-
     base = _global_qconfig(is_qat)
     per_tensor_weight = (
         fake_quantize.default_weight_fake_quant if is_qat else observer.default_weight_observer
@@ -123,7 +121,6 @@ def mapping_with_overrides(base: QConfig, per_tensor_weight: Any, is_qat: bool) 
         >>> mapping.qconfig_for("", torch.nn.LayerNorm).weight().dtype
         torch.float32
     """
-
     mapping = QConfigMapping().set_global(base)
     transposed = QConfig(activation=base.activation, weight=per_tensor_weight)
     for conv_transpose in _TRANSPOSED:

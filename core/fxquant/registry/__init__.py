@@ -149,7 +149,6 @@ def get_default_qconfig_mapping(name: str = "x86", is_qat: bool = False) -> QCon
     Example:
         >>> mapping = get_default_qconfig_mapping("reference")
     """
-
     try:
         return default_registry().get_default_qconfig_mapping(name, is_qat)  # type: ignore[no-any-return]
     except UnknownBackendError as error:

@@ -326,7 +326,6 @@ def assemble(name: str, plugins: Sequence[LoadedPlugin]) -> AssembledBackend:
         >>> assemble("nothing", []).lowering_rules
         ()
     """
-
     manager, members = _manager(plugins)
     kwargs = {"backend": name}
     patterns = _merge(
@@ -404,7 +403,6 @@ def default_qconfig_mapping(backend: AssembledBackend, is_qat: bool) -> Any:
         ...
         fxquant.errors.MissingDefaultQConfigError: backend 'nothing' has no default ...
     """
-
     kwargs = {"backend": backend.name, "is_qat": is_qat}
     answers = _call(backend.manager, backend.members, _QCONFIG_HOOK, kwargs)
     what = (f"a default QConfigMapping (is_qat={is_qat})", "mapping")

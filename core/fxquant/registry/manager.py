@@ -99,7 +99,6 @@ def _backend_name(backend: object) -> str:
 
 def _install_hint(name: str) -> str:
     """How to install ``name`` here: its folder from a checkout, else the generic command (#22)."""
-
     root = checkout_root()
     known = root is not None and bool(local_plugin_folders(name, root))
     return install_hint(name if known else None)
@@ -234,7 +233,6 @@ class Registry:
 
     def get_backend_config(self, name: str) -> Any:
         """A new ``BackendConfig`` holding the backend's pattern configs (see the module doc)."""
-
         cached = self.assembled(name).config
         # a fresh BackendConfig of copies: a caller's edits must not change the registry
         return BackendConfig(name).set_backend_pattern_configs(c.copy() for c in cached.configs)

@@ -33,8 +33,6 @@ def fxquant_pattern_configs(backend: str) -> list[BackendPatternConfig] | None:
     """
     if backend != BACKEND:
         return None
-    # imported here: the pattern tables are built only when the backend is assembled
-
     return reference_pattern_configs()
 
 

@@ -89,7 +89,6 @@ def fuse_conv2d_relu(is_qat: bool, conv: torch.nn.Conv2d, relu: torch.nn.ReLU) -
         >>> type(fused).__name__
         'ConvReLU2d'
     """
-
     return ConvReLU2d(conv, relu)
 
 
@@ -100,7 +99,6 @@ def tutorial_pattern_configs() -> list[Any]:
         >>> [len(c.dtype_configs) for c in tutorial_pattern_configs()]
         [1, 0, 1]
     """
-
     # The tutorial's spelling; on a torch without quantized dtypes the plain ones mean the same.
     quint8 = getattr(torch, "quint8", torch.uint8)
     qint8 = getattr(torch, "qint8", torch.int8)
@@ -162,7 +160,6 @@ def tutorial_qconfig_mapping() -> Any:
         >>> tutorial_qconfig_mapping().qconfig_for("linear", torch.nn.Linear).activation().quant_max
         127
     """
-
     activation = MinMaxObserver.with_args(quant_min=0, quant_max=127, eps=2**-12)
     qconfig = QConfig(activation=activation, weight=default_weight_observer)
     mapping = QConfigMapping()
@@ -283,7 +280,6 @@ def quantize_with(
         >>> result.counts["reference"] > 0, result.sqnr_db > 20
         (True, True)
     """
-
     result = DemoResult(backend_config.name)
     prepared = prepare_fx(
         copy.deepcopy(model), qconfig_mapping, (data[:1],), backend_config=backend_config
@@ -462,7 +458,6 @@ def run_demo(
         >>> run_demo(io.StringIO(), backends=["reference"])
         0
     """
-
     out = sys.stdout if out is None else out
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # latency ratios at one thread: steady on a shared machine

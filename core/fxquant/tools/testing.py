@@ -468,7 +468,6 @@ def check_deployed(backend: str, case: Case, sizes: Sizes, *, seed: int = 0) -> 
         Traceback (most recent call last):
         AssertionError: backend 'reference' has no deployment (fxquant_deployment)
     """
-
     deployment = get_deployment(backend)
     if deployment is None:
         msg = f"backend {backend!r} has no deployment (fxquant_deployment)"
@@ -911,7 +910,6 @@ def ao_normalized_pattern(ao_config: Any) -> Any:
         >>> ao_normalized_pattern(ao_config) is torch.relu
         True
     """
-
     if ao_config._pattern_complex_format is not None:
         return validate_complex(ao_op_as_fxquant(ao_config._pattern_complex_format))
     return simple_to_complex(ao_op_as_fxquant(ao_config.pattern))

@@ -37,7 +37,6 @@ class IntegerClamp(nn.Module):
             >>> clamp.low, clamp.high
             (10, 70)
         """
-
         assert out.scale is not None  # static qparams
         assert out.zero_point is not None
         bounds = qdq.quantize_per_tensor(

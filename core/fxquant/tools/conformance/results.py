@@ -72,7 +72,6 @@ def render_results(rows: Sequence[CheckResult], title: str = "") -> str:
         | Linear  | well_formed | pass   |        |
         mine: 1 checks: 1 pass, 0 fail, 0 skip
     """
-
     table = markdown_table(
         ["pattern", "check", "result", "reason"],
         [[r.pattern, r.check, r.result.value, r.reason] for r in rows],
