@@ -144,10 +144,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 # (importer, imported): why this one import goes up
 ALLOWED_UPWARD: dict[tuple[str, str], str] = {}
-# the strongly connected components left (#21 "what remains"): each must shrink, never grow
-KNOWN_CYCLES: list[list[str]] = [
-    ["fxquant.config.backend", "fxquant.config.qconfig_mapping", "fxquant.config.serialize"],
-]
+# the strongly connected components left: none (#21); an entry here needs a reason
+KNOWN_CYCLES: list[list[str]] = []
 
 
 def layer_of(module: str) -> int:
@@ -186,6 +184,44 @@ def test_no_core_module_imports_from_a_layer_above_its_own(graph: layout_graph.G
 
 def test_the_core_has_no_import_cycle_but_the_known_ones(graph: layout_graph.Graph) -> None:
     assert layout_graph.cycles(graph) == KNOWN_CYCLES
+
+
+def function_level_imports_without_a_reason(graph: layout_graph.Graph) -> list[str]:
+    """Function-level imports of core modules whose statement carries no ``# why:`` comment."""
+    found = []
+    for module in graph.modules.values():
+        lines = module.path.read_text().splitlines()
+        spans = {
+            node.lineno: node.end_lineno or node.lineno
+            for node in ast.walk(module.tree)
+            if isinstance(node, ast.Import | ast.ImportFrom)
+        }
+        for imp in graph.imports:
+            if imp.source != module.name or not imp.in_function or imp.target not in graph.modules:
+                continue
+            statement = lines[imp.line - 1 : spans[imp.line]]
+            if not any("# why:" in line for line in statement):
+                found.append(f"{module.name}:{imp.line}: {imp.target}")
+    return sorted(set(found))
+
+
+def test_every_function_level_import_in_the_core_says_why(graph: layout_graph.Graph) -> None:
+    # only where import time, an optional dependency or a cycle at run time needs it (#21)
+    assert function_level_imports_without_a_reason(graph) == []
+
+
+def test_a_function_level_import_without_a_reason_is_found(tmp_path: Path) -> None:
+    package = tmp_path / "fxquant"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "b.py").write_text("")
+    (package / "a.py").write_text(
+        "def f():\n    from fxquant import b\n\n"
+        "def g():\n    from fxquant import b  # why: import time\n\n"
+        "def h():\n    from fxquant import (  # why: import time\n        b,\n    )\n"
+    )
+    found = layout_graph.build_graph(tmp_path)
+    assert function_level_imports_without_a_reason(found) == ["fxquant.a:2: fxquant.b"]
 
 
 def test_no_core_module_imports_a_moved_module_by_its_old_path(graph: layout_graph.Graph) -> None:

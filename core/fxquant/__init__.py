@@ -51,6 +51,7 @@ from fxquant.registry import (
     register_plugin,
     unregister_plugin,
 )
+from fxquant.torch_ao_names import TOP_LEVEL_NAMES as _TOP_LEVEL_NAMES
 from fxquant.version import VERSION
 
 __version__ = VERSION
@@ -68,9 +69,7 @@ def __getattr__(name: str) -> object:
     """torch.ao.quantization's top-level names, from the submodule that has them (PEP 562)."""
     import importlib
 
-    from fxquant.torch_ao_names import TOP_LEVEL_NAMES
-
-    module = _LAZY.get(name) or TOP_LEVEL_NAMES.get(name)
+    module = _LAZY.get(name) or _TOP_LEVEL_NAMES.get(name)
     if module is None:
         msg = f"module 'fxquant' has no attribute {name!r}"
         raise AttributeError(msg)
@@ -81,9 +80,8 @@ def __getattr__(name: str) -> object:
 
 
 def __dir__() -> list[str]:
-    from fxquant.torch_ao_names import TOP_LEVEL_NAMES
 
-    return sorted({*globals(), *_LAZY, *TOP_LEVEL_NAMES})
+    return sorted({*globals(), *_LAZY, *_TOP_LEVEL_NAMES})
 
 
 __all__ = [

@@ -19,6 +19,7 @@ from fxquant.config.backend import BackendPatternConfig
 from fxquant.errors import ConfigTypeError, QuantizationSkipped
 from fxquant.flow.context import FlowContext
 from fxquant.flow.convert import convert_fx, convert_to_reference_fx
+from fxquant.flow.resolve import backend_kernels
 from fxquant.flow.state import META_KEY
 from fxquant.kernels import boundary
 from fxquant.lowering import Declined
@@ -29,6 +30,7 @@ from fxquant.registry import Deployment, LoweringRule, hookimpl
 from fxquant.registry.hookspecs import LoweringMatch, QParams
 from torch import fx, nn
 
+from tests import layout_graph
 from tests.flow.test_convert import ADD, INT8, PER_CHANNEL, STATIC, calibrate, hand_prepare
 
 OPS = torch.ops.fxquant
@@ -429,7 +431,8 @@ def test_lower_reads_its_rules_from_the_flow_context_never_from_the_registry(
 ) -> None:
     prepared, x = prepared_residual(testint8)
     reference_model = convert_to_reference_fx(prepared)
-    ctx = FlowContext.for_convert(testint8, strict=False)
+    kernels = backend_kernels(testint8)
+    ctx = FlowContext.for_convert(testint8, strict=False, lowering_rules=kernels.rules)
     expected = convert_fx(prepared)(x)
     from fxquant.flow.lower import lower
 
@@ -449,16 +452,69 @@ def test_lower_reads_its_rules_from_the_flow_context_never_from_the_registry(
     assert torch.equal(reference_model(x), expected)
 
 
-def test_the_convert_context_holds_what_the_backends_plugins_lower_with(testint8: Any) -> None:
-    ctx = FlowContext.for_convert(testint8, strict=True)
-    assert [r.name for r in ctx.lowering_rules] == [
+def test_the_entry_point_resolves_the_kernels_the_backends_plugins_lower_with(
+    testint8: Any,
+) -> None:
+    kernels = backend_kernels(testint8)
+    assert [r.name for r in kernels.rules] == [
         r.name for r in TestInt8Plugin().fxquant_lowering_kernels(BACKEND) or []
     ]
-    assert not ctx.deployed
-    assert ctx.strict
+    assert not kernels.deployed
+    assert len(kernels.sources) == 1
+    assert "register_plugin" not in kernels.sources[0]
+    nobody = backend_kernels(fxquant.BackendConfig("nobody"))
+    assert (nobody.rules, nobody.deployed, nobody.sources) == ((), False, ())
+
+
+def test_the_convert_context_holds_only_what_it_is_given(testint8: Any) -> None:
+    # named after a backend with kernels, yet the context looks nothing up (#21)
+    ctx = FlowContext.for_convert(testint8, strict=True)
+    assert (ctx.lowering_rules, ctx.deployed, ctx.strict) == ((), False, True)
+
+
+def test_the_flow_context_module_does_not_import_the_registry() -> None:
+    graph = layout_graph.build_graph()
+    assert [
+        f"line {i.line}: {i.target}"
+        for i in graph.imports
+        if i.source == "fxquant.flow.context" and i.target.startswith("fxquant.registry")
+    ] == []
+
+
+def test_convert_fx_says_whose_kernels_the_backend_name_resolved_to(testint8: Any) -> None:
+    prepared, _ = prepared_residual(testint8)
+    report = fxquant.explain(convert_fx(prepared), show=False)
+    (note,) = [n for n in report.notes() if n.startswith("kernels:")]
+    source = backend_kernels(testint8).sources[0]
     assert (
-        FlowContext.for_convert(fxquant.BackendConfig("nobody"), strict=False).lowering_rules == ()
+        note
+        == f"kernels: backend {BACKEND!r} (by the config's name) -> 3 lowering rules from {source}"
     )
+    assert note in report.table()
+
+
+def test_a_config_read_from_json_lowers_with_the_kernels_of_the_backend_it_names(
+    testint8: Any,
+) -> None:
+    # CONTRACT: kernels by backend_config.name, so a JSON round trip keeps them
+    prepared, x = prepared_residual(testint8)
+    from_json = fxquant.BackendConfig.from_json(testint8.to_json())
+    lowered = convert_fx(prepared, backend_config=from_json)
+    assert kernels(lowered) == ["QConv2d", "QConv2d", "QAdd", "QLinear"]
+    assert torch.equal(lowered(x), convert_fx(prepared)(x))
+
+
+def test_a_config_named_after_no_backend_lowers_nothing_and_says_why(testint8: Any) -> None:
+    prepared, _ = prepared_residual(testint8)
+    renamed = fxquant.BackendConfig.from_dict({**testint8.to_dict(), "name": "mine"})
+    report = fxquant.explain(convert_fx(prepared, backend_config=renamed), show=False)
+    assert {e.reason.code for e in report.entries() if e.status == "reference" and e.reason} == {
+        "no_lowering_kernel"
+    }
+    assert [n for n in report.notes() if n.startswith("kernels:")] == [
+        "kernels: no installed plugin provides backend 'mine': no lowering rules (a config "
+        "lowers with the kernels of the backend it is named after)"
+    ]
 
 
 def test_convert_fx_names_a_backend_config_of_the_wrong_type(testint8: Any) -> None:

@@ -15,6 +15,7 @@ when it raises, and dtypes compare by storage (``torch.quint8 == torch.uint8``).
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Final
@@ -22,9 +23,10 @@ from typing import Any, Final
 import torch
 
 from fxquant.config import pattern as patterns
+from fxquant.config import serialize
 from fxquant.config.checks import check_real
 from fxquant.config.pattern import Pattern
-from fxquant.dtypes import canonical_dtype
+from fxquant.dtypes import canonical_dtype, dtype_name
 from fxquant.errors import ConfigError, ConfigTypeError
 
 __all__ = [
@@ -840,10 +842,7 @@ class BackendConfig:
             >>> BackendConfig("b").to_json()
             '{"name": "b", "configs": []}'
         """
-        from fxquant.config import serialize  # lazy: serialize imports this module
-
-        text: str = serialize.backend_config_to_json(self)
-        return text
+        return _backend_config_to_json(self)
 
     @classmethod
     def from_json(cls, text: str) -> BackendConfig:
@@ -856,10 +855,7 @@ class BackendConfig:
             >>> BackendConfig.from_json('{"name": "b", "configs": []}').name
             'b'
         """
-        from fxquant.config import serialize  # lazy: serialize imports this module
-
-        backend: BackendConfig = serialize.backend_config_from_json(text)
-        return backend
+        return cls.from_dict(_backend_config_data_from_json(text))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, BackendConfig):
@@ -877,3 +873,179 @@ def _check_name(name: object) -> str:
         return name
     msg = f"BackendConfig name must be a str, got {name!r} of type {type(name).__name__}"
     raise ConfigTypeError(msg)
+
+
+# ---------------------------------------------------------------- the JSON form (#18)
+# written here, with config/serialize.py's name and value helpers: serialize imports no
+# config class, so both directions of the JSON form keep the import graph one way (#21)
+
+_CONSTRAINT_FIELDS: Final = (
+    "quant_min_lower_bound",
+    "quant_max_upper_bound",
+    "scale_min_lower_bound",
+    "scale_max_upper_bound",
+    "scale_exact_match",
+    "zero_point_exact_match",
+)
+_CONSTRAINED_KEYS: Final = ("input_dtype", "output_dtype", "weight_dtype")
+
+
+def _encode_constrained(value: object, path: str) -> Any:
+    if isinstance(value, torch.dtype):
+        return dtype_name(value)
+    if isinstance(value, DTypeWithConstraints):
+        encoded: dict[str, Any] = {
+            "dtype": None if value.dtype is None else dtype_name(value.dtype)
+        }
+        for field in _CONSTRAINT_FIELDS:
+            if getattr(value, field) is not None:
+                encoded[field] = getattr(value, field)
+        return encoded
+    raise serialize.unsafe(path, value, "is not a dtype or DTypeWithConstraints")
+
+
+def _decode_constrained(data: object, path: str) -> Any:
+    if isinstance(data, str):
+        return serialize.decode_dtype(data, path)
+    if isinstance(data, Mapping):
+        unknown = set(data) - {"dtype", *_CONSTRAINT_FIELDS}
+        if unknown:
+            msg = (
+                f"{path}: unknown key(s) {sorted(unknown)}; valid keys: "
+                f"{', '.join(('dtype', *_CONSTRAINT_FIELDS))}"
+            )
+            raise ConfigError(msg)
+        dtype = data.get("dtype")
+        bounds = {k: v for k, v in data.items() if k != "dtype"}
+        decoded = None if dtype is None else serialize.decode_dtype(dtype, f"{path}.dtype")
+        return serialize.with_path(path, lambda b: DTypeWithConstraints(dtype=decoded, **b), bounds)
+    msg = f"{path}: expected a dtype name or an object of dtype constraints, got {data!r}"
+    raise ConfigError(msg)
+
+
+def _encode_dtype_config(data: Mapping[str, Any], path: str) -> dict[str, Any]:
+    encoded: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in _CONSTRAINED_KEYS:
+            encoded[key] = _encode_constrained(value, f"{path}.{key}")
+        elif key == "bias_dtype":
+            encoded[key] = dtype_name(value)
+        else:
+            encoded[key] = value
+    return encoded
+
+
+def _decode_dtype_config(data: object, path: str) -> Any:
+    if not isinstance(data, Mapping):
+        msg = f"{path}: expected an object, got {data!r}"
+        raise ConfigError(msg)
+    decoded: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in _CONSTRAINED_KEYS:
+            decoded[key] = _decode_constrained(value, f"{path}.{key}")
+        elif key == "bias_dtype":
+            decoded[key] = serialize.decode_dtype(value, f"{path}.{key}")
+        else:
+            decoded[key] = value
+    return decoded
+
+
+def _observation_type_name(value: object, path: str) -> str:
+    if isinstance(value, ObservationType):
+        return value.name
+    raise serialize.unsafe(path, value, "is not an ObservationType")
+
+
+def _observation_type(data: object, path: str) -> ObservationType:
+    if isinstance(data, str) and data in ObservationType.__members__:
+        return ObservationType[data]
+    choices = ", ".join(ObservationType.__members__)
+    msg = f"{path}: expected one of {choices}, got {data!r}"
+    raise ConfigError(msg)
+
+
+def _encode_num_args(value: Mapping[int, ObservationType], path: str) -> dict[str, str]:
+    return {str(k): _observation_type_name(v, f"{path}.{k}") for k, v in value.items()}
+
+
+def _decode_num_args(data: object, path: str) -> dict[int, ObservationType]:
+    if not isinstance(data, Mapping):
+        msg = f"{path}: expected an object of argument count -> observation type, got {data!r}"
+        raise ConfigError(msg)
+    decoded = {}
+    for key, value in data.items():
+        if not (isinstance(key, str) and key.isdigit()):
+            msg = f"{path}: keys must be argument counts like '2', got {key!r}"
+            raise ConfigError(msg)
+        decoded[int(key)] = _observation_type(value, f"{path}.{key}")
+    return decoded
+
+
+def _identity(value: Any, path: str) -> Any:
+    return value
+
+
+def _pattern_config_codecs() -> dict[str, serialize.Codec]:
+    modules = serialize.name_codec(serialize.MODULE_CLASS)
+    patterns_codec = (serialize.encode_pattern, serialize.decode_pattern)
+    return {
+        "pattern": patterns_codec,
+        "pattern_complex_format": patterns_codec,
+        "observation_type": (_observation_type_name, _observation_type),
+        "dtype_configs": (
+            lambda v, p: [_encode_dtype_config(c, f"{p}[{i}]") for i, c in enumerate(v)],
+            lambda d, p: [
+                _decode_dtype_config(c, f"{p}[{i}]")
+                for i, c in enumerate(serialize.json_list(d, p))
+            ],
+        ),
+        "root_module": modules,
+        "qat_module": modules,
+        "reference_quantized_module_for_root": modules,
+        "fused_module": modules,
+        "fuser_method": serialize.name_codec(serialize.FUSER),
+        "root_node_getter": serialize.name_codec(serialize.GETTER),
+        "extra_inputs_getter": serialize.name_codec(serialize.GETTER),
+        "num_tensor_args_to_observation_type": (_encode_num_args, _decode_num_args),
+        "input_type_to_index": (_identity, _identity),
+    }
+
+
+def _encode_pattern_config(config: BackendPatternConfig, path: str) -> dict[str, Any]:
+    codecs = _pattern_config_codecs()
+    return {key: codecs[key][0](value, f"{path}.{key}") for key, value in config.to_dict().items()}
+
+
+def _decode_pattern_config(data: object, path: str) -> BackendPatternConfig:
+    if not isinstance(data, Mapping):
+        msg = f"{path}: expected an object, got {data!r}"
+        raise ConfigError(msg)
+    codecs = _pattern_config_codecs()
+    # unknown keys pass through undecoded: from_dict names them and lists the valid keys
+    decoded = {
+        key: codecs[key][1](value, f"{path}.{key}") if key in codecs else value
+        for key, value in data.items()
+    }
+    config: BackendPatternConfig = serialize.with_path(
+        path, BackendPatternConfig.from_dict, decoded
+    )
+    return config
+
+
+def _backend_config_to_json(backend_config: BackendConfig) -> str:
+    with serialize.one_scan():
+        configs = [
+            _encode_pattern_config(c, f"configs[{i}]") for i, c in enumerate(backend_config.configs)
+        ]
+    return json.dumps({"name": backend_config.name, "configs": configs})
+
+
+def _backend_config_data_from_json(text: object) -> dict[str, Any]:
+    data = serialize.loads(text, "BackendConfig")
+    if "configs" in data:
+        with serialize.one_scan():
+            data["configs"] = [
+                _decode_pattern_config(c, f"configs[{i}]")
+                for i, c in enumerate(serialize.json_list(data["configs"], "configs"))
+            ]
+    return data

@@ -32,6 +32,7 @@ from typing import Any, Final
 
 import torch
 
+from fxquant.config import serialize
 from fxquant.config.checks import unknown_keys
 from fxquant.config.qconfig import QConfig, QConfigAny
 from fxquant.errors import ConfigError, ConfigTypeError
@@ -417,10 +418,7 @@ class QConfigMapping:
             >>> QConfigMapping().to_json()[:7]
             '{"": nu'
         """
-        from fxquant.config import serialize  # lazy: serialize imports this module
-
-        text: str = serialize.qconfig_mapping_to_json(self)
-        return text
+        return serialize.qconfig_mapping_to_json(self.to_dict())
 
     @classmethod
     def from_json(cls, text: str) -> QConfigMapping:
@@ -430,10 +428,7 @@ class QConfigMapping:
             >>> QConfigMapping.from_json('{"": null}').global_qconfig is None
             True
         """
-        from fxquant.config import serialize  # lazy: serialize imports this module
-
-        mapping: QConfigMapping = serialize.qconfig_mapping_from_json(text)
-        return mapping
+        return cls.from_dict(serialize.qconfig_mapping_from_json(text))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, QConfigMapping):

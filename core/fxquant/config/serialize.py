@@ -1,5 +1,9 @@
 """JSON forms of ``BackendConfig`` and ``QConfigMapping``, and safe name resolution.
 
+This module imports no config class (#21): ``QConfigMapping`` JSON is written from and read
+into its dict form here, and ``config/backend.py`` writes its pattern configs with the helpers
+below; both import this module at module level, so the import graph points one way.
+
 The JSON mirrors ``to_dict()``; objects that JSON cannot hold are tagged:
 
     module class / function / builtin   {"module": "torch.nn.modules.linear", "name": "Linear"}
@@ -39,26 +43,27 @@ import torch
 
 from fxquant import plugin_roots
 from fxquant.config import pattern as patterns
-from fxquant.config.backend import (
-    BackendConfig,
-    BackendPatternConfig,
-    DTypeWithConstraints,
-    ObservationType,
-)
 from fxquant.config.qconfig import QConfig
-from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.dtypes import dtype_from_name, dtype_name, qscheme_name, qscheme_object
 from fxquant.errors import ConfigError, ConfigTypeError, UnsafeNameError
 from fxquant.factory import ModuleFactory
 
 __all__ = [
-    "backend_config_from_json",
-    "backend_config_to_json",
+    "Codec",
+    "decode_dtype",
+    "decode_pattern",
+    "encode_pattern",
+    "json_list",
+    "loads",
+    "name_codec",
     "name_of",
+    "one_scan",
     "qconfig_mapping_from_json",
     "qconfig_mapping_to_json",
     "resolve",
     "trusted_roots",
+    "unsafe",
+    "with_path",
 ]
 
 
@@ -136,7 +141,15 @@ _SCANNED_ROOTS: contextvars.ContextVar[frozenset[str] | None] = contextvars.Cont
 
 
 @contextlib.contextmanager
-def _one_scan() -> Iterator[None]:
+def one_scan() -> Iterator[None]:
+    """Scan the plugin roots once for a whole to_json/from_json call (a config has hundreds
+    of names).
+
+    Example:
+        >>> with one_scan():
+        ...     "fxquant" in trusted_roots("function")
+        True
+    """
     token = _SCANNED_ROOTS.set(_scan_plugin_roots())
     try:
         yield
@@ -152,7 +165,13 @@ def _a(kind: str) -> str:
     return f"an {kind}" if kind[0] in "aeiou" else f"a {kind}"
 
 
-def _unsafe(path: str, value: object, why: str) -> UnsafeNameError:
+def unsafe(path: str, value: object, why: str) -> UnsafeNameError:
+    """The error for a value at JSON ``path`` that cannot be written or read safely.
+
+    Example:
+        >>> str(unsafe("configs[0]", 3, "is not a dtype"))
+        'configs[0]: 3 is not a dtype'
+    """
     return UnsafeNameError(f"{path}: {value!r} {why}")
 
 
@@ -198,7 +217,7 @@ def name_of(obj: object, path: str, kind: str) -> dict[str, str]:
         f"{roots} (lambdas and local functions have none; define it at module level "
         "in fxquant or an installed fxquant plugin)"
     )
-    raise _unsafe(path, obj, why)
+    raise unsafe(path, obj, why)
 
 
 def _lookup(module: str, name: str) -> Any:
@@ -228,7 +247,7 @@ def _check_dotted(text: object, path: str) -> str:
         private = part.startswith("_") and part != "_operator"
         if not (part.isascii() and part.isidentifier()) or private:
             why = "is not a plain dotted name (no dunder or _private parts allowed)"
-            raise _unsafe(path, text, why)
+            raise unsafe(path, text, why)
     return text
 
 
@@ -251,10 +270,10 @@ def _check_module(module: str, name: str, path: str, kind: str) -> None:
     if not _module_allowed(module, kind):
         allowed = ", ".join(ALLOWED_MODULES[kind])
         why = f"is not in a module fxquant reads {_a(kind)} from ({allowed})"
-        raise _unsafe(path, f"{module}.{name}", why)
+        raise unsafe(path, f"{module}.{name}", why)
     if "." in name:
         why = f"is not a top-level name of {module} (a dotted name would reach other modules)"
-        raise _unsafe(path, f"{module}.{name}", why)
+        raise unsafe(path, f"{module}.{name}", why)
 
 
 def _check_listed(module: str, name: str, path: str, kind: str) -> None:
@@ -263,7 +282,7 @@ def _check_listed(module: str, name: str, path: str, kind: str) -> None:
         listed = getattr(importlib.import_module(module), "__all__", ())
         if name not in listed:
             why = f"is not one of the {kind}s {module} offers ({', '.join(listed)})"
-            raise _unsafe(path, f"{module}.{name}", why)
+            raise unsafe(path, f"{module}.{name}", why)
 
 
 def resolve(ref: object, path: str, kind: str) -> Any:
@@ -290,7 +309,7 @@ def resolve(ref: object, path: str, kind: str) -> Any:
     roots = trusted_roots(kind)
     if _root(module) not in roots:
         allowed = ", ".join(sorted(roots))
-        raise _unsafe(
+        raise unsafe(
             path, f"{module}.{name}", f"is outside the modules trusted for {_a(kind)} ({allowed})"
         )
     _check_module(module, name, path, kind)
@@ -307,18 +326,18 @@ def resolve(ref: object, path: str, kind: str) -> Any:
 def _check_resolved(found: Any, path: str, kind: str, roots: frozenset[str]) -> None:
     origin = getattr(found, "__module__", None)
     if isinstance(found, str) or not isinstance(origin, str) or _root(origin) not in roots:
-        raise _unsafe(path, found, f"is not defined in a module trusted for {_a(kind)}")
+        raise unsafe(path, found, f"is not defined in a module trusted for {_a(kind)}")
     if kind in (FUNCTION, FUSER, GETTER) and not isinstance(found, types.FunctionType):
-        raise _unsafe(path, found, "is not a plain function")
+        raise unsafe(path, found, "is not a plain function")
     if kind in (MODULE_CLASS, CONSTRUCTOR) and not (
         isinstance(found, type) and issubclass(found, torch.nn.Module)
     ):
-        raise _unsafe(path, found, "is not a torch.nn.Module subclass")
+        raise unsafe(path, found, "is not a torch.nn.Module subclass")
     if kind == OP:
         try:
             patterns.op_kind(found)
         except ConfigTypeError as error:
-            raise _unsafe(path, found, "is not a pattern op") from error
+            raise unsafe(path, found, "is not a pattern op") from error
 
 
 # ---------------------------------------------------------------- patterns and ops
@@ -340,15 +359,27 @@ def _decode_op(data: object, path: str) -> Any:
     return resolve(data, path, OP)
 
 
-def _encode_pattern(pattern: object, path: str) -> Any:
+def encode_pattern(pattern: object, path: str) -> Any:
+    """A pattern's JSON: ops by name, methods as ``{"method": ...}``, tuples as lists.
+
+    Example:
+        >>> encode_pattern((torch.nn.ReLU, "add"), "pattern")
+        [{'module': 'torch.nn.modules.activation', 'name': 'ReLU'}, {'method': 'add'}]
+    """
     if isinstance(pattern, tuple):
-        return [_encode_pattern(p, f"{path}[{i}]") for i, p in enumerate(pattern)]
+        return [encode_pattern(p, f"{path}[{i}]") for i, p in enumerate(pattern)]
     return _encode_op(pattern, path)
 
 
-def _decode_pattern(data: object, path: str) -> Any:
+def decode_pattern(data: object, path: str) -> Any:
+    """Read :func:`encode_pattern`'s JSON back, resolving names as :func:`resolve` does.
+
+    Example:
+        >>> decode_pattern([{"module": "operator", "name": "add"}, {"method": "relu"}], "p")
+        (<built-in function add>, 'relu')
+    """
     if isinstance(data, list):
-        return tuple(_decode_pattern(p, f"{path}[{i}]") for i, p in enumerate(data))
+        return tuple(decode_pattern(p, f"{path}[{i}]") for i, p in enumerate(data))
     return _decode_op(data, path)
 
 
@@ -376,7 +407,7 @@ def _encode_value(value: object, path: str) -> Any:
         "cannot be written to JSON; constructor arguments may be None, bool, int, float, "
         "str, a dtype, a qscheme, an observer class or factory, or a list/tuple of these"
     )
-    raise _unsafe(path, value, why)
+    raise unsafe(path, value, why)
 
 
 def _decode_value(data: object, path: str) -> Any:
@@ -386,7 +417,7 @@ def _decode_value(data: object, path: str) -> Any:
         return [_decode_value(v, f"{path}[{i}]") for i, v in enumerate(data)]
     if isinstance(data, Mapping):
         if set(data) == {"dtype"}:
-            return _decode_dtype(data["dtype"], f"{path}.dtype")
+            return decode_dtype(data["dtype"], f"{path}.dtype")
         if set(data) == {"qscheme"}:
             return qscheme_object(data["qscheme"])
         if set(data) == {"tuple"} and isinstance(data["tuple"], list):
@@ -407,7 +438,7 @@ def _encode_constructor(ctor: object, path: str) -> dict[str, Any]:
     if isinstance(ctor, type):
         return name_of(ctor, path, CONSTRUCTOR)
     why = "is not an observer class or a .with_args(...) factory, so it cannot be written"
-    raise _unsafe(path, ctor, why)
+    raise unsafe(path, ctor, why)
 
 
 def _decode_constructor(data: object, path: str) -> Any:
@@ -454,7 +485,7 @@ def _encode_qconfig(qconfig: object, path: str) -> Any:
     if qconfig is None:
         return None
     if not isinstance(qconfig, QConfig):
-        raise _unsafe(path, qconfig, "is not a QConfig")
+        raise unsafe(path, qconfig, "is not a QConfig")
     return {
         "activation": _encode_constructor(qconfig.activation, f"{path}.activation"),
         "weight": _encode_constructor(qconfig.weight, f"{path}.weight"),
@@ -476,7 +507,13 @@ def _decode_qconfig(data: object, path: str) -> QConfig | None:
 # ---------------------------------------------------------------- dtypes
 
 
-def _decode_dtype(name: object, path: str) -> torch.dtype:
+def decode_dtype(name: object, path: str) -> torch.dtype:
+    """The dtype a name like ``"torch.uint8"`` stands for; a ConfigError naming ``path``.
+
+    Example:
+        >>> decode_dtype("torch.int8", "weight_dtype")
+        torch.int8
+    """
     if not isinstance(name, str):
         msg = f"{path}: expected a dtype name like 'torch.uint8', got {name!r}"
         raise ConfigError(msg)
@@ -487,177 +524,46 @@ def _decode_dtype(name: object, path: str) -> torch.dtype:
         raise ConfigError(msg) from error
 
 
-_CONSTRAINT_FIELDS: Final = (
-    "quant_min_lower_bound",
-    "quant_max_upper_bound",
-    "scale_min_lower_bound",
-    "scale_max_upper_bound",
-    "scale_exact_match",
-    "zero_point_exact_match",
-)
+# ---------------------------------------------------------------- helpers of the config classes
+
+# config/backend.py writes the pattern configs' JSON with these; serialize imports no config
+# class, so the classes import it at module level and the import graph points one way (#21)
+
+Codec = tuple[Callable[[Any, str], Any], Callable[[Any, str], Any]]
+"""(encode, decode) of one dict key's value; each takes the value and its JSON path."""
 
 
-def _encode_constrained(value: object, path: str) -> Any:
-    if isinstance(value, torch.dtype):
-        return dtype_name(value)
-    if isinstance(value, DTypeWithConstraints):
-        encoded: dict[str, Any] = {
-            "dtype": None if value.dtype is None else dtype_name(value.dtype)
-        }
-        for field in _CONSTRAINT_FIELDS:
-            if getattr(value, field) is not None:
-                encoded[field] = getattr(value, field)
-        return encoded
-    raise _unsafe(path, value, "is not a dtype or DTypeWithConstraints")
+def name_codec(kind: str) -> Codec:
+    """Objects of ``kind`` written by :func:`name_of` and read back by :func:`resolve`.
 
-
-def _decode_constrained(data: object, path: str) -> Any:
-    if isinstance(data, str):
-        return _decode_dtype(data, path)
-    if isinstance(data, Mapping):
-        unknown = set(data) - {"dtype", *_CONSTRAINT_FIELDS}
-        if unknown:
-            msg = (
-                f"{path}: unknown key(s) {sorted(unknown)}; valid keys: "
-                f"{', '.join(('dtype', *_CONSTRAINT_FIELDS))}"
-            )
-            raise ConfigError(msg)
-        dtype = data.get("dtype")
-        fields = {k: v for k, v in data.items() if k != "dtype"}
-        decoded = None if dtype is None else _decode_dtype(dtype, f"{path}.dtype")
-        return _with_path(path, lambda f: DTypeWithConstraints(dtype=decoded, **f), fields)
-    msg = f"{path}: expected a dtype name or an object of dtype constraints, got {data!r}"
-    raise ConfigError(msg)
-
-
-def _encode_dtype_config(data: Mapping[str, Any], path: str) -> dict[str, Any]:
-    encoded: dict[str, Any] = {}
-    for key, value in data.items():
-        if key in ("input_dtype", "output_dtype", "weight_dtype"):
-            encoded[key] = _encode_constrained(value, f"{path}.{key}")
-        elif key == "bias_dtype":
-            encoded[key] = dtype_name(value)
-        else:
-            encoded[key] = value
-    return encoded
-
-
-def _decode_dtype_config(data: object, path: str) -> Any:
-    if not isinstance(data, Mapping):
-        msg = f"{path}: expected an object, got {data!r}"
-        raise ConfigError(msg)
-    decoded: dict[str, Any] = {}
-    for key, value in data.items():
-        if key in ("input_dtype", "output_dtype", "weight_dtype"):
-            decoded[key] = _decode_constrained(value, f"{path}.{key}")
-        elif key == "bias_dtype":
-            decoded[key] = _decode_dtype(value, f"{path}.{key}")
-        else:
-            decoded[key] = value
-    return decoded
-
-
-# ---------------------------------------------------------------- BackendConfig
-
-_Codec = tuple[Callable[[Any, str], Any], Callable[[Any, str], Any]]
-
-
-def _module_codec() -> _Codec:
-    return (
-        lambda v, p: name_of(v, p, MODULE_CLASS),
-        lambda d, p: resolve(d, p, MODULE_CLASS),
-    )
-
-
-def _function_codec(kind: str) -> _Codec:
+    Example:
+        >>> encode, decode = name_codec("module class")
+        >>> decode(encode(torch.nn.ReLU, "root_module"), "root_module") is torch.nn.ReLU
+        True
+    """
     return (lambda v, p: name_of(v, p, kind), lambda d, p: resolve(d, p, kind))
 
 
-def _observation_type_name(value: object, path: str) -> str:
-    if isinstance(value, ObservationType):
-        return value.name
-    raise _unsafe(path, value, "is not an ObservationType")
+def json_list(data: object, path: str) -> list[Any]:
+    """``data`` when it is a JSON array, else a ConfigError naming ``path``.
 
-
-def _observation_type(data: object, path: str) -> ObservationType:
-    if isinstance(data, str) and data in ObservationType.__members__:
-        return ObservationType[data]
-    choices = ", ".join(ObservationType.__members__)
-    msg = f"{path}: expected one of {choices}, got {data!r}"
-    raise ConfigError(msg)
-
-
-def _encode_num_args(value: Mapping[int, ObservationType], path: str) -> dict[str, str]:
-    return {str(k): _observation_type_name(v, f"{path}.{k}") for k, v in value.items()}
-
-
-def _decode_num_args(data: object, path: str) -> dict[int, ObservationType]:
-    if not isinstance(data, Mapping):
-        msg = f"{path}: expected an object of argument count -> observation type, got {data!r}"
-        raise ConfigError(msg)
-    decoded = {}
-    for key, value in data.items():
-        if not (isinstance(key, str) and key.isdigit()):
-            msg = f"{path}: keys must be argument counts like '2', got {key!r}"
-            raise ConfigError(msg)
-        decoded[int(key)] = _observation_type(value, f"{path}.{key}")
-    return decoded
-
-
-def _identity(value: Any, path: str) -> Any:
-    return value
-
-
-def _pattern_config_codecs() -> dict[str, _Codec]:
-    modules = _module_codec()
-    return {
-        "pattern": (_encode_pattern, _decode_pattern),
-        "pattern_complex_format": (_encode_pattern, _decode_pattern),
-        "observation_type": (_observation_type_name, _observation_type),
-        "dtype_configs": (
-            lambda v, p: [_encode_dtype_config(c, f"{p}[{i}]") for i, c in enumerate(v)],
-            lambda d, p: [_decode_dtype_config(c, f"{p}[{i}]") for i, c in enumerate(_list(d, p))],
-        ),
-        "root_module": modules,
-        "qat_module": modules,
-        "reference_quantized_module_for_root": modules,
-        "fused_module": modules,
-        "fuser_method": _function_codec(FUSER),
-        "root_node_getter": _function_codec(GETTER),
-        "extra_inputs_getter": _function_codec(GETTER),
-        "num_tensor_args_to_observation_type": (_encode_num_args, _decode_num_args),
-        "input_type_to_index": (_identity, _identity),
-    }
-
-
-def _list(data: object, path: str) -> list[Any]:
+    Example:
+        >>> json_list([1], "configs")
+        [1]
+    """
     if isinstance(data, list):
         return data
     msg = f"{path}: expected a list, got {data!r}"
     raise ConfigError(msg)
 
 
-def _encode_pattern_config(config: BackendPatternConfig, path: str) -> dict[str, Any]:
-    codecs = _pattern_config_codecs()
-    return {key: codecs[key][0](value, f"{path}.{key}") for key, value in config.to_dict().items()}
+def with_path(path: str, build: Callable[[Any], Any], data: Any) -> Any:
+    """Run ``build(data)``, prefixing a config error's message with the JSON path.
 
-
-def _decode_pattern_config(data: object, path: str) -> BackendPatternConfig:
-    if not isinstance(data, Mapping):
-        msg = f"{path}: expected an object, got {data!r}"
-        raise ConfigError(msg)
-    codecs = _pattern_config_codecs()
-    # unknown keys pass through undecoded: from_dict names them and lists the valid keys
-    decoded = {
-        key: codecs[key][1](value, f"{path}.{key}") if key in codecs else value
-        for key, value in data.items()
-    }
-    config: BackendPatternConfig = _with_path(path, BackendPatternConfig.from_dict, decoded)
-    return config
-
-
-def _with_path(path: str, build: Callable[[Any], Any], data: Any) -> Any:
-    """Run ``build(data)``, prefixing a config error's message with the JSON path."""
+    Example:
+        >>> with_path("configs[0]", int, "7")
+        7
+    """
     try:
         return build(data)
     except (UnsafeNameError, ConfigError, ConfigTypeError) as error:
@@ -665,23 +571,6 @@ def _with_path(path: str, build: Callable[[Any], Any], data: Any) -> Any:
             raise
         msg = f"{path}: {error}"
         raise type(error)(msg) from error
-
-
-def backend_config_to_json(backend_config: BackendConfig) -> str:
-    """Write ``backend_config`` as JSON (see the module docstring for the encoding).
-
-    Raises:
-        UnsafeNameError: naming the JSON path of a value that cannot be written.
-
-    Example:
-        >>> backend_config_to_json(BackendConfig("b"))
-        '{"name": "b", "configs": []}'
-    """
-    with _one_scan():
-        configs = [
-            _encode_pattern_config(c, f"configs[{i}]") for i, c in enumerate(backend_config.configs)
-        ]
-    return json.dumps({"name": backend_config.name, "configs": configs})
 
 
 # a config nests a dozen levels; a deeper document is refused before it is walked (#18:
@@ -719,7 +608,14 @@ def _text(text: object, owner: str) -> str:
     return text
 
 
-def _loads(text: object, owner: str) -> dict[str, Any]:
+def loads(text: object, owner: str) -> dict[str, Any]:
+    """The JSON object in ``text`` (str, or UTF-8 bytes), refused with a ConfigError naming
+    ``owner`` when it is no JSON object or nests deeper than :data:`MAX_DEPTH`.
+
+    Example:
+        >>> loads('{"name": "b"}', "BackendConfig")
+        {'name': 'b'}
+    """
     try:
         data = json.loads(_text(text, owner))
     except json.JSONDecodeError as error:
@@ -735,28 +631,6 @@ def _loads(text: object, owner: str) -> dict[str, Any]:
         msg = f"{owner}.from_json: the JSON nests deeper than {MAX_DEPTH} levels"
         raise ConfigError(msg)
     return data
-
-
-def backend_config_from_json(text: str) -> BackendConfig:
-    """Read a BackendConfig written by :func:`backend_config_to_json`.
-
-    Raises:
-        UnsafeNameError: naming the JSON path of a name outside the trusted modules.
-        ConfigError: for malformed JSON or config values.
-
-    Example:
-        >>> backend_config_from_json('{"name": "b", "configs": []}').name
-        'b'
-    """
-    data = _loads(text, "BackendConfig")
-    if "configs" in data:
-        with _one_scan():
-            data["configs"] = [
-                _decode_pattern_config(c, f"configs[{i}]")
-                for i, c in enumerate(_list(data["configs"], "configs"))
-            ]
-    backend: BackendConfig = BackendConfig.from_dict(data)
-    return backend
 
 
 # ---------------------------------------------------------------- QConfigMapping
@@ -782,7 +656,7 @@ def _encode_entry(
 
 
 def _decode_entry(data: object, path: str, object_positions: tuple[int, ...]) -> tuple[Any, ...]:
-    *keys, qconfig = _list(data, path) or [None]
+    *keys, qconfig = json_list(data, path) or [None]
     decoded = [
         _decode_op(key, f"{path}[{i}]") if i in object_positions else key
         for i, key in enumerate(keys)
@@ -790,22 +664,23 @@ def _decode_entry(data: object, path: str, object_positions: tuple[int, ...]) ->
     return (*decoded, _decode_qconfig(qconfig, f"{path}[{len(keys)}]"))
 
 
-def qconfig_mapping_to_json(mapping: QConfigMapping) -> str:
-    """Write ``mapping`` as JSON: observer classes by name with their keyword arguments.
+def qconfig_mapping_to_json(data: Mapping[str, Any]) -> str:
+    """Write a QConfigMapping's ``to_dict()`` as JSON: observer classes by name with their
+    keyword arguments (``QConfigMapping.to_json`` calls this).
 
     Raises:
         UnsafeNameError: naming the JSON path of a value that cannot be written.
 
     Example:
-        >>> qconfig_mapping_to_json(QConfigMapping())[:10]
-        '{"": null,'
+        >>> qconfig_mapping_to_json({"": None, "module_name": [("fc", None)]})[:36]
+        '{"": null, "object_type": [], "modul'
     """
-    data = mapping.to_dict()
-    with _one_scan():
+    with one_scan():
         encoded: dict[str, Any] = {"": _encode_qconfig(data[""], '[""]')}
         for key, positions in _OBJECT_TYPE_POSITIONS.items():
             encoded[key] = [
-                _encode_entry(entry, f"{key}[{i}]", positions) for i, entry in enumerate(data[key])
+                _encode_entry(entry, f"{key}[{i}]", positions)
+                for i, entry in enumerate(data.get(key, ()))
             ]
     return json.dumps(encoded)
 
@@ -816,27 +691,25 @@ def _decode_mapping(data: dict[str, Any]) -> dict[str, Any]:
         decoded[""] = _decode_qconfig(data[""], '[""]')
     for key, positions in _OBJECT_TYPE_POSITIONS.items():
         if key in data:
-            entries = _list(data[key], key)
+            entries = json_list(data[key], key)
             decoded[key] = [
                 _decode_entry(e, f"{key}[{i}]", positions) for i, e in enumerate(entries)
             ]
     return decoded
 
 
-def qconfig_mapping_from_json(text: str) -> QConfigMapping:
-    """Read a QConfigMapping written by :func:`qconfig_mapping_to_json`.
+def qconfig_mapping_from_json(text: object) -> dict[str, Any]:
+    """Read :func:`qconfig_mapping_to_json`'s text back into the dict form that
+    ``QConfigMapping.from_dict`` takes (``QConfigMapping.from_json`` calls this).
 
     Raises:
         UnsafeNameError: naming the JSON path of a name outside the trusted modules.
         ConfigError: for malformed JSON or config values.
 
     Example:
-        >>> mapping = qconfig_mapping_from_json('{"": null, "module_name": [["fc", null]]}')
-        >>> mapping.module_name_qconfigs
-        {'fc': None}
+        >>> qconfig_mapping_from_json('{"": null, "module_name": [["fc", null]]}')
+        {'': None, 'module_name': [('fc', None)]}
     """
-    data = _loads(text, "QConfigMapping")
-    with _one_scan():
-        decoded = _decode_mapping(data)
-    mapping: QConfigMapping = QConfigMapping.from_dict(decoded)
-    return mapping
+    data = loads(text, "QConfigMapping")
+    with one_scan():
+        return _decode_mapping(data)

@@ -29,6 +29,7 @@ from fxquant.flow.fuse import fuse as _fuse
 from fxquant.flow.inplace import functionalize
 from fxquant.flow.prepare import prepare as _prepare_graph
 from fxquant.flow.report import Report, raise_if_skipped
+from fxquant.flow.resolve import given_backend
 from fxquant.flow.state import META_KEY, FlowMeta, FlowState, flow_state
 from fxquant.flow.trace import TRACING_LOCK
 from fxquant.flow.trace import trace as _trace
@@ -65,7 +66,7 @@ def fuse_fx(
         >>> type(fuse_fx(m).get_submodule("0")).__name__
         'ConvReLU2d'
     """
-    ctx = FlowContext.for_fuse(fuse_custom_config, backend_config)
+    ctx = FlowContext.for_fuse(fuse_custom_config, given_backend(backend_config))
     with TRACING_LOCK:  # tracing patches torch.nn.Module process-wide (#18)
         return _fuse(_capture(model, ctx), ctx)
 
@@ -165,7 +166,7 @@ def prepare_fx(  # noqa: PLR0913  # the seed's six arguments plus keyword-only s
         qconfig_mapping,
         example_inputs,
         prepare_custom_config,
-        backend_config,
+        given_backend(backend_config),
         is_qat=False,
         strict=strict,
     ).with_concrete_args(concrete_args)
@@ -204,7 +205,7 @@ def prepare_qat_fx(  # noqa: PLR0913  # the seed's five arguments plus keyword-o
         qconfig_mapping,
         example_inputs,
         prepare_custom_config,
-        backend_config,
+        given_backend(backend_config),
         is_qat=True,
         strict=strict,
     ).with_concrete_args(concrete_args)

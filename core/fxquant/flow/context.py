@@ -1,14 +1,13 @@
 """FlowContext: everything a flow step reads besides the graph, frozen.
 
-Built once per public call (``prepare_fx`` ...) from the user's arguments,
-with ``backend_config=None`` resolved to the built-in ``reference`` backend.
+Built once per public call (``prepare_fx`` ...) from the user's arguments.
 It is also where every config argument's torch.ao dict form (``BackendConfig.
 to_dict()`` output, a qconfig dict, a custom config dict) becomes its class
 (#22): the flow functions keep the seed's signatures and nothing past this
 module sees a dict.
-This module is where the flow asks the registry (the reference backend, and
-for ``convert_fx`` the lowering rules and deployment the plugins of the named
-backend contribute); the steps read the answers from the context.
+It asks the registry nothing (#21): the entry points resolve ``backend_config=None``
+to the reference backend and, for ``convert_fx``, the named backend's lowering rules and
+deployment (``flow/resolve.py``), and hand them in; the steps read them from here.
 """
 
 from __future__ import annotations
@@ -48,28 +47,15 @@ def as_backend_config(backend_config: object) -> BackendConfig | None:
     raise ConfigTypeError(msg)
 
 
-def _resolve_backend(backend_config: object) -> BackendConfig:
+def _given(backend_config: object) -> BackendConfig:
     resolved = as_backend_config(backend_config)
     if resolved is None:
-        from fxquant.registry import get_backend_config  # lazy: the registry loads plugins
-
-        reference: BackendConfig = get_backend_config("reference")
-        return reference
+        msg = (
+            "backend_config is None: the flow's entry points resolve None to the reference "
+            "backend (fxquant.flow.resolve.given_backend) before building a FlowContext"
+        )
+        raise ConfigTypeError(msg)
     return resolved
-
-
-def _lowering(name: str) -> tuple[tuple[LoweringRule, ...], bool]:
-    """The lowering rules the plugins of backend ``name`` contribute, and whether it deploys."""
-    from fxquant.errors import UnknownBackendError
-    from fxquant.registry import default_registry  # lazy: the registry loads plugins
-
-    if not name:
-        return (), False  # an unnamed BackendConfig cannot have plugins
-    try:
-        backend = default_registry().assembled(name)
-    except UnknownBackendError:
-        return (), False  # a hand-made BackendConfig: no plugin, so no kernels
-    return backend.lowering_rules, backend.deployment is not None
 
 
 def as_config(value: Any, cls: Any, argument: str) -> Any:
@@ -138,7 +124,7 @@ class FlowContext:
     def for_fuse(
         cls,
         fuse_custom_config: FuseCustomConfig | Mapping[str, Any] | None,
-        backend_config: BackendConfig | Mapping[str, Any] | None,
+        backend_config: BackendConfig | Mapping[str, Any],
     ) -> FlowContext:
         """The context of ``fuse_fx``.
 
@@ -148,7 +134,7 @@ class FlowContext:
         """
         custom = as_config(fuse_custom_config, FuseCustomConfig, "fuse_custom_config")
         return cls(
-            backend_config=_resolve_backend(backend_config),
+            backend_config=_given(backend_config),
             preserved_attributes=tuple(custom.preserved_attributes),
         )
 
@@ -158,7 +144,7 @@ class FlowContext:
         qconfig_mapping: QConfigMapping | Mapping[str, Any],
         example_inputs: Any,
         prepare_custom_config: PrepareCustomConfig | Mapping[str, Any] | None,
-        backend_config: BackendConfig | Mapping[str, Any] | None,
+        backend_config: BackendConfig | Mapping[str, Any],
         *,
         is_qat: bool,
         strict: bool,
@@ -179,7 +165,7 @@ class FlowContext:
         if not isinstance(example_inputs, tuple):
             example_inputs = (example_inputs,)  # torch.ao accepts a lone tensor too
         return cls(
-            backend_config=_resolve_backend(backend_config),
+            backend_config=_given(backend_config),
             qconfig_mapping=mapping,
             prepare_custom_config=custom,
             preserved_attributes=tuple(custom.preserved_attributes),
@@ -203,27 +189,30 @@ class FlowContext:
 
     @classmethod
     def for_convert(
-        cls, backend_config: BackendConfig | Mapping[str, Any] | None, *, strict: bool
+        cls,
+        backend_config: BackendConfig | Mapping[str, Any],
+        *,
+        strict: bool,
+        lowering_rules: tuple[LoweringRule, ...] = (),
+        deployed: bool = False,
     ) -> FlowContext:
-        """The context of ``convert_fx``: the backend and what its plugins lower with.
+        """The context of ``convert_fx``: the backend and the kernels it lowers with.
 
-        The lowering rules and the deployment are those the installed and
-        registered plugins contribute to ``backend_config.name`` (none for a
-        name no plugin provides).
+        ``convert_fx`` resolves the rules and the deployment from the registry by
+        ``backend_config.name`` (``fxquant.flow.resolve.backend_kernels``) and passes
+        them in; nothing here looks them up.
 
         Raises:
             ConfigTypeError: ``backend_config`` is not a ``BackendConfig`` or its dict form.
 
         Example:
-            >>> ctx = FlowContext.for_convert(BackendConfig("reference"), strict=False)
+            >>> ctx = FlowContext.for_convert(BackendConfig("mine"), strict=False)
             >>> ctx.lowering_rules, ctx.deployed
             ((), False)
         """
-        backend = _resolve_backend(backend_config)
-        rules, deployed = _lowering(backend.name)
         return cls(
-            backend_config=backend,
+            backend_config=_given(backend_config),
             strict=bool(strict),
-            lowering_rules=rules,
-            deployed=deployed,
+            lowering_rules=tuple(lowering_rules),
+            deployed=bool(deployed),
         )

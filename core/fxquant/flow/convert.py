@@ -48,9 +48,11 @@ from fxquant.flow.convert_qdq import replace_observer
 from fxquant.flow.equalize import EQUALIZATION_KEY
 from fxquant.flow.equalize_convert import apply_equalization
 from fxquant.flow.report import NodeStatus, Report, raise_if_skipped
+from fxquant.flow.resolve import backend_kernels
 from fxquant.flow.state import META_KEY, FlowMeta, FlowState
 from fxquant.flow.trace import drop_string_annotations
 from fxquant.lowering import DEQUANTIZE_OPS
+from fxquant.lowering.lower import lower
 
 __all__ = ["convert_fx", "convert_to_reference_fx"]
 
@@ -332,15 +334,18 @@ def convert_fx(
         >>> _ = prepared(torch.randn(2, 4))
         >>> lowered = convert_fx(prepared)
     """
-    from fxquant.lowering.lower import lower
-
     remove = _check_remove_qconfig(_remove_qconfig, "convert_fx")
     chosen = as_backend_config(backend_config)  # before any work: a bad argument changes nothing
     gm, state, report = reference_model(
         graph_module, convert_custom_config, qconfig_mapping, "convert_fx", strict=strict
     )
     backend = state.backend_config if chosen is None else chosen
-    report = lower(gm, FlowContext.for_convert(backend, strict=strict), report)
+    # the one lookup by name, here at the entry point (CONTRACT; #21): the report says whose
+    kernels = backend_kernels(backend)
+    ctx = FlowContext.for_convert(
+        backend, strict=strict, lowering_rules=kernels.rules, deployed=kernels.deployed
+    )
+    report = lower(gm, ctx, report).with_notes([kernels.note()])
     if remove:
         _remove_qconfig_attributes(gm)
     gm.graph.lint()

@@ -24,6 +24,7 @@ from fxquant import dtypes
 from fxquant.errors import ConfigTypeError
 from fxquant.flow.state import NodeInfo
 from fxquant.nn.intrinsic import FusedModule
+from fxquant.torch_ao_names import as_fxquant_class
 
 __all__ = ["is_observer", "qparams_dict", "swap_weighted_module", "will_swap"]
 
@@ -138,8 +139,6 @@ def _reference_class(cls: type) -> type:
     torch.ao's reference modules compute with ``torch.quint8``/``qint8`` tensors,
     which fxquant never creates; fxquant's have the same names and numerics.
     """
-    from fxquant.torch_ao_names import as_fxquant_class
-
     found: type = as_fxquant_class(cls)
     return found
 

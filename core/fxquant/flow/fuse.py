@@ -182,7 +182,7 @@ def fuse(gm: fx.GraphModule, ctx: FlowContext, *, recompile: bool = True) -> fx.
         >>> import fxquant
         >>> m = nn.Sequential(nn.Conv2d(1, 1, 1), nn.ReLU()).eval()
         >>> from fxquant.flow.trace import trace
-        >>> ctx = FlowContext.for_fuse(None, None)
+        >>> ctx = FlowContext.for_fuse(None, fxquant.get_backend_config("reference"))
         >>> [type(m).__name__ for m in fuse(trace(m, ctx), ctx).children()]
         ['ConvReLU2d']
     """

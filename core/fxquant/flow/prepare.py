@@ -27,7 +27,9 @@ from torch import fx, nn
 from fxquant.config.backend import BackendConfig, BackendPatternConfig, DTypeConfig, ObservationType
 from fxquant.config.pattern import pattern_str
 from fxquant.config.qconfig import QConfig
+from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.dtypes import canonical_dtype, is_quantized_dtype
+from fxquant.factory import factory_parts
 from fxquant.flow.context import FlowContext
 from fxquant.flow.dtype_check import QConfigProbe, float_output, select_dtype_config
 from fxquant.flow.match import Match, PatternIndex, match_graph, module_table
@@ -37,9 +39,11 @@ from fxquant.flow.qat_swap import (
     qat_pattern_configs,
     swap_qat_modules,
 )
+from fxquant.flow.qconfig_assign import assign_qconfigs, qconfig_mismatch
 from fxquant.flow.report import NodeReport, NodeStatus, Reason, ReasonCode, Report
 from fxquant.flow.state import node_info, update_info
 from fxquant.flow.values import ValueKind, node_args, value_kinds
+from fxquant.numerics.observer import PlaceholderObserver
 
 __all__ = [
     "Decision",
@@ -146,7 +150,6 @@ class _Planner:
 def _qconfig_label(qconfig: QConfig | None) -> str | None:
     if qconfig is None:
         return None
-    from fxquant.factory import factory_parts
 
     act, weight = factory_parts(qconfig.activation)[0], factory_parts(qconfig.weight)[0]
     return f"{act.__name__}/{weight.__name__}"
@@ -358,7 +361,6 @@ def _edge_request(
     if position == roles.get("bias"):
         if probe.bias_dtype != torch.float16:
             return None
-        from fxquant.numerics.observer import PlaceholderObserver
 
         return PlaceholderObserver.with_args(dtype=torch.float16), torch.float16
     dtype = probe.activation.dtype
@@ -378,7 +380,6 @@ def _inputs(node: fx.Node) -> Iterator[tuple[int, fx.Node]]:
 
 
 def _plan_inputs(node: fx.Node, decision: Decision, planner: _Planner) -> None:
-    from fxquant.factory import factory_parts
 
     assert decision.match is not None
     inside = set(decision.match.nodes)
@@ -606,9 +607,6 @@ def prepare(gm: fx.GraphModule, ctx: FlowContext) -> tuple[fx.GraphModule, Repor
         >>> prepare(gm, ctx)[1].skipped()
         []
     """
-    from fxquant.config.qconfig_mapping import QConfigMapping
-    from fxquant.flow.qconfig_assign import assign_qconfigs, qconfig_mismatch
-
     modules = module_table(gm)
     assignment = assign_qconfigs(gm, modules, ctx.qconfig_mapping or QConfigMapping())
     if ctx.is_qat:

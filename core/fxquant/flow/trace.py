@@ -45,6 +45,8 @@ from fxquant.flow.transformer import (
     traceable_root,
 )
 from fxquant.flow.user_model import own_copy
+from fxquant.nn import is_leaf_module
+from fxquant.torch_ao_names import is_torch_ao_module_class
 
 __all__ = [
     "TRACING_LOCK",
@@ -123,9 +125,6 @@ class QuantizationTracer(fx.Tracer):
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
         """Configured names/classes and fxquant's own modules are leaves, then torch's rule."""
-        from fxquant.nn import is_leaf_module  # lazy: nn imports its submodules on demand
-        from fxquant.torch_ao_names import is_torch_ao_module_class
-
         if module_qualified_name in self.leaf_names or isinstance(m, self.leaf_classes):
             return True
         if is_leaf_module(m) or is_torch_ao_module_class(type(m)):

@@ -9,12 +9,11 @@
     LoweringMatch      one place in a reference model that a rule's ``build`` lowers
     Declined           what ``build`` returns instead of ``None`` to say why it declines
 
-A leaf: at import it needs nothing of fxquant but the exception tree
-(``fxquant.errors``, which imports nothing), so the flow, the registry, the
-core's kernels and every plugin import it without pulling in each other.
-``LoweringRule`` asks ``fxquant.config.pattern`` to normalize its pattern when
-a rule is built (that module's only imports are the exception tree and the
-torch.ao class names). ``fxquant.registry.hookspecs`` re-exports the records
+A leaf: it imports only the exception tree (``fxquant.errors``) and
+``fxquant.config.pattern`` (which normalizes a rule's pattern; its own imports are
+the exception tree and the torch.ao class names), both in the base layer, so the
+flow, the registry, the core's kernels and every plugin import it without pulling
+in each other. ``fxquant.registry.hookspecs`` re-exports the records
 for plugins written against it.
 """
 
@@ -27,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import torch
 
+from fxquant.config.pattern import simple_to_complex, validate_complex
 from fxquant.errors import ConfigError, ConfigTypeError
 
 if TYPE_CHECKING:
@@ -347,9 +347,6 @@ class LoweringRule:
     @property
     def key(self) -> Hashable:
         """The pattern in the reversed nested format: the key for matching and conflicts."""
-        # imported here: `import fxquant.registry` must not need the config package
-        from fxquant.config.pattern import simple_to_complex, validate_complex
-
         key: Hashable = (
             validate_complex(self.pattern)
             if self.complex_format

@@ -1,7 +1,7 @@
 """Lower a reference model: reference patterns -> the backend's kernels on integer tensors.
 
 The lowering rules of the backend (``fxquant_lowering_kernels``, read from the
-flow's context: ``FlowContext.for_convert`` asks the registry) are matched
+flow's context: ``convert_fx`` resolved them by the backend's name) are matched
 with the one matcher; a match is lowered when every node in it was quantized
 at prepare and the rule's ``build`` returns a kernel::
 
@@ -33,6 +33,7 @@ import torch
 from torch import nn
 from torch.fx import GraphModule, Node
 
+from fxquant.config.pattern import pattern_str
 from fxquant.flow.context import FlowContext
 from fxquant.flow.convert_qdq import attribute_value, node_qparams
 from fxquant.flow.match import Match, PatternIndex, match_graph
@@ -230,8 +231,6 @@ def _remove_dead(gm: GraphModule) -> None:
 
 def _op_texts(gm: GraphModule) -> dict[str, str]:
     """Each node's op as reports name it: ``Linear``, ``operator.add``, ``'relu'``."""
-    from fxquant.config.pattern import pattern_str
-
     texts = {}
     for node in gm.graph.nodes:
         if node.op == "call_module":

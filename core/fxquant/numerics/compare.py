@@ -50,7 +50,9 @@ def _float_graph(model: nn.Module, quantized: nn.Module) -> fx.GraphModule:
     """The float model as a graph with prepare's node names (traced and fused the same way)."""
     if isinstance(model, fx.GraphModule):
         return model
-    from fxquant.flow import fuse_fx  # lazy: fxquant.flow imports this package's siblings
+    # fxquant.flow imports numerics.equalization, whose package (numerics/__init__) imports
+    # this module: a module-level import of the flow would be a cycle at run time
+    from fxquant.flow import fuse_fx  # why: a cycle at run time (above)
 
     state = getattr(quantized, "meta", {}).get(META_KEY)
     backend = state.backend_config if isinstance(state, FlowState) else None
@@ -103,7 +105,7 @@ def _labels(model: nn.Module) -> dict[str, tuple[str, str]]:
     state = getattr(model, "meta", {}).get(META_KEY)
     if not isinstance(state, FlowState):
         return {}
-    from fxquant.flow import explain  # lazy, as above
+    from fxquant.flow import explain  # why: a cycle at run time (as above)
 
     report = explain(model, show=False)
     return {
@@ -115,7 +117,7 @@ def _labels(model: nn.Module) -> dict[str, tuple[str, str]]:
 
 def _scaled_by_equalization(model: nn.Module) -> dict[str, torch.Tensor]:
     """Nodes whose values equalization scaled on purpose (a folded scale), and by what."""
-    from fxquant.flow.equalize import EQUALIZATION_KEY  # lazy, as above
+    from fxquant.flow.equalize import EQUALIZATION_KEY  # why: cycle at run time (as above)
 
     scaled: dict[str, torch.Tensor] = {}
     for pair in getattr(model, "meta", {}).get(EQUALIZATION_KEY, ()):

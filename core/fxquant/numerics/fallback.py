@@ -59,7 +59,9 @@ def _batches(data: Iterable[Any]) -> list[tuple[Any, ...]]:
 
 def _quantize(setup: _Setup, mapping: QConfigMapping) -> tuple[fx.GraphModule, fx.GraphModule]:
     """The prepared-and-calibrated model and its converted form."""
-    from fxquant.flow import convert_fx, convert_to_reference_fx, prepare_fx  # lazy: cycle
+    # fxquant.flow imports numerics.equalization, whose package (numerics/__init__) imports
+    # this module: a module-level import of the flow would be a cycle at run time
+    from fxquant.flow import convert_fx, convert_to_reference_fx, prepare_fx  # why: run-time cycle
 
     prepared = prepare_fx(
         copy.deepcopy(setup.model),
@@ -84,7 +86,7 @@ class _Unit:
 
 
 def _units(prepared: fx.GraphModule) -> list[_Unit]:
-    from fxquant.flow import explain  # lazy: cycle
+    from fxquant.flow import explain  # why: run-time cycle
 
     quantized = {
         e.node for e in explain(prepared, show=False).entries() if str(e.status) == "quantized"
@@ -210,7 +212,7 @@ def fallback(  # noqa: PLR0913  # five positional (the prepare_fx inputs + budge
 
 
 def _search(setup: _Setup, mapping: QConfigMapping, max_float: int | None) -> FallbackResult:
-    from fxquant.flow import convert_to_reference_fx  # lazy: cycle
+    from fxquant.flow import convert_to_reference_fx  # why: run-time cycle
 
     prepared, quantized = _quantize(setup, mapping)
     score = setup.evaluate(quantized)

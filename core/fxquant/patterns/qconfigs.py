@@ -20,8 +20,10 @@ from typing import Any
 import torch.nn.functional as F
 from torch import nn
 
+from fxquant.config import defaults
 from fxquant.config.qconfig import QConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
+from fxquant.numerics import fake_quantize, observer
 from fxquant.patterns.fixed_qparams import FixedQParams, fixed_qparams_ops
 
 __all__ = [
@@ -49,8 +51,6 @@ def fixed_qparams_qconfig(grid: FixedQParams, is_qat: bool) -> QConfig:
         >>> float(observer.calculate_qparams()[0])
         0.00390625
     """
-    from fxquant.numerics import fake_quantize, observer  # heavy: only when asked
-
     fixed = observer.FixedQParamsObserver.with_args(
         scale=grid.scale,
         zero_point=grid.zero_point,
@@ -65,8 +65,6 @@ def fixed_qparams_qconfig(grid: FixedQParams, is_qat: bool) -> QConfig:
 
 
 def _global_qconfig(is_qat: bool) -> QConfig:
-    from fxquant.config import defaults
-    from fxquant.numerics import fake_quantize  # heavy: only when asked
 
     if not is_qat:
         return defaults.default_per_channel_qconfig
@@ -95,8 +93,6 @@ def reference_default_qconfig_mapping(is_qat: bool = False) -> QConfigMapping:
         >>> float(scale), int(zero_point)
         (0.0078125, 128)
     """
-    from fxquant.numerics import fake_quantize, observer  # heavy: only when asked
-
     base = _global_qconfig(is_qat)
     per_tensor_weight = (
         fake_quantize.default_weight_fake_quant if is_qat else observer.default_weight_observer
@@ -125,8 +121,6 @@ def mapping_with_overrides(base: QConfig, per_tensor_weight: Any, is_qat: bool) 
         >>> mapping.qconfig_for("", torch.nn.LayerNorm).weight().dtype
         torch.float32
     """
-    from fxquant.numerics import observer  # heavy: only when asked
-
     mapping = QConfigMapping().set_global(base)
     transposed = QConfig(activation=base.activation, weight=per_tensor_weight)
     for conv_transpose in _TRANSPOSED:

@@ -18,9 +18,11 @@ import threading
 from typing import TYPE_CHECKING
 
 from fxquant import plugin_roots
+from fxquant.errors import MissingDefaultQConfigError, UnknownBackendError
 from fxquant.lowering import LoweringRule
 from fxquant.registry.answers import Deployed, Deployment, Override, only_for
 from fxquant.registry.hookspecs import PLUGIN_API_VERSIONS, hookimpl, hookspec
+from fxquant.registry.install import install_command
 
 if TYPE_CHECKING:
     from fxquant.config.backend import BackendConfig
@@ -66,8 +68,7 @@ def default_registry() -> Registry:
     global _registry  # one registry per process, made lazily
     registry = _registry
     if registry is None:
-        # imported here: `import fxquant` must not pay for the registry until it is used
-        from fxquant.registry.manager import Registry
+        from fxquant.registry.manager import Registry  # why: import time (0.2 s)
 
         with _registry_lock:
             if _registry is None:
@@ -148,14 +149,11 @@ def get_default_qconfig_mapping(name: str = "x86", is_qat: bool = False) -> QCon
     Example:
         >>> mapping = get_default_qconfig_mapping("reference")
     """
-    from fxquant.errors import UnknownBackendError
-
     try:
         return default_registry().get_default_qconfig_mapping(name, is_qat)  # type: ignore[no-any-return]
     except UnknownBackendError as error:
         if name != "x86":
             raise
-        from fxquant.registry.install import install_command
 
         msg = (
             f"get_default_qconfig_mapping() uses backend 'x86' when no name is given, as "
@@ -207,7 +205,6 @@ def get_default_qat_qconfig(backend: str = "x86", version: int = 1) -> QConfig:
 
 
 def _global_qconfig(mapping: QConfigMapping, backend: str) -> QConfig:
-    from fxquant.errors import MissingDefaultQConfigError
 
     if mapping.global_qconfig is None:
         msg = (

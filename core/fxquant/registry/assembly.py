@@ -20,6 +20,9 @@ from typing import Any
 
 import pluggy
 
+from fxquant.config.backend import BackendConfig, BackendPatternConfig
+from fxquant.config.pattern import complex_to_simple, pattern_str
+from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.errors import MissingDefaultQConfigError, PluginConflictError, PluginError
 from fxquant.lowering import LoweringRule
 from fxquant.registry import hookspecs
@@ -78,7 +81,6 @@ class _Merged:
 
 
 def _show(key: Hashable) -> str:
-    from fxquant.config.pattern import complex_to_simple, pattern_str
 
     simple = complex_to_simple(key)
     return pattern_str(key if simple is None else simple)
@@ -293,7 +295,6 @@ def _check_rules_can_match(patterns: _Merged, kernels: _Merged) -> None:
 
 
 def _backend_config(name: str, merged: _Merged) -> Any:
-    from fxquant.config.backend import BackendConfig
 
     config = BackendConfig(name)
     for key, pattern_config in merged.items.items():
@@ -325,8 +326,6 @@ def assemble(name: str, plugins: Sequence[LoadedPlugin]) -> AssembledBackend:
         >>> assemble("nothing", []).lowering_rules
         ()
     """
-    from fxquant.config.backend import BackendPatternConfig
-
     manager, members = _manager(plugins)
     kwargs = {"backend": name}
     patterns = _merge(
@@ -404,8 +403,6 @@ def default_qconfig_mapping(backend: AssembledBackend, is_qat: bool) -> Any:
         ...
         fxquant.errors.MissingDefaultQConfigError: backend 'nothing' has no default ...
     """
-    from fxquant.config.qconfig_mapping import QConfigMapping
-
     kwargs = {"backend": backend.name, "is_qat": is_qat}
     answers = _call(backend.manager, backend.members, _QCONFIG_HOOK, kwargs)
     what = (f"a default QConfigMapping (is_qat={is_qat})", "mapping")

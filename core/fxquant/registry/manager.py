@@ -19,6 +19,7 @@ from typing import Any
 
 import pluggy
 
+from fxquant.config.backend import BackendConfig
 from fxquant.enums import member
 from fxquant.errors import (
     ConfigError,
@@ -31,6 +32,7 @@ from fxquant.errors import (
 from fxquant.registry import hookspecs
 from fxquant.registry.assembly import AssembledBackend, assemble, default_qconfig_mapping
 from fxquant.registry.compat import check_plugin_api
+from fxquant.registry.install import checkout_root, install_hint, local_plugin_folders
 from fxquant.registry.loading import (
     EntryPointRecord,
     LoadedPlugin,
@@ -97,8 +99,6 @@ def _backend_name(backend: object) -> str:
 
 def _install_hint(name: str) -> str:
     """How to install ``name`` here: its folder from a checkout, else the generic command (#22)."""
-    from fxquant.registry.install import checkout_root, install_hint, local_plugin_folders
-
     root = checkout_root()
     known = root is not None and bool(local_plugin_folders(name, root))
     return install_hint(name if known else None)
@@ -233,8 +233,6 @@ class Registry:
 
     def get_backend_config(self, name: str) -> Any:
         """A new ``BackendConfig`` holding the backend's pattern configs (see the module doc)."""
-        from fxquant.config.backend import BackendConfig
-
         cached = self.assembled(name).config
         # a fresh BackendConfig of copies: a caller's edits must not change the registry
         return BackendConfig(name).set_backend_pattern_configs(c.copy() for c in cached.configs)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from fxquant.patterns import reference_default_qconfig_mapping, reference_pattern_configs
 from fxquant.registry.hookspecs import hookimpl
 
 if TYPE_CHECKING:
@@ -32,9 +33,6 @@ def fxquant_pattern_configs(backend: str) -> list[BackendPatternConfig] | None:
     """
     if backend != BACKEND:
         return None
-    # imported here: the pattern tables are built only when the backend is assembled
-    from fxquant.patterns import reference_pattern_configs
-
     return reference_pattern_configs()
 
 
@@ -48,6 +46,5 @@ def fxquant_default_qconfig_mapping(backend: str, is_qat: bool) -> QConfigMappin
     """
     if backend != BACKEND:
         return None
-    from fxquant.patterns import reference_default_qconfig_mapping
 
     return reference_default_qconfig_mapping(is_qat)

@@ -17,6 +17,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from fxquant.errors import PluginError, UnknownBackendError
+from fxquant.registry import default_registry
+from fxquant.registry.install import install_hint
+from fxquant.tools.describe import describe
+from fxquant.tools.scaffold import new_backend
 from fxquant.tools.tables import markdown_table
 from fxquant.version import VERSION
 
@@ -45,7 +50,6 @@ environment:
 
 
 def _backends_data() -> list[dict[str, Any]]:
-    from fxquant.registry import default_registry
 
     data = []
     for report in default_registry().reports():
@@ -82,8 +86,6 @@ def render_backends(data: list[dict[str, Any]]) -> str:
         no backends installed; to install one: pip install ...
     """
     if not data:
-        from fxquant.registry.install import install_hint
-
         return f"no backends installed; {install_hint()}"
     rows = []
     notes = []
@@ -177,9 +179,6 @@ def _cmd_backends(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _cmd_show(args: argparse.Namespace, out: TextIO) -> int:
-    from fxquant.errors import PluginError, UnknownBackendError
-    from fxquant.registry import default_registry
-    from fxquant.tools.describe import describe
 
     try:
         data = describe(default_registry().assembled(args.name))
@@ -191,7 +190,7 @@ def _cmd_show(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
-    from fxquant.tools.demo import run_demo
+    from fxquant.tools.demo import run_demo  # why: import time: only `fxquant demo` loads it
 
     names = None if args.backends is None else [n.strip() for n in args.backends.split(",")]
     chosen = [n for n in names if n] if names is not None else None
@@ -199,8 +198,11 @@ def _cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _cmd_check(args: argparse.Namespace, out: TextIO) -> int:
-    from fxquant.errors import PluginError, UnknownBackendError
-    from fxquant.tools.conformance import CheckStatus, check_backend, render_results
+    from fxquant.tools.conformance import (  # why: import time: only `fxquant check` loads it
+        CheckStatus,
+        check_backend,
+        render_results,
+    )
 
     try:
         rows = check_backend(args.name, shapes=args.shapes, seed=args.seed)
@@ -217,7 +219,6 @@ def _cmd_check(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _cmd_new_backend(args: argparse.Namespace, out: TextIO) -> int:
-    from fxquant.tools.scaffold import new_backend
 
     try:
         folder = new_backend(args.name, args.directory)

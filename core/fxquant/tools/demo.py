@@ -33,10 +33,30 @@ from typing import Any, TextIO
 
 import torch
 
+from fxquant.config.backend import (
+    BackendPatternConfig,
+    DTypeConfig,
+    DTypeWithConstraints,
+    ObservationType,
+)
+from fxquant.config.qconfig import QConfig
+from fxquant.config.qconfig_mapping import QConfigMapping
+from fxquant.flow import convert_fx, convert_to_reference_fx, explain, prepare_fx
+from fxquant.flow.report import NodeStatus
+from fxquant.nn.intrinsic import ConvReLU2d
+from fxquant.numerics.observer import MinMaxObserver, default_weight_observer
 from fxquant.progress import progress
 from fxquant.quiet import third_party_noise_filtered
+from fxquant.registry import (
+    get_backend_config,
+    get_default_qconfig_mapping,
+    get_deployment,
+    list_backends,
+)
 from fxquant.registry.answers import Deployment
 from fxquant.registry.hookspecs import hookimpl
+from fxquant.registry.manager import Registry
+from fxquant.tools.tables import markdown_table
 
 __all__ = [
     "DemoNet",
@@ -70,8 +90,6 @@ def fuse_conv2d_relu(is_qat: bool, conv: torch.nn.Conv2d, relu: torch.nn.ReLU) -
         >>> type(fused).__name__
         'ConvReLU2d'
     """
-    from fxquant.nn.intrinsic import ConvReLU2d
-
     return ConvReLU2d(conv, relu)
 
 
@@ -82,14 +100,6 @@ def tutorial_pattern_configs() -> list[Any]:
         >>> [len(c.dtype_configs) for c in tutorial_pattern_configs()]
         [1, 0, 1]
     """
-    from fxquant.config.backend import (
-        BackendPatternConfig,
-        DTypeConfig,
-        DTypeWithConstraints,
-        ObservationType,
-    )
-    from fxquant.nn.intrinsic import ConvReLU2d
-
     # The tutorial's spelling; on a torch without quantized dtypes the plain ones mean the same.
     quint8 = getattr(torch, "quint8", torch.uint8)
     qint8 = getattr(torch, "qint8", torch.int8)
@@ -151,10 +161,6 @@ def tutorial_qconfig_mapping() -> Any:
         >>> tutorial_qconfig_mapping().qconfig_for("linear", torch.nn.Linear).activation().quant_max
         127
     """
-    from fxquant.config.qconfig import QConfig
-    from fxquant.config.qconfig_mapping import QConfigMapping
-    from fxquant.numerics.observer import MinMaxObserver, default_weight_observer
-
     activation = MinMaxObserver.with_args(quant_min=0, quant_max=127, eps=2**-12)
     qconfig = QConfig(activation=activation, weight=default_weight_observer)
     mapping = QConfigMapping()
@@ -275,9 +281,6 @@ def quantize_with(
         >>> result.counts["reference"] > 0, result.sqnr_db > 20
         (True, True)
     """
-    from fxquant.flow import convert_fx, convert_to_reference_fx, explain, prepare_fx
-    from fxquant.flow.report import NodeStatus
-
     result = DemoResult(backend_config.name)
     prepared = prepare_fx(
         copy.deepcopy(model), qconfig_mapping, (data[:1],), backend_config=backend_config
@@ -327,8 +330,6 @@ def _try(name: str, build: Callable[[], DemoResult]) -> DemoResult:
 def _results(
     model: torch.nn.Module, data: torch.Tensor, names: Sequence[str], tutorial: bool
 ) -> list[DemoResult]:
-    from fxquant.registry import get_backend_config, get_default_qconfig_mapping, get_deployment
-    from fxquant.registry.manager import Registry
 
     results = [
         _try(
@@ -462,9 +463,6 @@ def run_demo(
         >>> run_demo(io.StringIO(), backends=["reference"])
         0
     """
-    from fxquant.registry import list_backends
-    from fxquant.tools.tables import markdown_table
-
     out = sys.stdout if out is None else out
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # latency ratios at one thread: steady on a shared machine

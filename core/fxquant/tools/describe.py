@@ -13,6 +13,8 @@ import math
 from collections.abc import Hashable, Iterable
 from typing import Any
 
+from fxquant.config.pattern import complex_to_simple, pattern_str
+from fxquant.dtypes import dtype_name, qscheme_name
 from fxquant.errors import FxquantError
 from fxquant.registry.assembly import AssembledBackend, Origin, default_qconfig_mapping
 
@@ -52,7 +54,6 @@ def pattern_text(key: Hashable) -> str:
         >>> pattern_text((torch.nn.ReLU, torch.nn.Conv2d))
         '(Conv2d, ReLU)'
     """
-    from fxquant.config.pattern import complex_to_simple, pattern_str
 
     def render(part: object) -> str:
         if isinstance(part, tuple):
@@ -64,7 +65,6 @@ def pattern_text(key: Hashable) -> str:
 
 
 def _short_dtype(dtype: Any) -> str:
-    from fxquant.dtypes import dtype_name
 
     return dtype_name(dtype).removeprefix("torch.")
 
@@ -170,7 +170,6 @@ def _unique(items: Iterable[str]) -> list[str]:
 
 
 def _qschemes(backend: AssembledBackend) -> str:
-    from fxquant.dtypes import qscheme_name
 
     try:
         mapping = default_qconfig_mapping(backend, is_qat=False)

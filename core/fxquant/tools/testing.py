@@ -44,7 +44,9 @@ from torch import fx, nn
 
 import fxquant
 from fxquant.config import defaults
+from fxquant.config.pattern import simple_to_complex, validate_complex
 from fxquant.flow.report import NodeStatus
+from fxquant.registry import get_deployment
 from fxquant.torch_ao_names import as_fxquant_class
 
 __all__ = [
@@ -466,8 +468,6 @@ def check_deployed(backend: str, case: Case, sizes: Sizes, *, seed: int = 0) -> 
         Traceback (most recent call last):
         AssertionError: backend 'reference' has no deployment (fxquant_deployment)
     """
-    from fxquant.registry import get_deployment
-
     deployment = get_deployment(backend)
     if deployment is None:
         msg = f"backend {backend!r} has no deployment (fxquant_deployment)"
@@ -910,8 +910,6 @@ def ao_normalized_pattern(ao_config: Any) -> Any:
         >>> ao_normalized_pattern(ao_config) is torch.relu
         True
     """
-    from fxquant.config.pattern import simple_to_complex, validate_complex
-
     if ao_config._pattern_complex_format is not None:
         return validate_complex(ao_op_as_fxquant(ao_config._pattern_complex_format))
     return simple_to_complex(ao_op_as_fxquant(ao_config.pattern))

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from fxquant.lowering import QParams
+from fxquant.numerics import qdq
 
 __all__ = ["IntegerClamp"]
 
@@ -36,8 +37,6 @@ class IntegerClamp(nn.Module):
             >>> clamp.low, clamp.high
             (10, 70)
         """
-        from fxquant.numerics import qdq  # the reference numerics for the bounds
-
         assert out.scale is not None  # static qparams
         assert out.zero_point is not None
         bounds = qdq.quantize_per_tensor(

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from fxquant.enums import StrEnum, member
+from fxquant.tools.tables import markdown_table
 
 __all__ = ["CheckResult", "CheckStatus", "Group", "render_results"]
 
@@ -71,8 +72,6 @@ def render_results(rows: Sequence[CheckResult], title: str = "") -> str:
         | Linear  | well_formed | pass   |        |
         mine: 1 checks: 1 pass, 0 fail, 0 skip
     """
-    from fxquant.tools.tables import markdown_table
-
     table = markdown_table(
         ["pattern", "check", "result", "reason"],
         [[r.pattern, r.check, r.result.value, r.reason] for r in rows],

@@ -1,0 +1,98 @@
+"""What the flow's entry points ask the registry, once, before any step runs (#21).
+
+``fuse_fx``/``prepare_fx``/``prepare_qat_fx`` get ``backend_config=None`` as the built-in
+``reference`` backend; ``convert_fx`` gets the lowering rules and the deployment of the
+backend *named* by its ``BackendConfig`` (CONTRACT: "the kernels of the backend named by
+backend_config.name ... resolved once, when the flow starts"), so a config read from JSON
+as ``"x86"`` lowers with x86's kernels, and a config named after no installed backend gets
+none. The answers travel in the frozen ``FlowContext``; no step past the entry point looks
+anything up by name, and the report says which plugins' kernels the name resolved to.
+
+To lower with another backend's kernels, name the config after that backend
+(``config.set_name("x86")``): the name is the one switch, and the report shows it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fxquant import registry
+from fxquant.config.backend import BackendConfig
+from fxquant.errors import UnknownBackendError
+from fxquant.flow.context import as_backend_config
+from fxquant.lowering import LoweringRule
+
+__all__ = ["BackendKernels", "backend_kernels", "given_backend"]
+
+
+def given_backend(backend_config: object) -> BackendConfig:
+    """``backend_config`` as a ``BackendConfig``; ``None`` is the ``reference`` backend.
+
+    Raises:
+        ConfigTypeError: neither a ``BackendConfig``, its dict form nor ``None``.
+
+    Example:
+        >>> given_backend(None).name, given_backend({"name": "mine"}).name
+        ('reference', 'mine')
+    """
+    resolved = as_backend_config(backend_config)
+    if resolved is None:
+        reference: BackendConfig = registry.get_backend_config("reference")
+        return reference
+    return resolved
+
+
+@dataclass(frozen=True, slots=True)
+class BackendKernels:
+    """What ``convert_fx`` lowers with: the rules and deployment of the named backend.
+
+    Example:
+        >>> kernels = BackendKernels("mine", (), False, ())
+        >>> kernels.note().startswith("kernels: no installed plugin provides backend 'mine'")
+        True
+    """
+
+    backend: str
+    rules: tuple[LoweringRule, ...]
+    deployed: bool
+    sources: tuple[str, ...]
+    """The plugins (distributions, or registered objects) the rules and deployment came from;
+    empty when no installed plugin provides the name."""
+
+    def note(self) -> str:
+        """The report's line saying where the kernels came from (``fxquant.explain``)."""
+        if not self.sources:
+            return (
+                f"kernels: no installed plugin provides backend {self.backend!r}: no lowering "
+                "rules (a config lowers with the kernels of the backend it is named after)"
+            )
+        what = f"{len(self.rules)} lowering rule{'s' if len(self.rules) != 1 else ''}"
+        if self.deployed:
+            what += " and its deployment"
+        return (
+            f"kernels: backend {self.backend!r} (by the config's name) -> {what} "
+            f"from {', '.join(self.sources)}"
+        )
+
+
+def backend_kernels(backend_config: BackendConfig) -> BackendKernels:
+    """The lowering rules and deployment the plugins of ``backend_config.name`` contribute.
+
+    Example:
+        >>> kernels = backend_kernels(BackendConfig("reference"))
+        >>> kernels.rules, kernels.deployed, kernels.sources
+        ((), False, ('fxquant',))
+    """
+    name = backend_config.name
+    if not name:
+        return BackendKernels(name, (), False, ())  # an unnamed config has no plugins
+    try:
+        assembled = registry.default_registry().assembled(name)
+    except UnknownBackendError:
+        return BackendKernels(name, (), False, ())
+    sources = {origin.source for origin in assembled.kernel_origins.values()}
+    if not sources or assembled.deployment is not None:
+        sources |= {plugin.source for plugin in assembled.plugins}
+    return BackendKernels(
+        name, assembled.lowering_rules, assembled.deployment is not None, tuple(sorted(sources))
+    )
