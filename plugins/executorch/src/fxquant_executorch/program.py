@@ -27,7 +27,7 @@ import torch
 from fxquant.errors import ConfigTypeError, ExportError, QuantizationSkipped
 from fxquant.export import export_quantized
 from fxquant.flow.report import NodeStatus, ReasonCode, Report
-from fxquant.flow.state import META_KEY, FlowState
+from fxquant.flow.state import FlowState, flow_state
 from torch import fx
 from torch.utils import _pytree as pytree
 
@@ -142,8 +142,8 @@ class ExecuTorchProgram:
 
 
 def _flow_state(model: object) -> FlowState:
-    state = getattr(model, "meta", {}).get(META_KEY) if isinstance(model, fx.GraphModule) else None
-    if not isinstance(state, FlowState):
+    state = flow_state(model)
+    if state is None:
         msg = (
             f"to_executorch expects a model returned by fxquant.convert_fx, got "
             f"{type(model).__name__}; prepare it with "
