@@ -5,6 +5,13 @@ Histogram observers on uint8 activations and symmetric per-channel int8 weights
 residual adds, LayerNorm, softmax, GELU and attention's matmuls float
 (:data:`TRANSFORMER_FLOAT_OPS`, #23). The engines differ only in the observer
 arguments a plugin passes to :func:`engine_default_qconfig_mapping`.
+
+An add that a conv absorbs (``ConvAdd2d``, ``ConvAddReLU2d``: ResNet and MobileNetV2
+blocks) is int8 for PTQ, as on onednn: the engine's conv and ``quantized::add``
+run it (``conv_add.py``) instead of a float add between a dequantize and a quantize
+step, which cost CNNs up to 1.5x their time. The QAT mapping keeps those adds float:
+a conv + bn + add cannot fuse while the BatchNorm still trains, and a fused
+conv + add with no BatchNorm is rare in the models QAT is used on.
 """
 
 from __future__ import annotations
@@ -88,7 +95,8 @@ def engine_default_qconfig_mapping(
             inputs of Linear, when they differ (fbgemm: 8 bits where its other
             activations use 7, #23); default the global ones.
 
-    The ops of :data:`TRANSFORMER_FLOAT_OPS` stay float (``None``).
+    The ops of :data:`TRANSFORMER_FLOAT_OPS` stay float (``None``), except an add
+    fused with the conv before it (``ConvAdd2d``, ``ConvAddReLU2d``): int8 for PTQ.
 
     Example:
         >>> import torch
@@ -98,6 +106,9 @@ def engine_default_qconfig_mapping(
         >>> mapping.global_qconfig.weight().qscheme
         torch.per_channel_symmetric
         >>> mapping.qconfig_for("", torch.nn.LayerNorm) is None
+        True
+        >>> from fxquant.nn import intrinsic
+        >>> mapping.qconfig_for("", intrinsic.ConvAdd2d) is mapping.global_qconfig
         True
     """
     act = activation if qat_activation is None or not is_qat else qat_activation
@@ -110,6 +121,10 @@ def engine_default_qconfig_mapping(
             mapping.set_object_type(op, linear)
     for op in TRANSFORMER_FLOAT_OPS:
         mapping.set_object_type(op, None)
+    if not is_qat:
+        # an entry for a fused class outranks its parts': these adds are int8 (module docstring)
+        for fused in (intrinsic.ConvAdd2d, intrinsic.ConvAddReLU2d):
+            mapping.set_object_type(fused, base)
     return mapping
 
 
