@@ -9,7 +9,6 @@ import operator
 from typing import Any
 
 import fxquant
-import pytest
 import torch
 import torch.nn.functional as F
 from fxquant_quantized_engine.conv_add import QuantizedConvAdd
@@ -49,8 +48,7 @@ def _lower(backend: str, model: nn.Module, inputs: tuple[torch.Tensor, ...]) -> 
 @settings(max_examples=20, deadline=None)
 @given(
     channels=st.tuples(st.integers(1, 12), st.integers(1, 12)),
-    kernel=st.sampled_from([1, 3]),
-    size=st.integers(1, 9),
+    shape=st.tuples(st.sampled_from([1, 3]), st.integers(1, 9)),  # kernel, image size
     y_scale=st.floats(0.05, 4.0),
     options=st.fixed_dictionaries(
         {
@@ -65,13 +63,13 @@ def _lower(backend: str, model: nn.Module, inputs: tuple[torch.Tensor, ...]) -> 
 def test_conv_add_lowers_to_conv_then_add_within_a_step_of_the_reference(
     backend: str,
     channels: tuple[int, int],
-    kernel: int,
-    size: int,
+    shape: tuple[int, int],
     y_scale: float,
     options: dict[str, Any],
     seed: int,
 ) -> None:
     torch.manual_seed(seed)
+    kernel, size = shape
     model = ConvAdd(channels, kernel, options).eval()
     if model.bn is not None:
         model.bn.running_mean.uniform_(-0.5, 0.5)
@@ -146,7 +144,8 @@ def test_a_resnet_blocks_adds_are_int8_and_lowered_a_transformers_stay_float(bac
     assert not any("add" in node for node in resnet), resnet  # no add left on its own
     encoder = _statuses(backend, EncoderBlock(), torch.randn(2, 5, 16))
     adds = [s for node, s in encoder.items() if "add" in node]
-    assert adds and all(status == "float" for _, status in adds), encoder
+    assert adds, encoder
+    assert all(status == "float" for _, status in adds), encoder
 
 
 def test_qat_keeps_a_resnet_blocks_adds_float(backend: str) -> None:
@@ -160,5 +159,6 @@ def test_qat_keeps_a_resnet_blocks_adds_float(backend: str) -> None:
     entries = fxquant.explain(prepared, show=False).entries()
     statuses = {e.node: (str(e.pattern), str(e.status)) for e in entries}
     adds = [s for node, s in statuses.items() if "add" in node]
-    assert len(adds) == 2 and all(status == "float" for _, status in adds), statuses
+    assert len(adds) == 2, statuses
+    assert all(status == "float" for _, status in adds), statuses
     assert not any(p.startswith("ConvAdd") for p, _ in statuses.values()), statuses
