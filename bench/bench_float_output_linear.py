@@ -19,10 +19,11 @@ Prints a table and writes bench/results/float_output_linear.json.
 bottlenecks, width 16, 64x64) and the bench's MobileNetV2 (quick size) at batch 1 under
 three mappings, same run, microseconds per forward:
 
-    old    adds int8 on their own (``transformer_ops_int8(default)`` without the fused
-           conv + add entries): conv into uint8, then ``quantized::add`` (before #23)
-    float  the adds float between dequantize and quantize steps (#23's first default)
-    new    the default: conv + add fused (``ConvAdd2d``), the engine's conv then its add
+    old    adds int8 on their own (``transformer_ops_int8(default)``): conv into uint8,
+           then ``quantized::add`` (before #23)
+    float  the default: the adds float between dequantize and quantize steps (#23)
+    new    ``conv_adds_int8(default)``: conv + add fused (``ConvAdd2d``), the engine's
+           conv then its add
 
     OMP_NUM_THREADS=1 python bench/bench_float_output_linear.py [--rounds 7] [--quick] [--cnn]
 """
@@ -46,7 +47,12 @@ import models
 import torch
 from fxquant.lowering import Dequantize, QParams, Quantize
 from fxquant.nn import reference
-from fxquant_quantized_engine import QuantizedLinear, TensorQParams, transformer_ops_int8
+from fxquant_quantized_engine import (
+    QuantizedLinear,
+    TensorQParams,
+    conv_adds_int8,
+    transformer_ops_int8,
+)
 from torch import nn
 
 RESULTS = Path(__file__).resolve().parent / "results" / "float_output_linear.json"
@@ -106,15 +112,6 @@ def interleaved(calls: dict[str, Callable[[], Any]], rounds: int, repeats: int) 
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
-def _without_fused_adds(mapping: fxquant.QConfigMapping) -> fxquant.QConfigMapping:
-    """``mapping`` without its entries for the fused conv + add classes (in place)."""
-    from fxquant.nn import intrinsic
-
-    for fused in (intrinsic.ConvAdd2d, intrinsic.ConvAddReLU2d):
-        mapping.object_type_qconfigs.pop(fused, None)
-    return mapping
-
-
 def cnn_rows(rounds: int, repeats: int) -> list[dict[str, Any]]:
     """Adds int8 alone, float, fused with the conv: lowered CNNs at batch 1 (module docstring)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -133,9 +130,9 @@ def cnn_rows(rounds: int, repeats: int) -> list[dict[str, Any]]:
         for name, (model, x) in cases.items():
             lowered = {}
             for key, mapping in (
-                ("old", _without_fused_adds(transformer_ops_int8(default(engine)))),
-                ("float", _without_fused_adds(default(engine))),
-                ("new", default(engine)),
+                ("old", transformer_ops_int8(default(engine))),
+                ("float", default(engine)),
+                ("new", conv_adds_int8(default(engine))),
             ):
                 prepared = fxquant.prepare_fx(
                     copy.deepcopy(model), mapping, (x,), backend_config=config

@@ -68,6 +68,7 @@ from fxquant_quantized_engine.ops import (
 from fxquant_quantized_engine.patterns import engine_pattern_configs
 from fxquant_quantized_engine.qconfig import (
     TRANSFORMER_FLOAT_OPS,
+    conv_adds_int8,
     engine_default_qconfig_mapping,
     transformer_ops_int8,
 )
@@ -110,6 +111,7 @@ __all__ = [
     "build_conv_transpose",
     "build_ops",
     "build_weighted",
+    "conv_adds_int8",
     "engine_default_qconfig_mapping",
     "engine_pattern_configs",
     "lowering_rules",
