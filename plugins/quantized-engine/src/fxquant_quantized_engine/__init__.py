@@ -37,7 +37,7 @@ them (clamped in place on their fresh result; ``r.dequantize()``), and
     rules.py     which kernel runs each reference pattern (``lowering_rules``)
     patterns.py  a backend's patterns from its engine's constraints (``engine_pattern_configs``)
     qconfig.py   its default mapping (``engine_default_qconfig_mapping``; a transformer's
-                 adds, LayerNorm, softmax, GELU and matmuls float, #23)
+                 adds, LayerNorm, softmax, GELU and matmuls float, #23; ``conv_adds_int8``)
     float_output.py  int8 in, float out linear on each engine (#23)
 """
 
