@@ -15,10 +15,15 @@ interleaved, median of ``--rounds`` rounds, microseconds per call; "new / old" p
 shape and for the whole layer (the sum of its six linears: q, k, v, out, ffn1, ffn2).
 Prints a table and writes bench/results/float_output_linear.json.
 
-``--cnn``: what the default's float residual adds (#23) cost CNNs instead: the lowered
-zoo ResNet-like model (2 + 2 bottlenecks, width 16, 64x64) and the bench's MobileNetV2
-(quick size) at batch 1, default mapping against ``transformer_ops_int8(default)``
-(adds int8, as before), same run, milliseconds per forward.
+``--cnn``: the residual adds of CNNs (#23), the lowered zoo ResNet-like model (2 + 2
+bottlenecks, width 16, 64x64) and the bench's MobileNetV2 (quick size) at batch 1 under
+three mappings, same run, microseconds per forward:
+
+    old    adds int8 on their own (``transformer_ops_int8(default)``): conv into uint8,
+           then ``quantized::add`` (before #23)
+    float  the default: the adds float between dequantize and quantize steps (#23)
+    new    ``conv_adds_int8(default)``: conv + add fused (``ConvAdd2d``), the engine's
+           conv then its add
 
     OMP_NUM_THREADS=1 python bench/bench_float_output_linear.py [--rounds 7] [--quick] [--cnn]
 """
@@ -42,7 +47,12 @@ import models
 import torch
 from fxquant.lowering import Dequantize, QParams, Quantize
 from fxquant.nn import reference
-from fxquant_quantized_engine import QuantizedLinear, TensorQParams, transformer_ops_int8
+from fxquant_quantized_engine import (
+    QuantizedLinear,
+    TensorQParams,
+    conv_adds_int8,
+    transformer_ops_int8,
+)
 from torch import nn
 
 RESULTS = Path(__file__).resolve().parent / "results" / "float_output_linear.json"
@@ -103,7 +113,7 @@ def interleaved(calls: dict[str, Callable[[], Any]], rounds: int, repeats: int) 
 
 
 def cnn_rows(rounds: int, repeats: int) -> list[dict[str, Any]]:
-    """Default (float adds) against adds int8, lowered CNNs at batch 1 (module docstring)."""
+    """Adds int8 alone, float, fused with the conv: lowered CNNs at batch 1 (module docstring)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tests.flow.zoo import ResNetLike  # the zoo's model, as the zoo tests build it
 
@@ -116,11 +126,13 @@ def cnn_rows(rounds: int, repeats: int) -> list[dict[str, Any]]:
     rows = []
     for engine in ("fbgemm", "qnnpack"):
         config = fxquant.get_backend_config(engine)
+        default = fxquant.get_default_qconfig_mapping
         for name, (model, x) in cases.items():
             lowered = {}
             for key, mapping in (
-                ("old", transformer_ops_int8(fxquant.get_default_qconfig_mapping(engine))),
-                ("new", fxquant.get_default_qconfig_mapping(engine)),
+                ("old", transformer_ops_int8(default(engine))),
+                ("float", default(engine)),
+                ("new", conv_adds_int8(default(engine))),
             ):
                 prepared = fxquant.prepare_fx(
                     copy.deepcopy(model), mapping, (x,), backend_config=config
@@ -165,9 +177,20 @@ def main() -> None:
                 rows.append({"engine": engine, "layer": layer, "linear": name, **times})
             rows.append({"engine": engine, "layer": layer, "linear": "layer (6 linears)", **total})
     print(f"# 1 thread, torch {torch.__version__}, median of {args.rounds} rounds; us per call")
-    print("| engine | layer | linear | old us | new us | new / old |")
-    print("| --- | --- | --- | ---: | ---: | ---: |")
-    for row in rows:
+    if args.cnn:
+        print("| engine | model | adds int8 us | float adds us | fused us | float / int8 "
+              "| fused / int8 |")  # fmt: skip
+        print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    for row in rows if args.cnn else ():
+        print(
+            f"| {row['engine']} | {row['layer']} | {row['old']:.0f} | {row['float']:.0f} "
+            f"| {row['new']:.0f} | {row['float'] / row['old']:.2f} "
+            f"| {row['new'] / row['old']:.2f} |"
+        )
+    if not args.cnn:
+        print("| engine | layer | linear | old us | new us | new / old |")
+        print("| --- | --- | --- | ---: | ---: | ---: |")
+    for row in rows if not args.cnn else ():
         print(
             f"| {row['engine']} | {row['layer']} | {row['linear']} | {row['old']:.0f} "
             f"| {row['new']:.0f} | {row['new'] / row['old']:.2f} |"

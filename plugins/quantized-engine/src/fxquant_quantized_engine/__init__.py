@@ -33,10 +33,11 @@ them (clamped in place on their fresh result; ``r.dequantize()``), and
     views.py     uint8 <-> quint8 views; kernel outputs remembered for the next kernel
     modules.py   weighted, binary, cat, unary and clamp kernel modules (and ``absorb``)
     ops.py       ops without a quint8 kernel (on the integers, or through float)
+    conv_add.py  conv + add (+ relu): the engine's conv, then its add (#23)
     rules.py     which kernel runs each reference pattern (``lowering_rules``)
     patterns.py  a backend's patterns from its engine's constraints (``engine_pattern_configs``)
     qconfig.py   its default mapping (``engine_default_qconfig_mapping``; a transformer's
-                 adds, LayerNorm, softmax, GELU and matmuls float, #23)
+                 adds, LayerNorm, softmax, GELU and matmuls float, #23; ``conv_adds_int8``)
     float_output.py  int8 in, float out linear on each engine (#23)
 """
 
@@ -44,6 +45,7 @@ from __future__ import annotations
 
 from fxquant.kernels.integer import IntegerClamp
 
+from fxquant_quantized_engine.conv_add import QuantizedConvAdd
 from fxquant_quantized_engine.engine import (
     DEPRECATION_MESSAGE,
     EngineScope,
@@ -66,10 +68,12 @@ from fxquant_quantized_engine.ops import (
 from fxquant_quantized_engine.patterns import engine_pattern_configs
 from fxquant_quantized_engine.qconfig import (
     TRANSFORMER_FLOAT_OPS,
+    conv_adds_int8,
     engine_default_qconfig_mapping,
     transformer_ops_int8,
 )
 from fxquant_quantized_engine.rules import (
+    build_conv_add,
     build_conv_transpose,
     build_ops,
     build_weighted,
@@ -92,6 +96,7 @@ __all__ = [
     "QuantizedBinary",
     "QuantizedCat",
     "QuantizedConv",
+    "QuantizedConvAdd",
     "QuantizedConvTranspose",
     "QuantizedLinear",
     "QuantizedLinearDynamic",
@@ -102,9 +107,11 @@ __all__ = [
     "TensorQParams",
     "as_quint8",
     "as_uint8",
+    "build_conv_add",
     "build_conv_transpose",
     "build_ops",
     "build_weighted",
+    "conv_adds_int8",
     "engine_default_qconfig_mapping",
     "engine_pattern_configs",
     "lowering_rules",

@@ -7,6 +7,7 @@ the observer ranges (``qconfig.py``). A plugin states those and calls
 :func:`engine_pattern_configs`:
 
     conv                            uint8 activations, int8 weight, float bias
+    conv2d (+ bn) + add (+ relu)    the same (``ConvAdd2d``, ``ConvAddReLU2d``; #23)
     linear                          uint8 in, float out (#23), int8 weight, float bias
     linear, rnn                     + the dynamic dtype configs given
     every other op                  uint8 in and out (fixed-qparams ops: their exact grid)
@@ -22,6 +23,7 @@ import torch
 from fxquant.config.backend import BackendPatternConfig, DTypeConfig, DTypeWithConstraints
 from fxquant.patterns.binary import binary_op_configs, matmul_configs
 from fxquant.patterns.conv import conv_configs
+from fxquant.patterns.conv_add import conv_add_configs
 from fxquant.patterns.embedding import embedding_configs
 from fxquant.patterns.fixed_qparams import fixed_qparams_op_configs
 from fxquant.patterns.linear import linear_configs
@@ -79,6 +81,7 @@ def engine_pattern_configs(
     )
     families: list[tuple[_Builder, list[DTypeConfig]]] = [
         (conv_configs, [weighted]),
+        (conv_add_configs, [weighted]),  # conv + add (+ relu): conv_add.py runs it (#23)
         (linear_configs, [linear, *dynamic]),
         (binary_op_configs, static),
         (matmul_configs, static),

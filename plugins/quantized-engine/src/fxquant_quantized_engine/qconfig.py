@@ -5,6 +5,17 @@ Histogram observers on uint8 activations and symmetric per-channel int8 weights
 residual adds, LayerNorm, softmax, GELU and attention's matmuls float
 (:data:`TRANSFORMER_FLOAT_OPS`, #23). The engines differ only in the observer
 arguments a plugin passes to :func:`engine_default_qconfig_mapping`.
+
+An add that a conv absorbs (``ConvAdd2d``, ``ConvAddReLU2d``: ResNet and MobileNetV2
+blocks) stays float by default too: :func:`conv_adds_int8` puts it in int8 for PTQ, as
+onednn's default does, and the engine's conv and ``quantized::add`` then run it
+(``conv_add.py``), as fast as the adds int8 on their own where the float adds cost a
+ResNet-like model 1.2x its time. Not by default (#23): the engines have no conv kernel
+that sums a second tensor, so the conv's output is rounded to a uint8 grid the reference
+model does not have; each block is within one output step of its reference, but the
+zoo's ResNet loses 4-5 dB against float over its reference (fbgemm 35.7 vs 39.6 dB,
+qnnpack 41.3 vs 46.3), beyond the 1 dB a lowered model may lose. Never for QAT: a
+conv + bn + add cannot fuse while the BatchNorm still trains.
 """
 
 from __future__ import annotations
@@ -17,11 +28,17 @@ import torch
 import torch.nn.functional as F
 from fxquant.config.qconfig import QConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
+from fxquant.errors import ConfigError
 from fxquant.nn import intrinsic
 from fxquant.patterns.qconfigs import mapping_with_overrides
 from torch import nn
 
-__all__ = ["TRANSFORMER_FLOAT_OPS", "engine_default_qconfig_mapping", "transformer_ops_int8"]
+__all__ = [
+    "TRANSFORMER_FLOAT_OPS",
+    "conv_adds_int8",
+    "engine_default_qconfig_mapping",
+    "transformer_ops_int8",
+]
 
 # Kept float by default (#23): a transformer's residual stream (the adds), LayerNorm,
 # softmax, GELU and attention's matmuls, and the reshapes between its float-output
@@ -88,7 +105,8 @@ def engine_default_qconfig_mapping(
             inputs of Linear, when they differ (fbgemm: 8 bits where its other
             activations use 7, #23); default the global ones.
 
-    The ops of :data:`TRANSFORMER_FLOAT_OPS` stay float (``None``).
+    The ops of :data:`TRANSFORMER_FLOAT_OPS` stay float (``None``), a CNN's residual
+    adds too (:func:`conv_adds_int8` fuses them with their conv, in int8).
 
     Example:
         >>> import torch
@@ -110,6 +128,42 @@ def engine_default_qconfig_mapping(
             mapping.set_object_type(op, linear)
     for op in TRANSFORMER_FLOAT_OPS:
         mapping.set_object_type(op, None)
+    return mapping
+
+
+def conv_adds_int8(mapping: QConfigMapping) -> QConfigMapping:
+    """``mapping`` with the adds a conv absorbs int8 (``ConvAdd2d``, ``ConvAddReLU2d``; in place).
+
+    PTQ only (module docstring): the fused classes get the global qconfig, which
+    outranks their parts' entries (the add's ``None``); a transformer's adds stay float.
+
+    Raises:
+        ConfigError: for a QAT mapping (a conv + bn + add cannot fuse while training).
+
+    Example:
+        >>> import torch
+        >>> from fxquant.nn import intrinsic
+        >>> mapping = engine_default_qconfig_mapping(
+        ...     False, activation={"dtype": torch.uint8}, weight={"dtype": torch.int8}
+        ... )
+        >>> conv_adds_int8(mapping).qconfig_for("", intrinsic.ConvAdd2d) is not None
+        True
+        >>> mapping.qconfig_for("", torch.add) is None
+        True
+    """
+    from fxquant.fake_quantize import FakeQuantizeBase  # heavy: only when asked
+
+    base = mapping.global_qconfig
+    if base is None:
+        return mapping
+    if isinstance(base.activation(), FakeQuantizeBase):
+        msg = (
+            "conv_adds_int8(mapping): got a QAT mapping (fake-quantize activations); expected "
+            "a PTQ one: a conv + bn + add cannot fuse while the BatchNorm trains"
+        )
+        raise ConfigError(msg)
+    for fused in (intrinsic.ConvAdd2d, intrinsic.ConvAddReLU2d):
+        mapping.set_object_type(fused, base)
     return mapping
 
 

@@ -17,6 +17,7 @@ from fxquant.nn import intrinsic
 from fxquant.nn import reference as reference_modules
 from torch import nn
 
+from fxquant_quantized_engine.conv_add import QuantizedConvAdd
 from fxquant_quantized_engine.engine import (
     _QINT8,
     _Quiet,
@@ -393,6 +394,35 @@ def build_weighted(engine: str, relu: bool) -> Callable[[Any], nn.Module | Decli
     return build
 
 
+def build_conv_add(engine: str, relu: bool) -> Callable[[Any], nn.Module | Declined | None]:
+    """A rule builder for ``ConvAdd2d`` / ``ConvAddReLU2d``: :class:`QuantizedConvAdd` (#23).
+
+    Both inputs and the output static uint8; on fbgemm without VNNI, weights beyond
+    +-64 are declined with the reason, as for a plain conv.
+
+    Example:
+        >>> callable(build_conv_add("fbgemm", relu=False))
+        True
+    """
+
+    def build(match: Any) -> nn.Module | Declined | None:
+        reference = match.module[0]
+        if reference.get_weight_qparams().get("dtype") not in (torch.int8, _QINT8):
+            return None
+        if len(match.inputs) != 2:
+            return None
+        x, extra = (_tensor_qparams(q) for q in match.inputs)
+        out = _tensor_qparams(match.output)
+        if x is None or extra is None or out is None:
+            return None
+        saturation = _fbgemm_saturation(engine, reference, match.inputs[0])
+        if saturation is not None:
+            return Declined(saturation)
+        return QuantizedConvAdd(engine, reference, (x, extra, out), relu=relu)
+
+    return build
+
+
 _WEIGHTED: tuple[tuple[str, bool], ...] = (
     ("Linear", False), ("Conv1d", False), ("Conv2d", False), ("Conv3d", False),
     ("LinearReLU", True), ("ConvReLU1d", True), ("ConvReLU2d", True), ("ConvReLU3d", True),
@@ -418,6 +448,10 @@ def lowering_rules(engine: str, configs: Sequence[Any]) -> list[Any]:
         rule = LoweringRule(
             cls, build=build_weighted(engine, relu), name=f"{engine}_{name.lower()}"
         )
+        rules[rule.key] = rule
+    for cls, relu in ((intrinsic.ConvAdd2d, False), (intrinsic.ConvAddReLU2d, True)):
+        name = f"{engine}_{cls.__name__.lower()}"
+        rule = LoweringRule(cls, build=build_conv_add(engine, relu), name=name)
         rules[rule.key] = rule
     for dims in (1, 2, 3):
         cls = getattr(reference_modules, f"ConvTranspose{dims}d")
