@@ -36,7 +36,7 @@ def placement_report(placement: Placement, model: fx.GraphModule | None = None) 
     Example:
         >>> from fxquant_tensorrt.placement import Placement
         >>> placement = Placement((), ("node_conv",), {"node_conv": "conv"})
-        >>> placement_report(placement).entries()[0].status
+        >>> str(placement_report(placement).entries()[0].status)
         'lowered'
     """
     by_node: dict[str, list[Finding]] = defaultdict(list)

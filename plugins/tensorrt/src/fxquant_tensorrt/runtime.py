@@ -149,15 +149,16 @@ def deploy(
 
     Example:
         >>> import fxquant
-        >>> model = torch.nn.Sequential(torch.nn.Linear(4, 3)).eval()
-        >>> x = (torch.randn(2, 4),)
+        >>> conv = torch.nn.Conv2d
+        >>> model = torch.nn.Sequential(conv(3, 4, 3), conv(4, 4, 3)).eval()
+        >>> x = (torch.randn(2, 3, 8, 8),)
         >>> prepared = fxquant.prepare_fx(model, fxquant.get_default_qconfig_mapping("tensorrt"),
         ...     x, backend_config=fxquant.get_backend_config("tensorrt"))
         >>> _ = prepared(*x)
         >>> deployed = deploy(fxquant.convert_fx(prepared), x)
-        >>> deployed(*x).shape, dict(deployed.fused_ops)
-        (torch.Size([2, 3]), {'QGemm': 1})
-        >>> [(e.node, e.status) for e in deployed.report.entries()][1]
+        >>> deployed(*x).shape, dict(deployed.fused_ops)  # onnxruntime fused each Q/DQ conv
+        (torch.Size([2, 4, 4, 4]), {'QLinearConv': 2})
+        >>> [(e.node, str(e.status)) for e in deployed.report.entries()][1]
         ('_0', 'lowered')
     """
     return OnnxRuntimeModel(
