@@ -8,6 +8,8 @@ import ast
 import importlib
 import importlib.metadata
 import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -264,3 +266,15 @@ def test_an_old_package_path_gives_its_submodules_once() -> None:
 
     assert fxquant.kernels.cpu is fxquant.lowering.kernels.cpu
     assert fxquant.kernels.cpu.has_vnni is fxquant.lowering.kernels.cpu.has_vnni
+
+
+@pytest.mark.parametrize(
+    ("old", "new"), sorted((o, n) for o, n in moved.MOVED.items() if o.count(".") == 1)
+)
+def test_a_moved_top_level_module_is_an_attribute_of_a_bare_fxquant(old: str, new: str) -> None:
+    # ``import fxquant; fxquant.fake_quantize.FakeQuantize`` worked while the package
+    # imported the module itself; a fresh process, so no earlier import sets the attribute
+    name = old.split(".")[1]
+    code = f"import fxquant, importlib; print(fxquant.{name} is importlib.import_module({new!r}))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert (out.returncode, out.stdout.strip()) == (0, "True"), out.stderr

@@ -18,7 +18,7 @@ Example:
 
 from __future__ import annotations
 
-from fxquant import moved as _moved  # noqa: F401  (installs the finder of old module paths, #21)
+from fxquant import moved as _moved  # installs the finder of old module paths (#21)
 from fxquant.config import (
     BackendConfig,
     BackendPatternConfig,
@@ -70,6 +70,10 @@ def __getattr__(name: str) -> object:
     import importlib
 
     module = _LAZY.get(name) or _TOP_LEVEL_NAMES.get(name)
+    if module is None and f"fxquant.{name}" in _moved.MOVED:
+        # a module that moved (#21): ``fxquant.observer`` after a bare ``import fxquant``
+        # worked while the package imported it, so the old attribute answers too
+        module = f"fxquant.{name}"
     if module is None:
         msg = f"module 'fxquant' has no attribute {name!r}"
         raise AttributeError(msg)

@@ -134,10 +134,9 @@ def _clamps_before_requantize(graph: fx.Graph, namespace: Any) -> None:
     quantize/dequantize pair in between, inductor's patterns take the clamp as the
     oneDNN kernel's post-op instead of running a separate pass over uint8 (#19).
     """
-    quantize, dequantize = (
-        namespace.quantize_per_tensor.default,
-        namespace.dequantize_per_tensor.default,
-    )
+    # inductor's own op library (``quantized_decomposed``), not fxquant's q/dq vocabulary
+    quantize = namespace.quantize_per_tensor.default
+    dequantize = namespace.dequantize_per_tensor.default
     clamps = (
         torch.ops.aten.relu.default,
         torch.ops.aten.clamp_min.default,
