@@ -78,8 +78,8 @@ def tests(session: nox.Session) -> None:
         *session.posargs,
         env={"OMP_NUM_THREADS": "1", "FXQUANT_DOCS_REQUIRED": "1"},
     )
-    for name in PLUGINS:
-        session.run("pytest", f"plugins/{name}/tests", env={"OMP_NUM_THREADS": "1"})
+    for name in PLUGINS:  # the plugin's tests and its docstring examples (src/)
+        session.run("pytest", f"plugins/{name}", env={"OMP_NUM_THREADS": "1"})
 
 
 @nox.session(python="3.11")

@@ -176,7 +176,7 @@ def delegation_report(report: Report, found: Sequence[Placement]) -> Report:
     Example:
         >>> entry = NodeReport("conv", "call_module", "Conv2d", "q", "reference")
         >>> where = [Placement("conv", ("aten::convolution",), (), ())]
-        >>> delegation_report(Report([entry]), where).entries()[0].status
+        >>> str(delegation_report(Report([entry]), where).entries()[0].status)
         'lowered'
     """
     by_node = {p.node: p for p in found}

@@ -190,8 +190,10 @@ def target_name(target: object) -> str:
         >>> target_name(torch.ops.aten.relu.default)
         'aten::relu.default'
     """
-    name = getattr(target, "name", None)
-    return name() if callable(name) else str(target)
+    schema, overload = getattr(target, "_schema", None), getattr(target, "_overloadname", None)
+    if schema is not None and overload is not None:  # torch's name() drops ".default"
+        return f"{schema.name}.{overload}"
+    return str(target)
 
 
 _FLOAT_EPS = torch.finfo(torch.float32).eps
