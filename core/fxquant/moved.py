@@ -35,7 +35,7 @@ import types
 from collections.abc import Sequence
 from typing import Final
 
-__all__ = ["MOVED", "OPTIONAL", "install", "new_name"]
+__all__ = ["MOVED", "OPTIONAL", "install", "missing_optional_part", "new_name"]
 
 #: old module (or package) path -> its new path. A package's submodules follow it.
 MOVED: Final[dict[str, str]] = {
@@ -67,6 +67,8 @@ def new_name(old: str) -> str | None:
     Example:
         >>> new_name("fxquant.kernels.boundary")
         'fxquant.lowering.kernels.boundary'
+        >>> new_name("fxquant.distributed.merge")  # an optional part: its distribution's package
+        'fxquant_distributed.merge'
     """
     moves = {**MOVED, **{path: target for path, (target, _) in OPTIONAL.items()}}
     for prefix, target in moves.items():
