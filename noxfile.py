@@ -21,6 +21,16 @@ ROOT = Path(__file__).parent
 TORCH = "torch==2.13.0"
 PLUGINS = sorted(p.parent.name for p in (ROOT / "plugins").glob("*/pyproject.toml"))
 
+
+def _is_backend(name: str) -> bool:
+    """The plugin registers a backend (an ``fxquant.backends`` entry point); libraries and
+    optional parts (quantized-engine, distributed) do not."""
+    meta = tomllib.loads((ROOT / "plugins" / name / "pyproject.toml").read_text())
+    return "fxquant.backends" in meta["project"].get("entry-points", {})
+
+
+BACKENDS = [name for name in PLUGINS if _is_backend(name)]
+
 nox.options.default_venv_backend = "venv"
 nox.options.sessions = ["lint", "typecheck", "tests"]
 nox.options.reuse_existing_virtualenvs = True
@@ -238,7 +248,6 @@ def install(session: nox.Session) -> None:
     for command in commands:
         if command.kind == "skipped":
             session.log(f"not run: {command.text} ({command.source}): {SKIPPED[command.text]}")
-    backends = [n for n in PLUGINS if n != "quantized-engine"]
 
     # 1. the clone forms, in the order the pages give them, from the clone's root
     venv = _fresh_venv(session, "clone")
@@ -263,7 +272,7 @@ def install(session: nox.Session) -> None:
                 shutil.copytree(ROOT / setup.split()[2], target)
             _venv_run(session, venv, "pip", "install", *command.arguments)
     _venv_run(session, venv, "fxquant", "backends")
-    _venv_run(session, venv, "python", "-c", _USE_BACKENDS, *backends, "mybackend", "mychip")
+    _venv_run(session, venv, "python", "-c", _USE_BACKENDS, *BACKENDS, "mybackend", "mychip")
 
     # 2. the hint of an error: the core alone, then the command its message prints
     venv = _fresh_venv(session, "hint")
@@ -304,5 +313,4 @@ def install(session: nox.Session) -> None:
                 os.fspath(wheels),
                 *command.arguments,
             )
-    installed = [n for n in backends if n != "quantized-engine"]
-    _venv_run(session, venv, "python", "-c", _USE_BACKENDS, *installed)
+    _venv_run(session, venv, "python", "-c", _USE_BACKENDS, *BACKENDS)

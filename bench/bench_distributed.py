@@ -1,4 +1,4 @@
-"""Calibration throughput on 1 and 2 processes (fxquant.distributed, gloo on loopback).
+"""Calibration throughput on 1 and 2 processes (fxquant_distributed, gloo on loopback).
 
 What: images per second calibrating a ResNet-50-layout CNN (64x64 images,
 batches of 32; --quick: width 16) with fxquant's min/max and histogram
@@ -17,7 +17,7 @@ slowest rank), on a freshly prepared model, after one untimed round. The
 machine is shared: wall-clock figures are the fastest of --rounds rounds (the
 least disturbed), CPU figures the median of the busiest rank's CPU seconds,
 which tell the speedup two cores of one's own would give. A QAT step (DDP,
-batch 16 per rank) is timed the same way, plain and with fxquant.distributed.
+batch 16 per rank) is timed the same way, plain and with fxquant_distributed.
 The all-reduce latency (an 8-byte tensor, median of 200) shows what the
 global-batch mode pays per observer and batch.
 Prints a table and writes bench/results/distributed.json.
@@ -80,7 +80,7 @@ def calibrate_round(
     """One calibration of ``images`` by this rank's share, barrier to barrier: wall seconds, this
     rank's CPU seconds, and the seconds of ``sync_observers`` (sharded)."""
     import fxquant
-    from fxquant.distributed import observe_global_batch, sync_observers
+    from fxquant_distributed import observe_global_batch, sync_observers
 
     rank, world = dist.get_rank(), dist.get_world_size()
     batches = images.split(BATCH)
@@ -113,7 +113,7 @@ def qat_step_seconds(
     """A QAT training step under DDP in ``variant``: the fastest wall time (barrier to
     barrier) and the median of this rank's CPU time."""
     import fxquant
-    from fxquant.distributed import convert_sync_batchnorm, observe_global_batch
+    from fxquant_distributed import convert_sync_batchnorm, observe_global_batch
     from torch.nn.parallel import DistributedDataParallel
 
     mapping = fxquant.get_default_qconfig_mapping("reference", is_qat=True)

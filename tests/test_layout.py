@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import tomllib
 from fxquant import moved
 
 from tests import layout_graph
@@ -86,9 +87,11 @@ def test_a_backend_depends_on_the_plugin_that_holds_its_kernels(plugin: str, lib
     ]
 
 
-def test_the_shared_quint8_engine_library_registers_no_backend() -> None:
-    found = _distribution("fxquant-quantized-engine").entry_points
-    assert [e for e in found if e.group == "fxquant.backends"] == []
+@pytest.mark.parametrize("folder", ["quantized-engine", "distributed"])
+def test_a_library_or_optional_part_registers_no_backend(folder: str) -> None:
+    # read from the folder: fxquant-distributed need not be installed to be checked
+    meta = tomllib.loads((ROOT / "plugins" / folder / "pyproject.toml").read_text())
+    assert "entry-points" not in meta["project"]
 
 
 # ---------------------------------------------------------------- the layers (#21)
@@ -140,7 +143,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "after the flow",
         ("fxquant.numerics", "fxquant.export", "fxquant.checkpoint", "fxquant.calibration"),
     ),
-    ("optional", ("fxquant.distributed", "fxquant.flow.hf_trace")),
+    ("optional", ("fxquant.flow.hf_trace",)),
     ("facade", ("fxquant",)),
     ("tools", ("fxquant.tools", "fxquant.__main__")),
 )
@@ -278,3 +281,53 @@ def test_a_moved_top_level_module_is_an_attribute_of_a_bare_fxquant(old: str, ne
     code = f"import fxquant, importlib; print(fxquant.{name} is importlib.import_module({new!r}))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert (out.returncode, out.stdout.strip()) == (0, "True"), out.stderr
+
+
+# ------------------------------------------------------- optional parts (#21)
+# in the core, only the facade imports them; the others live in distributions of their own
+OPTIONAL_IN_CORE = ("fxquant.flow.hf_trace",)
+
+
+def test_no_mechanism_module_imports_an_optional_part(graph: layout_graph.Graph) -> None:
+    optional = (*OPTIONAL_IN_CORE, *(new for new, _ in moved.OPTIONAL.values()))
+    importers = sorted(
+        {
+            i.source
+            for i in graph.imports
+            if any(i.target == o or i.target.startswith(f"{o}.") for o in optional)
+            and i.source not in OPTIONAL_IN_CORE
+        }
+    )
+    assert importers == ["fxquant"]  # the facade registers transformers' tracer
+
+
+def test_an_optional_part_is_no_longer_in_the_core() -> None:
+    for old in moved.OPTIONAL:
+        assert not (CORE.parent / old.replace(".", "/")).exists(), old
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "distribution"), [(o, *v) for o, v in moved.OPTIONAL.items()]
+)
+def test_an_optional_part_keeps_its_old_import_path_when_installed(
+    old: str, new: str, distribution: str
+) -> None:
+    if importlib.util.find_spec(new) is None:
+        pytest.skip(f"{distribution} is not installed")
+    assert importlib.import_module(old) is importlib.import_module(new)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "distribution"), [(o, *v) for o, v in moved.OPTIONAL.items()]
+)
+def test_an_optional_part_not_installed_names_the_distribution_to_install(
+    old: str, new: str, distribution: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, new, None)  # what find_spec answers when it is missing
+    for name in [m for m in sys.modules if m == old or m.startswith(f"{old}.")]:
+        monkeypatch.delitem(sys.modules, name)
+    with pytest.raises(ModuleNotFoundError, match=f"pip install {distribution}") as error:
+        importlib.import_module(old)
+    assert error.value.name == old
+    with pytest.raises(ModuleNotFoundError, match=f"pip install {distribution}"):
+        importlib.import_module(f"{old}.a_submodule")

@@ -10,6 +10,10 @@ No file is left at an old path: a finder at the front of ``sys.meta_path`` (inst
 loads the new module under the old name. Keeping old paths as table entries rather than
 files lets git follow each move as a rename.
 
+Optional parts left the core for distributions of their own (:data:`OPTIONAL`):
+``import fxquant.distributed`` gives ``fxquant_distributed`` when ``fxquant-distributed`` is
+installed, and otherwise raises ``ModuleNotFoundError`` naming the distribution to install.
+
 Example:
     >>> import fxquant.kernels.cpu, fxquant.lowering.kernels.cpu
     >>> fxquant.kernels.cpu is fxquant.lowering.kernels.cpu
@@ -31,7 +35,7 @@ import types
 from collections.abc import Sequence
 from typing import Final
 
-__all__ = ["MOVED", "install", "new_name"]
+__all__ = ["MOVED", "OPTIONAL", "install", "missing_optional_part", "new_name"]
 
 #: old module (or package) path -> its new path. A package's submodules follow it.
 MOVED: Final[dict[str, str]] = {
@@ -50,6 +54,12 @@ MOVED: Final[dict[str, str]] = {
     "fxquant.testing": "fxquant.tools.testing",
 }
 
+#: optional parts in distributions of their own (#21): old package path -> (its package now,
+#: the distribution that holds it). No core module imports them.
+OPTIONAL: Final[dict[str, tuple[str, str]]] = {
+    "fxquant.distributed": ("fxquant_distributed", "fxquant-distributed"),
+}
+
 
 def new_name(old: str) -> str | None:
     """The new path of module ``old``, or None when it did not move.
@@ -57,11 +67,40 @@ def new_name(old: str) -> str | None:
     Example:
         >>> new_name("fxquant.kernels.boundary")
         'fxquant.lowering.kernels.boundary'
+        >>> new_name("fxquant.distributed.merge")  # an optional part: its distribution's package
+        'fxquant_distributed.merge'
     """
-    for prefix, target in MOVED.items():
+    moves = {**MOVED, **{path: target for path, (target, _) in OPTIONAL.items()}}
+    for prefix, target in moves.items():
         if old == prefix or old.startswith(f"{prefix}."):
             return target + old[len(prefix) :]
     return None
+
+
+def missing_optional_part(old: str) -> ModuleNotFoundError | None:
+    """The error for importing ``old`` when it is an optional part that is not installed.
+
+    Example:
+        >>> missing_optional_part("fxquant.flow") is None
+        True
+    """
+    for prefix, (target, distribution) in OPTIONAL.items():
+        if (old == prefix or old.startswith(f"{prefix}.")) and not _importable(target):
+            msg = (
+                f"{old!r} is an optional part of fxquant, in the distribution "
+                f"{distribution!r} (#21), which is not installed; to install it: pip install "
+                f"{distribution} (from a source checkout: pip install plugins/"
+                f"{distribution.removeprefix('fxquant-')})"
+            )
+            return ModuleNotFoundError(msg, name=old)
+    return None
+
+
+def _importable(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ImportError:  # a parent package that is missing
+        return False
 
 
 class _AliasLoader(importlib.abc.Loader):
@@ -83,6 +122,9 @@ class _MovedFinder(importlib.abc.MetaPathFinder):
         path: Sequence[str] | None,
         target: types.ModuleType | None = None,
     ) -> importlib.machinery.ModuleSpec | None:
+        missing = missing_optional_part(fullname)
+        if missing is not None:
+            raise missing  # rather than "No module named ...": say what to install
         new = new_name(fullname)
         if new is None or importlib.util.find_spec(new) is None:
             return None  # not moved, or no such module at the new path either

@@ -7,7 +7,7 @@ shard of the calibration batches, ``sync_observers`` merges the observers, and
 every rank converts the same model. QAT: the prepared model is fine-tuned under
 DDP with BatchNorm and observers over the global batch, then converted on every
 rank. Rank 0 prints the accuracies and whether all ranks hold the same models
-(tests/distributed/test_example.py runs this file with torchrun).
+(plugins/distributed/tests/test_example.py runs this file with torchrun).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import argparse
 import copy
 
 import fxquant
-import fxquant.distributed as fxdist
+import fxquant_distributed as fxdist
 import torch
 import torch.distributed as dist
 from torch import nn

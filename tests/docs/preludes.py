@@ -39,8 +39,8 @@ def distributed(
 ) -> dict[str, object]:
     """distributed.md's recipes on one rank: what torchrun would set, and the user's objects.
 
-    A group of one runs every collective the recipes call (tests/distributed runs them
-    on two processes and checks the results); here the page's code must run as written.
+    A group of one runs every collective the recipes call (plugins/distributed/tests run them
+    on two processes and check the results); here the page's code must run as written.
     """
     import fxquant
     import torch

@@ -8,13 +8,23 @@ from pathlib import Path
 
 import fxquant
 import pytest
+import tomllib
 from fxquant.registry.install import checkout_root, install_command, local_plugin_folders
 
 from tests.install_commands import ROOT, SKIPPED, documented_commands
 
 COMMANDS = documented_commands()
 PLUGINS = sorted(p.parent.name for p in (ROOT / "plugins").glob("*/pyproject.toml"))
-BACKENDS = [n for n in PLUGINS if n != "quantized-engine"]  # a library: no entry point
+# backends: the plugins with an entry point (not quantized-engine, a library; nor distributed,
+# an optional part)
+BACKENDS = [
+    n
+    for n in PLUGINS
+    if "fxquant.backends"
+    in tomllib.loads((ROOT / "plugins" / n / "pyproject.toml").read_text())["project"].get(
+        "entry-points", {}
+    )
+]
 
 
 def test_the_install_session_runs_the_commands_read_from_the_files() -> None:

@@ -129,7 +129,11 @@ def install_hint(name: str | None = None) -> str:
     root = checkout_root()
     if root is None:
         return "to install one: pip install fxquant-NAME"
-    available = sorted(p.parent.name for p in (root / "plugins").glob("*/pyproject.toml"))
+    available = sorted(  # backends only: not a library or an optional part (no entry point)
+        p.parent.name
+        for p in (root / "plugins").glob("*/pyproject.toml")
+        if "fxquant.backends" in p.read_text()
+    )
     needs = [
         f"{name}: {', '.join(f.name for f in local_plugin_folders(name, root)[:-1])}"
         for name in available

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 from fxquant.config.qconfig_mapping import QConfigMapping
-from fxquant.kernels import cpu
+from fxquant.lowering.kernels import cpu
 from fxquant_quantized_engine import engine_default_qconfig_mapping
 
 _ACTIVATION: dict[str, Any] = {"dtype": torch.uint8, "reduce_range": True}

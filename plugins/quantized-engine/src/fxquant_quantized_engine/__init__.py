@@ -39,12 +39,15 @@ them (clamped in place on their fresh result; ``r.dequantize()``), and
     qconfig.py   its default mapping (``engine_default_qconfig_mapping``; a transformer's
                  adds, LayerNorm, softmax, GELU and matmuls float, #23; ``conv_adds_int8``)
     float_output.py  int8 in, float out linear on each engine (#23)
+    backend.py   a backend's hooks from its data (``engine_plugin``, #21): fbgemm's and
+                 qnnpack's plugin.py are a few lines each
 """
 
 from __future__ import annotations
 
 from fxquant.kernels.integer import IntegerClamp
 
+from fxquant_quantized_engine.backend import EngineHooks, engine_plugin
 from fxquant_quantized_engine.conv_add import QuantizedConvAdd
 from fxquant_quantized_engine.engine import (
     DEPRECATION_MESSAGE,
@@ -91,6 +94,7 @@ __all__ = [
     "DEPRECATION_MESSAGE",
     "TRANSFORMER_FLOAT_OPS",
     "ChannelQParams",
+    "EngineHooks",
     "EngineScope",
     "IntegerClamp",
     "QuantizedBinary",
@@ -114,6 +118,7 @@ __all__ = [
     "conv_adds_int8",
     "engine_default_qconfig_mapping",
     "engine_pattern_configs",
+    "engine_plugin",
     "lowering_rules",
     "max_pool_integers",
     "transformer_ops_int8",

@@ -42,7 +42,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _rank_main(  # noqa: PLR0917  # torch.multiprocessing passes the rank, then args in order
+def _rank_main(  # noqa: PLR0913, PLR0917  # torch.multiprocessing passes the rank, then args in order
     rank: int,
     worker: Callable[..., Any],
     world_size: int,

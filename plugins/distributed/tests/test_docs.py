@@ -1,16 +1,16 @@
-"""docs/distributed.md documents every public name of fxquant.distributed, and its figures."""
+"""docs/distributed.md documents every public name of fxquant_distributed, and its figures."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import fxquant.distributed
+import fxquant_distributed
 
-DOC = (Path(__file__).resolve().parents[2] / "docs" / "distributed.md").read_text()
+DOC = (Path(__file__).resolve().parents[3] / "docs" / "distributed.md").read_text()
 
 
 def test_every_public_name_of_fxquant_distributed_is_documented() -> None:
-    missing = [name for name in fxquant.distributed.__all__ if f"`{name}" not in DOC]
+    missing = [name for name in fxquant_distributed.__all__ if f"`{name}" not in DOC]
     assert missing == []
 
 

@@ -13,8 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from torch import nn
-
 from fxquant.errors import ConfigTypeError
 from fxquant.numerics.fake_quantize import (
     FakeQuantize,
@@ -34,6 +32,7 @@ from fxquant.numerics.observer import (
     RecordingObserver,
     ReuseInputObserver,
 )
+from torch import nn
 
 __all__ = [
     "REDUCING_FAKE_QUANT_FORWARDS",

@@ -4,7 +4,7 @@
 ``reducer`` implements :class:`fxquant.observer.BatchReducer` over the threads
 (the role ``torch.distributed`` plays across processes). The observers' side
 of ``observe_global_batch`` is then testable in milliseconds, with hypothesis;
-tests/distributed/test_*_ranks.py run the same through real process groups.
+plugins/distributed/tests/test_*_ranks.py run the same through real process groups.
 """
 
 from __future__ import annotations

@@ -22,10 +22,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from fxquant.errors import ConfigTypeError
 from torch import nn
 
-from fxquant.distributed.collectives import GroupRef, all_gather_differentiable, world_size
-from fxquant.errors import ConfigTypeError
+from fxquant_distributed.collectives import GroupRef, all_gather_differentiable, world_size
 
 __all__ = ["SyncBatchNorm", "convert_sync_batchnorm", "revert_sync_batchnorm"]
 

@@ -1,6 +1,6 @@
 """Observers in global-batch mode equal one observer fed the peers' batches concatenated.
 
-The peers are threads (tests/distributed/peers.py) so hypothesis can vary the
+The peers are threads (distributed_peers.py) so hypothesis can vary the
 data, the shard sizes (empty shards included) and the observer settings; the
 two-process tests run the same mode over gloo.
 """
@@ -13,13 +13,12 @@ from typing import Any
 
 import pytest
 import torch
+from distributed_peers import PeerReducer, run_peers
 from fxquant import fake_quantize as fxfq
 from fxquant import observer as fxobs
 from hypothesis import assume, given
 from hypothesis import strategies as st
 from torch import nn
-
-from tests.distributed.peers import PeerReducer, run_peers
 
 CHANNELS = 3
 OBSERVERS: dict[str, Callable[[], nn.Module]] = {
@@ -158,7 +157,7 @@ def test_an_observer_without_a_reducer_makes_no_collective_call() -> None:
 
 
 def test_copies_of_an_observer_in_global_batch_mode_are_not_in_it() -> None:
-    from fxquant.distributed.collectives import GroupReducer, GroupRef
+    from fxquant_distributed.collectives import GroupReducer, GroupRef
 
     observer = fxobs.MinMaxObserver()
     observer._batch_reducer = GroupReducer(GroupRef(None))

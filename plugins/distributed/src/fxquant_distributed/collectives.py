@@ -1,4 +1,4 @@
-"""The ``torch.distributed`` side of :mod:`fxquant.distributed`: groups, checks, reductions.
+"""The ``torch.distributed`` side of :mod:`fxquant_distributed`: groups, checks, reductions.
 
 Everything here is collective: every rank of the group calls the same
 functions in the same order with tensors of the same shapes. The checks
@@ -15,7 +15,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-
 from fxquant.errors import ConfigError
 
 __all__ = [

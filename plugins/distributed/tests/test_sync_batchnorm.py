@@ -16,14 +16,13 @@ from typing import Any
 import fxquant
 import pytest
 import torch
-from fxquant.distributed import SyncBatchNorm, convert_sync_batchnorm, revert_sync_batchnorm
-from fxquant.distributed.collectives import GroupRef
+from distributed_models import SmallCNN, seeded
+from distributed_ranks import run_ranks
 from fxquant.errors import ConfigTypeError
 from fxquant.nn.intrinsic import qat as nniqat
+from fxquant_distributed import SyncBatchNorm, convert_sync_batchnorm, revert_sync_batchnorm
+from fxquant_distributed.collectives import GroupRef
 from torch import nn
-
-from tests.distributed.ranks import run_ranks
-from tests.flow.zoo import SmallCNN, seeded
 
 SHAPES = {nn.BatchNorm1d: (6, 4), nn.BatchNorm2d: (6, 4, 3, 3), nn.BatchNorm3d: (6, 4, 2, 2, 2)}
 
@@ -143,7 +142,7 @@ def _moments(rank: int, world_size: int) -> dict[str, Any]:
 
 def _ddp_step(rank: int, world_size: int) -> dict[str, Any]:
     """One DDP QAT step (SyncBatchNorm, global-batch observers) and the same step alone."""
-    from fxquant.distributed import observe_global_batch
+    from fxquant_distributed import observe_global_batch
     from torch.nn.parallel import DistributedDataParallel
 
     torch.manual_seed(0)

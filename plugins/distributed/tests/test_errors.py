@@ -7,13 +7,12 @@ from typing import Any
 
 import pytest
 import torch
+from distributed_ranks import run_ranks
 from fxquant import fake_quantize as fxfq
 from fxquant import observer as fxobs
-from fxquant.distributed import observe_global_batch, sync_observers
 from fxquant.errors import ConfigError, ConfigTypeError
+from fxquant_distributed import observe_global_batch, sync_observers
 from torch import nn
-
-from tests.distributed.ranks import run_ranks
 
 
 @pytest.mark.parametrize("function", [sync_observers, observe_global_batch])

@@ -18,9 +18,12 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
+from fxquant.errors import ConfigError
+from fxquant.numerics.fake_quantize import FakeQuantize
+from fxquant.numerics.observer import HistogramObserver
 from torch import nn
 
-from fxquant.distributed.collectives import (
+from fxquant_distributed.collectives import (
     all_reduce_min,
     all_reduce_sum,
     collective_device,
@@ -29,16 +32,13 @@ from fxquant.distributed.collectives import (
     require_initialized,
     require_same,
 )
-from fxquant.distributed.sites import (
+from fxquant_distributed.sites import (
     STATELESS,
     ObserverSite,
     differ_message,
     observer_sites,
     structure,
 )
-from fxquant.errors import ConfigError
-from fxquant.numerics.fake_quantize import FakeQuantize
-from fxquant.numerics.observer import HistogramObserver
 
 __all__ = ["sync_observers"]
 
@@ -217,7 +217,7 @@ def sync_observers(model: nn.Module, group: Any = None) -> list[str]:
         ConfigTypeError: an observer whose state fxquant cannot merge.
 
     Example:
-        On every rank (tests/distributed/test_calibration_ranks.py runs it on two):
+        On every rank (plugins/distributed/tests/test_calibration_ranks.py runs it on two):
 
         >>> sync_observers(prepared)  # doctest: +SKIP
         ['activation_post_process_0', 'activation_post_process_1']

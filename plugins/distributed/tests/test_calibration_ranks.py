@@ -14,9 +14,8 @@ from typing import Any
 
 import pytest
 import torch
+from distributed_ranks import run_ranks
 from torch import nn
-
-from tests.distributed.ranks import run_ranks
 
 pytestmark = pytest.mark.slow  # two fresh processes (about 10 s)
 
@@ -61,10 +60,9 @@ def _qparams(model: nn.Module) -> dict[str, Any]:
 def _flow(rank: int, world_size: int) -> dict[str, Any]:
     """The digits CNN: one process on all batches, and this rank's calibrations."""
     import fxquant
+    from distributed_models import SmallCNN, seeded
     from fxquant import testing
-    from fxquant.distributed import observe_global_batch, sync_observers
-
-    from tests.flow.zoo import SmallCNN, seeded
+    from fxquant_distributed import observe_global_batch, sync_observers
 
     data = testing.load_digits()
     batches = data.train_x[: BATCHES * BATCH].split(BATCH)
@@ -120,7 +118,7 @@ def _observers() -> dict[str, nn.Module]:
 
 def _kinds(rank: int, world_size: int) -> dict[str, Any]:
     """Every observer kind with uneven shards; states before and after sync_observers."""
-    from fxquant.distributed import sync_observers
+    from fxquant_distributed import sync_observers
 
     observers = nn.ModuleDict(_observers())
     generator = torch.Generator().manual_seed(rank)
@@ -167,8 +165,8 @@ HISTOGRAM_STREAMS = (0, 1, 2, 3, 6, 11, 23, 31)
 
 def _histogram_streams(rank: int, world_size: int) -> dict[int, Any]:
     """Merged histogram qparams, and one process's in three batch orders, per stream."""
-    from fxquant.distributed import sync_observers
     from fxquant.observer import HistogramObserver
+    from fxquant_distributed import sync_observers
 
     def calibrated(batches: list[torch.Tensor]) -> dict[str, Any]:
         observer = HistogramObserver(quant_min=0, quant_max=127)

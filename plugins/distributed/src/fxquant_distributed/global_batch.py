@@ -13,16 +13,19 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from fxquant.errors import ConfigError, ConfigTypeError
+from fxquant.numerics.fake_quantize import FakeQuantize, FakeQuantizeBase
+from fxquant.numerics.observer import ObserverBase
 from torch import nn
 
-from fxquant.distributed.collectives import (
+from fxquant_distributed.collectives import (
     GroupReducer,
     GroupRef,
     fingerprint,
     require_initialized,
     require_same,
 )
-from fxquant.distributed.sites import (
+from fxquant_distributed.sites import (
     REDUCING_FAKE_QUANT_FORWARDS,
     REDUCING_FORWARDS,
     SUPPORTED,
@@ -31,9 +34,6 @@ from fxquant.distributed.sites import (
     observer_sites,
     structure,
 )
-from fxquant.errors import ConfigError, ConfigTypeError
-from fxquant.numerics.fake_quantize import FakeQuantize, FakeQuantizeBase
-from fxquant.numerics.observer import ObserverBase
 
 __all__ = ["GlobalBatchObservation", "observe_global_batch"]
 
@@ -47,7 +47,7 @@ class GlobalBatchObservation:
         observers: the names of the observers that reduce their statistics.
 
     Example:
-        On every rank (tests/distributed/test_calibration_ranks.py runs it on two):
+        On every rank (plugins/distributed/tests/test_calibration_ranks.py runs it on two):
 
         >>> handle = observe_global_batch(prepared)  # doctest: +SKIP
         >>> calibrate(prepared, shard)  # doctest: +SKIP
@@ -141,7 +141,7 @@ def observe_global_batch(model: nn.Module, group: Any = None) -> GlobalBatchObse
             reduce its statistics.
 
     Example:
-        On every rank (tests/distributed/test_qat_ranks.py runs it on two):
+        On every rank (plugins/distributed/tests/test_qat_ranks.py runs it on two):
 
         >>> with observe_global_batch(ddp_model):  # doctest: +SKIP
         ...     for x, y in shard:

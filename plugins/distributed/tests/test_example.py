@@ -8,10 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from distributed_ranks import LOOPBACK
 
-from tests.distributed.ranks import LOOPBACK
-
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "docs" / "examples" / "distributed_quantization.py"
 
 

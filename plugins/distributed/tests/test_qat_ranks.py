@@ -16,11 +16,10 @@ from typing import Any
 import fxquant
 import pytest
 import torch
+from distributed_models import SmallCNN, seeded
+from distributed_ranks import run_ranks
 from fxquant import testing
 from torch import nn
-
-from tests.distributed.ranks import run_ranks
-from tests.flow.zoo import SmallCNN, seeded
 
 pytestmark = pytest.mark.slow  # trains the float model, then two processes fine-tune it
 
@@ -41,7 +40,7 @@ def _qparams(model: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def _fine_tune(rank: int, world_size: int, state: dict[str, torch.Tensor]) -> dict[str, Any]:
-    import fxquant.distributed as fxdist
+    import fxquant_distributed as fxdist
     from torch.nn.parallel import DistributedDataParallel
 
     data = testing.load_digits()
