@@ -10,6 +10,7 @@ and are re-exported here.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from torch import fx, nn
@@ -29,11 +30,12 @@ from fxquant.flow.fuse import fuse as _fuse
 from fxquant.flow.inplace import functionalize
 from fxquant.flow.prepare import prepare as _prepare_graph
 from fxquant.flow.report import Report, raise_if_skipped
-from fxquant.flow.resolve import given_backend
+from fxquant.flow.resolve import backend_graph_mode, given_backend
 from fxquant.flow.state import META_KEY, FlowMeta, FlowState, flow_state
 from fxquant.flow.trace import TRACING_LOCK
 from fxquant.flow.trace import trace as _trace
 from fxquant.flow.user_model import warn_if_training
+from fxquant.registry.answers import GraphMode
 
 __all__ = [
     "convert_fx",
@@ -77,7 +79,13 @@ def _prepare(
     if not ctx.is_qat:
         warn_if_training(model, step)  # (#18)
     with TRACING_LOCK:  # tracing patches torch.nn.Module process-wide (#18)
-        gm = _fuse(_capture(model, ctx), ctx, recompile=False)  # prepare recompiles once
+        gm = _capture(model, ctx)
+        # before fuse: fusion reads the mapping, so the mode's must decide it (#23)
+        mode = _graph_mode(gm, ctx, equalization)
+        if mode is not None:
+            ctx = dataclasses.replace(ctx, qconfig_mapping=mode.qconfig_mapping)
+            equalization = mode.equalization
+        gm = _fuse(gm, ctx, recompile=False)  # prepare recompiles once
         gm, report = _prepare_graph(gm, ctx)
     pairs = _insert_equalization(gm, equalization) if equalization is not None else ()
     if pairs:
@@ -86,13 +94,27 @@ def _prepare(
     assert ctx.qconfig_mapping is not None  # for_prepare always sets it
     gm.meta = FlowMeta(gm.meta)  # so torch.save of a prepared model works (without the state)
     gm.meta[META_KEY] = FlowState(
-        ctx.backend_config, ctx.qconfig_mapping, ctx.is_qat, report, ctx.prepare_custom_config
+        ctx.backend_config,
+        ctx.qconfig_mapping,
+        ctx.is_qat,
+        report,
+        ctx.prepare_custom_config,
+        graph_mode=mode,
     )
     if pairs:
         gm.meta[EQUALIZATION_KEY] = pairs
     if ctx.strict:
         raise_if_skipped(report, step)
     return gm
+
+
+def _graph_mode(
+    gm: fx.GraphModule, ctx: FlowContext, equalization: QConfigMapping | None
+) -> GraphMode | None:
+    """The backend's mode for this graph: only for its default mapping, no equalization given."""
+    if equalization is not None or ctx.qconfig_mapping is None:
+        return None  # the user's own equalization: their mapping is theirs too
+    return backend_graph_mode(ctx.backend_config, gm, ctx.qconfig_mapping, ctx.is_qat)
 
 
 def _equalization_mapping(value: object) -> QConfigMapping | None:
@@ -233,6 +255,9 @@ def explain(model: nn.Module, *, show: bool = True) -> Report:
         )
         raise ConfigTypeError(msg)
     report = state.report
+    if state.graph_mode is not None:  # from the flow state: convert rebuilds the report (#23)
+        line = state.graph_mode.line()
+        report = Report(report.entries(), report.unused(), (line, *report.notes()))
     pairs = getattr(model, "meta", {}).get(EQUALIZATION_KEY, ())
     if pairs:
         report = report.with_notes(f"equalized: {pair.line()}" for pair in pairs)
