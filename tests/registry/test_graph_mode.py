@@ -98,7 +98,8 @@ def test_the_default_mapping_asks_the_hook_with_the_traced_graph_and_uses_its_mo
     assert mapping == default_mapping()
     assert status_of(gm, "fc") == "float"  # the mode's mapping keeps Linears float
     state = flow_state(gm)
-    assert state is not None and state.graph_mode is not None
+    assert state is not None
+    assert state.graph_mode is not None
     assert state.graph_mode.name == "linears-float"
     assert state.qconfig_mapping == linears_float()
 
@@ -121,7 +122,8 @@ def test_a_users_own_mapping_is_never_replaced_and_the_hook_is_not_asked(modal: 
     assert modal.calls == []
     assert status_of(gm, "fc") == "quantized"
     state = flow_state(gm)
-    assert state is not None and state.graph_mode is None
+    assert state is not None
+    assert state.graph_mode is None
     assert state.qconfig_mapping == own
     assert not any(n.startswith("mode:") for n in fxquant.explain(gm, show=False).notes())
 
@@ -183,7 +185,8 @@ def test_none_keeps_the_default_mapping(modal: Modal) -> None:
     assert len(modal.calls) == 1
     assert status_of(gm, "fc") == "quantized"
     state = flow_state(gm)
-    assert state is not None and state.graph_mode is None
+    assert state is not None
+    assert state.graph_mode is None
 
 
 def test_other_backends_are_not_asked(modal: Modal) -> None:
@@ -211,7 +214,8 @@ def test_two_answers_conflict_unless_the_later_overrides(modal: Modal) -> None:
     finally:
         fxquant.unregister_plugin(second)
     state = flow_state(gm)
-    assert state is not None and state.graph_mode is not None
+    assert state is not None
+    assert state.graph_mode is not None
     assert state.graph_mode.name == "second"
     assert status_of(gm, "fc") == "quantized"
 

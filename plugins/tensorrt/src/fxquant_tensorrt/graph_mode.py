@@ -103,7 +103,7 @@ def residual_blocks(model: fx.GraphModule) -> list[fx.Node]:
 
 
 def transformer_equalization() -> QConfigMapping:
-    """Input-weight equalization at alpha :data:`ALPHA` on every Linear (``nn.Linear``, ``F.linear``).
+    """Input-weight equalization at alpha :data:`ALPHA` on every ``nn.Linear`` and ``F.linear``.
 
     Example:
         >>> transformer_equalization().qconfig_for("", nn.Linear).input_activation().alpha
