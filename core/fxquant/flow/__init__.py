@@ -173,6 +173,14 @@ def prepare_fx(  # noqa: PLR0913  # the seed's six arguments plus keyword-only s
             optional input the model is not called with). Keyword-only, after the
             seed's arguments and ``strict``.
 
+    When ``qconfig_mapping`` equals the backend's default mapping
+    (``get_default_qconfig_mapping(backend_config.name)``) and no
+    ``_equalization_config`` is given, the backend may quantize a graph of a
+    shape it recognizes its own way (a transformer on tensorrt): its
+    ``fxquant_graph_mode`` hook answers a mapping and equalization to use
+    instead, and ``explain`` prints ``mode: NAME (REASON)``. A mapping of your
+    own is never replaced.
+
     Returns:
         A GraphModule with observers; ``fxquant.explain(gm)`` tells what was decided.
 
@@ -213,7 +221,8 @@ def prepare_qat_fx(  # noqa: PLR0913  # the seed's five arguments plus keyword-o
     weights against its fake-quantized, unequalized inputs, so scaling them after
     training would change the numerics it learned; QAT adapts the weights to the
     input ranges itself. Equalize a float model with ``prepare_fx`` instead.
-    ``model`` is copied, never modified.
+    ``model`` is copied, never modified. The backend's graph mode applies as in
+    :func:`prepare_fx` (its mapping only: no equalization).
 
     Example:
         >>> import torch, fxquant
@@ -236,6 +245,9 @@ def prepare_qat_fx(  # noqa: PLR0913  # the seed's five arguments plus keyword-o
 
 def explain(model: nn.Module, *, show: bool = True) -> Report:
     """The report of a prepared or converted model; printed as a table unless ``show=False``.
+
+    Under the table: the backend's graph mode first when prepare picked one
+    (``mode: NAME (REASON)``), then the report's notes and the equalized pairs.
 
     Raises:
         ConfigTypeError: for a model that did not come out of prepare or convert.
