@@ -117,3 +117,23 @@ def test_a_users_restated_default_is_their_own_and_keeps_int8_adds() -> None:
     assert state.graph_mode is None
     statuses = {e.node: str(e.status) for e in fxquant.explain(converted, show=False).entries()}
     assert statuses["add"] != "float"
+
+
+def test_fallback_keeps_the_mode_in_every_try() -> None:
+    from fxquant.numerics import fallback
+
+    torch.manual_seed(0)
+    model = Block().eval()
+    data = [torch.randn(2, 5, 8) for _ in range(2)]
+    result = fallback(
+        model,
+        fxquant.get_default_qconfig_mapping("tensorrt"),
+        (data[0],),
+        data,
+        budget=1.0,  # unreachable: every pattern is tried float
+        backend_config=fxquant.get_backend_config("tensorrt"),
+        lowered=False,
+    )
+    assert result.equalization is not None  # the mode's, passed to every try
+    assert result.qconfig_mapping.qconfig_for("", operator.add) is None  # the mode's mapping
+    assert [s.score for s in result.steps][0] > 0.99
