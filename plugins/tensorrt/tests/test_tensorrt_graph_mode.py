@@ -136,4 +136,4 @@ def test_fallback_keeps_the_mode_in_every_try() -> None:
     )
     assert result.equalization is not None  # the mode's, passed to every try
     assert result.qconfig_mapping.qconfig_for("", operator.add) is None  # the mode's mapping
-    assert [s.score for s in result.steps][0] > 0.99
+    assert result.steps[0].score > 0.99
