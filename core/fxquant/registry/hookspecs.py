@@ -215,8 +215,9 @@ def fxquant_graph_mode(
     quantize badly. This hook lets the backend recognize such a graph and
     quantize it its own way, so that the default mapping holds on it too.
 
-    Called by ``prepare_fx`` and ``prepare_qat_fx`` on every call, after the
-    model is traced and fused and before observers are placed, only when the
+    Called by ``prepare_fx`` and ``prepare_qat_fx`` on every call, once the
+    model is traced and before it is fused (fusion reads the mapping, so the
+    mode's mapping must decide it) and observed, only when the
     ``qconfig_mapping`` the user passed equals ``get_default_qconfig_mapping(
     backend, is_qat)`` (``QConfigMapping.__eq__``: the same entries, the
     same qconfigs) and, for ``prepare_fx``, no ``_equalization_config`` was
@@ -225,7 +226,8 @@ def fxquant_graph_mode(
     (the backend named by ``backend_config.name``).
 
     :param backend: the backend of the ``backend_config`` given to prepare.
-    :param model: the traced, fused ``torch.fx.GraphModule``; read it, do not
+    :param model: the traced ``torch.fx.GraphModule`` (modules as the user
+        wrote them: a Linear and its ReLU are two nodes); read it, do not
         change it.
     :param qconfig_mapping: the mapping the user passed (the backend's default);
         do not change it: return a new one.
