@@ -373,6 +373,11 @@ def fxquant_row(
     for entry in report.entries():
         statuses[str(entry.status)] = statuses.get(str(entry.status), 0) + 1
     row.notes.append(f"report: {statuses}")
+    from fxquant.flow.state import flow_state
+
+    mode = getattr(flow_state(converted), "graph_mode", None)
+    if mode is not None:  # the backend's own mode for this graph (#23)
+        row.notes.append(mode.line())
     return row
 
 

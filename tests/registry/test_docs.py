@@ -17,6 +17,7 @@ HOOKS = (
     "fxquant_lowering_kernels",
     "fxquant_default_qconfig_mapping",
     "fxquant_deployment",
+    "fxquant_graph_mode",
 )
 RECORDS = (
     "LoweringRule",
@@ -28,6 +29,7 @@ RECORDS = (
     "Override",
     "Deployment",
     "Deployed",
+    "GraphMode",
 )
 
 

@@ -67,3 +67,5 @@ def test_first_party_plugins_answer_no_other_backend(plugin: str) -> None:
     module = pytest.importorskip(f"fxquant_{plugin}.plugin")
     assert module.fxquant_pattern_configs("not-" + plugin) is None
     assert module.fxquant_default_qconfig_mapping("not-" + plugin, False) is None
+    if hasattr(module, "fxquant_graph_mode"):  # tensorrt's transformer mode (#23)
+        assert module.fxquant_graph_mode("not-" + plugin, None, None, False) is None

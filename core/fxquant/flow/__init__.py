@@ -10,6 +10,7 @@ and are re-exported here.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from torch import fx, nn
@@ -29,11 +30,12 @@ from fxquant.flow.fuse import fuse as _fuse
 from fxquant.flow.inplace import functionalize
 from fxquant.flow.prepare import prepare as _prepare_graph
 from fxquant.flow.report import Report, raise_if_skipped
-from fxquant.flow.resolve import given_backend
+from fxquant.flow.resolve import backend_graph_mode, given_backend
 from fxquant.flow.state import META_KEY, FlowMeta, FlowState, flow_state
 from fxquant.flow.trace import TRACING_LOCK
 from fxquant.flow.trace import trace as _trace
 from fxquant.flow.user_model import warn_if_training
+from fxquant.registry.answers import GraphMode
 
 __all__ = [
     "convert_fx",
@@ -77,7 +79,13 @@ def _prepare(
     if not ctx.is_qat:
         warn_if_training(model, step)  # (#18)
     with TRACING_LOCK:  # tracing patches torch.nn.Module process-wide (#18)
-        gm = _fuse(_capture(model, ctx), ctx, recompile=False)  # prepare recompiles once
+        gm = _capture(model, ctx)
+        # before fuse: fusion reads the mapping, so the mode's must decide it (#23)
+        mode = _graph_mode(gm, ctx, equalization)
+        if mode is not None:
+            ctx = dataclasses.replace(ctx, qconfig_mapping=mode.qconfig_mapping)
+            equalization = mode.equalization
+        gm = _fuse(gm, ctx, recompile=False)  # prepare recompiles once
         gm, report = _prepare_graph(gm, ctx)
     pairs = _insert_equalization(gm, equalization) if equalization is not None else ()
     if pairs:
@@ -86,13 +94,27 @@ def _prepare(
     assert ctx.qconfig_mapping is not None  # for_prepare always sets it
     gm.meta = FlowMeta(gm.meta)  # so torch.save of a prepared model works (without the state)
     gm.meta[META_KEY] = FlowState(
-        ctx.backend_config, ctx.qconfig_mapping, ctx.is_qat, report, ctx.prepare_custom_config
+        ctx.backend_config,
+        ctx.qconfig_mapping,
+        ctx.is_qat,
+        report,
+        ctx.prepare_custom_config,
+        graph_mode=mode,
     )
     if pairs:
         gm.meta[EQUALIZATION_KEY] = pairs
     if ctx.strict:
         raise_if_skipped(report, step)
     return gm
+
+
+def _graph_mode(
+    gm: fx.GraphModule, ctx: FlowContext, equalization: QConfigMapping | None
+) -> GraphMode | None:
+    """The backend's mode for this graph: only for its default mapping, no equalization given."""
+    if equalization is not None or ctx.qconfig_mapping is None:
+        return None  # the user's own equalization: their mapping is theirs too
+    return backend_graph_mode(ctx.backend_config, gm, ctx.qconfig_mapping, ctx.is_qat)
 
 
 def _equalization_mapping(value: object) -> QConfigMapping | None:
@@ -151,6 +173,14 @@ def prepare_fx(  # noqa: PLR0913  # the seed's six arguments plus keyword-only s
             optional input the model is not called with). Keyword-only, after the
             seed's arguments and ``strict``.
 
+    When ``qconfig_mapping`` equals the backend's default mapping
+    (``get_default_qconfig_mapping(backend_config.name)``) and no
+    ``_equalization_config`` is given, the backend may quantize a graph of a
+    shape it recognizes its own way (a transformer on tensorrt): its
+    ``fxquant_graph_mode`` hook answers a mapping and equalization to use
+    instead, and ``explain`` prints ``mode: NAME (REASON)``. A mapping of your
+    own is never replaced.
+
     Returns:
         A GraphModule with observers; ``fxquant.explain(gm)`` tells what was decided.
 
@@ -191,7 +221,8 @@ def prepare_qat_fx(  # noqa: PLR0913  # the seed's five arguments plus keyword-o
     weights against its fake-quantized, unequalized inputs, so scaling them after
     training would change the numerics it learned; QAT adapts the weights to the
     input ranges itself. Equalize a float model with ``prepare_fx`` instead.
-    ``model`` is copied, never modified.
+    ``model`` is copied, never modified. The backend's graph mode applies as in
+    :func:`prepare_fx` (its mapping only: no equalization).
 
     Example:
         >>> import torch, fxquant
@@ -215,6 +246,9 @@ def prepare_qat_fx(  # noqa: PLR0913  # the seed's five arguments plus keyword-o
 def explain(model: nn.Module, *, show: bool = True) -> Report:
     """The report of a prepared or converted model; printed as a table unless ``show=False``.
 
+    Under the table: the backend's graph mode first when prepare picked one
+    (``mode: NAME (REASON)``), then the report's notes and the equalized pairs.
+
     Raises:
         ConfigTypeError: for a model that did not come out of prepare or convert.
 
@@ -233,6 +267,9 @@ def explain(model: nn.Module, *, show: bool = True) -> Report:
         )
         raise ConfigTypeError(msg)
     report = state.report
+    if state.graph_mode is not None:  # from the flow state: convert rebuilds the report (#23)
+        line = state.graph_mode.line()
+        report = Report(report.entries(), report.unused(), (line, *report.notes()))
     pairs = getattr(model, "meta", {}).get(EQUALIZATION_KEY, ())
     if pairs:
         report = report.with_notes(f"equalized: {pair.line()}" for pair in pairs)

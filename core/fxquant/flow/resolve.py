@@ -8,6 +8,10 @@ as ``"x86"`` lowers with x86's kernels, and a config named after no installed ba
 none. The answers travel in the frozen ``FlowContext``; no step past the entry point looks
 anything up by name, and the report says which plugins' kernels the name resolved to.
 
+``prepare_fx``/``prepare_qat_fx`` also ask, once the graph is traced, whether the backend
+picks a mode of its own for it (``backend_graph_mode``, the ``fxquant_graph_mode`` hook,
+#23): only when the user passed the backend's default mapping.
+
 To lower with another backend's kernels, name the config after that backend
 (``config.set_name("x86")``): the name is the one switch, and the report shows it.
 """
@@ -16,13 +20,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from torch import fx
+
 from fxquant import registry
 from fxquant.config.backend import BackendConfig
-from fxquant.errors import UnknownBackendError
+from fxquant.config.qconfig_mapping import QConfigMapping
+from fxquant.errors import MissingDefaultQConfigError, UnknownBackendError
 from fxquant.flow.context import as_backend_config
 from fxquant.lowering import LoweringRule
+from fxquant.registry.answers import GraphMode
+from fxquant.registry.assembly import default_qconfig_mapping, graph_mode
 
-__all__ = ["BackendKernels", "backend_kernels", "given_backend"]
+__all__ = ["BackendKernels", "backend_graph_mode", "backend_kernels", "given_backend"]
 
 
 def given_backend(backend_config: object) -> BackendConfig:
@@ -96,3 +105,43 @@ def backend_kernels(backend_config: BackendConfig) -> BackendKernels:
     return BackendKernels(
         name, assembled.lowering_rules, assembled.deployment is not None, tuple(sorted(sources))
     )
+
+
+def backend_graph_mode(
+    backend_config: BackendConfig, model: fx.GraphModule, mapping: QConfigMapping, is_qat: bool
+) -> GraphMode | None:
+    """The mode the plugins of ``backend_config.name`` pick for ``model``, if any (#23).
+
+    Asked only when ``mapping`` equals the backend's default mapping
+    (``get_default_qconfig_mapping(name, is_qat)``, by ``QConfigMapping.__eq__``):
+    that equality is how a user's own mapping is told from the default, and a
+    user's own mapping is never replaced. A backend no installed plugin provides,
+    with no default mapping, or whose plugins implement no ``fxquant_graph_mode``
+    gets no mode.
+
+    Raises:
+        PluginError: a plugin's ``fxquant_graph_mode`` raised or answered wrongly.
+
+    Example:
+        >>> import torch
+        >>> model = fx.symbolic_trace(torch.nn.Linear(2, 2))
+        >>> mapping = registry.get_default_qconfig_mapping("reference")
+        >>> backend_graph_mode(BackendConfig("reference"), model, mapping, False) is None
+        True
+    """
+    name = backend_config.name
+    if not name:
+        return None
+    try:
+        assembled = registry.default_registry().assembled(name)
+    except UnknownBackendError:
+        return None
+    if not assembled.manager.hook.fxquant_graph_mode.get_hookimpls():
+        return None  # nothing to ask: skip building the default mapping
+    try:
+        default = default_qconfig_mapping(assembled, is_qat)
+    except MissingDefaultQConfigError:
+        return None
+    if mapping != default:
+        return None  # the user's own mapping (#23)
+    return graph_mode(assembled, model, mapping, is_qat)

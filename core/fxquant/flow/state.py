@@ -19,6 +19,7 @@ from fxquant.config.custom import PrepareCustomConfig
 from fxquant.config.qconfig import QConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.flow.report import Reason, Report
+from fxquant.registry.answers import GraphMode
 
 __all__ = [
     "META_KEY",
@@ -76,6 +77,9 @@ class FlowState:
     is_qat: bool
     report: Report
     prepare_custom_config: PrepareCustomConfig
+    graph_mode: GraphMode | None = None
+    """The mode the backend picked for this graph (``fxquant_graph_mode``, #23); then
+    ``qconfig_mapping`` is the mode's mapping, not the one the user passed."""
 
 
 def flow_state(model: object) -> FlowState | None:

@@ -19,6 +19,7 @@ the float patterns with their sensitivity, and the score after every step.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from torch import fx, nn
 from fxquant.config.backend import BackendConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.errors import ConfigError, ConfigTypeError
-from fxquant.flow.state import node_info
+from fxquant.flow.state import flow_state, node_info
 from fxquant.numerics.budget import Budget, Evaluate, cosine_score
 from fxquant.numerics.compare import compare
 from fxquant.numerics.fallback_report import FallbackResult, FallbackStep
@@ -47,6 +48,8 @@ class _Setup:
     lowered: bool
     evaluate: Evaluate
     min_score: float
+    equalization: QConfigMapping | None = None
+    """The backend's graph mode's equalization, once the first try picked one (#23)."""
 
 
 def _batches(data: Iterable[Any]) -> list[tuple[Any, ...]]:
@@ -67,6 +70,7 @@ def _quantize(setup: _Setup, mapping: QConfigMapping) -> tuple[fx.GraphModule, f
         copy.deepcopy(setup.model),
         mapping,
         setup.example_inputs,
+        _equalization_config=setup.equalization,
         backend_config=setup.backend_config,
     )
     with torch.no_grad():
@@ -164,7 +168,9 @@ def fallback(  # noqa: PLR0913  # five positional (the prepare_fx inputs + budge
 
     Args:
         model: the float model, in eval mode (not modified: each try quantizes a copy).
-        qconfig_mapping: the mapping to start from (e.g. the backend's default).
+        qconfig_mapping: the mapping to start from (e.g. the backend's default;
+            when the backend picks a graph mode for it, every try starts from the
+            mode's mapping and equalization instead, #23).
         example_inputs: as for ``prepare_fx``.
         calibration_data: batches of positional inputs (a tensor or a tuple each);
             they calibrate every try, rank the patterns, and feed the cosine budget.
@@ -215,6 +221,13 @@ def _search(setup: _Setup, mapping: QConfigMapping, max_float: int | None) -> Fa
     from fxquant.flow import convert_to_reference_fx  # why: run-time cycle
 
     prepared, quantized = _quantize(setup, mapping)
+    state = flow_state(prepared)
+    mode = state.graph_mode if state is not None else None
+    if mode is not None:
+        # the backend quantized this graph its own way (#23): every try keeps that way, and
+        # the mapping with float entries is no longer the default one the mode replaces
+        mapping = mode.qconfig_mapping
+        setup = dataclasses.replace(setup, equalization=mode.equalization)
     score = setup.evaluate(quantized)
     steps = [FallbackStep("quantize all", None, score, ())]
     units = _units(prepared)
@@ -247,6 +260,7 @@ def _search(setup: _Setup, mapping: QConfigMapping, max_float: int | None) -> Fa
             final_score,
             False,
             _entries(kept),
+            setup.equalization,
         )
     chosen, model, score = _verify(setup, mapping, chosen, (model, score), steps)
     return FallbackResult(
@@ -258,6 +272,7 @@ def _search(setup: _Setup, mapping: QConfigMapping, max_float: int | None) -> Fa
         score,
         True,
         _entries(chosen),
+        setup.equalization,
     )
 
 

@@ -31,7 +31,10 @@ class FallbackResult:
 
     ``qconfig_mapping`` is the user's mapping plus a ``None`` entry per float
     pattern; pass it to ``prepare_fx`` (same model, same backend) to get
-    ``model`` again, or save it with ``qconfig_mapping.to_json()``.
+    ``model`` again, or save it with ``qconfig_mapping.to_json()``. When the
+    backend picked a graph mode for the user's default mapping (#23), it is the
+    mode's mapping plus those entries, and ``equalization`` the mode's: pass it
+    as ``prepare_fx``'s ``_equalization_config`` too.
     """
 
     qconfig_mapping: QConfigMapping
@@ -44,6 +47,8 @@ class FallbackResult:
     met: bool
     entries: tuple[str, ...] = field(default=())
     """The mapping entries added, as text."""
+    equalization: QConfigMapping | None = None
+    """The ``_equalization_config`` every try used: the backend's graph mode's, or None."""
 
     def table(self) -> str:
         """The steps as a text table (what ``print(result)`` shows)."""

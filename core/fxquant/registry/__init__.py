@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from fxquant import plugin_roots
 from fxquant.errors import MissingDefaultQConfigError, UnknownBackendError
 from fxquant.lowering import LoweringRule
-from fxquant.registry.answers import Deployed, Deployment, Override, only_for
+from fxquant.registry.answers import Deployed, Deployment, GraphMode, Override, only_for
 from fxquant.registry.hookspecs import PLUGIN_API_VERSIONS, hookimpl, hookspec
 from fxquant.registry.install import install_command
 
@@ -34,6 +34,7 @@ __all__ = [
     "PLUGIN_API_VERSIONS",
     "Deployed",
     "Deployment",
+    "GraphMode",
     "LoweringRule",
     "Override",
     "default_registry",

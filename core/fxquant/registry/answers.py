@@ -3,6 +3,7 @@
     Override     wraps an answer that deliberately replaces another plugin's answer
     Deployment   how a backend runs converted models outside PyTorch eager (``fxquant_deployment``)
     Deployed     what ``Deployment.deploy`` returns: a callable with a report
+    GraphMode    a mapping a backend picks for a graph's shape (``fxquant_graph_mode``, #23)
     only_for     a hook implementation that answers for one backend only (#21)
 
 The hook specifications themselves are in ``fxquant.registry.hookspecs``, which
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from fxquant.errors import ConfigError, ConfigTypeError
@@ -21,9 +22,10 @@ from fxquant.errors import ConfigError, ConfigTypeError
 if TYPE_CHECKING:
     from torch import fx
 
+    from fxquant.config.qconfig_mapping import QConfigMapping
     from fxquant.flow.report import Report
 
-__all__ = ["Deployed", "Deployment", "Override", "only_for"]
+__all__ = ["Deployed", "Deployment", "GraphMode", "Override", "only_for"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +120,70 @@ class Deployment:
                 f"{type(self.deploy).__name__}; pass deploy(model, example_inputs)"
             )
             raise ConfigTypeError(msg)
+
+
+def _check_words(value: object, field: str, example: str) -> None:
+    if not isinstance(value, str):
+        msg = f"GraphMode {field} must be a str, got {value!r} of type {type(value).__name__}"
+        raise ConfigTypeError(msg)
+    if not value.strip():
+        msg = f"GraphMode {field} must not be empty; e.g. {example!r}"
+        raise ConfigError(msg)
+
+
+def _check_mapping(value: object, field: str, allow_none: bool) -> None:
+    from fxquant.config.qconfig_mapping import QConfigMapping  # why: config imports torch
+
+    if isinstance(value, QConfigMapping) or (allow_none and value is None):
+        return
+    expected = "a fxquant.QConfigMapping" + (" or None" if allow_none else "")
+    msg = f"GraphMode {field} must be {expected}, got {value!r} of type {type(value).__name__}"
+    raise ConfigTypeError(msg)
+
+
+@dataclass(frozen=True, slots=True)
+class GraphMode:
+    """A way to quantize a graph of one shape that a backend picks instead of its default mapping.
+
+    What a ``fxquant_graph_mode`` hook returns when it recognizes the graph
+    (a transformer, say): ``prepare_fx`` then quantizes with ``qconfig_mapping``
+    (and, when set, input-weight ``equalization``) in place of the backend's
+    default mapping, and ``fxquant.explain`` prints ``mode: NAME (REASON)``.
+
+    Args:
+        name: a short name for people and reports (``"transformer"``).
+        reason: why the graph gets this mode, in words (``"6 Linear -> add ->
+            LayerNorm blocks"``).
+        qconfig_mapping: the mapping ``prepare_fx`` uses instead of the default.
+        equalization: an ``_equalization_config`` mapping (equalization qconfigs,
+            ``fxquant.numerics.EqualizationQConfig``), or ``None`` for none.
+            ``prepare_qat_fx`` takes none.
+
+    Raises:
+        ConfigTypeError: a field has the wrong type.
+        ConfigError: ``name`` or ``reason`` is empty.
+
+    Example:
+        >>> from fxquant.config.qconfig_mapping import QConfigMapping
+        >>> mode = GraphMode("transformer", "3 residual blocks", QConfigMapping())
+        >>> mode.line()
+        'mode: transformer (3 residual blocks)'
+    """
+
+    name: str
+    reason: str
+    qconfig_mapping: QConfigMapping = field(repr=False)
+    equalization: QConfigMapping | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        _check_words(self.name, "name", "transformer")
+        _check_words(self.reason, "reason", "6 Linear -> add -> LayerNorm blocks")
+        _check_mapping(self.qconfig_mapping, "qconfig_mapping", allow_none=False)
+        _check_mapping(self.equalization, "equalization", allow_none=True)
+
+    def line(self) -> str:
+        """The line ``fxquant.explain`` prints for this mode."""
+        return f"mode: {self.name} ({self.reason})"
 
 
 _Answer = TypeVar("_Answer")

@@ -26,15 +26,16 @@ from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.errors import MissingDefaultQConfigError, PluginConflictError, PluginError
 from fxquant.lowering import LoweringRule
 from fxquant.registry import hookspecs
-from fxquant.registry.answers import Deployment, Override
+from fxquant.registry.answers import Deployment, GraphMode, Override
 from fxquant.registry.loading import LoadedPlugin, PluginInfo
 
-__all__ = ["AssembledBackend", "Origin", "assemble", "default_qconfig_mapping"]
+__all__ = ["AssembledBackend", "Origin", "assemble", "default_qconfig_mapping", "graph_mode"]
 
 _PATTERN_HOOK = "fxquant_pattern_configs"
 _KERNEL_HOOK = "fxquant_lowering_kernels"
 _QCONFIG_HOOK = "fxquant_default_qconfig_mapping"
 _DEPLOYMENT_HOOK = "fxquant_deployment"
+_GRAPH_MODE_HOOK = "fxquant_graph_mode"
 
 
 @dataclass(frozen=True, slots=True)
@@ -416,3 +417,38 @@ def default_qconfig_mapping(backend: AssembledBackend, is_qat: bool) -> Any:
         )
         raise MissingDefaultQConfigError(msg)
     return chosen[1]
+
+
+def graph_mode(
+    backend: AssembledBackend, model: Any, qconfig_mapping: QConfigMapping, is_qat: bool
+) -> GraphMode | None:
+    """Ask the backend's plugins whether ``model``'s graph gets a mode of its own (#23).
+
+    Raises:
+        PluginError: a plugin raised, returned something else than a ``GraphMode``, or
+            returned one with ``equalization`` for QAT.
+        PluginConflictError: two plugins answer and the later one did not use ``Override``.
+
+    Example:
+        >>> graph_mode(assemble("nothing", []), None, QConfigMapping(), is_qat=False) is None
+        True
+    """
+    kwargs = {
+        "backend": backend.name,
+        "model": model,
+        "qconfig_mapping": qconfig_mapping,
+        "is_qat": is_qat,
+    }
+    answers = _call(backend.manager, backend.members, _GRAPH_MODE_HOOK, kwargs)
+    what = ("a GraphMode for one graph", "mode")
+    chosen = _single_answer(answers, backend.name, _GRAPH_MODE_HOOK, GraphMode, what)
+    if chosen is None:
+        return None
+    info, mode = chosen
+    if is_qat and mode.equalization is not None:
+        problem = (
+            f"returned GraphMode {mode.name!r} with an equalization for prepare_qat_fx, "
+            "which takes none (return equalization=None when is_qat is True)"
+        )
+        raise _plugin_error(info, _GRAPH_MODE_HOOK, problem, None)
+    return mode  # type: ignore[no-any-return]  # checked by _single_answer

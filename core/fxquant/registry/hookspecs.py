@@ -27,7 +27,8 @@ means version 1. ``PLUGIN_API_VERSIONS`` lists the versions this fxquant offers.
 This module holds the specifications only. The records hooks return and
 kernels receive live in ``fxquant.lowering`` (``LoweringRule``,
 ``LoweringMatch``, ``QParams``, ``Quantize``, ``Dequantize``, ``Declined``) and
-``fxquant.registry.answers`` (``Override``, ``Deployment``, ``Deployed``);
+``fxquant.registry.answers`` (``Override``, ``Deployment``, ``Deployed``,
+``GraphMode``);
 they are importable from here too.
 """
 
@@ -39,9 +40,11 @@ import pluggy
 
 # re-exported: plugins written against this module import the records from here
 from fxquant.lowering import Declined, Dequantize, LoweringMatch, LoweringRule, QParams, Quantize
-from fxquant.registry.answers import Deployed, Deployment, Override
+from fxquant.registry.answers import Deployed, Deployment, GraphMode, Override
 
 if TYPE_CHECKING:
+    from torch import fx
+
     from fxquant.config.backend import BackendPatternConfig
     from fxquant.config.qconfig_mapping import QConfigMapping
 
@@ -52,6 +55,7 @@ __all__ = [
     "Deployed",
     "Deployment",
     "Dequantize",
+    "GraphMode",
     "LoweringMatch",
     "LoweringRule",
     "Override",
@@ -59,6 +63,7 @@ __all__ = [
     "Quantize",
     "fxquant_default_qconfig_mapping",
     "fxquant_deployment",
+    "fxquant_graph_mode",
     "fxquant_lowering_kernels",
     "fxquant_pattern_configs",
     "hookimpl",
@@ -196,4 +201,55 @@ def fxquant_deployment(backend: str) -> Deployment | Override | None:
             if backend != "mybackend":
                 return None
             return Deployment("my runtime", deploy=compile_and_load)
+    """
+
+
+@hookspec
+def fxquant_graph_mode(
+    backend: str, model: fx.GraphModule, qconfig_mapping: QConfigMapping, is_qat: bool
+) -> GraphMode | Override | None:
+    """Pick a way to quantize this graph when the user asked for ``backend``'s default mapping.
+
+    Some graphs need another mapping than the backend's default to stay
+    accurate: a transformer's residual stream, say, which a CNN's settings
+    quantize badly. This hook lets the backend recognize such a graph and
+    quantize it its own way, so that the default mapping holds on it too.
+
+    Called by ``prepare_fx`` and ``prepare_qat_fx`` on every call, once the
+    model is traced and before it is fused (fusion reads the mapping, so the
+    mode's mapping must decide it) and observed, only when the
+    ``qconfig_mapping`` the user passed equals ``get_default_qconfig_mapping(
+    backend, is_qat)`` (``QConfigMapping.__eq__``: the same entries, the
+    same qconfigs) and, for ``prepare_fx``, no ``_equalization_config`` was
+    given. A mapping the user built or changed is never replaced: the hook is
+    not called for it. Only the plugins registered for ``backend`` are asked
+    (the backend named by ``backend_config.name``).
+
+    :param backend: the backend of the ``backend_config`` given to prepare.
+    :param model: the traced ``torch.fx.GraphModule`` (modules as the user
+        wrote them: a Linear and its ReLU are two nodes); read it, do not
+        change it.
+    :param qconfig_mapping: the mapping the user passed (the backend's default);
+        do not change it: return a new one.
+    :param is_qat: True under ``prepare_qat_fx``.
+
+    Return a ``GraphMode(name, reason, qconfig_mapping, equalization)``: prepare
+    quantizes with its ``qconfig_mapping`` and, when set, its ``equalization``
+    (an ``_equalization_config``, which ``prepare_qat_fx`` refuses: return
+    ``None`` there), records the mode in the model's flow state, and
+    ``fxquant.explain`` prints ``mode: NAME (REASON)``. ``None`` means "the
+    default mapping suits this graph". Anything else, or a raise, is a
+    ``PluginError`` naming the plugin.
+
+    Merge rule: one plugin answers; a second answer for the same graph is a
+    ``PluginConflictError`` unless it is wrapped in ``Override(mode)``.
+
+    Example::
+
+        @fxquant.hookimpl
+        @fxquant.registry.only_for("mybackend")
+        def fxquant_graph_mode(backend, model, qconfig_mapping, is_qat):
+            if not any(n.target == "attention" for n in model.graph.nodes):
+                return None
+            return GraphMode("transformer", "attention found", my_transformer_mapping())
     """

@@ -770,6 +770,8 @@ def check_hooks_answer_only_for(
         "fxquant_lowering_kernels": lambda hook: hook(other),
         "fxquant_default_qconfig_mapping": lambda hook: hook(other, False),
         "fxquant_deployment": lambda hook: hook(other),
+        # the model and mapping are not read for another backend
+        "fxquant_graph_mode": lambda hook: hook(other, None, None, False),
     }
     answering = [
         name

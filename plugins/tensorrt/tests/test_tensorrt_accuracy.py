@@ -12,12 +12,15 @@ where fxquant multiplies by its inverse).
 
 from __future__ import annotations
 
+import operator
 from types import ModuleType
 from typing import Any
 
+import fxquant
 import pytest
 import torch
 from fxquant import testing
+from fxquant.flow.state import flow_state
 from fxquant_tensorrt import deploy
 from torch import nn
 from trt_helpers import quantize, sqnr_db
@@ -70,7 +73,8 @@ def zoo_case(zoo: ModuleType, name: str) -> tuple[nn.Module, tuple[Any, ...], li
     [
         ("resnet", "QLinearConv", 35),
         ("mobilenet_v2", "QLinearConv", 35),
-        ("bert", "QLinearMatMul", 25),
+        # the default picks the transformer mode on it (#23): GEMMs int8, matmuls float
+        ("bert", "QGemm", 35),
     ],
 )
 def test_zoo_sqnr_in_onnxruntime_is_reported_beside_the_reference_models(
@@ -90,23 +94,44 @@ def test_zoo_sqnr_in_onnxruntime_is_reported_beside_the_reference_models(
     assert deployed.fused_ops[fused] > 0, deployed.optimized_ops
 
 
-def test_the_transformer_mapping_keeps_the_residual_stream_float_and_gains_accuracy(
+def plain_default() -> fxquant.QConfigMapping:
+    """The default mapping restated as the user's own: no graph mode replaces it (#23)."""
+    mapping = fxquant.get_default_qconfig_mapping("tensorrt")
+    return mapping.set_object_type(operator.add, mapping.global_qconfig)
+
+
+def test_the_default_picks_the_transformer_mode_on_a_bert_and_gains_accuracy(
     zoo: ModuleType, one_thread: None
 ) -> None:
-    from fxquant_tensorrt.qconfig import transformer_qconfig_mapping
-
     model, example, calibration = zoo_case(zoo, "bert")
+    plain = quantize(model, example, calibration, mapping=plain_default())
     default = quantize(model, example, calibration)
-    transformer = quantize(model, example, calibration, mapping=transformer_qconfig_mapping())
-    deployed = deploy(transformer, example)
+    deployed = deploy(default, example)
     with torch.no_grad():
         expected = model(*example)
-        default_db = sqnr_db(expected, default(*example))
+        plain_db = sqnr_db(expected, plain(*example))
         onnx_db = sqnr_db(expected, deployed(*example))
-    print(f"bert: SQNR vs float: default mapping {default_db:.1f} dB, transformer {onnx_db:.1f} dB")
-    assert onnx_db > default_db + 1
+    print(
+        f"bert: SQNR vs float: plain default {plain_db:.1f} dB, transformer mode {onnx_db:.1f} dB"
+    )
+    assert onnx_db > plain_db + 5
+    notes = fxquant.explain(default, show=False).notes()
+    assert notes[0].startswith("mode: transformer (4 Linear -> residual add -> LayerNorm blocks")
+    assert any(n.startswith("equalized: ") for n in notes)
+    assert not any(n.startswith("mode:") for n in fxquant.explain(plain, show=False).notes())
     # the float adds read dequantized GEMM outputs on purpose: not a placement finding
     assert deployed.exported.placement.ok, str(deployed.exported.placement)
     statuses = {e.node: e.status for e in deployed.report.entries()}
     assert statuses["add_6"] == "float"
-    assert "lowered" in statuses.values()
+    linears = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
+    assert all(statuses[n.replace(".", "_")] == "lowered" for n in linears), statuses
+
+
+def test_a_cnn_keeps_the_default_mapping(zoo: ModuleType) -> None:
+    model, example, calibration = zoo_case(zoo, "resnet")
+    converted = quantize(model, example, calibration[:1])
+    state = flow_state(converted)
+    assert state is not None
+    assert state.graph_mode is None
+    assert state.qconfig_mapping == fxquant.get_default_qconfig_mapping("tensorrt")
+    assert not any(n.startswith("mode:") for n in fxquant.explain(converted, show=False).notes())

@@ -13,8 +13,10 @@ from typing import Any
 import fxquant.registry
 from fxquant.config.backend import BackendPatternConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
-from fxquant.registry import Deployment
+from fxquant.registry import Deployment, GraphMode
+from torch import fx
 
+from fxquant_tensorrt.graph_mode import graph_mode
 from fxquant_tensorrt.patterns import pattern_configs
 from fxquant_tensorrt.qconfig import default_qconfig_mapping
 
@@ -42,6 +44,16 @@ def fxquant_pattern_configs(backend: str) -> list[BackendPatternConfig] | None:
 def fxquant_default_qconfig_mapping(backend: str, is_qat: bool) -> QConfigMapping | None:
     """int8 symmetric activations, int8 symmetric per-channel weights, float norms/softmax."""
     return default_qconfig_mapping(is_qat)
+
+
+@fxquant.registry.hookimpl
+@fxquant.registry.only_for(BACKEND)
+def fxquant_graph_mode(
+    backend: str, model: fx.GraphModule, qconfig_mapping: QConfigMapping, is_qat: bool
+) -> GraphMode | None:
+    """A transformer (Linear -> residual add -> LayerNorm) gets the ``transformer`` mode (#23)."""
+    del qconfig_mapping  # asked only for the default mapping, which the mode replaces
+    return graph_mode(model, is_qat)
 
 
 @fxquant.registry.hookimpl

@@ -1,0 +1,139 @@
+"""tensorrt's graph mode: a transformer block's shape gets the transformer mapping (#23).
+
+The accuracy it buys is measured in ``test_tensorrt_accuracy.py`` (the zoo's BERT in
+onnxruntime) and ``bench/accuracy_transformer.py`` (a real MiniLM).
+"""
+
+from __future__ import annotations
+
+import operator
+
+import fxquant
+import torch
+from fxquant.flow.state import flow_state
+from fxquant_tensorrt import plugin
+from fxquant_tensorrt.graph_mode import ALPHA, graph_mode, residual_blocks
+from fxquant_tensorrt.qconfig import transformer_qconfig_mapping
+from torch import fx, nn
+from trt_helpers import quantize
+
+
+class Block(nn.Module):
+    """BERT's output block as transformers writes it: dense, dropout, add, LayerNorm."""
+
+    def __init__(self, hidden: int = 8) -> None:
+        super().__init__()
+        self.dense = nn.Linear(hidden, hidden)
+        self.dropout = nn.Dropout(0.1)
+        self.norm = nn.LayerNorm(hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.dropout(self.dense(x)) + x)
+
+
+class Residual(nn.Module):
+    """A CNN's residual block: conv, add, ReLU (no LayerNorm)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.bn(self.conv(x)) + x)
+        return self.fc(y.mean((2, 3)))
+
+
+def test_a_linear_reaching_layer_norm_through_a_residual_add_is_a_block() -> None:
+    assert [n.name for n in residual_blocks(fx.symbolic_trace(Block()))] == ["dense"]
+    assert residual_blocks(fx.symbolic_trace(Residual())) == []
+
+
+def test_torchs_transformer_encoder_has_two_blocks_per_layer() -> None:
+    layer = nn.TransformerEncoderLayer(8, 2, 16, batch_first=True)
+    encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+    config = fxquant.get_backend_config("tensorrt")
+    prepared = fxquant.prepare_fx(
+        encoder,
+        fxquant.get_default_qconfig_mapping("tensorrt"),
+        (torch.randn(1, 3, 8),),
+        backend_config=config,
+    )
+    state = flow_state(prepared)
+    assert state is not None
+    assert state.graph_mode is not None
+    assert state.graph_mode.reason.startswith("4 Linear -> residual add -> LayerNorm blocks")
+
+
+def test_the_mode_is_the_transformer_mapping_with_equalization_and_none_for_qat() -> None:
+    model = fx.symbolic_trace(Block())
+    mode = graph_mode(model, is_qat=False)
+    assert mode is not None
+    assert mode.name == "transformer"
+    assert mode.qconfig_mapping == transformer_qconfig_mapping()
+    assert mode.equalization is not None
+    qconfig = mode.equalization.qconfig_for("", nn.Linear)
+    assert qconfig is not None
+    assert qconfig.input_activation().alpha == ALPHA
+    qat = graph_mode(model, is_qat=True)
+    assert qat is not None
+    assert qat.equalization is None
+    assert qat.qconfig_mapping == transformer_qconfig_mapping(is_qat=True)
+    assert graph_mode(fx.symbolic_trace(Residual()), is_qat=False) is None
+
+
+def test_the_hook_answers_only_for_tensorrt() -> None:
+    model = fx.symbolic_trace(Block())
+    assert plugin.fxquant_graph_mode("x86", model, None, False) is None
+    assert plugin.fxquant_graph_mode("tensorrt", model, None, False) is not None
+
+
+def test_the_default_mapping_quantizes_a_block_in_transformer_mode_close_to_float() -> None:
+    torch.manual_seed(0)
+    model = Block().eval()
+    x = torch.randn(2, 5, 8)
+    x[..., 3] *= 20  # an outlier channel, as BERT's residual stream has
+    converted = quantize(model, (x,), [(x * 0.9,)])
+    explained = fxquant.explain(converted, show=False)
+    assert explained.notes()[0].startswith("mode: transformer (1 Linear -> residual add")
+    assert "equalized: x -> dense (alpha 0.75): mul node" in "\n".join(explained.notes())
+    statuses = {e.node: str(e.status) for e in explained.entries()}
+    assert statuses["add"] == "float"
+    assert statuses["dense"] in ("reference", "lowered")
+    with torch.no_grad():
+        expected, got = model(x), converted(x)
+    cosine = torch.nn.functional.cosine_similarity(expected.flatten(), got.flatten(), dim=0)
+    assert cosine > 0.999
+
+
+def test_a_users_restated_default_is_their_own_and_keeps_int8_adds() -> None:
+    mapping = fxquant.get_default_qconfig_mapping("tensorrt")
+    mapping.set_object_type(operator.add, mapping.global_qconfig)
+    x = torch.randn(2, 5, 8)
+    converted = quantize(Block().eval(), (x,), mapping=mapping)
+    state = flow_state(converted)
+    assert state is not None
+    assert state.graph_mode is None
+    statuses = {e.node: str(e.status) for e in fxquant.explain(converted, show=False).entries()}
+    assert statuses["add"] != "float"
+
+
+def test_fallback_keeps_the_mode_in_every_try() -> None:
+    from fxquant.numerics import fallback
+
+    torch.manual_seed(0)
+    model = Block().eval()
+    data = [torch.randn(2, 5, 8) for _ in range(2)]
+    result = fallback(
+        model,
+        fxquant.get_default_qconfig_mapping("tensorrt"),
+        (data[0],),
+        data,
+        budget=1.0,  # unreachable: every pattern is tried float
+        backend_config=fxquant.get_backend_config("tensorrt"),
+        lowered=False,
+    )
+    assert result.equalization is not None  # the mode's, passed to every try
+    assert result.qconfig_mapping.qconfig_for("", operator.add) is None  # the mode's mapping
+    assert result.steps[0].score > 0.99
