@@ -221,13 +221,7 @@ def _search(setup: _Setup, mapping: QConfigMapping, max_float: int | None) -> Fa
     from fxquant.flow import convert_to_reference_fx  # why: run-time cycle
 
     prepared, quantized = _quantize(setup, mapping)
-    state = flow_state(prepared)
-    mode = state.graph_mode if state is not None else None
-    if mode is not None:
-        # the backend quantized this graph its own way (#23): every try keeps that way, and
-        # the mapping with float entries is no longer the default one the mode replaces
-        mapping = mode.qconfig_mapping
-        setup = dataclasses.replace(setup, equalization=mode.equalization)
+    setup, mapping = _adopt_graph_mode(prepared, setup, mapping)
     score = setup.evaluate(quantized)
     steps = [FallbackStep("quantize all", None, score, ())]
     units = _units(prepared)
@@ -274,6 +268,22 @@ def _search(setup: _Setup, mapping: QConfigMapping, max_float: int | None) -> Fa
         _entries(chosen),
         setup.equalization,
     )
+
+
+def _adopt_graph_mode(
+    prepared: nn.Module, setup: _Setup, mapping: QConfigMapping
+) -> tuple[_Setup, QConfigMapping]:
+    """The setup and mapping every later try uses: the backend's graph mode's, if it chose one.
+
+    The backend quantized this graph its own way (#23); a mapping with float entries is no
+    longer the default mapping the mode replaces, so each try must state the mode's mapping
+    and equalization itself.
+    """
+    state = flow_state(prepared)
+    mode = state.graph_mode if state is not None else None
+    if mode is None:
+        return setup, mapping
+    return dataclasses.replace(setup, equalization=mode.equalization), mode.qconfig_mapping
 
 
 def _verify(
