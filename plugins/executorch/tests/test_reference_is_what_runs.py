@@ -23,6 +23,7 @@ import torch
 from fxquant import qdq
 from fxquant.lowering import PER_TOKEN_OPS
 from fxquant_executorch import to_executorch
+from fxquant_executorch.delegation import delegation_report
 from torch import fx, nn
 
 pytestmark = pytest.mark.slow  # exports two models to ExecuTorch
@@ -128,6 +129,11 @@ def test_explain_says_why_a_transformers_other_ops_stay_float(zoo: ModuleType) -
     for node in ("layers_0_norm1", "add_6", "matmul", "layers_0_gelu"):
         reason = reasons.get(node) or next(r for n, r in reasons.items() if n.startswith(node))
         assert reason.code == "qconfig_none"
+    # the program's report says why the default keeps them float
+    program_report = delegation_report(fxquant.explain(converted, show=False), [])
+    norm = next(e for e in program_report.entries() if e.node == "layers_0_norm1")
+    assert norm.reason is not None and "TRANSFORMER_FLOAT_OPS" in norm.reason.words
+    assert "requantize the residual stream" in norm.reason.words
     linears = [e for e in entries if e.pattern == "Linear"]
     assert len(linears) == sum(isinstance(m, nn.Linear) for m in model.modules())
     assert all(e.qconfig and e.qconfig.startswith("PerTokenObserver") for e in linears)
