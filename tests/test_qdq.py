@@ -240,8 +240,10 @@ def token_rows(draw: Any) -> torch.Tensor:
 def test_each_token_gets_a_grid_that_covers_zero_and_its_own_range(x: torch.Tensor) -> None:
     scales, zero_points = qdq.choose_qparams_per_token_asymmetric(x, torch.int8)
     assert scales.shape == zero_points.shape == (*x.shape[:-1], 1)
-    assert scales.dtype == torch.float64 and zero_points.dtype == torch.int64
-    assert int(zero_points.min()) >= -128 and int(zero_points.max()) <= 127
+    assert scales.dtype == torch.float64
+    assert zero_points.dtype == torch.int64
+    assert int(zero_points.min()) >= -128
+    assert int(zero_points.max()) <= 127
     low = x.amin(-1, keepdim=True).clamp(max=0).double()
     high = x.amax(-1, keepdim=True).clamp(min=0).double()
     # the grid spans the row's range (and 0) in 255 steps, to float32 rounding
@@ -249,7 +251,8 @@ def test_each_token_gets_a_grid_that_covers_zero_and_its_own_range(x: torch.Tens
     assert torch.allclose(scales, expected, rtol=1e-6)
     q = qdq.quantize_per_token(x, scales, zero_points, -128, 127, torch.int8)
     back = qdq.dequantize_per_token(q, scales, zero_points, -128, 127, torch.int8)
-    assert q.dtype == torch.int8 and back.dtype == torch.float32
+    assert q.dtype == torch.int8
+    assert back.dtype == torch.float32
     # every value within one step of its row's grid (half a step, and the zero point's rounding)
     assert bool(((back - x).abs() <= scales.float() * 1.0001).all())
 
@@ -259,7 +262,9 @@ def test_per_token_values_on_the_grid_round_trip_exactly(data: Any) -> None:
     rows = data.draw(st.integers(1, 5))
     exponents = data.draw(st.lists(st.integers(-12, 6), min_size=rows, max_size=rows))
     zero_points = data.draw(st.lists(st.integers(-128, 127), min_size=rows, max_size=rows))
-    levels = [data.draw(st.lists(st.integers(-128, 127), min_size=7, max_size=7)) for _ in exponents]
+    levels = [
+        data.draw(st.lists(st.integers(-128, 127), min_size=7, max_size=7)) for _ in exponents
+    ]
     scales = torch.tensor([[2.0**e] for e in exponents], dtype=torch.float64)
     zps = torch.tensor([[z] for z in zero_points])
     x = ((torch.tensor(levels) - zps).double() * scales).float()

@@ -186,7 +186,8 @@ def test_per_token_ops_equal_quantized_decomposed(
             want_q, want_scales, want_zps, -128, 127, torch.int8, torch.float32
         )
     scales, zps = qdq.choose_qparams_per_token_asymmetric(x, torch.int8)
-    assert torch.equal(scales, want_scales) and torch.equal(zps, want_zps)
+    assert torch.equal(scales, want_scales)
+    assert torch.equal(zps, want_zps)
     q = qdq.quantize_per_token(x, scales, zps, -128, 127, torch.int8)
     # torch.ao divides in float64 where XNNPACK (and fxquant) multiply by a float32 inverse:
     # a value on a rounding tie may land one step apart, nothing more

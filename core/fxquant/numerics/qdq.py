@@ -318,7 +318,7 @@ def _choose_qparams_per_token_asymmetric_impl(
     return scale.to(torch.float64), zero_point.to(torch.int64)
 
 
-def _quantize_per_token_impl(  # noqa: PLR0913, PLR0917  # the op's schema
+def _quantize_per_token_impl(  # the op's schema
     x: torch.Tensor,
     scales: torch.Tensor,
     zero_points: torch.Tensor,
@@ -636,7 +636,7 @@ def choose_qparams_per_token_asymmetric(
     return scales, zero_points
 
 
-def quantize_per_token(  # noqa: PLR0913, PLR0917  # the op's schema: one argument per qparam
+def quantize_per_token(  # the op's schema: one argument per qparam
     x: torch.Tensor,
     scales: torch.Tensor,
     zero_points: torch.Tensor,

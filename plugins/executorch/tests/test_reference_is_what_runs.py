@@ -118,7 +118,8 @@ def test_convs_stay_static_int8_and_the_linear_takes_int8_per_token(zoo: ModuleT
     fc = next(n for n in reference.graph.nodes if n.op == "call_module" and n.target == "fc")
     assert fc.args[0].target == torch.ops.fxquant.dequantize_per_token.default
     assert modules["fc"].get_weight_qparams()["dtype"] == torch.int8
-    assert fc.users and all(u.op == "output" for u in fc.users)  # float out: no requantize
+    assert fc.users
+    assert all(u.op == "output" for u in fc.users)
 
 
 def test_explain_says_why_a_transformers_other_ops_stay_float(zoo: ModuleType) -> None:
@@ -132,7 +133,8 @@ def test_explain_says_why_a_transformers_other_ops_stay_float(zoo: ModuleType) -
     # the program's report says why the default keeps them float
     program_report = delegation_report(fxquant.explain(converted, show=False), [])
     norm = next(e for e in program_report.entries() if e.node == "layers_0_norm1")
-    assert norm.reason is not None and "TRANSFORMER_FLOAT_OPS" in norm.reason.words
+    assert norm.reason is not None
+    assert "TRANSFORMER_FLOAT_OPS" in norm.reason.words
     assert "requantize the residual stream" in norm.reason.words
     linears = [e for e in entries if e.pattern == "Linear"]
     assert len(linears) == sum(isinstance(m, nn.Linear) for m in model.modules())

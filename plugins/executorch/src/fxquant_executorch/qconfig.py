@@ -34,9 +34,8 @@ token, unobserved while training), so a QAT model converts to the same kind of p
 
 from __future__ import annotations
 
-from typing import Any
-
 import operator
+from typing import Any
 
 import torch
 import torch.nn.functional as F
