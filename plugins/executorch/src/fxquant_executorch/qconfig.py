@@ -52,6 +52,7 @@ __all__ = [
     "dynamic_qconfig",
     "dynamic_qconfig_mapping",
     "global_qconfig",
+    "static_qconfig_mapping",
 ]
 
 TRANSFORMER_FLOAT_OPS: tuple[Any, ...] = (
@@ -138,13 +139,19 @@ def global_qconfig(is_qat: bool = False) -> QConfig:
     return _qconfigs(is_qat)[0]
 
 
-def default_qconfig_mapping(is_qat: bool = False) -> QConfigMapping:
-    """The mapping ``fxquant.get_default_qconfig_mapping("executorch", is_qat)`` returns.
+def static_qconfig_mapping(is_qat: bool = False) -> QConfigMapping:
+    """Static int8 wherever XNNPACK has an int8 kernel: the default before #23.
+
+    Linear layers with int8 outputs on a calibrated grid, adds, relus and reshapes
+    int8: every op of a CNN in XNNPACK's int8 kernels, with no float step between
+    them. Not for transformers (all-MiniLM-L6-v2: 0.865 mean cosine to float).
 
     Example:
-        >>> weight = default_qconfig_mapping().global_qconfig.weight()
-        >>> weight.qscheme, weight.quant_min, weight.quant_max
-        (torch.per_channel_symmetric, -127, 127)
+        >>> mapping = static_qconfig_mapping()
+        >>> mapping.qconfig_for("", torch.add) is mapping.global_qconfig
+        True
+        >>> mapping.qconfig_for("", torch.nn.Linear).activation().is_dynamic
+        False
     """
     base, transposed, embedding = _qconfigs(is_qat)
     mapping = QConfigMapping().set_global(base)
@@ -158,6 +165,27 @@ def default_qconfig_mapping(is_qat: bool = False) -> QConfigMapping:
     for ops, qconfig in overrides:
         for op in ops:
             mapping.set_object_type(op, qconfig)
+    return mapping
+
+
+def default_qconfig_mapping(is_qat: bool = False) -> QConfigMapping:
+    """The mapping ``fxquant.get_default_qconfig_mapping("executorch", is_qat)`` returns.
+
+    :func:`static_qconfig_mapping` with dynamic per-token int8 Linear layers and a
+    transformer's other ops and standalone relus float (module docstring).
+
+    Example:
+        >>> mapping = default_qconfig_mapping()
+        >>> weight = mapping.global_qconfig.weight()
+        >>> weight.qscheme, weight.quant_min, weight.quant_max
+        (torch.per_channel_symmetric, -127, 127)
+        >>> mapping.qconfig_for("", torch.nn.Linear).activation().is_per_token
+        True
+        >>> mapping.qconfig_for("", torch.nn.LayerNorm) is None
+        True
+    """
+    base = global_qconfig(is_qat)
+    mapping = static_qconfig_mapping(is_qat)
     for op in (*TRANSFORMER_FLOAT_OPS, *FLOAT_RELUS):
         mapping.set_object_type(op, None)
     # a fused class outranks its parts' entries: conv + relu stays int8 with the relus float
