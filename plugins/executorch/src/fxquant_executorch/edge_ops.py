@@ -18,7 +18,7 @@ itself (``executorch.exir`` does on import). This module never imports torch.ao;
 it asks ExecuTorch for the ops and fails with a clear error if they are
 missing. Plan for when torch.ao is removed: ExecuTorch must then define the
 library itself (its runtime kernels, ``kernels/quantized/quantized.yaml``, already
-declare every schema); if a release does not, this module defines the seven
+declare every schema); if a release does not, this module defines the ten
 schemas :func:`rewrite_qdq` uses (they are public and stable) with
 ``torch.library``, backed by ``fxquant.qdq``'s kernels, and nothing else changes.
 """
