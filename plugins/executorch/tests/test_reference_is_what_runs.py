@@ -15,12 +15,10 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
 
 import fxquant
 import pytest
 import torch
-from fxquant import qdq
 from fxquant.lowering import PER_TOKEN_OPS
 from fxquant_executorch import to_executorch
 from fxquant_executorch.delegation import delegation_report
@@ -43,19 +41,6 @@ def quantized(
             prepared(*batch)
     reference = fxquant.convert_to_reference_fx(copy.deepcopy(prepared), backend_config=config)
     return reference, fxquant.convert_fx(prepared, backend_config=config)
-
-
-def head_input_step(reference: fx.GraphModule, name: str, batch: tuple[Any, ...]) -> float:
-    """How far one step of the per-token int8 input of Linear ``name`` moves its output."""
-    seen: list[torch.Tensor] = []
-    module = reference.get_submodule(name)
-    handle = module.register_forward_pre_hook(lambda _m, args: seen.append(args[0]))
-    with torch.no_grad():
-        reference(*batch)
-    handle.remove()
-    scales, _ = qdq.choose_qparams_per_token_asymmetric(seen[0])
-    weight = module.get_weight().detach()
-    return float(scales.max()) * float(weight.abs().sum(1).max())
 
 
 Case = tuple[nn.Module, list[tuple[torch.Tensor, ...]], str]
@@ -83,7 +68,7 @@ MODELS: dict[str, Callable[[ModuleType], Case]] = {
 
 @pytest.mark.parametrize("name", list(MODELS))
 def test_the_pte_output_is_within_one_input_step_of_the_reference(
-    name: str, zoo: ModuleType
+    name: str, zoo: ModuleType, linear_input_step: Callable[..., float]
 ) -> None:
     model, batches, head = MODELS[name](zoo)
     reference, converted = quantized(model, batches)
@@ -93,7 +78,7 @@ def test_the_pte_output_is_within_one_input_step_of_the_reference(
         want = reference(*held_out)
     got = program(*held_out)
     # the last Linear returns float: the two agree to what one step of its input moves it
-    assert float((got - want).abs().max()) <= head_input_step(reference, head, held_out) * 1.001
+    assert float((got - want).abs().max()) <= linear_input_step(reference, head, held_out) * 1.001
     comparison = fxquant.numerics.compare(reference, program, [held_out])
     assert comparison["output"].sqnr > 40  # dB against the reference model
     # every Linear is dynamic per token in the reference and runs in XNNPACK
