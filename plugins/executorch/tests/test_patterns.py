@@ -1,6 +1,7 @@
 """Each pattern the backend quantizes, exported, delegated to XNNPACK and run in ExecuTorch.
 
-Every case is quantized with the backend's default mapping, converted, exported
+Every case is quantized with the backend's static mapping (``static_qconfig_mapping``:
+each op int8; the default's per-token Linear layers have their own cases), converted, exported
 with ``to_executorch`` and run in ExecuTorch's runtime in this process
 (:func:`fxquant.testing.check_deployed`): every quantized node must run in
 XNNPACK and the output must be within one quantization step of fxquant's
@@ -9,6 +10,7 @@ reference model. The ops XNNPACK has no kernel for must say so in the report.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import pytest
@@ -17,6 +19,7 @@ import torch.nn.functional as F
 from fxquant import testing
 from fxquant.registry import get_deployment
 from fxquant.testing import Binary, Case, Function, Sizes
+from fxquant_executorch.qconfig import static_qconfig_mapping
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -84,7 +87,20 @@ EXTRA = (
     Case("conv1d_relu", lambda i, o: nn.Sequential(nn.Conv1d(i, o, 3), nn.ReLU()), _seq),
     Case("linear_3d", lambda i, o: nn.Linear(i, o), lambda b, c, s: [(b, s, c)]),
 )
-CASES = [c for c in testing.LOWERING_CASES if c.name in DELEGATED] + list(EXTRA)
+
+
+def _static(backend: str) -> object:
+    return static_qconfig_mapping()
+
+
+# every pattern in XNNPACK's int8 kernels: the static mapping quantizes each op (the default
+# keeps adds, relus and reshapes float and makes Linear dynamic per token, #23)
+CASES = [
+    dataclasses.replace(c, mapping=c.mapping or _static)
+    for c in [c for c in testing.LOWERING_CASES if c.name in DELEGATED] + list(EXTRA)
+]
+# and the default mapping's Linear layers: dynamic int8 per token, float out
+DEFAULT_LINEARS = [c for c in testing.LOWERING_CASES if c.name in ("linear", "linear_relu")]
 
 
 def test_every_listed_case_exists() -> None:
@@ -93,6 +109,11 @@ def test_every_listed_case_exists() -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_pattern_runs_in_xnnpack_within_one_step_of_the_reference(case: Case) -> None:
+    testing.check_deployed(BACKEND, case, (2, 4, 6, 8))
+
+
+@pytest.mark.parametrize("case", DEFAULT_LINEARS, ids=str)
+def test_the_default_per_token_linear_runs_in_xnnpack_as_the_reference_says(case: Case) -> None:
     testing.check_deployed(BACKEND, case, (2, 4, 6, 8))
 
 
