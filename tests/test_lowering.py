@@ -69,7 +69,10 @@ def test_the_op_sets_hold_every_overload_of_each_quantize_and_dequantize_op(name
 def test_static_ops_are_the_default_overloads_and_dynamic_ones_the_tensor_overloads() -> None:
     static = lowering.STATIC_QUANTIZE_OPS | lowering.STATIC_DEQUANTIZE_OPS
     assert {op._overloadname for op in static} == {"default"}
-    assert {op._overloadname for op in lowering.QDQ_OPS - static} == {"tensor"}
+    # dynamic: the .tensor overloads (per tensor) and the per-token ops (qparams per row, #23)
+    dynamic = lowering.QDQ_OPS - static - lowering.PER_TOKEN_OPS
+    assert {op._overloadname for op in dynamic} == {"tensor"}
+    assert lowering.PER_TOKEN_OPS <= lowering.QDQ_OPS
     assert lowering.STATIC_QUANTIZE_OPS <= lowering.QUANTIZE_OPS
     assert lowering.STATIC_DEQUANTIZE_OPS <= lowering.DEQUANTIZE_OPS
 
@@ -80,18 +83,22 @@ def test_each_quantize_op_pairs_with_the_dequantize_op_of_the_same_qparams() -> 
     for quantize, dequantize in lowering.DEQUANTIZE_OF.items():
         ours = [a.name for a in quantize._schema.arguments]
         theirs = [a.name for a in dequantize._schema.arguments if not a.kwarg_only]
-        assert ours == theirs
+        # per token: quantized_decomposed's schema, whose dequantize names its output dtype
+        assert ours == (theirs[:-1] if quantize in lowering.PER_TOKEN_OPS else theirs)
         x = torch.rand(3, 4)  # inside every range below: the round trip is half a step off
         qparams = (
             (torch.tensor([0.1, 0.2, 0.1]), torch.tensor([1, 0, 2]), 0)
             if quantize in lowering.PER_CHANNEL_OPS
+            else (torch.full((3, 1), 0.1), torch.full((3, 1), 3))
+            if quantize in lowering.PER_TOKEN_OPS
             else (torch.tensor(0.1), torch.tensor(3))
             if quantize._overloadname == "tensor"
             else (0.1, 3)
         )
         q = quantize(x, *qparams, 0, 255, torch.uint8)
         assert q.dtype == torch.uint8
-        error = dequantize(q, *qparams, 0, 255, torch.uint8) - x
+        out = (torch.float32,) if quantize in lowering.PER_TOKEN_OPS else ()
+        error = dequantize(q, *qparams, 0, 255, torch.uint8, *out) - x
         assert float(error.abs().max()) <= 0.1 + 1e-6
 
 

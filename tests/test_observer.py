@@ -319,3 +319,18 @@ def test_observers_keep_autograd_out_of_their_buffers():
     x = torch.randn(3, requires_grad=True)
     assert obs(x) is x
     assert not obs.min_val.requires_grad
+
+
+def test_a_per_token_observer_passes_values_through_and_refuses_static_use() -> None:
+    """PerTokenObserver (#23): nothing to calibrate; the per-token ops use int8's full range."""
+    observer = fxobs.PerTokenObserver.with_args(dtype=torch.qint8)()
+    x = torch.randn(2, 3, 4)
+    assert observer(x) is x
+    assert (observer.dtype, observer.is_dynamic, observer.is_per_token) == (torch.int8, True, True)
+    assert (observer.quant_min, observer.quant_max) == (-128, 127)
+    with pytest.raises(ConfigError, match="is_dynamic=False"):
+        fxobs.PerTokenObserver(is_dynamic=False)
+    with pytest.raises(ConfigError, match=r"full range .* leave both unset"):
+        fxobs.PerTokenObserver(quant_min=-127, quant_max=127)
+    with pytest.raises(ConfigError, match="cannot be observed"):
+        fxobs.PerTokenObserver(dtype=torch.float16)

@@ -222,3 +222,88 @@ def test_qparams_for_a_range_are_those_chosen_from_a_tensor_with_that_range(
         scale.item(),
         zero_point.item(),
     )
+
+
+# --- per token (#23: XNNPACK's dynamic fully-connected input) ---------------------------------
+
+
+@st.composite
+def token_rows(draw: Any) -> torch.Tensor:
+    rows, width = draw(st.integers(1, 6)), draw(st.integers(1, 40))
+    gen = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
+    magnitude = 10.0 ** draw(st.integers(-4, 4))
+    offset = draw(st.floats(-3, 3))
+    return (torch.randn(2, rows, width, generator=gen) + offset) * magnitude
+
+
+@given(x=token_rows())
+def test_each_token_gets_a_grid_that_covers_zero_and_its_own_range(x: torch.Tensor) -> None:
+    scales, zero_points = qdq.choose_qparams_per_token_asymmetric(x, torch.int8)
+    assert scales.shape == zero_points.shape == (*x.shape[:-1], 1)
+    assert scales.dtype == torch.float64
+    assert zero_points.dtype == torch.int64
+    assert int(zero_points.min()) >= -128
+    assert int(zero_points.max()) <= 127
+    low = x.amin(-1, keepdim=True).clamp(max=0).double()
+    high = x.amax(-1, keepdim=True).clamp(min=0).double()
+    # the grid spans the row's range (and 0) in 255 steps, to float32 rounding
+    expected = ((high - low) / 255).clamp(min=torch.finfo(torch.float32).eps)
+    assert torch.allclose(scales, expected, rtol=1e-6)
+    q = qdq.quantize_per_token(x, scales, zero_points, -128, 127, torch.int8)
+    back = qdq.dequantize_per_token(q, scales, zero_points, -128, 127, torch.int8)
+    assert q.dtype == torch.int8
+    assert back.dtype == torch.float32
+    # every value within one step of its row's grid (half a step, and the zero point's rounding)
+    assert bool(((back - x).abs() <= scales.float() * 1.0001).all())
+
+
+@given(data=st.data())
+def test_per_token_values_on_the_grid_round_trip_exactly(data: Any) -> None:
+    rows = data.draw(st.integers(1, 5))
+    exponents = data.draw(st.lists(st.integers(-12, 6), min_size=rows, max_size=rows))
+    zero_points = data.draw(st.lists(st.integers(-128, 127), min_size=rows, max_size=rows))
+    levels = [
+        data.draw(st.lists(st.integers(-128, 127), min_size=7, max_size=7)) for _ in exponents
+    ]
+    scales = torch.tensor([[2.0**e] for e in exponents], dtype=torch.float64)
+    zps = torch.tensor([[z] for z in zero_points])
+    x = ((torch.tensor(levels) - zps).double() * scales).float()
+    q = qdq.quantize_per_token(x, scales, zps, -128, 127, torch.int8)
+    assert q.tolist() == levels
+    assert torch.equal(qdq.dequantize_per_token(q, scales, zps, -128, 127, torch.int8), x)
+
+
+def test_per_token_quantize_rounds_half_to_even_in_float32() -> None:
+    x = torch.tensor([[0.5, 1.5, 2.5, -0.5, -1.5]])
+    q = qdq.quantize_per_token(x, torch.ones(1, 1), torch.zeros(1, 1), -128, 127, torch.int8)
+    assert q.tolist() == [[0, 2, 2, 0, -2]]
+
+
+def test_a_token_of_zeros_gets_the_smallest_scale_and_quantizes_to_its_zero_point() -> None:
+    x = torch.zeros(1, 2, 4)
+    scales, zero_points = qdq.choose_qparams_per_token_asymmetric(x)
+    assert float(scales.max()) == torch.finfo(torch.float32).eps
+    q = qdq.quantize_per_token(x, scales, zero_points, -128, 127, torch.int8)
+    assert torch.equal(q.long(), zero_points.expand(1, 2, 4))
+
+
+def test_per_token_qparams_must_hold_one_value_per_token() -> None:
+    x = torch.randn(3, 4)
+    with pytest.raises(ConfigError, match=r"one value per token .* shape \(3, 1\)"):
+        qdq.quantize_per_token(x, torch.ones(4, 1), torch.zeros(4, 1), -128, 127, torch.int8)
+    with pytest.raises(ConfigError, match="token dimension"):
+        qdq.choose_qparams_per_token_asymmetric(torch.tensor(1.0))
+
+
+def test_per_token_ops_export_with_their_shapes() -> None:
+    class PerToken(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            scales, zero_points = qdq.choose_qparams_per_token_asymmetric(x)
+            q = qdq.quantize_per_token(x, scales, zero_points, -128, 127, torch.int8)
+            return qdq.dequantize_per_token(q, scales, zero_points, -128, 127, torch.int8)
+
+    x = torch.randn(2, 3, 8)
+    program = torch.export.export(PerToken(), (x,))
+    targets = [str(n.target) for n in program.graph.nodes if n.op == "call_function"]
+    assert "fxquant.quantize_per_token.default" in targets
+    assert torch.equal(program.module()(x), PerToken()(x))

@@ -32,6 +32,7 @@ from fxquant.observer import (
     FixedQParamsObserver,
     MinMaxObserver,
     PerChannelMinMaxObserver,
+    PerTokenObserver,
     PlaceholderObserver,
     default_per_channel_weight_observer,
     default_weight_observer,
@@ -283,6 +284,45 @@ def test_dynamic_observer_chooses_qparams_at_run_time() -> None:
     )
     assert torch.equal(gm(x), expected)
     torch.set_grad_enabled(True)
+
+
+def test_a_per_token_observer_quantizes_each_row_at_run_time() -> None:
+    """PerTokenObserver (#23): choose per token -> quantize -> dequantize, as ExecuTorch spells
+    XNNPACK's dynamic fully-connected input, and the model computes exactly those steps."""
+    per_token = QConfig(
+        activation=PerTokenObserver.with_args(dtype=torch.int8),
+        weight=default_per_channel_weight_observer,
+    )
+    dynamic = DTypeConfig(
+        input_dtype=torch.int8,
+        output_dtype=torch.float,
+        weight_dtype=torch.qint8,
+        bias_dtype=torch.float,
+        is_dynamic=True,
+    )
+    config = weighted_config(nn.Linear, reference.Linear, nn.Linear).set_dtype_configs([dynamic])
+    prepared = hand_prepare(
+        nn.Sequential(nn.Linear(8, 4)), {nn.Linear: config}, per_token, observe_inputs=True
+    )
+    gm = convert_to_reference_fx(prepared)
+    found = targets(gm)
+    assert OPS.choose_qparams_per_token_asymmetric.default in found
+    assert OPS.quantize_per_token.default in found
+    assert OPS.dequantize_per_token.default in found
+    assert OPS.choose_qparams_per_tensor.default not in found
+    x = torch.randn(2, 5, 8) * torch.tensor([1.0, 1, 1, 1, 1, 1, 1, 50])  # an outlier channel
+    with torch.no_grad():
+        got = gm(x)
+
+        def per_token_qdq(value: torch.Tensor) -> torch.Tensor:
+            scales, zero_points = qdq.choose_qparams_per_token_asymmetric(value)
+            q = qdq.quantize_per_token(value, scales, zero_points, -128, 127, torch.int8)
+            return qdq.dequantize_per_token(q, scales, zero_points, -128, 127, torch.int8)
+
+        linear = gm.get_submodule("0")
+        expected = F.linear(per_token_qdq(x), linear.get_weight(), linear.bias)
+    # hand_prepare observes the output too: per token again
+    assert torch.equal(got, per_token_qdq(expected))
 
 
 def test_float16_placeholder_becomes_a_cast_pair_and_float32_one_disappears() -> None:

@@ -151,3 +151,46 @@ def test_float_zero_points_match_torch_float_qparams(x: torch.Tensor, axis: int)
     assert torch.equal(got, want_int)
     back = qdq.dequantize_per_channel(got, scales, zero_points, axis, 0, 255, torch.uint8)
     assert torch.equal(back, want_float)
+
+
+def _decomposed() -> Any:
+    """torch.ops.quantized_decomposed (defined by a torch.ao module), or skip."""
+    import importlib
+
+    with oracle.quiet():
+        try:
+            importlib.import_module("torch.ao.quantization.fx._decomposed")
+        except ImportError:
+            pytest.skip("torch.ao no longer defines the quantized_decomposed ops")
+    return torch.ops.quantized_decomposed
+
+
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    rows=st.integers(1, 8),
+    width=st.integers(1, 96),
+    magnitude=st.integers(-5, 5),
+    offset=st.floats(-2, 2),
+)
+def test_per_token_ops_equal_quantized_decomposed(
+    seed: int, rows: int, width: int, magnitude: int, offset: float
+) -> None:
+    """The per-token ops (#23) compute what the ops of the same name ExecuTorch exports do."""
+    decomposed = _decomposed()
+    gen = torch.Generator().manual_seed(seed)
+    x = (torch.randn(2, rows, width, generator=gen) + offset) * 10.0**magnitude
+    with oracle.quiet():
+        want_scales, want_zps = decomposed.choose_qparams_per_token_asymmetric(x, torch.int8)
+        want_q = decomposed.quantize_per_token(x, want_scales, want_zps, -128, 127, torch.int8)
+        want = decomposed.dequantize_per_token(
+            want_q, want_scales, want_zps, -128, 127, torch.int8, torch.float32
+        )
+    scales, zps = qdq.choose_qparams_per_token_asymmetric(x, torch.int8)
+    assert torch.equal(scales, want_scales)
+    assert torch.equal(zps, want_zps)
+    q = qdq.quantize_per_token(x, scales, zps, -128, 127, torch.int8)
+    # torch.ao divides in float64 where XNNPACK (and fxquant) multiply by a float32 inverse:
+    # a value on a rounding tie may land one step apart, nothing more
+    assert int((q.int() - want_q.int()).abs().max()) <= 1
+    assert float((q != want_q).float().mean()) <= 0.01
+    assert torch.equal(qdq.dequantize_per_token(want_q, scales, zps, -128, 127, torch.int8), want)

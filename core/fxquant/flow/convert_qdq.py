@@ -5,6 +5,8 @@
                            -> dequantize_per_tensor(q, 0.02, 128, 0, 255, uint8)
     static, per channel: scales / zero points become buffers (get_attr) of the root
     dynamic:             choose_qparams_per_tensor(x) -> quantize .tensor -> dequantize .tensor
+    dynamic, per token:  choose_qparams_per_token_asymmetric(x) -> quantize_per_token
+                           -> dequantize_per_token (one grid per row; PerTokenObserver, #23)
     float16 / bfloat16:  x.to(float16).to(float32)
     anything else:       the observer is removed (float32 placeholders, unused observers)
 
@@ -93,6 +95,20 @@ def _dynamic(graph: Graph, node: Node, observer: nn.Module) -> Node:
     return graph.call_function(_OPS.dequantize_per_tensor.tensor, (q, scale, zero_point, *tail))
 
 
+def _per_token(graph: Graph, node: Node, observer: nn.Module) -> Node:
+    dtype: torch.dtype = observer.dtype  # type: ignore[assignment]  # checked by the caller
+    x = node.args[0]
+    plain = dtypes.canonical_dtype(dtype)
+    choose = graph.call_function(_OPS.choose_qparams_per_token_asymmetric.default, (x, plain))
+    scales = graph.call_function(operator.getitem, (choose, 0))
+    zero_points = graph.call_function(operator.getitem, (choose, 1))
+    tail = (*dtypes.quant_range(plain), plain)
+    q = graph.call_function(_OPS.quantize_per_token.default, (x, scales, zero_points, *tail))
+    return graph.call_function(
+        _OPS.dequantize_per_token.default, (q, scales, zero_points, *tail, torch.float32)
+    )
+
+
 def _cast(graph: Graph, node: Node, dtype: torch.dtype) -> Node:
     low = graph.call_method("to", (node.args[0], dtype))
     return graph.call_method("to", (low, torch.float32))
@@ -102,7 +118,8 @@ def replace_observer(root: nn.Module, graph: Graph, node: Node, observer: nn.Mod
     """Replace the observer call ``node`` by its quantize/dequantize steps (or by its input).
 
     Returns:
-        What was written: ``"static"``, ``"dynamic"``, ``"cast"`` or ``"removed"``.
+        What was written: ``"static"``, ``"dynamic"``, ``"per_token"``, ``"cast"`` or
+        ``"removed"``.
 
     Example:
         >>> # see tests/flow/test_convert.py: observers become quantize -> dequantize
@@ -114,6 +131,8 @@ def replace_observer(root: nn.Module, graph: Graph, node: Node, observer: nn.Mod
         with graph.inserting_before(node):
             if dtype in _FLOAT_CASTS:
                 kind, replacement = "cast", _cast(graph, node, dtype)
+            elif dtypes.is_quantized_dtype(dtype) and getattr(observer, "is_per_token", False):
+                kind, replacement = "per_token", _per_token(graph, node, observer)
             elif dtypes.is_quantized_dtype(dtype) and getattr(observer, "is_dynamic", False):
                 kind, replacement = "dynamic", _dynamic(graph, node, observer)
             elif dtypes.is_quantized_dtype(dtype):

@@ -1,7 +1,8 @@
 """The lowering vocabulary: the words the flow, the registry, kernels and plugins share.
 
-    the q/dq ops       torch.ops.fxquant.{quantize,dequantize}_per_{tensor,channel} and
-                       choose_qparams_per_tensor: declared here (their schemas), computed
+    the q/dq ops       torch.ops.fxquant.{quantize,dequantize}_per_{tensor,channel,token},
+                       choose_qparams_per_tensor and choose_qparams_per_token_asymmetric
+                       (dynamic per-token activations, #23): declared here (their schemas), computed
                        by ``fxquant.qdq``; the sets of them every module tests nodes against
     QParams            how one tensor at a kernel's boundary is quantized
     Quantize/Dequantize  the steps next to a kernel, offered to its ``absorb``
@@ -34,9 +35,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHOOSE_QPARAMS_OP",
+    "CHOOSE_QPARAMS_PER_TOKEN_OP",
     "DEQUANTIZE_OF",
     "DEQUANTIZE_OPS",
     "PER_CHANNEL_OPS",
+    "PER_TOKEN_OPS",
     "QDQ_OPS",
     "QUANTIZE_OPS",
     "STATIC_DEQUANTIZE_OPS",
@@ -67,6 +70,13 @@ _SCHEMAS = (
     "int quant_min, int quant_max, ScalarType dtype, *, ScalarType? out_dtype=None) -> Tensor",
     "choose_qparams_per_tensor(Tensor input, int quant_min, int quant_max, ScalarType dtype) "
     "-> (Tensor, Tensor)",
+    # dynamic per-token activations (#23): quantized_decomposed's schemas, so ExecuTorch's
+    # exporter swaps only the namespace (XNNPACK's dynamic fully-connected path reads them)
+    "choose_qparams_per_token_asymmetric(Tensor input, ScalarType dtype) -> (Tensor, Tensor)",
+    "quantize_per_token(Tensor input, Tensor scales, Tensor zero_points, int quant_min, "
+    "int quant_max, ScalarType dtype) -> Tensor",
+    "dequantize_per_token(Tensor input, Tensor scales, Tensor zero_points, int quant_min, "
+    "int quant_max, ScalarType dtype, ScalarType output_dtype) -> Tensor",
 )
 
 
@@ -87,6 +97,7 @@ QUANTIZE_OPS: Final[frozenset[torch._ops.OpOverload]] = frozenset(
         _OPS.quantize_per_tensor.default,
         _OPS.quantize_per_tensor.tensor,  # scale/zero point as tensors: dynamic quantization
         _OPS.quantize_per_channel.default,
+        _OPS.quantize_per_token.default,  # dynamic: one scale and zero point per row
     }
 )
 """Every fxquant quantize op (float -> integers): what convert writes and export keeps."""
@@ -96,6 +107,7 @@ DEQUANTIZE_OPS: Final[frozenset[torch._ops.OpOverload]] = frozenset(
         _OPS.dequantize_per_tensor.default,
         _OPS.dequantize_per_tensor.tensor,
         _OPS.dequantize_per_channel.default,
+        _OPS.dequantize_per_token.default,
     }
 )
 """Every fxquant dequantize op (integers -> float)."""
@@ -118,17 +130,31 @@ PER_CHANNEL_OPS: Final[frozenset[torch._ops.OpOverload]] = frozenset(
 )
 """The ops with one scale and zero point per channel of an axis (``scales, zero_points, axis``)."""
 
+PER_TOKEN_OPS: Final[frozenset[torch._ops.OpOverload]] = frozenset(
+    {_OPS.quantize_per_token.default, _OPS.dequantize_per_token.default}
+)
+"""The ops with one scale and zero point per row over the last dimension (a token), chosen
+at run time by :data:`CHOOSE_QPARAMS_PER_TOKEN_OP` (``scales, zero_points`` of shape
+``input.shape[:-1] + (1,)``)."""
+
 DEQUANTIZE_OF: Final[Mapping[torch._ops.OpOverload, torch._ops.OpOverload]] = MappingProxyType(
     {
         _OPS.quantize_per_tensor.default: _OPS.dequantize_per_tensor.default,
         _OPS.quantize_per_tensor.tensor: _OPS.dequantize_per_tensor.tensor,
         _OPS.quantize_per_channel.default: _OPS.dequantize_per_channel.default,
+        _OPS.quantize_per_token.default: _OPS.dequantize_per_token.default,
     }
 )
 """Each quantize op -> the dequantize op with the same qparams arguments."""
 
 CHOOSE_QPARAMS_OP: Final[torch._ops.OpOverload] = _OPS.choose_qparams_per_tensor.default
 """Dynamic quantization's first step: ``(scale, zero_point)`` of a tensor at run time."""
+
+CHOOSE_QPARAMS_PER_TOKEN_OP: Final[torch._ops.OpOverload] = (
+    _OPS.choose_qparams_per_token_asymmetric.default
+)
+"""Dynamic per-token quantization's first step: asymmetric ``(scales, zero_points)`` of each
+row over the last dimension, at run time (XNNPACK's dynamic fully-connected input, #23)."""
 
 
 # --- the records around a kernel ---------------------------------------------------------------

@@ -41,6 +41,7 @@ from fxquant.flow.report import NodeStatus, Reason, ReasonCode, Report
 from fxquant.flow.state import META_KEY, NodeInfo
 from fxquant.lowering import (
     CHOOSE_QPARAMS_OP,
+    CHOOSE_QPARAMS_PER_TOKEN_OP,
     QDQ_OPS,
     STATIC_DEQUANTIZE_OPS,
     STATIC_QUANTIZE_OPS,
@@ -216,7 +217,7 @@ def _fold_weights(gm: GraphModule) -> None:
 
 
 def _remove_dead(gm: GraphModule) -> None:
-    removable = {*QDQ_OPS, CHOOSE_QPARAMS_OP, operator.getitem}
+    removable = {*QDQ_OPS, CHOOSE_QPARAMS_OP, CHOOSE_QPARAMS_PER_TOKEN_OP, operator.getitem}
     for node in reversed(list(gm.graph.nodes)):
         if node.users:
             continue

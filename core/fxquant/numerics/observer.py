@@ -59,6 +59,7 @@ __all__ = [
     "NoopObserver",
     "ObserverBase",
     "PerChannelMinMaxObserver",
+    "PerTokenObserver",
     "PlaceholderObserver",
     "RecordingObserver",
     "ReuseInputObserver",
@@ -975,6 +976,72 @@ class PlaceholderObserver(ObserverBase):
 
     def extra_repr(self) -> str:
         return f"dtype={self.dtype}, is_dynamic={self.is_dynamic}"
+
+
+class PerTokenObserver(ObserverBase):
+    """Records nothing; marks an input for dynamic per-token quantization (#23).
+
+    What :class:`PlaceholderObserver` with ``is_dynamic=True`` is for dynamic
+    per-tensor quantization, this is for per-token: at run time each token (row
+    over the last dimension) gets its own asymmetric scale and zero point
+    (``fxquant.qdq.choose_qparams_per_token_asymmetric``), as XNNPACK's dynamic
+    fully-connected kernels quantize their int8 input. Convert writes
+    ``choose_qparams_per_token_asymmetric -> quantize_per_token ->
+    dequantize_per_token`` in its place. There is nothing to calibrate.
+
+    Args:
+        dtype: the integer dtype of the tokens (``torch.int8``).
+        quant_min: smallest integer (the dtype's, ``-128``, by default; the per-token
+            ops use the dtype's full range).
+        quant_max: largest integer (``127`` by default).
+        eps: smallest scale, float32 eps by default.
+        is_dynamic: must be True (kept for torch.ao-style ``with_args`` calls).
+
+    Raises:
+        ConfigError: ``is_dynamic=False``, or a range that is not the dtype's full range.
+
+    Example:
+        >>> obs = PerTokenObserver()
+        >>> obs.is_dynamic, obs.is_per_token, obs.quant_min, obs.quant_max
+        (True, True, -128, 127)
+    """
+
+    is_per_token = True
+    """Read by convert: write the per-token quantize/dequantize steps for this observer."""
+
+    def __init__(
+        self,
+        dtype: torch.dtype = torch.int8,
+        quant_min: int | None = None,
+        quant_max: int | None = None,
+        eps: float | None = None,
+        is_dynamic: bool = True,
+    ) -> None:
+        plain = canonical_dtype(_check_dtype(dtype))
+        if not is_dynamic:
+            msg = (
+                "PerTokenObserver(is_dynamic=False): per-token qparams are chosen at run time; "
+                "use a static observer (HistogramObserver, MinMaxObserver) for static inputs"
+            )
+            raise ConfigError(msg)
+        low, high = quant_range(plain)
+        if (quant_min, quant_max) not in ((None, None), (low, high)):
+            msg = (
+                f"PerTokenObserver(quant_min={quant_min!r}, quant_max={quant_max!r}): the "
+                f"per-token ops use the full range of {plain} ({low}..{high}); leave both unset"
+            )
+            raise ConfigError(msg)
+        super().__init__(dtype=plain, is_dynamic=True)
+        self.qscheme = torch.per_tensor_affine  # per token: asymmetric, one grid per row
+        self.quant_min, self.quant_max = low, high
+        self.eps = FLOAT32_EPS if eps is None else eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Return ``x`` unchanged."""
+        return x
+
+    def extra_repr(self) -> str:
+        return f"dtype={self.dtype}, per_token=True"
 
 
 class RecordingObserver(ObserverBase):

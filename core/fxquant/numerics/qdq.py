@@ -18,13 +18,21 @@ and ``.dequantize()`` (measured on torch 2.13, x86):
   per channel in float64 (torch keeps per-channel scales as doubles).
 
 Each op has an overload taking ``scale``/``zero_point`` as Python numbers and a
-``.tensor`` overload taking 0-d (or one-element) tensors, for graphs. The ops'
+``.tensor`` overload taking 0-d (or one-element) tensors, for graphs.
+
+Per token (#23; dynamic activations of XNNPACK's fully-connected kernels): one
+asymmetric scale and zero point per row over the last dimension, chosen at run time
+(``choose_qparams_per_token_asymmetric``: the row's range widened to cover 0, divided
+by the 255 steps, floored at float32 eps; the zero point from the end whose rounding
+error is smaller, clamped and rounded); quantize as XNNPACK does, in float32
+(``round(x * float32(1 / scale) + zp)``, ties to even); dequantize in float64. The ops'
 schemas (and the sets of them the flow and plugins test nodes against) are
 declared in ``fxquant.lowering``; this module registers their kernels.
 """
 
 from __future__ import annotations
 
+import math
 import struct
 
 import torch
@@ -35,13 +43,17 @@ from fxquant.errors import ConfigError, ConfigTypeError
 
 __all__ = [
     "choose_qparams_per_tensor",
+    "choose_qparams_per_token_asymmetric",
     "dequantize_per_channel",
     "dequantize_per_tensor",
+    "dequantize_per_token",
     "qparams_for_range",
     "quantize_per_channel",
     "quantize_per_tensor",
+    "quantize_per_token",
 ]
 
+_FLOAT32_EPS = float(torch.finfo(torch.float32).eps)
 _FBGEMM_SMALL_SCALE = struct.unpack("f", struct.pack("f", 6.1e-5))[0]
 
 
@@ -268,6 +280,77 @@ def qparams_for_range(low: float, high: float, quant_min: int, quant_max: int) -
     return scale, round(zero_point)
 
 
+def _token_view(values: torch.Tensor, x: torch.Tensor, name: str) -> torch.Tensor:
+    """``values`` as one entry per row of ``x`` over its last dimension (``shape[:-1] + (1,)``)."""
+    rows = (*x.shape[:-1], 1)
+    if x.dim() == 0 or values.numel() != math.prod(rows):
+        msg = (
+            f"{name} must hold one value per token (row over the last dimension) of an input of "
+            f"shape {tuple(x.shape)}, i.e. shape {rows}; got shape {tuple(values.shape)}"
+        )
+        raise ConfigError(msg)
+    return values.reshape(rows)
+
+
+def _choose_qparams_per_token_asymmetric_impl(
+    x: torch.Tensor, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    quant_min, quant_max = quant_range(canonical_dtype(dtype))
+    x = _float_input(x).detach()
+    if x.dim() == 0:
+        msg = "choose_qparams_per_token_asymmetric needs an input with a token dimension, got 0-d"
+        raise ConfigError(msg)
+    rows = (*x.shape[:-1], 1)
+    if x.shape[-1] == 0:
+        return (
+            torch.ones(rows, dtype=torch.float64, device=x.device),
+            torch.zeros(rows, dtype=torch.int64, device=x.device),
+        )
+    # float32 throughout, as XNNPACK computes each row's qparams
+    low = x.amin(-1, keepdim=True).clamp_(max=0.0)
+    high = x.amax(-1, keepdim=True).clamp_(min=0.0)
+    scale = ((high - low) / float(quant_max - quant_min)).clamp_(min=_FLOAT32_EPS)
+    low_steps, high_steps = low / scale, high / scale
+    # the end whose terms are smaller rounds with the smaller error
+    use_low = (quant_min + low_steps) + (quant_max + high_steps) > 0
+    zero_point = torch.where(use_low, quant_min - low_steps, quant_max - high_steps)
+    zero_point = zero_point.clamp_(quant_min, quant_max).round_()
+    return scale.to(torch.float64), zero_point.to(torch.int64)
+
+
+def _quantize_per_token_impl(  # the op's schema
+    x: torch.Tensor,
+    scales: torch.Tensor,
+    zero_points: torch.Tensor,
+    quant_min: int,
+    quant_max: int,
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    plain = _check_range(quant_min, quant_max, dtype)
+    x = _float_input(x)
+    inv_scales = 1.0 / _token_view(scales, x, "scales").to(torch.float32)
+    zps = _token_view(zero_points, x, "zero_points").to(torch.float32)
+    y = x * inv_scales
+    y.add_(zps).round_()
+    return y.clamp_(quant_min, quant_max).to(plain)
+
+
+def _dequantize_per_token_impl(  # noqa: PLR0913, PLR0917  # the op's schema
+    q: torch.Tensor,
+    scales: torch.Tensor,
+    zero_points: torch.Tensor,
+    quant_min: int,
+    quant_max: int,
+    dtype: torch.dtype,
+    output_dtype: torch.dtype,
+) -> torch.Tensor:
+    _check_range(quant_min, quant_max, dtype)
+    scales64 = _token_view(scales, q, "scales").to(torch.float64)
+    zps = _token_view(zero_points, q, "zero_points").to(torch.int64)
+    y = (q.to(torch.int64) - zps).to(torch.float64) * scales64
+    return y.to(output_dtype)
+
+
 # --- fake kernels (shapes only, for torch.export / FakeTensor) ---------------------------
 
 
@@ -292,6 +375,22 @@ def _choose_qparams_fake(
     )
 
 
+def _choose_per_token_fake(
+    x: torch.Tensor, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    rows = (*x.shape[:-1], 1)
+    return (
+        torch.empty(rows, dtype=torch.float64, device=x.device),
+        torch.empty(rows, dtype=torch.int64, device=x.device),
+    )
+
+
+def _dequantize_per_token_fake(q: torch.Tensor, *args: object) -> torch.Tensor:
+    output_dtype = args[-1]
+    assert isinstance(output_dtype, torch.dtype)  # the schema's last argument is a ScalarType
+    return torch.empty_like(q, dtype=output_dtype)
+
+
 def _register() -> torch.library.Library:
     # the schemas are declared by fxquant.lowering (imported above); this library adds kernels
     lib = torch.library.Library("fxquant", "IMPL")  # type: ignore[no-untyped-call]  # untyped
@@ -303,6 +402,12 @@ def _register() -> torch.library.Library:
         "quantize_per_channel": (_quantize_per_channel_impl, _quantize_fake),
         "dequantize_per_channel": (_dequantize_per_channel_impl, _dequantize_fake),
         "choose_qparams_per_tensor": (_choose_qparams_per_tensor_impl, _choose_qparams_fake),
+        "choose_qparams_per_token_asymmetric": (
+            _choose_qparams_per_token_asymmetric_impl,
+            _choose_per_token_fake,
+        ),
+        "quantize_per_token": (_quantize_per_token_impl, _quantize_fake),
+        "dequantize_per_token": (_dequantize_per_token_impl, _dequantize_per_token_fake),
     }
     for name, (kernel, fake) in kernels.items():
         lib.impl(name, kernel, "CompositeExplicitAutograd")  # type: ignore[no-untyped-call]  # untyped
@@ -497,3 +602,84 @@ def choose_qparams_per_tensor(
         x.detach(), quant_min, quant_max, canonical_dtype(dtype)
     )
     return scale, zero_point
+
+
+def choose_qparams_per_token_asymmetric(
+    x: torch.Tensor, dtype: torch.dtype = torch.int8
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Asymmetric scale and zero point of each token (row over the last dimension) of ``x``.
+
+    Dynamic per-token quantization's first step, as XNNPACK's dynamic
+    fully-connected kernels choose them for their int8 input: each row's range
+    widened to cover 0, ``scale = (max - min) / (quant_max - quant_min)`` in
+    float32 (at least float32 eps), the zero point rounded and clamped to the
+    dtype's full range. ``torch.ops.fxquant.choose_qparams_per_token_asymmetric``
+    has ``quantized_decomposed``'s schema.
+
+    Args:
+        x: float tensor with at least one dimension.
+        dtype: the integer dtype (``torch.int8``), whose full range is used.
+
+    Returns:
+        ``(scales, zero_points)`` of shape ``x.shape[:-1] + (1,)``, float64 and int64.
+
+    Example:
+        >>> scales, zero_points = choose_qparams_per_token_asymmetric(
+        ...     torch.tensor([[-1.0, 3.0], [0.0, 2.55]])
+        ... )
+        >>> [round(float(s), 5) for s in scales.flatten()], zero_points.flatten().tolist()
+        ([0.01569, 0.01], [-64, -128])
+    """
+    scales, zero_points = torch.ops.fxquant.choose_qparams_per_token_asymmetric.default(
+        x.detach(), canonical_dtype(dtype)
+    )
+    return scales, zero_points
+
+
+def quantize_per_token(  # the op's schema: one argument per qparam
+    x: torch.Tensor,
+    scales: torch.Tensor,
+    zero_points: torch.Tensor,
+    quant_min: int,
+    quant_max: int,
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    """Quantize each token (row over the last dimension) of ``x`` with its own qparams.
+
+    ``clamp(round(x * float32(1 / scale) + zero_point), quant_min, quant_max)``
+    in float32, ties to even, as XNNPACK quantizes a dynamic fully-connected input.
+
+    Example:
+        >>> x = torch.tensor([[-1.0, 3.0], [0.0, 2.55]])
+        >>> quantize_per_token(x, *choose_qparams_per_token_asymmetric(x), -128, 127, torch.int8)
+        tensor([[-128,  127],
+                [-128,  127]], dtype=torch.int8)
+    """
+    result: torch.Tensor = torch.ops.fxquant.quantize_per_token.default(
+        x, scales, zero_points, quant_min, quant_max, canonical_dtype(dtype)
+    )
+    return result
+
+
+def dequantize_per_token(  # noqa: PLR0913, PLR0917  # the op's schema: one argument per qparam
+    q: torch.Tensor,
+    scales: torch.Tensor,
+    zero_points: torch.Tensor,
+    quant_min: int,
+    quant_max: int,
+    dtype: torch.dtype,
+    output_dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """Map per-token integers back to floats: ``(q - zero_point) * scale`` of each row.
+
+    Example:
+        >>> q = torch.tensor([[-128, 127]], dtype=torch.int8)
+        >>> dequantize_per_token(
+        ...     q, torch.tensor([[0.01]]), torch.tensor([[-128]]), -128, 127, torch.int8
+        ... )
+        tensor([[0.0000, 2.5500]])
+    """
+    result: torch.Tensor = torch.ops.fxquant.dequantize_per_token.default(
+        q, scales, zero_points, quant_min, quant_max, canonical_dtype(dtype), output_dtype
+    )
+    return result

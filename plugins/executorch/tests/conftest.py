@@ -38,6 +38,32 @@ def _quantize(
     return fxquant.convert_fx(prepared)
 
 
+def _linear_input_step(reference: fx.GraphModule, name: str, inputs: Sequence[object]) -> float:
+    """How far one step of the per-token int8 input of Linear ``name`` moves its output.
+
+    The default mapping's Linear layers return float (dynamic int8 per token, #23):
+    XNNPACK and the reference model round each row of the input alike but for ties,
+    so a float output is held to what one input step moves it.
+    """
+    from fxquant import qdq
+
+    seen: list[torch.Tensor] = []
+    module = reference.get_submodule(name)
+    handle = module.register_forward_pre_hook(lambda _m, args: seen.append(args[0]))
+    with torch.no_grad():
+        reference(*inputs)
+    handle.remove()
+    scales, _ = qdq.choose_qparams_per_token_asymmetric(seen[0])
+    weight = module.get_weight().detach()  # type: ignore[operator]  # a reference Linear
+    return float(scales.max()) * float(weight.abs().sum(1).max())
+
+
+@pytest.fixture
+def linear_input_step() -> Callable[..., float]:
+    """``linear_input_step(reference, name, inputs)``: one input step of a per-token Linear."""
+    return _linear_input_step
+
+
 @pytest.fixture
 def quantize() -> Callable[..., fx.GraphModule]:
     """``quantize(model, inputs, mapping=None, *, is_qat=False)``: prepare, calibrate, convert."""

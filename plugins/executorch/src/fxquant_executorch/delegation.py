@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import operator
 from collections import defaultdict
@@ -32,7 +33,13 @@ from torch.export import ExportedProgram
 
 from fxquant_executorch.edge_ops import target_name
 
-__all__ = ["Placement", "capture_partitioner_reasons", "delegation_report", "placements"]
+__all__ = [
+    "Placement",
+    "capture_partitioner_reasons",
+    "delegation_report",
+    "explain_float",
+    "placements",
+]
 
 _PARTITIONER_LOGGER = "executorch.backends.xnnpack.partition"
 _QUANTIZED = (NodeStatus.REFERENCE, NodeStatus.LOWERED, NodeStatus.QUANTIZED)
@@ -163,6 +170,42 @@ def _words(entry: NodeReport, placement: Placement) -> str:
     return f"{entry.node}{where}: {ops} ran in ExecuTorch's portable runtime, not XNNPACK: {why}"
 
 
+@functools.cache
+def _kept_float_labels() -> frozenset[str]:
+    from fxquant.config.pattern import pattern_str
+
+    from fxquant_executorch.qconfig import FLOAT_RELUS, TRANSFORMER_FLOAT_OPS
+
+    return frozenset(f"({pattern_str(op)})" for op in (*TRANSFORMER_FLOAT_OPS, *FLOAT_RELUS))
+
+
+_WHY_FLOAT = (
+    "the executorch default mapping keeps a transformer's LayerNorm, softmax, GELU, "
+    "attention matmuls, residual adds and reshapes, and standalone relus, float "
+    "(fxquant_executorch.qconfig.TRANSFORMER_FLOAT_OPS, FLOAT_RELUS): its Linear layers "
+    "return float (dynamic int8 per token), and int8 here XNNPACK would requantize the "
+    "residual stream between them; XNNPACK runs them in float32"
+)
+
+
+def explain_float(entry: NodeReport) -> NodeReport:
+    """``entry`` with the default mapping's reason when it kept the node float (#23).
+
+    Example:
+        >>> entry = NodeReport("norm", "call_module", None, None, "float",
+        ...                    Reason(ReasonCode.QCONFIG_NONE, "norm (LayerNorm): qconfig is None"))
+        >>> "TRANSFORMER_FLOAT_OPS" in explain_float(entry).reason.words
+        True
+    """
+    reason = entry.reason
+    if reason is None or reason.code != ReasonCode.QCONFIG_NONE:
+        return entry
+    if not any(label in reason.words for label in _kept_float_labels()):
+        return entry
+    words = f"{reason.words}; {_WHY_FLOAT}"
+    return dataclasses.replace(entry, reason=dataclasses.replace(reason, words=words))
+
+
 def delegation_report(report: Report, found: Sequence[Placement]) -> Report:
     """The converted model's report, told where each node runs in the program.
 
@@ -182,6 +225,7 @@ def delegation_report(report: Report, found: Sequence[Placement]) -> Report:
     by_node = {p.node: p for p in found}
     entries = []
     for entry in report.entries():
+        entry = explain_float(entry)
         placement = by_node.get(entry.node)
         quantized = entry.status in _QUANTIZED
         if quantized and (placement is None or placement.in_xnnpack):

@@ -18,7 +18,7 @@ itself (``executorch.exir`` does on import). This module never imports torch.ao;
 it asks ExecuTorch for the ops and fails with a clear error if they are
 missing. Plan for when torch.ao is removed: ExecuTorch must then define the
 library itself (its runtime kernels, ``kernels/quantized/quantized.yaml``, already
-declare every schema); if a release does not, this module defines the seven
+declare every schema); if a release does not, this module defines the ten
 schemas :func:`rewrite_qdq` uses (they are public and stable) with
 ``torch.library``, backed by ``fxquant.qdq``'s kernels, and nothing else changes.
 """
@@ -34,7 +34,12 @@ from typing import Any
 
 import torch
 from fxquant.errors import ConfigError
-from fxquant.lowering import CHOOSE_QPARAMS_OP, DEQUANTIZE_OF, QDQ_OPS
+from fxquant.lowering import (
+    CHOOSE_QPARAMS_OP,
+    CHOOSE_QPARAMS_PER_TOKEN_OP,
+    DEQUANTIZE_OF,
+    QDQ_OPS,
+)
 from torch import fx
 
 __all__ = [
@@ -170,17 +175,22 @@ def _dequantize_for() -> frozenset[object]:
 
 
 def choose_qparams_targets() -> Mapping[object, object]:
-    """fxquant's dynamic-qparams op -> ``quantized_decomposed.choose_qparams.tensor``.
+    """fxquant's dynamic-qparams ops -> ``quantized_decomposed``'s.
 
-    The schemas differ (ExecuTorch's takes ``eps``): :func:`rewrite_qdq`
-    rebuilds the arguments.
+    Per tensor, ``choose_qparams.tensor``: the schemas differ (ExecuTorch's takes
+    ``eps``), :func:`rewrite_qdq` rebuilds the arguments. Per token,
+    ``choose_qparams_per_token_asymmetric``: the same schema.
 
     Example:
         >>> len(choose_qparams_targets())
-        1
+        2
     """
     qdq_targets()  # registers the library
-    return {CHOOSE_QPARAMS_OP: (torch.ops.quantized_decomposed.choose_qparams.tensor)}
+    namespace = torch.ops.quantized_decomposed
+    return {
+        CHOOSE_QPARAMS_OP: namespace.choose_qparams.tensor,
+        CHOOSE_QPARAMS_PER_TOKEN_OP: namespace.choose_qparams_per_token_asymmetric.default,
+    }
 
 
 def target_name(target: object) -> str:
@@ -219,6 +229,9 @@ def rewrite_qdq(graph: fx.Graph) -> int:
             node.target = targets[node.target]
             if node.kwargs.get("out_dtype") in (None, torch.float32):
                 node.kwargs = {k: v for k, v in node.kwargs.items() if k != "out_dtype"}
+            count += 1
+        elif node.target == CHOOSE_QPARAMS_PER_TOKEN_OP:
+            node.target = dynamic[node.target]
             count += 1
         elif node.target in dynamic:
             x, quant_min, quant_max, dtype = node.args
