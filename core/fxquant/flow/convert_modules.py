@@ -213,32 +213,32 @@ def swap_weighted_module(
 
 def _swap_recurrent(root: nn.Module, path: str, module: nn.Module, info: NodeInfo) -> nn.Module:
     """An LSTM / GRU / cell -> its reference module (``fxquant.nn.recurrent``): one weight
-    observer run per weight, the dynamic activation range from the activation observer.
-
-    Kept float (returned as is): weights the qconfig leaves float (fp16 dtype configs: no
-    fp16 reference; the report says the module stays float), ``proj_size``.
+    observer run per weight (int8), or fp16 weights; the dynamic activation range from the
+    activation observer. A qconfig that quantizes neither way keeps the module float.
     """
     from fxquant.nn import recurrent  # noqa: PLC0415  # loads torch.nn.utils.rnn on first use
 
     assert info.qconfig is not None  # checked by will_swap
-    activation = info.qconfig.activation()
-    act_dtype = getattr(activation, "dtype", None)
-    if not (getattr(activation, "is_dynamic", False) and isinstance(act_dtype, torch.dtype) and dtypes.canonical_dtype(act_dtype) == torch.uint8):
-        return module
-    if getattr(module, "proj_size", 0):
-        return module
     qparams: dict[str, Any] = {}
     for name in recurrent.weight_names(module):
         observer = info.qconfig.weight()
         weight = getattr(module, name)
         observer.to(weight.device)
-        if not _weight_quantized(observer) or not dtypes.is_quantized_dtype(observer.dtype):
+        if not _weight_quantized(observer):
             return module
-        observer(weight)
+        if dtypes.is_quantized_dtype(observer.dtype):
+            observer(weight)
         qparams[name] = qparams_dict(observer)
+    activation = info.qconfig.activation()
     low, high = dtypes.quant_range(torch.uint8)
-    quant_min, quant_max = getattr(activation, "quant_min", None), getattr(activation, "quant_max", None)
-    act_range = (low if quant_min is None else int(quant_min), high if quant_max is None else int(quant_max))
+    quant_min = getattr(activation, "quant_min", None)
+    quant_max = getattr(activation, "quant_max", None)
+    act_range = (
+        low if quant_min is None else int(quant_min),
+        high if quant_max is None else int(quant_max),
+    )
+    if not dtypes.is_quantized_dtype(getattr(activation, "dtype", None)):
+        act_range = (low, high)  # fp16 weights: activations stay float
     reference_cls = getattr(recurrent, type(module).__name__)
     reference = reference_cls.from_float(module, qparams, activation=act_range)
     _set_module(root, path, reference)

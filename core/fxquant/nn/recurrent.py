@@ -21,8 +21,10 @@ activation range ``activation_quant_min..activation_quant_max`` (0..255, or
 qparams say float (``{"qscheme": None, ...}``) is used as it is. Only integer
 tensors of plain dtypes (``uint8``, ``int8``) are made, never ``torch.qint8``.
 
-Not covered (convert keeps these modules float, the report says why):
-``proj_size`` and ``PackedSequence`` inputs (no engine kernel takes them).
+fp16 weights (``float16_dynamic_qconfig``) are rounded to fp16, with float activations.
+An LSTM's ``proj_size`` projection (``weight_hr``) is one more dynamic linear. The engine
+kernels take neither (their lowering rules decline them, with the reason); a
+``PackedSequence`` input is refused (pad it, or keep the module float).
 """
 
 from __future__ import annotations
@@ -110,8 +112,16 @@ class WeightQParams(nn.Module):
             weight, self.scale, self.zero_point, self.quant_min, self.quant_max, storage
         )
 
+    @property
+    def is_half(self) -> bool:
+        """An fp16 / bf16 weight (``{"qscheme": None, "dtype": torch.float16}``)."""
+        return not self.quantized and self.dtype in (torch.float16, torch.bfloat16)
+
     def fake_quantize(self, weight: torch.Tensor) -> torch.Tensor:
-        """quantize -> dequantize: the weight as the integer kernel computes with it."""
+        """quantize -> dequantize: the weight as the integer kernel computes with it
+        (fp16 / bf16: rounded to that dtype and back)."""
+        if self.is_half:
+            return weight.to(self.dtype).to(weight.dtype)
         if not self.quantized:
             return weight
         q = self.quantize(weight)
@@ -252,8 +262,13 @@ class RecurrentReference(nn.Module):
         return qparams.as_dict()
 
     def _linear(self, x: torch.Tensor, suffix: str, kind: str) -> torch.Tensor:
-        bias = getattr(self, f"bias_{kind}{suffix}", None) if self.bias else None
-        weight = self.get_weight(f"weight_{kind}{suffix}")
+        bias = getattr(self, f"bias_{kind}{suffix}", None) if self.bias and kind != "hr" else None
+        name = f"weight_{kind}{suffix}"
+        weight = self.get_weight(name)
+        qparams = self.weight_qparams[name]
+        assert isinstance(qparams, WeightQParams)  # built by _init_qparams
+        if not qparams.quantized:  # fp16 (or float) weights: float activations
+            return F.linear(x, weight, bias)
         return dynamic_linear(x, weight, bias, self.activation_range)
 
     def _get_name(self) -> str:
@@ -308,6 +323,8 @@ class _Sequence(RecurrentReference):
             hh = self._linear(h, suffix, "hh")
             if self._is_lstm:
                 h, c = _lstm_cell(ih[t] + hh, c)
+                if getattr(self, "proj_size", 0):
+                    h = self._linear(h, suffix, "hr")
             else:
                 h = _gru_cell(ih[t], hh, h)
             outputs[t] = h
@@ -335,8 +352,9 @@ class _Sequence(RecurrentReference):
         directions = 2 if self.bidirectional else 1
         states = 2 if self._is_lstm else 1
         if hx is None:
-            zeros = x.new_zeros(self.num_layers * directions, x.shape[1], self.hidden_size)
-            hx = (zeros,) * states
+            size = (self.num_layers * directions, x.shape[1])
+            projected = getattr(self, "proj_size", 0) or self.hidden_size
+            hx = (x.new_zeros(*size, projected), x.new_zeros(*size, self.hidden_size))[:states]
         finals: list[list[torch.Tensor]] = [[] for _ in range(states)]
         layer_input = x
         for layer in range(self.num_layers):
@@ -363,15 +381,10 @@ def _from_float_sequence(
     cls: type[Any], mod: nn.Module, weight_qparams_dict: Mapping[str, Any] | None, activation: tuple[int, int]
 ) -> Any:
     cls._check_float(mod)
-    if getattr(mod, "proj_size", 0):
-        msg = (
-            f"reference {cls.__name__} has no proj_size (got {mod.proj_size}); no dynamic int8 "
-            "kernel takes it: keep this module float (set its qconfig to None)"
-        )
-        raise ConfigError(msg)
+    extra = {"proj_size": mod.proj_size} if getattr(mod, "proj_size", 0) else {}
     ref = cls(
         mod.input_size, mod.hidden_size, mod.num_layers, mod.bias, mod.batch_first,
-        float(mod.dropout), mod.bidirectional,
+        float(mod.dropout), mod.bidirectional, **extra,
         device=mod._flat_weights[0].device, dtype=mod._flat_weights[0].dtype,
         weight_qparams_dict=weight_qparams_dict, activation=activation,
     )  # fmt: skip

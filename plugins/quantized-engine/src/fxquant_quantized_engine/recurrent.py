@@ -20,10 +20,10 @@ take either on fbgemm / x86 / onednn; the cell ops fix it (0..127 there, 0..255 
 so a cell on the other range runs as two ``quantized::linear_dynamic`` calls and the float gate
 arithmetic. Declined, with the reason (the module stays in reference form):
 
+- fp16 weights, and an LSTM's ``proj_size`` (torch's quantized LSTM op has no projection);
 - a range other than 0..127 / 0..255, or 0..127 on qnnpack (its kernels ignore ``reduce_range``);
 - 8-bit activations with weights beyond +-64 on CPUs without VNNI (fbgemm / oneDNN add pairs
   of u8 x s8 products in int16: ``fxquant.kernels.cpu``);
-- weights that are not int8 with an integer zero point.
 """
 
 from __future__ import annotations
@@ -159,6 +159,13 @@ class QuantizedRecurrent(_RecurrentWeights):
         run = lstm if is_lstm else gru
 
         def call(x: torch.Tensor, *states: torch.Tensor) -> Any:
+            if not isinstance(x, torch.Tensor):
+                msg = (
+                    f"the lowered {'LSTM' if is_lstm else 'GRU'} takes a padded tensor, got "
+                    f"{type(x).__name__}; pad a PackedSequence (nn.utils.rnn."
+                    "pad_packed_sequence) or keep this module float (qconfig None)"
+                )
+                raise TypeError(msg)
             hx = _hidden(states, is_lstm)
             batched = x.dim() == 3  # noqa: PLR2004  # 2-d: one unbatched sequence
             if not batched:
@@ -296,6 +303,19 @@ def recurrent_reason(engine: str, reference: Any) -> str | None:
         True
     """
     library = _LIBRARY.get(engine, engine)
+    proj_size = getattr(reference, "proj_size", 0)
+    if proj_size:
+        return (
+            f"proj_size={proj_size}: torch's quantized LSTM op has no projection; "
+            "keep proj_size=0 for an int8 kernel"
+        )
+    for name in recurrent.weight_names(reference):
+        dtype = reference.get_weight_qparams(name).get("dtype")
+        if dtype not in (torch.int8, _QINT8):
+            return (
+                f"{name} is {dtype}: the dynamic recurrent kernels lowered here take int8 "
+                "weights (fp16 ones are not lowered); use default_dynamic_qconfig for int8"
+            )
     low, high = reference.activation_range
     if (low, high) not in (_SEVEN_BITS, _EIGHT_BITS):
         return (
@@ -309,12 +329,6 @@ def recurrent_reason(engine: str, reference: Any) -> str | None:
             "reduce_range); the qconfig says 0..127: use quant_max=255 on qnnpack"
         )
     for name in recurrent.weight_names(reference):
-        qparams = reference.get_weight_qparams(name)
-        if qparams.get("dtype") not in (torch.int8, _QINT8):
-            return (
-                f"{name} is {qparams.get('dtype')}, not int8: the engine's dynamic recurrent "
-                "kernels take int8 weights (fp16 recurrent modules stay float)"
-            )
         if engine == "qnnpack":
             continue  # QNNPACK widens every product before adding: no saturation
         x = QParams(torch.uint8, low, high, is_dynamic=True)
