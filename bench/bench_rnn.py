@@ -1,4 +1,4 @@
-"""Dynamic int8 LSTM / GRU / cells: fxquant's lowered models against torch.ao's, in one process (#20).
+"""Dynamic int8 LSTM / GRU / cells: fxquant's lowered models against torch.ao's (#20).
 
 Target (issue 20): dynamic LSTM on x86 at least torch.ao's dynamic quantized LSTM
 speed (same run), same numerics within one step.
@@ -117,9 +117,9 @@ def _backend_config(configs: Any, backend: str) -> Any:
 def _torch_ao(model: nn.Module, x: torch.Tensor, backend: str) -> Callable[[], Any]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        import torch.ao.quantization.backend_config.utils  # noqa: F401  # needed first
         import torch.ao.quantization as ao
         import torch.ao.quantization.backend_config as ao_configs
+        import torch.ao.quantization.backend_config.utils  # noqa: F401  # needed first
         from torch.ao.quantization import quantize_fx
 
         mapping = ao.QConfigMapping()
@@ -198,7 +198,7 @@ def main() -> int:
     parser.add_argument("--models", default="")
     parser.add_argument("--output", default="rnn.json")
     args = parser.parse_args()
-    if args.rounds < 5:  # noqa: PLR2004
+    if args.rounds < 5:
         parser.error(f"--rounds must be >= 5 (a median of at least 5), got {args.rounds}")
     torch.set_num_threads(1)
     rows = []
@@ -208,8 +208,12 @@ def main() -> int:
                 continue
             try:
                 row = measure(name, model, shape, backend, args)
-            except Exception as error:  # noqa: BLE001  # one failing row must not end the run
-                row = {"backend": backend, "model": name, "error": f"{type(error).__name__}: {error}"}
+            except Exception as error:  # one failing row must not end the run
+                row = {
+                    "backend": backend,
+                    "model": name,
+                    "error": f"{type(error).__name__}: {error}",
+                }
             rows.append(row)
             _print(row)
     RESULTS.mkdir(exist_ok=True)

@@ -216,7 +216,7 @@ def _swap_recurrent(root: nn.Module, path: str, module: nn.Module, info: NodeInf
     observer run per weight (int8), or fp16 weights; the dynamic activation range from the
     activation observer. A qconfig that quantizes neither way keeps the module float.
     """
-    from fxquant.nn import recurrent  # noqa: PLC0415  # loads torch.nn.utils.rnn on first use
+    from fxquant.nn import recurrent  # loads torch.nn.utils.rnn on first use
 
     assert info.qconfig is not None  # checked by will_swap
     qparams: dict[str, Any] = {}
@@ -226,7 +226,7 @@ def _swap_recurrent(root: nn.Module, path: str, module: nn.Module, info: NodeInf
         observer.to(weight.device)
         if not _weight_quantized(observer):
             return module
-        if dtypes.is_quantized_dtype(observer.dtype):
+        if dtypes.is_quantized_dtype(observer.dtype):  # type: ignore[arg-type]  # checked by _weight_quantized
             observer(weight)
         qparams[name] = qparams_dict(observer)
     activation = info.qconfig.activation()

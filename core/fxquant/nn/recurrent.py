@@ -48,6 +48,7 @@ __all__ = [
     "RNNCell",
     "RecurrentReference",
     "WeightQParams",
+    "dynamic_linear",
     "weight_names",
 ]
 
@@ -90,7 +91,10 @@ class WeightQParams(nn.Module):
         scale, zero_point = qparams.get("scale", 1.0), qparams.get("zero_point", 0)
         if self.quantized:
             if self.qscheme == "per_channel_affine_float_qparams":
-                msg = "recurrent weights take integer zero points; got per_channel_affine_float_qparams"
+                msg = (
+                    "recurrent weights take integer zero points, got the qscheme "
+                    "per_channel_affine_float_qparams; use per_channel_affine"
+                )
                 raise ConfigError(msg)
             if self.qscheme is not None and self.qscheme.startswith("per_channel"):
                 self.axis = int(qparams.get("axis", 0))
@@ -167,6 +171,18 @@ class WeightQParams(nn.Module):
         self.quant_min, self.quant_max = int(state["quant_min"]), int(state["quant_max"])
         self.quantized = self.qscheme is not None and dtypes.is_quantized_dtype(self.dtype)
 
+    def _load_from_state_dict(  # type: ignore[no-untyped-def]  # noqa: PLR0913, PLR0917  # torch's private hook, untyped
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    ) -> None:
+        # per-channel qparams load into a per-tensor module (and back): adopt the saved shapes
+        for name in ("scale", "zero_point"):
+            saved = state_dict.get(prefix + name)
+            if isinstance(saved, torch.Tensor):
+                setattr(self, name, saved.detach().clone().to(getattr(self, name).device))
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+
     def extra_repr(self) -> str:
         """qscheme, dtype and range."""
         return f"qscheme={self.qscheme}, dtype={self.dtype}, {self.quant_min}..{self.quant_max}"
@@ -194,8 +210,8 @@ def dynamic_linear(
     ``weight`` is already fake-quantized. ``activation`` is the integer range.
 
     Example:
-        >>> dynamic_linear(torch.tensor([[1.0, 2.0]]), torch.eye(2), None, (0, 255)).tolist()
-        [[1.0, 2.0]]
+        >>> dynamic_linear(torch.tensor([[0.0, 2.0]]), torch.eye(2), None, (0, 255)).tolist()
+        [[0.0, 2.0]]
     """
     low, high = activation
     scale, zero_point = qdq.choose_qparams_per_tensor(x, low, high, torch.uint8)
@@ -233,10 +249,18 @@ class RecurrentReference(nn.Module):
             {name: WeightQParams(given.get(name, default)) for name in names}
         )
         low, high = (int(v) for v in activation)
-        if not 0 <= low < high <= 255:  # noqa: PLR2004  # uint8
+        if not 0 <= low < high <= 255:  # uint8
             msg = f"activation range must be within 0..255 (uint8), got {low}..{high}"
             raise ConfigError(msg)
         self.activation_quant_min, self.activation_quant_max = low, high
+
+    def get_extra_state(self) -> dict[str, Any]:
+        """The dynamic activation range, saved in ``state_dict``."""
+        return {"activation": [self.activation_quant_min, self.activation_quant_max]}
+
+    def set_extra_state(self, state: Any) -> None:
+        """Restore what :meth:`get_extra_state` saved."""
+        self.activation_quant_min, self.activation_quant_max = (int(v) for v in state["activation"])
 
     @property
     def activation_range(self) -> tuple[int, int]:
@@ -284,9 +308,7 @@ class RecurrentReference(nn.Module):
             raise ConfigTypeError(msg)
 
 
-def _lstm_cell(
-    gates: torch.Tensor, cx: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _lstm_cell(gates: torch.Tensor, cx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     i, f, g, o = gates.chunk(4, -1)
     cy = torch.sigmoid(f) * cx + torch.sigmoid(i) * torch.tanh(g)
     return torch.sigmoid(o) * torch.tanh(cy), cy
@@ -343,7 +365,7 @@ class _Sequence(RecurrentReference):
     def _run(
         self, x: torch.Tensor, hx: tuple[torch.Tensor, ...] | None
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
-        batched = x.dim() == 3  # noqa: PLR2004  # (T, B, I); 2-d: one unbatched sequence
+        batched = x.dim() == 3  # (T, B, I); 2-d: one unbatched sequence
         if not batched:
             x = x.unsqueeze(1)
             hx = None if hx is None else tuple(h.unsqueeze(1) for h in hx)
@@ -378,7 +400,10 @@ class _Sequence(RecurrentReference):
 
 
 def _from_float_sequence(
-    cls: type[Any], mod: nn.Module, weight_qparams_dict: Mapping[str, Any] | None, activation: tuple[int, int]
+    cls: type[Any],
+    mod: Any,
+    weight_qparams_dict: Mapping[str, Any] | None,
+    activation: tuple[int, int],
 ) -> Any:
     cls._check_float(mod)
     extra = {"proj_size": mod.proj_size} if getattr(mod, "proj_size", 0) else {}
@@ -531,7 +556,8 @@ class LSTMCell(_Cell, nn.LSTMCell):
     Example:
         >>> qparams = {"qscheme": torch.per_tensor_affine, "dtype": torch.qint8,
         ...            "scale": 0.01, "zero_point": 0}
-        >>> ref = LSTMCell.from_float(nn.LSTMCell(4, 8), {"weight_ih": qparams, "weight_hh": qparams})
+        >>> both = {"weight_ih": qparams, "weight_hh": qparams}
+        >>> ref = LSTMCell.from_float(nn.LSTMCell(4, 8), both)
         >>> [t.shape for t in ref(torch.randn(3, 4))]
         [torch.Size([3, 8]), torch.Size([3, 8])]
     """
@@ -548,7 +574,7 @@ class LSTMCell(_Cell, nn.LSTMCell):
         nn.LSTMCell.__init__(self, *args, **kwargs)
         self._init_qparams(weight_qparams_dict, activation)
 
-    def forward(  # type: ignore[override]  # same call, typed
+    def forward(
         self, input: torch.Tensor, hx: tuple[torch.Tensor, torch.Tensor] | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(h_1, c_1)`` as ``nn.LSTMCell`` returns them."""
@@ -580,7 +606,7 @@ class GRUCell(_Cell, nn.GRUCell):
         nn.GRUCell.__init__(self, *args, **kwargs)
         self._init_qparams(weight_qparams_dict, activation)
 
-    def forward(self, input: torch.Tensor, hx: torch.Tensor | None = None) -> torch.Tensor:  # type: ignore[override]  # same call, typed
+    def forward(self, input: torch.Tensor, hx: torch.Tensor | None = None) -> torch.Tensor:
         """``h_1`` as ``nn.GRUCell`` returns it."""
         h = self._zeros(input) if hx is None else hx
         ih, hh = self._gates(input, h)
@@ -610,7 +636,7 @@ class RNNCell(_Cell, nn.RNNCell):
         nn.RNNCell.__init__(self, *args, **kwargs)
         self._init_qparams(weight_qparams_dict, activation)
 
-    def forward(self, input: torch.Tensor, hx: torch.Tensor | None = None) -> torch.Tensor:  # type: ignore[override]  # same call, typed
+    def forward(self, input: torch.Tensor, hx: torch.Tensor | None = None) -> torch.Tensor:
         """``h_1`` as ``nn.RNNCell`` returns it."""
         h = self._zeros(input) if hx is None else hx
         ih, hh = self._gates(input, h)

@@ -552,10 +552,10 @@ def lowering_rules(
         'onednn.qlinear_pointwise'
     """
     # imported here: attention's kernel replays its ops with this module's _Replay
-    from fxquant_onednn.attention import attention_rules
-
     # torch's quantized recurrent ops, on a quint8 engine (#20)
     from fxquant_quantized_engine.recurrent import recurrent_rules
+
+    from fxquant_onednn.attention import attention_rules
 
     rules = [LoweringRule(cls, build=build, name=name) for cls, build, name in _WEIGHTED]
     rules += recurrent_rules(recurrent_engine)

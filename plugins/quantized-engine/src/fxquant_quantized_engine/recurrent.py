@@ -7,7 +7,7 @@ qparams per weight, dynamic activation range) becomes one kernel module::
                                                            (use_dynamic: one packed linear per
                                                            weight, cell params per layer/direction)
     reference.LSTMCell / ...  -> QuantizedRecurrentCell   quantized::quantized_lstm_cell_dynamic,
-                                                           gru_cell_dynamic, rnn_tanh/relu_cell_dynamic
+                                                           gru_cell_dynamic, rnn_*_cell_dynamic
 
 The weights are packed with ``quantized::linear_prepack`` on the kernel's engine (fbgemm,
 qnnpack, x86 or onednn; the qint8 weight tensors exist only inside its ``EngineScope``), and
@@ -57,6 +57,7 @@ _GRU = torch.ops.aten.quantized_gru.input
 
 def _dynamic_lstm(*args: Any) -> Any:
     return _LSTM(*args, dtype=_QINT8, use_dynamic=True)
+
 
 _LIBRARY = {"fbgemm": "FBGEMM", "x86": "FBGEMM", "onednn": "oneDNN", "qnnpack": "QNNPACK"}
 
@@ -136,9 +137,12 @@ class QuantizedRecurrent(_RecurrentWeights):
             ih, hh = self.names[index], self.names[index + 1]
             cells.append(
                 torch.ops.quantized.make_quantized_cell_params_dynamic(
-                    self._packed_linear(ih), self._packed_linear(hh),
-                    self._bias(ih), self._bias(hh), self.reduce_range,
-                )  # fmt: skip
+                    self._packed_linear(ih),
+                    self._packed_linear(hh),
+                    self._bias(ih),
+                    self._bias(hh),
+                    self.reduce_range,
+                )
             )
         return cells
 
@@ -168,7 +172,7 @@ class QuantizedRecurrent(_RecurrentWeights):
                 )
                 raise TypeError(msg)
             hx = _hidden(states, is_lstm)
-            batched = x.dim() == 3  # noqa: PLR2004  # 2-d: one unbatched sequence
+            batched = x.dim() == 3  # 2-d: one unbatched sequence
             if not batched:
                 x = x.unsqueeze(0 if batch_first else 1)
                 if hx is not None:
