@@ -148,7 +148,8 @@ class QuantizedRecurrent(_RecurrentWeights):
 
     def bind(self) -> Callable[..., Any]:
         engine, params = _engine_id(self.engine), self.packed()
-        settings = (self.has_bias, self.num_layers, 0.0, False, self.bidirectional)
+        # has_biases always: torch's quantized LSTM requires them, zeros stand in for none
+        settings = (True, self.num_layers, 0.0, False, self.bidirectional)
         batch_first, is_lstm = self.batch_first, self.is_lstm
         layers = self.num_layers * (2 if self.bidirectional else 1)
         hidden_size = self.hidden_size
