@@ -120,10 +120,10 @@ def test_cells_on_full_range_activations_run_two_dynamic_linears(name: str) -> N
             "qscheme": torch.per_tensor_affine,
             "dtype": torch.qint8,
             "zero_point": 0,
-            "scale": float(getattr(module, weight).abs().max()) / 64,
+            "scale": float(getattr(module, weight).detach().abs().max()) / 64,
             "quant_min": -64,
             "quant_max": 64,
-        }  # fmt: skip
+        }
         for weight in recurrent.weight_names(module)
     }
     reference = getattr(recurrent, type(module).__name__).from_float(module, qparams)
