@@ -191,7 +191,7 @@ class QuantizedRecurrent(_RecurrentWeights):
 
         return call
 
-    def forward(self, *values: Any) -> Any:  # type: ignore[override]  # a tuple out
+    def forward(self, *values: Any) -> Any:
         """``output, h_n`` (GRU) or ``output, (h_n, c_n)`` (LSTM)."""
         return super().forward(*values)
 
@@ -288,7 +288,7 @@ class QuantizedRecurrentCell(_RecurrentWeights):
 
         return linears
 
-    def forward(self, *values: Any) -> Any:  # type: ignore[override]  # a tuple out (LSTMCell)
+    def forward(self, *values: Any) -> Any:
         """``h_1`` (GRU / RNN cell) or ``(h_1, c_1)`` (LSTM cell)."""
         return super().forward(*values)
 
