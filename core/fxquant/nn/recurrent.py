@@ -234,6 +234,8 @@ class RecurrentReference(nn.Module):
     activation_quant_min: int
     activation_quant_max: int
     _float_class: ClassVar[type[nn.Module]]
+    # lowering drops a reference module its kernels fully replaced (and its float weights)
+    _IS_REFERENCE: ClassVar[bool] = True
 
     def _init_qparams(
         self, weight_qparams_dict: Mapping[str, Any] | None, activation: tuple[int, int]
