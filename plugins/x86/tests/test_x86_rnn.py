@@ -70,3 +70,23 @@ def test_full_range_activations_without_vnni_are_declined_with_the_reason() -> N
     assert "saturates on CPUs without VNNI" in entries["lstm"].reason.words
     with torch.no_grad():
         torch.testing.assert_close(lowered(*inputs), reference(*inputs))
+
+
+def test_the_backends_dynamic_qconfig_lowers_recurrent_modules() -> None:
+    # 8-bit activations, per-channel weights in 7 bits without VNNI: exact there too
+    from fxquant_onednn.qconfig import dynamic_qconfig
+
+    torch.manual_seed(0)
+    model = Tagger().eval()
+    inputs = (torch.randn(2, 5, 6), torch.randn(4, 2, 8))
+    mapping = fxquant.QConfigMapping()
+    for cls in RECURRENT:
+        mapping.set_object_type(cls, dynamic_qconfig())
+    config = fxquant.get_backend_config(BACKEND)
+    prepared = prepare_fx(model, mapping, inputs, backend_config=config)
+    reference = convert_to_reference_fx(copy.deepcopy(prepared))
+    lowered = convert_fx(prepared)
+    statuses = {e.node: e.status for e in fxquant.explain(lowered).entries()}
+    assert [statuses[n] for n in ("lstm", "gru", "cell", "head")] == ["lowered"] * 4
+    with torch.no_grad():
+        assert (lowered(*inputs) - reference(*inputs)).abs().max() < 1e-5
