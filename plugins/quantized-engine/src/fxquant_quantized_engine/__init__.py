@@ -39,6 +39,7 @@ them (clamped in place on their fresh result; ``r.dequantize()``), and
     qconfig.py   its default mapping (``engine_default_qconfig_mapping``; a transformer's
                  adds, LayerNorm, softmax, GELU and matmuls float, #23; ``conv_adds_int8``)
     float_output.py  int8 in, float out linear on each engine (#23)
+    recurrent.py     dynamic int8 LSTM / GRU / cells on torch's quantized recurrent ops (#20)
 """
 
 from __future__ import annotations
@@ -72,6 +73,11 @@ from fxquant_quantized_engine.qconfig import (
     engine_default_qconfig_mapping,
     transformer_ops_int8,
 )
+from fxquant_quantized_engine.recurrent import (
+    QuantizedRecurrent,
+    QuantizedRecurrentCell,
+    recurrent_rules,
+)
 from fxquant_quantized_engine.rules import (
     build_conv_add,
     build_conv_transpose,
@@ -102,6 +108,8 @@ __all__ = [
     "QuantizedLinearDynamic",
     "QuantizedLinearFP16",
     "QuantizedOps",
+    "QuantizedRecurrent",
+    "QuantizedRecurrentCell",
     "QuantizedUnary",
     "Step",
     "TensorQParams",
@@ -116,6 +124,7 @@ __all__ = [
     "engine_pattern_configs",
     "lowering_rules",
     "max_pool_integers",
+    "recurrent_rules",
     "transformer_ops_int8",
     "weight_as_qint8",
 ]
