@@ -49,9 +49,8 @@ def test_every_native_pattern_is_in_the_reference_backend(
 
 
 def _lacks_counterpart(cls: type | None) -> bool:
-    # docs/design.md gives fxquant.nn.reference no recurrent modules (yet): until it has
-    # them, the rnn patterns keep their float module on convert (rnn_configs picks them
-    # up by name once they exist, and this test then checks them)
+    # fxquant.nn.reference names the recurrent modules of fxquant.nn.recurrent (#20):
+    # a recurrent class missing there would be a torch.ao reference without counterpart
     recurrent = {"GRUCell", "LSTMCell", "RNNCell", "LSTM", "GRU"}
     return cls is not None and cls.__name__ in recurrent and not hasattr(fx_reference, cls.__name__)
 

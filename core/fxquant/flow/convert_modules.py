@@ -76,7 +76,11 @@ def will_swap(info: NodeInfo | None, module: nn.Module) -> bool:
         return False
     if not info.is_root:
         return False
-    return hasattr(module, "weight") or _is_fused(module)
+    return hasattr(module, "weight") or _is_fused(module) or _is_recurrent(module)
+
+
+def _is_recurrent(module: nn.Module) -> bool:
+    return isinstance(module, (nn.RNNBase, nn.RNNCellBase))
 
 
 def qparams_dict(observer: nn.Module) -> dict[str, Any]:
@@ -179,6 +183,8 @@ def swap_weighted_module(
         return module
     assert info is not None  # checked by will_swap
     assert info.pattern_config is not None  # checked by will_swap
+    if _is_recurrent(module):
+        return _swap_recurrent(root, path, module, info)
     float_root = _root_of(module)
     observer = _weight_observer(info, float_root, fake_quant)
     if not _weight_quantized(observer):
@@ -201,5 +207,39 @@ def swap_weighted_module(
     if _is_fused(module):
         setattr(module, "0", reference)  # Sequential's item 0
         return module
+    _set_module(root, path, reference)
+    return reference  # type: ignore[no-any-return]  # from_float returns the module
+
+
+def _swap_recurrent(root: nn.Module, path: str, module: nn.Module, info: NodeInfo) -> nn.Module:
+    """An LSTM / GRU / cell -> its reference module (``fxquant.nn.recurrent``): one weight
+    observer run per weight (int8), or fp16 weights; the dynamic activation range from the
+    activation observer. A qconfig that quantizes neither way keeps the module float.
+    """
+    from fxquant.nn import recurrent  # loads torch.nn.utils.rnn on first use
+
+    assert info.qconfig is not None  # checked by will_swap
+    qparams: dict[str, Any] = {}
+    for name in recurrent.weight_names(module):
+        observer = info.qconfig.weight()
+        weight = getattr(module, name)
+        observer.to(weight.device)
+        if not _weight_quantized(observer):
+            return module
+        if dtypes.is_quantized_dtype(observer.dtype):  # type: ignore[arg-type]  # checked by _weight_quantized
+            observer(weight)
+        qparams[name] = qparams_dict(observer)
+    activation = info.qconfig.activation()
+    low, high = dtypes.quant_range(torch.uint8)
+    quant_min = getattr(activation, "quant_min", None)
+    quant_max = getattr(activation, "quant_max", None)
+    act_range = (
+        low if quant_min is None else int(quant_min),
+        high if quant_max is None else int(quant_max),
+    )
+    if not dtypes.is_quantized_dtype(getattr(activation, "dtype", None)):
+        act_range = (low, high)  # fp16 weights: activations stay float
+    reference_cls = getattr(recurrent, type(module).__name__)
+    reference = reference_cls.from_float(module, qparams, activation=act_range)
     _set_module(root, path, reference)
     return reference  # type: ignore[no-any-return]  # from_float returns the module

@@ -4,6 +4,7 @@
     fxquant.nn.intrinsic.qat  QAT versions of the fused modules (BN folded while training)
     fxquant.nn.qat            Linear, Conv1d/2d/3d, Embedding, EmbeddingBag with weight fake-quant
     fxquant.nn.reference      float ops on quantize->dequantized weights (what convert emits)
+    fxquant.nn.recurrent      reference dynamic int8 LSTM / GRU / cells (also named in reference)
     fxquant.nn.fusers         fuser methods ``(is_qat, *modules)`` and BN folding
 
 The submodules load on first access, so ``import fxquant.nn`` stays cheap and
@@ -17,9 +18,9 @@ from types import ModuleType
 
 from torch import nn
 
-__all__ = ["fusers", "intrinsic", "is_leaf_module", "qat", "reference"]
+__all__ = ["fusers", "intrinsic", "is_leaf_module", "qat", "recurrent", "reference"]
 
-_SUBMODULES = frozenset({"fusers", "intrinsic", "qat", "reference"})
+_SUBMODULES = frozenset({"fusers", "intrinsic", "qat", "recurrent", "reference"})
 
 
 def __getattr__(name: str) -> ModuleType:

@@ -31,6 +31,8 @@ from fxquant.nn.intrinsic import FusedModule, type_label
 from fxquant.numerics import qdq
 
 __all__ = [
+    "GRU",
+    "LSTM",
     "Conv1d",
     "Conv2d",
     "Conv3d",
@@ -39,7 +41,10 @@ __all__ = [
     "ConvTranspose3d",
     "Embedding",
     "EmbeddingBag",
+    "GRUCell",
+    "LSTMCell",
     "Linear",
+    "RNNCell",
     "ReferenceQuantizedModule",
 ]
 
@@ -719,3 +724,8 @@ class EmbeddingBag(ReferenceQuantizedModule, nn.EmbeddingBag):
         )
         ref: EmbeddingBag = _build(cls, mod, kwargs, weight_qparams)
         return ref
+
+
+# the recurrent reference modules (#20) live in fxquant.nn.recurrent; named here too, as in
+# torch.ao.nn.quantized.reference, so a config naming torch.ao's class finds fxquant's
+from fxquant.nn.recurrent import GRU, LSTM, GRUCell, LSTMCell, RNNCell  # noqa: E402

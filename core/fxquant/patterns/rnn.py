@@ -2,8 +2,9 @@
 
 Dynamic quantization computes the activation qparams at run time, so these
 patterns are meant for dynamic dtype configs (``is_dynamic=True``, float
-output) or fp16 weights. Where ``fxquant.nn.reference`` provides a reference
-module for one of them, convert swaps it in; otherwise the module stays float.
+output) or fp16 weights. Under a dynamic int8 qconfig convert swaps in the
+reference module of ``fxquant.nn.recurrent`` (one set of qparams per weight, the
+activation range of the qconfig); fp16 weights and ``proj_size`` stay float.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 from torch import nn
 
 from fxquant.config.backend import BackendPatternConfig, DTypeConfig
-from fxquant.nn import reference
+from fxquant.nn import recurrent
 from fxquant.patterns.builders import module_config
 
 __all__ = ["RNN_MODULES", "rnn_configs"]
@@ -40,8 +41,8 @@ def rnn_configs(dtype_configs: Sequence[DTypeConfig]) -> list[BackendPatternConf
             module,
             dtype_configs,
             root=module,
-            # same class name in fxquant.nn.reference when it has one
-            reference=getattr(reference, module.__name__, None),
+            # same class name in fxquant.nn.recurrent (and torch.ao.nn.quantized.reference)
+            reference=getattr(recurrent, module.__name__),
         )
         for module in RNN_MODULES
     ]

@@ -365,8 +365,8 @@ def test_every_pattern_that_reaches_the_reference_model_has_a_rule() -> None:
     assert len(keys) == len(rules)
     plain = [c for c in pattern_configs() if c.fuser_method is None and c.qat_module is None
              and c.reference_quantized_module is None and c.fused_module is None]  # fmt: skip
-    # float weighted modules become reference modules (their rules are keyed by those);
-    # dynamic LSTM/GRU have no plain-tensor oneDNN kernel and stay float (README)
+    # float weighted modules become reference modules (their rules are keyed by those; the
+    # recurrent ones by fxquant.nn.recurrent's classes, run on the onednn quantized engine)
     weighted = (nn.Linear, nn.modules.conv._ConvNd, nn.Embedding, nn.EmbeddingBag, nn.RNNBase)
     without_rule = [
         c.normalized_pattern for c in plain

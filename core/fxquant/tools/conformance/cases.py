@@ -26,12 +26,52 @@ def _seq(b: int, c: int, s: int) -> list[tuple[int, ...]]:
     return [(b, c, s)]
 
 
+def _vec(b: int, c: int, s: int) -> list[tuple[int, ...]]:
+    return [(b, c)]
+
+
 def _vol(b: int, c: int, s: int) -> list[tuple[int, ...]]:
     return [(b, c, 2, s, s)]
 
 
 def _fn(fn: Callable[..., torch.Tensor]) -> Callable[[int, int], nn.Module]:
     return lambda i, o: testing.Function(fn)
+
+
+def _rnn_sequence(b: int, c: int, s: int) -> list[tuple[int, ...]]:
+    return [(b, s, c)]  # batch first
+
+
+class _LastState(nn.Module):
+    """A recurrent module's output tensor (an LSTM's or GRU's sequence, a cell's state)."""
+
+    def __init__(self, rnn: nn.Module) -> None:
+        super().__init__()
+        self.rnn = rnn
+        # decided here: tracing cannot tell a module's tuple output from a tensor
+        self.first = not isinstance(rnn, (nn.GRUCell, nn.RNNCell))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.rnn(x)
+        return out[0] if self.first else out  # type: ignore[no-any-return]  # a module call
+
+
+def _dynamic_recurrent(backend: str) -> object:
+    # 7-bit dynamic activations (torch's reduce_range), full range on qnnpack (its kernels
+    # ignore reduce_range): what the engines' recurrent kernels run exactly on any CPU
+    from fxquant.config.qconfig import QConfig
+    from fxquant.config.qconfig_mapping import QConfigMapping
+    from fxquant.numerics import observer
+
+    activation = observer.PlaceholderObserver.with_args(
+        dtype=torch.uint8, quant_min=0, quant_max=255 if backend == "qnnpack" else 127,
+        is_dynamic=True,
+    )  # fmt: skip
+    qconfig = QConfig(activation=activation, weight=observer.default_weight_observer)
+    mapping = QConfigMapping()
+    for cls in (nn.LSTM, nn.GRU, nn.LSTMCell, nn.GRUCell, nn.RNNCell):
+        mapping.set_object_type(cls, qconfig)
+    return mapping
 
 
 def _binary(op: Callable[..., torch.Tensor], relu: bool = False) -> Callable[[int, int], nn.Module]:
@@ -73,6 +113,27 @@ VARIANT_CASES: tuple[testing.Case, ...] = (
     testing.Case("flatten_module", lambda i, o: nn.Flatten(), _img),
     testing.Case("instance_norm1d", lambda i, o: nn.InstanceNorm1d(i), _seq),
     testing.Case("prelu", lambda i, o: nn.PReLU(), _img),
+    testing.Case(
+        "lstm_dynamic",
+        lambda i, o: _LastState(nn.LSTM(i, o, batch_first=True)),
+        _rnn_sequence,
+        _dynamic_recurrent,
+    ),
+    testing.Case(
+        "gru_dynamic",
+        lambda i, o: _LastState(nn.GRU(i, o, batch_first=True, bidirectional=True)),
+        _rnn_sequence,
+        _dynamic_recurrent,
+    ),
+    testing.Case(
+        "lstm_cell_dynamic", lambda i, o: _LastState(nn.LSTMCell(i, o)), _vec, _dynamic_recurrent
+    ),
+    testing.Case(
+        "gru_cell_dynamic", lambda i, o: _LastState(nn.GRUCell(i, o)), _vec, _dynamic_recurrent
+    ),
+    testing.Case(
+        "rnn_cell_dynamic", lambda i, o: _LastState(nn.RNNCell(i, o)), _vec, _dynamic_recurrent
+    ),
 )
 """Single-op cases beyond the kit's: the spellings of the same ops (``operator.add``,
 ``F.relu``, ``x.relu()``...) and the other ranks, so more of each backend's rules are

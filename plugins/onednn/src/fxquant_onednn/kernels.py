@@ -534,12 +534,16 @@ def _op_name(config: BackendPatternConfig) -> str:
     return f"kernel for {pattern_str(pattern)}"
 
 
-def lowering_rules(configs: Sequence[BackendPatternConfig]) -> list[LoweringRule]:
+def lowering_rules(
+    configs: Sequence[BackendPatternConfig], *, recurrent_engine: str = "onednn"
+) -> list[LoweringRule]:
     """A rule for every pattern in ``configs`` that can appear in a reference model.
 
     Weighted modules get the oneDNN kernels above; every other pattern gets
     :func:`build_op` (QAdd, IntegerOp, FloatOp). The float attention rules of
-    :mod:`fxquant_onednn.attention` come last.
+    :mod:`fxquant_onednn.attention` come last. Dynamic int8 LSTM / GRU / cells run
+    torch's quantized recurrent ops on the quantized engine ``recurrent_engine``
+    (``fxquant_quantized_engine.recurrent``, #20: oneDNN has no plain-tensor RNN kernel).
 
     Example:
         >>> from fxquant_onednn.patterns import pattern_configs
@@ -548,9 +552,13 @@ def lowering_rules(configs: Sequence[BackendPatternConfig]) -> list[LoweringRule
         'onednn.qlinear_pointwise'
     """
     # imported here: attention's kernel replays its ops with this module's _Replay
+    # torch's quantized recurrent ops, on a quint8 engine (#20)
+    from fxquant_quantized_engine.recurrent import recurrent_rules
+
     from fxquant_onednn.attention import attention_rules
 
     rules = [LoweringRule(cls, build=build, name=name) for cls, build, name in _WEIGHTED]
+    rules += recurrent_rules(recurrent_engine)
     seen = {rule.key for rule in rules}
     for config in configs:
         key = config.normalized_pattern

@@ -41,6 +41,7 @@ them (clamped in place on their fresh result; ``r.dequantize()``), and
     float_output.py  int8 in, float out linear on each engine (#23)
     backend.py   a backend's hooks from its data (``engine_plugin``, #21): fbgemm's and
                  qnnpack's plugin.py are a few lines each
+    recurrent.py     dynamic int8 LSTM / GRU / cells on torch's quantized recurrent ops (#20)
 """
 
 from __future__ import annotations
@@ -75,6 +76,11 @@ from fxquant_quantized_engine.qconfig import (
     engine_default_qconfig_mapping,
     transformer_ops_int8,
 )
+from fxquant_quantized_engine.recurrent import (
+    QuantizedRecurrent,
+    QuantizedRecurrentCell,
+    recurrent_rules,
+)
 from fxquant_quantized_engine.rules import (
     build_conv_add,
     build_conv_transpose,
@@ -106,6 +112,8 @@ __all__ = [
     "QuantizedLinearDynamic",
     "QuantizedLinearFP16",
     "QuantizedOps",
+    "QuantizedRecurrent",
+    "QuantizedRecurrentCell",
     "QuantizedUnary",
     "Step",
     "TensorQParams",
@@ -121,6 +129,7 @@ __all__ = [
     "engine_plugin",
     "lowering_rules",
     "max_pool_integers",
+    "recurrent_rules",
     "transformer_ops_int8",
     "weight_as_qint8",
 ]

@@ -39,6 +39,7 @@ from fxquant_quantized_engine.ops import (
     Step,
     _input_qparams,
 )
+from fxquant_quantized_engine.recurrent import recurrent_rules
 from fxquant_quantized_engine.views import (
     TensorQParams,
     _tensor_qparams,
@@ -457,6 +458,8 @@ def lowering_rules(engine: str, configs: Sequence[Any]) -> list[Any]:
         cls = getattr(reference_modules, f"ConvTranspose{dims}d")
         name = f"{engine}_conv_transpose{dims}d"
         rule = LoweringRule(cls, build=build_conv_transpose(engine), name=name)
+        rules[rule.key] = rule
+    for rule in recurrent_rules(engine):  # dynamic int8 LSTM / GRU / cells (#20)
         rules[rule.key] = rule
     for config in configs:
         pattern = _reference_pattern(config)

@@ -13,8 +13,11 @@ __all__ = ["x86_lowering_rules"]
 def x86_lowering_rules() -> list[LoweringRule]:
     """A oneDNN kernel (or an integer / float op module) for every x86 pattern.
 
+    Dynamic int8 LSTM / GRU / cells: torch's quantized recurrent ops on the ``x86``
+    quantized engine (``fxquant_quantized_engine.recurrent``, #20).
+
     Example:
         >>> len(x86_lowering_rules()) > 100
         True
     """
-    return lowering_rules(pattern_configs())
+    return lowering_rules(pattern_configs(), recurrent_engine="x86")

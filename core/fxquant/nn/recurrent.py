@@ -1,0 +1,646 @@
+"""Reference dynamic int8 recurrent modules: LSTM, GRU and the LSTM / GRU / RNN cells.
+
+What ``convert_to_reference_fx`` makes of an ``nn.LSTM`` (or ``nn.GRU``, a cell)
+under a dynamic qconfig (``default_dynamic_qconfig``). Each keeps the float
+module's parameters and adds one :class:`WeightQParams` per weight
+(``weight_ih_l0``, ``weight_hh_l0_reverse``...); its forward computes as the
+engines' dynamic recurrent kernels do (``torch.ops.aten.quantized_lstm``,
+``quantized::quantized_lstm_cell_dynamic``...), with float arithmetic on
+quantize -> dequantized values::
+
+    layer input x (the whole sequence)   ih = linear(dq(q(x)), dq(q(W_ih))) + b_ih   one
+                                                          dynamic quantization for all steps
+    each step t                          hh = linear(dq(q(h)), dq(q(W_hh))) + b_hh   h
+                                                          quantized dynamically at each step
+                                         gates from ih[t] + hh, as the float cell does
+
+``q`` of an activation is dynamic: scale and zero point chosen from the
+tensor's min and max (``fxquant.qdq.choose_qparams_per_tensor``) over the
+activation range ``activation_quant_min..activation_quant_max`` (0..255, or
+0..127 for 7-bit activations, torch's ``reduce_range``). A weight whose
+qparams say float (``{"qscheme": None, ...}``) is used as it is. Only integer
+tensors of plain dtypes (``uint8``, ``int8``) are made, never ``torch.qint8``.
+
+fp16 weights (``float16_dynamic_qconfig``) are rounded to fp16, with float activations.
+An LSTM's ``proj_size`` projection (``weight_hr``) is one more dynamic linear. The engine
+kernels take neither (their lowering rules decline them, with the reason); a
+``PackedSequence`` input is refused (pad it, or keep the module float).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fxquant import dtypes
+from fxquant.errors import ConfigError, ConfigTypeError
+from fxquant.numerics import qdq
+
+__all__ = [
+    "GRU",
+    "LSTM",
+    "GRUCell",
+    "LSTMCell",
+    "RNNCell",
+    "RecurrentReference",
+    "WeightQParams",
+    "dynamic_linear",
+    "weight_names",
+]
+
+
+class WeightQParams(nn.Module):
+    """One weight's qparams (buffers ``scale``, ``zero_point``), and its quantize step.
+
+    Args:
+        qparams: the ``from_float`` dict of one weight: ``qscheme`` (per tensor or per
+            channel, affine or symmetric; ``None`` keeps the weight float), ``dtype``,
+            ``scale``, ``zero_point``, ``axis`` (per channel), ``quant_min``/``quant_max``.
+
+    Example:
+        >>> q = WeightQParams({"qscheme": torch.per_tensor_affine, "dtype": torch.qint8,
+        ...                    "scale": 0.5, "zero_point": 0})
+        >>> q.quantize(torch.tensor([1.0, -3.2])).tolist()
+        [2, -6]
+    """
+
+    scale: torch.Tensor
+    zero_point: torch.Tensor
+
+    def __init__(self, qparams: Mapping[str, Any]) -> None:
+        super().__init__()
+        if not isinstance(qparams, Mapping):
+            msg = f"weight qparams must be a dict, got {qparams!r}; see fxquant.nn.reference"
+            raise ConfigTypeError(msg)
+        dtype = qparams.get("dtype", torch.float32)
+        if not isinstance(dtype, torch.dtype):
+            msg = f"weight qparams 'dtype' must be a torch.dtype, got {dtype!r}"
+            raise ConfigTypeError(msg)
+        qscheme = qparams.get("qscheme")
+        self.dtype = dtype
+        self.quantized = qscheme is not None and dtypes.is_quantized_dtype(dtype)
+        self.qscheme = None if qscheme is None else dtypes.qscheme_name(qscheme)
+        self.axis: int | None = None
+        low, high = dtypes.quant_range(dtype) if self.quantized else (0, 0)
+        self.quant_min = int(qparams.get("quant_min", low))
+        self.quant_max = int(qparams.get("quant_max", high))
+        scale, zero_point = qparams.get("scale", 1.0), qparams.get("zero_point", 0)
+        if self.quantized:
+            if self.qscheme == "per_channel_affine_float_qparams":
+                msg = (
+                    "recurrent weights take integer zero points, got the qscheme "
+                    "per_channel_affine_float_qparams; use per_channel_affine"
+                )
+                raise ConfigError(msg)
+            if self.qscheme is not None and self.qscheme.startswith("per_channel"):
+                self.axis = int(qparams.get("axis", 0))
+        self.register_buffer("scale", torch.as_tensor(scale, dtype=torch.float32).detach().clone())
+        zp = torch.as_tensor(zero_point).detach().clone().to(torch.int32)
+        self.register_buffer("zero_point", zp)
+
+    def quantize(self, weight: torch.Tensor) -> torch.Tensor:
+        """The weight's integers as a plain ``int8``/``uint8`` tensor (float: the weight)."""
+        if not self.quantized:
+            return weight
+        storage = dtypes.canonical_dtype(self.dtype)
+        if self.axis is not None:
+            return qdq.quantize_per_channel(
+                weight, self.scale, self.zero_point, self.axis,
+                self.quant_min, self.quant_max, storage,
+            )  # fmt: skip
+        return qdq.quantize_per_tensor(
+            weight, self.scale, self.zero_point, self.quant_min, self.quant_max, storage
+        )
+
+    @property
+    def is_half(self) -> bool:
+        """An fp16 / bf16 weight (``{"qscheme": None, "dtype": torch.float16}``)."""
+        return not self.quantized and self.dtype in (torch.float16, torch.bfloat16)
+
+    def fake_quantize(self, weight: torch.Tensor) -> torch.Tensor:
+        """quantize -> dequantize: the weight as the integer kernel computes with it
+        (fp16 / bf16: rounded to that dtype and back)."""
+        if self.is_half:
+            return weight.to(self.dtype).to(weight.dtype)
+        if not self.quantized:
+            return weight
+        q = self.quantize(weight)
+        storage = dtypes.canonical_dtype(self.dtype)
+        if self.axis is not None:
+            return qdq.dequantize_per_channel(
+                q, self.scale, self.zero_point, self.axis,
+                self.quant_min, self.quant_max, storage, out_dtype=weight.dtype,
+            )  # fmt: skip
+        return qdq.dequantize_per_tensor(
+            q, self.scale, self.zero_point, self.quant_min, self.quant_max, storage,
+            out_dtype=weight.dtype,
+        )  # fmt: skip
+
+    def as_dict(self) -> dict[str, Any]:
+        """The qparams in the ``from_float`` dict form (what lowering reads)."""
+        params: dict[str, Any] = {
+            "qscheme": None if self.qscheme is None else dtypes.qscheme_object(self.qscheme),
+            "dtype": self.dtype,
+            "scale": self.scale,
+            "zero_point": self.zero_point,
+            "quant_min": self.quant_min,
+            "quant_max": self.quant_max,
+        }
+        if self.axis is not None:
+            params["axis"] = self.axis
+        return params
+
+    def get_extra_state(self) -> dict[str, Any]:
+        """The non-tensor qparams, saved in ``state_dict``."""
+        return {
+            "qscheme": self.qscheme,
+            "dtype": dtypes.dtype_name(self.dtype),
+            "quant_min": self.quant_min,
+            "quant_max": self.quant_max,
+            "axis": self.axis,
+        }
+
+    def set_extra_state(self, state: Any) -> None:
+        """Restore what :meth:`get_extra_state` saved."""
+        self.qscheme, self.axis = state["qscheme"], state["axis"]
+        self.dtype = dtypes.dtype_from_name(state["dtype"])
+        self.quant_min, self.quant_max = int(state["quant_min"]), int(state["quant_max"])
+        self.quantized = self.qscheme is not None and dtypes.is_quantized_dtype(self.dtype)
+
+    def _load_from_state_dict(  # type: ignore[no-untyped-def]  # noqa: PLR0913, PLR0917  # torch's private hook, untyped
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    ) -> None:
+        # per-channel qparams load into a per-tensor module (and back): adopt the saved shapes
+        for name in ("scale", "zero_point"):
+            saved = state_dict.get(prefix + name)
+            if isinstance(saved, torch.Tensor):
+                setattr(self, name, saved.detach().clone().to(getattr(self, name).device))
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+
+    def extra_repr(self) -> str:
+        """qscheme, dtype and range."""
+        return f"qscheme={self.qscheme}, dtype={self.dtype}, {self.quant_min}..{self.quant_max}"
+
+
+def weight_names(module: nn.Module) -> list[str]:
+    """The names of a recurrent module's weights (not biases), in torch's order.
+
+    Example:
+        >>> weight_names(nn.LSTM(2, 3, bidirectional=True))
+        ['weight_ih_l0', 'weight_hh_l0', 'weight_ih_l0_reverse', 'weight_hh_l0_reverse']
+        >>> weight_names(nn.GRUCell(2, 3))
+        ['weight_ih', 'weight_hh']
+    """
+    if isinstance(module, nn.RNNBase):
+        return [n for n in module._flat_weights_names if n.startswith("weight")]
+    return ["weight_ih", "weight_hh"]
+
+
+def dynamic_linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, activation: tuple[int, int]
+) -> torch.Tensor:
+    """``F.linear`` on ``x`` quantized dynamically (one scale for the tensor) -> dequantized.
+
+    ``weight`` is already fake-quantized. ``activation`` is the integer range.
+
+    Example:
+        >>> dynamic_linear(torch.tensor([[0.0, 2.0]]), torch.eye(2), None, (0, 255)).tolist()
+        [[0.0, 2.0]]
+    """
+    low, high = activation
+    scale, zero_point = qdq.choose_qparams_per_tensor(x, low, high, torch.uint8)
+    q = torch.ops.fxquant.quantize_per_tensor.tensor(x, scale, zero_point, low, high, torch.uint8)
+    xq = torch.ops.fxquant.dequantize_per_tensor.tensor(
+        q, scale, zero_point, low, high, torch.uint8, out_dtype=x.dtype
+    )
+    return F.linear(xq, weight, bias)
+
+
+class RecurrentReference(nn.Module):
+    """Mixin of the reference recurrent modules: per-weight qparams, dynamic activations.
+
+    Attributes:
+        weight_qparams: ``nn.ModuleDict`` of :class:`WeightQParams`, by weight name.
+        activation_quant_min, activation_quant_max: the dynamic activation range.
+    """
+
+    weight_qparams: nn.ModuleDict
+    activation_quant_min: int
+    activation_quant_max: int
+    _float_class: ClassVar[type[nn.Module]]
+    # lowering drops a reference module its kernels fully replaced (and its float weights)
+    _IS_REFERENCE: ClassVar[bool] = True
+
+    def _init_qparams(
+        self, weight_qparams_dict: Mapping[str, Any] | None, activation: tuple[int, int]
+    ) -> None:
+        given = dict(weight_qparams_dict or {})
+        names = weight_names(self)
+        unknown = sorted(set(given) - set(names) - {"is_decomposed"})
+        if unknown:
+            msg = f"weight_qparams_dict has unknown keys {unknown}; the weights are {names}"
+            raise ConfigError(msg)
+        default = {"qscheme": None, "dtype": torch.float32}
+        self.weight_qparams = nn.ModuleDict(
+            {name: WeightQParams(given.get(name, default)) for name in names}
+        )
+        low, high = (int(v) for v in activation)
+        if not 0 <= low < high <= 255:  # uint8
+            msg = f"activation range must be within 0..255 (uint8), got {low}..{high}"
+            raise ConfigError(msg)
+        self.activation_quant_min, self.activation_quant_max = low, high
+
+    def get_extra_state(self) -> dict[str, Any]:
+        """The dynamic activation range, saved in ``state_dict``."""
+        return {"activation": [self.activation_quant_min, self.activation_quant_max]}
+
+    def set_extra_state(self, state: Any) -> None:
+        """Restore what :meth:`get_extra_state` saved."""
+        self.activation_quant_min, self.activation_quant_max = (int(v) for v in state["activation"])
+
+    @property
+    def activation_range(self) -> tuple[int, int]:
+        """``(activation_quant_min, activation_quant_max)``."""
+        return self.activation_quant_min, self.activation_quant_max
+
+    def get_weight(self, name: str) -> torch.Tensor:
+        """The weight ``name`` after quantize -> dequantize."""
+        qparams = self.weight_qparams[name]
+        assert isinstance(qparams, WeightQParams)  # built by _init_qparams
+        return qparams.fake_quantize(getattr(self, name))
+
+    def get_quantized_weight(self, name: str) -> torch.Tensor:
+        """The weight ``name`` as a plain integer tensor (float when not quantized)."""
+        qparams = self.weight_qparams[name]
+        assert isinstance(qparams, WeightQParams)  # built by _init_qparams
+        return qparams.quantize(getattr(self, name))
+
+    def get_weight_qparams(self, name: str) -> dict[str, Any]:
+        """The ``from_float`` qparams dict of the weight ``name``."""
+        qparams = self.weight_qparams[name]
+        assert isinstance(qparams, WeightQParams)  # built by _init_qparams
+        return qparams.as_dict()
+
+    def _linear(self, x: torch.Tensor, suffix: str, kind: str) -> torch.Tensor:
+        bias = getattr(self, f"bias_{kind}{suffix}", None) if self.bias and kind != "hr" else None
+        name = f"weight_{kind}{suffix}"
+        weight = self.get_weight(name)
+        qparams = self.weight_qparams[name]
+        assert isinstance(qparams, WeightQParams)  # built by _init_qparams
+        if not qparams.quantized:  # fp16 (or float) weights: float activations
+            return F.linear(x, weight, bias)
+        return dynamic_linear(x, weight, bias, self.activation_range)
+
+    def _get_name(self) -> str:
+        return f"Reference{type(self).__name__}"
+
+    @classmethod
+    def _check_float(cls, mod: nn.Module) -> None:
+        if type(mod) is not cls._float_class and not isinstance(mod, cls):
+            msg = (
+                f"reference {cls.__name__}.from_float expects an nn.{cls._float_class.__name__}, "
+                f"got {type(mod).__name__}"
+            )
+            raise ConfigTypeError(msg)
+
+
+def _lstm_cell(gates: torch.Tensor, cx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    i, f, g, o = gates.chunk(4, -1)
+    cy = torch.sigmoid(f) * cx + torch.sigmoid(i) * torch.tanh(g)
+    return torch.sigmoid(o) * torch.tanh(cy), cy
+
+
+def _gru_cell(ih: torch.Tensor, hh: torch.Tensor, hx: torch.Tensor) -> torch.Tensor:
+    i_r, i_z, i_n = ih.chunk(3, -1)
+    h_r, h_z, h_n = hh.chunk(3, -1)
+    reset = torch.sigmoid(h_r + i_r)
+    update = torch.sigmoid(h_z + i_z)
+    new = torch.tanh(i_n + h_n * reset)
+    return (hx - new) * update + new
+
+
+class _Sequence(RecurrentReference):
+    """LSTM and GRU: layers x directions over the sequence, as torch's kernels loop."""
+
+    num_layers: int
+    bidirectional: bool
+    batch_first: bool
+    hidden_size: int
+    bias: bool
+    _is_lstm: ClassVar[bool]
+
+    def _direction(
+        self, x: torch.Tensor, state: tuple[torch.Tensor, ...], suffix: str, reverse: bool
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        ih = self._linear(x, suffix, "ih")  # the whole sequence at once: one dynamic scale
+        steps = range(x.shape[0] - 1, -1, -1) if reverse else range(x.shape[0])
+        outputs: list[torch.Tensor] = [x.new_empty(0)] * x.shape[0]
+        h = state[0]
+        c = state[1] if self._is_lstm else h
+        for t in steps:
+            hh = self._linear(h, suffix, "hh")
+            if self._is_lstm:
+                h, c = _lstm_cell(ih[t] + hh, c)
+                if getattr(self, "proj_size", 0):
+                    h = self._linear(h, suffix, "hr")
+            else:
+                h = _gru_cell(ih[t], hh, h)
+            outputs[t] = h
+        return torch.stack(outputs), ((h, c) if self._is_lstm else (h,))
+
+    def _check_input(self, x: object) -> torch.Tensor:
+        if isinstance(x, nn.utils.rnn.PackedSequence):
+            msg = (
+                f"reference {type(self).__name__} takes a padded tensor, got a PackedSequence; "
+                "pad it (nn.utils.rnn.pad_packed_sequence) or keep this module float"
+            )
+            raise TypeError(msg)
+        assert isinstance(x, torch.Tensor)
+        return x
+
+    def _run(
+        self, x: torch.Tensor, hx: tuple[torch.Tensor, ...] | None
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        batched = x.dim() == 3  # (T, B, I); 2-d: one unbatched sequence
+        if not batched:
+            x = x.unsqueeze(1)
+            hx = None if hx is None else tuple(h.unsqueeze(1) for h in hx)
+        elif self.batch_first:
+            x = x.transpose(0, 1)
+        directions = 2 if self.bidirectional else 1
+        states = 2 if self._is_lstm else 1
+        if hx is None:
+            size = (self.num_layers * directions, x.shape[1])
+            projected = getattr(self, "proj_size", 0) or self.hidden_size
+            hx = (x.new_zeros(*size, projected), x.new_zeros(*size, self.hidden_size))[:states]
+        finals: list[list[torch.Tensor]] = [[] for _ in range(states)]
+        layer_input = x
+        for layer in range(self.num_layers):
+            outputs = []
+            for direction in range(directions):
+                index = layer * directions + direction
+                suffix = f"_l{layer}" + ("_reverse" if direction else "")
+                state = tuple(h[index] for h in hx)
+                out, last = self._direction(layer_input, state, suffix, reverse=bool(direction))
+                outputs.append(out)
+                for k in range(states):
+                    finals[k].append(last[k])
+            layer_input = torch.cat(outputs, -1) if directions > 1 else outputs[0]
+        output = layer_input
+        hidden = tuple(torch.stack(f) for f in finals)
+        if not batched:
+            return output.squeeze(1), tuple(h.squeeze(1) for h in hidden)
+        if self.batch_first:
+            output = output.transpose(0, 1)
+        return output, hidden
+
+
+def _from_float_sequence(
+    cls: type[Any],
+    mod: Any,
+    weight_qparams_dict: Mapping[str, Any] | None,
+    activation: tuple[int, int],
+) -> Any:
+    cls._check_float(mod)
+    extra = {"proj_size": mod.proj_size} if getattr(mod, "proj_size", 0) else {}
+    ref = cls(
+        mod.input_size, mod.hidden_size, mod.num_layers, mod.bias, mod.batch_first,
+        float(mod.dropout), mod.bidirectional, **extra,
+        device=mod._flat_weights[0].device, dtype=mod._flat_weights[0].dtype,
+        weight_qparams_dict=weight_qparams_dict, activation=activation,
+    )  # fmt: skip
+    for name in mod._flat_weights_names:
+        setattr(ref, name, nn.Parameter(getattr(mod, name).detach().clone()))
+    return ref
+
+
+class LSTM(_Sequence, nn.LSTM):
+    """Reference dynamic int8 ``nn.LSTM`` (see the module docstring).
+
+    Args:
+        *args, **kwargs: those of ``nn.LSTM`` (no ``proj_size``).
+        weight_qparams_dict: ``{weight name: qparams dict}`` (``weight_ih_l0``...).
+        activation: the dynamic activation range, ``(0, 255)`` or ``(0, 127)``.
+
+    Example:
+        >>> lstm = nn.LSTM(4, 8)
+        >>> qparams = {"qscheme": torch.per_tensor_affine, "dtype": torch.qint8,
+        ...            "scale": 0.01, "zero_point": 0}
+        >>> ref = LSTM.from_float(lstm, {n: qparams for n in weight_names(lstm)})
+        >>> out, (h, c) = ref(torch.randn(5, 2, 4))
+        >>> out.shape, h.shape
+        (torch.Size([5, 2, 8]), torch.Size([1, 2, 8]))
+    """
+
+    _float_class = nn.LSTM
+    _is_lstm = True
+
+    def __init__(
+        self,
+        *args: Any,
+        weight_qparams_dict: Mapping[str, Any] | None = None,
+        activation: tuple[int, int] = (0, 255),
+        **kwargs: Any,
+    ) -> None:
+        nn.LSTM.__init__(self, *args, **kwargs)
+        self._init_qparams(weight_qparams_dict, activation)
+
+    def forward(  # type: ignore[override]  # no PackedSequence
+        self, input: torch.Tensor, hx: tuple[torch.Tensor, torch.Tensor] | None = None
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """``output, (h_n, c_n)`` as ``nn.LSTM`` returns them."""
+        output, (h, c) = self._run(self._check_input(input), hx)
+        return output, (h, c)
+
+    @classmethod
+    def from_float(
+        cls,
+        mod: nn.Module,
+        weight_qparams_dict: Mapping[str, Any] | None = None,
+        activation: tuple[int, int] = (0, 255),
+    ) -> LSTM:
+        """The reference module of float ``mod`` (its parameters copied)."""
+        ref: LSTM = _from_float_sequence(cls, mod, weight_qparams_dict, activation)
+        return ref
+
+
+class GRU(_Sequence, nn.GRU):
+    """Reference dynamic int8 ``nn.GRU`` (see the module docstring).
+
+    Example:
+        >>> gru = nn.GRU(4, 8, batch_first=True)
+        >>> qparams = {"qscheme": torch.per_tensor_affine, "dtype": torch.qint8,
+        ...            "scale": 0.01, "zero_point": 0}
+        >>> ref = GRU.from_float(gru, {n: qparams for n in weight_names(gru)})
+        >>> ref(torch.randn(2, 5, 4))[0].shape
+        torch.Size([2, 5, 8])
+    """
+
+    _float_class = nn.GRU
+    _is_lstm = False
+
+    def __init__(
+        self,
+        *args: Any,
+        weight_qparams_dict: Mapping[str, Any] | None = None,
+        activation: tuple[int, int] = (0, 255),
+        **kwargs: Any,
+    ) -> None:
+        nn.GRU.__init__(self, *args, **kwargs)
+        self._init_qparams(weight_qparams_dict, activation)
+
+    def forward(  # type: ignore[override]  # no PackedSequence
+        self, input: torch.Tensor, hx: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``output, h_n`` as ``nn.GRU`` returns them."""
+        output, (h,) = self._run(self._check_input(input), None if hx is None else (hx,))
+        return output, h
+
+    @classmethod
+    def from_float(
+        cls,
+        mod: nn.Module,
+        weight_qparams_dict: Mapping[str, Any] | None = None,
+        activation: tuple[int, int] = (0, 255),
+    ) -> GRU:
+        """The reference module of float ``mod`` (its parameters copied)."""
+        ref: GRU = _from_float_sequence(cls, mod, weight_qparams_dict, activation)
+        return ref
+
+
+class _Cell(RecurrentReference):
+    """The cells: one step, ``linear_ih(x) + linear_hh(h)``, each quantized dynamically."""
+
+    hidden_size: int
+    bias: bool
+
+    def _zeros(self, x: torch.Tensor) -> torch.Tensor:
+        shape = (*x.shape[:-1], self.hidden_size)
+        return x.new_zeros(shape)
+
+    def _gates(self, x: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._linear(x, "", "ih"), self._linear(h, "", "hh")
+
+    @classmethod
+    def from_float(
+        cls,
+        mod: nn.Module,
+        weight_qparams_dict: Mapping[str, Any] | None = None,
+        activation: tuple[int, int] = (0, 255),
+    ) -> Any:
+        """The reference cell of float ``mod`` (its parameters copied)."""
+        cls._check_float(mod)
+        kwargs: dict[str, Any] = {}
+        if isinstance(mod, nn.RNNCell):
+            kwargs["nonlinearity"] = mod.nonlinearity
+        weight: torch.Tensor = mod.weight_ih  # type: ignore[assignment]  # a cell
+        ref = cls(
+            mod.input_size, mod.hidden_size, mod.bias, **kwargs,
+            device=weight.device, dtype=weight.dtype,
+            weight_qparams_dict=weight_qparams_dict, activation=activation,
+        )  # fmt: skip
+        for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+            value = getattr(mod, name, None)
+            if isinstance(value, torch.Tensor):
+                setattr(ref, name, nn.Parameter(value.detach().clone()))
+        return ref
+
+
+class LSTMCell(_Cell, nn.LSTMCell):
+    """Reference dynamic int8 ``nn.LSTMCell``.
+
+    Example:
+        >>> qparams = {"qscheme": torch.per_tensor_affine, "dtype": torch.qint8,
+        ...            "scale": 0.01, "zero_point": 0}
+        >>> both = {"weight_ih": qparams, "weight_hh": qparams}
+        >>> ref = LSTMCell.from_float(nn.LSTMCell(4, 8), both)
+        >>> [t.shape for t in ref(torch.randn(3, 4))]
+        [torch.Size([3, 8]), torch.Size([3, 8])]
+    """
+
+    _float_class = nn.LSTMCell
+
+    def __init__(
+        self,
+        *args: Any,
+        weight_qparams_dict: Mapping[str, Any] | None = None,
+        activation: tuple[int, int] = (0, 255),
+        **kwargs: Any,
+    ) -> None:
+        nn.LSTMCell.__init__(self, *args, **kwargs)
+        self._init_qparams(weight_qparams_dict, activation)
+
+    def forward(
+        self, input: torch.Tensor, hx: tuple[torch.Tensor, torch.Tensor] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(h_1, c_1)`` as ``nn.LSTMCell`` returns them."""
+        h, c = (self._zeros(input),) * 2 if hx is None else hx
+        ih, hh = self._gates(input, h)
+        return _lstm_cell(ih + hh, c)
+
+
+class GRUCell(_Cell, nn.GRUCell):
+    """Reference dynamic int8 ``nn.GRUCell``.
+
+    Example:
+        >>> qparams = {"qscheme": torch.per_tensor_affine, "dtype": torch.qint8,
+        ...            "scale": 0.01, "zero_point": 0}
+        >>> ref = GRUCell.from_float(nn.GRUCell(4, 8), {"weight_ih": qparams, "weight_hh": qparams})
+        >>> ref(torch.randn(3, 4)).shape
+        torch.Size([3, 8])
+    """
+
+    _float_class = nn.GRUCell
+
+    def __init__(
+        self,
+        *args: Any,
+        weight_qparams_dict: Mapping[str, Any] | None = None,
+        activation: tuple[int, int] = (0, 255),
+        **kwargs: Any,
+    ) -> None:
+        nn.GRUCell.__init__(self, *args, **kwargs)
+        self._init_qparams(weight_qparams_dict, activation)
+
+    def forward(self, input: torch.Tensor, hx: torch.Tensor | None = None) -> torch.Tensor:
+        """``h_1`` as ``nn.GRUCell`` returns it."""
+        h = self._zeros(input) if hx is None else hx
+        ih, hh = self._gates(input, h)
+        return _gru_cell(ih, hh, h)
+
+
+class RNNCell(_Cell, nn.RNNCell):
+    """Reference dynamic int8 ``nn.RNNCell`` (tanh or relu).
+
+    Example:
+        >>> qparams = {"qscheme": torch.per_tensor_affine, "dtype": torch.qint8,
+        ...            "scale": 0.01, "zero_point": 0}
+        >>> ref = RNNCell.from_float(nn.RNNCell(4, 8), {"weight_ih": qparams, "weight_hh": qparams})
+        >>> ref(torch.randn(3, 4)).shape
+        torch.Size([3, 8])
+    """
+
+    _float_class = nn.RNNCell
+
+    def __init__(
+        self,
+        *args: Any,
+        weight_qparams_dict: Mapping[str, Any] | None = None,
+        activation: tuple[int, int] = (0, 255),
+        **kwargs: Any,
+    ) -> None:
+        nn.RNNCell.__init__(self, *args, **kwargs)
+        self._init_qparams(weight_qparams_dict, activation)
+
+    def forward(self, input: torch.Tensor, hx: torch.Tensor | None = None) -> torch.Tensor:
+        """``h_1`` as ``nn.RNNCell`` returns it."""
+        h = self._zeros(input) if hx is None else hx
+        ih, hh = self._gates(input, h)
+        gates = ih + hh
+        return torch.tanh(gates) if self.nonlinearity == "tanh" else torch.relu(gates)
