@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from operator import getitem
 from typing import Any
 
 import torch
@@ -44,6 +45,11 @@ from fxquant.flow.report import NodeReport, NodeStatus, Reason, ReasonCode, Repo
 from fxquant.flow.state import node_info, update_info
 from fxquant.flow.values import ValueKind, node_args, value_kinds
 from fxquant.numerics.observer import PlaceholderObserver
+
+# ops returning a tuple of tensors: their pieces are observed, each after its getitem
+_PIECES = frozenset(
+    {"chunk", "split", "split_with_sizes", "tensor_split", "unbind", "unsafe_split"}
+)
 
 __all__ = [
     "Decision",
@@ -384,8 +390,8 @@ def _plan_inputs(node: fx.Node, decision: Decision, planner: _Planner) -> None:
     assert decision.match is not None
     inside = set(decision.match.nodes)
     for position, arg in _inputs(node):
-        if arg in inside or planner.kinds.get(arg) != ValueKind.FLOAT:
-            continue
+        if arg in inside or planner.kinds.get(arg) != ValueKind.FLOAT or _returns_pieces(arg):
+            continue  # a tuple has no range: its pieces are observed after their getitem
         request = _edge_request(node, position, arg, decision, planner)
         if request is None:
             continue
@@ -434,12 +440,34 @@ def _plan_node(node: fx.Node, planner: _Planner) -> None:
         return  # an int8-in, float-out kernel: its consumers quantize what they need (#23)
     if planner.kinds.get(node) != ValueKind.FLOAT or not _observable(dtype):
         return
-    site = planner.new_site(node, None, decision.qconfig.activation)
-    planner.out_dtype[node] = dtype
-    planner.out_site[node] = site
-    if kind is ObservationType.OUTPUT_SHARE_OBSERVER_WITH_INPUT and not _share(node, site, planner):
+    shared = kind is ObservationType.OUTPUT_SHARE_OBSERVER_WITH_INPUT
+    if _returns_pieces(node):  # chunk/split/unbind: a tuple has no range; observe each piece
+        for piece in [u for u in node.users if u.op == "call_function" and u.target is getitem]:
+            _plan_output(piece, node, decision.qconfig.activation, dtype, shared, planner)
+        return
+    _plan_output(node, node, decision.qconfig.activation, dtype, shared, planner)
+
+
+def _returns_pieces(node: fx.Node) -> bool:
+    """Whether ``node`` returns a tuple of tensors (``chunk``, ``split``, ``unbind``...)."""
+    if node.op not in ("call_function", "call_method"):
+        return False
+    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+    return name in _PIECES
+
+
+def _plan_output(
+    value: fx.Node, node: fx.Node, ctor: Ctor, dtype: torch.dtype, shared: bool, planner: _Planner
+) -> None:
+    """An output observer on ``value`` (``node`` itself or one of its pieces)."""
+    if value in planner.out_site:
+        return  # a piece its tuple's op already observes
+    site = planner.new_site(value, None, ctor)
+    planner.out_dtype[value] = dtype
+    planner.out_site[value] = site
+    if shared and not _share(node, site, planner):
         planner.sites[site][2] = None  # nothing to share with: torch.ao drops it too
-        del planner.out_site[node]
+        del planner.out_site[value]
 
 
 def _plan_boundaries(gm: fx.GraphModule, planner: _Planner) -> None:
