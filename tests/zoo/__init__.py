@@ -1,1 +1,1 @@
-"""The architecture zoo of issue 20: 25+ models, each measured on every backend (tests/zoo/runner.py)."""
+"""The architecture zoo of issue 20, measured on every backend by tests/zoo/runner.py."""

@@ -151,6 +151,7 @@ class InvertedResidual(nn.Module):
         cout: int,
         stride: int,
         expand: int,
+        *,
         act: type = nn.ReLU6,
         se: type | None = None,
         kernel: int = 3,
@@ -203,11 +204,11 @@ class MobileNetV3(nn.Module):
         se = SqueezeExcite
         self.features = nn.Sequential(
             conv_bn_act(3, 16, 3, 2, act=nn.Hardswish),
-            InvertedResidual(16, 16, 2, 1, nn.ReLU, se),
-            InvertedResidual(16, 24, 2, 4, nn.ReLU),
-            InvertedResidual(24, 24, 1, 3, nn.ReLU),
-            InvertedResidual(24, 40, 2, 4, nn.Hardswish, se, kernel=5),
-            InvertedResidual(40, 40, 1, 3, nn.Hardswish, se, kernel=5),
+            InvertedResidual(16, 16, 2, 1, act=nn.ReLU, se=se),
+            InvertedResidual(16, 24, 2, 4, act=nn.ReLU),
+            InvertedResidual(24, 24, 1, 3, act=nn.ReLU),
+            InvertedResidual(24, 40, 2, 4, act=nn.Hardswish, se=se, kernel=5),
+            InvertedResidual(40, 40, 1, 3, act=nn.Hardswish, se=se, kernel=5),
             conv_bn_act(40, 96, 1, act=nn.Hardswish),
         )
         self.pool = nn.AdaptiveAvgPool2d(1)
@@ -236,7 +237,14 @@ class EfficientNet(nn.Module):
                 drop = 0.2 * index / total
                 layers.append(
                     InvertedResidual(
-                        cin, cout, stride if i == 0 else 1, expand, nn.SiLU, se, kernel, drop
+                        cin,
+                        cout,
+                        stride if i == 0 else 1,
+                        expand,
+                        act=nn.SiLU,
+                        se=se,
+                        kernel=kernel,
+                        drop=drop,
                     )
                 )
                 cin, index = cout, index + 1
