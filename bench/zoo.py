@@ -31,6 +31,7 @@ RESULTS = ROOT / "bench" / "results"
 JSON = RESULTS / "zoo.json"
 MARKDOWN = RESULTS / "zoo.md"
 PLOT = ROOT / "docs" / "img" / "zoo.png"
+GUIDE = ROOT / "docs" / "guide" / "zoo.md"
 TOLERANCE_DB = 0.5  # fxquant's SQNR at least torch.ao's minus this, on the CPU backends
 sys.path.insert(0, os.fspath(ROOT))
 
@@ -111,7 +112,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     from tests.zoo.runner import BACKENDS, ZOO
 
     by = {(r["model"], r["backend"]): r for r in rows}
-    models = [m for m in ZOO if any(k[0] == m for k in by)]
+    models = list(ZOO)  # every model: the ones not run show as such
     lines = [
         "| model | what | " + " | ".join(BACKENDS) + " |",
         "|---|---|" + "---|" * len(BACKENDS),
@@ -162,7 +163,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> str:
     from tests.zoo.runner import BACKENDS, ZOO
 
     by = {(r["model"], r["backend"]): r for r in rows}
-    models = [m for m in ZOO if any(k[0] == m for k in by)]
+    models = list(ZOO)  # every model: the ones not run show as such
     colours = {"ok": "#2a9d8f", "below torch.ao": "#e9c46a", "failed": "#e76f51", None: "#8d99ae"}
     fig, ax = plt.subplots(figsize=(1.3 * len(BACKENDS) + 2.5, 0.3 * len(models) + 1.3))
     for y, name in enumerate(models):
@@ -196,17 +197,38 @@ def plot(rows: list[dict[str, Any]], path: Path) -> str:
 
 
 def render(rows: list[dict[str, Any]]) -> None:
-    """zoo.md and the plot from ``rows``."""
+    """zoo.md, the plot, and the table in docs/guide/zoo.md (between its markers)."""
     MARKDOWN.write_text(markdown(rows))
+    start, end = "<!-- zoo-table -->\n", "<!-- /zoo-table -->"
+    page = GUIDE.read_text()
+    if start in page and end in page:
+        head, rest = page.split(start, 1)
+        GUIDE.write_text(
+            head + start + "\n" + MARKDOWN.read_text() + "\n" + end + rest.split(end, 1)[1]
+        )
     print(MARKDOWN.read_text())
     print(plot(rows, PLOT))
 
 
 def _load() -> list[dict[str, Any]]:
-    return json.loads(JSON.read_text())["results"] if JSON.exists() else []
+    """zoo.json's rows, and those of any parts (zoo-NAME.json, from ``--out``) over them."""
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for path in [JSON, *sorted(RESULTS.glob("zoo-*.json"))]:
+        if path.exists():
+            rows.update(
+                {(r["model"], r["backend"]): r for r in json.loads(path.read_text())["results"]}
+            )
+    return _sorted(list(rows.values()))
 
 
-def _save(rows: list[dict[str, Any]], started: float) -> None:
+def _sorted(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    from tests.zoo.runner import BACKENDS, ZOO
+
+    order = {name: i for i, name in enumerate(ZOO)}
+    return sorted(rows, key=lambda r: (order.get(r["model"], 99), BACKENDS.index(r["backend"])))
+
+
+def _save(rows: list[dict[str, Any]], started: float, path: Path = JSON) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     sys.path.insert(0, os.fspath(ROOT / "bench"))
     import harness
@@ -216,7 +238,7 @@ def _save(rows: list[dict[str, Any]], started: float) -> None:
         "seconds": time.perf_counter() - started,
         "results": rows,
     }
-    JSON.write_text(json.dumps(record, indent=1, default=str))
+    path.write_text(json.dumps(record, indent=1, default=str))
 
 
 def main() -> None:
@@ -228,6 +250,9 @@ def main() -> None:
     parser.add_argument("--no-oracle", action="store_true", help="skip torch.ao's runs")
     parser.add_argument("--timeout", type=float, default=1200.0, help="seconds per model")
     parser.add_argument("--render", action="store_true", help="redraw from zoo.json only")
+    parser.add_argument(
+        "--out", help="write the rows of this run to bench/results/zoo-OUT.json (a part)"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="accepted (nox -s bench passes it)")
     args = parser.parse_args()
@@ -242,20 +267,19 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown models {unknown}; the zoo has: {', '.join(ZOO)}")
     started = time.perf_counter()
-    rows = _load()
+    path = RESULTS / f"zoo-{args.out}.json" if args.out else JSON
+    rows = [] if args.out else _load()
     for model in args.models.split(","):
         fresh = run_model(model, backends, not args.no_oracle, args.timeout)
         keys = {(r["model"], r["backend"]) for r in fresh}
-        rows = [r for r in rows if (r["model"], r["backend"]) not in keys] + fresh
-        order = {name: i for i, name in enumerate(ZOO)}
-        rows.sort(key=lambda r: (order.get(r["model"], 99), BACKENDS.index(r["backend"])))
-        _save(rows, started)
+        rows = _sorted([r for r in rows if (r["model"], r["backend"]) not in keys] + fresh)
+        _save(rows, started, path)
         sys.stdout.flush()
         for r in fresh:
             state = verdict(r)
             figures = f"{_db(r.get('sqnr')):>6} (torch.ao {_db(r.get('ao_sqnr'))})"
             print(f"{model:24} {r['backend']:11} {state:15} {figures} {r.get('reason', '')[:120]}")
-    render(rows)
+    render(_load())
 
 
 if __name__ == "__main__":
