@@ -10,6 +10,8 @@ docs/guide/zoo.md. These cases stay in ``nox -s tests``:
   ``input_ids`` alone, and GPT-2's vmap-built causal mask fails as an
   ``UntraceableModelError`` naming transformers' line, not as a ``ValueError`` about ``kwargs``;
 - the nn.Transformer family and an LSTM tagger go through x86;
+- transformers' ViTModel, whose ``forward`` is wrapped by ``check_model_inputs``
+  (``(*args, **kwargs)``), is traced through to the function it wraps;
 - a CNN on x86 at least torch.ao's SQNR (0.5 dB) on the same recipe.
 """
 
@@ -83,3 +85,11 @@ def test_gpt2_causal_mask_is_a_clear_untraceable_error() -> None:
     assert result.clear
     assert "masking_utils.py" in result.reason
     assert "vmap" in result.reason
+
+
+def test_transformers_vit_is_traced_through_its_decorated_forward() -> None:
+    pytest.importorskip("transformers")
+    result = run("hf_vit", "x86", oracle=False)  # check_model_inputs' (*args, **kwargs) wrapper
+    assert result.ok, result.reason
+    assert result.sqnr is not None
+    assert result.sqnr >= 20
