@@ -51,6 +51,9 @@ _PIECES = frozenset(
     {"chunk", "split", "split_with_sizes", "tensor_split", "unbind", "unsafe_split"}
 )
 
+# modules returning a tuple: (output, state) or (output, attention weights)
+_TUPLE_MODULES = (nn.RNNBase, nn.MultiheadAttention)
+
 __all__ = [
     "Decision",
     "ObserverPlan",
@@ -130,6 +133,7 @@ class _Planner:
     edge_site: dict[tuple[fx.Node, type, torch.dtype], int] = field(default_factory=dict)
     site_of_edge: dict[tuple[fx.Node, fx.Node], int] = field(default_factory=dict)
     sites: list[list[Any]] = field(default_factory=list)  # [producer, consumers, ctor, group]
+    tuple_modules: frozenset[fx.Node] = frozenset()  # call_module nodes returning tuples
     parent: list[int] = field(default_factory=list)
 
     def probe(self, qconfig: QConfig) -> QConfigProbe:
@@ -390,7 +394,11 @@ def _plan_inputs(node: fx.Node, decision: Decision, planner: _Planner) -> None:
     assert decision.match is not None
     inside = set(decision.match.nodes)
     for position, arg in _inputs(node):
-        if arg in inside or planner.kinds.get(arg) != ValueKind.FLOAT or _returns_pieces(arg):
+        if (
+            arg in inside
+            or planner.kinds.get(arg) != ValueKind.FLOAT
+            or _returns_pieces(arg, planner)
+        ):
             continue  # a tuple has no range: its pieces are observed after their getitem
         request = _edge_request(node, position, arg, decision, planner)
         if request is None:
@@ -441,19 +449,30 @@ def _plan_node(node: fx.Node, planner: _Planner) -> None:
     if planner.kinds.get(node) != ValueKind.FLOAT or not _observable(dtype):
         return
     shared = kind is ObservationType.OUTPUT_SHARE_OBSERVER_WITH_INPUT
-    if _returns_pieces(node):  # chunk/split/unbind: a tuple has no range; observe each piece
-        for piece in [u for u in node.users if u.op == "call_function" and u.target is getitem]:
+    if _returns_pieces(node, planner):  # a tuple has no range: observe each tensor piece
+        for piece in _pieces(node, planner):
             _plan_output(piece, node, decision.qconfig.activation, dtype, shared, planner)
         return
     _plan_output(node, node, decision.qconfig.activation, dtype, shared, planner)
 
 
-def _returns_pieces(node: fx.Node) -> bool:
-    """Whether ``node`` returns a tuple of tensors (``chunk``, ``split``, ``unbind``...)."""
+def _returns_pieces(node: fx.Node, planner: _Planner) -> bool:
+    """Whether ``node`` returns a tuple (``chunk``, ``split``, ``unbind``, an RNN module...)."""
+    if node in planner.tuple_modules:
+        return True
     if node.op not in ("call_function", "call_method"):
         return False
     name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
     return name in _PIECES
+
+
+def _pieces(node: fx.Node, planner: _Planner) -> list[fx.Node]:
+    """The getitem readers of ``node`` that are tensors: every piece of a ``chunk``; only the
+    output sequence (index 0) of an RNN module, whose index 1 is a state or a tuple of them."""
+    pieces = [u for u in node.users if u.op == "call_function" and u.target is getitem]
+    if node in planner.tuple_modules:
+        pieces = [u for u in pieces if len(u.args) > 1 and u.args[1] == 0]
+    return pieces
 
 
 def _plan_output(
@@ -513,6 +532,11 @@ def plan_observers(
     """
     kinds = value_kinds(gm, modules, ctx.example_inputs)
     planner = _Planner(ctx, kinds, {}, input_roles_by_op(ctx.backend_config))
+    planner.tuple_modules = frozenset(
+        n
+        for n in gm.graph.nodes
+        if n.op == "call_module" and isinstance(modules.get(str(n.target)), _TUPLE_MODULES)
+    )
     _decide_all(gm, matches, qconfigs, modules, planner)
     _plan_boundaries(gm, planner)
     for node in gm.graph.nodes:

@@ -173,15 +173,18 @@ def _lowering_failed(error: BaseException) -> str:
     """The message for a failure inside ``to_edge_transform_and_lower``: the graph node the
     innermost frame of the toolchain was working on (a local named ``node``), and why."""
     node = None
-    traceback = error.__traceback__
-    while traceback is not None:
-        candidate = traceback.tb_frame.f_locals.get("node")
-        if isinstance(candidate, fx.Node):
-            node = candidate
-        traceback = traceback.tb_next
+    chain: BaseException | None = error
+    while chain is not None and node is None:  # the pass's own error, under its wrapper's
+        traceback = chain.__traceback__
+        while traceback is not None:
+            candidate = traceback.tb_frame.f_locals.get("node")
+            if isinstance(candidate, fx.Node):
+                node = candidate
+            traceback = traceback.tb_next
+        chain = chain.__cause__ or chain.__context__
     where = "at an unknown node"
     if node is not None:
-        where = f"at node {node.name!r} ({node.op} {node.target})"
+        where = f"at node {node.name!r} ({node.op} {str(node.target).split(':')[0]})"
         trace = node.meta.get("stack_trace")
         if trace:
             where += f", from {trace.strip().splitlines()[-2].strip()}"
