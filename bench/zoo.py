@@ -103,6 +103,7 @@ def _cell(row: dict[str, Any] | None) -> str:
     text = _db(row.get("sqnr"))
     if row.get("ao_sqnr") is not None or row.get("ao_reason"):
         ao = _db(row.get("ao_sqnr")) if row.get("ao_sqnr") is not None else "fail"
+        ao = "all float" if ao == "inf" else ao  # torch.ao quantized nothing
         text += f" ({ao})"
     return text + (" ⚠" if verdict(row) == "below torch.ao" else "")
 
@@ -174,7 +175,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> str:
             text = "fail" if state == "failed" else ("" if row is None else _db(row.get("sqnr")))
             ao = row.get("ao_sqnr") if row else None
             if ao is not None and state != "failed":
-                text += f" ({_db(ao)})"
+                text += " (float)" if math.isinf(ao) else f" ({_db(ao)})"
             ax.text(x + 0.48, y + 0.46, text, ha="center", va="center", fontsize=6)
     ax.set_xlim(0, len(BACKENDS))
     ax.set_ylim(len(models), 0)
