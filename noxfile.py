@@ -1,5 +1,5 @@
 """Developer sessions: `nox -s tests`, `lint`, `typecheck`, `docs`, `demo`, `bench`, `plugin`,
-`fuzz`, `install`.
+`fuzz`, `install`, `zoo`.
 
 Every session that needs torch installs ``torch==2.13.0`` first and explicitly:
 an unpinned torch (asked for directly or through a dependency's range) pulls
@@ -184,6 +184,21 @@ def bench(session: nox.Session) -> None:
     accuracy = ROOT / "bench" / "accuracy_transformer.py"
     session.run("python", os.fspath(accuracy), *session.posargs, env={**env, "HF_HUB_OFFLINE": "1"})
     session.run("python", os.fspath(ROOT / "bench" / "summary.py"), env=env)
+
+
+@nox.session(python="3.11")
+def zoo(session: nox.Session) -> None:
+    """The model zoo of issue 20: 26 architectures on every backend, next to torch.ao on the
+    CPU backends (bench/zoo.py): bench/results/zoo.json and zoo.md, docs/img/zoo.png. About
+    an hour on two cores; not part of ``tests`` (which runs tests/zoo/test_zoo.py's subset).
+
+    ``nox -s zoo -- --models resnet,bert --backends x86`` reruns some rows.
+    """
+    install_core(session, "bench")  # matplotlib for the plot, transformers for the HF models
+    if PLUGINS:
+        session.install(*(f"-e./plugins/{name}" for name in dependencies_first()))
+    env = {"OMP_NUM_THREADS": "1", "PYTHONPATH": os.fspath(ROOT), "HF_HUB_OFFLINE": "1"}
+    session.run("python", os.fspath(ROOT / "bench" / "zoo.py"), *session.posargs, env=env)
 
 
 # what `nox -s install` checks in each venv after the documented installs: every backend

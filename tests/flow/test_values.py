@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import operator
+
 import fxquant
 import pytest
 import torch
@@ -115,3 +117,18 @@ def test_a_masked_fill_keeps_minus_infinity_away_from_every_observer() -> None:
     assert min(minima) > -100  # no -1e9 reached an observer
     codes = {e.node: e.reason.code for e in explain(prepared, show=False).entries() if e.reason}
     assert codes["softmax"] == "additive_mask"
+
+
+def test_finfo_of_a_dtype_is_a_scalar_not_a_float_tensor() -> None:
+    # transformers' T5: ``(1.0 - mask) * torch.finfo(dtype).min``; an observer on the float
+    # it gives failed calibration with "'float' object has no attribute 'numel'" (#20)
+    graph = fx.Graph()
+    x = graph.placeholder("x")
+    info = graph.call_function(torch.finfo, (torch.float32,))
+    low = graph.call_function(getattr, (info, "min"))
+    out = graph.call_function(operator.mul, (x, low))
+    graph.output(out)
+    kinds = value_kinds(fx.GraphModule(nn.Module(), graph), {}, (torch.randn(2),))
+    assert kinds[info] == ValueKind.SCALAR
+    assert kinds[low] == ValueKind.SCALAR
+    assert kinds[out] == ValueKind.FLOAT

@@ -21,11 +21,13 @@ its ``state_dict`` into a model quantized the same way instead.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import inspect
 import sys
 import types
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from torch import fx, nn
@@ -102,9 +104,64 @@ def trace_transformers_model(
         raise ConfigError(msg) from error
     concrete: dict[str, Any] = dict(ctx.concrete_args or {})
     dummy = {name: value for name, value in bound.items() if name not in concrete}
+    concrete.update(_defaults(signature, dummy, concrete))
     tracer: Any = tracer_class()(*leaves)  # HFTracer.trace takes dummy_inputs
-    graph: fx.Graph = tracer.trace(root, concrete_args=concrete, dummy_inputs=dummy)
+    with _undecorated(type(root)):
+        graph: fx.Graph = tracer.trace(
+            root,
+            concrete_args=concrete,
+            dummy_inputs=dummy,
+            complete_concrete_args_with_inputs_not_in_dummy_inputs=False,
+        )
     return tracer, graph
+
+
+@contextlib.contextmanager
+def _undecorated(cls: type) -> Iterator[None]:
+    """``cls.forward`` without transformers' decorators while tracing.
+
+    transformers 4.5x wraps ``forward`` (``check_model_inputs``: output capture,
+    ``use_cache`` and ``return_dict`` from the config) in a ``(self, *args, **kwargs)``
+    wrapper; torch.fx traces the wrapper's own signature, whose ``**kwargs`` it passes
+    as None, and ViTModel failed with ``'NoneType' object has no attribute 'get'``.
+    The function it wraps (``__wrapped__``) is the model.
+    """
+    forward = cls.__dict__.get("forward")
+    inner = getattr(forward, "__wrapped__", None)
+    if inner is None or not getattr(forward, "__module__", "").startswith("transformers."):
+        yield
+        return
+    cls.forward = inner  # type: ignore[attr-defined]  # restored below
+    try:
+        yield
+    finally:
+        cls.forward = forward  # type: ignore[attr-defined]
+
+
+def _defaults(
+    signature: inspect.Signature, dummy: Mapping[str, Any], given: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The concrete value of each parameter neither traced nor given: its default.
+
+    ``**kwargs`` (GPT-2, T5, most models since transformers 4.5x) stays out: it has no
+    default, and an empty one is what a call without it passes. ``use_cache`` is False:
+    a traced model returns no key/value cache (a ``DynamicCache`` object is no tensor).
+    """
+    found: dict[str, Any] = {}
+    for name, parameter in signature.parameters.items():
+        if name in dummy or name in given or parameter.kind in _VARIADIC:
+            continue
+        if parameter.default is inspect.Parameter.empty:
+            msg = (
+                f"{name!r} of forward{signature} has no default and no example input; "
+                f"pass it in example_inputs or concrete_args={{{name!r}: value}}"
+            )
+            raise ConfigError(msg)
+        found[name] = False if name == "use_cache" else parameter.default
+    return found
+
+
+_VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
 
 
 def _for_transformers(root: nn.Module) -> types.ModuleType | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from operator import getitem
 from typing import Any
 
 import torch
@@ -44,6 +45,14 @@ from fxquant.flow.report import NodeReport, NodeStatus, Reason, ReasonCode, Repo
 from fxquant.flow.state import node_info, update_info
 from fxquant.flow.values import ValueKind, node_args, value_kinds
 from fxquant.numerics.observer import PlaceholderObserver
+
+# ops returning a tuple of tensors: their pieces are observed, each after its getitem
+_PIECES = frozenset(
+    {"chunk", "split", "split_with_sizes", "tensor_split", "unbind", "unsafe_split"}
+)
+
+# modules returning a tuple: (output, state) or (output, attention weights)
+_TUPLE_MODULES = (nn.RNNBase, nn.MultiheadAttention)
 
 __all__ = [
     "Decision",
@@ -124,6 +133,7 @@ class _Planner:
     edge_site: dict[tuple[fx.Node, type, torch.dtype], int] = field(default_factory=dict)
     site_of_edge: dict[tuple[fx.Node, fx.Node], int] = field(default_factory=dict)
     sites: list[list[Any]] = field(default_factory=list)  # [producer, consumers, ctor, group]
+    tuple_modules: frozenset[fx.Node] = frozenset()  # call_module nodes returning tuples
     parent: list[int] = field(default_factory=list)
 
     def probe(self, qconfig: QConfig) -> QConfigProbe:
@@ -384,8 +394,12 @@ def _plan_inputs(node: fx.Node, decision: Decision, planner: _Planner) -> None:
     assert decision.match is not None
     inside = set(decision.match.nodes)
     for position, arg in _inputs(node):
-        if arg in inside or planner.kinds.get(arg) != ValueKind.FLOAT:
-            continue
+        if (
+            arg in inside
+            or planner.kinds.get(arg) != ValueKind.FLOAT
+            or _returns_pieces(arg, planner)
+        ):
+            continue  # a tuple has no range: its pieces are observed after their getitem
         request = _edge_request(node, position, arg, decision, planner)
         if request is None:
             continue
@@ -434,12 +448,45 @@ def _plan_node(node: fx.Node, planner: _Planner) -> None:
         return  # an int8-in, float-out kernel: its consumers quantize what they need (#23)
     if planner.kinds.get(node) != ValueKind.FLOAT or not _observable(dtype):
         return
-    site = planner.new_site(node, None, decision.qconfig.activation)
-    planner.out_dtype[node] = dtype
-    planner.out_site[node] = site
-    if kind is ObservationType.OUTPUT_SHARE_OBSERVER_WITH_INPUT and not _share(node, site, planner):
+    shared = kind is ObservationType.OUTPUT_SHARE_OBSERVER_WITH_INPUT
+    if _returns_pieces(node, planner):  # a tuple has no range: observe each tensor piece
+        for piece in _pieces(node, planner):
+            _plan_output(piece, node, decision.qconfig.activation, dtype, shared, planner)
+        return
+    _plan_output(node, node, decision.qconfig.activation, dtype, shared, planner)
+
+
+def _returns_pieces(node: fx.Node, planner: _Planner) -> bool:
+    """Whether ``node`` returns a tuple (``chunk``, ``split``, ``unbind``, an RNN module...)."""
+    if node in planner.tuple_modules:
+        return True
+    if node.op not in ("call_function", "call_method"):
+        return False
+    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+    return name in _PIECES
+
+
+def _pieces(node: fx.Node, planner: _Planner) -> list[fx.Node]:
+    """The getitem readers of ``node`` that are tensors: every piece of a ``chunk``; only the
+    output sequence (index 0) of an RNN module, whose index 1 is a state or a tuple of them."""
+    pieces = [u for u in node.users if u.op == "call_function" and u.target is getitem]
+    if node in planner.tuple_modules:
+        pieces = [u for u in pieces if len(u.args) > 1 and u.args[1] == 0]
+    return pieces
+
+
+def _plan_output(
+    value: fx.Node, node: fx.Node, ctor: Ctor, dtype: torch.dtype, shared: bool, planner: _Planner
+) -> None:
+    """An output observer on ``value`` (``node`` itself or one of its pieces)."""
+    if value in planner.out_site:
+        return  # a piece its tuple's op already observes
+    site = planner.new_site(value, None, ctor)
+    planner.out_dtype[value] = dtype
+    planner.out_site[value] = site
+    if shared and not _share(node, site, planner):
         planner.sites[site][2] = None  # nothing to share with: torch.ao drops it too
-        del planner.out_site[node]
+        del planner.out_site[value]
 
 
 def _plan_boundaries(gm: fx.GraphModule, planner: _Planner) -> None:
@@ -485,6 +532,11 @@ def plan_observers(
     """
     kinds = value_kinds(gm, modules, ctx.example_inputs)
     planner = _Planner(ctx, kinds, {}, input_roles_by_op(ctx.backend_config))
+    planner.tuple_modules = frozenset(
+        n
+        for n in gm.graph.nodes
+        if n.op == "call_module" and isinstance(modules.get(str(n.target)), _TUPLE_MODULES)
+    )
     _decide_all(gm, matches, qconfigs, modules, planner)
     _plan_boundaries(gm, planner)
     for node in gm.graph.nodes:

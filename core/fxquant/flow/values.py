@@ -30,7 +30,7 @@ The attention-mask rule, in full (``masked`` values stay float, reported
     attention_mask (int) -> .to(float) -> (1 - m) * -1e4   : mask
     scores (float) + mask                                  : masked (until softmax)
     scores.masked_fill(m == 0, -1e9)                       : masked (until softmax)
-    x.size(0), x.shape                                     : scalar
+    x.size(0), x.shape, torch.finfo(x.dtype).min          : scalar
 """
 
 from __future__ import annotations
@@ -113,6 +113,7 @@ _INT_METHODS = frozenset(
         "__ge__",
     }
 )
+_TYPE_INFO = (torch.finfo, torch.iinfo)
 _FLOAT_METHODS = frozenset({"float", "half", "double", "bfloat16"})
 _COMPARISONS = frozenset(
     {
@@ -191,8 +192,8 @@ def _call_kind(node: fx.Node, kinds: Mapping[fx.Node, ValueKind]) -> ValueKind:
     """The kind of a call's result from its op and its inputs' kinds."""
     args = [kinds.get(a, FLOAT) for a in node_args(node)]
     target = node.target
-    if target in _SCALAR_METHODS or target is len:
-        return SCALAR
+    if target in _SCALAR_METHODS or target is len or target in _TYPE_INFO:
+        return SCALAR  # torch.finfo(dtype).min is a Python float, never a tensor
     if target is getattr:
         return SCALAR if node.args[1] in ("shape", "dtype", "device", "ndim") else args[0]
     if target is operator.getitem:

@@ -56,6 +56,7 @@ from fxquant_executorch.edge_ops import dequantize_for, is_dequantize, is_quanti
 
 __all__ = [
     "constant_scalars",
+    "double_scales",
     "duplicate_dequantize",
     "keepdim_means",
     "quantized_embeddings",
@@ -275,3 +276,34 @@ def constant_scalars(program: ExportedProgram) -> int:
         program.graph.erase_node(node)
         folded += 1
     return folded
+
+
+def double_scales(program: ExportedProgram) -> int:
+    """Cast the scales of per-channel quantize steps left outside XNNPACK to float64.
+
+    ExecuTorch's portable ``quantize_per_channel`` kernel aborts the process on float32
+    scales (``scale.scalar_type() == ScalarType::Double``); a weight computed in
+    ``forward`` (``nn.MultiheadAttention``'s packed projection split into query and
+    key/value) is quantized there at run time. Runs on the edge program after partitioning.
+
+    Example:
+        >>> # nn.Transformer on executorch: tests/zoo (the zoo's nn_transformer)
+    """
+    from executorch.exir.dialects._ops import ops as exir_ops
+
+    quantize = exir_ops.edge.quantized_decomposed.quantize_per_channel.default
+    cast = exir_ops.edge.aten._to_copy.default
+    graph, changed = program.graph, 0
+    for node in list(graph.nodes):
+        scale = node.args[1] if node.target is quantize else None
+        value = scale.meta.get("val") if isinstance(scale, fx.Node) else None
+        if not isinstance(value, torch.Tensor) or value.dtype == torch.float64:
+            continue
+        with graph.inserting_before(node):
+            double = graph.call_function(cast, (scale,), {"dtype": torch.float64})
+        double.meta["val"] = value.to(torch.float64)
+        node.replace_input_with(scale, double)
+        changed += 1
+    if changed:
+        program.graph_module.recompile()
+    return changed

@@ -40,6 +40,7 @@ from fxquant_executorch.delegation import (
 from fxquant_executorch.edge_ops import quiet_toolchain, rewrite_qdq
 from fxquant_executorch.passes import (
     constant_scalars,
+    double_scales,
     duplicate_dequantize,
     keepdim_means,
     quantized_embeddings,
@@ -159,9 +160,40 @@ def _lower(program: torch.export.ExportedProgram) -> tuple[bytes, list[Placement
         from executorch.exir import to_edge_transform_and_lower
 
     with quiet_toolchain(), capture_partitioner_reasons() as reasons:
-        edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
+        try:
+            edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
+        except Exception as error:  # the toolchain's own failure: say where, as ours
+            raise ExportError(_lowering_failed(error)) from error
         found = placements(edge.exported_program(), reasons)
+        double_scales(edge.exported_program())
         return edge.to_executorch().buffer, found
+
+
+def _lowering_failed(error: BaseException) -> str:
+    """The message for a failure inside ``to_edge_transform_and_lower``: the graph node the
+    innermost frame of the toolchain was working on (a local named ``node``), and why."""
+    node = None
+    chain: BaseException | None = error
+    while chain is not None and node is None:  # the pass's own error, under its wrapper's
+        traceback = chain.__traceback__
+        while traceback is not None:
+            candidate = traceback.tb_frame.f_locals.get("node")
+            if isinstance(candidate, fx.Node):
+                node = candidate
+            traceback = traceback.tb_next
+        chain = chain.__cause__ or chain.__context__
+    where = "at an unknown node"
+    if node is not None:
+        where = f"at node {node.name!r} ({node.op} {str(node.target).split(':')[0]})"
+        trace = node.meta.get("stack_trace")
+        if trace:
+            where += f", from {trace.strip().splitlines()[-2].strip()}"
+    why = " ".join(str(error).split())[:300] or "(no message)"
+    return (
+        f"ExecuTorch's to_edge_transform_and_lower (XNNPACK partitioning and lowering) failed "
+        f"{where}: {type(error).__name__}: {why}; keep that module float "
+        f"(QConfigMapping().set_module_name(name, None)) or deploy with another backend"
+    )
 
 
 def _check_runs(program: ExecuTorchProgram, example_inputs: tuple[Any, ...]) -> None:

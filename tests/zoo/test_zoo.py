@@ -1,0 +1,95 @@
+"""The zoo's fast subset (issue 20): one case per failure mode the zoo found and fixed.
+
+The whole zoo (26 models x 6 backends, with torch.ao next to each CPU backend) takes about
+an hour here: ``nox -s zoo`` runs it (bench/zoo.py) and writes the table of
+docs/guide/zoo.md. These cases stay in ``nox -s tests``:
+
+- ``chunk``'s tuple gets no observer, each piece does (ShuffleNetV2's channel split made
+  every backend with a ``chunk`` pattern fail: ``'tuple' object has no attribute 'numel'``);
+- a transformers model whose ``forward`` takes ``**kwargs`` (GPT-2, T5) is traced from
+  ``input_ids`` alone, and GPT-2's vmap-built causal mask fails as an
+  ``UntraceableModelError`` naming transformers' line, not as a ``ValueError`` about ``kwargs``;
+- the nn.Transformer family and an LSTM tagger go through x86;
+- transformers' ViTModel, whose ``forward`` is wrapped by ``check_model_inputs``
+  (``(*args, **kwargs)``), is traced through to the function it wraps;
+- a CNN on x86 at least torch.ao's SQNR (0.5 dB) on the same recipe.
+"""
+
+from __future__ import annotations
+
+from operator import getitem
+
+import fxquant
+import pytest
+import torch
+
+from tests.backends.conftest import installed_first_party
+from tests.zoo.runner import ZOO, run
+
+TOLERANCE_DB = 0.5
+
+pytestmark = pytest.mark.skipif(
+    "x86" not in installed_first_party(), reason="backend 'x86' is not installed"
+)
+
+
+def _observers_of(gm: torch.fx.GraphModule, node: torch.fx.Node) -> list[torch.fx.Node]:
+    return [
+        u for u in node.users if u.op == "call_module" and "activation_post_process" in u.target
+    ]
+
+
+def test_chunk_pieces_are_observed_not_the_tuple() -> None:
+    backend = "executorch"  # its config shares chunk's observer with its input
+    if backend not in fxquant.list_backends():
+        pytest.skip(f"backend {backend!r} is not installed")
+    model = ZOO["shufflenet_v2"]
+    prepared = fxquant.prepare_fx(
+        model.build(),
+        fxquant.get_default_qconfig_mapping(backend),
+        model.inputs(0),
+        backend_config=fxquant.get_backend_config(backend),
+    )
+    chunks = [n for n in prepared.graph.nodes if n.target == "chunk"]
+    assert chunks
+    for chunk in chunks:
+        assert not _observers_of(prepared, chunk)
+        assert all(u.target is getitem for u in chunk.users)
+    prepared(*model.inputs(1))  # calibrates: no observer sees a tuple
+    converted = fxquant.convert_fx(prepared)
+    x = model.inputs(2)
+    assert torch.allclose(converted(*x), model.build()(*x), atol=0.5)
+
+
+def test_cnn_on_x86_is_at_least_torch_ao() -> None:
+    result = run("squeezenet", "x86")
+    assert result.ok, result.reason
+    assert result.ao_sqnr is not None, result.ao_reason
+    assert result.sqnr is not None
+    assert result.sqnr >= result.ao_sqnr - TOLERANCE_DB
+
+
+@pytest.mark.parametrize("name", ["nn_transformer_encoder", "lstm_tagger"])
+def test_torch_sequence_modules_on_x86(name: str) -> None:
+    result = run(name, "x86", oracle=False)
+    assert result.ok, result.reason
+    assert result.sqnr is not None
+    assert result.sqnr >= 20
+
+
+def test_gpt2_causal_mask_is_a_clear_untraceable_error() -> None:
+    pytest.importorskip("transformers")
+    result = run("gpt2", "x86", oracle=False)
+    assert not result.ok
+    assert result.error == "UntraceableModelError", result.reason
+    assert result.clear
+    assert "masking_utils.py" in result.reason
+    assert "vmap" in result.reason
+
+
+def test_transformers_vit_is_traced_through_its_decorated_forward() -> None:
+    pytest.importorskip("transformers")
+    result = run("hf_vit", "x86", oracle=False)  # check_model_inputs' (*args, **kwargs) wrapper
+    assert result.ok, result.reason
+    assert result.sqnr is not None
+    assert result.sqnr >= 20
