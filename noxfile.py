@@ -252,7 +252,8 @@ def install(session: nox.Session) -> None:
     ``tests`` (tests/docs/test_install_commands.py checks, fast, that the commands it runs
     are the ones the files print).
 
-    Three venvs: the clone forms in doc order (``pip install . plugins/onednn plugins/x86``),
+    Three venvs: the clone forms in doc order
+    (``pip install . plugins/quantized-engine plugins/onednn plugins/x86``),
     the hint an error prints for a missing backend (core alone, then the hint's command),
     and the index forms (``pip install fxquant-x86``) against wheels built from the clone.
     """

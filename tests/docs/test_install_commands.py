@@ -44,7 +44,7 @@ def test_every_skipped_command_is_still_in_the_files_and_says_why() -> None:
 
 def test_the_getting_started_and_readme_commands_are_found() -> None:
     texts = {c.text for c in COMMANDS}
-    assert "pip install . plugins/onednn plugins/x86" in texts
+    assert "pip install . plugins/quantized-engine plugins/onednn plugins/x86" in texts
     assert "pip install fxquant fxquant-x86" in texts
     assert "pip install fxquant-x86" in texts
 

@@ -2,12 +2,13 @@
 
 The plugins are not on a package index yet: ``pip install fxquant-x86`` fails,
 and so does ``pip install plugins/x86`` alone (x86 depends on the local
-``fxquant-onednn``, which pip then looks for on an index). When the core runs
-from a source checkout (``core/fxquant`` next to ``plugins/``), the hint names
-the plugin folders to install together, dependencies first; otherwise it names
-the distribution, as an index would serve it::
+``fxquant-onednn`` and ``fxquant-quantized-engine``, which pip then looks for on an
+index). When the core runs from a source checkout (``core/fxquant`` next to
+``plugins/``), the hint names the plugin folders to install together, dependencies
+first; otherwise it names the distribution, as an index would serve it::
 
-    from a checkout:  pip install /path/to/fxquant/plugins/onednn /path/to/fxquant/plugins/x86
+    from a checkout:  pip install /path/to/fxquant/plugins/quantized-engine
+                          /path/to/fxquant/plugins/onednn /path/to/fxquant/plugins/x86
     elsewhere:        pip install fxquant-x86
 
 docs/getting-started.md shows the same commands, relative to the checkout,
@@ -80,11 +81,13 @@ def _local_dependencies(folder: Path) -> list[str]:
 
 def local_plugin_folders(name: str, root: Path) -> list[Path]:
     """The plugin folders to install for backend ``name`` from checkout ``root``, dependencies
-    first (``x86`` -> ``[plugins/onednn, plugins/x86]``); empty when there is no such folder.
+    first (``x86`` -> ``[plugins/quantized-engine, plugins/onednn, plugins/x86]``); empty
+    when there is no such folder.
 
     Example:
         >>> root = checkout_root()
-        >>> root is None or [p.name for p in local_plugin_folders("x86", root)] == ["onednn", "x86"]
+        >>> folders = [] if root is None else local_plugin_folders("x86", root)
+        >>> root is None or [p.name for p in folders] == ["quantized-engine", "onednn", "x86"]
         True
     """
     folder = root / "plugins" / name
