@@ -1,4 +1,5 @@
-"""Dynamic int8 LSTM / GRU / cells lowered on x86 (#20): torch's quantized recurrent ops."""
+"""Dynamic int8 LSTM / GRU / cells lowered on every installed CPU backend (#20): torch's
+quantized recurrent ops, equal to the reference model; x86's own declines and qconfig."""
 
 from __future__ import annotations
 
@@ -7,12 +8,12 @@ import os
 from unittest import mock
 
 import fxquant
+import pytest
 import torch
 from fxquant import observer
 from fxquant.flow import convert_fx, convert_to_reference_fx, prepare_fx
 from torch import nn
 
-BACKEND = "x86"
 RECURRENT = (nn.LSTM, nn.GRU, nn.LSTMCell, nn.GRUCell, nn.RNNCell)
 
 
@@ -42,18 +43,21 @@ def _mapping(quant_max: int) -> fxquant.QConfigMapping:
     return mapping
 
 
-def _convert(quant_max: int) -> tuple[nn.Module, nn.Module, nn.Module, tuple[torch.Tensor, ...]]:
+def _convert(
+    backend: str, quant_max: int
+) -> tuple[nn.Module, nn.Module, nn.Module, tuple[torch.Tensor, ...]]:
     torch.manual_seed(0)
     model = Tagger().eval()
     inputs = (torch.randn(2, 5, 6), torch.randn(4, 2, 8))
-    config = fxquant.get_backend_config(BACKEND)
+    config = fxquant.get_backend_config(backend)
     prepared = prepare_fx(model, _mapping(quant_max), inputs, backend_config=config)
     reference = convert_to_reference_fx(copy.deepcopy(prepared))
     return model, reference, convert_fx(prepared), inputs
 
 
-def test_recurrent_modules_lowered_match_the_reference() -> None:
-    model, reference, lowered, inputs = _convert(127)
+def test_recurrent_modules_lowered_match_the_reference(backend: str) -> None:
+    # qnnpack ignores reduce_range: 0..127 is its declined range, 0..255 its lowered one
+    model, reference, lowered, inputs = _convert(backend, 255 if backend == "qnnpack" else 127)
     statuses = {e.node: e.status for e in fxquant.explain(lowered).entries()}
     assert [statuses[n] for n in ("lstm", "gru", "cell", "head")] == ["lowered"] * 4
     with torch.no_grad():
@@ -63,8 +67,9 @@ def test_recurrent_modules_lowered_match_the_reference() -> None:
 
 
 def test_full_range_activations_without_vnni_are_declined_with_the_reason() -> None:
+    pytest.importorskip("fxquant_x86")
     with mock.patch.dict(os.environ, {"FXQUANT_CPU_VNNI": "0"}):
-        _, reference, lowered, inputs = _convert(255)
+        _, reference, lowered, inputs = _convert("x86", 255)
     entries = {e.node: e for e in fxquant.explain(lowered).entries()}
     assert entries["lstm"].status == "reference"
     assert "saturates on CPUs without VNNI" in entries["lstm"].reason.words
@@ -74,6 +79,7 @@ def test_full_range_activations_without_vnni_are_declined_with_the_reason() -> N
 
 def test_the_backends_dynamic_qconfig_lowers_recurrent_modules() -> None:
     # 8-bit activations, per-channel weights in 7 bits without VNNI: exact there too
+    pytest.importorskip("fxquant_x86")
     from fxquant_onednn.qconfig import dynamic_qconfig
 
     torch.manual_seed(0)
@@ -82,7 +88,7 @@ def test_the_backends_dynamic_qconfig_lowers_recurrent_modules() -> None:
     mapping = fxquant.QConfigMapping()
     for cls in RECURRENT:
         mapping.set_object_type(cls, dynamic_qconfig())
-    config = fxquant.get_backend_config(BACKEND)
+    config = fxquant.get_backend_config("x86")
     prepared = prepare_fx(model, mapping, inputs, backend_config=config)
     reference = convert_to_reference_fx(copy.deepcopy(prepared))
     lowered = convert_fx(prepared)
