@@ -368,7 +368,21 @@ def test_a_dynamic_batch_takes_any_batch_and_a_static_export_says_how_to_get_one
 
 
 def test_every_fxquant_quantize_and_dequantize_op_has_an_onnx_translation() -> None:
-    from fxquant.lowering import QDQ_OPS
+    from fxquant.lowering import PER_TOKEN_OPS, QDQ_OPS
     from fxquant_tensorrt.translation import translation_table
 
-    assert set(translation_table()) == set(QDQ_OPS)
+    # per-token steps come only from a dynamic qconfig, which tensorrt's patterns refuse
+    # (TensorRT's explicit quantization has static scales): they never reach this exporter
+    assert set(translation_table()) == set(QDQ_OPS) - PER_TOKEN_OPS
+
+
+def test_a_dynamic_per_token_linear_stays_float_on_tensorrt_with_the_reason() -> None:
+    dynamic_qconfig = pytest.importorskip("fxquant_executorch.qconfig").dynamic_qconfig
+    model, x = nn.Sequential(nn.Linear(8, 8)).eval(), torch.randn(2, 8)
+    mapping = fxquant.QConfigMapping().set_object_type(nn.Linear, dynamic_qconfig())
+    config = fxquant.get_backend_config("tensorrt")
+    reference = fxquant.convert_to_reference_fx(
+        fxquant.prepare_fx(model, mapping, (x,), backend_config=config)
+    )
+    (skipped,) = [e for e in fxquant.explain(reference, show=False).entries() if e.reason]
+    assert skipped.reason.code == "is_dynamic"
