@@ -23,6 +23,7 @@ from torch.fx import Node
 from fxquant import dtypes
 from fxquant.errors import ConfigTypeError
 from fxquant.flow.state import NodeInfo
+from fxquant.nn import recurrent
 from fxquant.nn.intrinsic import FusedModule
 from fxquant.torch_ao_names import as_fxquant_class
 
@@ -216,8 +217,6 @@ def _swap_recurrent(root: nn.Module, path: str, module: nn.Module, info: NodeInf
     observer run per weight (int8), or fp16 weights; the dynamic activation range from the
     activation observer. A qconfig that quantizes neither way keeps the module float.
     """
-    from fxquant.nn import recurrent  # loads torch.nn.utils.rnn on first use
-
     assert info.qconfig is not None  # checked by will_swap
     qparams: dict[str, Any] = {}
     for name in recurrent.weight_names(module):

@@ -9,6 +9,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fxquant.config.qconfig import QConfig
+from fxquant.config.qconfig_mapping import QConfigMapping
+from fxquant.numerics import observer
 from fxquant.tools import testing
 
 __all__ = ["DEPLOYED_CASES", "VARIANT_CASES"]
@@ -59,10 +62,6 @@ class _LastState(nn.Module):
 def _dynamic_recurrent(backend: str) -> object:
     # 7-bit dynamic activations (torch's reduce_range), full range on qnnpack (its kernels
     # ignore reduce_range): what the engines' recurrent kernels run exactly on any CPU
-    from fxquant.config.qconfig import QConfig
-    from fxquant.config.qconfig_mapping import QConfigMapping
-    from fxquant.numerics import observer
-
     activation = observer.PlaceholderObserver.with_args(
         dtype=torch.uint8, quant_min=0, quant_max=255 if backend == "qnnpack" else 127,
         is_dynamic=True,
