@@ -28,6 +28,10 @@ from torch import nn
 from fxquant import dtypes
 from fxquant.errors import ConfigError, ConfigTypeError
 from fxquant.nn.intrinsic import FusedModule, type_label
+
+# the recurrent reference modules (#20) live in fxquant.nn.recurrent; named here too, where
+# the seed's reference namespace has them, so a config naming that class finds fxquant's
+from fxquant.nn.recurrent import GRU, LSTM, GRUCell, LSTMCell, RNNCell
 from fxquant.numerics import qdq
 
 __all__ = [
@@ -724,8 +728,3 @@ class EmbeddingBag(ReferenceQuantizedModule, nn.EmbeddingBag):
         )
         ref: EmbeddingBag = _build(cls, mod, kwargs, weight_qparams)
         return ref
-
-
-# the recurrent reference modules (#20) live in fxquant.nn.recurrent; named here too, as in
-# torch.ao.nn.quantized.reference, so a config naming torch.ao's class finds fxquant's
-from fxquant.nn.recurrent import GRU, LSTM, GRUCell, LSTMCell, RNNCell  # noqa: E402

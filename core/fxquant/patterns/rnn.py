@@ -41,7 +41,7 @@ def rnn_configs(dtype_configs: Sequence[DTypeConfig]) -> list[BackendPatternConf
             module,
             dtype_configs,
             root=module,
-            # same class name in fxquant.nn.recurrent (and torch.ao.nn.quantized.reference)
+            # the reference module has the float module's class name (fxquant.nn.recurrent)
             reference=getattr(recurrent, module.__name__),
         )
         for module in RNN_MODULES
