@@ -35,6 +35,7 @@ from tests.flow.zoo import (  # noqa: E402
     bert_inputs,
     seeded,
 )
+from tests.zoo import hf as zoo_hf  # noqa: E402
 
 __all__ = [
     "BenchModel",
@@ -189,26 +190,8 @@ def concrete_graph(model: nn.Module, inputs: tuple[torch.Tensor, ...]) -> fx.Gra
         >>> torch.equal(gm(*inputs)["last_hidden_state"], model(*inputs).last_hidden_state)
         True
     """
-    from transformers.utils import fx as hf_fx
-
     names = ["input_ids", "attention_mask"][: len(inputs)]
-    gm = hf_fx.symbolic_trace(model, input_names=names)
-    values: dict[fx.Node, object] = {}
-
-    class Recorder(fx.Interpreter):
-        def run_node(self, n: fx.Node) -> object:
-            values[n] = result = super().run_node(n)
-            return result
-
-    Recorder(gm).run(*inputs)
-    constant = (int, float, bool, torch.dtype, torch.Size, torch.finfo)
-    for node in gm.graph.nodes:
-        value = values.get(node)
-        if node.op not in ("placeholder", "output") and isinstance(value, constant):
-            node.replace_all_uses_with(value)  # type: ignore[arg-type]  # fx takes constants
-    gm.graph.eliminate_dead_code()
-    gm.recompile()
-    return gm
+    return zoo_hf.concrete_graph(model, inputs, names)
 
 
 # MobileNetV2's inverted residual settings: (expansion, channels, repeats, first stride)

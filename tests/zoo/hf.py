@@ -125,7 +125,7 @@ def concrete_graph(
     torch.ao's ``prepare_fx`` traces its input again with a plain tracer, which fails on
     transformers' graph (a buffer sliced by a traced length, ``torch.finfo`` of a traced
     dtype); with sizes, dtypes and numbers constant it traces, at the shapes of ``inputs``
-    only (as ``bench/models.concrete_graph``, with any input names).
+    only (``bench/models.concrete_graph`` names BERT's inputs and calls this).
     """
     from transformers.utils import fx as hf_fx
 
