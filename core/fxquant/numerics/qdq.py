@@ -194,8 +194,21 @@ def _quantize_per_channel_impl(  # noqa: PLR0913, PLR0917  # the op's schema
     x = _float_input(x)
     inv_scales = 1.0 / _channel_view(scales, x, axis, "scales").to(torch.float32)
     zps = _zero_point_view(zero_points, x, axis)
+    return _round_to_grid(x, inv_scales, zps, quant_min, quant_max, plain)
+
+
+def _round_to_grid(
+    x: torch.Tensor,
+    inv_scales: torch.Tensor,
+    zps: torch.Tensor,
+    quant_min: int,
+    quant_max: int,
+    plain: torch.dtype,
+) -> torch.Tensor:
+    """``clamp(round(x * inv_scales + zps))`` in float32, ties to even: the per-channel and
+    per-token quantize ops (their scales already broadcast against ``x``)."""
     y = x * inv_scales
-    y.add_(zps).round_()  # float32, as the expression ``round(x * inv_scales + zps)``
+    y.add_(zps).round_()
     if plain == torch.int32:  # int32 bounds are not float32 numbers: clamp in float64
         return y.to(torch.float64).clamp_(quant_min, quant_max).to(plain)
     # integers up to 2**16 and the rounded values are exact in float32: one buffer, no float64
@@ -330,9 +343,7 @@ def _quantize_per_token_impl(  # the op's schema
     x = _float_input(x)
     inv_scales = 1.0 / _token_view(scales, x, "scales").to(torch.float32)
     zps = _token_view(zero_points, x, "zero_points").to(torch.float32)
-    y = x * inv_scales
-    y.add_(zps).round_()
-    return y.clamp_(quant_min, quant_max).to(plain)
+    return _round_to_grid(x, inv_scales, zps, quant_min, quant_max, plain)
 
 
 def _dequantize_per_token_impl(  # noqa: PLR0913, PLR0917  # the op's schema
