@@ -1,25 +1,51 @@
-"""Numerics tools (#21 layout, #23): input-weight equalization, a per-node debugger, float fallback.
+"""Numerics (#21 layout, #23): q/dq, observers, fake quantize, input-weight equalization.
 
+- :mod:`fxquant.numerics.qdq`, :mod:`~fxquant.numerics.observer`,
+  :mod:`~fxquant.numerics.fake_quantize`: the mechanism (``fxquant.qdq``, ``fxquant.observer``
+  and ``fxquant.fake_quantize`` are their documented paths);
 - :mod:`fxquant.numerics.equalization`: ``default_equalization_qconfig`` and its observers,
   for ``prepare_fx(..., _equalization_config=...)``;
-- :func:`compare`: per quantized node, the SQNR of its output against the float model's
-  (accumulated) and of the node alone fed the float model's inputs (local);
-- :func:`fallback`: keep the most sensitive nodes float, fewest first, until a budget holds.
+- :func:`compare`, :func:`fallback` (with ``Budget``, ``Comparison``, ``NodeError``,
+  ``FallbackResult``, ``FallbackStep``): the numerics debugger and float fallback, tools that
+  live in :mod:`fxquant.tools.debug` (#21) and keep this documented path. They load on first
+  use, so importing the mechanism never loads the tools.
+
+Example:
+    >>> from fxquant.numerics import compare, fallback
+    >>> compare.__module__, fallback.__module__
+    ('fxquant.tools.debug.compare', 'fxquant.tools.debug.fallback')
 """
 
 from __future__ import annotations
 
-from fxquant.numerics.budget import Budget
-from fxquant.numerics.compare import compare
-from fxquant.numerics.comparison import Comparison, NodeError
 from fxquant.numerics.equalization import (
     EqualizationQConfig,
     InputEqualizationObserver,
     WeightEqualizationObserver,
     default_equalization_qconfig,
 )
-from fxquant.numerics.fallback import fallback
-from fxquant.numerics.fallback_report import FallbackResult, FallbackStep
+
+# the debugger's names, kept at their documented path (#21); they live in fxquant.tools.debug
+_DEBUG_NAMES = frozenset(
+    {"Budget", "Comparison", "FallbackResult", "FallbackStep", "NodeError", "compare", "fallback"}
+)
+
+
+def __getattr__(name: str) -> object:
+    """The debugger's names (:mod:`fxquant.tools.debug`), loaded on first use (PEP 562)."""
+    if name not in _DEBUG_NAMES:
+        msg = f"module 'fxquant.numerics' has no attribute {name!r}"
+        raise AttributeError(msg)
+    from fxquant.tools import debug  # why: a tool above the mechanism, loaded only when asked for
+
+    value: object = getattr(debug, name)
+    globals()[name] = value  # found once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_DEBUG_NAMES})
+
 
 __all__ = [
     "Budget",

@@ -32,9 +32,9 @@ from fxquant.config.backend import BackendConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.errors import ConfigError, ConfigTypeError
 from fxquant.flow.state import flow_state, node_info
-from fxquant.numerics.budget import Budget, Evaluate, cosine_score
-from fxquant.numerics.compare import compare
-from fxquant.numerics.fallback_report import FallbackResult, FallbackStep
+from fxquant.tools.debug.budget import Budget, Evaluate, cosine_score
+from fxquant.tools.debug.compare import compare
+from fxquant.tools.debug.fallback_report import FallbackResult, FallbackStep
 
 __all__ = ["fallback"]
 

@@ -32,8 +32,8 @@ from torch import fx, nn
 from fxquant.errors import ConfigTypeError
 from fxquant.flow.report import NodeStatus
 from fxquant.flow.state import META_KEY, FlowState
-from fxquant.numerics.comparison import Comparison, NodeError
-from fxquant.numerics.node_values import ValueRun, value_sites
+from fxquant.tools.debug.comparison import Comparison, NodeError
+from fxquant.tools.debug.node_values import ValueRun, value_sites
 
 __all__ = ["compare"]
 

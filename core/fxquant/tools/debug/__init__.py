@@ -1,0 +1,32 @@
+"""The numerics debugger and float fallback (#23): tools over the flow, not part of it (#21).
+
+- :func:`compare`: per quantized node, the SQNR of its output against the float model's
+  (accumulated) and of the node alone fed the float model's inputs (local);
+- :func:`fallback`: keep the most sensitive nodes float, fewest first, until a budget holds.
+
+Their documented path is ``fxquant.numerics`` (``from fxquant.numerics import compare``),
+which gives these same objects; nothing in the flow, configs or registry imports them.
+
+Example:
+    >>> import fxquant.numerics, fxquant.tools.debug
+    >>> fxquant.numerics.compare is fxquant.tools.debug.compare
+    True
+"""
+
+from __future__ import annotations
+
+from fxquant.tools.debug.budget import Budget
+from fxquant.tools.debug.compare import compare
+from fxquant.tools.debug.comparison import Comparison, NodeError
+from fxquant.tools.debug.fallback import fallback
+from fxquant.tools.debug.fallback_report import FallbackResult, FallbackStep
+
+__all__ = [
+    "Budget",
+    "Comparison",
+    "FallbackResult",
+    "FallbackStep",
+    "NodeError",
+    "compare",
+    "fallback",
+]
