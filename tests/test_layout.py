@@ -109,8 +109,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "fxquant.plugin_roots",
             "fxquant.dtypes",
             "fxquant.factory",
-            "fxquant.quiet",
-            "fxquant.progress",
             "fxquant.torch_ao_names",
             "fxquant.config.checks",
             "fxquant.config.pattern",
@@ -141,7 +139,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     (
         "after the flow",
-        ("fxquant.numerics", "fxquant.export", "fxquant.checkpoint", "fxquant.calibration"),
+        ("fxquant.numerics", "fxquant.export"),
     ),
     ("optional", ("fxquant.flow.hf_trace",)),
     ("facade", ("fxquant",)),

@@ -45,8 +45,6 @@ from fxquant.flow import convert_fx, convert_to_reference_fx, explain, prepare_f
 from fxquant.flow.report import NodeStatus
 from fxquant.nn.intrinsic import ConvReLU2d
 from fxquant.numerics.observer import MinMaxObserver, default_weight_observer
-from fxquant.progress import progress
-from fxquant.quiet import third_party_noise_filtered
 from fxquant.registry import (
     get_backend_config,
     get_default_qconfig_mapping,
@@ -56,6 +54,8 @@ from fxquant.registry import (
 from fxquant.registry.answers import Deployment
 from fxquant.registry.hookspecs import hookimpl
 from fxquant.registry.manager import Registry
+from fxquant.tools.progress import progress
+from fxquant.tools.quiet import third_party_noise_filtered
 from fxquant.tools.tables import markdown_table
 
 __all__ = [

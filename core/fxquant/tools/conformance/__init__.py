@@ -25,7 +25,6 @@ import functools
 from collections.abc import Sequence
 
 from fxquant.lowering import LoweringRule
-from fxquant.progress import progress
 from fxquant.registry import default_registry
 from fxquant.tools import testing
 from fxquant.tools.conformance.cases import DEPLOYED_CASES, VARIANT_CASES
@@ -42,6 +41,7 @@ from fxquant.tools.conformance.kernels import (
 )
 from fxquant.tools.conformance.results import CheckResult, CheckStatus, Group, render_results
 from fxquant.tools.describe import pattern_text
+from fxquant.tools.progress import progress
 
 __all__ = [
     "DEPLOYED_CASES",

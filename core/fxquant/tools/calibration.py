@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from fxquant.progress import progress
+from fxquant.tools.progress import progress
 
 __all__ = ["calibrate"]
 
