@@ -139,7 +139,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     (
         "after the flow",
-        ("fxquant.numerics", "fxquant.export"),
+        ("fxquant.numerics",),
     ),
     ("optional", ("fxquant.flow.hf_trace",)),
     ("facade", ("fxquant",)),

@@ -51,6 +51,7 @@ MOVED: Final[dict[str, str]] = {
     "fxquant.cli": "fxquant.tools.cli",
     "fxquant.conformance": "fxquant.tools.conformance",
     "fxquant.demo": "fxquant.tools.demo",
+    "fxquant.export": "fxquant.tools.export",
     "fxquant.registry.describe": "fxquant.tools.describe",
     "fxquant.progress": "fxquant.tools.progress",
     "fxquant.quiet": "fxquant.tools.quiet",
