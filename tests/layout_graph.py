@@ -227,7 +227,8 @@ def lines_by_package(graph: Graph, depth: int = 2) -> dict[str, int]:
 
 def lines_without_tools(graph: Graph) -> int:
     """The core's lines but those of ``fxquant.tools`` (the cli, demo, scaffold, conformance,
-    testing kit and describe): the figure #21 bounds."""
+    testing kit, describe, the numerics debugger and fallback, export, calibration,
+    checkpoint, progress, quiet): the figure #21 bounds."""
     return sum(
         len(m.code_lines)
         for m in graph.modules.values()
