@@ -13,9 +13,9 @@ onednn's default does, and the engine's conv and ``quantized::add`` then run it
 ResNet-like model 1.2x its time. Not by default (#23): the engines have no conv kernel
 that sums a second tensor, so the conv's output is rounded to a uint8 grid the reference
 model does not have; each block is within one output step of its reference, but the
-zoo's ResNet loses 4-5 dB against float over its reference (fbgemm 35.7 vs 39.6 dB,
-qnnpack 41.3 vs 46.3), beyond the 1 dB a lowered model may lose. Never for QAT: a
-conv + bn + add cannot fuse while the BatchNorm still trains.
+zoo's ResNet loses against float over its reference (fbgemm 36.2 vs 37.5 dB with its
+8-bit activations, #20; qnnpack 41.3 vs 46.3), beyond the 1 dB a lowered model may
+lose. Never for QAT: a conv + bn + add cannot fuse while the BatchNorm still trains.
 """
 
 from __future__ import annotations
