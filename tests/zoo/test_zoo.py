@@ -12,7 +12,8 @@ docs/guide/zoo.md. These cases stay in ``nox -s tests``:
 - the nn.Transformer family and an LSTM tagger go through x86;
 - transformers' ViTModel, whose ``forward`` is wrapped by ``check_model_inputs``
   (``(*args, **kwargs)``), is traced through to the function it wraps;
-- a CNN on x86 at least torch.ao's SQNR (0.5 dB) on the same recipe.
+- a CNN on x86, and the ResNet on fbgemm, at least torch.ao's SQNR (0.5 dB) on the same
+  recipe.
 """
 
 from __future__ import annotations
@@ -67,6 +68,19 @@ def test_cnn_on_x86_is_at_least_torch_ao() -> None:
     assert result.ao_sqnr is not None, result.ao_reason
     assert result.sqnr is not None
     assert result.sqnr >= result.ao_sqnr - TOLERANCE_DB
+
+
+def test_resnet_on_fbgemm_is_at_least_torch_ao_and_runs_its_kernels() -> None:
+    # fbgemm's default without VNNI: 8-bit activations, 7-bit weights (exact on FBGEMM's
+    # int16 pair sums); 7 bits on both sides gave 25.9 dB against torch.ao's 31.2
+    if "fbgemm" not in fxquant.list_backends():
+        pytest.skip("backend 'fbgemm' is not installed")
+    result = run("resnet", "fbgemm")  # torch.ao's SQNR too (skips where torch.ao is gone)
+    assert result.ok, result.reason
+    assert result.ao_sqnr is not None, result.ao_reason
+    assert result.sqnr is not None
+    assert result.sqnr >= result.ao_sqnr - TOLERANCE_DB
+    assert "reference" not in result.statuses  # every conv on FBGEMM's kernels, none declined
 
 
 @pytest.mark.parametrize("name", ["nn_transformer_encoder", "lstm_tagger"])

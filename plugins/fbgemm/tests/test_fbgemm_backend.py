@@ -15,18 +15,28 @@ from torch import nn
 BACKEND = "fbgemm"
 
 
-def test_activations_use_seven_bits_so_fbgemm_products_cannot_saturate() -> None:
-    qconfig = fxquant.get_default_qconfig_mapping(BACKEND).global_qconfig
+@pytest.mark.parametrize("vnni", ["0", "1"])
+def test_default_ranges_keep_fbgemm_products_from_saturating(
+    vnni: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 8-bit activations and 7-bit conv weights on every CPU: 2 x 255 x 64 fits FBGEMM's
+    # int16 pair sums for every input (its depthwise conv adds in pairs even with VNNI);
+    # Linear's weights 8 bits where its GEMM adds in int32 (VNNI)
+    monkeypatch.setenv(cpu.ENV_VAR, vnni)
+    mapping = fxquant.get_default_qconfig_mapping(BACKEND)
+    qconfig = mapping.global_qconfig
     observer = qconfig.activation()
     observer(torch.linspace(-1, 1, 100))
     scale, _ = observer.calculate_qparams()
-    assert observer.reduce_range
-    assert float(scale) * 127 == pytest.approx(2.0, rel=0.05)  # 2.0 = the range, in 128 steps
+    assert float(scale) * 255 == pytest.approx(2.0, rel=0.05)  # 2.0 = the range, in 256 steps
     weight = qconfig.weight()
     assert weight.qscheme == torch.per_channel_symmetric
+    assert (weight.quant_min, weight.quant_max) == cpu.SEVEN_BIT_WEIGHT
+    linear = mapping.qconfig_for("", nn.Linear).weight()
+    assert linear.quant_max == (127 if vnni == "1" else cpu.SEVEN_BIT_WEIGHT[1])
 
 
-def _depthwise_error_in_steps(mapping: fxquant.QConfigMapping) -> float:
+def _depthwise_error_in_steps(mapping: fxquant.QConfigMapping) -> tuple[float, str]:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(16, 16, 3, groups=16, padding=1)).eval()
     with torch.no_grad():
@@ -34,10 +44,12 @@ def _depthwise_error_in_steps(mapping: fxquant.QConfigMapping) -> float:
     x = torch.rand(2, 16, 12, 12) * 4  # positive: the uint8 inputs reach 255
     lowered, reference = testing.quantize_model(BACKEND, model, [[x]], mapping)
     step = testing.output_scale(reference)
-    return float((lowered(x) - reference(x)).abs().max()) / step
+    statuses = {e.node: str(e.status) for e in fxquant.explain(lowered, show=False).entries()}
+    status = statuses["_0"]
+    return float((lowered(x) - reference(x)).abs().max()) / step, status
 
 
-def test_default_reduce_range_keeps_depthwise_conv_exact_where_full_range_saturates() -> None:
+def test_default_keeps_depthwise_conv_exact_where_full_range_saturates() -> None:
     from fxquant.observer import MinMaxObserver, default_per_channel_weight_observer
 
     default = fxquant.get_default_qconfig_mapping(BACKEND)
@@ -45,8 +57,10 @@ def test_default_reduce_range_keeps_depthwise_conv_exact_where_full_range_satura
         activation=MinMaxObserver.with_args(dtype=torch.uint8),
         weight=default_per_channel_weight_observer,  # -128..127
     )
-    assert _depthwise_error_in_steps(default) <= 1.0
-    error = _depthwise_error_in_steps(fxquant.QConfigMapping().set_global(full_range))
+    error, status = _depthwise_error_in_steps(default)
+    assert status == "lowered"  # FBGEMM's depthwise kernel runs, within one step
+    assert error <= 1.0
+    error, _ = _depthwise_error_in_steps(fxquant.QConfigMapping().set_global(full_range))
     if cpu.has_vnni():
         assert error > 10
     else:  # 8-bit weights saturate everywhere there: the rule declines them, the reference runs

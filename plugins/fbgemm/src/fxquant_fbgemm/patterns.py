@@ -5,9 +5,9 @@
     every other op                  uint8 in and out
     embedding                       weight-only uint8 / int8 / 4-bit
 
-The 7-bit activation range fbgemm needs (its uint8 x int8 products saturate
-int16 pairs on full-range inputs) is set by the default qconfig
-(``reduce_range``), as PyTorch's FBGEMM config does.
+What keeps fbgemm's uint8 x int8 products from saturating their int16 pair sums
+is the default qconfig's: 7-bit conv weights with 8-bit activations
+(:mod:`fxquant_fbgemm.qconfig`); the rules decline larger weights where they would.
 """
 
 from __future__ import annotations

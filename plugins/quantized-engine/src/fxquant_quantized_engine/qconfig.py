@@ -13,9 +13,9 @@ onednn's default does, and the engine's conv and ``quantized::add`` then run it
 ResNet-like model 1.2x its time. Not by default (#23): the engines have no conv kernel
 that sums a second tensor, so the conv's output is rounded to a uint8 grid the reference
 model does not have; each block is within one output step of its reference, but the
-zoo's ResNet loses 4-5 dB against float over its reference (fbgemm 35.7 vs 39.6 dB,
-qnnpack 41.3 vs 46.3), beyond the 1 dB a lowered model may lose. Never for QAT: a
-conv + bn + add cannot fuse while the BatchNorm still trains.
+zoo's ResNet loses against float over its reference (fbgemm 36.2 vs 37.5 dB with its
+8-bit activations, #20; qnnpack 41.3 vs 46.3), beyond the 1 dB a lowered model may
+lose. Never for QAT: a conv + bn + add cannot fuse while the BatchNorm still trains.
 """
 
 from __future__ import annotations
@@ -86,6 +86,7 @@ def engine_default_qconfig_mapping(
     weight: Mapping[str, Any],
     qat_activation: Mapping[str, Any] | None = None,
     linear_activation: Mapping[str, Any] | None = None,
+    linear_weight: Mapping[str, Any] | None = None,
 ) -> QConfigMapping:
     """The default mapping of a quint8-engine backend.
 
@@ -104,6 +105,8 @@ def engine_default_qconfig_mapping(
         linear_activation: the observer (or fake-quantize) arguments of the
             inputs of Linear, when they differ (fbgemm: 8 bits where its other
             activations use 7, #23); default the global ones.
+        linear_weight: the weight arguments of Linear, when they differ (fbgemm with
+            VNNI: 8 bits where its convs use 7, #20); default ``weight``.
 
     The ops of :data:`TRANSFORMER_FLOAT_OPS` stay float (``None``), a CNN's residual
     adds too (:func:`conv_adds_int8` fuses them with their conv, in int8).
@@ -121,8 +124,12 @@ def engine_default_qconfig_mapping(
     act = activation if qat_activation is None or not is_qat else qat_activation
     base, per_tensor = _engine_qconfigs(is_qat, act, weight)
     mapping = mapping_with_overrides(base, per_tensor, is_qat)
-    if linear_activation is not None:
-        linear, _ = _engine_qconfigs(is_qat, linear_activation, weight)
+    if linear_activation is not None or linear_weight is not None:
+        linear, _ = _engine_qconfigs(
+            is_qat,
+            act if linear_activation is None else linear_activation,
+            weight if linear_weight is None else linear_weight,
+        )
         # the fused class too: it outranks its parts, so linear + relu still fuse
         for op in (nn.Linear, F.linear, intrinsic.LinearReLU):
             mapping.set_object_type(op, linear)
