@@ -13,6 +13,14 @@ out and ``concrete_args`` are concrete (their defaults, or the values given), as
 with ``transformers.utils.fx.symbolic_trace``. transformers is imported only
 when a transformers model is traced: the core does not depend on it.
 
+Causal masks (#20): transformers 4.5x builds the masks of decoder models (GPT-2,
+Llama, ...; ``masking_utils.sdpa_mask`` / ``eager_mask``) by ``torch.vmap`` over
+per-element mask functions, which symbolic tracing cannot enter. While tracing,
+:func:`broadcast_mask_function` takes the place of ``masking_utils._vmap_for_bhqkv``:
+the same mask function called once on index tensors shaped to broadcast
+(``batch[:, None, None, None]`` ... ``kv[None, None, None, :]``), giving the same
+boolean mask as plain tensor ops (comparisons, indexing, ``&``) in the graph.
+
 Known limit: ``torch.save`` of the whole converted model does not load back,
 since torch.fx traces a GraphModule's code again when loading it, and this code
 (a buffer sliced by a traced length) needs transformers' tracer; save and load
@@ -27,16 +35,16 @@ import importlib
 import inspect
 import sys
 import types
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from torch import fx, nn
 
-from fxquant.errors import ConfigError
+from fxquant.errors import ConfigError, UntraceableModelError
 from fxquant.flow.context import FlowContext
 from fxquant.flow.trace import MODEL_TRACERS, QuantizationTracer, mark_internal
 
-__all__ = ["available", "trace_transformers_model", "tracer_class"]
+__all__ = ["available", "broadcast_mask_function", "trace_transformers_model", "tracer_class"]
 
 
 def available() -> bool:
@@ -70,9 +78,23 @@ def tracer_class() -> type[QuantizationTracer]:
         (QuantizationTracer, module.HFTracer),
         # found by name (see __getattr__): torch.fx re-creates a GraphModule's tracer class
         # by name when it loads one
-        {"__module__": __name__, "__doc__": tracer_class.__doc__},
+        {"__module__": __name__, "__doc__": tracer_class.__doc__, "iter": _iter_by_metadata},
     )
     return cls
+
+
+def _iter_by_metadata(tracer: fx.Tracer, obj: fx.Proxy) -> Iterator[Any]:
+    """``*x.shape[:-1]``: a proxy whose metadata has a length iterates as its items (#20).
+
+    torch.fx iterates a proxy only where the bytecode unpacks a known count (``a, b = x``);
+    GPT-2's ``(*key.shape[:-1], -1, head_dim)`` builds a list instead. transformers' tracer
+    knows the value's length from its meta run; the items stay traced (``size[0]``, ...),
+    so only the rank is fixed, as it is for the model anyway.
+    """
+    metadata = getattr(obj, "_metadata", None)
+    if isinstance(metadata, (tuple, list)):  # torch.Size is a tuple
+        return iter([obj[index] for index in range(len(metadata))])
+    return fx.Tracer.iter(tracer, obj)  # type: ignore[no-any-return]  # torch.fx's rule
 
 
 def __getattr__(name: str) -> Any:
@@ -106,7 +128,7 @@ def trace_transformers_model(
     dummy = {name: value for name, value in bound.items() if name not in concrete}
     concrete.update(_defaults(signature, dummy, concrete))
     tracer: Any = tracer_class()(*leaves)  # HFTracer.trace takes dummy_inputs
-    with _undecorated(type(root)):
+    with _undecorated(type(root)), _masks_without_vmap():
         graph: fx.Graph = tracer.trace(
             root,
             concrete_args=concrete,
@@ -138,18 +160,90 @@ def _undecorated(cls: type) -> Iterator[None]:
         cls.forward = forward  # type: ignore[attr-defined]
 
 
+@contextlib.contextmanager
+def _masks_without_vmap() -> Iterator[None]:
+    """transformers' vmap-built masks built by broadcasting while tracing (#20).
+
+    The tracer holds ``TRACING_LOCK``, so no other thread builds a mask meanwhile.
+    """
+    masking = sys.modules.get("transformers.masking_utils")
+    if masking is None or not hasattr(masking, "_vmap_for_bhqkv"):
+        yield  # transformers before 4.53 (no masking_utils) builds its masks without vmap
+        return
+    vmapped = masking._vmap_for_bhqkv
+    masking._vmap_for_bhqkv = broadcast_mask_function
+    try:
+        yield
+    finally:
+        masking._vmap_for_bhqkv = vmapped
+
+
+def broadcast_mask_function(
+    mask_function: Callable[..., Any], bh_indices: bool = True
+) -> Callable[..., Any]:
+    """``mask_function`` over whole index ranges by broadcasting: ``_vmap_for_bhqkv``'s result.
+
+    transformers' ``masking_utils._vmap_for_bhqkv(f)(batch, head, q, kv)`` is the mask
+    ``m[b, h, i, j] = f(batch[b], head[h], q[i], kv[j])`` (with ``bh_indices=False``, a
+    ``q x kv`` mask, batch and head None). Every mask function of ``masking_utils``
+    (causal, sliding window, chunked, padding, packed sequences and their ``and_masks`` /
+    ``or_masks``) is elementwise in its indices, so called once on indices shaped to
+    broadcast it gives the same mask, with ops torch.fx records.
+
+    Raises:
+        UntraceableModelError: the mask function does not broadcast (a model's own mask
+            function with Python control flow on an index, for instance).
+
+    Example:
+        >>> import torch
+        >>> causal = lambda b, h, q, kv: kv <= q
+        >>> mask = broadcast_mask_function(causal)(
+        ...     torch.arange(2), torch.arange(1), torch.arange(3), torch.arange(3))
+        >>> mask.shape, mask[0, 0].int().tolist()
+        (torch.Size([2, 1, 3, 3]), [[1, 0, 0], [1, 1, 0], [1, 1, 1]])
+    """
+
+    def mask(batch: Any, head: Any, q: Any, kv: Any) -> Any:
+        if bh_indices:
+            indices = (batch[:, None, None, None], head[None, :, None, None])
+            shape = (batch.shape[0], head.shape[0], q.shape[0], kv.shape[0])
+            indices += (q[None, None, :, None], kv[None, None, None, :])
+        else:  # transformers' mask for torch < 2.6: q x kv, expanded to the batch by its caller
+            indices, shape = (batch, head, q[:, None], kv[None, :]), (q.shape[0], kv.shape[0])
+        try:
+            return mask_function(*indices).expand(*shape)
+        except Exception as error:
+            name = getattr(mask_function, "__qualname__", repr(mask_function))
+            msg = (
+                f"cannot trace the model's attention mask: transformers builds it with "
+                f"torch.vmap over the mask function {name}, which torch.fx cannot trace, and "
+                f"that function does not broadcast over index tensors, as fxquant computes "
+                f"it instead: {type(error).__name__}: {error}; pass the 4D attention mask "
+                f"(batch x 1 x query x key) as an input, which transformers uses as it is"
+            )
+            raise UntraceableModelError(msg) from error
+
+    return mask
+
+
 def _defaults(
     signature: inspect.Signature, dummy: Mapping[str, Any], given: Mapping[str, Any]
 ) -> dict[str, Any]:
     """The concrete value of each parameter neither traced nor given: its default.
 
-    ``**kwargs`` (GPT-2, T5, most models since transformers 4.5x) stays out: it has no
-    default, and an empty one is what a call without it passes. ``use_cache`` is False:
-    a traced model returns no key/value cache (a ``DynamicCache`` object is no tensor).
+    ``**kwargs`` (GPT-2, T5, most models since transformers 4.5x) is empty, as a call
+    without it passes it, under the key torch.fx looks for (``"**kwargs"``): left out, it
+    became a placeholder, and GPT-2, which passes it on (``block(..., **kwargs)``), failed
+    with ``argument after ** must be a mapping, not HFProxy`` (#20). ``use_cache`` is
+    False: a traced model returns no key/value cache (a ``DynamicCache`` object is no tensor).
     """
     found: dict[str, Any] = {}
     for name, parameter in signature.parameters.items():
-        if name in dummy or name in given or parameter.kind in _VARIADIC:
+        if name in dummy or name in given:
+            continue
+        if parameter.kind in _VARIADIC:
+            empty = {} if parameter.kind is inspect.Parameter.VAR_KEYWORD else ()
+            found[_VARIADIC[parameter.kind] + name] = empty
             continue
         if parameter.default is inspect.Parameter.empty:
             msg = (
@@ -161,7 +255,7 @@ def _defaults(
     return found
 
 
-_VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+_VARIADIC = {inspect.Parameter.VAR_POSITIONAL: "*", inspect.Parameter.VAR_KEYWORD: "**"}
 
 
 def _for_transformers(root: nn.Module) -> types.ModuleType | None:
