@@ -105,9 +105,16 @@ def __getattr__(name: str) -> Any:
 
 
 def trace_transformers_model(
-    root: nn.Module, ctx: FlowContext, leaves: tuple[set[str], tuple[type, ...]]
+    root: nn.Module,
+    ctx: FlowContext,
+    leaves: tuple[set[str], tuple[type, ...]],
+    *,
+    owns_modules: bool = False,
 ) -> tuple[fx.Tracer, fx.Graph]:
     """Trace ``root`` with ``HFQuantizationTracer``; returns the tracer and its graph.
+
+    With ``owns_modules`` (``root`` is the flow's own copy), transformers' ``Conv1D``
+    layers become ``nn.Linear`` first (:func:`linear_for_conv1d`).
 
     Raises:
         ConfigError: the example inputs do not fit ``root.forward``'s parameters.
@@ -127,6 +134,8 @@ def trace_transformers_model(
     concrete: dict[str, Any] = dict(ctx.concrete_args or {})
     dummy = {name: value for name, value in bound.items() if name not in concrete}
     concrete.update(_defaults(signature, dummy, concrete))
+    if owns_modules:
+        linear_for_conv1d(root, leaves)
     tracer: Any = tracer_class()(*leaves)  # HFTracer.trace takes dummy_inputs
     with _undecorated(type(root)), _masks_without_vmap():
         graph: fx.Graph = tracer.trace(
@@ -136,6 +145,44 @@ def trace_transformers_model(
             complete_concrete_args_with_inputs_not_in_dummy_inputs=False,
         )
     return tracer, graph
+
+
+def linear_for_conv1d(root: nn.Module, leaves: tuple[set[str], tuple[type, ...]]) -> list[str]:
+    """Replace transformers' ``Conv1D`` layers of ``root`` by ``nn.Linear``; returns their paths.
+
+    GPT-2's ``Conv1D`` (also GPT, CTRL, ...) is a linear layer with its weight stored
+    transposed, computed as ``torch.addmm(bias, x, weight)``: traced through, it was a
+    float ``addmm`` no backend quantizes, and the whole GPT-2 stayed float (#20). As an
+    ``nn.Linear`` whose weight is a transposed *view* of the same storage (no copy) and
+    whose bias is the same Parameter, it computes the same numbers and matches every
+    backend's Linear patterns (int8 weights, fusions, dynamic). Only called on the flow's
+    own copy; a ``Conv1D`` configured as a leaf (by name or class) stays as it is.
+
+    Example:
+        >>> from transformers.pytorch_utils import Conv1D
+        >>> model = nn.Sequential(Conv1D(4, 3))
+        >>> linear_for_conv1d(model, (set(), ())), type(model[0]).__name__
+        (['0'], 'Linear')
+    """
+    utils = sys.modules.get("transformers.pytorch_utils")
+    conv1d = getattr(utils, "Conv1D", None)
+    if conv1d is None:
+        return []
+    names, classes = leaves
+    swapped = [
+        path
+        for path, module in root.named_modules()
+        if type(module) is conv1d and path not in names and not isinstance(module, classes)
+    ]
+    for path in swapped:
+        parent_path, _, name = path.rpartition(".")
+        module = root.get_submodule(path)
+        linear = nn.Linear(module.nx, module.nf, bias=True, device="meta")
+        linear.weight = nn.Parameter(module.weight.detach().t(), module.weight.requires_grad)
+        linear.bias = module.bias
+        linear.train(module.training)
+        setattr(root.get_submodule(parent_path), name, linear)
+    return swapped
 
 
 @contextlib.contextmanager
@@ -231,19 +278,21 @@ def _defaults(
 ) -> dict[str, Any]:
     """The concrete value of each parameter neither traced nor given: its default.
 
-    ``**kwargs`` (GPT-2, T5, most models since transformers 4.5x) is empty, as a call
-    without it passes it, under the key torch.fx looks for (``"**kwargs"``): left out, it
-    became a placeholder, and GPT-2, which passes it on (``block(..., **kwargs)``), failed
-    with ``argument after ** must be a mapping, not HFProxy`` (#20). ``use_cache`` is
+    ``**kwargs`` (GPT-2, T5, most models since transformers 4.5x) is given as empty
+    (``{"kwargs": {}}``): transformers' tracer then gives its ``**kwargs`` placeholder an
+    empty mapping as metadata, so ``**kwargs`` passed on (GPT-2's ``block(..., **kwargs)``)
+    unpacks to nothing (it failed with ``argument after ** must be a mapping, not
+    HFProxy``, #20), and removes the placeholder from the graph. ``use_cache`` is
     False: a traced model returns no key/value cache (a ``DynamicCache`` object is no tensor).
     """
     found: dict[str, Any] = {}
     for name, parameter in signature.parameters.items():
         if name in dummy or name in given:
             continue
-        if parameter.kind in _VARIADIC:
-            empty = {} if parameter.kind is inspect.Parameter.VAR_KEYWORD else ()
-            found[_VARIADIC[parameter.kind] + name] = empty
+        if parameter.kind is inspect.Parameter.VAR_KEYWORD:
+            found[name] = {}
+            continue
+        if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
             continue
         if parameter.default is inspect.Parameter.empty:
             msg = (
@@ -255,7 +304,6 @@ def _defaults(
     return found
 
 
-_VARIADIC = {inspect.Parameter.VAR_POSITIONAL: "*", inspect.Parameter.VAR_KEYWORD: "**"}
 
 
 def _for_transformers(root: nn.Module) -> types.ModuleType | None:
