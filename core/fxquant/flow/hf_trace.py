@@ -38,6 +38,7 @@ import types
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+import torch
 from torch import fx, nn
 
 from fxquant.errors import ConfigError, UntraceableModelError
@@ -132,19 +133,51 @@ def trace_transformers_model(
         )
         raise ConfigError(msg) from error
     concrete: dict[str, Any] = dict(ctx.concrete_args or {})
+    # None in example_inputs (GPT-2's (input_ids, None, None, attention_mask)) is concrete:
+    # a dummy input None had no metadata, and `cache_position.unsqueeze` failed (#20)
+    concrete.update({name: None for name, value in bound.items() if value is None})
     dummy = {name: value for name, value in bound.items() if name not in concrete}
     concrete.update(_defaults(signature, dummy, concrete))
     if owns_modules:
         linear_for_conv1d(root, leaves)
     tracer: Any = tracer_class()(*leaves)  # HFTracer.trace takes dummy_inputs
-    with _undecorated(type(root)), _masks_without_vmap():
+    with _undecorated(type(root)), _tracing_fixes():
         graph: fx.Graph = tracer.trace(
             root,
             concrete_args=concrete,
             dummy_inputs=dummy,
             complete_concrete_args_with_inputs_not_in_dummy_inputs=False,
         )
+    _keep_positions(graph, list(bound))
     return tracer, graph
+
+
+def _keep_positions(graph: fx.Graph, positional: list[str]) -> None:
+    """A placeholder (default None) for each example input None before the last tensor one.
+
+    transformers' tracer drops the placeholders of concrete arguments; the model traced
+    from ``(input_ids, None, None, attention_mask)`` then took ``(input_ids, attention_mask)``
+    and calibrating it with the example's own layout failed (#20).
+    """
+    placeholders = {n.target: n for n in graph.nodes if n.op == "placeholder"}
+    later: fx.Node | None = None
+    inserted = False
+    for name in reversed(positional):
+        if name in placeholders:
+            later = placeholders[name]
+        elif later is not None:  # trailing Nones need no place
+            with graph.inserting_before(later):
+                later = graph.placeholder(name, default_value=None)
+            inserted = True
+    if not inserted:
+        return
+    # keyword calls (``prepared(input_ids, attention_mask=mask)``) still work: the
+    # placeholders after a default one take None as their default too (Python's rule)
+    defaulted = False
+    for node in graph.find_nodes(op="placeholder"):
+        defaulted = defaulted or bool(node.args)
+        if defaulted and not node.args:
+            node.args = (None,)
 
 
 def linear_for_conv1d(root: nn.Module, leaves: tuple[set[str], tuple[type, ...]]) -> list[str]:
@@ -208,21 +241,45 @@ def _undecorated(cls: type) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _masks_without_vmap() -> Iterator[None]:
-    """transformers' vmap-built masks built by broadcasting while tracing (#20).
+def _tracing_fixes() -> Iterator[None]:
+    """transformers' code made traceable while tracing (#20); the tracer holds ``TRACING_LOCK``.
 
-    The tracer holds ``TRACING_LOCK``, so no other thread builds a mask meanwhile.
+    - ``masking_utils._vmap_for_bhqkv`` (4.53+): :func:`broadcast_mask_function`;
+    - the tracer's meta rule for ``torch.where`` (which adds its three arguments, so a
+      number among them, as in ``eager_mask``'s ``torch.where(mask, 0.0, finfo.min)``,
+      left every later node of GPT-2's eager attention without a shape): torch's own
+      ``torch.where`` on meta tensors.
     """
-    masking = sys.modules.get("transformers.masking_utils")
-    if masking is None or not hasattr(masking, "_vmap_for_bhqkv"):
-        yield  # transformers before 4.53 (no masking_utils) builds its masks without vmap
-        return
-    vmapped = masking._vmap_for_bhqkv
-    masking._vmap_for_bhqkv = broadcast_mask_function
+    with contextlib.ExitStack() as stack:
+        masking = sys.modules.get("transformers.masking_utils")
+        if masking is not None and hasattr(masking, "_vmap_for_bhqkv"):
+            stack.enter_context(
+                _replaced(vars(masking), "_vmap_for_bhqkv", broadcast_mask_function)
+            )
+        hf_fx = sys.modules.get("transformers.utils.fx")
+        overrides = getattr(hf_fx, "_MANUAL_META_OVERRIDES", None)
+        if isinstance(overrides, dict) and torch.where in overrides:
+            stack.enter_context(_replaced(overrides, torch.where, _where_on_meta))
+        yield
+
+
+@contextlib.contextmanager
+def _replaced(mapping: dict[Any, Any], key: Any, value: Any) -> Iterator[None]:
+    previous = mapping[key]
+    mapping[key] = value
     try:
         yield
     finally:
-        masking._vmap_for_bhqkv = vmapped
+        mapping[key] = previous
+
+
+def _where_on_meta(condition: Any, *values: Any) -> Any:
+    """``torch.where`` on meta tensors, numbers kept as they are (transformers' rule added them)."""
+    return torch.where(condition.to("meta"), *(_on_meta(value) for value in values))
+
+
+def _on_meta(value: Any) -> Any:
+    return value.to("meta") if isinstance(value, torch.Tensor) else value
 
 
 def broadcast_mask_function(
