@@ -84,7 +84,7 @@ def tracer_class() -> type[QuantizationTracer]:
     return cls
 
 
-def _iter_by_metadata(tracer: fx.Tracer, obj: fx.Proxy) -> Iterator[Any]:
+def _iter_by_metadata(tracer: fx.Tracer, obj: Any) -> Iterator[Any]:
     """``*x.shape[:-1]``: a proxy whose metadata has a length iterates as its items (#20).
 
     torch.fx iterates a proxy only where the bytecode unpacks a known count (``a, b = x``);
@@ -95,7 +95,7 @@ def _iter_by_metadata(tracer: fx.Tracer, obj: fx.Proxy) -> Iterator[Any]:
     metadata = getattr(obj, "_metadata", None)
     if isinstance(metadata, (tuple, list)):  # torch.Size is a tuple
         return iter([obj[index] for index in range(len(metadata))])
-    return fx.Tracer.iter(tracer, obj)  # type: ignore[no-any-return]  # torch.fx's rule
+    return fx.Tracer.iter(tracer, obj)  # torch.fx's rule
 
 
 def __getattr__(name: str) -> Any:
@@ -209,7 +209,7 @@ def linear_for_conv1d(root: nn.Module, leaves: tuple[set[str], tuple[type, ...]]
     ]
     for path in swapped:
         parent_path, _, name = path.rpartition(".")
-        module = root.get_submodule(path)
+        module: Any = root.get_submodule(path)
         linear = nn.Linear(module.nx, module.nf, bias=True, device="meta")
         linear.weight = nn.Parameter(module.weight.detach().t(), module.weight.requires_grad)
         linear.bias = module.bias
@@ -308,6 +308,8 @@ def broadcast_mask_function(
     """
 
     def mask(batch: Any, head: Any, q: Any, kv: Any) -> Any:
+        indices: tuple[Any, ...]
+        shape: tuple[Any, ...]
         if bh_indices:
             indices = (batch[:, None, None, None], head[None, :, None, None])
             shape = (batch.shape[0], head.shape[0], q.shape[0], kv.shape[0])
@@ -359,8 +361,6 @@ def _defaults(
             raise ConfigError(msg)
         found[name] = False if name == "use_cache" else parameter.default
     return found
-
-
 
 
 def _for_transformers(root: nn.Module) -> types.ModuleType | None:
