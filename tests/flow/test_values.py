@@ -141,7 +141,7 @@ class WhereMasked(nn.Module):
         minimum = torch.finfo(torch.float32).min  # a traced finfo node: see test_gpt2.py
         mask = torch.where(keep.bool(), torch.tensor(0.0), minimum)  # transformers' eager_mask
         causal = torch.ones(5, 5).tril().bool()
-        filled = torch.where(causal, scores, torch.full([], minimum))
+        filled = torch.where(causal, scores, scores.new_full((), minimum))
         return torch.softmax(filled + mask, -1)
 
 

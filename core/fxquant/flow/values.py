@@ -249,9 +249,10 @@ def _where_kind(node: fx.Node, kinds: Mapping[fx.Node, ValueKind]) -> ValueKind:
         return MASK  # both fills, or a fill and a number: computed from the condition only
     other = others[0]
     kind = kinds.get(other, FLOAT)
-    constant = other.op == "call_function" and all(
-        kinds.get(a) == SCALAR for a in node_args(other)
-    )  # torch.tensor(0.0, device=..., dtype=...): made from sizes and dtypes only
+    # a tensor attribute, or torch.tensor(0.0, device=..., dtype=...) made from sizes only
+    constant = other.op == "get_attr" or (
+        other.op == "call_function" and all(kinds.get(a) == SCALAR for a in node_args(other))
+    )
     if kind == MASK or (kind == FLOAT and constant):
         return MASK
     return MASKED if kind in (FLOAT, MASKED) else MASK
