@@ -132,3 +132,31 @@ def test_finfo_of_a_dtype_is_a_scalar_not_a_float_tensor() -> None:
     assert kinds[info] == ValueKind.SCALAR
     assert kinds[low] == ValueKind.SCALAR
     assert kinds[out] == ValueKind.FLOAT
+
+
+class WhereMasked(nn.Module):
+    """GPT-2's eager attention: a constant mask built by ``torch.where``, scores filled by one."""
+
+    def forward(self, scores: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        minimum = torch.finfo(torch.float32).min  # a traced finfo node: see test_gpt2.py
+        mask = torch.where(keep.bool(), torch.tensor(0.0), minimum)  # transformers' eager_mask
+        causal = torch.ones(5, 5).tril().bool()
+        filled = torch.where(causal, scores, scores.new_full((), minimum))
+        return torch.softmax(filled + mask, -1)
+
+
+def test_where_with_finfo_min_is_a_mask_or_masks_the_scores() -> None:
+    found = kinds(WhereMasked(), SCORES, KEEP)
+    assert found["where"] == ValueKind.MASK
+    assert found["where_1"] == ValueKind.MASKED
+    assert found["add"] == ValueKind.MASKED
+    assert found["softmax"] == ValueKind.FLOAT
+
+
+@pytest.mark.parametrize(("fill", "kind"), [(-1e4, ValueKind.MASKED), (-10.0, ValueKind.FLOAT)])
+def test_where_with_a_number_masks_only_below_the_bound(fill: float, kind: ValueKind) -> None:
+    class Where(nn.Module):
+        def forward(self, scores: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+            return torch.where(keep == 1, scores, fill)
+
+    assert kinds(Where(), SCORES, KEEP)["where"] == kind

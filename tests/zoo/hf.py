@@ -129,7 +129,10 @@ def concrete_graph(
     """
     from transformers.utils import fx as hf_fx
 
-    gm = hf_fx.symbolic_trace(model, input_names=names)
+    if type(model).__name__ == "GPT2Model":
+        gm = _fxquant_graph(model, inputs)
+    else:
+        gm = hf_fx.symbolic_trace(model, input_names=names)
     values: dict[fx.Node, object] = {}
 
     class Recorder(fx.Interpreter):
@@ -145,4 +148,18 @@ def concrete_graph(
             node.replace_all_uses_with(value)  # type: ignore[arg-type]  # fx takes constants
     gm.graph.eliminate_dead_code()
     gm.recompile()
+    return gm
+
+
+def _fxquant_graph(model: nn.Module, inputs: tuple[torch.Tensor, ...]) -> fx.GraphModule:
+    """GPT-2 as fxquant's trace step captures it: transformers' own tracer fails on its
+    vmap-built causal mask, and fxquant's gives its Conv1D layers as Linear (the same
+    recipe for torch.ao, which would otherwise keep them float as ``addmm``)."""
+    from fxquant.config.backend import BackendConfig
+    from fxquant.flow.context import FlowContext
+    from fxquant.flow.trace import trace
+
+    gm = trace(model, FlowContext(BackendConfig("graph"), example_inputs=inputs))
+    for node in gm.graph.nodes:
+        node.meta.pop("fxquant", None)  # torch.ao's graph: none of fxquant's records
     return gm

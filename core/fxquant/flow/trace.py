@@ -228,7 +228,9 @@ def _trace_module(model: nn.Module, ctx: FlowContext) -> fx.GraphModule:
     try:
         hf_trace = _hf_tracing(root)
         if hf_trace is not None:
-            tracer, graph = hf_trace.trace_transformers_model(root, ctx, _leaves(ctx))
+            tracer, graph = hf_trace.trace_transformers_model(
+                root, ctx, _leaves(ctx), owns_modules=root is not model
+            )
         else:
             tracer = QuantizationTracer(*_leaves(ctx))
             tracer.owns_modules = root is not model  # own_copy returns the model it cannot copy

@@ -26,10 +26,18 @@ The attention-mask rule, in full (``masked`` values stay float, reported
    result a plain float.
 4. A ``masked`` value stays ``masked`` through every op until a bounded one
    (softmax, sigmoid, tanh) maps it back into a float range.
+5. ``torch.where(condition, a, b)`` with ``a`` or ``b`` standing for minus infinity
+   (a number at most the bound, ``torch.finfo(dtype).min``, or a ``torch.full`` /
+   ``torch.tensor`` of one) is rule 3 written another way (#20): ``masked`` when the
+   other value is a computed float (GPT-2's eager ``torch.where(causal, scores,
+   finfo.min)``), a ``mask`` when it is a constant (transformers' ``eager_mask``:
+   ``torch.where(keep, torch.tensor(0.0), finfo.min)``).
 
     attention_mask (int) -> .to(float) -> (1 - m) * -1e4   : mask
     scores (float) + mask                                  : masked (until softmax)
     scores.masked_fill(m == 0, -1e9)                       : masked (until softmax)
+    torch.where(keep, scores, finfo.min)                   : masked (until softmax)
+    torch.where(keep, torch.tensor(0.0), finfo.min)        : mask
     x.size(0), x.shape, torch.finfo(x.dtype).min          : scalar
 """
 
@@ -87,6 +95,14 @@ _MASKED_FILL = frozenset(
         "masked_fill_",
     }
 )
+_WHERE = frozenset({torch.where, "where"})
+_FILLED: Final[dict[object, int]] = {  # the ops making a tensor of one value: its position
+    torch.full: 1,
+    torch.full_like: 1,
+    "new_full": 2,
+    torch.tensor: 0,
+    "new_tensor": 1,
+}
 _SCALAR_METHODS = frozenset({"size", "dim", "numel", "nelement", "tolist", "item", "__len__"})
 _INT_METHODS = frozenset(
     {
@@ -205,7 +221,41 @@ def _call_kind(node: fx.Node, kinds: Mapping[fx.Node, ValueKind]) -> ValueKind:
         return MASK if args and args[0] in (INT, MASK) else FLOAT
     if cast is not None:
         return INT
+    if target in _WHERE and len(node.args) == 3 and any(map(_minus_infinity, node.args[1:])):
+        return _where_kind(node, kinds)
     return _mix(node, args)
+
+
+def _minus_infinity(value: object) -> bool:
+    """Whether ``value`` stands for minus infinity (rule 5): a number, ``finfo.min``, a fill."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value <= MASK_FILL_MAX
+    if not isinstance(value, fx.Node) or value.op not in ("call_function", "call_method"):
+        return False
+    if value.target is getattr and value.args[1] == "min":
+        source = value.args[0]
+        return isinstance(source, fx.Node) and source.target is torch.finfo
+    position = _FILLED.get(value.target)
+    if position is None:
+        return False
+    fill = value.args[position] if len(value.args) > position else value.kwargs.get("fill_value")
+    return _minus_infinity(fill)
+
+
+def _where_kind(node: fx.Node, kinds: Mapping[fx.Node, ValueKind]) -> ValueKind:
+    """Rule 5: ``torch.where`` with a minus-infinity value, by the kind of the other one."""
+    others = [v for v in node.args[1:] if not _minus_infinity(v)]
+    if not others or not isinstance(others[0], fx.Node):
+        return MASK  # both fills, or a fill and a number: computed from the condition only
+    other = others[0]
+    kind = kinds.get(other, FLOAT)
+    # a tensor attribute, or torch.tensor(0.0, device=..., dtype=...) made from sizes only
+    constant = other.op == "get_attr" or (
+        other.op == "call_function" and all(kinds.get(a) == SCALAR for a in node_args(other))
+    )
+    if kind == MASK or (kind == FLOAT and constant):
+        return MASK
+    return MASKED if kind in (FLOAT, MASKED) else MASK
 
 
 def fills_a_mask(node: fx.Node) -> bool:

@@ -497,3 +497,24 @@ def test_qat_of_linear_leaky_relu_trains_the_linear_and_the_activation_apart() -
     prepared(x).sum().backward()
     lowered = fxquant.convert_fx(prepared.eval())
     assert "QLinear" in kernel_types(lowered)
+
+
+def test_a_linear_with_a_transposed_weight_gives_the_numbers_of_a_contiguous_one() -> None:
+    # GPT-2's Conv1D is traced as a Linear whose weight is a transposed view; oneDNN's
+    # prepack read it row-major and the output was noise (SQNR -2 dB, #20)
+    torch.manual_seed(0)
+    contiguous = torch.nn.Sequential(torch.nn.Linear(32, 16)).eval()
+    transposed = copy.deepcopy(contiguous)
+    weight = contiguous[0].weight.detach().t().contiguous().t()
+    transposed[0].weight = torch.nn.Parameter(weight)
+    assert not transposed[0].weight.is_contiguous()
+    x = torch.randn(8, 32)
+    outputs = []
+    for model in (contiguous, transposed):
+        config = fxquant.get_backend_config("onednn")
+        prepared = fxquant.prepare_fx(
+            model, fxquant.get_default_qconfig_mapping("onednn"), (x,), backend_config=config
+        )
+        prepared(x)
+        outputs.append(fxquant.convert_fx(prepared, backend_config=config)(x))
+    assert torch.equal(outputs[0], outputs[1])

@@ -78,7 +78,10 @@ def symmetric_weight(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor] | N
     if bool((zero_point != 0).any()):
         return None
     channels = weight.shape[0]
-    return weight.detach().clone(), scale.expand(channels).contiguous()
+    # contiguous: oneDNN's prepack reads the buffer row-major whatever its strides, and a
+    # transposed weight (GPT-2's Conv1D as a Linear) gave noise (#20)
+    weight = weight.detach().clone(memory_format=torch.contiguous_format)
+    return weight, scale.expand(channels).contiguous()
 
 
 class _Packed(nn.Module):
@@ -461,7 +464,9 @@ class Fp16Linear(nn.Module):
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         super().__init__()
-        self.register_buffer("weight", weight.detach().to(torch.float16))
+        # contiguous: as for the int8 weights (symmetric_weight), prepack ignores strides (#20)
+        weight = weight.detach().to(torch.float16, memory_format=torch.contiguous_format)
+        self.register_buffer("weight", weight)
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
         self._packed = None
 
