@@ -259,7 +259,7 @@ def test_ops_without_weights_match_reference_within_one_step(
 
 def test_stem_max_pool_is_exact_channels_last_and_silent() -> None:
     # ResNet's stem pool on a conv's channels_last uint8 output of 32x32 and more (torch's
-    # uint8 max pool refuses it): the quint8 kernel on a view, exact, layout kept (#19)
+    # uint8 max pool refuses it): exact, layout kept, plain tensors only (#19)
     from fxquant_onednn.kernels import IntegerOp
 
     torch.manual_seed(0)

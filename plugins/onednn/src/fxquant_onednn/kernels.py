@@ -8,8 +8,6 @@
     relu6, hardtanh                               IntegerClamp (absorbed by a conv or linear)
     identity, dropout                             nn.Identity (removed by the flow)
     max pools, reshapes, relu, ...                IntegerOp: the op on the integers themselves
-                                                  (2-d uint8 max pool: the quint8 kernel on a
-                                                  view, fxquant_quantized_engine)
     avg pools, mean                               IntegerOp: averaged integers, rounded
     every other quantized op                      FloatOp: dequantize -> op -> quantize, one module
     float attention (matmul, softmax, matmul)     Attention: scaled_dot_product_attention
@@ -39,7 +37,6 @@ from fxquant.kernels import boundary, cpu
 from fxquant.kernels.integer import IntegerClamp
 from fxquant.lowering import Declined, LoweringMatch, LoweringRule, QParams
 from fxquant.nn import intrinsic, reference
-from fxquant_quantized_engine.rules import max_pool_integers
 from torch import fx, nn
 
 from fxquant_onednn.modules import (
@@ -369,14 +366,6 @@ class IntegerOp(_Replay):
     def forward(self, *inputs: Any) -> Any:
         """The op on the integer input."""
         if self.pool is not None and inputs[0].dim() == 4:  # NCHW
-            if inputs[0].dtype == torch.uint8:
-                # the quint8 kernel on a view of the integers (fxquant-quantized-engine): no
-                # copy, channels_last kept, 2.3x (b1) to 9.6x (b8) faster than the strided
-                # maxima on ResNet-50's stem pool (1 thread, #19)
-                pool = self.pool
-                return max_pool_integers(
-                    inputs[0], F.max_pool2d, pool.kernel, pool.stride, pool.padding
-                )
             return _max_pool_uint8(inputs[0], self.pool)
         if self.via_float:
             return self.replay([inputs[0].float(), *inputs[1:]]).to(self.dtype)
