@@ -257,6 +257,34 @@ def test_ops_without_weights_match_reference_within_one_step(
     assert_within_one_step(_conv_then(fn), torch.randn(2, 3, 8, 8), kernel)
 
 
+def test_stem_max_pool_is_exact_channels_last_and_silent() -> None:
+    # ResNet's stem pool on a conv's channels_last uint8 output of 32x32 and more (torch's
+    # uint8 max pool refuses it): exact, layout kept, plain tensors only (#19)
+    from fxquant_onednn.kernels import IntegerOp
+
+    torch.manual_seed(0)
+    model = _conv_then(lambda y: F.max_pool2d(torch.relu(y), 3, 2, 1)).eval()
+    x = torch.randn(2, 3, 40, 40)
+    config = fxquant.get_backend_config("onednn")
+    mapping = fxquant.get_default_qconfig_mapping("onednn")
+    prepared = fxquant.prepare_fx(model, mapping, (x,), backend_config=config)
+    prepared(x)
+    pools = [
+        m for m in fxquant.convert_fx(prepared).modules()
+        if isinstance(m, IntegerOp) and m.pool is not None
+    ]  # fmt: skip
+    assert len(pools) == 1
+    values = torch.randint(0, 256, (2, 4, 40, 40), dtype=torch.uint8)
+    values = values.contiguous(memory_format=torch.channels_last)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pooled = pools[0](values)
+    expected = F.max_pool2d(values.float(), 3, 2, 1).to(torch.uint8)
+    assert torch.equal(pooled, expected)
+    assert pooled.dtype == torch.uint8
+    assert pooled.is_contiguous(memory_format=torch.channels_last)
+
+
 def test_add_is_right_for_integers_above_127() -> None:
     from fxquant.lowering import QParams
     from fxquant_onednn.modules import QAdd

@@ -49,6 +49,7 @@ _CONV_OPS = (
     _ONEDNN.qconv2d_pointwise.default,
     _ONEDNN.qconv3d_pointwise.default,
 )
+_CONV_BINARY = _ONEDNN.qconv2d_pointwise.binary  # looked up once, not on every conv + add
 
 
 def symmetric_weight(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -592,7 +593,7 @@ class QConv(_Packed):
         if not self.reuse_accumulate or accumulated.data_ptr() != accumulate.data_ptr():
             accumulated = accumulated.clone(memory_format=torch.channels_last)
         accumulate_scale, accumulate_zero_point, _ = self.accumulate
-        result = _ONEDNN.qconv2d_pointwise.binary(
+        result = _CONV_BINARY(
             *head, accumulated, self.bias, *self.geometry, self.out_scale,
             self.out_zero_point, self.out_dtype, accumulate_scale, accumulate_zero_point,
             "sum", 1.0, self.unary, [], "",
