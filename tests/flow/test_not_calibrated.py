@@ -154,3 +154,23 @@ def test_a_varied_calibration_gives_no_single_value_warning() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error", CalibrationWarning)
         fxquant.convert_fx(prepared)
+
+
+def test_an_edge_the_model_makes_constant_is_not_named() -> None:
+    # zeros_like(x) + x: the zeros are one value by design, whatever the calibration data
+    class AddsZeros(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.fc(x)
+            return y + torch.zeros_like(y).view(-1, 4)
+
+    torch.manual_seed(0)
+    x = torch.randn(8, 4)
+    prepared = _prepare(AddsZeros(), "x86", x)
+    prepared(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CalibrationWarning)
+        fxquant.convert_fx(prepared)

@@ -20,7 +20,9 @@ values) say which edge it watches.
 An observer that saw one value only (every calibration batch constant on its edge,
 e.g. data of zeros) is calibrated, but its range is a point: every other value at
 run time is clamped to it. Convert quantizes it as asked and warns, naming the
-observers and the value (:func:`single_valued`).
+observers and the value (:func:`single_valued`). An edge the model makes constant
+itself (``torch.zeros_like(x)``, ``y.fill_(0.5)``, a ``get_attr``) is one value by
+design and is not named.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from torch.fx import GraphModule, Node
 from fxquant.errors import CalibrationWarning
 from fxquant.flow.convert_copy import observed_constant
 from fxquant.flow.convert_modules import is_observer
+from fxquant.flow.inplace import on_copy
 from fxquant.flow.state import NodeInfo, node_info
 from fxquant.numerics.observer import is_calibrated
 
@@ -140,6 +143,33 @@ def warn_uncalibrated(found: Mapping[str, list[str]], step: str) -> None:
     warnings.warn(msg, CalibrationWarning, stacklevel=4)
 
 
+# Calls whose output values do not depend on their tensor inputs' values (shape, dtype only)
+_FACTORIES = frozenset(
+    {"zeros", "ones", "full", "empty", "zeros_like", "ones_like", "full_like", "empty_like"}
+)
+_FILLING_METHODS = frozenset({"new_zeros", "new_ones", "new_full", "new_empty", "fill_", "zero_"})
+
+
+def _made_constant(node: Node, seen: dict[Node, bool]) -> bool:
+    """Whether the model computes ``node``'s value without looking at any input's values."""
+    if node in seen:
+        return seen[node]
+    if node.op == "get_attr":
+        found = True
+    elif node.op == "call_function" and getattr(node.target, "__name__", "") in _FACTORIES:
+        found = True
+    elif node.op == "call_method" and node.target in _FILLING_METHODS:
+        found = True
+    elif node.target is on_copy and node.args and node.args[0] in _FILLING_METHODS:
+        found = True  # an in-place fill_ / zero_ made functional at prepare
+    elif node.op in ("call_function", "call_method") and node.all_input_nodes:
+        found = all(_made_constant(n, seen) for n in node.all_input_nodes)
+    else:
+        found = False
+    seen[node] = found
+    return found
+
+
 def single_valued(gm: GraphModule, modules: Mapping[str, nn.Module]) -> dict[str, float]:
     """Calibrated activation observers whose range is one point: observer name -> the value.
 
@@ -150,8 +180,12 @@ def single_valued(gm: GraphModule, modules: Mapping[str, nn.Module]) -> dict[str
         >>> # see tests/flow/test_not_calibrated.py
     """
     found: dict[str, float] = {}
+    seen: dict[Node, bool] = {}
     for node, module in _observers(gm, modules):
         if observed_constant(node) or not is_calibrated(module):
+            continue
+        source = node.args[0] if node.args else None
+        if isinstance(source, Node) and _made_constant(source, seen):
             continue
         inner = getattr(module, "activation_post_process", module)
         low, high = getattr(inner, "min_val", None), getattr(inner, "max_val", None)
