@@ -18,6 +18,7 @@ import fxquant
 import pytest
 import torch
 from fxquant import observer as fxobs
+from fxquant.config.defaults import default_per_channel_qconfig
 from fxquant.errors import CalibrationWarning
 from fxquant.fake_quantize import FakeQuantize, FusedMovingAvgObsFakeQuantize
 from hypothesis import given, settings
@@ -217,7 +218,9 @@ def test_a_nan_weight_is_named_by_its_module_at_convert() -> None:
     with torch.no_grad():
         model[2].weight[0, 0] = NAN
     x = torch.randn(8, 4)
-    prepared = fxquant.prepare_fx(model, fxquant.get_default_qconfig_mapping("x86"), (x,))
+    # an explicit qconfig: the registry's defaults are what other tests may extend
+    mapping = fxquant.QConfigMapping().set_global(default_per_channel_qconfig)
+    prepared = fxquant.prepare_fx(model, mapping, (x,))
     with pytest.warns(CalibrationWarning, match="output of node '_2'"):
         prepared(x)  # the NaN weight makes the output edge NaN too
     with pytest.warns(CalibrationWarning) as caught:
