@@ -18,6 +18,7 @@ import fxquant
 import pytest
 import torch
 from fxquant import observer as fxobs
+from fxquant.config.defaults import default_per_channel_qconfig
 from fxquant.errors import CalibrationWarning
 from fxquant.fake_quantize import FakeQuantize, FusedMovingAvgObsFakeQuantize
 from hypothesis import given, settings
@@ -208,3 +209,22 @@ def test_qat_recovers_after_a_nan_batch(backend: str) -> None:
     assert bool(torch.isfinite(out).all())
     if backend != "x86":  # x86 crashed; its numbers on a CPU without VNNI: another issue
         assert float((out - prepared(x)).detach().abs().max()) < 0.1
+
+
+def test_a_nan_weight_is_named_by_its_module_at_convert() -> None:
+    # the weight observers run at convert: their warning names the module, not a class
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)).eval()
+    with torch.no_grad():
+        model[2].weight[0, 0] = NAN
+    x = torch.randn(8, 4)
+    # an explicit qconfig: the registry's defaults are what other tests may extend
+    mapping = fxquant.QConfigMapping().set_global(default_per_channel_qconfig)
+    prepared = fxquant.prepare_fx(model, mapping, (x,))
+    with pytest.warns(CalibrationWarning, match="output of node '_2'"):
+        prepared(x)  # the NaN weight makes the output edge NaN too
+    with pytest.warns(CalibrationWarning) as caught:
+        fxquant.convert_fx(prepared)
+    words = [str(w.message) for w in caught]
+    assert any(w.startswith("observer of the weight of '2' ignored 1 non-finite") for w in words), words
+    assert not any("not in a prepared model" in w for w in words)

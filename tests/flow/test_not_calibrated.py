@@ -123,3 +123,54 @@ def test_dynamic_fixed_and_placeholder_observers_are_never_uncalibrated() -> Non
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # dynamic: nothing to calibrate, no warning
         fxquant.convert_fx(prepared)
+
+
+@pytest.mark.parametrize("backend", ["x86", "qnnpack"])
+def test_calibration_data_of_one_value_warns_naming_the_observer(backend: str) -> None:
+    # data of zeros gives the input observer the range [0, 0]: every real input would be
+    # clamped to 0 (0.43 off on this model), so convert says so and still quantizes
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)).eval()
+    x = torch.randn(16, 4)
+    prepared = _prepare(model, backend, x)
+    prepared(torch.zeros(16, 4))
+    with pytest.warns(CalibrationWarning, match="saw a single value") as caught:
+        converted = fxquant.convert_fx(prepared)
+    assert len(caught) == 1
+    words = str(caught[0].message)
+    assert "activation_post_process_0 saw only 0" in words
+    assert "representative data" in words
+    assert "activation_post_process_1" not in words  # the Linear's output varied (bias)
+    lowered = [e for e in fxquant.explain(converted, show=False).entries() if e.status == "lowered"]
+    assert lowered  # a warning, not a fallback: the user may mean it
+
+
+def test_a_varied_calibration_gives_no_single_value_warning() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)).eval()
+    x = torch.randn(16, 4)
+    prepared = _prepare(model, "x86", x)
+    prepared(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CalibrationWarning)
+        fxquant.convert_fx(prepared)
+
+
+def test_an_edge_the_model_makes_constant_is_not_named() -> None:
+    # zeros_like(x) + x: the zeros are one value by design, whatever the calibration data
+    class AddsZeros(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.fc(x)
+            return y + torch.zeros_like(y).view(-1, 4)
+
+    torch.manual_seed(0)
+    x = torch.randn(8, 4)
+    prepared = _prepare(AddsZeros(), "x86", x)
+    prepared(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CalibrationWarning)
+        fxquant.convert_fx(prepared)

@@ -16,6 +16,13 @@ Fixed-qparams, placeholder and dynamic observers never need calibration
 Prepare also names every observer after its place in the graph
 (:func:`label_observers`), so that an observer's own warnings (non-finite
 values) say which edge it watches.
+
+An observer that saw one value only (every calibration batch constant on its edge,
+e.g. data of zeros) is calibrated, but its range is a point: every other value at
+run time is clamped to it. Convert quantizes it as asked and warns, naming the
+observers and the value (:func:`single_valued`). An edge the model makes constant
+itself (``torch.zeros_like(x)``, ``y.fill_(0.5)``, a ``get_attr``) is one value by
+design and is not named.
 """
 
 from __future__ import annotations
@@ -23,16 +30,24 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping
 
+import torch
 from torch import nn
 from torch.fx import GraphModule, Node
 
 from fxquant.errors import CalibrationWarning
 from fxquant.flow.convert_copy import observed_constant
 from fxquant.flow.convert_modules import is_observer
+from fxquant.flow.inplace import on_copy
 from fxquant.flow.state import NodeInfo, node_info
 from fxquant.numerics.observer import is_calibrated
 
-__all__ = ["label_observers", "uncalibrated", "warn_uncalibrated"]
+__all__ = [
+    "label_observers",
+    "single_valued",
+    "uncalibrated",
+    "warn_single_valued",
+    "warn_uncalibrated",
+]
 
 
 def _observers(gm: GraphModule, modules: Mapping[str, nn.Module]) -> list[tuple[Node, nn.Module]]:
@@ -125,4 +140,75 @@ def warn_uncalibrated(found: Mapping[str, list[str]], step: str) -> None:
         f"calibrate), or pass strict=True to make this an error"
     )
     # 4: the user's call of convert_fx / convert_to_reference_fx (through reference_model)
+    warnings.warn(msg, CalibrationWarning, stacklevel=4)
+
+
+# Calls whose output values do not depend on their tensor inputs' values (shape, dtype only)
+_FACTORIES = frozenset(
+    {"zeros", "ones", "full", "empty", "zeros_like", "ones_like", "full_like", "empty_like"}
+)
+_FILLING_METHODS = frozenset({"new_zeros", "new_ones", "new_full", "new_empty", "fill_", "zero_"})
+
+
+def _made_constant(node: Node, seen: dict[Node, bool]) -> bool:
+    """Whether the model computes ``node``'s value without looking at any input's values."""
+    if node in seen:
+        return seen[node]
+    if node.op == "get_attr":
+        found = True
+    elif node.op == "call_function" and getattr(node.target, "__name__", "") in _FACTORIES:
+        found = True
+    elif node.op == "call_method" and node.target in _FILLING_METHODS:
+        found = True
+    elif node.target is on_copy and node.args and node.args[0] in _FILLING_METHODS:
+        found = True  # an in-place fill_ / zero_ made functional at prepare
+    elif node.op in ("call_function", "call_method") and node.all_input_nodes:
+        found = all(_made_constant(n, seen) for n in node.all_input_nodes)
+    else:
+        found = False
+    seen[node] = found
+    return found
+
+
+def single_valued(gm: GraphModule, modules: Mapping[str, nn.Module]) -> dict[str, float]:
+    """Calibrated activation observers whose range is one point: observer name -> the value.
+
+    Such an observer saw the same value everywhere (a constant edge in the calibration
+    data); quantizing with its range clamps every other value to that point.
+
+    Example:
+        >>> # see tests/flow/test_not_calibrated.py
+    """
+    found: dict[str, float] = {}
+    seen: dict[Node, bool] = {}
+    for node, module in _observers(gm, modules):
+        if observed_constant(node) or not is_calibrated(module):
+            continue
+        source = node.args[0] if node.args else None
+        if isinstance(source, Node) and _made_constant(source, seen):
+            continue
+        inner = getattr(module, "activation_post_process", module)
+        low, high = getattr(inner, "min_val", None), getattr(inner, "max_val", None)
+        if not isinstance(low, torch.Tensor) or not isinstance(high, torch.Tensor):
+            continue  # fixed qparams, placeholders: no statistics to be degenerate
+        if low.numel() and bool(torch.equal(low, high)) and bool(torch.isfinite(low).all()):
+            found[str(node.target)] = float(low.flatten()[0])
+    return found
+
+
+def warn_single_valued(found: Mapping[str, float], step: str) -> None:
+    """One :class:`CalibrationWarning` naming every observer that saw a single value.
+
+    Example:
+        >>> warn_single_valued({}, "convert_fx")  # nothing to say
+    """
+    if not found:
+        return
+    listed = "; ".join(f"{obs} saw only {value:g}" for obs, value in found.items())
+    msg = (
+        f"{step}: {len(found)} activation observer(s) saw a single value during "
+        f"calibration, so every other value on their edge is clamped to it: {listed}. "
+        "Calibrate on representative data (inputs that vary), or keep those nodes float "
+        "(QConfigMapping().set_module_name(name, None))"
+    )
     warnings.warn(msg, CalibrationWarning, stacklevel=4)

@@ -27,7 +27,12 @@ from fxquant.config.backend import BackendConfig
 from fxquant.config.custom import ConvertCustomConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.errors import ConfigTypeError
-from fxquant.flow.calibrated import uncalibrated, warn_uncalibrated
+from fxquant.flow.calibrated import (
+    single_valued,
+    uncalibrated,
+    warn_single_valued,
+    warn_uncalibrated,
+)
 from fxquant.flow.context import FlowContext, as_backend_config, as_config
 from fxquant.flow.convert_copy import (
     attr,
@@ -210,6 +215,7 @@ def reference_model(
     not_calibrated = uncalibrated(graph_module, source_modules)
     if not strict:
         warn_uncalibrated(not_calibrated, step)
+    warn_single_valued(single_valued(graph_module, source_modules), step)
     stays_float = {n for nodes in not_calibrated.values() for n in nodes} - turned_off
     off = turned_off | stays_float
     root, graph, modules = copy_model(graph_module, source_modules, off)

@@ -148,11 +148,15 @@ def _reference_class(cls: type) -> type:
     return found
 
 
-def _weight_observer(info: NodeInfo, module: nn.Module, qat_fake_quant: nn.Module | None) -> Any:
+def _weight_observer(
+    info: NodeInfo, module: nn.Module, qat_fake_quant: nn.Module | None, path: str
+) -> Any:
     if qat_fake_quant is not None:
         return qat_fake_quant
     assert info.qconfig is not None  # checked by will_swap
     observer = info.qconfig.weight()
+    # its warnings (a NaN weight) name the module, as activation observers name their edge
+    object.__setattr__(observer, "_fxquant_name", f"of the weight of {path!r}")
     weight = getattr(module, "weight", None)
     if isinstance(weight, torch.Tensor):
         observer.to(weight.device)
@@ -187,7 +191,7 @@ def swap_weighted_module(
     if _is_recurrent(module):
         return _swap_recurrent(root, path, module, info)
     float_root = _root_of(module)
-    observer = _weight_observer(info, float_root, fake_quant)
+    observer = _weight_observer(info, float_root, fake_quant, path)
     if not _weight_quantized(observer):
         return module
     # torch.ao runs the weight observer here for PTQ and QAT alike (its qparams need a

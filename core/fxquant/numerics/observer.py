@@ -156,8 +156,9 @@ class ObserverBase(torch.nn.Module):
             msg = (
                 f"observer {where} ignored {count} non-finite value(s) (NaN or inf) of a batch "
                 f"of {numel}: they are left out of its range, and a batch with no finite value "
-                "leaves it unchanged. Check the calibration data; later non-finite values are "
-                "ignored without a warning (their total is in the observer's nonfinite_count)"
+                "leaves it unchanged. Check the calibration data (or the weights); later "
+                "non-finite values are ignored without a warning (their total is in the "
+                "observer's nonfinite_count)"
             )
             warnings.warn(msg, CalibrationWarning, stacklevel=2)
 
