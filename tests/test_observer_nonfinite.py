@@ -226,5 +226,6 @@ def test_a_nan_weight_is_named_by_its_module_at_convert() -> None:
     with pytest.warns(CalibrationWarning) as caught:
         fxquant.convert_fx(prepared)
     words = [str(w.message) for w in caught]
-    assert any(w.startswith("observer of the weight of '2' ignored 1 non-finite") for w in words), words
+    named = "observer of the weight of '2' ignored 1 non-finite"
+    assert any(w.startswith(named) for w in words), words
     assert not any("not in a prepared model" in w for w in words)

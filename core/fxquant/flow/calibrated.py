@@ -150,24 +150,23 @@ _FACTORIES = frozenset(
 _FILLING_METHODS = frozenset({"new_zeros", "new_ones", "new_full", "new_empty", "fill_", "zero_"})
 
 
+def _fills(node: Node) -> bool:
+    """Whether ``node`` makes a tensor of one value whatever its inputs hold."""
+    if node.op == "call_function" and node.target is on_copy and node.args:
+        return node.args[0] in _FILLING_METHODS  # an in-place fill_ made functional at prepare
+    if node.op == "call_function":
+        return getattr(node.target, "__name__", "") in _FACTORIES
+    return node.op == "get_attr" or (node.op == "call_method" and node.target in _FILLING_METHODS)
+
+
 def _made_constant(node: Node, seen: dict[Node, bool]) -> bool:
     """Whether the model computes ``node``'s value without looking at any input's values."""
-    if node in seen:
-        return seen[node]
-    if node.op == "get_attr":
-        found = True
-    elif node.op == "call_function" and getattr(node.target, "__name__", "") in _FACTORIES:
-        found = True
-    elif node.op == "call_method" and node.target in _FILLING_METHODS:
-        found = True
-    elif node.target is on_copy and node.args and node.args[0] in _FILLING_METHODS:
-        found = True  # an in-place fill_ / zero_ made functional at prepare
-    elif node.op in ("call_function", "call_method") and node.all_input_nodes:
-        found = all(_made_constant(n, seen) for n in node.all_input_nodes)
-    else:
-        found = False
-    seen[node] = found
-    return found
+    if node not in seen:
+        derived = node.op in ("call_function", "call_method") and bool(node.all_input_nodes)
+        seen[node] = _fills(node) or (
+            derived and all(_made_constant(n, seen) for n in node.all_input_nodes)
+        )
+    return seen[node]
 
 
 def single_valued(gm: GraphModule, modules: Mapping[str, nn.Module]) -> dict[str, float]:
