@@ -160,7 +160,8 @@ def _lower(program: torch.export.ExportedProgram) -> tuple[bytes, list[Placement
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
         from executorch.exir import to_edge_transform_and_lower
 
-    spare = copy.deepcopy(program)  # the retry's: the lowering may edit what it is given
+    with quiet_toolchain():  # torch's pytree warns on copying a program's tree specs
+        spare = copy.deepcopy(program)  # the retry's: the lowering may edit what it is given
     with quiet_toolchain(), capture_partitioner_reasons() as reasons:
         try:
             edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
