@@ -18,6 +18,7 @@ and carries the delegation report in ``fxquant.explain`` form.
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -159,11 +160,24 @@ def _lower(program: torch.export.ExportedProgram) -> tuple[bytes, list[Placement
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
         from executorch.exir import to_edge_transform_and_lower
 
+    with quiet_toolchain():  # torch's pytree warns on copying a program's tree specs
+        spare = copy.deepcopy(program)  # the retry's: the lowering may edit what it is given
     with quiet_toolchain(), capture_partitioner_reasons() as reasons:
         try:
             edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
         except Exception as error:  # the toolchain's own failure: say where, as ours
-            raise ExportError(_lowering_failed(error)) from error
+            # XNNPACK's partitioner merges ops into partitions that can depend on each other
+            # through ops it leaves out: T5's relative-position buckets (div, log, mul) and the
+            # permute of the bias looked up from them (a portable embedding_byte between) landed
+            # in one partition, "Invalid partition, found dependency cycles" (#20). One
+            # partition per op (its q/dq steps with it) cannot form a cycle: XNNPACK still
+            # runs every op it took, in more delegate calls.
+            try:
+                edge = to_edge_transform_and_lower(
+                    spare, partitioner=[XnnpackPartitioner(per_op_mode=True)]
+                )
+            except Exception:  # the first failure is the one to explain
+                raise ExportError(_lowering_failed(error)) from error
         found = placements(edge.exported_program(), reasons)
         double_scales(edge.exported_program())
         return edge.to_executorch().buffer, found
