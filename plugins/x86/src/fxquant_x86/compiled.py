@@ -243,29 +243,34 @@ def merge_sibling_linears(model: fx.GraphModule) -> dict[str, list[str]]:
     for source in list(model.graph.nodes):
         if source.op != "call_function" or source.target not in DEQUANTIZE_OPS:
             continue
-        groups: dict[tuple[Any, ...], list[fx.Node]] = {}
-        for user in source.users:
+        # merge key -> module target -> its calls on this input (a module called twice on
+        # one input is one computation: both calls read the same slice)
+        groups: dict[tuple[Any, ...], dict[str, list[fx.Node]]] = {}
+        for user in source.users:  # users in graph order
             if user.op != "call_module" or user.args != (source,) or user.kwargs:
                 continue
             module = modules[str(user.target)]
             if _mergeable(module):
-                groups.setdefault(_merge_key(module), []).append(user)
-        for nodes in groups.values():
-            if len(nodes) < 2:
+                calls = groups.setdefault(_merge_key(module), {})
+                calls.setdefault(str(user.target), []).append(user)
+        for calls in groups.values():
+            if len(calls) < 2:
                 continue
-            nodes.sort(key=lambda n: list(model.graph.nodes).index(n))
-            parts = [modules[str(n.target)] for n in nodes]
-            target = str(nodes[0].target) + "_merged"
+            nodes = [node for same in calls.values() for node in same]
+            first = min(nodes, key=list(model.graph.nodes).index)
+            parts = [modules[target] for target in calls]
+            target = next(iter(calls)) + "_merged"
             model.add_submodule(target, _merged_module(parts))
-            with model.graph.inserting_before(nodes[0]):
+            with model.graph.inserting_before(first):
                 wide = model.graph.call_module(target, (source,))
-                start = 0
-                for node, part in zip(nodes, parts, strict=True):
-                    with model.graph.inserting_after(wide):
-                        piece = model.graph.call_function(
-                            torch.narrow, (wide, -1, start, part.out_features)
-                        )
-                    start += part.out_features
+            start = 0
+            for same, part in zip(calls.values(), parts, strict=True):
+                with model.graph.inserting_after(wide):
+                    piece = model.graph.call_function(
+                        torch.narrow, (wide, -1, start, part.out_features)
+                    )
+                start += part.out_features
+                for node in same:
                     node.replace_all_uses_with(piece)
             merged_nodes[wide.name] = [n.name for n in nodes]
             for node in nodes:
