@@ -125,6 +125,7 @@ def pt2e_compiled(
         run(*inputs)
     seconds = time.perf_counter() - start
     run.kernels = int8_kernels("\n".join(codes))  # type: ignore[attr-defined]
+    run.code = "\n".join(codes)  # type: ignore[attr-defined]
     return run, flow, seconds
 
 

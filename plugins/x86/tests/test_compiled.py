@@ -6,6 +6,7 @@ compiled once for the module; the timings live in bench/bench_compiled_x86.py.
 
 from __future__ import annotations
 
+import copy
 import re
 import zipfile
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ import pytest
 import torch
 from fxquant.errors import ConfigTypeError
 from fxquant.registry import get_deployment
-from fxquant_x86.compiled import CompiledModel, load, save_package
+from fxquant_x86.compiled import CompiledModel, load, merge_sibling_linears, save_package
 from torch import fx, nn
 
 BACKEND = "x86"
@@ -29,10 +30,12 @@ FLOAT_KERNELS = (
 
 
 class ConvNet(nn.Module):
-    """conv + relu6, then two linears: one int8 -> int8 (with relu), one int8 in, float out.
+    """conv + relu6, a linear int8 -> int8 (with relu), then two linears of that one input
+    (int8 in, float out: as attention's query/key/value), added.
 
     x86's patterns quantize the relu6 and the functional relu on their own (shared
-    qparams); the compiled model runs them as the kernels' post-ops."""
+    qparams); the compiled model runs them as the kernels' post-ops, and fc2 and fc3
+    as one GEMM."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -40,10 +43,12 @@ class ConvNet(nn.Module):
         self.relu = nn.ReLU6()
         self.fc1 = nn.Linear(8 * 6 * 6, 32)
         self.fc2 = nn.Linear(32, 10)
+        self.fc3 = nn.Linear(32, 10)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.relu(self.conv(x)).flatten(1)
-        return self.fc2(torch.relu(self.fc1(x)))
+        hidden = torch.relu(self.fc1(x))
+        return self.fc2(hidden) + self.fc3(hidden)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -83,19 +88,22 @@ def compiled(reference: fx.GraphModule) -> CompiledModel:
 
 
 def one_step(reference: fx.GraphModule) -> float:
-    """What one quantization step of fc2's int8 input moves the float output by, at most."""
+    """What one quantization step of fc2's and fc3's int8 input moves the output by, at most."""
     quantize = [
         n
         for n in reference.graph.nodes
         if n.target == torch.ops.fxquant.quantize_per_tensor.default
     ]
-    scale = float(quantize[-1].args[1])  # the last quantize step feeds fc2
-    return scale * float(reference.fc2.weight.detach().abs().sum(1).max())
+    scale = float(quantize[-1].args[1])  # the last quantize step feeds fc2 and fc3
+    weights = (reference.fc2.weight, reference.fc3.weight)
+    return scale * sum(float(w.detach().abs().sum(1).max()) for w in weights)
 
 
 def test_x86_deployment_runs_onednn_int8_conv_and_linear_not_float(
     compiled: CompiledModel,
 ) -> None:
+    # fc2 and fc3 read one int8 input: one GEMM over both weights
+    assert compiled.merged == {"fc2_merged": ["fc2", "fc3"]}
     assert compiled.kernels == {"qconv_pointwise": 1, "qlinear_pointwise": 2}
     assert compiled.expected_kernels == 3
     # no float conv or matmul runs (comments name the ATen ops a kernel came from): every
@@ -106,7 +114,7 @@ def test_x86_deployment_runs_onednn_int8_conv_and_linear_not_float(
     assert re.search(r"qconv_pointwise\.tensor\([^\n]*'hardtanh', \[0\.0, 6\.0\]", run)
     assert re.search(r"qlinear_pointwise\.tensor\([^\n]*torch\.uint8, 'relu'", run)
     statuses = {e.node: e.status for e in compiled.report.entries()}
-    assert statuses["conv"] == statuses["fc1"] == statuses["fc2"] == "lowered"
+    assert statuses["conv"] == statuses["fc1"] == statuses["fc2"] == statuses["fc3"] == "lowered"
     assert "qconv_pointwise" in repr(compiled)
 
 
@@ -161,6 +169,22 @@ def test_convert_fx_lowered_model_is_refused_naming_what_to_pass(
         deployment.deploy(fxquant.convert_fx(prepared), (torch.randn(4, 3, 8, 8),))
     with pytest.raises(ConfigTypeError, match="must be a model returned by"):
         deployment.deploy(ConvNet().eval(), (torch.randn(4, 3, 8, 8),))  # type: ignore[arg-type]
+
+
+def test_sibling_linears_merge_into_one_linear_with_the_same_output(
+    reference: fx.GraphModule,
+) -> None:
+    merged = copy.deepcopy(reference)
+    assert merge_sibling_linears(merged) == {"fc2_merged": ["fc2", "fc3"]}
+    linears = [n.target for n in merged.graph.nodes if n.op == "call_module"]
+    assert {"fc2", "fc3"}.isdisjoint(linears)
+    assert "fc2_merged" in linears
+    assert merged.get_submodule("fc2_merged").weight.shape == (20, 32)
+    x = torch.randn(4, 3, 8, 8, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        # per-channel weights: each output channel is the same computation as before
+        torch.testing.assert_close(merged(x), reference(x), rtol=0, atol=1e-6)
+    assert merge_sibling_linears(merged) == {}  # nothing left to merge
 
 
 def _package_kernels(path: Path) -> list[str]:

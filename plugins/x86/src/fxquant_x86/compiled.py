@@ -3,6 +3,8 @@
 The route, with no torch.ao quantizer and no pt2e annotation::
 
     reference model (fxquant q/dq ops around float ops, float weights)
+      -> merge_sibling_linears                     linears of one quantized input (Q/K/V)
+                                                   become one wider linear and views of it
       -> torch.compile(options=INDUCTOR_OPTIONS)   dynamo traces it; freezing makes the
                                                    weights constants and folds their quantize
       -> QuantizedDecomposedOps (a joint-graph pass) fxquant q/dq -> quantized_decomposed q/dq
@@ -59,6 +61,7 @@ __all__ = [
     "deploy",
     "inductor_options",
     "load",
+    "merge_sibling_linears",
     "save_package",
 ]
 
@@ -178,6 +181,109 @@ def _clamps_before_requantize(graph: fx.Graph, namespace: Any) -> None:
         graph.erase_node(first)
 
 
+def _mergeable(module: torch.nn.Module) -> bool:
+    """A plain reference Linear with a per-channel (axis 0) integer weight: its output
+    channels are independent, so it can be a slice of a wider one."""
+    return (
+        type(module) is reference.Linear
+        and module.is_weight_quantized()
+        and module.weight_scale.dim() == 1
+        and module.weight_axis_int == 0
+        and module.weight_scale.numel() == module.out_features
+    )
+
+
+def _merge_key(module: Any) -> tuple[Any, ...]:
+    return (
+        module.in_features,
+        module.bias is not None,
+        module.weight_qscheme,
+        module.weight_dtype,
+        module.weight_quant_min,
+        module.weight_quant_max,
+        module.weight.dtype,
+        module.weight_zero_point.dtype,
+    )
+
+
+def _merged_module(modules: list[Any]) -> Any:
+    merged = copy.deepcopy(modules[0])
+    with torch.no_grad():
+        merged.weight = torch.nn.Parameter(torch.cat([m.weight for m in modules]), False)
+        if merged.bias is not None:
+            merged.bias = torch.nn.Parameter(torch.cat([m.bias for m in modules]), False)
+        merged.weight_scale = torch.cat([m.weight_scale for m in modules])
+        merged.weight_zero_point = torch.cat([m.weight_zero_point for m in modules])
+    merged.out_features = sum(m.out_features for m in modules)
+    return merged
+
+
+def merge_sibling_linears(model: fx.GraphModule) -> dict[str, list[str]]:
+    """Linears reading one dequantized input become one wider linear and slices of its output.
+
+    Attention's query, key and value projections read the same quantized
+    activation: three ``dequantize -> linear`` of one input. With per-channel
+    weights each output channel is computed on its own (its weight row, scale,
+    zero point and bias), so one linear over the concatenated weights computes the
+    same channels; each former linear's output becomes a ``narrow`` (a view) of
+    it. Inductor then runs one oneDNN int8 GEMM (N = 3 x hidden) instead of
+    three: one pass over the input and one kernel call, where a small GEMM's
+    per-call cost is a large part of its time (#19). In place on ``model``.
+
+    Only plain reference ``Linear`` modules (not fused ones) with per-channel
+    weights of the same scheme, input size and bias presence merge.
+
+    Returns:
+        The merged node's name -> the names of the nodes it replaced.
+
+    Example:
+        >>> # merged = merge_sibling_linears(reference_model)
+        >>> # merged -> {'layers_0_attention_query_key_value': ['layers_0_attention_query', ...]}
+    """
+    modules = dict(model.named_modules())
+    merged_nodes: dict[str, list[str]] = {}
+    for source in list(model.graph.nodes):
+        if source.op != "call_function" or source.target not in DEQUANTIZE_OPS:
+            continue
+        # merge key -> module target -> its calls on this input (a module called twice on
+        # one input is one computation: both calls read the same slice)
+        groups: dict[tuple[Any, ...], dict[str, list[fx.Node]]] = {}
+        for user in source.users:  # users in graph order
+            if user.op != "call_module" or user.args != (source,) or user.kwargs:
+                continue
+            module = modules[str(user.target)]
+            if _mergeable(module):
+                calls = groups.setdefault(_merge_key(module), {})
+                calls.setdefault(str(user.target), []).append(user)
+        for calls in groups.values():
+            if len(calls) < 2:
+                continue
+            nodes = [node for same in calls.values() for node in same]
+            first = min(nodes, key=list(model.graph.nodes).index)
+            parts = [modules[target] for target in calls]
+            target = next(iter(calls)) + "_merged"
+            model.add_submodule(target, _merged_module(parts))
+            with model.graph.inserting_before(first):
+                wide = model.graph.call_module(target, (source,))
+            start = 0
+            for same, part in zip(calls.values(), parts, strict=True):
+                with model.graph.inserting_after(wide):
+                    piece = model.graph.call_function(
+                        torch.narrow, (wide, -1, start, part.out_features)
+                    )
+                start += part.out_features
+                for node in same:
+                    node.replace_all_uses_with(piece)
+            merged_nodes[wide.name] = [n.name for n in nodes]
+            for node in nodes:
+                model.graph.erase_node(node)
+    if merged_nodes:
+        model.graph.lint()
+        model.delete_all_unused_submodules()
+        model.recompile()
+    return merged_nodes
+
+
 def inductor_options() -> dict[str, Any]:
     """The inductor options of the compiled deployment: freezing and the q/dq rewrite.
 
@@ -272,7 +378,9 @@ class CompiledModel:
         kernels: oneDNN int8 ops in inductor's generated code, by name
             (``qlinear_pointwise``, ``qconv_pointwise``...).
         expected_kernels: distinct quantized linear/conv computations of the
-            model (a module called twice on one input counts once).
+            model (a module called twice on one input counts once; linears merged
+            by :func:`merge_sibling_linears` count as one).
+        merged: each merged linear's node -> the nodes it replaced.
         code: inductor's generated wrapper code of the first compile.
 
     Each call runs under ``torch.no_grad()`` (freezing needs it). Inputs of
@@ -284,7 +392,13 @@ class CompiledModel:
     """
 
     def __init__(
-        self, model: fx.GraphModule, example_inputs: tuple[Any, ...], report: Report, **options: Any
+        self,
+        model: fx.GraphModule,
+        example_inputs: tuple[Any, ...],
+        report: Report,
+        *,
+        merged: Mapping[str, list[str]] | None = None,
+        **options: Any,
     ) -> None:
         self._model = model
         self._example_inputs = example_inputs
@@ -301,8 +415,11 @@ class CompiledModel:
         self.kernels: Counter[str] = Counter(INT8_KERNELS.findall(self.code))
         expected = _int8_linear_conv(model)
         self.expected_kernels = _distinct(model, expected)
+        self.merged = dict(merged or {})
         found = sum(self.kernels.values())
-        self.report = _compiled_report(report, expected, self.expected_kernels, found)
+        # the report names the model's own nodes: a merged linear stands for those it replaced
+        named = [part for name in expected for part in self.merged.get(name, [name])]
+        self.report = _compiled_report(report, named, self.expected_kernels, found)
 
     def __call__(self, *inputs: Any) -> Any:
         """Run the compiled model (grad disabled, the inductor options set for the call)."""
@@ -413,6 +530,7 @@ def compile_quantized(
     example_inputs: tuple[Any, ...],
     *,
     dynamic: bool | None = None,
+    merge_linears: bool = True,
 ) -> CompiledModel:
     """Compile an x86 reference model with inductor (freezing on); compile it now, on the example.
 
@@ -424,6 +542,8 @@ def compile_quantized(
         dynamic: ``torch.compile``'s: ``None`` (default) compiles for the
             example's shapes and recompiles once, with symbolic sizes, when a
             size changes; ``True`` compiles symbolic sizes from the start.
+        merge_linears: linears reading one quantized input (attention's query,
+            key and value) run as one wider int8 GEMM (:func:`merge_sibling_linears`).
 
     Returns:
         The compiled model (:class:`CompiledModel`).
@@ -442,8 +562,26 @@ def compile_quantized(
         msg = f"example_inputs must be a tuple of the model's positional inputs, got {got}"
         raise ConfigTypeError(msg)
     copied = copy.deepcopy(model)
+    merged: dict[str, list[str]] = {}
+    if merge_linears:
+        merged = _merged_or_not(copied, example_inputs)
+        if not merged:
+            copied = copy.deepcopy(model)  # the pass may have touched it before giving up
     options: Mapping[str, Any] = {} if dynamic is None else {"dynamic": dynamic}
-    return CompiledModel(copied, example_inputs, state.report, **options)
+    return CompiledModel(copied, example_inputs, state.report, merged=merged, **options)
+
+
+def _merged_or_not(model: fx.GraphModule, example_inputs: tuple[Any, ...]) -> dict[str, list[str]]:
+    """:func:`merge_sibling_linears`, kept only if the merged model runs the example: a
+    later ``view`` that flattens a sliced output (not contiguous) would fail to trace."""
+    merged = merge_sibling_linears(model)
+    if merged:
+        try:
+            with torch.no_grad():
+                model(*example_inputs)
+        except RuntimeError:
+            return {}
+    return merged
 
 
 def deploy(model: fx.GraphModule, example_inputs: tuple[Any, ...]) -> CompiledModel:
