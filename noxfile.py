@@ -69,33 +69,47 @@ def install_core(session: nox.Session, *extras: str) -> None:
     session.install("-e", target)
 
 
+def workers() -> str:
+    """pytest-xdist's worker count: one per CPU this process may use (2 on CI)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return str(max(1, cpus or 1))
+
+
 @nox.session(python="3.11")
 def tests(session: nox.Session) -> None:
     """Core tests and doctests with coverage (every plugin installed), then each plugin's tests.
 
     The docs extra too: tests/docs builds the site with ``mkdocs build --strict`` and runs
     every code block of it, so a broken page fails CI (FXQUANT_DOCS_REQUIRED: not a skip).
+
+    One pytest-xdist worker per CPU, a test file per worker (``--dist loadfile``: a file's
+    module fixtures are built once, its tests run in order). Property tests run the "quick"
+    hypothesis profile (20 examples); ``nox -s fuzz`` reruns them under the full one.
     """
     install_core(session, "test", "docs")
     if PLUGINS:  # one pip call: plugins that build on each other resolve locally
         session.install(*(f"-e./plugins/{name}[test]" for name in dependencies_first()))
+    env = {"OMP_NUM_THREADS": "1", "FXQUANT_HYPOTHESIS_PROFILE": "quick"}
+    parallel = ["-n", workers(), "--dist", "loadfile"]
     session.run(
         "pytest",
         "tests",
         "core/fxquant",
+        *parallel,
         "--cov=fxquant",
         "--cov-report=term",
         *session.posargs,
-        env={"OMP_NUM_THREADS": "1", "FXQUANT_DOCS_REQUIRED": "1"},
+        env={**env, "FXQUANT_DOCS_REQUIRED": "1"},
     )
     for name in PLUGINS:  # the plugin's tests and its docstring examples (src/)
-        session.run("pytest", f"plugins/{name}", env={"OMP_NUM_THREADS": "1"})
+        session.run("pytest", f"plugins/{name}", *parallel, env=env)
 
 
 @nox.session(python="3.11")
 def fuzz(session: nox.Session) -> None:
     """The long runs of the robustness suites (#18): 20,000 fuzzed configs, the hostile-name
-    suite, and 100 fresh processes racing register_plugin against list_backends.
+    suite, 100 fresh processes racing register_plugin against list_backends, and every
+    property test (``@given``) of the core and the plugins under the full hypothesis profile.
 
     ``nox -s tests`` runs a fast slice of each. ``nox -s fuzz -- --cases 50000 --seed 3``
     passes its arguments to the fuzzer.
@@ -115,6 +129,14 @@ def fuzz(session: nox.Session) -> None:
         "no:cacheprovider",
         env={**env, "FXQUANT_RACE_PROCESSES": "100"},
     )
+    # the property tests, full profile ("tests" runs them with 20 examples each); exit code 5:
+    # a plugin without any
+    full = {**env, "FXQUANT_HYPOTHESIS_PROFILE": "default"}
+    session.run("pytest", "tests", "-m", "hypothesis", "-n", workers(), env=full)
+    for name in PLUGINS:
+        session.run(
+            "pytest", f"plugins/{name}/tests", "-m", "hypothesis", env=full, success_codes=[0, 5]
+        )
 
 
 @nox.session(python="3.11")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import operator
+import re
 from typing import Any
 
 import pytest
@@ -37,8 +38,14 @@ OPS = [
 ]
 
 
+def op_id(op: object) -> str:
+    """``str(op)`` without the address a builtin prints: the same id in every process (the
+    pytest-xdist workers of ``nox -s tests`` must collect the same tests)."""
+    return re.sub(r" at 0x[0-9a-f]+", "", str(op))
+
+
 @pytest.mark.parametrize("is_qat", [False, True])
-@pytest.mark.parametrize("op", OPS, ids=str)
+@pytest.mark.parametrize("op", OPS, ids=op_id)
 def test_default_qconfig_for_op_is_accepted(
     configs: dict[Any, BackendPatternConfig], op: object, is_qat: bool
 ) -> None:

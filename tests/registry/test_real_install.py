@@ -78,7 +78,11 @@ class Venv:
     def run(
         self, *args: str, env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
-        environment = {k: v for k, v in os.environ.items() if not k.startswith("FXQUANT_")}
+        # none of this run's FXQUANT_ settings, nor a pytest-xdist worker's variables (a pytest
+        # in the venv is not a worker: pytest-benchmark, where installed, warns as if it were)
+        environment = {
+            k: v for k, v in os.environ.items() if not k.startswith(("FXQUANT_", "PYTEST_XDIST_"))
+        }
         environment.update(env or {})
         return subprocess.run(
             [str(self.python), *args],

@@ -13,4 +13,9 @@ settings.register_profile(
 settings.register_profile(
     "ci", deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=60
 )
-settings.load_profile("ci" if os.environ.get("CI") else "default")
+settings.register_profile(
+    "quick", deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=20
+)
+settings.load_profile(
+    os.environ.get("FXQUANT_HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "default")
+)

@@ -47,14 +47,36 @@ def zoo_case(zoo: ModuleType, name: str) -> tuple[nn.Module, list[tuple[Any, ...
     ]
 
 
+@pytest.fixture(scope="module")
+def exported(zoo: ModuleType) -> Callable[[str], tuple[Any, ...]]:
+    """``exported(name)``: the zoo case's model, batches, converted and reference models and its
+    program, quantized and exported once for the module (the BERT's tests share one export)."""
+    done: dict[str, tuple[Any, ...]] = {}
+
+    def export(name: str) -> tuple[Any, ...]:
+        if name not in done:
+            model, batches = zoo_case(zoo, name)
+            converted, reference = testing.quantize_model(
+                BACKEND, model, [list(b) for b in batches]
+            )
+            done[name] = (
+                model,
+                batches,
+                converted,
+                reference,
+                to_executorch(converted, batches[-1]),
+            )
+        return done[name]
+
+    return export
+
+
 @pytest.mark.parametrize("name", ["resnet", "mobilenet_v2", "bert"])
 def test_zoo_model_in_executorch_matches_the_reference_model(
-    zoo: ModuleType, name: str, linear_input_step: Callable[..., float]
+    exported: Callable[[str], tuple[Any, ...]], name: str, linear_input_step: Callable[..., float]
 ) -> None:
-    model, batches = zoo_case(zoo, name)
-    converted, reference = testing.quantize_model(BACKEND, model, [list(b) for b in batches])
+    model, batches, converted, reference, program = exported(name)
     example = batches[-1]
-    program = to_executorch(converted, example)
     with torch.no_grad():
         expected, from_reference = model(*example), reference(*example)
     deployed = program(*example)
@@ -80,11 +102,9 @@ def test_zoo_model_in_executorch_matches_the_reference_model(
 
 
 def test_the_transformers_embeddings_are_int8_lookups_in_the_portable_runtime(
-    zoo: ModuleType,
+    exported: Callable[[str], tuple[Any, ...]],
 ) -> None:
-    model, batches = zoo_case(zoo, "bert")
-    converted, _ = testing.quantize_model(BACKEND, model, [list(b) for b in batches])
-    program = to_executorch(converted, batches[-1])
+    *_, program = exported("bert")
     outside = {e.node: e.reason.words for e in program.report.entries() if e.status == "reference"}
     assert set(outside) >= {"words", "positions"}
     assert all("embedding_byte" in outside[node] for node in ("words", "positions"))
