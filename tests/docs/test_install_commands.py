@@ -4,6 +4,8 @@ and each would work from a clone (#22). Fast: nothing is installed here."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import fxquant
@@ -81,8 +83,14 @@ def test_the_error_hint_installs_what_a_documented_command_installs(name: str) -
     "readme", sorted(ROOT.glob("plugins/*/README.md")), ids=lambda p: p.parent.name
 )
 def test_plugin_readmes_give_the_pattern_count_fxquant_show_prints(readme: Path) -> None:
+    # the command itself, in a fresh process: what a reader running it sees (an xdist worker's
+    # earlier tests once left executorch one pattern short in-process; cause not found)
     for name, count in re.findall(r"fxquant show (\w+) .*?\((\d+) patterns\)", readme.read_text()):
-        assert int(count) == len(fxquant.get_backend_config(name).configs), (readme, name)
+        shown = subprocess.run(
+            [sys.executable, "-m", "fxquant", "show", name],
+            capture_output=True, text=True, check=True,
+        ).stdout.splitlines()[0]  # fmt: skip
+        assert f"({count} patterns," in shown, (readme, name, shown)
 
 
 def test_plugins_md_shows_fxquant_backends_as_the_table_it_prints(
