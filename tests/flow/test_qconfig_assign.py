@@ -138,6 +138,9 @@ def test_an_order_entry_survives_fusion_and_qat_swaps() -> None:
 
 def test_convert_reads_the_order_entries_of_its_mapping_with_the_prepared_indices() -> None:
     """convert_fx(qconfig_mapping=...) turns off the fourth conv, not one shifted by fusion."""
+    # seeded: a chain of 2-channel conv+relu dies (all zeros) for many draws, and convert
+    # then rightly warns that an observer saw a single value
+    torch.manual_seed(0)
     mapping = fxquant.get_default_qconfig_mapping("reference")
     example = (torch.randn(1, 2, 4, 4),)
     prepared = fxquant.prepare_fx(FiveConvs().eval(), mapping, example)
