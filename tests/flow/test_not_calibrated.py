@@ -174,3 +174,23 @@ def test_an_edge_the_model_makes_constant_is_not_named() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error", CalibrationWarning)
         fxquant.convert_fx(prepared)
+
+
+def test_a_tensor_the_model_makes_from_a_literal_is_not_named() -> None:
+    # transformers' masks: torch.tensor(1.0, dtype=x.dtype) - x; the 1.0 is always 1.0 (executorch
+    # quantizes the sub, so the constant has an observer)
+    class OneMinus(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(torch.tensor(1.0, dtype=x.dtype) - x)
+
+    torch.manual_seed(0)
+    x = torch.rand(8, 4)
+    prepared = _prepare(OneMinus(), "executorch", x)
+    prepared(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CalibrationWarning)
+        fxquant.convert_to_reference_fx(prepared)

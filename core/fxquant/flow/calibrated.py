@@ -21,8 +21,8 @@ An observer that saw one value only (every calibration batch constant on its edg
 e.g. data of zeros) is calibrated, but its range is a point: every other value at
 run time is clamped to it. Convert quantizes it as asked and warns, naming the
 observers and the value (:func:`single_valued`). An edge the model makes constant
-itself (``torch.zeros_like(x)``, ``y.fill_(0.5)``, a ``get_attr``) is one value by
-design and is not named.
+itself (``torch.zeros_like(x)``, ``y.fill_(0.5)``, ``torch.tensor(1.0, dtype=x.dtype)``,
+a ``get_attr``) is one value by design and is not named.
 """
 
 from __future__ import annotations
@@ -159,12 +159,25 @@ def _fills(node: Node) -> bool:
     return node.op == "get_attr" or (node.op == "call_method" and node.target in _FILLING_METHODS)
 
 
+def _reads_metadata(node: Node) -> bool:
+    """Whether ``node`` reads a tensor's shape, dtype or device, never its values."""
+    if node.op == "call_method":
+        return node.target in ("size", "dim", "numel")
+    if node.target is getattr and len(node.args) > 1:
+        return node.args[1] in ("shape", "dtype", "device", "ndim")
+    return node.op == "call_function" and node.target is len
+
+
 def _made_constant(node: Node, seen: dict[Node, bool]) -> bool:
-    """Whether the model computes ``node``'s value without looking at any input's values."""
+    """Whether the model computes ``node``'s value without looking at any input's values
+    (from literals, shapes and dtypes, its own attributes, or a fill)."""
     if node not in seen:
-        derived = node.op in ("call_function", "call_method") and bool(node.all_input_nodes)
+        computed = node.op in ("call_function", "call_method")
         seen[node] = _fills(node) or (
-            derived and all(_made_constant(n, seen) for n in node.all_input_nodes)
+            computed
+            and (
+                _reads_metadata(node) or all(_made_constant(n, seen) for n in node.all_input_nodes)
+            )
         )
     return seen[node]
 
