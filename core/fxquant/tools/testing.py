@@ -220,6 +220,16 @@ def _img(b: int, c: int, s: int) -> list[tuple[int, ...]]:
     return [(b, c, s, s)]
 
 
+# normalizing over one element gives a constant (layer_norm: its bias; softmax: 1.0), which
+# convert rightly warns about: these cases normalize over at least two
+def _vec2(b: int, c: int, s: int) -> list[tuple[int, ...]]:
+    return [(b, max(c, 2))]
+
+
+def _img2c(b: int, c: int, s: int) -> list[tuple[int, ...]]:
+    return [(b, max(c, 2), s, s)]
+
+
 def _img2(b: int, c: int, s: int) -> list[tuple[int, ...]]:
     return [(b, c, s, s), (b, c, s, s)]
 
@@ -280,11 +290,11 @@ LOWERING_CASES: tuple[Case, ...] = (
     Case("sigmoid", _fn(torch.sigmoid), _img),
     Case("tanh", lambda i, o: nn.Tanh(), _img),
     Case("hardsigmoid", lambda i, o: nn.Hardsigmoid(), _img),
-    Case("softmax", lambda i, o: nn.Softmax(dim=1), _img),
+    Case("softmax", lambda i, o: nn.Softmax(dim=1), _img2c),
     Case("hardswish", lambda i, o: nn.Hardswish(), _img),
     Case("elu", lambda i, o: nn.ELU(), _img),
     Case("leaky_relu", lambda i, o: nn.LeakyReLU(0.1), _img),
-    Case("layer_norm", lambda i, o: nn.LayerNorm(i), _vec),
+    Case("layer_norm", lambda i, o: nn.LayerNorm(max(i, 2)), _vec2),
     Case("batch_norm2d", lambda i, o: nn.BatchNorm2d(i), _img),
     Case("bn_relu2d", lambda i, o: nn.Sequential(nn.BatchNorm2d(i), nn.ReLU()), _img),
     Case("instance_norm2d", lambda i, o: nn.InstanceNorm2d(i), _img),
