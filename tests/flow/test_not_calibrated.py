@@ -10,6 +10,7 @@ warns once naming the observers and nodes, and ``strict=True`` raises.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 import fxquant
 import pytest
@@ -145,51 +146,35 @@ def test_calibration_data_of_one_value_warns_naming_the_observer(backend: str) -
     assert lowered  # a warning, not a fallback: the user may mean it
 
 
-def test_a_varied_calibration_gives_no_single_value_warning() -> None:
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)).eval()
-    x = torch.randn(16, 4)
-    prepared = _prepare(model, "x86", x)
-    prepared(x)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", CalibrationWarning)
-        fxquant.convert_fx(prepared)
+class AroundLinear(nn.Module):
+    """``fc`` with ``edit`` applied to its input and output: ``edit(fc(edit(x)))``."""
+
+    def __init__(self, edit: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        super().__init__()
+        self.fc, self.edit = nn.Linear(4, 4), edit
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.edit(self.fc(self.edit(x)))
 
 
-def test_an_edge_the_model_makes_constant_is_not_named() -> None:
-    # zeros_like(x) + x: the zeros are one value by design, whatever the calibration data
-    class AddsZeros(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.fc = nn.Linear(4, 4)
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            y = self.fc(x)
-            return y + torch.zeros_like(y).view(-1, 4)
-
-    torch.manual_seed(0)
-    x = torch.randn(8, 4)
-    prepared = _prepare(AddsZeros(), "x86", x)
-    prepared(x)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", CalibrationWarning)
-        fxquant.convert_fx(prepared)
-
-
-def test_a_tensor_the_model_makes_from_a_literal_is_not_named() -> None:
-    # transformers' masks: torch.tensor(1.0, dtype=x.dtype) - x; the 1.0 is always 1.0 (executorch
-    # quantizes the sub, so the constant has an observer)
-    class OneMinus(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.fc = nn.Linear(4, 4)
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.fc(torch.tensor(1.0, dtype=x.dtype) - x)
-
+@pytest.mark.parametrize(
+    ("edit", "backend"),
+    [
+        (torch.relu, "x86"),  # varied calibration: nothing to say
+        # edges the model makes constant itself, whatever the calibration data: zeros_like,
+        # and transformers' masks' torch.tensor(1.0, dtype=x.dtype) - x (executorch
+        # quantizes the sub, so the literal has an observer)
+        (lambda y: y + torch.zeros_like(y).view(-1, 4), "reference"),
+        (lambda y: torch.tensor(1.0, dtype=y.dtype) - y, "executorch"),
+    ],
+    ids=["varied", "zeros_like", "literal"],
+)
+def test_no_single_value_warning_for_varied_data_or_constants_the_model_makes(
+    edit: Callable[[torch.Tensor], torch.Tensor], backend: str
+) -> None:
     torch.manual_seed(0)
     x = torch.rand(8, 4)
-    prepared = _prepare(OneMinus(), "executorch", x)
+    prepared = _prepare(AroundLinear(edit), backend, x)
     prepared(x)
     with warnings.catch_warnings():
         warnings.simplefilter("error", CalibrationWarning)

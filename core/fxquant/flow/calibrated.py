@@ -168,15 +168,18 @@ def _reads_metadata(node: Node) -> bool:
     return node.op == "call_function" and node.target is len
 
 
-def _made_constant(node: Node, seen: dict[Node, bool]) -> bool:
+def _made_constant(node: Node, seen: dict[Node, bool], modules: Mapping[str, nn.Module]) -> bool:
     """Whether the model computes ``node``'s value without looking at any input's values
-    (from literals, shapes and dtypes, its own attributes, or a fill)."""
+    (from literals, shapes and dtypes, its own attributes, or a fill); an observer passes
+    its input's answer on (a view shares its input's observer)."""
     if node not in seen:
-        computed = node.op in ("call_function", "call_method")
+        observer = node.op == "call_module" and is_observer(modules[str(node.target)])
+        computed = observer or node.op in ("call_function", "call_method")
         seen[node] = _fills(node) or (
             computed
             and (
-                _reads_metadata(node) or all(_made_constant(n, seen) for n in node.all_input_nodes)
+                _reads_metadata(node)
+                or all(_made_constant(n, seen, modules) for n in node.all_input_nodes)
             )
         )
     return seen[node]
@@ -197,7 +200,7 @@ def single_valued(gm: GraphModule, modules: Mapping[str, nn.Module]) -> dict[str
         if observed_constant(node) or not is_calibrated(module):
             continue
         source = node.args[0] if node.args else None
-        if isinstance(source, Node) and _made_constant(source, seen):
+        if isinstance(source, Node) and _made_constant(source, seen, modules):
             continue
         inner = getattr(module, "activation_post_process", module)
         low, high = getattr(inner, "min_val", None), getattr(inner, "max_val", None)
