@@ -172,6 +172,11 @@ def _warm_up() -> None:
     fine = {"module": "fxquant.patterns.getters", "name": "conv_add_root_left"}
     BackendConfig.from_json(_backend_json("root_node_getter", fine))
     QConfigMapping.from_json(_mapping_json("object_type", {"method": "relu"}))
+    # a valid observer reference imports fxquant.observer (the public path JSON keeps): run
+    # alone, the "weight" case otherwise saw that import, made by its valid activation
+    QConfigMapping.from_json(
+        _mapping_json("weight", {"module": "fxquant.observer", "name": "MinMaxObserver"})
+    )
     for bad in ('{"name": "b", "configs": [{"pattern": {"module": "os", "name": "x"}}]}', "{"):
         with pytest.raises(FxquantError):
             BackendConfig.from_json(bad)

@@ -1,0 +1,39 @@
+"""Hypothesis profiles for every test under this repository: the core's (tests/, the doctests
+in core/) and each plugin's (plugins/*/tests), so a plugin's property tests run under the same
+budget and the same determinism as the core's.
+
+The machine is shared: no per-example deadline anywhere. ``nox -s tests`` runs "quick"
+(FXQUANT_HYPOTHESIS_PROFILE=quick: 20 examples, derandomized, so a CI run is a function of the
+commit: a property test cannot fail there by the luck of the draw); ``nox -s fuzz`` reruns every
+property test under "default" (100 examples, a fresh random draw each run) to explore.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+_COMMON = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
+settings.register_profile("default", max_examples=100, **_COMMON)
+settings.register_profile("ci", max_examples=60, derandomize=True, **_COMMON)
+settings.register_profile("quick", max_examples=20, derandomize=True, **_COMMON)
+PROFILE = os.environ.get("FXQUANT_HYPOTHESIS_PROFILE") or (
+    "ci" if os.environ.get("CI") else "default"
+)
+settings.load_profile(PROFILE)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under "quick", a test's own ``@settings(max_examples=N)`` is capped at the profile's 20 too
+    (``nox -s fuzz`` runs the N). hypothesis reads a test's settings from this attribute when the
+    test runs; were it renamed, the tests would run their own N, slower but the same checks."""
+    if PROFILE != "quick":
+        return
+    cap = settings.get_profile("quick").max_examples
+    for item in items:
+        test = getattr(item, "obj", None)
+        own = getattr(test, "_hypothesis_internal_use_settings", None)
+        if isinstance(own, settings) and own.max_examples > cap:
+            test._hypothesis_internal_use_settings = settings(own, max_examples=cap)
