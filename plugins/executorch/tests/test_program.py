@@ -11,6 +11,7 @@ import torch
 from fxquant import testing
 from fxquant.errors import ConfigTypeError, ExportError, QuantizationSkipped
 from fxquant_executorch import ExecuTorchProgram, to_executorch
+from fxquant_executorch.edge_ops import quiet_toolchain
 from fxquant_executorch.qconfig import dynamic_qconfig_mapping
 from torch import nn
 
@@ -256,3 +257,36 @@ def test_a_quantized_scalar_tensor_constant_exports_and_runs_within_one_step() -
         expected = converted(x)
     step = testing.output_scale(converted)
     assert float((result(x) - expected).abs().max()) <= step * 1.001
+
+
+def test_a_failed_lowering_is_retried_one_op_per_partition_on_a_fresh_program(
+    net, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """XNNPACK's partitioner can form partitions that depend on each other through ops it
+    leaves out (T5's relative-position buckets: #20's zoo); the retry lowers one op per
+    partition, on a program the failed attempt never touched."""
+    with quiet_toolchain():  # executorch's imports warn
+        import executorch.exir
+
+    model, x = net
+    converted, _ = testing.quantize_model(BACKEND, model, [[x]])
+    real = executorch.exir.to_edge_transform_and_lower
+    given: list[tuple[torch.export.ExportedProgram, bool]] = []
+
+    def first_fails(program, partitioner, **kwargs):  # type: ignore[no-untyped-def]
+        given.append((program, partitioner[0].per_op_mode))
+        if len(given) == 1:
+            program.graph_module.graph.eliminate_dead_code()  # the failed attempt's edits
+            for node in list(program.graph.nodes):
+                if node.op == "call_function":
+                    node.meta.clear()
+            msg = "Invalid partition, found dependency cycles"
+            raise RuntimeError(msg)
+        return real(program, partitioner=partitioner, **kwargs)
+
+    monkeypatch.setattr(executorch.exir, "to_edge_transform_and_lower", first_fails)
+    result = to_executorch(converted, (x,))
+    assert [per_op for _, per_op in given] == [False, True]
+    assert given[0][0] is not given[1][0]
+    with torch.no_grad():
+        assert torch.allclose(result(x), converted(x), atol=0.05)

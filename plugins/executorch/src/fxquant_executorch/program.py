@@ -18,9 +18,8 @@ and carries the delegation report in ``fxquant.explain`` form.
 
 from __future__ import annotations
 
-import copy
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -155,13 +154,33 @@ def _flow_state(model: object) -> FlowState:
     return state
 
 
-def _lower(program: torch.export.ExportedProgram) -> tuple[bytes, list[Placement]]:
+def _edge_ready(
+    model: fx.GraphModule,
+    example_inputs: tuple[Any, ...],
+    dynamic_shapes: dict[str, Any] | tuple[Any, ...] | None,
+) -> torch.export.ExportedProgram:
+    """``model`` exported, in the q/dq form XNNPACK's partitioner matches."""
+    program = export_quantized(model, example_inputs, dynamic_shapes=dynamic_shapes)
+    rewrite_qdq(program.graph)
+    scalar_qparams(program)
+    constant_scalars(program)
+    duplicate_dequantize(program.graph)
+    keepdim_means(program.graph)
+    quantized_embeddings(program)
+    program.graph_module.recompile()
+    return program
+
+
+def _lower(
+    program: torch.export.ExportedProgram, rebuild: Callable[[], torch.export.ExportedProgram]
+) -> tuple[bytes, list[Placement]]:
+    """Partition and lower ``program``; on failure, retry once on a fresh ``rebuild()`` (the
+    lowering may have edited ``program``; rebuilding only then, rather than keeping a deep copy
+    for every model, does not double the weights' memory on the path that works)."""
     with quiet_toolchain():
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
         from executorch.exir import to_edge_transform_and_lower
 
-    with quiet_toolchain():  # torch's pytree warns on copying a program's tree specs
-        spare = copy.deepcopy(program)  # the retry's: the lowering may edit what it is given
     with quiet_toolchain(), capture_partitioner_reasons() as reasons:
         try:
             edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
@@ -174,7 +193,7 @@ def _lower(program: torch.export.ExportedProgram) -> tuple[bytes, list[Placement
             # runs every op it took, in more delegate calls.
             try:
                 edge = to_edge_transform_and_lower(
-                    spare, partitioner=[XnnpackPartitioner(per_op_mode=True)]
+                    rebuild(), partitioner=[XnnpackPartitioner(per_op_mode=True)]
                 )
             except Exception:  # the first failure is the one to explain
                 raise ExportError(_lowering_failed(error)) from error
@@ -267,16 +286,9 @@ def to_executorch(
     """
     state = _flow_state(model)
     start = time.perf_counter()
-    program = export_quantized(model, example_inputs, dynamic_shapes=dynamic_shapes)
-    rewrite_qdq(program.graph)
-    scalar_qparams(program)
-    constant_scalars(program)
-    duplicate_dequantize(program.graph)
-    keepdim_means(program.graph)
-    quantized_embeddings(program)
-    program.graph_module.recompile()
+    program = _edge_ready(model, example_inputs, dynamic_shapes)
     out_spec = program.call_spec.out_spec
-    buffer, found = _lower(program)
+    buffer, found = _lower(program, lambda: _edge_ready(model, example_inputs, dynamic_shapes))
     report = delegation_report(state.report, found)
     result = ExecuTorchProgram(buffer, report, found, out_spec, time.perf_counter() - start)
     _check_runs(result, example_inputs)
