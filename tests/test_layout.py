@@ -87,7 +87,7 @@ def test_a_backend_depends_on_the_plugin_that_holds_its_kernels(plugin: str, lib
     ]
 
 
-@pytest.mark.parametrize("folder", ["quantized-engine", "distributed"])
+@pytest.mark.parametrize("folder", ["quantized-engine", "distributed", "transformers"])
 def test_a_library_or_optional_part_registers_no_backend(folder: str) -> None:
     # read from the folder: fxquant-distributed need not be installed to be checked
     meta = tomllib.loads((ROOT / "plugins" / folder / "pyproject.toml").read_text())
@@ -141,7 +141,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "after the flow",
         ("fxquant.numerics",),
     ),
-    ("optional", ("fxquant.flow.hf_trace",)),
     ("facade", ("fxquant",)),
     ("tools", ("fxquant.tools", "fxquant.__main__")),
 )
@@ -293,26 +292,36 @@ def test_a_moved_top_level_module_is_an_attribute_of_a_bare_fxquant(old: str, ne
 
 
 # ------------------------------------------------------- optional parts (#21)
-# in the core, only the facade imports them; the others live in distributions of their own
-OPTIONAL_IN_CORE = ("fxquant.flow.hf_trace",)
+# distributions of their own (plugins/distributed, plugins/transformers); the core names them
+# only in fxquant.moved's tables, and the facade imports the installed tracers by those names
 
 
-def test_no_mechanism_module_imports_an_optional_part(graph: layout_graph.Graph) -> None:
-    optional = (*OPTIONAL_IN_CORE, *(new for new, _ in moved.OPTIONAL.values()))
+def test_no_core_module_imports_an_optional_part(graph: layout_graph.Graph) -> None:
+    optional = [new for new, _ in moved.OPTIONAL.values()]
     importers = sorted(
         {
             i.source
             for i in graph.imports
             if any(i.target == o or i.target.startswith(f"{o}.") for o in optional)
-            and i.source not in OPTIONAL_IN_CORE
         }
     )
-    assert importers == ["fxquant"]  # the facade registers transformers' tracer
+    assert importers == []
 
 
 def test_an_optional_part_is_no_longer_in_the_core() -> None:
     for old in moved.OPTIONAL:
-        assert not (CORE.parent / old.replace(".", "/")).exists(), old
+        path = CORE.parent / old.replace(".", "/")
+        assert not path.exists(), old
+        assert not path.with_suffix(".py").exists(), old
+
+
+def test_a_tracer_part_is_a_distribution_of_its_own_with_no_backend() -> None:
+    for package, distribution in moved.TRACERS.values():
+        assert (package, distribution) in moved.OPTIONAL.values()
+        folder = ROOT / "plugins" / distribution.removeprefix("fxquant-")
+        meta = tomllib.loads((folder / "pyproject.toml").read_text())
+        assert meta["project"]["name"] == distribution
+        assert "entry-points" not in meta["project"]
 
 
 @pytest.mark.parametrize(

@@ -40,7 +40,6 @@ from fxquant.flow import (
     prepare_fx,
     prepare_qat_fx,
 )
-from fxquant.flow import hf_trace as _hf_trace  # noqa: F401  (registers transformers' tracer, #21)
 from fxquant.registry import (
     get_backend_config,
     get_default_qconfig_mapping,
@@ -55,6 +54,9 @@ from fxquant.torch_ao_names import TOP_LEVEL_NAMES as _TOP_LEVEL_NAMES
 from fxquant.version import VERSION
 
 __version__ = VERSION
+# the installed optional parts that trace other libraries' models register their tracers with
+# the flow (fxquant-transformers); no mechanism module imports them (#21)
+_moved.import_tracers()
 
 # importable from the top level without joining the contract's __all__: torch.ao.quantization's
 # top-level names fxquant keeps in submodules (#22, fxquant.torch_ao_names.TOP_LEVEL_NAMES),

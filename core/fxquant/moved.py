@@ -13,6 +13,9 @@ files lets git follow each move as a rename.
 Optional parts left the core for distributions of their own (:data:`OPTIONAL`):
 ``import fxquant.distributed`` gives ``fxquant_distributed`` when ``fxquant-distributed`` is
 installed, and otherwise raises ``ModuleNotFoundError`` naming the distribution to install.
+Those that trace another library's models (:data:`TRACERS`: transformers' tracer, in
+``fxquant-transformers``) register themselves in ``fxquant.flow.trace.MODEL_TRACERS`` when
+imported, and ``import fxquant`` imports the installed ones (:func:`import_tracers`).
 
 Example:
     >>> import fxquant.kernels.cpu, fxquant.lowering.kernels.cpu
@@ -35,7 +38,16 @@ import types
 from collections.abc import Sequence
 from typing import Final
 
-__all__ = ["MOVED", "OPTIONAL", "install", "missing_optional_part", "new_name"]
+__all__ = [
+    "MOVED",
+    "OPTIONAL",
+    "TRACERS",
+    "import_tracers",
+    "install",
+    "missing_optional_part",
+    "new_name",
+    "tracer_hint",
+]
 
 #: old module (or package) path -> its new path. A package's submodules follow it.
 MOVED: Final[dict[str, str]] = {
@@ -63,6 +75,14 @@ MOVED: Final[dict[str, str]] = {
 #: the distribution that holds it). No core module imports them.
 OPTIONAL: Final[dict[str, tuple[str, str]]] = {
     "fxquant.distributed": ("fxquant_distributed", "fxquant-distributed"),
+    "fxquant.flow.hf_trace": ("fxquant_transformers", "fxquant-transformers"),
+}
+
+#: optional parts that trace another library's models: that library's top-level package ->
+#: (the part's package, its distribution). Each registers its tracer in
+#: ``fxquant.flow.trace.MODEL_TRACERS`` on import.
+TRACERS: Final[dict[str, tuple[str, str]]] = {
+    "transformers": ("fxquant_transformers", "fxquant-transformers"),
 }
 
 
@@ -99,6 +119,43 @@ def missing_optional_part(old: str) -> ModuleNotFoundError | None:
             )
             return ModuleNotFoundError(msg, name=old)
     return None
+
+
+def import_tracers() -> list[str]:
+    """Import the installed parts of :data:`TRACERS` (each registers its tracer); their names.
+
+    ``import fxquant`` calls it, after the flow: the flow itself imports no optional part.
+
+    Example:
+        >>> set(import_tracers()) <= {package for package, _ in TRACERS.values()}
+        True
+    """
+    found = []
+    for package, _ in TRACERS.values():
+        if _importable(package):
+            importlib.import_module(package)
+            found.append(package)
+    return found
+
+
+def tracer_hint(model_class: type) -> str:
+    """What to install when ``model_class`` comes from a library traced by a missing part.
+
+    Empty when that part is imported, or when no part traces the class's library.
+
+    Example:
+        >>> tracer_hint(int)
+        ''
+    """
+    library = model_class.__module__.partition(".")[0]
+    package, distribution = TRACERS.get(library, ("", ""))
+    if not package or package in sys.modules:
+        return ""
+    return (
+        f"; {library} models are traced by fxquant's optional part {distribution!r}, which is "
+        f"not installed: pip install {distribution} (from a source checkout: pip install "
+        f"plugins/{distribution.removeprefix('fxquant-')})"
+    )
 
 
 def _importable(name: str) -> bool:

@@ -21,7 +21,7 @@ from tests.backends.conftest import installed_first_party
 transformers = pytest.importorskip("transformers")
 masking = pytest.importorskip("transformers.masking_utils")
 pytest.importorskip("transformers.utils.fx")
-from fxquant.flow.hf_trace import broadcast_mask_function  # noqa: E402  (after the skips)
+from fxquant_transformers import broadcast_mask_function  # noqa: E402  (after the skips)
 
 pytestmark = pytest.mark.skipif(
     "x86" not in installed_first_party(), reason="backend 'x86' is not installed"

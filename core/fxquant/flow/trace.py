@@ -8,13 +8,12 @@ fxquant's fused/QAT/reference modules, and the non-traceable, standalone and
 custom modules the config names. ``concrete_args`` (prepare's keyword) fixes
 arguments of ``forward`` to values, as in ``torch.fx.symbolic_trace``. A
 transformers model is traced by transformers' own tracer with these leaf rules
-(``flow.hf_trace``): its code asks tensors for their rank and dtype, which that
-tracer answers from meta tensors. Each node gets a :class:`NodeInfo` (owning
-module path and type, the user's source line, its call-order keys). The user's
-model is never modified: the GraphModule gets its own container modules, and
-every step that changes a leaf module works on a copy of it. A model that
-cannot be traced raises :class:`UntraceableModelError` naming the module and
-the source line.
+(``fxquant_transformers``, an optional part that registers itself in :data:`MODEL_TRACERS`):
+its code asks tensors for their rank and dtype, which that tracer answers from meta tensors.
+Each node gets a :class:`NodeInfo` (owning module path and type, the user's source line, its
+call-order keys). The user's model is never modified: the GraphModule gets its own container
+modules, and every step that changes a leaf module works on a copy of it. A model that cannot
+be traced raises :class:`UntraceableModelError` naming the module and the source line.
 """
 
 from __future__ import annotations
@@ -45,6 +44,7 @@ from fxquant.flow.transformer import (
     traceable_root,
 )
 from fxquant.flow.user_model import own_copy
+from fxquant.moved import tracer_hint
 from fxquant.nn import is_leaf_module
 from fxquant.torch_ao_names import is_torch_ao_module_class
 
@@ -265,8 +265,9 @@ def _check_concrete_args(root: nn.Module, ctx: FlowContext) -> dict[str, Any] | 
 
 
 # tracers of other libraries' models, each (model) -> a module with trace_transformers_model or
-# None: an optional part registers itself here (flow/hf_trace.py, imported by fxquant/__init__),
-# so the flow imports no optional part (#21)
+# None: an optional part registers itself here (fxquant-transformers' package, which
+# `import fxquant` imports when installed: fxquant.moved.TRACERS), so the flow imports no
+# optional part (#21)
 MODEL_TRACERS: list[Callable[[nn.Module], types.ModuleType | None]] = []
 
 
@@ -328,5 +329,6 @@ def _untraceable(root: nn.Module, error: Exception) -> UntraceableModelError:
         f"{type(error).__name__}: {error}; symbolic tracing cannot follow data-dependent "
         f"control flow; keep that module as one call with {fix} "
         f"(or set_non_traceable_module_classes([{module_cls or 'TheClass'}]))"
+        f"{tracer_hint(type(root))}"
     )
     return UntraceableModelError(msg)

@@ -1,5 +1,10 @@
 """Tracing a transformers model with transformers' own tracer and fxquant's leaf rules.
 
+An optional part of fxquant (#21), in the distribution ``fxquant-transformers``: the core's
+flow asks the tracers registered in ``fxquant.flow.trace.MODEL_TRACERS`` and imports no
+optional part; this package registers itself there on import, and ``import fxquant`` imports
+it when it is installed. Its old path, ``fxquant.flow.hf_trace``, gives this package.
+
     BertModel --HFQuantizationTracer(example inputs as dummy inputs)--> fx.Graph
 
 transformers models ask their tensors for their rank and dtype in Python
@@ -39,11 +44,10 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
-from torch import fx, nn
-
 from fxquant.errors import ConfigError, UntraceableModelError
 from fxquant.flow.context import FlowContext
 from fxquant.flow.trace import MODEL_TRACERS, QuantizationTracer, mark_internal
+from torch import fx, nn
 
 __all__ = ["available", "broadcast_mask_function", "trace_transformers_model", "tracer_class"]
 
@@ -372,4 +376,4 @@ def _for_transformers(root: nn.Module) -> types.ModuleType | None:
     return sys.modules[__name__] if available() else None
 
 
-MODEL_TRACERS.append(_for_transformers)  # flow/trace.py asks; it does not import this module (#21)
+MODEL_TRACERS.append(_for_transformers)  # flow/trace.py asks; it does not import this package (#21)

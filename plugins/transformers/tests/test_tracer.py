@@ -1,0 +1,76 @@
+"""fxquant-transformers: ``import fxquant`` registers its tracer, and a transformers model is
+captured with it; without it, the error names the distribution (#21). A tiny BertModel from a
+config, random weights: nothing is downloaded."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import fxquant
+import pytest
+import torch
+from fxquant import moved
+from fxquant.errors import UntraceableModelError
+from fxquant.flow import trace
+from torch import nn
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("transformers.utils.fx")
+
+
+def bert() -> nn.Module:
+    torch.manual_seed(0)
+    config = transformers.BertConfig(
+        vocab_size=64,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=16,
+    )
+    return transformers.BertModel(config).eval()
+
+
+def prepare(model: nn.Module, ids: torch.Tensor) -> nn.Module:
+    mapping = fxquant.get_default_qconfig_mapping("reference")
+    config = fxquant.get_backend_config("reference")
+    return fxquant.prepare_fx(model, mapping, (ids,), backend_config=config)
+
+
+def test_import_fxquant_registers_the_tracer_in_a_fresh_process() -> None:
+    code = (
+        "import sys, fxquant; from fxquant.flow.trace import MODEL_TRACERS; "
+        "print('fxquant_transformers' in sys.modules, len(MODEL_TRACERS))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert (out.returncode, out.stdout.strip()) == (0, "True 1"), out.stderr
+
+
+def test_the_old_path_gives_this_package() -> None:
+    import fxquant_transformers
+
+    assert importlib.import_module("fxquant.flow.hf_trace") is fxquant_transformers
+
+
+def test_a_bert_model_is_captured_and_its_prepared_model_computes_as_the_float_one() -> None:
+    model = bert()
+    ids = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(0))
+    prepared = prepare(model, ids)
+    with torch.no_grad():
+        expected = model(ids).last_hidden_state
+        got = prepared(ids)["last_hidden_state"]
+    torch.testing.assert_close(got, expected)  # observers only watch
+    assert any(n.op == "call_module" for n in prepared.graph.nodes)
+
+
+def test_without_the_part_a_transformers_model_fails_naming_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(trace, "MODEL_TRACERS", [])
+    monkeypatch.delitem(sys.modules, "fxquant_transformers")
+    ids = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(0))
+    with pytest.raises(UntraceableModelError, match="pip install fxquant-transformers"):
+        prepare(bert(), ids)
+    assert moved.tracer_hint(nn.Linear) == ""
