@@ -21,6 +21,7 @@ from tests.backends.conftest import installed_first_party
 transformers = pytest.importorskip("transformers")
 masking = pytest.importorskip("transformers.masking_utils")
 pytest.importorskip("transformers.utils.fx")
+pytest.importorskip("fxquant_transformers", reason="pip install -e plugins/transformers")
 from fxquant_transformers import broadcast_mask_function  # noqa: E402  (after the skips)
 
 pytestmark = pytest.mark.skipif(

@@ -20,6 +20,7 @@ from tests.backends.conftest import installed_first_party
 
 transformers = pytest.importorskip("transformers")
 transformers_fx = pytest.importorskip("transformers.utils.fx")
+pytest.importorskip("fxquant_transformers", reason="pip install -e plugins/transformers")
 
 pytestmark = pytest.mark.skipif(
     "x86" not in installed_first_party(), reason="backend 'x86' is not installed"
