@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import copy
+import operator
 
 import fxquant
 import pytest
@@ -368,3 +369,38 @@ def test_a_functional_conv_inside_a_fused_pattern_keeps_its_weight_a_weight(is_q
     assert gm.get_submodule(str(weight.target)).dtype in (torch.int8, getattr(torch, "qint8", None))
     assert isinstance(bias, fx.Node)
     assert bias.op == "get_attr"
+
+
+class FixedAfterFloat(nn.Module):
+    """A fixed-qparams op (sigmoid, tanh...) whose input no quantized op produced."""
+
+    def __init__(self, op: str, *, on_input: bool) -> None:
+        super().__init__()
+        self.op, self.on_input = op, on_input
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        value = x if self.on_input else x * 3  # the mul is left float by the mapping below
+        if self.op == "hardsigmoid":
+            return nn.functional.hardsigmoid(value)
+        return getattr(torch, self.op)(value)
+
+
+@pytest.mark.parametrize("is_qat", [False, True], ids=["ptq", "qat"])
+@pytest.mark.parametrize("on_input", [False, True], ids=["after_float_op", "on_model_input"])
+@pytest.mark.parametrize("op", ["sigmoid", "tanh", "hardsigmoid"])
+def test_a_fixed_qparams_op_observes_its_float_input_by_its_range_not_the_output_grid(
+    op: str, on_input: bool, is_qat: bool
+) -> None:
+    # before: the input got the op's output grid (sigmoid: 0..1 in steps of 1/256), so every
+    # negative input became 0 and sigmoid gave 0.5: 7 dB from the float model, no warning
+    torch.manual_seed(0)
+    model, x = FixedAfterFloat(op, on_input=on_input), torch.randn(64, 8) * 2
+    chosen = mapping(is_qat).set_object_type(operator.mul, None)
+    prepare = prepare_qat_fx if is_qat else prepare_fx
+    prepared = prepare(model.train() if is_qat else model.eval(), chosen, (x,))
+    prepared(x)
+    reference = fxquant.convert_to_reference_fx(prepared.eval())
+    with torch.no_grad():
+        expected, got = model(x), reference(x)
+    sqnr = 10 * torch.log10(expected.pow(2).mean() / (expected - got).pow(2).mean())
+    assert sqnr > 30

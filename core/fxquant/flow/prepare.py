@@ -44,7 +44,13 @@ from fxquant.flow.qconfig_assign import assign_qconfigs, qconfig_mismatch
 from fxquant.flow.report import NodeReport, NodeStatus, Reason, ReasonCode, Report
 from fxquant.flow.state import node_info, update_info
 from fxquant.flow.values import ValueKind, node_args, value_kinds
-from fxquant.numerics.observer import PlaceholderObserver
+from fxquant.numerics.fake_quantize import FakeQuantize, FixedQParamsFakeQuantize
+from fxquant.numerics.observer import (
+    FixedQParamsObserver,
+    MinMaxObserver,
+    MovingAverageMinMaxObserver,
+    PlaceholderObserver,
+)
 
 # ops returning a tuple of tensors: their pieces are observed, each after its getitem
 _PIECES = frozenset(
@@ -378,7 +384,27 @@ def _edge_request(
         return (qconfig.activation, dtype) if position == 0 else None
     if not _observable(dtype) or planner.out_dtype.get(arg) == dtype:
         return None
-    return qconfig.activation, dtype
+    return _input_observer(qconfig.activation), dtype
+
+
+def _input_observer(ctor: Ctor) -> Ctor:
+    """The observer for a float input of an op whose qconfig activation is ``ctor``.
+
+    A fixed-qparams activation (sigmoid's 0..1 grid) fixes the op's output, never its
+    input: on the input it clipped every negative value to 0 with no warning (torch.ao
+    does the same). The input gets a calibrated observer of the same dtype and range.
+    """
+    cls, kwargs = factory_parts(ctor)
+    if cls is FixedQParamsFakeQuantize:
+        inner = factory_parts(kwargs.get("observer", FixedQParamsObserver))[1]
+        return FakeQuantize.with_args(observer=MovingAverageMinMaxObserver, **_grid(inner))
+    if cls is FixedQParamsObserver:
+        return MinMaxObserver.with_args(**_grid(kwargs))
+    return ctor
+
+
+def _grid(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: kwargs[k] for k in ("dtype", "quant_min", "quant_max") if k in kwargs}
 
 
 def _inputs(node: fx.Node) -> Iterator[tuple[int, fx.Node]]:
