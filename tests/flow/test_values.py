@@ -160,3 +160,46 @@ def test_where_with_a_number_masks_only_below_the_bound(fill: float, kind: Value
             return torch.where(keep == 1, scores, fill)
 
     assert kinds(Where(), SCORES, KEEP)["where"] == kind
+
+
+class ConstantMask(nn.Module):
+    """A causal mask held as a constant: a registered buffer, or a full() made in forward."""
+
+    def __init__(self, fill: float, *, made_in_forward: bool = False) -> None:
+        super().__init__()
+        self.q, self.k, self.o = nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 8)
+        self.fill, self.made_in_forward = fill, made_in_forward
+        self.register_buffer("causal", torch.full((6, 6), fill).triu(1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scores = self.q(x) @ self.k(x).transpose(-1, -2)
+        if self.made_in_forward:  # the size comes from x: traced, not folded into a constant
+            mask = torch.full((x.size(1), x.size(1)), self.fill).triu(1)
+        else:
+            mask = self.causal
+        return self.o(torch.softmax(scores + mask, -1) @ x)
+
+
+@pytest.mark.parametrize("made_in_forward", [False, True], ids=["buffer", "full"])
+@pytest.mark.parametrize("fill", [-1e4, torch.finfo(torch.float32).min, float("-inf")])
+def test_a_constant_mask_of_minus_infinity_keeps_the_scores_float(
+    fill: float, made_in_forward: bool
+) -> None:
+    # before: the add's observer saw the mask (-1e4 .. -3.4e38), its step swallowed every
+    # score: softmax gave equal weights, 16 dB from the float model with no warning (-inf:
+    # 4 dB, warned only that non-finite values were ignored)
+    torch.manual_seed(0)
+    model, x = ConstantMask(fill, made_in_forward=made_in_forward).eval(), torch.randn(2, 6, 8)
+    weight = MinMaxObserver.with_args(dtype=torch.qint8)
+    qconfig = fxquant.QConfig(activation=MinMaxObserver, weight=weight)
+    mapping = fxquant.get_default_qconfig_mapping("reference").set_global(qconfig)
+    prepared = prepare_fx(model, mapping, (x,))
+    for scale in (1.0, 1.5):
+        prepared(x * scale)
+    minima = [float(m.min_val) for m in prepared.modules() if isinstance(m, MinMaxObserver)]
+    assert min(minima) > -100  # no mask value reached an observer
+    reference = fxquant.convert_to_reference_fx(prepared)
+    with torch.no_grad():
+        expected, got = model(x), reference(x)
+    sqnr = 10 * torch.log10(expected.pow(2).mean() / (expected - got).pow(2).mean())
+    assert sqnr > 25

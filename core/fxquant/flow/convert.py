@@ -56,6 +56,7 @@ from fxquant.flow.report import NodeStatus, Report, raise_if_skipped
 from fxquant.flow.resolve import backend_kernels
 from fxquant.flow.state import META_KEY, FlowMeta, FlowState
 from fxquant.flow.trace import drop_string_annotations
+from fxquant.flow.user_model import warn_if_converted_in_training
 from fxquant.lowering import DEQUANTIZE_OPS
 from fxquant.lowering.lower import lower
 
@@ -235,6 +236,7 @@ def reference_model(
     preserve(graph_module, gm, preserved)
     if equalized:
         gm.meta[EQUALIZATION_KEY] = equalized
+    warn_if_converted_in_training(gm, step)
     report = report_turned_off(state.report, turned_off)
     report = _mark_reference(report_not_calibrated(report, not_calibrated, stays_float))
     return gm, state, report

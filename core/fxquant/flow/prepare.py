@@ -44,7 +44,13 @@ from fxquant.flow.qconfig_assign import assign_qconfigs, qconfig_mismatch
 from fxquant.flow.report import NodeReport, NodeStatus, Reason, ReasonCode, Report
 from fxquant.flow.state import node_info, update_info
 from fxquant.flow.values import ValueKind, node_args, value_kinds
-from fxquant.numerics.observer import PlaceholderObserver
+from fxquant.numerics.fake_quantize import FakeQuantize, FixedQParamsFakeQuantize
+from fxquant.numerics.observer import (
+    FixedQParamsObserver,
+    MinMaxObserver,
+    MovingAverageMinMaxObserver,
+    PlaceholderObserver,
+)
 
 # ops returning a tuple of tensors: their pieces are observed, each after its getitem
 _PIECES = frozenset(
@@ -318,7 +324,13 @@ def _observation_type(
         return config.observation_type
     root = _root(match)
     count = sum(1 for a in root.args if isinstance(a, fx.Node) and kinds.get(a) == ValueKind.FLOAT)
-    return table.get(count, config.observation_type)
+    kind = table.get(count, config.observation_type)
+    if count == 1 and kind is ObservationType.OUTPUT_SHARE_OBSERVER_WITH_INPUT:
+        # x * 50 sharing x's observer (torch.ao's table) widens x's range 50 times: x was
+        # quantized on a grid 50 times too coarse, 0.6 dB from float with no warning. The
+        # output gets its own observer; the kernels requantize into it
+        return ObservationType.OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT
+    return kind
 
 
 def input_roles_by_op(backend_config: BackendConfig) -> dict[object, Mapping[str, int]]:
@@ -378,7 +390,27 @@ def _edge_request(
         return (qconfig.activation, dtype) if position == 0 else None
     if not _observable(dtype) or planner.out_dtype.get(arg) == dtype:
         return None
-    return qconfig.activation, dtype
+    return _input_observer(qconfig.activation), dtype
+
+
+def _input_observer(ctor: Ctor) -> Ctor:
+    """The observer for a float input of an op whose qconfig activation is ``ctor``.
+
+    A fixed-qparams activation (sigmoid's 0..1 grid) fixes the op's output, never its
+    input: on the input it clipped every negative value to 0 with no warning (torch.ao
+    does the same). The input gets a calibrated observer of the same dtype and range.
+    """
+    cls, kwargs = factory_parts(ctor)
+    if cls is FixedQParamsFakeQuantize:
+        inner = factory_parts(kwargs.get("observer", FixedQParamsObserver))[1]
+        return FakeQuantize.with_args(observer=MovingAverageMinMaxObserver, **_grid(inner))
+    if cls is FixedQParamsObserver:
+        return MinMaxObserver.with_args(**_grid(kwargs))
+    return ctor
+
+
+def _grid(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: kwargs[k] for k in ("dtype", "quant_min", "quant_max") if k in kwargs}
 
 
 def _inputs(node: fx.Node) -> Iterator[tuple[int, fx.Node]]:

@@ -16,6 +16,9 @@ warns once (:class:`fxquant.errors.CalibrationWarning`) and names the fix, when
 the model holds one of torch's modules whose forward depends on the mode
 (BatchNorm, InstanceNorm with running statistics, dropout, RReLU); a model
 without them computes the same numbers in both modes and gets no warning.
+Converting a model left in training mode (``prepared.train()`` for calibration,
+a QAT model not put back in eval) warns too, naming the modules that would keep
+dropping values or normalizing by batch statistics in the converted model.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from torch import nn
 
 from fxquant.errors import CalibrationWarning
 
-__all__ = ["own_copy", "warn_if_training"]
+__all__ = ["own_copy", "warn_if_converted_in_training", "warn_if_training"]
 
 
 def own_copy(model: nn.Module) -> nn.Module:
@@ -85,3 +88,25 @@ def _changes_in_training(module: nn.Module) -> bool:
             module, nn.modules.batchnorm._BatchNorm
         )
     return isinstance(module, (nn.modules.dropout._DropoutNd, nn.RReLU))
+
+
+def warn_if_converted_in_training(converted: nn.Module, step: str) -> None:
+    """One :class:`CalibrationWarning` when ``converted`` runs mode-dependent modules in training.
+
+    Example:
+        >>> warn_if_converted_in_training(nn.Dropout().eval(), "convert_fx")  # eval: no warning
+    """
+    trained = [
+        f"{name!r} ({type(m).__name__})"
+        for name, m in converted.named_modules()
+        if m.training and _changes_in_training(m)
+    ]
+    if not trained:
+        return
+    msg = (
+        f"{step} got a model in training mode: in the converted model {', '.join(trained)} "
+        "would drop values or normalize with each batch's statistics, so its outputs differ "
+        f"from the calibrated model's on every call. Call prepared.eval() before {step} (or "
+        "converted.eval() after it)"
+    )
+    warnings.warn(msg, CalibrationWarning, stacklevel=4)

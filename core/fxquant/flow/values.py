@@ -32,12 +32,17 @@ The attention-mask rule, in full (``masked`` values stay float, reported
    other value is a computed float (GPT-2's eager ``torch.where(causal, scores,
    finfo.min)``), a ``mask`` when it is a constant (transformers' ``eager_mask``:
    ``torch.where(keep, torch.tensor(0.0), finfo.min)``).
+6. A constant holding minus infinity is a ``mask``: a tensor attribute (not a
+   parameter) with a value at most the bound (a registered causal mask), or a
+   ``torch.full`` of one (``torch.full((n, n), -inf).triu(1)``). Its add to the
+   scores, observed, had a step wider than every score (16 dB, no warning).
 
     attention_mask (int) -> .to(float) -> (1 - m) * -1e4   : mask
     scores (float) + mask                                  : masked (until softmax)
     scores.masked_fill(m == 0, -1e9)                       : masked (until softmax)
     torch.where(keep, scores, finfo.min)                   : masked (until softmax)
     torch.where(keep, torch.tensor(0.0), finfo.min)        : mask
+    self.causal_mask (a buffer of -inf above the diagonal) : mask
     x.size(0), x.shape, torch.finfo(x.dtype).min          : scalar
 """
 
@@ -223,6 +228,8 @@ def _call_kind(node: fx.Node, kinds: Mapping[fx.Node, ValueKind]) -> ValueKind:
         return INT
     if target in _WHERE and len(node.args) == 3 and any(map(_minus_infinity, node.args[1:])):
         return _where_kind(node, kinds)
+    if target in _FILLED and target not in (torch.tensor, "new_tensor") and _minus_infinity(node):
+        return MASK  # rule 6: torch.full((n, n), -inf), then .triu(1) keeps it a mask
     return _mix(node, args)
 
 
@@ -329,7 +336,8 @@ def value_kinds(
             kinds[node] = FLOAT if value is None else _kind_of_value(value)
             position += 1
         elif node.op == "get_attr":
-            kinds[node] = _kind_of_value(_attribute(gm, str(node.target)))
+            value = _attribute(gm, str(node.target))
+            kinds[node] = MASK if _holds_minus_infinity(value) else _kind_of_value(value)
         elif node.op == "call_module":
             module = modules.get(str(node.target))
             masked = any(kinds.get(a) == MASKED for a in node_args(node))
@@ -346,3 +354,12 @@ def _attribute(gm: nn.Module, target: str) -> object:
     for part in target.split("."):
         value = getattr(value, part, None)
     return value
+
+
+def _holds_minus_infinity(value: object) -> bool:
+    """Rule 6: a float constant (not a parameter) with a value at most :data:`MASK_FILL_MAX`."""
+    if not isinstance(value, torch.Tensor) or isinstance(value, nn.Parameter):
+        return False
+    if not value.is_floating_point() or value.numel() == 0:
+        return False
+    return bool((value.detach() <= MASK_FILL_MAX).any())

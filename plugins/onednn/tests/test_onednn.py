@@ -558,3 +558,28 @@ def test_a_linear_with_a_transposed_weight_gives_the_numbers_of_a_contiguous_one
         prepared(x)
         outputs.append(fxquant.convert_fx(prepared, backend_config=config)(x))
     assert torch.equal(outputs[0], outputs[1])
+
+
+@pytest.mark.filterwarnings("ignore:Using padding='same':UserWarning")  # torch's, even kernels
+@pytest.mark.parametrize("backend", ["onednn", "x86"])
+@pytest.mark.parametrize(
+    ("padding", "kernel", "dilation", "lowers"),
+    [("same", 3, 1, True), ("same", 3, 2, True), ("valid", 3, 1, True), ("same", 4, 1, False)],
+)
+def test_a_conv_padded_by_a_word_lowers_within_one_step_or_is_declined(
+    backend: str, padding: str, kernel: int, dilation: int, lowers: bool
+) -> None:
+    # before: padding="same" crashed in qconv_prepack at convert ("Expected a value of type
+    # 'List[int]' for argument 'padding'"); an even 'same' kernel pads one side more, which
+    # the kernel cannot: declined, the conv stays its reference module
+    torch.manual_seed(kernel + dilation)
+    conv = nn.Conv2d(4, 6, kernel, padding=padding, dilation=dilation)
+    model, x = nn.Sequential(conv, nn.ReLU()), torch.randn(2, 4, 9, 9)
+    mapping = fast_mapping(backend)
+    lowered, reference = lower(model, x, mapping, backend)
+    assert ("QConv" in kernel_types(lowered)) is lowers, fxquant.explain(lowered, show=False)
+    with torch.no_grad():
+        difference = (lowered(x) - reference(x)).abs().max().item()
+    assert difference <= output_step(reference) * 1.001 + 1e-6
+    if not lowers:
+        assert "pads one more on one side" in str(fxquant.explain(lowered, show=False))

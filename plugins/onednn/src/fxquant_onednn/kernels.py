@@ -45,6 +45,7 @@ from fxquant_onednn.modules import (
     QAdd,
     QConv,
     QLinear,
+    explicit_padding,
     symmetric_weight,
 )
 from fxquant_onednn.patterns import LinearLeakyReLU, LinearTanh
@@ -167,6 +168,9 @@ def build_conv(match: LoweringMatch) -> nn.Module | Declined | None:
     weight = symmetric_weight(conv)
     if weight is None or getattr(conv, "padding_mode", "zeros") != "zeros":
         return None
+    if isinstance(explicit_padding(conv), str):
+        reason = f"{explicit_padding(conv)}: the conv runs as its reference (float) module"
+        return Declined(reason)
     relu = isinstance(
         fused, (intrinsic.ConvReLU1d, intrinsic.ConvReLU2d, intrinsic.ConvReLU3d,
                 intrinsic.ConvAddReLU2d)

@@ -487,6 +487,32 @@ class Fp16Linear(nn.Module):
         return result
 
 
+def explicit_padding(conv: Any) -> list[int] | str:
+    """``conv``'s zero padding as oneDNN takes it (one int a side per dim), or why it cannot be.
+
+    ``padding="same"`` with an even dilated kernel pads one more on the right (torch),
+    which oneDNN's symmetric padding cannot express; ``"valid"`` is no padding.
+
+    Example:
+        >>> explicit_padding(nn.Conv2d(1, 1, 3, padding="same", dilation=2))
+        [2, 2]
+        >>> explicit_padding(nn.Conv1d(1, 1, 2, padding="same"))[:22]
+        "padding='same' with ke"
+    """
+    padding, kernel, dilation = conv.padding, conv.kernel_size, conv.dilation
+    if padding == "valid":
+        return [0] * len(kernel)
+    if padding != "same":
+        return [int(p) for p in padding]
+    totals = [d * (k - 1) for k, d in zip(kernel, dilation, strict=True)]
+    if any(t % 2 for t in totals):
+        return (
+            f"padding='same' with kernel {tuple(kernel)} and dilation {tuple(dilation)} pads "
+            "one more on one side; oneDNN's conv pads both sides alike"
+        )
+    return [t // 2 for t in totals]
+
+
 class QConv(_Packed):
     """Static int8 conv 1d/2d/3d (+ relu), optionally adding a uint8 tensor (``"sum"``).
 
@@ -526,8 +552,12 @@ class QConv(_Packed):
         self.out_scale, self.out_zero_point, self.out_dtype = _out_args(out)
         self.accumulate = None if len(qparams) < 3 else _out_args(qparams[2])
         self.dims = weight.dim() - 2
+        padding = explicit_padding(conv)
+        if isinstance(padding, str):
+            msg = f"QConv: {padding}"  # build_conv declines such a conv first
+            raise ValueError(msg)
         self.geometry = (
-            list(conv.stride), list(conv.padding), list(conv.dilation), int(conv.groups)  # type: ignore[arg-type]  # conv attributes are tuples
+            list(conv.stride), padding, list(conv.dilation), int(conv.groups)  # type: ignore[arg-type]  # conv attributes are tuples
         )  # fmt: skip
         # oneDNN's int8 conv3d has no relu post op: clamp at the output zero point instead
         self.unary = "relu" if relu and self.dims != 3 else "none"

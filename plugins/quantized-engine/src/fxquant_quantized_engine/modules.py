@@ -305,6 +305,36 @@ def _quantized_op(name: str) -> Callable[..., torch.Tensor]:
     return getattr(op, overload or "default")  # type: ignore[no-any-return]  # torch.ops is untyped
 
 
+def explicit_padding(conv: Any) -> list[int] | str:
+    """``conv``'s padding as the quint8 kernels take it (ints, zeros), or why it cannot be.
+
+    The kernels pad with zeros, symmetrically: ``padding_mode="reflect"`` (lowered as
+    zeros, it was 15 steps off the reference) and ``padding="same"`` with an even
+    dilated kernel (torch pads it one more on the right) cannot be given to them.
+
+    Example:
+        >>> explicit_padding(nn.Conv2d(1, 1, 3, padding="same", dilation=2))
+        [2, 2]
+        >>> explicit_padding(nn.Conv2d(1, 1, 3, padding=1, padding_mode="reflect"))
+        "padding_mode 'reflect': the quint8 conv kernels pad with zeros"
+    """
+    mode = getattr(conv, "padding_mode", "zeros")
+    if mode != "zeros":
+        return f"padding_mode {mode!r}: the quint8 conv kernels pad with zeros"
+    padding, kernel, dilation = conv.padding, conv.kernel_size, conv.dilation
+    if padding == "valid":
+        return [0] * len(kernel)
+    if padding != "same":
+        return [int(p) for p in padding]
+    totals = [d * (k - 1) for k, d in zip(kernel, dilation, strict=True)]
+    if any(t % 2 for t in totals):
+        return (
+            f"padding='same' with kernel {tuple(kernel)} and dilation {tuple(dilation)} pads "
+            "one more on one side; the quint8 conv kernels pad both sides alike"
+        )
+    return [t // 2 for t in totals]
+
+
 class QuantizedConv(_Static):
     """Static int8 conv1d/2d/3d (optionally fused relu): uint8 in, uint8 out.
 
@@ -328,9 +358,13 @@ class QuantizedConv(_Static):
     ) -> None:
         super().__init__(engine, reference)
         self.dims = reference.weight.dim() - 2
+        padding = explicit_padding(reference)
+        if isinstance(padding, str):
+            msg = f"QuantizedConv: {padding}"  # the rules decline such a conv first
+            raise ValueError(msg)
         self.conv_args = (
             list(reference.stride),
-            list(reference.padding),
+            padding,
             list(reference.dilation),
             int(reference.groups),
         )

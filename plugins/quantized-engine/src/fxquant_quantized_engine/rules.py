@@ -32,6 +32,7 @@ from fxquant_quantized_engine.modules import (
     QuantizedLinearDynamic,
     QuantizedLinearFP16,
     QuantizedUnary,
+    explicit_padding,
 )
 from fxquant_quantized_engine.ops import (
     ChannelQParams,
@@ -389,6 +390,10 @@ def build_weighted(engine: str, relu: bool) -> Callable[[Any], nn.Module | Decli
             reason = float_output_reason(engine, qx)
             if reason is not None:
                 return Declined(reason)
+        if not is_linear:
+            padding = explicit_padding(reference)
+            if isinstance(padding, str):
+                return Declined(f"{padding}: the conv runs as its reference (float) module")
         kernel = QuantizedLinear if is_linear else QuantizedConv
         return kernel(engine, reference, qx, out, relu=relu)
 
@@ -419,6 +424,9 @@ def build_conv_add(engine: str, relu: bool) -> Callable[[Any], nn.Module | Decli
         saturation = _fbgemm_saturation(engine, reference, match.inputs[0])
         if saturation is not None:
             return Declined(saturation)
+        padding = explicit_padding(reference)
+        if isinstance(padding, str):
+            return Declined(f"{padding}: the conv runs as its reference (float) module")
         return QuantizedConvAdd(engine, reference, (x, extra, out), relu=relu)
 
     return build
