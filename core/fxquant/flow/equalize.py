@@ -109,6 +109,24 @@ def _is_conv(node: Node, modules: Mapping[str, nn.Module]) -> bool:
     return node.op == "call_function" and node.target in (F.conv1d, F.conv2d, F.conv3d)
 
 
+_COMPUTED = "not equalized: its weight is computed in forward, not a parameter to scale"
+
+
+def _weight_is_parameter(node: Node, modules: Mapping[str, nn.Module]) -> bool:
+    """A Linear module, or an ``F.linear`` whose weight is an attribute (through its observer).
+
+    ``nn.MultiheadAttention`` splits its packed in-projection weight in ``forward`` when query
+    and key differ (``nn.Transformer``'s decoder): that weight has no parameter to scale.
+    """
+    if node.op == "call_module":
+        return True
+    weight = node.args[1] if len(node.args) > 1 else node.kwargs.get("weight")
+    observer = observer_node(weight, modules)
+    if observer is not None:
+        weight = observer.args[0]
+    return isinstance(weight, Node) and weight.op == "get_attr"
+
+
 def observer_node(node: object, modules: Mapping[str, nn.Module]) -> Node | None:
     """``node`` if it calls an observer, else None."""
     if isinstance(node, Node) and node.op == "call_module":
@@ -148,6 +166,9 @@ def insert_observers(gm: fx.GraphModule, mapping: QConfigMapping) -> tuple[Equal
             pairs.append(EqualizedPair(str(node.args[0]), (node.name,), 0.5, _NO_CONV))
             continue
         if not is_linear(node, modules):
+            continue
+        if not _weight_is_parameter(node, modules):
+            pairs.append(EqualizedPair(str(node.args[0]), (node.name,), 0.5, _COMPUTED))
             continue
         observer = observer_node(node.args[0] if node.args else None, modules)
         if observer is None:
