@@ -33,6 +33,7 @@ MARKDOWN = RESULTS / "zoo.md"
 PLOT = ROOT / "docs" / "img" / "zoo.png"
 GUIDE = ROOT / "docs" / "guide" / "zoo.md"
 TOLERANCE_DB = 0.5  # fxquant's SQNR at least torch.ao's minus this, on the CPU backends
+ONE_BATCH = "SQNR on one held-out batch (seed 99)"  # the scoring of rows from before #20's fix
 sys.path.insert(0, os.fspath(ROOT))
 
 
@@ -95,32 +96,48 @@ def _db(value: float | None) -> str:
     return "inf" if math.isinf(value) else f"{value:.1f}"
 
 
-def _cell(row: dict[str, Any] | None) -> str:
+def scoring(row: dict[str, Any]) -> str:
+    """How ``row``'s SQNRs were computed (rows written before it was recorded: one batch)."""
+    return str(row.get("scoring") or ONE_BATCH)
+
+
+def _cell(row: dict[str, Any] | None, current: str) -> str:
     if row is None:
         return "not run"
+    older = " †" if scoring(row) != current else ""  # scored another way: said under the table
     if not row.get("ok"):
-        return "**fail**"
+        return "**fail**" + older
     text = _db(row.get("sqnr"))
     if row.get("ao_sqnr") is not None or row.get("ao_reason"):
         ao = _db(row.get("ao_sqnr")) if row.get("ao_sqnr") is not None else "fail"
         ao = "all float" if ao == "inf" else ao  # torch.ao quantized nothing
         text += f" ({ao})"
-    return text + (" ⚠" if verdict(row) == "below torch.ao" else "")
+    return text + (" ⚠" if verdict(row) == "below torch.ao" else "") + older
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
-    """The grid (SQNR, torch.ao's in brackets) and one line per failure and per gap."""
-    from tests.zoo.runner import BACKENDS, ZOO
+    """The grid (SQNR, torch.ao's in brackets) and one line per failure and per gap.
+
+    The header names the scoring; a cell scored another way (a row from an older run) is
+    marked with † and the line under the table says how it was scored, never mixed silently.
+    """
+    from tests.zoo.runner import BACKENDS, SCORING, ZOO
 
     by = {(r["model"], r["backend"]): r for r in rows}
     models = list(ZOO)  # every model: the ones not run show as such
+    older = sorted({scoring(r) for r in rows} - {SCORING})
     lines = [
+        f"SQNR vs float in dB, {SCORING}; torch.ao's on the same batches in brackets.",
+        "",
         "| model | what | " + " | ".join(BACKENDS) + " |",
         "|---|---|" + "---|" * len(BACKENDS),
     ]
     for name in models:
-        cells = [_cell(by.get((name, b))) for b in BACKENDS]
+        cells = [_cell(by.get((name, b)), SCORING) for b in BACKENDS]
         lines.append(f"| {name} | {ZOO[name].what} | " + " | ".join(cells) + " |")
+    if older:
+        marked = sum(scoring(r) != SCORING for r in rows)
+        lines += ["", f"† {marked} cells from an older run, scored otherwise: {'; '.join(older)}."]
     failures = [r for r in rows if not r.get("ok")]
     gaps = [r for r in rows if verdict(r) == "below torch.ao"]
     ao_failures = [r for r in rows if r.get("ao_reason")]
@@ -184,7 +201,10 @@ def plot(rows: list[dict[str, Any]], path: Path) -> str:
     ax.tick_params(length=0)
     for spine in ax.spines.values():
         spine.set_visible(False)
-    ax.set_title("zoo: SQNR vs float in dB (torch.ao's on the same recipe)", fontsize=9)
+    ax.set_title(
+        "zoo: SQNR vs float in dB, pooled over 8 held-out batches (torch.ao's, same batches)",
+        fontsize=9,
+    )
     fig.text(
         0.01, 0.005,
         "green: ok, yellow: > 0.5 dB below torch.ao, red: failed, grey: not run",

@@ -4,9 +4,12 @@ scored by SQNR against float next to torch.ao's on the same recipe (issue 20).
 The recipe, per model and backend: ``fxquant.get_default_qconfig_mapping(backend)`` and
 ``get_backend_config(backend)``, ``prepare_fx`` on the model's first batch, calibration on
 3 batches, ``convert_fx``, then the backend's deployment where it has one (executorch: the
-``.pte`` in ExecuTorch's runtime; tensorrt: the Q/DQ ONNX model in onnxruntime), scored on a
-held-out batch. torch.ao runs the same recipe with its own defaults (its mapping and backend
-config for the same name, its quantized engine set) on the CPU backends; transformers models
+``.pte`` in ExecuTorch's runtime; tensorrt: the Q/DQ ONNX model in onnxruntime), scored on
+8 held-out batches (:data:`HELD_OUT`, drawn apart from the calibration batches; the same
+batches for torch.ao) by :func:`pooled_sqnr`: one SQNR over their outputs concatenated, the
+converted model reused for every batch. torch.ao runs the same recipe with its own defaults
+(its mapping and backend config for the same name, its quantized engine set) on the CPU
+backends; transformers models
 reach it as transformers' graph with constant shapes (:func:`tests.zoo.hf.concrete_graph`),
 since it cannot trace them.
 
@@ -36,13 +39,30 @@ from torch import nn
 from tests.flow.zoo import seeded
 from tests.zoo import hf, sequence, vision
 
-__all__ = ["BACKENDS", "CPU_BACKENDS", "ZOO", "Result", "ZooModel", "run", "sqnr"]
+__all__ = [
+    "BACKENDS",
+    "CPU_BACKENDS",
+    "HELD_OUT",
+    "SCORING",
+    "ZOO",
+    "Result",
+    "ZooModel",
+    "pooled_sqnr",
+    "run",
+    "score",
+    "sqnr",
+]
 
 BACKENDS = ("x86", "onednn", "fbgemm", "qnnpack", "executorch", "tensorrt")
 CPU_BACKENDS = ("x86", "onednn", "fbgemm", "qnnpack")
 DEPLOYED = ("executorch", "tensorrt")  # the others run the ``convert_fx`` model in PyTorch
+EXAMPLE = 0  # the batch ``prepare_fx`` traces with (and executorch exports with)
 CALIBRATION = (1, 2, 3)
-HELD_OUT = 99
+HELD_OUT = tuple(range(99, 107))
+"""The evaluation batches' seeds: 8, none of them a calibration or the example batch."""
+SCORING = "pooled SQNR over 8 held-out batches (seeds 99-106)"
+"""How :attr:`Result.sqnr` is computed; the zoo's table names it (rows without it: one batch)."""
+assert not set(HELD_OUT) & {EXAMPLE, *CALIBRATION}, "evaluation data must stay held out"
 
 
 @dataclass(frozen=True)
@@ -158,7 +178,11 @@ ZOO: dict[str, ZooModel] = {
 
 @dataclass
 class Result:
-    """One model on one backend: fxquant's outcome and torch.ao's on the same recipe."""
+    """One model on one backend: fxquant's outcome and torch.ao's on the same recipe.
+
+    ``sqnr``/``ao_sqnr`` are the pooled SQNRs over the held-out batches (:data:`SCORING`);
+    ``sqnrs``/``ao_sqnrs`` each batch's own, for reference.
+    """
 
     model: str
     backend: str
@@ -171,6 +195,9 @@ class Result:
     ao_sqnr: float | None = None
     ao_reason: str = ""
     seconds: float = 0.0
+    scoring: str = SCORING
+    sqnrs: list[float] = field(default_factory=list)
+    ao_sqnrs: list[float] = field(default_factory=list)
 
     def record(self) -> dict[str, Any]:
         """The JSON form."""
@@ -189,6 +216,36 @@ def sqnr(expected: torch.Tensor, got: torch.Tensor) -> float:
     if noise == 0:
         return math.inf
     return float(10 * torch.log10(expected.pow(2).sum() / noise))
+
+
+def pooled_sqnr(expected: list[torch.Tensor], got: list[torch.Tensor]) -> tuple[float, list[float]]:
+    """One SQNR over every batch's output concatenated, and each batch's own.
+
+    The pooled figure is the ratio of the total signal energy to the total noise energy: the
+    SQNR of one big batch, so a batch with a large error counts by its error's size, where a
+    mean of per-batch dB figures would average a logarithm and let good batches hide it.
+
+    Example:
+        >>> pooled, each = pooled_sqnr([torch.ones(4)] * 2, [torch.full((4,), 1.1)] * 2)
+        >>> round(pooled, 1), [round(v, 1) for v in each]
+        (20.0, [20.0, 20.0])
+    """
+    flat = torch.cat([e.detach().double().flatten() for e in expected])
+    pooled = sqnr(flat, torch.cat([g.detach().double().flatten() for g in got]))
+    return pooled, [sqnr(e, g) for e, g in zip(expected, got, strict=True)]
+
+
+def score(
+    model: ZooModel, float_model: nn.Module, quantized: Callable[..., Any]
+) -> tuple[float, list[float]]:
+    """``quantized`` against ``float_model`` on every held-out batch: :func:`pooled_sqnr`'s."""
+    expected, got = [], []
+    with torch.no_grad():
+        for seed in HELD_OUT:
+            x = model.inputs(seed)
+            expected.append(main_output(float_model(*x)))
+            got.append(main_output(quantized(*x)))
+    return pooled_sqnr(expected, got)
 
 
 def main_output(output: Any) -> torch.Tensor:
@@ -222,7 +279,7 @@ def _fxquant(model: ZooModel, float_model: nn.Module, backend: str, result: Resu
     import fxquant
     from fxquant.registry import get_deployment
 
-    example = model.inputs(0)
+    example = model.inputs(EXAMPLE)
     config = fxquant.get_backend_config(backend)
     mapping = fxquant.get_default_qconfig_mapping(backend)
     prepared = fxquant.prepare_fx(
@@ -237,9 +294,7 @@ def _fxquant(model: ZooModel, float_model: nn.Module, backend: str, result: Resu
     report = getattr(deployed, "report", None) or fxquant.explain(converted, show=False)
     for entry in report.entries():
         result.statuses[str(entry.status)] = result.statuses.get(str(entry.status), 0) + 1
-    x = model.inputs(HELD_OUT)
-    with torch.no_grad():
-        result.sqnr = sqnr(main_output(float_model(*x)), main_output(deployed(*x)))
+    result.sqnr, result.sqnrs = score(model, float_model, deployed)
     result.ok = True
 
 
@@ -250,13 +305,13 @@ def _ao_backend_config(ao: Any, backend: str) -> Any:
     return getattr(module, f"get_{backend}_backend_config")()
 
 
-def _torch_ao(model: ZooModel, float_model: nn.Module, backend: str) -> float:
+def _torch_ao(model: ZooModel, float_model: nn.Module, backend: str) -> tuple[float, list[float]]:
     from tests import oracle
 
     ao = oracle.load()
     from torch.ao.quantization import quantize_fx
 
-    example = model.inputs(0)
+    example = model.inputs(EXAMPLE)
     subject: nn.Module = copy.deepcopy(float_model)
     if model.family == "transformers":
         subject = hf.concrete_graph(subject, example, list(model.names))
@@ -275,9 +330,7 @@ def _torch_ao(model: ZooModel, float_model: nn.Module, backend: str) -> float:
             previous = torch.backends.quantized.engine
             torch.backends.quantized.engine = backend
             try:
-                x = model.inputs(HELD_OUT)
-                with torch.no_grad():
-                    return sqnr(main_output(float_model(*x)), main_output(converted(*x)))
+                return score(model, float_model, converted)
             finally:
                 torch.backends.quantized.engine = previous
     finally:
@@ -304,7 +357,7 @@ def run(name: str, backend: str, *, oracle: bool = True) -> Result:
             result.clear = isinstance(error, FxquantError)
         if oracle and backend in CPU_BACKENDS:
             try:
-                result.ao_sqnr = _torch_ao(model, float_model, backend)
+                result.ao_sqnr, result.ao_sqnrs = _torch_ao(model, float_model, backend)
             except Exception as error:  # torch.ao's own failures are part of the table
                 result.ao_reason = _describe(error)
     result.seconds = time.perf_counter() - start

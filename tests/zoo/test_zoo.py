@@ -13,7 +13,8 @@ docs/guide/zoo.md. These cases stay in ``nox -s tests``:
 - transformers' ViTModel, whose ``forward`` is wrapped by ``check_model_inputs``
   (``(*args, **kwargs)``), is traced through to the function it wraps;
 - a CNN on x86, and the ResNet on fbgemm, at least torch.ao's SQNR (0.5 dB) on the same
-  recipe.
+  recipe, both scored on the same 8 held-out batches (one pooled SQNR), none of them a
+  calibration batch.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import pytest
 import torch
 
 from tests.backends.conftest import installed_first_party
-from tests.zoo.runner import ZOO, run
+from tests.zoo.runner import CALIBRATION, EXAMPLE, HELD_OUT, ZOO, pooled_sqnr, run
 
 TOLERANCE_DB = 0.5
 
@@ -62,11 +63,27 @@ def test_chunk_pieces_are_observed_not_the_tuple() -> None:
     assert torch.allclose(converted(*x), model.build()(*x), atol=0.5)
 
 
+def test_scoring_is_on_several_held_out_batches_pooled() -> None:
+    assert len(HELD_OUT) == 8
+    assert not set(HELD_OUT) & {EXAMPLE, *CALIBRATION}
+    model = ZOO["resnet"]
+    assert not any(
+        torch.equal(model.inputs(a)[0], model.inputs(b)[0]) for a in HELD_OUT for b in CALIBRATION
+    )
+    # one bad batch among good ones: the pooled figure follows the noise energy (2.1x here)
+    expected = [torch.ones(100)] * 8
+    got = [torch.full((100,), 1.01)] * 7 + [torch.full((100,), 1.0 + 10**-1.5)]
+    pooled, each = pooled_sqnr(expected, got)
+    assert [round(v) for v in each] == [40] * 7 + [30]
+    assert abs(pooled - 36.73) < 0.01  # a mean of the dB figures would say 38.75
+
+
 def test_cnn_on_x86_is_at_least_torch_ao() -> None:
     result = run("squeezenet", "x86")
     assert result.ok, result.reason
     assert result.ao_sqnr is not None, result.ao_reason
     assert result.sqnr is not None
+    assert len(result.sqnrs) == len(result.ao_sqnrs) == len(HELD_OUT)  # the same batches
     assert result.sqnr >= result.ao_sqnr - TOLERANCE_DB
 
 

@@ -46,6 +46,7 @@ __all__ = [
     "is_linear",
     "linear_module",
     "observer_node",
+    "reads_shared_weight",
     "unique_name",
 ]
 
@@ -109,6 +110,78 @@ def _is_conv(node: Node, modules: Mapping[str, nn.Module]) -> bool:
     return node.op == "call_function" and node.target in (F.conv1d, F.conv2d, F.conv3d)
 
 
+_SHARED = (
+    "not equalized: its weight is read by {} calls (a shared or tied weight), and each call's"
+    " scale would rescale it"
+)
+_COMPUTED = "not equalized: its weight is computed in forward, not a parameter to scale"
+
+
+def _weight(gm: nn.Module, node: Node, modules: Mapping[str, nn.Module]) -> Any:
+    """A Linear node's weight tensor, or None for an ``F.linear`` whose weight is computed.
+
+    ``nn.MultiheadAttention`` splits its packed in-projection weight in ``forward`` when query
+    and key differ (``nn.Transformer``'s decoder): that weight has no parameter to scale.
+    """
+    linear = linear_module(node, modules)
+    if linear is not None:
+        return linear.weight
+    weight = node.args[1] if len(node.args) > 1 else node.kwargs.get("weight")
+    observer = observer_node(weight, modules)
+    if observer is not None:
+        weight = observer.args[0]
+    if isinstance(weight, Node) and weight.op == "get_attr":
+        return _attribute(gm, str(weight.target))
+    return None
+
+
+def _attribute(gm: nn.Module, path: str) -> Any:
+    owner, _, name = path.rpartition(".")
+    return getattr(gm.get_submodule(owner) if owner else gm, name, None)
+
+
+def reads_shared_weight(
+    root: nn.Module, graph: fx.Graph, modules: Mapping[str, nn.Module], node: Node
+) -> bool:
+    """Whether a parameter ``node`` reads is read by another call too: scaling it for this
+    call (a weight's rows, a LayerNorm's affine) would change the other one.
+
+    Example:
+        >>> gm = torch.fx.symbolic_trace(nn.Sequential(nn.Linear(2, 2)))
+        >>> reads_shared_weight(gm, gm.graph, dict(gm.named_modules()), list(gm.graph.nodes)[1])
+        False
+    """
+    if node.op == "call_module":
+        module = modules.get(str(node.target))
+        tensors = list(module.parameters()) if module is not None else []
+    else:
+        tensors = [_weight(root, node, modules)]
+    uses = _uses(root, graph, modules)
+    return any(uses.get(id(t), 0) > 1 for t in tensors if t is not None)
+
+
+def _uses(root: nn.Module, graph: fx.Graph, modules: Mapping[str, nn.Module]) -> dict[int, int]:
+    """How many graph calls read each parameter tensor (by ``id``): a shared module (ALBERT's
+    layers, run once per layer) or a tied weight is read by more than one."""
+    gm = root
+    uses: dict[int, int] = {}
+    for node in graph.nodes:
+        tensors: list[Any] = []
+        if node.op == "call_module":
+            module = modules.get(str(node.target))
+            if module is not None and not is_observer(module):
+                tensors = list(module.parameters())
+        elif node.op == "get_attr":
+            value = _attribute(gm, str(node.target))
+            readers = sum(
+                len(u.users) if observer_node(u, modules) is not None else 1 for u in node.users
+            )
+            tensors = [value] * readers if isinstance(value, torch.Tensor) else []
+        for tensor in tensors:
+            uses[id(tensor)] = uses.get(id(tensor), 0) + 1
+    return uses
+
+
 def observer_node(node: object, modules: Mapping[str, nn.Module]) -> Node | None:
     """``node`` if it calls an observer, else None."""
     if isinstance(node, Node) and node.op == "call_module":
@@ -140,6 +213,7 @@ def insert_observers(gm: fx.GraphModule, mapping: QConfigMapping) -> tuple[Equal
     qconfigs = assign_qconfigs(gm, modules, mapping).qconfigs
     groups: dict[Node, list[Node]] = {}
     pairs: list[EqualizedPair] = []
+    uses = _uses(gm, gm.graph, modules)
     for node in gm.graph.nodes:
         qconfig = qconfigs.get(node)
         if not isinstance(qconfig, EqualizationQConfig):
@@ -148,6 +222,11 @@ def insert_observers(gm: fx.GraphModule, mapping: QConfigMapping) -> tuple[Equal
             pairs.append(EqualizedPair(str(node.args[0]), (node.name,), 0.5, _NO_CONV))
             continue
         if not is_linear(node, modules):
+            continue
+        weight = _weight(gm, node, modules)
+        if weight is None or uses.get(id(weight), 0) > 1:
+            reason = _COMPUTED if weight is None else _SHARED.format(uses[id(weight)])
+            pairs.append(EqualizedPair(str(node.args[0]), (node.name,), 0.5, reason))
             continue
         observer = observer_node(node.args[0] if node.args else None, modules)
         if observer is None:

@@ -23,6 +23,7 @@ from fxquant.flow.equalize import (
     is_linear,
     linear_module,
     observer_node,
+    reads_shared_weight,
     unique_name,
 )
 from fxquant.numerics.equalization import (
@@ -208,16 +209,19 @@ def _apply(
 
 
 def _fold_plan(
-    graph: fx.Graph, modules: dict[str, nn.Module], site: tuple[Node, list[Node]]
+    root: nn.Module, graph: fx.Graph, modules: dict[str, nn.Module], site: tuple[Node, list[Node]]
 ) -> tuple[str, Node | None, bool]:
     """Where the input scale goes (pure): ``(kind, producer, exclusive)``; kind ``layer_norm``
-    or ``rows`` folds it into the producer, ``mul`` multiplies the observed input."""
+    or ``rows`` folds it into the producer, ``mul`` multiplies the observed input (also when
+    the producer's parameters are read by another call: ALBERT runs one layer twice)."""
     observer, linears = site
     sharers = [n for n in graph.nodes if n.op == "call_module" and n.target == observer.target]
     exclusive = set(observer.users) == set(linears) and sharers == [observer]
     kind, producer = ("mul", None)
     if set(observer.users) == set(linears):
         kind, producer = _producer(observer.args[0], observer, modules)
+    if producer is not None and reads_shared_weight(root, graph, modules, producer):
+        kind, producer = "mul", None
     if kind == "rows" and producer is not None:
         path = set(_observers_between(producer, observer, modules))
         if not all(n in path for n in sharers):  # an observer shared beyond the path
@@ -237,7 +241,7 @@ def _apply_input_scale(
 ) -> tuple[str, tuple[str, ...]]:
     # plan first, then one edit (#21: was one 57-line function)
     observer = site[0]
-    kind, producer, exclusive = _fold_plan(graph, modules, site)
+    kind, producer, exclusive = _fold_plan(root, graph, modules, site)
     if kind == "layer_norm" and producer is not None:
         _scale_rows(root, f"{producer.target}.weight", scale)
         _scale_rows(root, f"{producer.target}.bias", scale)
