@@ -60,6 +60,7 @@ __all__ = [
     "compile_quantized",
     "deploy",
     "inductor_options",
+    "input_signature",
     "load",
     "merge_sibling_linears",
     "save_package",
@@ -404,6 +405,7 @@ class CompiledModel:
         self._example_inputs = example_inputs
         _load_inductor()
         self._compiled = torch.compile(model, **options)
+        self._seen: set[tuple[Any, ...]] = set()
         codes: list[str] = []
         start = time.perf_counter()
         # GraphLowering calls save_output_code with each compiled graph's code, also when it
@@ -422,9 +424,23 @@ class CompiledModel:
         self.report = _compiled_report(report, named, self.expected_kernels, found)
 
     def __call__(self, *inputs: Any) -> Any:
-        """Run the compiled model (grad disabled, the inductor options set for the call)."""
+        """Run the compiled model (grad disabled, the inductor options set for the call).
+
+        A call whose inputs have a signature (:func:`input_signature`) that an
+        earlier call ran with skips dynamo's guard evaluation: that earlier call
+        passed every guard (or compiled a graph for it), and nothing else the
+        guards check can change (the model is a private frozen copy, grad is off).
+        Other calls evaluate the guards and may recompile.
+        """
+        key = input_signature(inputs)
+        if key is not None and key in self._seen:
+            with torch.no_grad(), _skip_guards():
+                return self._compiled(*inputs)
         with _inductor_config().patch(inductor_options()), torch.no_grad():
-            return self._compiled(*inputs)
+            out = self._compiled(*inputs)
+        if key is not None:
+            self._seen.add(key)
+        return out
 
     def explain(self, *, show: bool = True) -> Report:
         """The report; printed as a table unless ``show=False``.
@@ -464,6 +480,57 @@ class CompiledModel:
             f"CompiledModel(oneDNN int8 kernels: {found}; {self.expected_kernels} quantized "
             f"linear/conv nodes; cold compile {self.compile_seconds:.1f} s)"
         )
+
+
+def input_signature(inputs: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """What dynamo's guards check of a call's inputs and state, or ``None`` if unsure.
+
+    Tensors: shape, strides, storage offset, dtype, device, ``requires_grad``
+    and which earlier input shares their storage; bools, ints, floats, strings and ``None`` by
+    value; the default dtype and CPU autocast. Any other input, or an active
+    torch function mode, gives ``None`` (the call evaluates the guards).
+
+    Example:
+        >>> input_signature((torch.zeros(2, 3), 1)) == input_signature((torch.ones(2, 3), 1))
+        True
+        >>> input_signature((torch.zeros(2, 3),)) == input_signature((torch.zeros(3, 2),))
+        False
+    """
+    if _function_modes():
+        return None
+    key: list[Any] = [torch.get_default_dtype(), torch.is_autocast_enabled("cpu")]
+    storages: list[int] = []
+    for x in inputs:
+        if type(x) is torch.Tensor:
+            pointer = x.untyped_storage().data_ptr()
+            shared = storages.index(pointer) if pointer in storages else -1
+            storages.append(pointer)
+            key.append(
+                (
+                    x.shape,
+                    x.stride(),
+                    x.storage_offset(),
+                    x.dtype,
+                    x.device,
+                    x.requires_grad,
+                    shared,
+                )
+            )
+        elif x is None or type(x) in (bool, int, float, str):
+            key.append((type(x), x))
+        else:
+            return None
+    return tuple(key)
+
+
+def _function_modes() -> int:
+    count = getattr(torch._C, "_len_torch_function_stack", None)
+    return 1 if count is None else int(count())
+
+
+def _skip_guards() -> Any:
+    # only for an input signature a guarded call already ran with (CompiledModel.__call__)
+    return torch.compiler.set_stance("default", skip_guard_eval_unsafe=True)
 
 
 def _inductor_config() -> Any:
