@@ -5,6 +5,8 @@ The route, with no torch.ao quantizer and no pt2e annotation::
     reference model (fxquant q/dq ops around float ops, float weights)
       -> merge_sibling_linears                     linears of one quantized input (Q/K/V)
                                                    become one wider linear and views of it
+      -> flatten_for_compile                       modules inlined, weights quantized once:
+                                                   a flat graph of functions (pt2e's form)
       -> torch.compile(options=INDUCTOR_OPTIONS)   dynamo traces it; freezing makes the
                                                    weights constants and folds their quantize
       -> QuantizedDecomposedOps (a joint-graph pass) fxquant q/dq -> quantized_decomposed q/dq
