@@ -5,9 +5,9 @@ default mapping, ``convert_to_reference_fx``, the ``x86`` deployment: inductor
 with freezing) against torchao's pt2e flow with ``X86InductorQuantizer`` and its
 default config (``torch.export``, ``prepare_pt2e``, calibration,
 ``convert_pt2e``, ``torch.compile`` with ``freezing`` on): latency at most 0.90x
-pt2e's on the BERT-base-like encoder, at most 1.0x on the ResNet-50-like and
-MobileNetV2-like CNNs; output SQNR against float at least pt2e's; cold compile
-time at most pt2e's.
+pt2e's on the BERT-base-like encoder and transformers' ``BertModel``
+(``hf_bert``), at most 1.0x on the ResNet-50-like and MobileNetV2-like CNNs;
+output SQNR against float at least pt2e's; cold compile time at most pt2e's.
 
 How: ``torch.set_num_threads(1)``; inductor's caches off (``TORCHINDUCTOR_FX_GRAPH_CACHE=0``,
 ``TORCHINDUCTOR_AUTOGRAD_CACHE=0``) and each side compiled in a fresh cache
