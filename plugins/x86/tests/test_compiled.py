@@ -18,7 +18,14 @@ import pytest
 import torch
 from fxquant.errors import ConfigTypeError
 from fxquant.registry import get_deployment
-from fxquant_x86.compiled import CompiledModel, load, merge_sibling_linears, save_package
+from fxquant_x86.compiled import (
+    CompiledModel,
+    flatten_for_compile,
+    input_signature,
+    load,
+    merge_sibling_linears,
+    save_package,
+)
 from torch import fx, nn
 
 BACKEND = "x86"
@@ -106,6 +113,7 @@ def test_x86_deployment_runs_onednn_int8_conv_and_linear_not_float(
     assert compiled.merged == {"fc2_merged": ["fc2", "fc3"]}
     assert compiled.kernels == {"qconv_pointwise": 1, "qlinear_pointwise": 2}
     assert compiled.expected_kernels == 3
+    assert compiled.flat  # inductor compiled flatten_for_compile's graph
     # no float conv or matmul runs (comments name the ATen ops a kernel came from): every
     # one became an int8 kernel
     run = "\n".join(line for line in compiled.code.splitlines() if not line.strip().startswith("#"))
@@ -218,3 +226,32 @@ def test_aot_package_reloads_and_runs_any_batch_on_int8_kernels(tmp_path: Path) 
         with torch.no_grad():
             difference = float((run(inputs) - reference(inputs)).abs().max())
         assert difference <= 1e-5
+
+
+def test_flat_graph_has_no_modules_integer_weights_and_the_same_output(
+    reference: fx.GraphModule,
+) -> None:
+    flat = flatten_for_compile(reference)
+    assert not [n for n in flat.graph.nodes if n.op == "call_module"]
+    # each weight's quantize step ran once: an int8 constant feeds its dequantize
+    dequantize = [
+        n for n in flat.graph.nodes if n.target == torch.ops.fxquant.dequantize_per_channel.default
+    ]
+    assert len(dequantize) == 4  # conv, fc1, fc2, fc3
+    for node in dequantize:
+        assert node.args[0].op == "get_attr"
+        assert getattr(flat, node.args[0].target).dtype == torch.int8
+    x = torch.randn(4, 3, 8, 8, generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        assert torch.equal(flat(x), reference(x))  # the same ops on the same values
+
+
+def test_input_signature_tells_apart_what_dynamo_guards() -> None:
+    x = torch.zeros(4, 6)
+    same = input_signature((torch.ones(4, 6),))
+    assert input_signature((x,)) == same is not None
+    assert input_signature((x.t().contiguous().t(),)) != same  # strides
+    assert input_signature((x[1:],)) != input_signature((torch.zeros(3, 6),))  # offset
+    assert input_signature((x, x)) != input_signature((x, torch.zeros(4, 6)))  # aliasing
+    assert input_signature((x.double(),)) != same
+    assert input_signature((x, [1])) is None  # not a tensor or a plain value: guarded call
