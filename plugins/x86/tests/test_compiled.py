@@ -255,3 +255,7 @@ def test_input_signature_tells_apart_what_dynamo_guards() -> None:
     assert input_signature((x, x)) != input_signature((x, torch.zeros(4, 6)))  # aliasing
     assert input_signature((x.double(),)) != same
     assert input_signature((x, [1])) is None  # not a tensor or a plain value: guarded call
+    with torch.no_grad():
+        assert input_signature((x,)) != same  # grad mode: dynamo compiles one graph per mode
+    with torch.inference_mode():
+        assert input_signature((torch.ones(4, 6),)) != same

@@ -587,8 +587,8 @@ def input_signature(inputs: tuple[Any, ...]) -> tuple[Any, ...] | None:
 
     Tensors: shape, strides, storage offset, dtype, device, ``requires_grad``
     and which earlier input shares their storage; bools, ints, floats, strings and ``None`` by
-    value; the default dtype and CPU autocast. Any other input, or an active
-    torch function mode, gives ``None`` (the call evaluates the guards).
+    value; the default dtype, CPU autocast, grad mode and inference mode. Any other input,
+    or an active torch function mode, gives ``None`` (the call evaluates the guards).
 
     Example:
         >>> input_signature((torch.zeros(2, 3), 1)) == input_signature((torch.ones(2, 3), 1))
@@ -598,7 +598,13 @@ def input_signature(inputs: tuple[Any, ...]) -> tuple[Any, ...] | None:
     """
     if _function_modes():
         return None
-    key: list[Any] = [torch.get_default_dtype(), torch.is_autocast_enabled("cpu")]
+    key: list[Any] = [
+        torch.get_default_dtype(),
+        torch.is_autocast_enabled("cpu"),
+        # dynamo compiles a graph per grad mode: a call in the other mode must not reuse it
+        torch.is_grad_enabled(),
+        torch.is_inference_mode_enabled(),
+    ]
     storages: list[int] = []
     for x in inputs:
         if type(x) is torch.Tensor:
