@@ -583,3 +583,17 @@ def test_a_conv_padded_by_a_word_lowers_within_one_step_or_is_declined(
     assert difference <= output_step(reference) * 1.001 + 1e-6
     if not lowers:
         assert "pads one more on one side" in str(fxquant.explain(lowered, show=False))
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+def test_a_conv_padded_by_other_than_zeros_is_declined_with_the_reason(mode: str) -> None:
+    # oneDNN's conv pads with zeros: the conv stays its reference module, and explain says why
+    # (before, the rule passed it over without a word)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(4, 6, 3, padding=1, padding_mode=mode), nn.ReLU())
+    x = torch.randn(2, 4, 9, 9)
+    lowered, reference = lower(model, x)
+    assert "QConv" not in kernel_types(lowered)
+    assert f"padding_mode {mode!r}: only zero padding" in str(fxquant.explain(lowered, show=False))
+    with torch.no_grad():
+        assert torch.equal(lowered(x), reference(x))

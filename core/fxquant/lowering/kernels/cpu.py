@@ -30,13 +30,20 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Final
+from typing import Any, Final
 
 import torch
 
 from fxquant.lowering import QParams
 
-__all__ = ["ENV_VAR", "SEVEN_BIT_WEIGHT", "WEIGHT_BOUND", "has_vnni", "saturation_reason"]
+__all__ = [
+    "ENV_VAR",
+    "SEVEN_BIT_WEIGHT",
+    "WEIGHT_BOUND",
+    "has_vnni",
+    "saturation_reason",
+    "symmetric_zero_padding",
+]
 
 ENV_VAR: Final = "FXQUANT_CPU_VNNI"
 """``1``: treat the CPU as having VNNI; ``0``: as not having it; unset: ask the CPU."""
@@ -129,3 +136,38 @@ def saturation_reason(library: str, weight: torch.Tensor, x: QParams) -> str | N
         f"weights to {low}..{high} (quant_min={low}, quant_max={high}, as the backend's "
         f"default mapping does on this CPU)"
     )
+
+
+def symmetric_zero_padding(conv: Any, kernel: str) -> list[int] | str:
+    """``conv``'s padding as a CPU conv kernel takes it (one count per spatial dimension, the
+    same on both sides, zeros), or why ``kernel`` (its name, for the reason) cannot run it.
+
+    oneDNN's and FBGEMM/QNNPACK's convs pad with zeros, alike on both sides of a dimension.
+    ``padding_mode`` other than ``"zeros"`` cannot be given to them (lowered as zeros, a
+    reflect-padded conv was 15 steps off its reference), nor ``padding="same"`` where the
+    dilated kernel's extent is even (torch pads one more on the right); ``"valid"`` is none.
+
+    Example:
+        >>> from torch import nn
+        >>> symmetric_zero_padding(nn.Conv2d(1, 1, 3, padding="same", dilation=2), "oneDNN's conv")
+        [2, 2]
+        >>> symmetric_zero_padding(nn.Conv1d(1, 1, 2, padding="same"), "the kernel")[-46:]
+        'one side; only symmetric padding in the kernel'
+        >>> symmetric_zero_padding(nn.Conv1d(1, 1, 3, padding_mode="reflect"), "the kernel")
+        "padding_mode 'reflect': only zero padding in the kernel"
+    """
+    mode = getattr(conv, "padding_mode", "zeros")
+    if mode != "zeros":
+        return f"padding_mode {mode!r}: only zero padding in {kernel}"
+    padding, size, dilation = conv.padding, conv.kernel_size, conv.dilation
+    if padding == "valid":
+        return [0] * len(size)
+    if padding != "same":
+        return [int(p) for p in padding]
+    extents = [d * (k - 1) for k, d in zip(size, dilation, strict=True)]
+    if any(e % 2 for e in extents):
+        return (
+            f"padding='same' with kernel {tuple(size)} and dilation {tuple(dilation)} pads "
+            f"one more on one side; only symmetric padding in {kernel}"
+        )
+    return [e // 2 for e in extents]

@@ -166,11 +166,11 @@ def build_conv(match: LoweringMatch) -> nn.Module | Declined | None:
         return None
     conv = fused[0] if isinstance(fused, nn.Sequential) else fused
     weight = symmetric_weight(conv)
-    if weight is None or getattr(conv, "padding_mode", "zeros") != "zeros":
+    if weight is None:
         return None
-    if isinstance(explicit_padding(conv), str):
-        reason = f"{explicit_padding(conv)}: the conv runs as its reference (float) module"
-        return Declined(reason)
+    padding = explicit_padding(conv)
+    if isinstance(padding, str):  # reflect padding, or 'same' padded more on one side
+        return Declined(f"{padding}: the conv runs as its reference (float) module")
     relu = isinstance(
         fused, (intrinsic.ConvReLU1d, intrinsic.ConvReLU2d, intrinsic.ConvReLU3d,
                 intrinsic.ConvAddReLU2d)

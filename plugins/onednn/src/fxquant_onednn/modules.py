@@ -30,6 +30,7 @@ from fxquant import qdq  # the core's numerics, shared with the reference model
 from fxquant.kernels import boundary
 from fxquant.kernels.integer import IntegerClamp
 from fxquant.lowering import AddInput, Dequantize, QParams, Quantize
+from fxquant.lowering.kernels.cpu import symmetric_zero_padding
 from torch import nn
 
 __all__ = [
@@ -488,10 +489,8 @@ class Fp16Linear(nn.Module):
 
 
 def explicit_padding(conv: Any) -> list[int] | str:
-    """``conv``'s zero padding as oneDNN takes it (one int a side per dim), or why it cannot be.
-
-    ``padding="same"`` with an even dilated kernel pads one more on the right (torch),
-    which oneDNN's symmetric padding cannot express; ``"valid"`` is no padding.
+    """``conv``'s padding as oneDNN's conv takes it, or why it cannot
+    (:func:`fxquant.lowering.kernels.cpu.symmetric_zero_padding`).
 
     Example:
         >>> explicit_padding(nn.Conv2d(1, 1, 3, padding="same", dilation=2))
@@ -499,18 +498,7 @@ def explicit_padding(conv: Any) -> list[int] | str:
         >>> explicit_padding(nn.Conv1d(1, 1, 2, padding="same"))[:22]
         "padding='same' with ke"
     """
-    padding, kernel, dilation = conv.padding, conv.kernel_size, conv.dilation
-    if padding == "valid":
-        return [0] * len(kernel)
-    if padding != "same":
-        return [int(p) for p in padding]
-    totals = [d * (k - 1) for k, d in zip(kernel, dilation, strict=True)]
-    if any(t % 2 for t in totals):
-        return (
-            f"padding='same' with kernel {tuple(kernel)} and dilation {tuple(dilation)} pads "
-            "one more on one side; oneDNN's conv pads both sides alike"
-        )
-    return [t // 2 for t in totals]
+    return symmetric_zero_padding(conv, "oneDNN's conv")
 
 
 class QConv(_Packed):

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from fxquant.kernels.integer import IntegerClamp
 from fxquant.lowering import Dequantize, Quantize
+from fxquant.lowering.kernels.cpu import symmetric_zero_padding
 from torch import nn
 
 from fxquant_quantized_engine.engine import (
@@ -306,33 +307,16 @@ def _quantized_op(name: str) -> Callable[..., torch.Tensor]:
 
 
 def explicit_padding(conv: Any) -> list[int] | str:
-    """``conv``'s padding as the quint8 kernels take it (ints, zeros), or why it cannot be.
-
-    The kernels pad with zeros, symmetrically: ``padding_mode="reflect"`` (lowered as
-    zeros, it was 15 steps off the reference) and ``padding="same"`` with an even
-    dilated kernel (torch pads it one more on the right) cannot be given to them.
+    """``conv``'s padding as the quint8 conv kernels take it, or why it cannot
+    (:func:`fxquant.lowering.kernels.cpu.symmetric_zero_padding`).
 
     Example:
         >>> explicit_padding(nn.Conv2d(1, 1, 3, padding="same", dilation=2))
         [2, 2]
         >>> explicit_padding(nn.Conv2d(1, 1, 3, padding=1, padding_mode="reflect"))
-        "padding_mode 'reflect': the quint8 conv kernels pad with zeros"
+        "padding_mode 'reflect': only zero padding in the quint8 conv kernels"
     """
-    mode = getattr(conv, "padding_mode", "zeros")
-    if mode != "zeros":
-        return f"padding_mode {mode!r}: the quint8 conv kernels pad with zeros"
-    padding, kernel, dilation = conv.padding, conv.kernel_size, conv.dilation
-    if padding == "valid":
-        return [0] * len(kernel)
-    if padding != "same":
-        return [int(p) for p in padding]
-    totals = [d * (k - 1) for k, d in zip(kernel, dilation, strict=True)]
-    if any(t % 2 for t in totals):
-        return (
-            f"padding='same' with kernel {tuple(kernel)} and dilation {tuple(dilation)} pads "
-            "one more on one side; the quint8 conv kernels pad both sides alike"
-        )
-    return [t // 2 for t in totals]
+    return symmetric_zero_padding(conv, "the quint8 conv kernels")
 
 
 class QuantizedConv(_Static):
