@@ -229,3 +229,25 @@ def test_a_nan_weight_is_named_by_its_module_at_convert() -> None:
     named = "observer of the weight of '2' ignored 1 non-finite"
     assert any(w.startswith(named) for w in words), words
     assert not any("not in a prepared model" in w for w in words)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        fxobs.MinMaxObserver,
+        fxobs.HistogramObserver,
+        lambda: fxobs.PerChannelMinMaxObserver(ch_axis=0),
+        fxobs.MovingAverageMinMaxObserver,
+    ],
+    ids=["minmax", "histogram", "per_channel", "moving_average"],
+)
+def test_observers_keep_the_two_largest_batch_peaks_until_reset(
+    make: Callable[[], fxobs.ObserverBase],
+) -> None:
+    # what convert's one-outlier-batch warning reads (tests/flow/test_not_calibrated.py)
+    observer = make()
+    for batch in ([1.0, -2.0], [0.5, 0.25], [3.0, -300.0], [4.0, 1.0]):
+        observer(torch.tensor([batch, batch]))
+    assert observer.batch_peaks == (300.0, 4.0)  # a negative peak counts by its magnitude
+    observer.reset_min_max_vals()
+    assert observer.batch_peaks == (0.0, 0.0)

@@ -179,3 +179,56 @@ def test_no_single_value_warning_for_varied_data_or_constants_the_model_makes(
     with warnings.catch_warnings():
         warnings.simplefilter("error", CalibrationWarning)
         fxquant.convert_to_reference_fx(prepared)
+
+
+def _sqnr(expected: torch.Tensor, got: torch.Tensor) -> float:
+    return float(10 * torch.log10(expected.pow(2).mean() / (expected - got).pow(2).mean()))
+
+
+@pytest.mark.parametrize("backend", ["reference", "x86", "fbgemm"])  # min/max and histogram
+def test_one_outlier_calibration_batch_warns_naming_the_observer(backend: str) -> None:
+    # one corrupt batch (a value of 1e30 among values near 1) sets the input observer's range:
+    # every real input quantizes to the zero point, the output is the bias alone (near 0 dB),
+    # and nothing said so. Convert now names the observer and both peaks.
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)).eval()
+    batches = [torch.randn(16, 4) for _ in range(4)]
+    clean = _prepare(model, backend, batches[0])
+    poisoned = _prepare(model, backend, batches[0])
+    corrupt = batches[2].clone()
+    corrupt[3, 1] = 1e30
+    with torch.no_grad():
+        for x in batches:
+            clean(x)
+        for x in (batches[0], batches[1], corrupt, batches[3]):
+            poisoned(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the clean calibration: nothing to say
+        fine = fxquant.convert_fx(clean)
+    with pytest.warns(CalibrationWarning, match="set by a single calibration batch") as caught:
+        broken = fxquant.convert_fx(poisoned)
+    assert len(caught) == 1
+    words = str(caught[0].message)
+    assert "activation_post_process_0 (output of node 'input_1')" in words
+    assert "one batch reached 1e+30" in words
+    assert "corrupt or unnormalized batch" in words  # what to do
+    x = torch.randn(64, 4)
+    with torch.no_grad():
+        expected = model(x)
+        assert _sqnr(expected, fine(x)) > 15
+        assert _sqnr(expected, broken(x)) < 5  # what the warning is about
+
+
+def test_batches_of_similar_range_or_a_single_batch_do_not_warn() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)).eval()
+    one = _prepare(model, "reference", torch.randn(2, 4))
+    growing = _prepare(model, "reference", torch.randn(2, 4))
+    with torch.no_grad():
+        one(torch.randn(16, 4) * 1e6)  # one batch: no other to compare it with
+        for scale in (1.0, 10.0, 100.0, 999.0):  # each batch under 1000x the largest before
+            growing(torch.randn(16, 4) * scale)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fxquant.convert_fx(one)
+        fxquant.convert_fx(growing)

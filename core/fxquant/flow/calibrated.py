@@ -23,6 +23,12 @@ run time is clamped to it. Convert quantizes it as asked and warns, naming the
 observers and the value (:func:`single_valued`). An edge the model makes constant
 itself (``torch.zeros_like(x)``, ``y.fill_(0.5)``, ``torch.tensor(1.0, dtype=x.dtype)``,
 a ``get_attr``) is one value by design and is not named.
+
+An observer whose range was set by one batch far beyond every other (a corrupt or
+unnormalized batch: one value of 1e30 among values near 1) quantizes every other value into
+a few steps, near 0 dB, with no error anywhere. Convert warns, naming the observers and
+both peaks (:func:`outlier_batches`); it cannot tell such a batch from real data, so it
+quantizes as asked.
 """
 
 from __future__ import annotations
@@ -42,12 +48,18 @@ from fxquant.flow.state import NodeInfo, node_info
 from fxquant.numerics.observer import is_calibrated
 
 __all__ = [
+    "OUTLIER_RATIO",
     "label_observers",
+    "outlier_batches",
     "single_valued",
     "uncalibrated",
+    "warn_outlier_batches",
     "warn_single_valued",
     "warn_uncalibrated",
 ]
+
+OUTLIER_RATIO = 1000.0
+"""A batch whose peak is this many times the largest peak of every other batch is named."""
 
 
 def _observers(gm: GraphModule, modules: Mapping[str, nn.Module]) -> list[tuple[Node, nn.Module]]:
@@ -225,5 +237,47 @@ def warn_single_valued(found: Mapping[str, float], step: str) -> None:
         f"calibration, so every other value on their edge is clamped to it: {listed}. "
         "Calibrate on representative data (inputs that vary), or keep those nodes float "
         "(QConfigMapping().set_module_name(name, None))"
+    )
+    warnings.warn(msg, CalibrationWarning, stacklevel=4)
+
+
+def outlier_batches(
+    gm: GraphModule, modules: Mapping[str, nn.Module]
+) -> dict[str, tuple[float, float]]:
+    """Activation observers whose range one batch set, :data:`OUTLIER_RATIO` times or more
+    beyond every other batch's: observer name -> (that batch's peak, the next largest).
+
+    Example:
+        >>> # see tests/flow/test_not_calibrated.py
+    """
+    found: dict[str, tuple[float, float]] = {}
+    for node, module in _observers(gm, modules):
+        inner = getattr(module, "activation_post_process", module)
+        first, second = getattr(inner, "batch_peaks", (0.0, 0.0))
+        if second > 0.0 and first >= OUTLIER_RATIO * second:
+            found.setdefault(
+                getattr(inner, "_fxquant_name", None) or str(node.target), (first, second)
+            )
+    return found
+
+
+def warn_outlier_batches(found: Mapping[str, tuple[float, float]], step: str) -> None:
+    """One :class:`CalibrationWarning` naming every observer one outlier batch ranged.
+
+    Example:
+        >>> warn_outlier_batches({}, "convert_fx")  # nothing to say
+    """
+    if not found:
+        return
+    listed = "; ".join(
+        f"{obs}: one batch reached {peak:.3g}, every other at most {other:.3g}"
+        for obs, (peak, other) in found.items()
+    )
+    msg = (
+        f"{step}: the range of {len(found)} activation observer(s) was set by a single "
+        f"calibration batch, {OUTLIER_RATIO:g} times or more beyond every other: {listed}. "
+        "Every other value on those edges quantizes into a few steps (near 0 dB). Check the "
+        "calibration data for a corrupt or unnormalized batch, then calibrate again without "
+        "it (prepare anew, or reset_min_max_vals() on those observers)"
     )
     warnings.warn(msg, CalibrationWarning, stacklevel=4)

@@ -28,8 +28,10 @@ from fxquant.config.custom import ConvertCustomConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.errors import ConfigTypeError
 from fxquant.flow.calibrated import (
+    outlier_batches,
     single_valued,
     uncalibrated,
+    warn_outlier_batches,
     warn_single_valued,
     warn_uncalibrated,
 )
@@ -217,6 +219,7 @@ def reference_model(
     if not strict:
         warn_uncalibrated(not_calibrated, step)
     warn_single_valued(single_valued(graph_module, source_modules), step)
+    warn_outlier_batches(outlier_batches(graph_module, source_modules), step)
     stays_float = {n for nodes in not_calibrated.values() for n in nodes} - turned_off
     off = turned_off | stays_float
     root, graph, modules = copy_model(graph_module, source_modules, off)

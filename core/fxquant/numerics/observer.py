@@ -139,6 +139,9 @@ class ObserverBase(torch.nn.Module):
     nonfinite_count: int = 0
     """How many non-finite values (NaN, inf) this observer has left out of its statistics."""
     _fxquant_name: str | None = None  # where prepare put it, for messages (#18)
+    batch_peaks: tuple[float, float] = (0.0, 0.0)
+    """The two largest per-batch peaks (max ``|value|``, finite values only) observed: the
+    first far above the second says one batch set the range (convert warns, #18)."""
 
     def __init__(self, dtype: torch.dtype, is_dynamic: bool = False) -> None:
         super().__init__()
@@ -161,6 +164,20 @@ class ObserverBase(torch.nn.Module):
                 "observer's nonfinite_count)"
             )
             warnings.warn(msg, CalibrationWarning, stacklevel=2)
+
+    def _note_peak(self, low: torch.Tensor, high: torch.Tensor) -> None:
+        """Fold one batch's (finite) min and max into :attr:`batch_peaks`."""
+        if low.numel() == 0:
+            return
+        peak = float(torch.maximum(low.detach().abs().amax(), high.detach().abs().amax()))
+        if not math.isfinite(peak):  # a channel without finite values: leave it out
+            ends = torch.cat([low.detach().reshape(-1), high.detach().reshape(-1)]).abs()
+            ends = ends[torch.isfinite(ends)]
+            if ends.numel() == 0:
+                return
+            peak = float(ends.max())
+        first, second = self.batch_peaks
+        self.batch_peaks = (peak, first) if peak >= first else (first, max(second, peak))
 
     def _finite_min_max(
         self, x: torch.Tensor, ch_axis: int | None
@@ -209,10 +226,12 @@ class ObserverBase(torch.nn.Module):
                 if reducer is None and ch_axis is None and bool(low > high):
                     return None  # nothing finite in the batch: the observer stays as it was
         if reducer is None:
+            self._note_peak(low, high)
             return low, high
         low, high = reducer.min_max(low, high)
         if low.numel() == 0 or bool(torch.all(low > high)):
             return None  # no peer saw data
+        self._note_peak(low, high)
         return low, high
 
     @classmethod
@@ -621,6 +640,7 @@ class MinMaxObserver(UniformQuantizationObserverBase):
         """Forget the recorded range."""
         self.min_val.fill_(float("inf"))
         self.max_val.fill_(float("-inf"))
+        self.batch_peaks = (0.0, 0.0)
 
 
 def _require_per_tensor(owner: str, qscheme: object) -> None:
@@ -799,6 +819,7 @@ class PerChannelMinMaxObserver(UniformQuantizationObserverBase):
         """Forget the recorded ranges (the channel count too)."""
         self.min_val.resize_(0)
         self.max_val.resize_(0)
+        self.batch_peaks = (0.0, 0.0)
 
 
 class MovingAveragePerChannelMinMaxObserver(PerChannelMinMaxObserver):
@@ -1213,6 +1234,7 @@ class HistogramObserver(UniformQuantizationObserverBase):
             x_min, x_max = reducer.min_max(x_min, x_max)
         if bool(x_min > x_max):
             return x_orig  # nothing finite to add (here, or at any peer)
+        self._note_peak(x_min, x_max)
         if bool(self.min_val == float("inf")) or bool(self.max_val == float("-inf")):
             first = torch.histc(x, self.bins, min=float(x_min), max=float(x_max))
             self._set_state(first if reducer is None else reducer.sum(first), x_min, x_max)
@@ -1347,6 +1369,7 @@ class HistogramObserver(UniformQuantizationObserverBase):
         self.min_val.fill_(float("inf"))
         self.max_val.fill_(float("-inf"))
         self.histogram.zero_()
+        self.batch_peaks = (0.0, 0.0)
 
 
 default_observer = MinMaxObserver.with_args(quant_min=0, quant_max=127)
