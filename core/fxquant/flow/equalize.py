@@ -22,6 +22,7 @@ model quantizes the values it now computes.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -131,13 +132,8 @@ def _weight(gm: nn.Module, node: Node, modules: Mapping[str, nn.Module]) -> Any:
     if observer is not None:
         weight = observer.args[0]
     if isinstance(weight, Node) and weight.op == "get_attr":
-        return _attribute(gm, str(weight.target))
+        return operator.attrgetter(str(weight.target))(gm)
     return None
-
-
-def _attribute(gm: nn.Module, path: str) -> Any:
-    owner, _, name = path.rpartition(".")
-    return getattr(gm.get_submodule(owner) if owner else gm, name, None)
 
 
 def reads_shared_weight(
@@ -172,7 +168,7 @@ def _uses(root: nn.Module, graph: fx.Graph, modules: Mapping[str, nn.Module]) ->
             if module is not None and not is_observer(module):
                 tensors = list(module.parameters())
         elif node.op == "get_attr":
-            value = _attribute(gm, str(node.target))
+            value = operator.attrgetter(str(node.target))(gm)
             readers = sum(
                 len(u.users) if observer_node(u, modules) is not None else 1 for u in node.users
             )

@@ -10,6 +10,7 @@ quantize/dequantize steps; ``fxquant.flow.equalize`` says where ``s`` goes::
 from __future__ import annotations
 
 import copy
+import operator
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,11 +36,6 @@ from fxquant.numerics.equalization import (
 __all__ = ["apply_equalization"]
 
 _RELUS = (torch.relu, F.relu, "relu")
-
-
-def _get(root: nn.Module, path: str) -> Any:
-    owner, _, name = path.rpartition(".")
-    return getattr(root.get_submodule(owner) if owner else root, name)
 
 
 def _set(root: nn.Module, path: str, value: Any) -> None:
@@ -85,13 +81,13 @@ def _weight_and_bias(
 
 def _scale_columns(root: nn.Module, path: str, scale: torch.Tensor) -> None:
     # times the reciprocal (not a division): torch.ao's rounding, so both quantize alike
-    _set(root, path, _get(root, path).detach() * torch.reciprocal(scale))
+    _set(root, path, operator.attrgetter(path)(root).detach() * torch.reciprocal(scale))
 
 
 def _scale_rows(root: nn.Module, path: str | None, scale: torch.Tensor) -> None:
     if path is None:
         return
-    value = _get(root, path).detach()
+    value = operator.attrgetter(path)(root).detach()
     shape = (-1,) + (1,) * (value.dim() - 1)
     _set(root, path, value * scale.reshape(shape))
 
@@ -197,7 +193,7 @@ def _apply(
             if linear.name in stored
             else WeightEqualizationObserver()
         )
-        w_obs(_get(root, weight).detach())
+        w_obs(operator.attrgetter(weight)(root).detach())
         weights.append(w_obs)
     scale = equalization_scale(eq, weights)
     for weight, _ in paths:

@@ -336,7 +336,7 @@ def value_kinds(
             kinds[node] = FLOAT if value is None else _kind_of_value(value)
             position += 1
         elif node.op == "get_attr":
-            value = _attribute(gm, str(node.target))
+            value = operator.attrgetter(str(node.target))(gm)
             kinds[node] = MASK if _holds_minus_infinity(value) else _kind_of_value(value)
         elif node.op == "call_module":
             module = modules.get(str(node.target))
@@ -347,13 +347,6 @@ def value_kinds(
         else:
             kinds[node] = SCALAR
     return kinds
-
-
-def _attribute(gm: nn.Module, target: str) -> object:
-    value: object = gm
-    for part in target.split("."):
-        value = getattr(value, part, None)
-    return value
 
 
 def _holds_minus_infinity(value: object) -> bool:

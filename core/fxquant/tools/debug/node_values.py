@@ -9,12 +9,13 @@ the float model's values, each node then shows its own (local) error.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import fx, nn
+from torch import fx
 from torch.fx import Node
 
 from fxquant.lowering import DEQUANTIZE_OPS, STATIC_QUANTIZE_OPS, QParams
@@ -28,13 +29,6 @@ class Site:
     name: str  # the float graph's node name
     chain: tuple[Node, ...]  # output quantize -> dequantize applied to the node's output
     qparams: QParams | None  # to read an integer output (a kernel's)
-
-
-def _attribute(gm: nn.Module, node: Node) -> Any:
-    value: Any = gm
-    for part in str(node.target).split("."):
-        value = getattr(value, part)
-    return value
 
 
 def _static_step(node: Node) -> float | None:
@@ -117,8 +111,10 @@ class ValueRun(fx.Interpreter):
         return (out.float() - float(qparams.zero_point or 0)) * float(qparams.scale)
 
     def _constant(self, arg: Any) -> Any:
+        if isinstance(arg, Node) and arg.op == "get_attr":
+            return operator.attrgetter(str(arg.target))(self.module)
         if isinstance(arg, Node):
-            return _attribute(self.module, arg) if arg.op == "get_attr" else self.env[arg]
+            return self.env[arg]
         return arg
 
     def _force(self, site: Site, out: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
