@@ -66,7 +66,8 @@ class EqualizedPair:
 
     input: str
     linears: tuple[str, ...]
-    alpha: float
+    alpha: float | str
+    """The strength used (``"auto"`` after prepare, or when ``"auto"`` chose no scaling)."""
     applied: str
     """``observing`` after prepare; after convert where ``s`` went (``folded into ln``,
     ``folded into rows of fc1``, ``mul node mul_1``), or why nothing was done."""
@@ -77,7 +78,8 @@ class EqualizedPair:
 
     def line(self) -> str:
         """One line for the report."""
-        return f"{self.input} -> {', '.join(self.linears)} (alpha {self.alpha:g}): {self.applied}"
+        alpha = self.alpha if isinstance(self.alpha, str) else f"{self.alpha:g}"
+        return f"{self.input} -> {', '.join(self.linears)} (alpha {alpha}): {self.applied}"
 
 
 def linear_module(node: Node, modules: Mapping[str, nn.Module]) -> nn.Linear | None:

@@ -28,8 +28,10 @@ from fxquant.flow.equalize import (
     unique_name,
 )
 from fxquant.numerics.equalization import (
+    AUTO,
     InputEqualizationObserver,
     WeightEqualizationObserver,
+    choose_alpha,
     equalization_scale,
 )
 
@@ -195,13 +197,35 @@ def _apply(
         )
         w_obs(operator.attrgetter(weight)(root).detach())
         weights.append(w_obs)
-    scale = equalization_scale(eq, weights)
+    source = str(observer.args[0])
+    matrices = [operator.attrgetter(str(weight))(root) for weight, _ in paths]
+    alpha = _strength(eq, modules[str(observer.target)], matrices, weights[0])
+    if alpha is None:
+        return EqualizedPair(source, names, AUTO, "not equalized: less noise estimated unscaled")
+    scale = equalization_scale(eq, weights, alpha)
     for weight, _ in paths:
         _scale_columns(root, str(weight), scale)
     ranges = (torch.min(eq.min_val * scale), torch.max(eq.max_val * scale))
-    source = str(observer.args[0])
     applied, scaled = _apply_input_scale(root, graph, modules, (observer, linears), scale, ranges)
-    return EqualizedPair(source, names, eq.alpha, applied, scale.detach().clone(), scaled)
+    return EqualizedPair(source, names, alpha, applied, scale.detach().clone(), scaled)
+
+
+def _strength(
+    eq: InputEqualizationObserver,
+    input_observer: nn.Module,
+    matrices: list[torch.Tensor],
+    weight_observer: WeightEqualizationObserver,
+) -> float | None:
+    """The observer's alpha, or with ``"auto"`` the one :func:`choose_alpha` picks for how
+    this input and these weights are quantized (``None``: better left unscaled)."""
+    if eq.alpha != AUTO:
+        return float(eq.alpha)
+    return choose_alpha(
+        eq,
+        matrices,
+        symmetric_input="symmetric" in str(getattr(input_observer, "qscheme", "")),
+        per_channel_weight="per_channel" in str(weight_observer.qscheme),
+    )
 
 
 def _fold_plan(

@@ -6,9 +6,11 @@ onnxruntime) and ``bench/accuracy_transformer.py`` (a real MiniLM).
 
 from __future__ import annotations
 
+import copy
 import operator
 
 import fxquant
+import pytest
 import torch
 from fxquant.flow.state import flow_state
 from fxquant_tensorrt import plugin
@@ -97,7 +99,8 @@ def test_the_default_mapping_quantizes_a_block_in_transformer_mode_close_to_floa
     converted = quantize(model, (x,), [(x * 0.9,)])
     explained = fxquant.explain(converted, show=False)
     assert explained.notes()[0].startswith("mode: transformer (1 Linear -> residual add")
-    assert "equalized: x -> dense (alpha 0.75): mul node" in "\n".join(explained.notes())
+    # "auto" weighs it (here the outlier carries most of the signal: little to gain)
+    assert "equalized: x -> dense (alpha auto): " in "\n".join(explained.notes())
     statuses = {e.node: str(e.status) for e in explained.entries()}
     assert statuses["add"] == "float"
     assert statuses["dense"] in ("reference", "lowered")
@@ -137,3 +140,63 @@ def test_fallback_keeps_the_mode_in_every_try() -> None:
     assert result.equalization is not None  # the mode's, passed to every try
     assert result.qconfig_mapping.qconfig_for("", operator.add) is None  # the mode's mapping
     assert result.steps[0].score > 0.99
+
+
+class Ffn(nn.Module):
+    """Linear -> ReLU -> Linear + residual: no outlier channel anywhere."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.up, self.down = nn.Linear(64, 256), nn.Linear(256, 64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.relu(self.up(x))) + x
+
+
+def _ffn_sqnr(alpha: float | str | None) -> tuple[float, float]:
+    """SQNR on data calibration saw (all of it) and on a fresh batch."""
+    from fxquant_tensorrt.graph_mode import transformer_equalization  # reads ALPHA when called
+
+    generator = torch.Generator().manual_seed(0)
+    batches = [torch.randn(256, 64, generator=generator) for _ in range(4)]
+    model = Ffn().eval()
+    options = {}
+    if alpha is not None:
+        equalization = transformer_equalization()
+        qconfig = equalization.qconfig_for("", nn.Linear)
+        assert qconfig is not None
+        qconfig = type(qconfig)(qconfig.input_activation.with_args(alpha=alpha))  # type: ignore[union-attr]
+        options["_equalization_config"] = fxquant.QConfigMapping().set_object_type(
+            nn.Linear, qconfig
+        )
+    prepared = fxquant.prepare_fx(
+        copy.deepcopy(model),
+        transformer_qconfig_mapping(),
+        (batches[0],),
+        backend_config=fxquant.get_backend_config("tensorrt"),
+        **options,
+    )
+    for batch in batches[:3]:
+        prepared(batch)
+    reference = fxquant.convert_to_reference_fx(prepared)
+
+    def db(x: torch.Tensor) -> float:
+        with torch.no_grad():
+            expected, got = model(x), reference(x)
+        return float(10 * torch.log10(expected.pow(2).sum() / (expected - got).pow(2).sum()))
+
+    return db(torch.cat(batches[:3])), db(batches[3])
+
+
+def test_a_fixed_strength_wins_on_calibration_data_and_loses_on_fresh_data_auto_does_not() -> None:
+    """Equalization brings every channel to the edge of the input's range: data calibration
+    did not see then clips in every channel. The noise estimate behind ``auto`` sees the
+    rounding only, hence its bar (``REQUIRED_GAIN``)."""
+    plain_seen, plain_fresh = _ffn_sqnr(None)
+    fixed_seen, fixed_fresh = _ffn_sqnr(1.0)
+    assert fixed_seen > plain_seen
+    assert fixed_fresh < plain_fresh - 2.0
+    _, auto_fresh = _ffn_sqnr(ALPHA)
+    assert ALPHA == "auto"
+    assert auto_fresh == pytest.approx(plain_fresh, abs=0.5)

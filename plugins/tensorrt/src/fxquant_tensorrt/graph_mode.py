@@ -10,10 +10,12 @@ reaches a LayerNorm through a residual add::
 
 :func:`graph_mode` answers the ``transformer`` mode: ``transformer_qconfig_mapping``
 (every GEMM int8, the residual adds and attention matmuls float, as TensorRT runs
-them next to its float LayerNorm) plus input-weight equalization at SmoothQuant's
-migration strength 0.75 on every Linear (scales folded into the LayerNorm before
-it, or into the weights, where the graph allows). A CNN has no such block and keeps
-the default mapping. QAT gets the mapping without equalization (QAT takes none).
+them next to its float LayerNorm) plus input-weight equalization on every Linear,
+its SmoothQuant migration strength chosen per input from the calibration data
+(``alpha="auto"``: only inputs with channels worth moving are scaled; scales folded
+into the LayerNorm before it, or into the weights, where the graph allows). A CNN has
+no such block and keeps the default mapping. QAT gets the mapping without equalization
+(QAT takes none).
 """
 
 from __future__ import annotations
@@ -32,9 +34,12 @@ from fxquant_tensorrt.qconfig import transformer_qconfig_mapping
 
 __all__ = ["ALPHA", "graph_mode", "residual_blocks"]
 
-ALPHA = 0.75
-"""SmoothQuant's migration strength the transformer mode equalizes with (measured best on
-all-MiniLM-L6-v2 in onnxruntime: bench/accuracy_transformer.py, tensorrt rows)."""
+ALPHA = "auto"
+"""The migration strength the transformer mode equalizes with: chosen per input
+(``fxquant.numerics.equalization.choose_alpha``). A fixed 0.75 was best on
+all-MiniLM-L6-v2 (0.996 cosine in onnxruntime; "auto" 0.996, none 0.983:
+bench/accuracy_transformer.py, tensorrt rows) but cost models without outlier
+channels up to 8 dB (the zoo's Swin 24.2 dB, "auto" 33.6)."""
 
 _ADDS: tuple[Any, ...] = (operator.add, torch.add, "add")
 _PASS_THROUGH_MODULES = (nn.Dropout, nn.Identity)
@@ -107,7 +112,7 @@ def transformer_equalization() -> QConfigMapping:
 
     Example:
         >>> transformer_equalization().qconfig_for("", nn.Linear).input_activation().alpha
-        0.75
+        'auto'
     """
     from fxquant.numerics.equalization import (  # heavy: only for a transformer
         EqualizationQConfig,
@@ -139,7 +144,7 @@ def graph_mode(model: fx.GraphModule, is_qat: bool) -> GraphMode | None:
         return GraphMode("transformer", reason, transformer_qconfig_mapping(is_qat=True))
     reason = (
         f"{count}: residual adds and attention matmuls float, GEMMs int8, "
-        f"Linear inputs equalized (alpha {ALPHA:g})"
+        f"Linear inputs equalized (alpha {ALPHA})"
     )
     return GraphMode(
         "transformer", reason, transformer_qconfig_mapping(), transformer_equalization()
