@@ -19,7 +19,9 @@ import torch
 from fxquant.errors import ConfigTypeError
 from fxquant.registry import get_deployment
 from fxquant_x86.compiled import (
+    INT8_KERNELS,
     CompiledModel,
+    compile_quantized,
     flatten_for_compile,
     input_signature,
     load,
@@ -29,10 +31,11 @@ from fxquant_x86.compiled import (
 from torch import fx, nn
 
 BACKEND = "x86"
-# how inductor's CPU code runs a float linear or conv
+# how inductor's CPU code runs a float linear or conv: its Python wrapper, its C++ wrapper
 FLOAT_KERNELS = (
     r"extern_kernels\.(mm|addmm|bmm|convolution)\(|aten\.(mm|addmm|convolution)\.default\(|"
-    r"mkldnn\._(linear|convolution)_pointwise"
+    r"mkldnn\._(linear|convolution)_pointwise|"
+    r"aoti_torch_cpu_+(mm|addmm|bmm|convolution|mkldnn|linear_pointwise)\w*\("
 )
 
 
@@ -116,11 +119,14 @@ def test_x86_deployment_runs_onednn_int8_conv_and_linear_not_float(
     assert compiled.flat  # inductor compiled flatten_for_compile's graph
     # no float conv or matmul runs (comments name the ATen ops a kernel came from): every
     # one became an int8 kernel
-    run = "\n".join(line for line in compiled.code.splitlines() if not line.strip().startswith("#"))
+    assert compiled.cpp_wrapper  # the default: inductor's C++ wrapper runs the calls
+    run = "\n".join(
+        line for line in compiled.code.splitlines() if not line.strip().startswith(("#", "//"))
+    )
     assert not re.search(FLOAT_KERNELS, run)
     # relu6 and relu run inside the conv and the first linear, not as passes over uint8
-    assert re.search(r"qconv_pointwise\.tensor\([^\n]*'hardtanh', \[0\.0, 6\.0\]", run)
-    assert re.search(r"qlinear_pointwise\.tensor\([^\n]*torch\.uint8, 'relu'", run)
+    assert re.search(r"aoti_torch_cpu__qconv_pointwise_tensor\([^\n]*\"hardtanh\"", run)
+    assert re.search(r"aoti_torch_cpu__qlinear_pointwise_tensor\([^\n]*\"relu\"", run)
     statuses = {e.node: e.status for e in compiled.report.entries()}
     assert statuses["conv"] == statuses["fc1"] == statuses["fc2"] == statuses["fc3"] == "lowered"
     assert "qconv_pointwise" in repr(compiled)
@@ -154,7 +160,7 @@ def test_a_new_batch_size_recompiles_once_still_on_int8_kernels(
     # batch 3 recompiles with a symbolic batch; 5 reuses it
     assert len(codes) == 1
     for code in codes:
-        kernels = re.findall(r"torch\.ops\.onednn\.(qlinear_pointwise|qconv\w*_pointwise)", code)
+        kernels = INT8_KERNELS.findall(code)
         assert sorted(kernels) == ["qconv_pointwise", "qlinear_pointwise", "qlinear_pointwise"]
 
 
@@ -164,6 +170,21 @@ def test_inductor_settings_hold_only_inside_the_compiled_calls(compiled: Compile
     compiled(torch.randn(4, 3, 8, 8))
     assert config.freezing is False
     assert config.joint_custom_pre_pass is None
+    assert config.cpp_wrapper is False
+
+
+def test_python_wrapper_off_switch_runs_the_same_int8_kernels(reference: fx.GraphModule) -> None:
+    x = torch.randn(4, 3, 8, 8)
+    python = compile_quantized(reference, (x,), cpp_wrapper=False)
+    assert not python.cpp_wrapper
+    assert "aoti_torch" not in python.code
+    run = "\n".join(line for line in python.code.splitlines() if not line.strip().startswith("#"))
+    assert not re.search(FLOAT_KERNELS, run)
+    assert python.kernels == {"qconv_pointwise": 1, "qlinear_pointwise": 2}
+    assert re.search(r"qconv_pointwise\.tensor\([^\n]*'hardtanh', \[0\.0, 6\.0\]", run)
+    assert re.search(r"qlinear_pointwise\.tensor\([^\n]*torch\.uint8, 'relu'", run)
+    with torch.no_grad():
+        assert float((python(x) - reference(x)).abs().max()) <= one_step(reference)
 
 
 def test_convert_fx_lowered_model_is_refused_naming_what_to_pass(
