@@ -7,6 +7,7 @@ compiled once for the module; the timings live in bench/bench_compiled_x86.py.
 from __future__ import annotations
 
 import copy
+import operator
 import re
 import zipfile
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from fxquant.registry import get_deployment
 from fxquant_x86.compiled import (
     INT8_KERNELS,
     CompiledModel,
+    QuantizedDecomposedOps,
     compile_quantized,
     flatten_for_compile,
     input_signature,
@@ -40,23 +42,24 @@ FLOAT_KERNELS = (
 
 
 class ConvNet(nn.Module):
-    """conv + relu6, a linear int8 -> int8 (with relu), then two linears of that one input
-    (int8 in, float out: as attention's query/key/value), added.
+    """conv + relu6 + max pool, a linear int8 -> int8 (with relu), then two linears of that
+    one input (int8 in, float out: as attention's query/key/value), added.
 
-    x86's patterns quantize the relu6 and the functional relu on their own (shared
-    qparams); the compiled model runs them as the kernels' post-ops, and fc2 and fc3
-    as one GEMM."""
+    x86's patterns quantize the relu6, the max pool and the functional relu on their own
+    (shared qparams); the compiled model runs the relus as the kernels' post-ops, the max
+    pool on the integers, and fc2 and fc3 as one GEMM."""
 
     def __init__(self) -> None:
         super().__init__()
         self.conv = nn.Conv2d(3, 8, 3)
         self.relu = nn.ReLU6()
-        self.fc1 = nn.Linear(8 * 6 * 6, 32)
+        self.pool = nn.MaxPool2d(2)
+        self.fc1 = nn.Linear(8 * 3 * 3, 32)
         self.fc2 = nn.Linear(32, 10)
         self.fc3 = nn.Linear(32, 10)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.relu(self.conv(x)).flatten(1)
+        x = self.pool(self.relu(self.conv(x))).flatten(1)
         hidden = torch.relu(self.fc1(x))
         return self.fc2(hidden) + self.fc3(hidden)
 
@@ -127,6 +130,11 @@ def test_x86_deployment_runs_onednn_int8_conv_and_linear_not_float(
     # relu6 and relu run inside the conv and the first linear, not as passes over uint8
     assert re.search(r"aoti_torch_cpu__qconv_pointwise_tensor\([^\n]*\"hardtanh\"", run)
     assert re.search(r"aoti_torch_cpu__qlinear_pointwise_tensor\([^\n]*\"relu\"", run)
+    # the max pool is inductor's own loop over uint8, not quantized::max_pool2d through
+    # the dispatcher (whose headers slow the C++ wrapper's compile)
+    assert "max_pool2d" in run
+    assert "quantized::max_pool2d" not in run
+    assert "Dispatcher" not in run
     statuses = {e.node: e.status for e in compiled.report.entries()}
     assert statuses["conv"] == statuses["fc1"] == statuses["fc2"] == statuses["fc3"] == "lowered"
     assert "qconv_pointwise" in repr(compiled)
@@ -162,6 +170,38 @@ def test_a_new_batch_size_recompiles_once_still_on_int8_kernels(
     for code in codes:
         kernels = INT8_KERNELS.findall(code)
         assert sorted(kernels) == ["qconv_pointwise", "qlinear_pointwise", "qlinear_pointwise"]
+
+
+def test_max_pool_between_one_set_of_qparams_pools_the_integers() -> None:
+    ops = torch.ops.quantized_decomposed  # defined by inductor's passes, loaded by the pass
+    QuantizedDecomposedOps()(fx.Graph())
+    qparams = (0.1, 3, 0, 255, torch.uint8)
+    graph = fx.Graph()
+    x = graph.placeholder("x")
+    q = graph.call_function(ops.quantize_per_tensor.default, (x, *qparams))
+    dq = graph.call_function(ops.dequantize_per_tensor.default, (q, *qparams))
+    pool = graph.call_function(torch.ops.aten.max_pool2d_with_indices.default, (dq, [2, 2]))
+    values = graph.call_function(operator.getitem, (pool, 0))
+    requantize = graph.call_function(ops.quantize_per_tensor.default, (values, *qparams))
+    graph.output(requantize)
+    QuantizedDecomposedOps()(graph)
+    targets = [n.target for n in graph.nodes if n.op == "call_function"]
+    assert targets == [
+        ops.quantize_per_tensor.default,
+        torch.ops.aten.max_pool2d_with_indices.default,
+        operator.getitem,
+    ]
+    assert pool.args[0] is q
+    # another scale after the pool: the quantize steps stay
+    graph = fx.Graph()
+    x = graph.placeholder("x")
+    q = graph.call_function(ops.quantize_per_tensor.default, (x, *qparams))
+    dq = graph.call_function(ops.dequantize_per_tensor.default, (q, *qparams))
+    pool = graph.call_function(torch.ops.aten.max_pool2d.default, (dq, [2, 2]))
+    other = (0.2, *qparams[1:])
+    graph.output(graph.call_function(ops.quantize_per_tensor.default, (pool, *other)))
+    QuantizedDecomposedOps()(graph)
+    assert pool.args[0] is dq
 
 
 def test_inductor_settings_hold_only_inside_the_compiled_calls(compiled: CompiledModel) -> None:

@@ -15,6 +15,8 @@ The route, with no torch.ao quantizer and no pt2e annotation::
                                                    onednn.qconv_pointwise / qlinear_pointwise
                                                    with prepacked weights and fused post-ops
       -> C++ kernels for the rest                  quantize, dequantize and float ops fused
+      -> inductor's C++ wrapper (cpp_wrapper)      the per-call code that launches the kernels
+                                                   is C++ too, compiled with them (default)
 
 Freezing and the rewrite pass are set in ``torch._inductor.config`` only
 while a :class:`CompiledModel` runs (``config.patch`` around each call, since
@@ -38,6 +40,7 @@ import copy
 import dataclasses
 import functools
 import inspect
+import operator
 import re
 import time
 import warnings
@@ -131,6 +134,7 @@ class QuantizedDecomposedOps(CustomGraphPass):
                 node.kwargs = {k: v for k, v in node.kwargs.items() if k != "out_dtype"}
 
         _clamps_before_requantize(graph, namespace)
+        _max_pools_on_integers(graph, namespace)
 
     def uuid(self) -> bytes:
         """This file's hash: inductor's cache keys a compile by its passes' code."""
@@ -189,6 +193,60 @@ def _clamps_before_requantize(graph: fx.Graph, namespace: Any) -> None:
         node.replace_input_with(source, first.args[0])
         graph.erase_node(source)
         graph.erase_node(first)
+
+
+def _max_pools_on_integers(graph: fx.Graph, namespace: Any) -> None:
+    """``k -> dq -> max_pool2d -> q`` (one set of qparams) becomes ``k -> max_pool2d``, on uint8.
+
+    The maximum commutes with quantizing (monotonic) and ``q(dq(k)) == k``, so
+    pooling the integers gives the same integers. Inductor then generates the
+    pooling loop over uint8 itself, where the quantized form becomes a call of
+    ``quantized::max_pool2d``: a fallback op that inductor's C++ wrapper reaches
+    through the c10 dispatcher, whose headers add about 7 s of g++ to every
+    compile of a model with a max pool (ResNet's stem) (#19).
+    """
+    quantize = namespace.quantize_per_tensor.default
+    dequantize = namespace.dequantize_per_tensor.default
+    pools = (
+        torch.ops.aten.max_pool2d_with_indices.default,
+        torch.ops.aten.max_pool2d.default,
+        # what inductor's joint graph holds for an inference max pool (values, offsets)
+        torch.ops.prims._low_memory_max_pool_with_offsets.default,
+    )
+    for pool in list(graph.nodes):
+        if pool.op != "call_function" or pool.target not in pools:
+            continue
+        source = pool.args[0]
+        if pool.target == torch.ops.aten.max_pool2d.default:
+            value = pool
+        else:  # the values, not the indices, and nothing else reading the pair
+            if len(pool.users) != 1:
+                continue
+            (value,) = pool.users
+            if value.target is not operator.getitem or value.args[1] != 0:
+                continue
+        if not (
+            isinstance(source, fx.Node)
+            and source.target == dequantize
+            and len(source.users) == 1
+            and len(value.users) == 1
+            and not source.kwargs
+        ):
+            continue
+        (requantize,) = value.users
+        if requantize.target != quantize or requantize.args[1:] != source.args[1:]:
+            continue
+        if requantize.kwargs:
+            continue
+        pool.replace_input_with(source, source.args[0])
+        # the pooled values are the requantized ones now: their metadata (uint8) too
+        if "val" in requantize.meta:
+            if value is not pool and isinstance(pool.meta.get("val"), tuple):
+                pool.meta["val"] = (requantize.meta["val"], *pool.meta["val"][1:])
+            value.meta["val"] = requantize.meta["val"]
+        requantize.replace_all_uses_with(value)
+        graph.erase_node(requantize)
+        graph.erase_node(source)
 
 
 def _mergeable(module: torch.nn.Module) -> bool:
