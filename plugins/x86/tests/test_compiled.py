@@ -7,6 +7,7 @@ compiled once for the module; the timings live in bench/bench_compiled_x86.py.
 from __future__ import annotations
 
 import copy
+import operator
 import re
 import zipfile
 from collections.abc import Iterator
@@ -19,7 +20,10 @@ import torch
 from fxquant.errors import ConfigTypeError
 from fxquant.registry import get_deployment
 from fxquant_x86.compiled import (
+    INT8_KERNELS,
     CompiledModel,
+    QuantizedDecomposedOps,
+    compile_quantized,
     flatten_for_compile,
     input_signature,
     load,
@@ -29,31 +33,33 @@ from fxquant_x86.compiled import (
 from torch import fx, nn
 
 BACKEND = "x86"
-# how inductor's CPU code runs a float linear or conv
+# how inductor's CPU code runs a float linear or conv: its Python wrapper, its C++ wrapper
 FLOAT_KERNELS = (
     r"extern_kernels\.(mm|addmm|bmm|convolution)\(|aten\.(mm|addmm|convolution)\.default\(|"
-    r"mkldnn\._(linear|convolution)_pointwise"
+    r"mkldnn\._(linear|convolution)_pointwise|"
+    r"aoti_torch_cpu_+(mm|addmm|bmm|convolution|mkldnn|linear_pointwise)\w*\("
 )
 
 
 class ConvNet(nn.Module):
-    """conv + relu6, a linear int8 -> int8 (with relu), then two linears of that one input
-    (int8 in, float out: as attention's query/key/value), added.
+    """conv + relu6 + max pool, a linear int8 -> int8 (with relu), then two linears of that
+    one input (int8 in, float out: as attention's query/key/value), added.
 
-    x86's patterns quantize the relu6 and the functional relu on their own (shared
-    qparams); the compiled model runs them as the kernels' post-ops, and fc2 and fc3
-    as one GEMM."""
+    x86's patterns quantize the relu6, the max pool and the functional relu on their own
+    (shared qparams); the compiled model runs the relus as the kernels' post-ops, the max
+    pool on the integers, and fc2 and fc3 as one GEMM."""
 
     def __init__(self) -> None:
         super().__init__()
         self.conv = nn.Conv2d(3, 8, 3)
         self.relu = nn.ReLU6()
-        self.fc1 = nn.Linear(8 * 6 * 6, 32)
+        self.pool = nn.MaxPool2d(2)
+        self.fc1 = nn.Linear(8 * 3 * 3, 32)
         self.fc2 = nn.Linear(32, 10)
         self.fc3 = nn.Linear(32, 10)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.relu(self.conv(x)).flatten(1)
+        x = self.pool(self.relu(self.conv(x))).flatten(1)
         hidden = torch.relu(self.fc1(x))
         return self.fc2(hidden) + self.fc3(hidden)
 
@@ -116,11 +122,19 @@ def test_x86_deployment_runs_onednn_int8_conv_and_linear_not_float(
     assert compiled.flat  # inductor compiled flatten_for_compile's graph
     # no float conv or matmul runs (comments name the ATen ops a kernel came from): every
     # one became an int8 kernel
-    run = "\n".join(line for line in compiled.code.splitlines() if not line.strip().startswith("#"))
+    assert compiled.cpp_wrapper  # the default: inductor's C++ wrapper runs the calls
+    run = "\n".join(
+        line for line in compiled.code.splitlines() if not line.strip().startswith(("#", "//"))
+    )
     assert not re.search(FLOAT_KERNELS, run)
     # relu6 and relu run inside the conv and the first linear, not as passes over uint8
-    assert re.search(r"qconv_pointwise\.tensor\([^\n]*'hardtanh', \[0\.0, 6\.0\]", run)
-    assert re.search(r"qlinear_pointwise\.tensor\([^\n]*torch\.uint8, 'relu'", run)
+    assert re.search(r"aoti_torch_cpu__qconv_pointwise_tensor\([^\n]*\"hardtanh\"", run)
+    assert re.search(r"aoti_torch_cpu__qlinear_pointwise_tensor\([^\n]*\"relu\"", run)
+    # the max pool is inductor's own loop over uint8, not quantized::max_pool2d through
+    # the dispatcher (whose headers slow the C++ wrapper's compile)
+    assert "max_pool2d" in run
+    assert "quantized::max_pool2d" not in run
+    assert "Dispatcher" not in run
     statuses = {e.node: e.status for e in compiled.report.entries()}
     assert statuses["conv"] == statuses["fc1"] == statuses["fc2"] == statuses["fc3"] == "lowered"
     assert "qconv_pointwise" in repr(compiled)
@@ -154,8 +168,40 @@ def test_a_new_batch_size_recompiles_once_still_on_int8_kernels(
     # batch 3 recompiles with a symbolic batch; 5 reuses it
     assert len(codes) == 1
     for code in codes:
-        kernels = re.findall(r"torch\.ops\.onednn\.(qlinear_pointwise|qconv\w*_pointwise)", code)
+        kernels = INT8_KERNELS.findall(code)
         assert sorted(kernels) == ["qconv_pointwise", "qlinear_pointwise", "qlinear_pointwise"]
+
+
+def test_max_pool_between_one_set_of_qparams_pools_the_integers() -> None:
+    ops = torch.ops.quantized_decomposed  # defined by inductor's passes, loaded by the pass
+    QuantizedDecomposedOps()(fx.Graph())
+    qparams = (0.1, 3, 0, 255, torch.uint8)
+    graph = fx.Graph()
+    x = graph.placeholder("x")
+    q = graph.call_function(ops.quantize_per_tensor.default, (x, *qparams))
+    dq = graph.call_function(ops.dequantize_per_tensor.default, (q, *qparams))
+    pool = graph.call_function(torch.ops.aten.max_pool2d_with_indices.default, (dq, [2, 2]))
+    values = graph.call_function(operator.getitem, (pool, 0))
+    requantize = graph.call_function(ops.quantize_per_tensor.default, (values, *qparams))
+    graph.output(requantize)
+    QuantizedDecomposedOps()(graph)
+    targets = [n.target for n in graph.nodes if n.op == "call_function"]
+    assert targets == [
+        ops.quantize_per_tensor.default,
+        torch.ops.aten.max_pool2d_with_indices.default,
+        operator.getitem,
+    ]
+    assert pool.args[0] is q
+    # another scale after the pool: the quantize steps stay
+    graph = fx.Graph()
+    x = graph.placeholder("x")
+    q = graph.call_function(ops.quantize_per_tensor.default, (x, *qparams))
+    dq = graph.call_function(ops.dequantize_per_tensor.default, (q, *qparams))
+    pool = graph.call_function(torch.ops.aten.max_pool2d.default, (dq, [2, 2]))
+    other = (0.2, *qparams[1:])
+    graph.output(graph.call_function(ops.quantize_per_tensor.default, (pool, *other)))
+    QuantizedDecomposedOps()(graph)
+    assert pool.args[0] is dq
 
 
 def test_inductor_settings_hold_only_inside_the_compiled_calls(compiled: CompiledModel) -> None:
@@ -164,6 +210,21 @@ def test_inductor_settings_hold_only_inside_the_compiled_calls(compiled: Compile
     compiled(torch.randn(4, 3, 8, 8))
     assert config.freezing is False
     assert config.joint_custom_pre_pass is None
+    assert config.cpp_wrapper is False
+
+
+def test_python_wrapper_off_switch_runs_the_same_int8_kernels(reference: fx.GraphModule) -> None:
+    x = torch.randn(4, 3, 8, 8)
+    python = compile_quantized(reference, (x,), cpp_wrapper=False)
+    assert not python.cpp_wrapper
+    assert "aoti_torch" not in python.code
+    run = "\n".join(line for line in python.code.splitlines() if not line.strip().startswith("#"))
+    assert not re.search(FLOAT_KERNELS, run)
+    assert python.kernels == {"qconv_pointwise": 1, "qlinear_pointwise": 2}
+    assert re.search(r"qconv_pointwise\.tensor\([^\n]*'hardtanh', \[0\.0, 6\.0\]", run)
+    assert re.search(r"qlinear_pointwise\.tensor\([^\n]*torch\.uint8, 'relu'", run)
+    with torch.no_grad():
+        assert float((python(x) - reference(x)).abs().max()) <= one_step(reference)
 
 
 def test_convert_fx_lowered_model_is_refused_naming_what_to_pass(

@@ -15,6 +15,8 @@ The route, with no torch.ao quantizer and no pt2e annotation::
                                                    onednn.qconv_pointwise / qlinear_pointwise
                                                    with prepacked weights and fused post-ops
       -> C++ kernels for the rest                  quantize, dequantize and float ops fused
+      -> inductor's C++ wrapper (cpp_wrapper)      the per-call code that launches the kernels
+                                                   is C++ too, compiled with them (default)
 
 Freezing and the rewrite pass are set in ``torch._inductor.config`` only
 while a :class:`CompiledModel` runs (``config.patch`` around each call, since
@@ -38,6 +40,7 @@ import copy
 import dataclasses
 import functools
 import inspect
+import operator
 import re
 import time
 import warnings
@@ -70,8 +73,13 @@ __all__ = [
     "save_package",
 ]
 
-INT8_KERNELS = re.compile(r"torch\.ops\.onednn\.(qlinear_pointwise|qconv\w*_pointwise)\b")
-"""oneDNN's int8 linear and conv ops, as inductor's generated Python wrapper calls them."""
+INT8_KERNELS = re.compile(
+    r"(?:torch\.ops\.onednn\.|aoti_torch_cpu__)(qlinear_pointwise|qconv\w*?_pointwise)"
+    r"(?:\b|(?:_binary)?_tensor\b)"
+)
+"""oneDNN's int8 linear and conv ops, as inductor's generated wrapper calls them: the Python
+wrapper's ``torch.ops.onednn.qlinear_pointwise``, the C++ wrapper's
+``aoti_torch_cpu__qlinear_pointwise_tensor`` (group 1: ``qlinear_pointwise``)."""
 
 _LINEAR_CONV = (reference.Linear, reference.Conv1d, reference.Conv2d, reference.Conv3d)
 
@@ -126,6 +134,7 @@ class QuantizedDecomposedOps(CustomGraphPass):
                 node.kwargs = {k: v for k, v in node.kwargs.items() if k != "out_dtype"}
 
         _clamps_before_requantize(graph, namespace)
+        _max_pools_on_integers(graph, namespace)
 
     def uuid(self) -> bytes:
         """This file's hash: inductor's cache keys a compile by its passes' code."""
@@ -184,6 +193,60 @@ def _clamps_before_requantize(graph: fx.Graph, namespace: Any) -> None:
         node.replace_input_with(source, first.args[0])
         graph.erase_node(source)
         graph.erase_node(first)
+
+
+def _max_pools_on_integers(graph: fx.Graph, namespace: Any) -> None:
+    """``k -> dq -> max_pool2d -> q`` (one set of qparams) becomes ``k -> max_pool2d``, on uint8.
+
+    The maximum commutes with quantizing (monotonic) and ``q(dq(k)) == k``, so
+    pooling the integers gives the same integers. Inductor then generates the
+    pooling loop over uint8 itself, where the quantized form becomes a call of
+    ``quantized::max_pool2d``: a fallback op that inductor's C++ wrapper reaches
+    through the c10 dispatcher, whose headers add about 7 s of g++ to every
+    compile of a model with a max pool (ResNet's stem) (#19).
+    """
+    quantize = namespace.quantize_per_tensor.default
+    dequantize = namespace.dequantize_per_tensor.default
+    pools = (
+        torch.ops.aten.max_pool2d_with_indices.default,
+        torch.ops.aten.max_pool2d.default,
+        # what inductor's joint graph holds for an inference max pool (values, offsets)
+        torch.ops.prims._low_memory_max_pool_with_offsets.default,
+    )
+    for pool in list(graph.nodes):
+        if pool.op != "call_function" or pool.target not in pools:
+            continue
+        source = pool.args[0]
+        if pool.target == torch.ops.aten.max_pool2d.default:
+            value = pool
+        else:  # the values, not the indices, and nothing else reading the pair
+            if len(pool.users) != 1:
+                continue
+            (value,) = pool.users
+            if value.target is not operator.getitem or value.args[1] != 0:
+                continue
+        if not (
+            isinstance(source, fx.Node)
+            and source.target == dequantize
+            and len(source.users) == 1
+            and len(value.users) == 1
+            and not source.kwargs
+        ):
+            continue
+        (requantize,) = value.users
+        if requantize.target != quantize or requantize.args[1:] != source.args[1:]:
+            continue
+        if requantize.kwargs:
+            continue
+        pool.replace_input_with(source, source.args[0])
+        # the pooled values are the requantized ones now: their metadata (uint8) too
+        if "val" in requantize.meta:
+            if value is not pool and isinstance(pool.meta.get("val"), tuple):
+                pool.meta["val"] = (requantize.meta["val"], *pool.meta["val"][1:])
+            value.meta["val"] = requantize.meta["val"]
+        requantize.replace_all_uses_with(value)
+        graph.erase_node(requantize)
+        graph.erase_node(source)
 
 
 def _mergeable(module: torch.nn.Module) -> bool:
@@ -382,17 +445,27 @@ def _attribute(model: torch.nn.Module, target: str) -> Any:
     return value
 
 
-def inductor_options() -> dict[str, Any]:
-    """The inductor options of the compiled deployment: freezing and the q/dq rewrite.
+def inductor_options(*, cpp_wrapper: bool = False) -> dict[str, Any]:
+    """The inductor options of the compiled deployment: freezing, the q/dq rewrite and,
+    with ``cpp_wrapper``, inductor's C++ wrapper.
 
-    Set with ``torch._inductor.config.patch`` around each call of a
-    :class:`CompiledModel`, and as AOTInductor's ``inductor_configs``.
+    Set with ``torch._inductor.config.patch`` around each guarded call of a
+    :class:`CompiledModel`, and as AOTInductor's ``inductor_configs`` (without
+    ``cpp_wrapper``: AOTInductor's wrapper is C++ anyway).
+
+    ``cpp_wrapper``: the code that runs a call (allocate buffers, launch each oneDNN
+    kernel and fused C++ loop in order) is C++ compiled with the kernels into one
+    library, instead of a Python function calling them one by one: less per-call
+    overhead, and one C++ compile instead of one per fused kernel (#19).
 
     Example:
-        >>> sorted(inductor_options())
-        ['freezing', 'joint_custom_pre_pass']
+        >>> sorted(inductor_options(cpp_wrapper=True))
+        ['cpp_wrapper', 'freezing', 'joint_custom_pre_pass']
     """
-    return {"freezing": True, "joint_custom_pre_pass": QuantizedDecomposedOps()}
+    options: dict[str, Any] = {"freezing": True, "joint_custom_pre_pass": QuantizedDecomposedOps()}
+    if cpp_wrapper:
+        options["cpp_wrapper"] = True
+    return options
 
 
 def _reference_model(model: object, argument: str) -> tuple[fx.GraphModule, FlowState]:
@@ -479,7 +552,9 @@ class CompiledModel:
             model (a module called twice on one input counts once; linears merged
             by :func:`merge_sibling_linears` count as one).
         merged: each merged linear's node -> the nodes it replaced.
-        code: inductor's generated wrapper code of the first compile.
+        code: inductor's generated wrapper code of the first compile (with the C++
+            wrapper: a Python module holding the C++ source).
+        cpp_wrapper: whether inductor's C++ wrapper runs the calls (the default).
 
     Each call runs under ``torch.no_grad()`` (freezing needs it). Inputs of
     another shape than the example's trigger a recompile (see the x86 README:
@@ -497,10 +572,13 @@ class CompiledModel:
         *,
         merged: Mapping[str, list[str]] | None = None,
         flat: fx.GraphModule | None = None,
+        cpp_wrapper: bool = True,
         **options: Any,
     ) -> None:
         self._model = model
         self._example_inputs = example_inputs
+        self.cpp_wrapper = cpp_wrapper
+        self._inductor_options = inductor_options(cpp_wrapper=cpp_wrapper)
         _load_inductor()
         # what inductor compiles: the flat form of the model when there is one
         self.flat = flat is not None
@@ -536,7 +614,7 @@ class CompiledModel:
         if key is not None and key in self._seen:
             with torch.no_grad(), _skip_guards():
                 return self._compiled(*inputs)
-        with _inductor_config().patch(inductor_options()), torch.no_grad():
+        with _inductor_config().patch(self._inductor_options), torch.no_grad():
             out = self._compiled(*inputs)
         if key is not None:
             self._seen.add(key)
@@ -684,7 +762,7 @@ def save_package(
             msg = f"torch.export could not capture the model for AOTInductor: {error}"
             raise ExportError(msg.splitlines()[0]) from error
         written = torch._inductor.aoti_compile_and_package(
-            program, package_path=str(path), inductor_configs=inductor_options()
+            program, package_path=str(path), inductor_configs=inductor_options(cpp_wrapper=False)
         )
     return Path(written)
 
@@ -705,6 +783,7 @@ def compile_quantized(
     dynamic: bool | None = None,
     merge_linears: bool = True,
     flatten: bool = True,
+    cpp_wrapper: bool = True,
 ) -> CompiledModel:
     """Compile an x86 reference model with inductor (freezing on); compile it now, on the example.
 
@@ -720,6 +799,9 @@ def compile_quantized(
             key and value) run as one wider int8 GEMM (:func:`merge_sibling_linears`).
         flatten: compile the model as one flat graph with integer weights
             (:func:`flatten_for_compile`): fewer guards per call, a faster compile.
+        cpp_wrapper: inductor's C++ wrapper runs each call (:func:`inductor_options`):
+            less per-call overhead and a faster cold compile; ``False`` for the
+            Python wrapper (its generated code is easier to read).
 
     Returns:
         The compiled model (:class:`CompiledModel`).
@@ -745,7 +827,15 @@ def compile_quantized(
             copied = copy.deepcopy(model)  # the pass may have touched it before giving up
     flat = _flat_or_not(copied, example_inputs) if flatten else None
     options: Mapping[str, Any] = {} if dynamic is None else {"dynamic": dynamic}
-    return CompiledModel(copied, example_inputs, state.report, merged=merged, flat=flat, **options)
+    return CompiledModel(
+        copied,
+        example_inputs,
+        state.report,
+        merged=merged,
+        flat=flat,
+        cpp_wrapper=cpp_wrapper,
+        **options,
+    )
 
 
 def _flat_or_not(model: fx.GraphModule, example_inputs: tuple[Any, ...]) -> fx.GraphModule | None:
