@@ -398,7 +398,7 @@ def flatten_for_compile(model: fx.GraphModule) -> fx.GraphModule:
         inputs = [a for a in (*node.args, *node.kwargs.values()) if isinstance(a, fx.Node)]
         if not inputs or any(a.op != "get_attr" for a in inputs):
             continue
-        values = {a: _attribute(flat, str(a.target)) for a in inputs}
+        values = {a: operator.attrgetter(str(a.target))(flat) for a in inputs}
         args = fx.node.map_arg(node.args, values.__getitem__)
         kwargs = fx.node.map_arg(node.kwargs, values.__getitem__)
         with torch.no_grad():
@@ -436,13 +436,6 @@ def _inline_call(
         ph: fx.node.map_arg(v, env.__getitem__) for ph, v in zip(placeholders, values, strict=True)
     }
     return graph.graph_copy(body, val_map)
-
-
-def _attribute(model: torch.nn.Module, target: str) -> Any:
-    value: Any = model
-    for part in target.split("."):
-        value = getattr(value, part)
-    return value
 
 
 def inductor_options(*, cpp_wrapper: bool = False) -> dict[str, Any]:
