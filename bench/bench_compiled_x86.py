@@ -110,15 +110,20 @@ def sqnr(expected: torch.Tensor, actual: torch.Tensor) -> float:
 
 
 def fxquant_compiled(
-    model: torch.nn.Module, inputs: tuple[Any, ...]
+    model: torch.nn.Module,
+    inputs: tuple[Any, ...],
+    calibration: list[tuple[Any, ...]] | None = None,
 ) -> tuple[Callable[..., Any], float, float]:
-    """fxquant's x86 defaults, the reference model, the x86 deployment; (run, flow s, compile s)."""
+    """fxquant's x86 defaults, the reference model, the x86 deployment; (run, flow s, compile s).
+
+    Calibrated on ``calibration`` (default: the example ``inputs`` alone)."""
     start = time.perf_counter()
     config = fxquant.get_backend_config("x86")
     mapping = fxquant.get_default_qconfig_mapping("x86")
     prepared = fxquant.prepare_fx(copy.deepcopy(model), mapping, inputs, backend_config=config)
     with torch.no_grad():
-        prepared(*inputs)
+        for batch in calibration or [inputs]:
+            prepared(*batch)
     reference = fxquant.convert_to_reference_fx(prepared)
     flow = time.perf_counter() - start
     deployment = fxquant.registry.get_deployment("x86")
@@ -129,7 +134,9 @@ def fxquant_compiled(
 
 
 def pt2e_compiled(
-    model: torch.nn.Module, inputs: tuple[Any, ...]
+    model: torch.nn.Module,
+    inputs: tuple[Any, ...],
+    calibration: list[tuple[Any, ...]] | None = None,
 ) -> tuple[Callable[..., Any], float, float]:
     """torchao pt2e, X86InductorQuantizer's default config, torch.compile with freezing."""
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
@@ -142,7 +149,8 @@ def pt2e_compiled(
     )
     prepared = prepare_pt2e(exported, quantizer)  # type: ignore[arg-type]
     with torch.no_grad():
-        prepared(*inputs)
+        for batch in calibration or [inputs]:
+            prepared(*batch)
     converted = convert_pt2e(prepared)
     flow = time.perf_counter() - start
     compiled = torch.compile(converted)
