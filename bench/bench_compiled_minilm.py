@@ -22,8 +22,11 @@ by cosine, averaged, each compiled side run at its own batch size (no recompile)
 also has each side's top ops (``torch.profiler``, self CPU ms per call) and oneDNN int8
 kernel counts. A side that fails is recorded with its error; the run goes on.
 
-    python bench/bench_compiled_minilm.py [--batches 1,8] [--rounds 5]
+    python bench/bench_compiled_minilm.py [--batches 1,8] [--rounds 5] [--quick]
         [--output compiled_minilm.json]
+
+``--quick``: 16 held-out sentences instead of 40 (the model is the real one either way),
+written to compiled_minilm_quick.json.
 """
 
 from __future__ import annotations
@@ -146,7 +149,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (>= 5)")
     parser.add_argument("--batches", default="1,8", help="comma-separated: 1, 2, 4 or 8")
-    parser.add_argument("--output", default="compiled_minilm.json", help="under bench/results/")
+    parser.add_argument("--quick", action="store_true", help="16 held-out sentences")
+    parser.add_argument("--output", default=None, help="file name under bench/results/")
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -154,9 +158,10 @@ def main() -> None:
     warnings.simplefilter("ignore", FutureWarning)
     logging.getLogger("torchao").setLevel(logging.ERROR)
     cx.RESULTS.mkdir(exist_ok=True)
-    path = cx.RESULTS / args.output
-    info = harness.machine(("fxquant", "torchao", "fxquant-x86", "transformers"), quick=False)
-    state = at.setup(quick=False, reduce_range=False)
+    stem = "compiled_minilm_quick" if args.quick else "compiled_minilm"
+    path = cx.RESULTS / (args.output or f"{stem}.json")
+    info = harness.machine(("fxquant", "torchao", "fxquant-x86", "transformers"), quick=args.quick)
+    state = at.setup(quick=args.quick, reduce_range=False)
     print(f"warm-up compile: {cx.warm_up():.1f} s", flush=True)
     rows = []
     for batch in (int(b) for b in args.batches.split(",")):
