@@ -19,8 +19,9 @@ CPU time, 1 thread, fxquant interleaved round by round with fp32 and then with p
 interleaved run, below 1: fxquant faster). Accuracy: the sentence embedding (mean-pooled
 last hidden state, L2-normalised) of each held-out sentence against the float eager model's,
 by cosine, averaged, each compiled side run at its own batch size (no recompile). Each row
-also has each side's top ops (``torch.profiler``, self CPU ms per call) and oneDNN int8
-kernel counts. A side that fails is recorded with its error; the run goes on.
+also has each side's top ops (``torch.profiler``, self CPU ms per call, the sides' rounds
+interleaved) and oneDNN int8 kernel counts. A side that fails is recorded with its error;
+the run goes on.
 
     python bench/bench_compiled_minilm.py [--batches 1,8] [--rounds 5] [--quick]
         [--output compiled_minilm.json]
@@ -121,8 +122,9 @@ def bench_batch(state: at.Setup, batch: int, rounds: int) -> dict[str, Any]:
             row[f"fxquant_ms_vs_{other}"] = round(a * 1e3, 3)
             row[f"{other}_ms"] = round(b * 1e3, 3)
             row[f"fxq_over_{other}"] = round(ratio, 3)
-    for side, run in runs.items():
-        row[f"profile_{side}"] = cx.top_ops(lambda run=run: run(*inputs))  # type: ignore[misc]
+    sides = {side: (lambda run=run: run(*inputs)) for side, run in runs.items()}
+    for side, ops in cx.interleaved_top_ops(sides).items():  # type: ignore[arg-type]
+        row[f"profile_{side}"] = ops
     return row
 
 
