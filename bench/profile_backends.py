@@ -10,7 +10,10 @@ alternating which goes first, each op's time summed over the rounds (a shared, l
 machine slows both alike), then the ops side by side.
 
     python bench/profile_backends.py --backend x86 --case "hf_bert b1" [--calls 5] [--top 15]
-        [--rounds 6]
+        [--rounds 6] [--image 32]
+
+``--image``: ResNet-50 cases at another image size (``--image 32``: compute all but gone,
+what is left is each call's fixed cost).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 
 import torch
 from bench_backends import ao_lowered, cases, dynamic_mapping, fxquant_lowered
+from models import resnet_at_depth
 from torch.profiler import ProfilerActivity, profile
 
 
@@ -87,11 +91,18 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=15)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--rounds", type=int, default=1, help="> 1: interleaved rounds")
+    parser.add_argument("--image", type=int, default=None, help="ResNet-50 cases: image size")
     args = parser.parse_args()
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
     (case,) = [c for c in cases(args.quick) if c.label == args.case]
-    master, inputs = case.spec.build().eval(), case.spec.inputs()
+    spec = case.spec
+    if args.image is not None:
+        if case.model != "resnet50":
+            parser.error(f"--image {args.image}: only for resnet50 cases, not {args.case!r}")
+        batch = int(args.case.split()[1][1:])
+        spec = resnet_at_depth(1, quick=args.quick, image=args.image, batch=batch)
+    master, inputs = spec.build().eval(), spec.inputs()
     mapping = dynamic_mapping() if case.dynamic else None
     variants = {
         "fxquant": fxquant_lowered(args.backend, copy.deepcopy(master), inputs, mapping),
