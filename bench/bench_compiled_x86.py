@@ -22,7 +22,8 @@ prepare, calibrate, convert). Latency: per-call CPU time of the process
 ~0.2 s; "fxq/pt2e" is the median of the per-round ratios (below 1: fxquant
 faster). SQNR: ``10 log10(|float|^2 / |float - int8|^2)`` of the output. Each row
 also records the oneDNN int8 kernels in each side's generated code and the top ops
-of a ``torch.profiler`` run of 5 calls (self CPU ms per call): the profile behind a miss.
+of ``torch.profiler`` (self CPU ms per call; 4 rounds of 5 calls a side, the sides
+alternating): the profile behind a miss.
 A side that fails is recorded with its error; the run goes on.
 
     python bench/bench_compiled_x86.py [--rounds 5] [--quick] [--models bert_base,mobilenet_v2]
@@ -110,15 +111,20 @@ def sqnr(expected: torch.Tensor, actual: torch.Tensor) -> float:
 
 
 def fxquant_compiled(
-    model: torch.nn.Module, inputs: tuple[Any, ...]
+    model: torch.nn.Module,
+    inputs: tuple[Any, ...],
+    calibration: list[tuple[Any, ...]] | None = None,
 ) -> tuple[Callable[..., Any], float, float]:
-    """fxquant's x86 defaults, the reference model, the x86 deployment; (run, flow s, compile s)."""
+    """fxquant's x86 defaults, the reference model, the x86 deployment; (run, flow s, compile s).
+
+    Calibrated on ``calibration`` (default: the example ``inputs`` alone)."""
     start = time.perf_counter()
     config = fxquant.get_backend_config("x86")
     mapping = fxquant.get_default_qconfig_mapping("x86")
     prepared = fxquant.prepare_fx(copy.deepcopy(model), mapping, inputs, backend_config=config)
     with torch.no_grad():
-        prepared(*inputs)
+        for batch in calibration or [inputs]:
+            prepared(*batch)
     reference = fxquant.convert_to_reference_fx(prepared)
     flow = time.perf_counter() - start
     deployment = fxquant.registry.get_deployment("x86")
@@ -129,7 +135,9 @@ def fxquant_compiled(
 
 
 def pt2e_compiled(
-    model: torch.nn.Module, inputs: tuple[Any, ...]
+    model: torch.nn.Module,
+    inputs: tuple[Any, ...],
+    calibration: list[tuple[Any, ...]] | None = None,
 ) -> tuple[Callable[..., Any], float, float]:
     """torchao pt2e, X86InductorQuantizer's default config, torch.compile with freezing."""
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
@@ -142,7 +150,8 @@ def pt2e_compiled(
     )
     prepared = prepare_pt2e(exported, quantizer)  # type: ignore[arg-type]
     with torch.no_grad():
-        prepared(*inputs)
+        for batch in calibration or [inputs]:
+            prepared(*batch)
     converted = convert_pt2e(prepared)
     flow = time.perf_counter() - start
     compiled = torch.compile(converted)
@@ -166,14 +175,33 @@ def pt2e_compiled(
 
 def top_ops(run: Callable[[], Any], calls: int = 5, count: int = 8) -> list[list[Any]]:
     """The ``count`` ops of most self CPU time over ``calls`` calls: [name, ms per call]."""
+    return interleaved_top_ops({"run": run}, calls, 1, count)["run"]
+
+
+def interleaved_top_ops(
+    runs: dict[str, Callable[[], Any]], calls: int = 5, rounds: int = 4, count: int = 8
+) -> dict[str, list[list[Any]]]:
+    """Per side, the ``count`` ops of most self CPU time, ms per call: ``rounds`` rounds of
+    ``calls`` profiled calls each, the sides alternating which goes first (on a shared
+    machine a load change then reaches every side alike)."""
     from torch.profiler import ProfilerActivity, profile
 
-    run()
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        for _ in range(calls):
-            run()
-    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
-    return [[e.key, round(e.self_cpu_time_total / calls / 1e3, 3)] for e in events[:count]]
+    totals: dict[str, dict[str, float]] = {name: {} for name in runs}
+    names = list(runs)
+    for run in runs.values():
+        run()
+    for index in range(rounds):
+        for name in names if index % 2 == 0 else names[::-1]:
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                for _ in range(calls):
+                    runs[name]()
+            for event in prof.key_averages():
+                ms = event.self_cpu_time_total / 1e3 / calls / rounds
+                totals[name][event.key] = totals[name].get(event.key, 0.0) + ms
+    return {
+        name: [[op, round(ms, 3)] for op, ms in sorted(ops.items(), key=lambda i: -i[1])[:count]]
+        for name, ops in totals.items()
+    }
 
 
 def int8_kernels(code: str) -> dict[str, int]:
@@ -256,8 +284,9 @@ def bench_one(
             fxquant_ms=round(a * 1e3, 3), pt2e_ms=round(b * 1e3, 3), fxq_over_pt2e=round(ratio, 3)
         )
         if profile:  # where each side's time goes: the profile behind a miss
-            row["profile_fxquant"] = top_ops(lambda: fxq(*inputs))
-            row["profile_pt2e"] = top_ops(lambda: pt2e(*inputs))
+            sides = {"fxquant": lambda: fxq(*inputs), "pt2e": lambda: pt2e(*inputs)}
+            for side, ops in interleaved_top_ops(sides).items():
+                row[f"profile_{side}"] = ops
         row["ok"] = bool(
             ratio <= TARGETS[name]
             and row["sqnr_fxquant"] >= row["sqnr_pt2e"]
