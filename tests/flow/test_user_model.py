@@ -125,3 +125,46 @@ def _calibrated(model: nn.Module, backend: str, x: torch.Tensor) -> torch.fx.Gra
     prepared = _prepare(model, backend)
     prepared(x)
     return prepared.eval()
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("qat", [False, True])
+def test_a_model_that_is_not_float32_is_refused_at_prepare_naming_the_tensor(
+    dtype: torch.dtype, qat: bool
+) -> None:
+    # before: prepare and calibration ran, then the converted reference model failed with
+    # torch's "mat1 and mat2 must have the same dtype, but got Float and Double" (the
+    # quantize/dequantize ops give float32), and x86/fbgemm silently returned float32
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)).to(dtype)
+    x = torch.randn(2, 4, dtype=dtype)
+    prepare = fxquant.prepare_qat_fx if qat else fxquant.prepare_fx
+    step = "prepare_qat_fx" if qat else "prepare_fx"
+    name = str(dtype).removeprefix("torch.")
+    mapping = fxquant.get_default_qconfig_mapping("reference", is_qat=qat)
+    with pytest.raises(fxquant.errors.ConfigTypeError) as info:
+        prepare(model.train(qat), mapping, (x,))
+    words = str(info.value)
+    assert f"{step} quantizes float32 models" in words
+    assert f"'0.weight' ({name})" in words
+    assert "model.float()" in words
+    prepared = prepare(model.float().train(qat), mapping, (x.float(),))  # the fix works
+    prepared(x.float())
+    assert fxquant.convert_fx(prepared.eval())(x.float()).dtype == torch.float32
+
+
+def test_a_float32_model_with_a_float64_buffer_is_refused_naming_the_buffer() -> None:
+    class Scaled(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = nn.Linear(4, 4)
+            self.register_buffer("scale", torch.ones(4, dtype=torch.float64))
+            self.register_buffer("ids", torch.arange(4))  # integer buffers are fine
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.linear(x) * self.scale
+
+    with pytest.raises(fxquant.errors.ConfigTypeError, match=r"'scale' \(float64\)") as info:
+        fxquant.prepare_fx(
+            Scaled().eval(), fxquant.get_default_qconfig_mapping("x86"), (torch.randn(2, 4),)
+        )
+    assert "ids" not in str(info.value)

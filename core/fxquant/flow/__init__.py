@@ -34,7 +34,7 @@ from fxquant.flow.resolve import backend_graph_mode, given_backend
 from fxquant.flow.state import META_KEY, FlowMeta, FlowState, flow_state
 from fxquant.flow.trace import TRACING_LOCK
 from fxquant.flow.trace import trace as _trace
-from fxquant.flow.user_model import warn_if_training
+from fxquant.flow.user_model import raise_if_not_float32, warn_if_training
 from fxquant.registry.answers import GraphMode
 
 __all__ = [
@@ -76,6 +76,7 @@ def fuse_fx(
 def _prepare(
     model: nn.Module, ctx: FlowContext, step: str, equalization: QConfigMapping | None = None
 ) -> fx.GraphModule:
+    raise_if_not_float32(model, step)  # not a run-time dtype error after convert (#18)
     if not ctx.is_qat:
         warn_if_training(model, step)  # (#18)
     with TRACING_LOCK:  # tracing patches torch.nn.Module process-wide (#18)

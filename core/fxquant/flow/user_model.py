@@ -19,6 +19,13 @@ without them computes the same numbers in both modes and gets no warning.
 Converting a model left in training mode (``prepared.train()`` for calibration,
 a QAT model not put back in eval) warns too, naming the modules that would keep
 dropping values or normalizing by batch statistics in the converted model.
+
+A float64, float16 or bfloat16 model is refused by prepare_fx and prepare_qat_fx
+(:class:`fxquant.errors.ConfigTypeError` naming the parameter or buffer and its
+dtype): every backend's quantize, dequantize and int8 kernels take and give
+float32 (scales are float32), so such a model either failed at run time with
+torch's "mat1 and mat2 must have the same dtype" or silently returned float32.
+An int8 model keeps nothing of float64's precision: ``model.float()`` first.
 """
 
 from __future__ import annotations
@@ -26,11 +33,12 @@ from __future__ import annotations
 import copy
 import warnings
 
+import torch
 from torch import nn
 
-from fxquant.errors import CalibrationWarning
+from fxquant.errors import CalibrationWarning, ConfigTypeError
 
-__all__ = ["own_copy", "warn_if_converted_in_training", "warn_if_training"]
+__all__ = ["own_copy", "raise_if_not_float32", "warn_if_converted_in_training", "warn_if_training"]
 
 
 def own_copy(model: nn.Module) -> nn.Module:
@@ -55,6 +63,34 @@ def own_copy(model: nn.Module) -> nn.Module:
             )
             raise TypeError(msg) from None
         return model  # eval mode: forward writes no buffer of torch's modules
+
+
+def raise_if_not_float32(model: nn.Module, step: str) -> None:
+    """Raise ConfigTypeError when a floating parameter or buffer of ``model`` is not float32.
+
+    Example:
+        >>> raise_if_not_float32(nn.Linear(1, 1).double(), "prepare_fx")
+        Traceback (most recent call last):
+        ...
+        fxquant.errors.ConfigTypeError: prepare_fx quantizes float32 models, ...
+    """
+    tensors = [*model.named_parameters(), *model.named_buffers()]
+    others = [
+        f"{name!r} ({str(t.dtype).removeprefix('torch.')})"
+        for name, t in tensors
+        if t.is_floating_point() and t.dtype != torch.float32
+    ]
+    if not others:
+        return
+    shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+    msg = (
+        f"{step} quantizes float32 models, but {type(model).__name__} holds {shown}: the "
+        "quantized kernels of every backend take and return float32 activations with "
+        "float32 scales. Call model.float() and pass float32 example and calibration inputs "
+        "(cast the converted model's outputs back if you need another dtype; int8 keeps none "
+        "of float64's precision)"
+    )
+    raise ConfigTypeError(msg)
 
 
 def warn_if_training(model: nn.Module, step: str) -> None:
