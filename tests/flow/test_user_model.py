@@ -168,3 +168,81 @@ def test_a_float32_model_with_a_float64_buffer_is_refused_naming_the_buffer() ->
             Scaled().eval(), fxquant.get_default_qconfig_mapping("x86"), (torch.randn(2, 4),)
         )
     assert "ids" not in str(info.value)
+
+
+def _sqnr(expected: torch.Tensor, got: torch.Tensor) -> float:
+    noise = (expected - got).pow(2).sum()
+    return float(10 * torch.log10(expected.pow(2).sum() / noise))
+
+
+@pytest.mark.parametrize("backend", ["reference", "x86", "fbgemm"])
+def test_calibrating_in_training_mode_then_eval_warns_at_convert(backend: str) -> None:
+    # before: prepared.train(); calibrate; prepared.eval(); convert_fx said nothing, and the
+    # BatchNorm left unfused (after the ReLU) had moved its running statistics toward the
+    # calibration batches': 12.8 dB from the float model on x86 against 40.5 calibrated in
+    # eval mode (the prepared model alone, before quantizing: 14.4 dB)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.BatchNorm1d(32), nn.Linear(32, 8))
+    model[2].running_mean.uniform_(-1, 1)
+    model[2].running_var.uniform_(0.5, 2)
+    model.eval()
+    batches, x = [torch.randn(64, 16) for _ in range(4)], torch.randn(64, 16)
+    mapping = fxquant.get_default_qconfig_mapping(backend)
+    config = fxquant.get_backend_config(backend)
+    converted = {}
+    for mode in (True, False):
+        prepared = fxquant.prepare_fx(model, mapping, (x,), backend_config=config)
+        prepared.train(mode)
+        for batch in batches:
+            prepared(batch)
+        prepared.eval()
+        if mode:
+            with pytest.warns(CalibrationWarning, match=r"calibrated in training mode") as caught:
+                converted[mode] = fxquant.convert_fx(prepared)
+            assert len(caught) == 1
+            assert "'2' (BatchNorm1d)" in str(caught[0].message)
+            assert "prepared.eval()" in str(caught[0].message)
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                converted[mode] = fxquant.convert_fx(prepared)
+    with torch.no_grad():
+        expected = model(x)
+        assert _sqnr(expected, converted[True](x)) < 20 < 30 < _sqnr(expected, converted[False](x))
+
+
+def test_training_mode_calibration_of_a_model_without_mode_dependent_modules_is_silent() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)).eval()
+    prepared = _prepare_linear(model, "fbgemm")
+    prepared.train()
+    prepared(torch.randn(8, 4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fxquant.convert_fx(prepared.eval())  # the same numbers in both modes: nothing to say
+
+
+def test_dropout_calibrated_in_training_mode_is_named_and_reset_forgets_it() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5), nn.Linear(4, 2)).eval()
+    prepared = _prepare_linear(model, "x86")
+    observers = [m for m in prepared.modules() if hasattr(m, "observed_in_training")]
+    assert observers
+    assert not any(m.training for m in observers)  # they follow the model's mode
+    prepared.train()
+    prepared(torch.randn(8, 4))
+    with pytest.warns(CalibrationWarning, match=r"'1' \(Dropout\)"):
+        fxquant.convert_fx(prepared.eval())
+    for observer in observers:  # calibrate again, in eval mode: nothing to say
+        observer.reset_min_max_vals()
+    prepared(torch.randn(8, 4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fxquant.convert_fx(prepared)
+
+
+def _prepare_linear(model: nn.Module, backend: str) -> torch.fx.GraphModule:
+    return fxquant.prepare_fx(
+        model,
+        fxquant.get_default_qconfig_mapping(backend),
+        (torch.randn(2, 4),),
+        backend_config=fxquant.get_backend_config(backend),
+    )

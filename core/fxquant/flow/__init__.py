@@ -34,7 +34,7 @@ from fxquant.flow.resolve import backend_graph_mode, given_backend
 from fxquant.flow.state import META_KEY, FlowMeta, FlowState, flow_state
 from fxquant.flow.trace import TRACING_LOCK
 from fxquant.flow.trace import trace as _trace
-from fxquant.flow.user_model import raise_if_not_float32, warn_if_training
+from fxquant.flow.user_model import observe_in_model_mode, raise_if_not_float32, warn_if_training
 from fxquant.registry.answers import GraphMode
 
 __all__ = [
@@ -92,6 +92,7 @@ def _prepare(
     if pairs:
         gm.recompile()
     label_observers(gm)  # observers' own warnings name their edge (#18)
+    observe_in_model_mode(gm)  # so each can tell a batch recorded in training mode (#18)
     assert ctx.qconfig_mapping is not None  # for_prepare always sets it
     gm.meta = FlowMeta(gm.meta)  # so torch.save of a prepared model works (without the state)
     gm.meta[META_KEY] = FlowState(
