@@ -100,7 +100,7 @@ def float_output_call(
         ).default
 
         def fused(values: torch.Tensor) -> torch.Tensor:
-            floats = as_float(values)
+            floats = as_float(values).detach()  # as in ranged: no gradient through int8
             if narrow and float_input:  # integers are within the range already
                 floats = floats.clamp(low, high)
             return op(floats, x.scale, x.zero_point, packed)  # type: ignore[no-any-return]
@@ -112,7 +112,10 @@ def float_output_call(
     ).default
 
     def ranged(values: torch.Tensor) -> torch.Tensor:
-        floats = as_float(values)
+        # detached: a float op's output that requires grad (an unquantized BatchNorm or
+        # LayerNorm before it, called outside no_grad) failed clamp(out=) (the int8 kernel
+        # has no gradient either)
+        floats = as_float(values).detach()
         features = floats.shape[-1]
         flat = floats.reshape(-1, features)
         rows = flat.shape[0]
