@@ -19,6 +19,7 @@ from fxquant.config.backend import BackendConfig
 from fxquant.config.custom import FuseCustomConfig, PrepareCustomConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.errors import ConfigTypeError
+from fxquant.flow.aliases import alias_module_attributes
 from fxquant.flow.calibrated import label_observers
 from fxquant.flow.context import FlowContext
 from fxquant.flow.convert import convert_fx, convert_to_reference_fx
@@ -50,6 +51,7 @@ __all__ = [
 def _capture(model: nn.Module, ctx: FlowContext) -> fx.GraphModule:
     gm = _trace(model, ctx)
     functionalize(gm)  # in-place ops out of place before any step reads the graph (#18)
+    alias_module_attributes(gm)  # a fused or swapped module's weight still reads the same (#18)
     return gm
 
 
