@@ -158,7 +158,9 @@ def prepare_fx(  # noqa: PLR0913  # the seed's six arguments plus keyword-only s
     Args:
         model: the float model (left unmodified; call ``model.eval()`` first). A
             ``torch.fx.GraphModule`` (from any tracer, e.g. transformers') is taken
-            as it is, not traced again.
+            as it is, not traced again. A ``torch.compile``'d model (or submodule) is
+            quantized as the module it compiles. Its floating parameters and buffers
+            must be float32.
         qconfig_mapping: which qconfig each part gets.
         example_inputs: positional inputs of ``model.forward`` (their dtypes tell
             float tensors from integer ones).
