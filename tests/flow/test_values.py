@@ -203,3 +203,46 @@ def test_a_constant_mask_of_minus_infinity_keeps_the_scores_float(
         expected, got = model(x), reference(x)
     sqnr = 10 * torch.log10(expected.pow(2).mean() / (expected - got).pow(2).mean())
     assert sqnr > 25
+
+
+class ChunksReversed(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        return torch.cat(y.chunk(2, 1)[::-1], 1) + y.split(2, 1)[0].sum(1, keepdim=True)
+
+
+def test_a_slice_of_a_split_is_a_tuple_never_observed_an_index_is_a_tensor() -> None:
+    assert kinds(ChunksReversed(), torch.randn(1, 3, 4, 4)) == {
+        "x": ValueKind.FLOAT,
+        "conv": ValueKind.FLOAT,
+        "chunk": ValueKind.FLOAT,
+        "getitem": ValueKind.SCALAR,  # chunk(...)[::-1]: a tuple
+        "cat": ValueKind.FLOAT,
+        "split": ValueKind.FLOAT,
+        "getitem_1": ValueKind.FLOAT,  # split(...)[0]: a tensor
+        "sum_1": ValueKind.FLOAT,
+        "add": ValueKind.FLOAT,
+    }
+
+
+@pytest.mark.parametrize("backend", ["reference", "x86", "fbgemm"])
+def test_a_model_slicing_the_tuple_of_a_chunk_calibrates_and_converts(backend: str) -> None:
+    # before: an observer was put on `y.chunk(2, 1)[::-1]` and calibration failed with
+    # "AttributeError: 'tuple' object has no attribute 'numel'"
+    torch.manual_seed(0)
+    model, x = ChunksReversed().eval(), torch.randn(2, 3, 8, 8)
+    prepared = prepare_fx(
+        model,
+        fxquant.get_default_qconfig_mapping(backend),
+        (x,),
+        backend_config=fxquant.get_backend_config(backend),
+    )
+    prepared(x)
+    converted = fxquant.convert_fx(prepared)
+    with torch.no_grad():
+        expected, got = model(x), converted(x)
+    assert float(10 * torch.log10(expected.pow(2).sum() / (expected - got).pow(2).sum())) > 25

@@ -135,6 +135,11 @@ _INT_METHODS = frozenset(
     }
 )
 _TYPE_INFO = (torch.finfo, torch.iinfo)
+# ops returning a tuple of tensors: a slice of it is a tuple (an int index gives a tensor)
+_SPLITTING = frozenset(
+    {torch.chunk, torch.split, torch.unbind, torch.tensor_split, "chunk", "split", "unbind"}
+    | {"tensor_split", "split_with_sizes", "unsafe_chunk", "unsafe_split"}
+)
 _FLOAT_METHODS = frozenset({"float", "half", "double", "bfloat16"})
 _COMPARISONS = frozenset(
     {
@@ -218,6 +223,8 @@ def _call_kind(node: fx.Node, kinds: Mapping[fx.Node, ValueKind]) -> ValueKind:
     if target is getattr:
         return SCALAR if node.args[1] in ("shape", "dtype", "device", "ndim") else args[0]
     if target is operator.getitem:
+        if _slices_a_sequence(node):
+            return SCALAR  # y.chunk(2)[::-1]: a tuple of tensors, not one to observe
         return args[0] if args else SCALAR
     if target in _INT_METHODS or target in _COMPARISONS:
         return INT if any(k != SCALAR for k in args) else SCALAR
@@ -231,6 +238,17 @@ def _call_kind(node: fx.Node, kinds: Mapping[fx.Node, ValueKind]) -> ValueKind:
     if target in _FILLED and target not in (torch.tensor, "new_tensor") and _minus_infinity(node):
         return MASK  # rule 6: torch.full((n, n), -inf), then .triu(1) keeps it a mask
     return _mix(node, args)
+
+
+def _slices_a_sequence(node: fx.Node) -> bool:
+    """Whether getitem ``node`` slices the tuple of a splitting op (an observer got the tuple)."""
+    source, index = node.args[0], node.args[1] if len(node.args) > 1 else None
+    return (
+        isinstance(index, slice)
+        and isinstance(source, fx.Node)
+        and source.op in ("call_function", "call_method")
+        and source.target in _SPLITTING
+    )
 
 
 def _minus_infinity(value: object) -> bool:
