@@ -205,6 +205,36 @@ def test_a_constant_mask_of_minus_infinity_keeps_the_scores_float(
     assert sqnr > 25
 
 
+class MaskInput(ConstantMask):
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:  # type: ignore[override]  # the mask is an input here
+        scores = self.q(x) @ self.k(x).transpose(-1, -2)
+        return self.o(torch.softmax(scores + mask, -1) @ x)
+
+
+@pytest.mark.parametrize("fill", [-1e9, float("-inf")])
+def test_a_mask_given_as_an_input_keeps_the_scores_float(fill: float) -> None:
+    # before: forward(x, generate_square_subsequent_mask(n)) on the reference backend: the
+    # mask input and the add were observed (15.1 dB with -1e9, no warning; 3.7 with -inf)
+    torch.manual_seed(0)
+    model, x = MaskInput(fill).eval(), torch.randn(2, 6, 8)
+    mask = torch.full((6, 6), fill).triu(1)
+    assert kinds(model, x, mask)["mask"] == ValueKind.MASK
+    prepared = prepare_fx(model, fxquant.get_default_qconfig_mapping("reference"), (x, mask))
+    for scale in (1.0, 1.5):
+        prepared(x * scale, mask)
+    minima = [float(m.min_val) for m in prepared.modules() if isinstance(m, MinMaxObserver)]
+    assert min(minima) > -100  # no mask value reached an observer
+    converted = fxquant.convert_fx(prepared)
+    with torch.no_grad():
+        expected, got = model(x, mask), converted(x, mask)
+    assert 10 * torch.log10(expected.pow(2).mean() / (expected - got).pow(2).mean()) > 25
+
+
+def test_an_input_with_positive_values_is_data_however_negative_its_minimum() -> None:
+    audio = torch.linspace(-30000, 30000, 12).view(2, 6)  # unnormalized samples
+    assert kinds(nn.Linear(6, 2), audio)["input_1"] == ValueKind.FLOAT
+
+
 class ChunksReversed(nn.Module):
     def __init__(self) -> None:
         super().__init__()

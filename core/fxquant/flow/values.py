@@ -36,6 +36,11 @@ The attention-mask rule, in full (``masked`` values stay float, reported
    parameter) with a value at most the bound (a registered causal mask), or a
    ``torch.full`` of one (``torch.full((n, n), -inf).triu(1)``). Its add to the
    scores, observed, had a step wider than every score (16 dB, no warning).
+7. A float input whose example value is an additive mask (a value at most the
+   bound, none above 0: ``generate_square_subsequent_mask(n)`` passed to
+   ``forward``) is a ``mask`` (the reference backend gave 15 dB with -1e9, 3.7
+   with -inf, no warning). Inputs with positive values are data, whatever
+   their range.
 
     attention_mask (int) -> .to(float) -> (1 - m) * -1e4   : mask
     scores (float) + mask                                  : masked (until softmax)
@@ -43,6 +48,7 @@ The attention-mask rule, in full (``masked`` values stay float, reported
     torch.where(keep, scores, finfo.min)                   : masked (until softmax)
     torch.where(keep, torch.tensor(0.0), finfo.min)        : mask
     self.causal_mask (a buffer of -inf above the diagonal) : mask
+    forward(x, mask) with mask = generate_square_subsequent_mask(n) : mask
     x.size(0), x.shape, torch.finfo(x.dtype).min          : scalar
 """
 
@@ -351,7 +357,8 @@ def value_kinds(
     for node in gm.graph.nodes:
         if node.op == "placeholder":
             value = example_inputs[position] if position < len(example_inputs) else None
-            kinds[node] = FLOAT if value is None else _kind_of_value(value)
+            kind = MASK if _is_mask_input(value) else _kind_of_value(value)
+            kinds[node] = FLOAT if value is None else kind
             position += 1
         elif node.op == "get_attr":
             value = _attribute(gm, str(node.target))
@@ -372,6 +379,16 @@ def _attribute(gm: nn.Module, target: str) -> object:
     for part in target.split("."):
         value = getattr(value, part, None)
     return value
+
+
+def _is_mask_input(value: object) -> bool:
+    """Rule 7: a float example input that is an additive mask (no value above 0, one at most
+    :data:`MASK_FILL_MAX`): ``nn.Transformer.generate_square_subsequent_mask(n)`` passed to
+    ``forward``. An unnormalized input (audio samples) has positive values too."""
+    if not _holds_minus_infinity(value):
+        return False
+    assert isinstance(value, torch.Tensor)  # checked by _holds_minus_infinity
+    return not bool((value.detach() > 0).any())
 
 
 def _holds_minus_infinity(value: object) -> bool:
