@@ -208,7 +208,8 @@ def test_calibrating_in_training_mode_then_eval_warns_at_convert(backend: str) -
                 converted[mode] = fxquant.convert_fx(prepared)
     with torch.no_grad():
         expected = model(x)
-        assert _sqnr(expected, converted[True](x)) < 20 < 30 < _sqnr(expected, converted[False](x))
+        assert _sqnr(expected, converted[True](x)) < 20
+        assert _sqnr(expected, converted[False](x)) > 30
 
 
 def test_training_mode_calibration_of_a_model_without_mode_dependent_modules_is_silent() -> None:

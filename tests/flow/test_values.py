@@ -276,3 +276,31 @@ def test_a_model_slicing_the_tuple_of_a_chunk_calibrates_and_converts(backend: s
     with torch.no_grad():
         expected, got = model(x), converted(x)
     assert float(10 * torch.log10(expected.pow(2).sum() / (expected - got).pow(2).sum())) > 25
+
+
+class PositionFeature(nn.Module):
+    """Embeddings plus a feature computed from the integer ids: no mask anywhere."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed, self.fc = nn.Embedding(20, 8), nn.Linear(8, 4)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.embed(ids) + ids.float().unsqueeze(-1) * 0.1)
+
+
+def test_a_float_made_from_integers_without_minus_infinity_is_added_as_data() -> None:
+    # before: `ids.float() * 0.1` was a mask by rule 1, its add "masked": fc and everything
+    # after it stayed float, explain said additive_mask (no quantization, SQNR inf)
+    ids = torch.randint(0, 20, (4, 6))
+    assert kinds(PositionFeature(), ids)["add"] == ValueKind.FLOAT
+    assert kinds(Additive(), SCORES, KEEP)["add"] == ValueKind.MASKED  # -10000: still a mask
+    prepared = prepare_fx(
+        PositionFeature().eval(),
+        fxquant.get_default_qconfig_mapping("x86"),
+        (ids,),
+        backend_config=fxquant.get_backend_config("x86"),
+    )
+    prepared(ids)
+    entries = {e.node: e for e in explain(fxquant.convert_fx(prepared), show=False).entries()}
+    assert entries["fc"].status == "lowered"

@@ -199,10 +199,10 @@ def warn_if_calibrated_in_training(prepared: nn.Module, step: str) -> None:
     msg = (
         f"{step}: the prepared model was calibrated in training mode ({len(observed)} "
         f"observer(s) recorded batches while training); in training mode "
-        f"{', '.join(changed)} compute differently: dropout scales the values it keeps by 1/(1-p), BatchNorm normalizes "
-        "with each batch's statistics and moves its running statistics toward the "
-        "calibration batches'. The recorded ranges (and those statistics) are not the "
-        "eval-mode model's, even after .eval(). Prepare again, call prepared.eval() and "
-        "calibrate"
+        f"{', '.join(changed)} compute differently: dropout scales the values it keeps "
+        "by 1/(1-p), BatchNorm normalizes with each batch's statistics and moves its "
+        "running statistics toward the calibration batches'. The recorded ranges (and "
+        "those statistics) are not the eval-mode model's, even after .eval(). Prepare "
+        "again, call prepared.eval() and calibrate"
     )
     warnings.warn(msg, CalibrationWarning, stacklevel=4)

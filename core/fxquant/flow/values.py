@@ -14,8 +14,11 @@ The attention-mask rule, in full (``masked`` values stay float, reported
    arithmetic with a float constant, a true division) is a ``mask``:
    ``(1 - attention_mask.float()) * -1e4``.
 2. A ``mask`` added to or subtracted from a float tensor makes it ``masked``:
-   ``scores + mask``. Other ops on a mask and a float tensor (``x * mask``)
-   give a plain float.
+   ``scores + mask``, when the mask's computation stands for minus infinity
+   somewhere (a number at most :data:`MASK_FILL_MAX`, ``finfo.min``, rules 3 and
+   5-7); ``emb + ids.float() * 0.1`` is a plain float (it kept the whole model
+   after it float, reported ``additive_mask``). Other ops on a mask and a float
+   tensor (``x * mask``) give a plain float.
 3. ``masked_fill`` of a float tensor with a constant at most
    :data:`MASK_FILL_MAX` (-1000) makes it ``masked``:
    ``scores.masked_fill(mask == 0, -1e9)``, ``float("-inf")``,
@@ -243,7 +246,7 @@ def _call_kind(node: fx.Node, kinds: Mapping[fx.Node, ValueKind]) -> ValueKind:
         return _where_kind(node, kinds)
     if target in _FILLED and target not in (torch.tensor, "new_tensor") and _minus_infinity(node):
         return MASK  # rule 6: torch.full((n, n), -inf), then .triu(1) keeps it a mask
-    return _mix(node, args)
+    return _mix(node, args, kinds)
 
 
 def _slices_a_sequence(node: fx.Node) -> bool:
@@ -306,7 +309,25 @@ def fills_a_mask(node: fx.Node) -> bool:
     return isinstance(fill, (int, float)) and fill <= MASK_FILL_MAX
 
 
-def _mix(node: fx.Node, args: list[ValueKind]) -> ValueKind:
+def _stands_for_minus_infinity(node: fx.Node, kinds: Mapping[fx.Node, ValueKind]) -> bool:
+    """Whether a ``mask`` input of ``node`` is computed with a minus-infinity value (rule 2)."""
+    seen: set[fx.Node] = set()
+    todo = [a for a in node_args(node) if kinds.get(a) == MASK]
+    while todo:
+        mask = todo.pop()
+        if mask in seen:
+            continue
+        seen.add(mask)
+        values = (*mask.args, *mask.kwargs.values())
+        if mask.op in ("placeholder", "get_attr") or fills_a_mask(mask):
+            return True  # rules 6 and 7 hold these by value; rule 3
+        if _minus_infinity(mask) or any(map(_minus_infinity, values)):
+            return True  # (1 - m) * -1e4, * finfo.min, where(m, 0, -inf), full(-inf)
+        todo += [a for a in node_args(mask) if kinds.get(a) == MASK]
+    return False
+
+
+def _mix(node: fx.Node, args: list[ValueKind], kinds: Mapping[fx.Node, ValueKind]) -> ValueKind:
     """Elementwise-style rule: float wins; masks spread (rules 1-4 of the module docstring)."""
     floats = [k for k in args if k in (FLOAT, MASK, MASKED)]
     if MASKED in floats:  # rule 4
@@ -317,7 +338,8 @@ def _mix(node: fx.Node, args: list[ValueKind]) -> ValueKind:
         if fills_a_mask(node):  # rule 3
             return MASKED
         if MASK in floats:  # rule 2
-            return MASKED if node.target in _ADDITIVE or node.target in _MASKED_FILL else FLOAT
+            additive = node.target in _ADDITIVE or node.target in _MASKED_FILL
+            return MASKED if additive and _stands_for_minus_infinity(node, kinds) else FLOAT
         return FLOAT
     if INT in args:
         # rule 1: an int tensor combined with a float constant is a float mask in the making
