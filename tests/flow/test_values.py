@@ -259,7 +259,7 @@ def test_a_slice_of_a_split_is_a_tuple_never_observed_an_index_is_a_tensor() -> 
     }
 
 
-@pytest.mark.parametrize("backend", ["reference", "x86", "fbgemm"])
+@pytest.mark.parametrize("backend", ["reference", "x86", "fbgemm", "executorch"])
 def test_a_model_slicing_the_tuple_of_a_chunk_calibrates_and_converts(backend: str) -> None:
     # before: an observer was put on `y.chunk(2, 1)[::-1]` and calibration failed with
     # "AttributeError: 'tuple' object has no attribute 'numel'"
