@@ -103,6 +103,8 @@ def float_output_call(
             floats = as_float(values).detach()  # as in ranged: no gradient through int8
             if narrow and float_input:  # integers are within the range already
                 floats = floats.clamp(low, high)
+            if floats.dim() == 1:  # nn.Linear takes a vector; FBGEMM's op needs 2-d (#18)
+                return op(floats[None], x.scale, x.zero_point, packed)[0]  # type: ignore[no-any-return]
             return op(floats, x.scale, x.zero_point, packed)  # type: ignore[no-any-return]
 
         return lambda values: _run_on(engine_id, fused, values)
