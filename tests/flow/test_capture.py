@@ -8,6 +8,8 @@ code slices a buffer by a traced length. These models reproduce both without tra
 
 from __future__ import annotations
 
+import warnings
+
 import fxquant
 import pytest
 import torch
@@ -169,3 +171,28 @@ def test_a_module_the_graph_modules_tracer_traced_through_cannot_be_kept_as_one_
     )
     kept = fxquant.PrepareCustomConfig().set_non_traceable_module_names(["head"])  # a call
     fxquant.prepare_fx(users_graph_module(), MAPPING, (torch.randn(2, 5, 4),), kept)
+
+
+@pytest.mark.parametrize("qat", [False, True])
+def test_a_torch_compiled_model_or_submodule_is_quantized_as_its_module(qat: bool) -> None:
+    # before: "cannot trace the model: the root module failed at an unknown line:
+    # NotImplementedError: Module [OptimizedModule] is missing the required "forward"
+    # function ... symbolic tracing cannot follow data-dependent control flow"
+    torch.manual_seed(0)
+    plain = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.ReLU(), nn.Linear(4, 2))
+    plain.train(qat)
+    with warnings.catch_warnings():  # dynamo's first import uses torch.jit.script_method
+        warnings.simplefilter("ignore", DeprecationWarning)
+        compiled = torch.compile(plain)
+        outer = nn.Sequential(torch.compile(plain), nn.ReLU()).train(qat)
+    x = torch.randn(8, 4)
+    prepare = fxquant.prepare_qat_fx if qat else fxquant.prepare_fx
+    mapping = fxquant.get_default_qconfig_mapping("reference", is_qat=qat)
+    results = []
+    for model in (plain, compiled, nn.Sequential(plain, nn.ReLU()).train(qat), outer):
+        prepared = prepare(model, mapping, (x,))
+        prepared(x)
+        results.append(fxquant.convert_fx(prepared.eval())(x))
+    assert torch.equal(results[0], results[1])  # the compiled model's module, quantized
+    assert torch.equal(results[2], results[3])
+    assert type(outer[0]).__name__ == "OptimizedModule"  # the user's model is not changed

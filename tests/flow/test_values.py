@@ -203,3 +203,104 @@ def test_a_constant_mask_of_minus_infinity_keeps_the_scores_float(
         expected, got = model(x), reference(x)
     sqnr = 10 * torch.log10(expected.pow(2).mean() / (expected - got).pow(2).mean())
     assert sqnr > 25
+
+
+class MaskInput(ConstantMask):
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:  # type: ignore[override]  # the mask is an input here
+        scores = self.q(x) @ self.k(x).transpose(-1, -2)
+        return self.o(torch.softmax(scores + mask, -1) @ x)
+
+
+@pytest.mark.parametrize("fill", [-1e9, float("-inf")])
+def test_a_mask_given_as_an_input_keeps_the_scores_float(fill: float) -> None:
+    # before: forward(x, generate_square_subsequent_mask(n)) on the reference backend: the
+    # mask input and the add were observed (15.1 dB with -1e9, no warning; 3.7 with -inf)
+    torch.manual_seed(0)
+    model, x = MaskInput(fill).eval(), torch.randn(2, 6, 8)
+    mask = torch.full((6, 6), fill).triu(1)
+    assert kinds(model, x, mask)["mask"] == ValueKind.MASK
+    prepared = prepare_fx(model, fxquant.get_default_qconfig_mapping("reference"), (x, mask))
+    for scale in (1.0, 1.5):
+        prepared(x * scale, mask)
+    minima = [float(m.min_val) for m in prepared.modules() if isinstance(m, MinMaxObserver)]
+    assert min(minima) > -100  # no mask value reached an observer
+    converted = fxquant.convert_fx(prepared)
+    with torch.no_grad():
+        expected, got = model(x, mask), converted(x, mask)
+    assert 10 * torch.log10(expected.pow(2).mean() / (expected - got).pow(2).mean()) > 25
+
+
+def test_an_input_with_positive_values_is_data_however_negative_its_minimum() -> None:
+    audio = torch.linspace(-30000, 30000, 12).view(2, 6)  # unnormalized samples
+    assert kinds(nn.Linear(6, 2), audio)["input_1"] == ValueKind.FLOAT
+
+
+class ChunksReversed(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        return torch.cat(y.chunk(2, 1)[::-1], 1) + y.split(2, 1)[0].sum(1, keepdim=True)
+
+
+def test_a_slice_of_a_split_is_a_tuple_never_observed_an_index_is_a_tensor() -> None:
+    assert kinds(ChunksReversed(), torch.randn(1, 3, 4, 4)) == {
+        "x": ValueKind.FLOAT,
+        "conv": ValueKind.FLOAT,
+        "chunk": ValueKind.FLOAT,
+        "getitem": ValueKind.SCALAR,  # chunk(...)[::-1]: a tuple
+        "cat": ValueKind.FLOAT,
+        "split": ValueKind.FLOAT,
+        "getitem_1": ValueKind.FLOAT,  # split(...)[0]: a tensor
+        "sum_1": ValueKind.FLOAT,
+        "add": ValueKind.FLOAT,
+    }
+
+
+@pytest.mark.parametrize("backend", ["reference", "x86", "fbgemm", "executorch"])
+def test_a_model_slicing_the_tuple_of_a_chunk_calibrates_and_converts(backend: str) -> None:
+    # before: an observer was put on `y.chunk(2, 1)[::-1]` and calibration failed with
+    # "AttributeError: 'tuple' object has no attribute 'numel'"
+    torch.manual_seed(0)
+    model, x = ChunksReversed().eval(), torch.randn(2, 3, 8, 8)
+    prepared = prepare_fx(
+        model,
+        fxquant.get_default_qconfig_mapping(backend),
+        (x,),
+        backend_config=fxquant.get_backend_config(backend),
+    )
+    prepared(x)
+    converted = fxquant.convert_fx(prepared)
+    with torch.no_grad():
+        expected, got = model(x), converted(x)
+    assert float(10 * torch.log10(expected.pow(2).sum() / (expected - got).pow(2).sum())) > 25
+
+
+class PositionFeature(nn.Module):
+    """Embeddings plus a feature computed from the integer ids: no mask anywhere."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed, self.fc = nn.Embedding(20, 8), nn.Linear(8, 4)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.embed(ids) + ids.float().unsqueeze(-1) * 0.1)
+
+
+def test_a_float_made_from_integers_without_minus_infinity_is_added_as_data() -> None:
+    # before: `ids.float() * 0.1` was a mask by rule 1, its add "masked": fc and everything
+    # after it stayed float, explain said additive_mask (no quantization, SQNR inf)
+    ids = torch.randint(0, 20, (4, 6))
+    assert kinds(PositionFeature(), ids)["add"] == ValueKind.FLOAT
+    assert kinds(Additive(), SCORES, KEEP)["add"] == ValueKind.MASKED  # -10000: still a mask
+    prepared = prepare_fx(
+        PositionFeature().eval(),
+        fxquant.get_default_qconfig_mapping("x86"),
+        (ids,),
+        backend_config=fxquant.get_backend_config("x86"),
+    )
+    prepared(ids)
+    entries = {e.node: e for e in explain(fxquant.convert_fx(prepared), show=False).entries()}
+    assert entries["fc"].status == "lowered"

@@ -19,6 +19,7 @@ from fxquant.config.backend import BackendConfig
 from fxquant.config.custom import FuseCustomConfig, PrepareCustomConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.errors import ConfigTypeError
+from fxquant.flow.aliases import alias_module_attributes
 from fxquant.flow.calibrated import label_observers
 from fxquant.flow.context import FlowContext
 from fxquant.flow.convert import convert_fx, convert_to_reference_fx
@@ -34,7 +35,7 @@ from fxquant.flow.resolve import backend_graph_mode, given_backend
 from fxquant.flow.state import META_KEY, FlowMeta, FlowState, flow_state
 from fxquant.flow.trace import TRACING_LOCK
 from fxquant.flow.trace import trace as _trace
-from fxquant.flow.user_model import warn_if_training
+from fxquant.flow.user_model import observe_in_model_mode, raise_if_not_float32, warn_if_training
 from fxquant.registry.answers import GraphMode
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
 def _capture(model: nn.Module, ctx: FlowContext) -> fx.GraphModule:
     gm = _trace(model, ctx)
     functionalize(gm)  # in-place ops out of place before any step reads the graph (#18)
+    alias_module_attributes(gm)  # a fused or swapped module's weight still reads the same (#18)
     return gm
 
 
@@ -76,6 +78,7 @@ def fuse_fx(
 def _prepare(
     model: nn.Module, ctx: FlowContext, step: str, equalization: QConfigMapping | None = None
 ) -> fx.GraphModule:
+    raise_if_not_float32(model, step)  # not a run-time dtype error after convert (#18)
     if not ctx.is_qat:
         warn_if_training(model, step)  # (#18)
     with TRACING_LOCK:  # tracing patches torch.nn.Module process-wide (#18)
@@ -91,6 +94,7 @@ def _prepare(
     if pairs:
         gm.recompile()
     label_observers(gm)  # observers' own warnings name their edge (#18)
+    observe_in_model_mode(gm)  # so each can tell a batch recorded in training mode (#18)
     assert ctx.qconfig_mapping is not None  # for_prepare always sets it
     gm.meta = FlowMeta(gm.meta)  # so torch.save of a prepared model works (without the state)
     gm.meta[META_KEY] = FlowState(
@@ -154,7 +158,9 @@ def prepare_fx(  # noqa: PLR0913  # the seed's six arguments plus keyword-only s
     Args:
         model: the float model (left unmodified; call ``model.eval()`` first). A
             ``torch.fx.GraphModule`` (from any tracer, e.g. transformers') is taken
-            as it is, not traced again.
+            as it is, not traced again. A ``torch.compile``'d model (or submodule) is
+            quantized as the module it compiles. Its floating parameters and buffers
+            must be float32.
         qconfig_mapping: which qconfig each part gets.
         example_inputs: positional inputs of ``model.forward`` (their dtypes tell
             float tensors from integer ones).

@@ -58,7 +58,7 @@ from fxquant.flow.report import NodeStatus, Report, raise_if_skipped
 from fxquant.flow.resolve import backend_kernels
 from fxquant.flow.state import META_KEY, FlowMeta, FlowState
 from fxquant.flow.trace import drop_string_annotations
-from fxquant.flow.user_model import warn_if_converted_in_training
+from fxquant.flow.user_model import warn_if_calibrated_in_training, warn_if_converted_in_training
 from fxquant.lowering import DEQUANTIZE_OPS
 from fxquant.lowering.lower import lower
 
@@ -220,6 +220,8 @@ def reference_model(
         warn_uncalibrated(not_calibrated, step)
     warn_single_valued(single_valued(graph_module, source_modules), step)
     warn_outlier_batches(outlier_batches(graph_module, source_modules), step)
+    if not state.is_qat:  # QAT observes in training mode by design
+        warn_if_calibrated_in_training(graph_module, step)
     stays_float = {n for nodes in not_calibrated.values() for n in nodes} - turned_off
     off = turned_off | stays_float
     root, graph, modules = copy_model(graph_module, source_modules, off)

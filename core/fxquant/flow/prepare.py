@@ -501,7 +501,11 @@ def _returns_pieces(node: fx.Node, planner: _Planner) -> bool:
 def _pieces(node: fx.Node, planner: _Planner) -> list[fx.Node]:
     """The getitem readers of ``node`` that are tensors: every piece of a ``chunk``; only the
     output sequence (index 0) of an RNN module, whose index 1 is a state or a tuple of them."""
-    pieces = [u for u in node.users if u.op == "call_function" and u.target is getitem]
+    pieces = [
+        u
+        for u in node.users
+        if u.op == "call_function" and u.target is getitem and not isinstance(u.args[1], slice)
+    ]  # chunk(...)[::-1] is a tuple again: an observer of it failed at calibration
     if node in planner.tuple_modules:
         pieces = [u for u in pieces if len(u.args) > 1 and u.args[1] == 0]
     return pieces

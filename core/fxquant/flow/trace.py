@@ -206,6 +206,7 @@ def trace(model: nn.Module, ctx: FlowContext) -> fx.GraphModule:
     if not isinstance(model, nn.Module):
         msg = f"model must be a torch.nn.Module, got {model!r} of type {type(model).__name__}"
         raise TypeError(msg)
+    model = _compiled_module(model) or model  # torch.compile(model): its module (#18)
     if isinstance(model, fx.GraphModule):
         fresh = not any(META_KEY in n.meta for n in model.graph.nodes)
         gm = adopt(model, ctx, _is_internal)
@@ -223,6 +224,8 @@ def trace(model: nn.Module, ctx: FlowContext) -> fx.GraphModule:
 def _trace_module(model: nn.Module, ctx: FlowContext) -> fx.GraphModule:
     # PTQ: parameters shared, buffers and modules the flow's own (#18)
     root = copy.deepcopy(model) if ctx.is_qat else own_copy(model)
+    if root is not model:  # our copy: torch.compile'd submodules become their modules
+        _drop_compile_wrappers(root)
     concrete = _check_concrete_args(root, ctx)
     tracer: fx.Tracer
     try:
@@ -248,6 +251,25 @@ def _trace_module(model: nn.Module, ctx: FlowContext) -> fx.GraphModule:
     gm = fx.GraphModule(tracer.root, graph, type(model).__name__)
     gm.train(model.training)
     return gm
+
+
+def _compiled_module(module: nn.Module) -> nn.Module | None:
+    """The module a ``torch.compile`` wrapper (dynamo's OptimizedModule) runs, else None.
+
+    fx cannot trace the wrapper (it failed as "missing the required forward function");
+    the wrapper computes what its module does, so prepare quantizes that module (compile
+    the converted model again if you want it compiled)."""
+    inner = getattr(module, "_orig_mod", None)
+    compiled = type(module).__name__ == "OptimizedModule"
+    return inner if compiled and isinstance(inner, nn.Module) else None
+
+
+def _drop_compile_wrappers(root: nn.Module) -> None:
+    for path, module in list(root.named_modules()):
+        inner = _compiled_module(module)
+        if inner is not None and path:
+            parent, _, name = path.rpartition(".")
+            setattr(root.get_submodule(parent) if parent else root, name, inner)
 
 
 def _check_concrete_args(root: nn.Module, ctx: FlowContext) -> dict[str, Any] | None:

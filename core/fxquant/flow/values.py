@@ -14,8 +14,11 @@ The attention-mask rule, in full (``masked`` values stay float, reported
    arithmetic with a float constant, a true division) is a ``mask``:
    ``(1 - attention_mask.float()) * -1e4``.
 2. A ``mask`` added to or subtracted from a float tensor makes it ``masked``:
-   ``scores + mask``. Other ops on a mask and a float tensor (``x * mask``)
-   give a plain float.
+   ``scores + mask``, when the mask's computation stands for minus infinity
+   somewhere (a number at most :data:`MASK_FILL_MAX`, ``finfo.min``, rules 3 and
+   5-7); ``emb + ids.float() * 0.1`` is a plain float (it kept the whole model
+   after it float, reported ``additive_mask``). Other ops on a mask and a float
+   tensor (``x * mask``) give a plain float.
 3. ``masked_fill`` of a float tensor with a constant at most
    :data:`MASK_FILL_MAX` (-1000) makes it ``masked``:
    ``scores.masked_fill(mask == 0, -1e9)``, ``float("-inf")``,
@@ -36,6 +39,11 @@ The attention-mask rule, in full (``masked`` values stay float, reported
    parameter) with a value at most the bound (a registered causal mask), or a
    ``torch.full`` of one (``torch.full((n, n), -inf).triu(1)``). Its add to the
    scores, observed, had a step wider than every score (16 dB, no warning).
+7. A float input whose example value is an additive mask (a value at most the
+   bound, none above 0: ``generate_square_subsequent_mask(n)`` passed to
+   ``forward``) is a ``mask`` (the reference backend gave 15 dB with -1e9, 3.7
+   with -inf, no warning). Inputs with positive values are data, whatever
+   their range.
 
     attention_mask (int) -> .to(float) -> (1 - m) * -1e4   : mask
     scores (float) + mask                                  : masked (until softmax)
@@ -43,6 +51,7 @@ The attention-mask rule, in full (``masked`` values stay float, reported
     torch.where(keep, scores, finfo.min)                   : masked (until softmax)
     torch.where(keep, torch.tensor(0.0), finfo.min)        : mask
     self.causal_mask (a buffer of -inf above the diagonal) : mask
+    forward(x, mask) with mask = generate_square_subsequent_mask(n) : mask
     x.size(0), x.shape, torch.finfo(x.dtype).min          : scalar
 """
 
@@ -135,6 +144,11 @@ _INT_METHODS = frozenset(
     }
 )
 _TYPE_INFO = (torch.finfo, torch.iinfo)
+# ops returning a tuple of tensors: a slice of it is a tuple (an int index gives a tensor)
+_SPLITTING = frozenset(
+    {torch.chunk, torch.split, torch.unbind, torch.tensor_split, "chunk", "split", "unbind"}
+    | {"tensor_split", "split_with_sizes", "unsafe_chunk", "unsafe_split"}
+)
 _FLOAT_METHODS = frozenset({"float", "half", "double", "bfloat16"})
 _COMPARISONS = frozenset(
     {
@@ -218,6 +232,8 @@ def _call_kind(node: fx.Node, kinds: Mapping[fx.Node, ValueKind]) -> ValueKind:
     if target is getattr:
         return SCALAR if node.args[1] in ("shape", "dtype", "device", "ndim") else args[0]
     if target is operator.getitem:
+        if _slices_a_sequence(node):
+            return SCALAR  # y.chunk(2)[::-1]: a tuple of tensors, not one to observe
         return args[0] if args else SCALAR
     if target in _INT_METHODS or target in _COMPARISONS:
         return INT if any(k != SCALAR for k in args) else SCALAR
@@ -230,7 +246,18 @@ def _call_kind(node: fx.Node, kinds: Mapping[fx.Node, ValueKind]) -> ValueKind:
         return _where_kind(node, kinds)
     if target in _FILLED and target not in (torch.tensor, "new_tensor") and _minus_infinity(node):
         return MASK  # rule 6: torch.full((n, n), -inf), then .triu(1) keeps it a mask
-    return _mix(node, args)
+    return _mix(node, args, kinds)
+
+
+def _slices_a_sequence(node: fx.Node) -> bool:
+    """Whether getitem ``node`` slices the tuple of a splitting op (an observer got the tuple)."""
+    source, index = node.args[0], node.args[1] if len(node.args) > 1 else None
+    return (
+        isinstance(index, slice)
+        and isinstance(source, fx.Node)
+        and source.op in ("call_function", "call_method")
+        and source.target in _SPLITTING
+    )
 
 
 def _minus_infinity(value: object) -> bool:
@@ -282,7 +309,25 @@ def fills_a_mask(node: fx.Node) -> bool:
     return isinstance(fill, (int, float)) and fill <= MASK_FILL_MAX
 
 
-def _mix(node: fx.Node, args: list[ValueKind]) -> ValueKind:
+def _stands_for_minus_infinity(node: fx.Node, kinds: Mapping[fx.Node, ValueKind]) -> bool:
+    """Whether a ``mask`` input of ``node`` is computed with a minus-infinity value (rule 2)."""
+    seen: set[fx.Node] = set()
+    todo = [a for a in node_args(node) if kinds.get(a) == MASK]
+    while todo:
+        mask = todo.pop()
+        if mask in seen:
+            continue
+        seen.add(mask)
+        values = (*mask.args, *mask.kwargs.values())
+        if mask.op in ("placeholder", "get_attr") or fills_a_mask(mask):
+            return True  # rules 6 and 7 hold these by value; rule 3
+        if _minus_infinity(mask) or any(map(_minus_infinity, values)):
+            return True  # (1 - m) * -1e4, * finfo.min, where(m, 0, -inf), full(-inf)
+        todo += [a for a in node_args(mask) if kinds.get(a) == MASK]
+    return False
+
+
+def _mix(node: fx.Node, args: list[ValueKind], kinds: Mapping[fx.Node, ValueKind]) -> ValueKind:
     """Elementwise-style rule: float wins; masks spread (rules 1-4 of the module docstring)."""
     floats = [k for k in args if k in (FLOAT, MASK, MASKED)]
     if MASKED in floats:  # rule 4
@@ -293,7 +338,8 @@ def _mix(node: fx.Node, args: list[ValueKind]) -> ValueKind:
         if fills_a_mask(node):  # rule 3
             return MASKED
         if MASK in floats:  # rule 2
-            return MASKED if node.target in _ADDITIVE or node.target in _MASKED_FILL else FLOAT
+            additive = node.target in _ADDITIVE or node.target in _MASKED_FILL
+            return MASKED if additive and _stands_for_minus_infinity(node, kinds) else FLOAT
         return FLOAT
     if INT in args:
         # rule 1: an int tensor combined with a float constant is a float mask in the making
@@ -333,7 +379,8 @@ def value_kinds(
     for node in gm.graph.nodes:
         if node.op == "placeholder":
             value = example_inputs[position] if position < len(example_inputs) else None
-            kinds[node] = FLOAT if value is None else _kind_of_value(value)
+            kind = MASK if _is_mask_input(value) else _kind_of_value(value)
+            kinds[node] = FLOAT if value is None else kind
             position += 1
         elif node.op == "get_attr":
             value = operator.attrgetter(str(node.target))(gm)
@@ -347,6 +394,16 @@ def value_kinds(
         else:
             kinds[node] = SCALAR
     return kinds
+
+
+def _is_mask_input(value: object) -> bool:
+    """Rule 7: a float example input that is an additive mask (no value above 0, one at most
+    :data:`MASK_FILL_MAX`): ``nn.Transformer.generate_square_subsequent_mask(n)`` passed to
+    ``forward``. An unnormalized input (audio samples) has positive values too."""
+    if not _holds_minus_infinity(value):
+        return False
+    assert isinstance(value, torch.Tensor)  # checked by _holds_minus_infinity
+    return not bool((value.detach() > 0).any())
 
 
 def _holds_minus_infinity(value: object) -> bool:

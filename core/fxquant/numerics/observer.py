@@ -142,6 +142,10 @@ class ObserverBase(torch.nn.Module):
     batch_peaks: tuple[float, float] = (0.0, 0.0)
     """The two largest per-batch peaks (max ``|value|``, finite values only) observed: the
     first far above the second says one batch set the range (convert warns, #18)."""
+    observed_in_training: bool = False
+    """Whether this observer recorded a batch while in training mode. In a prepared model
+    observers follow the model's mode, so this says calibration ran with dropout and
+    BatchNorm computing training-mode values (convert warns, #18)."""
 
     def __init__(self, dtype: torch.dtype, is_dynamic: bool = False) -> None:
         super().__init__()
@@ -166,7 +170,9 @@ class ObserverBase(torch.nn.Module):
             warnings.warn(msg, CalibrationWarning, stacklevel=2)
 
     def _note_peak(self, low: torch.Tensor, high: torch.Tensor) -> None:
-        """Fold one batch's (finite) min and max into :attr:`batch_peaks`."""
+        """Fold one batch's (finite) min and max into :attr:`batch_peaks`; note the mode."""
+        if self.training:
+            self.observed_in_training = True
         if low.numel() == 0:
             return
         peak = float(torch.maximum(low.detach().abs().amax(), high.detach().abs().amax()))
@@ -641,6 +647,7 @@ class MinMaxObserver(UniformQuantizationObserverBase):
         self.min_val.fill_(float("inf"))
         self.max_val.fill_(float("-inf"))
         self.batch_peaks = (0.0, 0.0)
+        self.observed_in_training = False
 
 
 def _require_per_tensor(owner: str, qscheme: object) -> None:
@@ -820,6 +827,7 @@ class PerChannelMinMaxObserver(UniformQuantizationObserverBase):
         self.min_val.resize_(0)
         self.max_val.resize_(0)
         self.batch_peaks = (0.0, 0.0)
+        self.observed_in_training = False
 
 
 class MovingAveragePerChannelMinMaxObserver(PerChannelMinMaxObserver):
@@ -1370,6 +1378,7 @@ class HistogramObserver(UniformQuantizationObserverBase):
         self.max_val.fill_(float("-inf"))
         self.histogram.zero_()
         self.batch_peaks = (0.0, 0.0)
+        self.observed_in_training = False
 
 
 default_observer = MinMaxObserver.with_args(quant_min=0, quant_max=127)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import importlib
 import io
+import math
 import operator
 import warnings
 from collections.abc import Callable, Iterator
@@ -177,6 +178,30 @@ def test_conv_add_runs_as_one_conv_with_sum_post_op(relu: bool) -> None:
     assert_within_one_step(model, torch.randn(2, 4, 7, 7), "QConv")
 
 
+class ConvPlusBroadcast(nn.Module):
+    def __init__(self, shape: tuple[int, ...], stride: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, stride=stride, padding=1)
+        self.register_buffer("shift", torch.linspace(-1, 1, max(1, math.prod(shape))).view(shape))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x) + self.shift
+
+
+@pytest.mark.parametrize("shape", [(), (4, 1, 1), (1, 4, 1, 1)])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_conv_add_of_a_broadcast_tensor_expands_it_for_the_sum_post_op(
+    shape: tuple[int, ...], stride: int
+) -> None:
+    # before: conv(x) + a 0-d tensor (x.mean(), a scalar buffer, self.conv.weight.sum())
+    # failed at run time on onednn and x86: "required rank 4 tensor to use channels_last"
+    torch.manual_seed(0)
+    model = ConvPlusBroadcast(shape, stride)
+    lowered, _ = lower(model, torch.randn(2, 3, 8, 8))
+    assert kernel_types(lowered) == ["QConv"]
+    assert_within_one_step(model, torch.randn(2, 3, 8, 8), "QConv")
+
+
 def test_dynamic_linear_quantizes_its_float_input_at_run_time() -> None:
     torch.manual_seed(0)
     dynamic = fxquant.QConfig(
@@ -244,6 +269,12 @@ def _conv_then(fn: Callable[..., torch.Tensor]) -> nn.Module:
         (lambda y: torch.flatten(y, 1), "IntegerOp"),
         (lambda y: F.adaptive_avg_pool2d(y, 1), "IntegerOp"),
         (lambda y: y.mean((2, 3)), "IntegerOp"),
+        # before: averaged on the plain integers, a padded zero counted as the real
+        # -zero_point * scale (112 steps off, 8.1 dB) and divisor_override divided the zero
+        # point too (150 steps, -1.8 dB)
+        (lambda y: F.avg_pool2d(y, 3, 1, 1), "IntegerOp"),
+        (lambda y: F.avg_pool2d(y, 3, 2, 1, ceil_mode=True, count_include_pad=False), "IntegerOp"),
+        (lambda y: F.avg_pool2d(y, 2, divisor_override=3), "IntegerOp"),
         (F.hardswish, "FloatOp"),
         (torch.sigmoid, "FloatOp"),
         (lambda y: y + y.relu(), "QAdd"),
@@ -256,6 +287,9 @@ def _conv_then(fn: Callable[..., torch.Tensor]) -> nn.Module:
         "flatten",
         "avg_pool",
         "mean",
+        "avg_pool_padded",
+        "avg_pool_ceil_padded_excluded",
+        "avg_pool_divisor_override",
         "hardswish",
         "sigmoid",
         "add",

@@ -16,6 +16,7 @@ from fxquant_qnnpack import plugin
 from fxquant_quantized_engine import QuantizedConv, QuantizedLinear, transformer_ops_int8
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch import nn
 
 torch.set_num_threads(1)  # the test machine has 2 shared cores
 
@@ -59,3 +60,18 @@ def test_fp16_linear_is_not_offered_since_qnnpack_has_no_fp16_kernel() -> None:
     lowered, _, _ = testing.quantize_case(BACKEND, FP16, (2, 4, 4, 4))
     (entry,) = [e for e in fxquant.explain(lowered, show=False).entries() if e.op == "call_module"]
     assert entry.status == "skipped"
+
+
+CONV_TRANSPOSE3D = Case(
+    "conv_transpose3d",
+    lambda i, o: nn.ConvTranspose3d(i, o, (1, 2, 2), stride=(1, 2, 2)),
+    lambda b, c, s: [(b, c, 2, s, s)],
+)
+
+
+@settings(max_examples=3, deadline=None)
+@given(sizes=st.tuples(*(st.integers(*bounds) for bounds in testing.SIZE_BOUNDS)))
+def test_a_3d_transposed_conv_is_within_one_step_of_the_reference(sizes: Sizes) -> None:
+    # before: lowered to QNNPACK's quantized::conv_transpose3d, wrong for every shape in
+    # torch 2.13 (-4.6 dB against the reference model's 36.7, 196 steps off, no warning)
+    testing.check_lowering(BACKEND, CONV_TRANSPOSE3D, sizes)

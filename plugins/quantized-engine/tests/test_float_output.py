@@ -122,3 +122,34 @@ def test_qnnpack_names_the_input_range_it_cannot_reproduce() -> None:
     reason = float_output_reason("qnnpack", TensorQParams(0.1, 0, 0, 127))
     assert reason is not None
     assert "needs inputs in 0..255, not 0..127" in reason
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_float_output_linear_takes_an_input_that_requires_grad(engine: str) -> None:
+    # before: qnnpack failed with "clamp(): functions with out=... arguments don't support
+    # automatic differentiation" on the output of an unquantized BatchNorm or LayerNorm,
+    # called outside torch.no_grad()
+    ref = _reference_linear(16, 4, 3)
+    q = TensorQParams(0.03, 128)
+    kernel = QuantizedLinear(engine, ref, q, None)
+    assert kernel.absorb_input(Quantize(QParams(torch.uint8, 0, 255, q.scale, q.zero_point)))
+    x = torch.randn(5, 16, requires_grad=True)
+    got = kernel(x * 1.0)
+    assert not got.requires_grad  # the int8 kernel has no gradient, on either engine
+    assert float((got - _expected(ref, x.detach(), q, relu=False)).abs().max()) <= (
+        _one_input_step(ref, q)
+    )
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_float_output_linear_takes_a_vector_as_nn_linear_does(engine: str) -> None:
+    # before: fbgemm failed with "The dimension of input tensor should be larger than or
+    # equal to 2" on nn.Linear(8, 6)(torch.randn(8)) (qnnpack, x86, onednn ran it)
+    ref = _reference_linear(8, 6, 4)
+    q = TensorQParams(0.03, 128)
+    kernel = QuantizedLinear(engine, ref, q, None)
+    assert kernel.absorb_input(Quantize(QParams(torch.uint8, 0, 255, q.scale, q.zero_point)))
+    x = torch.randn(8)
+    got = kernel(x)
+    assert got.shape == (6,)
+    assert float((got - _expected(ref, x, q, relu=False)).abs().max()) <= _one_input_step(ref, q)

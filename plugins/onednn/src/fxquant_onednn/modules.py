@@ -595,6 +595,18 @@ class QConv(_Packed):
         self.unary, self.unary_args, self._tail = "hardtanh", bounds, None
         return True
 
+    def _output_shape(self, qx: torch.Tensor) -> torch.Size:
+        """The conv's output shape for input ``qx`` (what the added tensor must have)."""
+        stride, padding, dilation, _ = self.geometry
+        kernel = self.weight.shape[2:]
+        spatial = [
+            (size + 2 * p - d * (k - 1) - 1) // s + 1
+            for size, p, d, k, s in zip(
+                qx.shape[2:], padding, dilation, kernel, stride, strict=True
+            )
+        ]
+        return torch.Size([qx.shape[0], self.weight.shape[0], *spatial])
+
     def forward(self, qx: torch.Tensor, accumulate: torch.Tensor | None = None) -> torch.Tensor:
         """Run the conv on ``qx`` (uint8); add ``accumulate`` (uint8) when fused with add."""
         if self.dims == 2:  # only 2-d convs take channels_last
@@ -606,6 +618,12 @@ class QConv(_Packed):
             return result if self.clamp is None else result.clamp_(*self.clamp)
         head = (qx, self.x_scale, self.x_zero_point, self._weight(qx), self.weight_scale,
                 self.weight_zero_point)  # fmt: skip
+        shape = self._output_shape(qx)
+        if accumulate.shape != shape:
+            # conv(x) + b with b broadcast (a scalar, a bias-like [C, 1, 1]): the "sum" post
+            # op takes the output's shape, and expanding the integers is exact (before: the
+            # kernel failed on a 0-d tensor: "required rank 4 tensor to use channels_last")
+            accumulate = accumulate.expand(shape)
         # the kernel writes into its accumulator: a copy unless nothing reads it afterwards
         accumulated = accumulate.contiguous(memory_format=torch.channels_last)
         if not self.reuse_accumulate or accumulated.data_ptr() != accumulate.data_ptr():

@@ -100,9 +100,11 @@ def float_output_call(
         ).default
 
         def fused(values: torch.Tensor) -> torch.Tensor:
-            floats = as_float(values)
+            floats = as_float(values).detach()  # as in ranged: no gradient through int8
             if narrow and float_input:  # integers are within the range already
                 floats = floats.clamp(low, high)
+            if floats.dim() == 1:  # nn.Linear takes a vector; FBGEMM's op needs 2-d (#18)
+                return op(floats[None], x.scale, x.zero_point, packed)[0]  # type: ignore[no-any-return]
             return op(floats, x.scale, x.zero_point, packed)  # type: ignore[no-any-return]
 
         return lambda values: _run_on(engine_id, fused, values)
@@ -112,7 +114,10 @@ def float_output_call(
     ).default
 
     def ranged(values: torch.Tensor) -> torch.Tensor:
-        floats = as_float(values)
+        # detached: a float op's output that requires grad (an unquantized BatchNorm or
+        # LayerNorm before it, called outside no_grad) failed clamp(out=) (the int8 kernel
+        # has no gradient either)
+        floats = as_float(values).detach()
         features = floats.shape[-1]
         flat = floats.reshape(-1, features)
         rows = flat.shape[0]
