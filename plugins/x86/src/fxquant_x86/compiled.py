@@ -153,7 +153,6 @@ def _clamps_before_requantize(graph: fx.Graph, namespace: Any) -> None:
     """
     # inductor's own op library (``quantized_decomposed``), not fxquant's q/dq vocabulary
     quantize = namespace.quantize_per_tensor.default
-    dequantize = namespace.dequantize_per_tensor.default
     clamps = (
         torch.ops.aten.relu.default,
         torch.ops.aten.clamp_min.default,
@@ -162,31 +161,21 @@ def _clamps_before_requantize(graph: fx.Graph, namespace: Any) -> None:
     for node in list(graph.nodes):
         if node.op != "call_function" or node.target not in clamps:
             continue
-        chain = [
-            node
-        ]  # relu; clamp_min (-> clamp_max): relu6 / hardtanh as inductor decomposes them
+        # relu; clamp_min (-> clamp_max): relu6 / hardtanh as inductor decomposes them
+        last = node
         if node.target == torch.ops.aten.clamp_min.default and len(node.users) == 1:
             (after,) = node.users
             if after.op == "call_function" and after.target == torch.ops.aten.clamp_max.default:
-                chain.append(after)
-        last = chain[-1]
+                last = after
         source = node.args[0]
-        if not (
-            isinstance(source, fx.Node)
-            and source.target == dequantize
-            and len(source.users) == 1
-            and len(last.users) == 1
-        ):
+        if _requantize_on_same_grid(source, last, namespace) is None:
             continue
-        (requantize,) = last.users
-        first = source.args[0]
+        first = source.args[0]  # source: a dequantize node (checked)
         if not (
             isinstance(first, fx.Node)
             and first.target == quantize
             and len(first.users) == 1
-            and requantize.target == quantize
-            and requantize.args[1:] == first.args[1:] == source.args[1:]
-            and not source.kwargs
+            and first.args[1:] == source.args[1:]
             and not first.kwargs
         ):
             continue
@@ -205,8 +194,6 @@ def _max_pools_on_integers(graph: fx.Graph, namespace: Any) -> None:
     through the c10 dispatcher, whose headers add about 7 s of g++ to every
     compile of a model with a max pool (ResNet's stem) (#19).
     """
-    quantize = namespace.quantize_per_tensor.default
-    dequantize = namespace.dequantize_per_tensor.default
     pools = (
         torch.ops.aten.max_pool2d_with_indices.default,
         torch.ops.aten.max_pool2d.default,
@@ -225,18 +212,8 @@ def _max_pools_on_integers(graph: fx.Graph, namespace: Any) -> None:
             (value,) = pool.users
             if value.target is not operator.getitem or value.args[1] != 0:
                 continue
-        if not (
-            isinstance(source, fx.Node)
-            and source.target == dequantize
-            and len(source.users) == 1
-            and len(value.users) == 1
-            and not source.kwargs
-        ):
-            continue
-        (requantize,) = value.users
-        if requantize.target != quantize or requantize.args[1:] != source.args[1:]:
-            continue
-        if requantize.kwargs:
+        requantize = _requantize_on_same_grid(source, value, namespace)
+        if requantize is None:
             continue
         pool.replace_input_with(source, source.args[0])
         # the pooled values are the requantized ones now: their metadata (uint8) too
@@ -247,6 +224,31 @@ def _max_pools_on_integers(graph: fx.Graph, namespace: Any) -> None:
         requantize.replace_all_uses_with(value)
         graph.erase_node(requantize)
         graph.erase_node(source)
+
+
+def _requantize_on_same_grid(source: object, last: fx.Node, namespace: Any) -> fx.Node | None:
+    """The quantize node that alone reads ``last``, when ``source`` is a dequantize read only
+    by the op (chain) ending in ``last`` and both use one set of qparams; else None.
+
+    What the two passes above need: ``dq(k) -> op -> q`` on the grid ``k`` came from, so
+    the op can run on ``k``'s integers (or its float input) with the same result.
+    """
+    if not (
+        isinstance(source, fx.Node)
+        and source.target == namespace.dequantize_per_tensor.default
+        and len(source.users) == 1
+        and not source.kwargs
+        and len(last.users) == 1
+    ):
+        return None
+    (requantize,) = last.users
+    if (
+        requantize.target != namespace.quantize_per_tensor.default
+        or requantize.args[1:] != source.args[1:]
+        or requantize.kwargs
+    ):
+        return None
+    return requantize
 
 
 def _mergeable(module: torch.nn.Module) -> bool:
