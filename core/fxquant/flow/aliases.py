@@ -15,8 +15,12 @@ same tensor object (a parameter stays that parameter: QAT trains one weight)::
 
 from __future__ import annotations
 
+import operator
+
 import torch
 from torch import fx, nn
+
+from fxquant.flow.names import unique_name
 
 __all__ = ["alias_module_attributes"]
 
@@ -41,10 +45,10 @@ def alias_module_attributes(gm: fx.GraphModule) -> None:
     called = {str(n.target) for n in gm.graph.nodes if n.op == "call_module"}
     aliases: dict[str, str] = {}
     for node in gm.graph.nodes:
-        owner, _, name = str(node.target).rpartition(".")
+        owner = str(node.target).rpartition(".")[0]
         if node.op != "get_attr" or owner not in called:
             continue
-        value = getattr(gm.get_submodule(owner), name, None)
+        value = operator.attrgetter(str(node.target))(gm)
         if not isinstance(value, torch.Tensor):
             continue
         if node.target not in aliases:
@@ -55,9 +59,7 @@ def alias_module_attributes(gm: fx.GraphModule) -> None:
 
 
 def _register(gm: fx.GraphModule, target: str, value: torch.Tensor) -> str:
-    alias = target.replace(".", "_")
-    while hasattr(gm, alias):
-        alias += "_"
+    alias = unique_name(gm, target.replace(".", "_"))
     if isinstance(value, nn.Parameter):
         gm.register_parameter(alias, value)
     else:

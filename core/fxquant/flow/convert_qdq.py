@@ -24,6 +24,7 @@ from torch import nn
 from torch.fx import Graph, GraphModule, Node
 
 from fxquant import dtypes
+from fxquant.flow.names import unique_name
 from fxquant.lowering import PER_CHANNEL_OPS, QParams
 from fxquant.numerics import qdq as _qdq  # noqa: F401  # the kernels of torch.ops.fxquant.*
 
@@ -45,14 +46,6 @@ def _observer_range(observer: nn.Module, dtype: torch.dtype) -> tuple[int, int]:
     )
 
 
-def _unique_attr(root: nn.Module, base: str) -> str:
-    name, index = base, 0
-    while hasattr(root, name):
-        index += 1
-        name = f"{base}_{index}"
-    return name
-
-
 def _static(root: nn.Module, graph: Graph, node: Node, observer: nn.Module) -> Node:
     dtype: torch.dtype = observer.dtype  # type: ignore[assignment]  # checked by the caller
     x = node.args[0]
@@ -64,9 +57,9 @@ def _static(root: nn.Module, graph: Graph, node: Node, observer: nn.Module) -> N
     scale, zero_point = observer.calculate_qparams()  # type: ignore[operator]  # duck-typed
     if dtypes.is_per_channel(getattr(observer, "qscheme", None)):
         axis = int(observer.ch_axis)  # type: ignore[arg-type]  # per-channel observers have it
-        scale_name = _unique_attr(root, f"{node.name}_scale")
+        scale_name = unique_name(root, f"{node.name}_scale")
         root.register_buffer(scale_name, scale.detach().clone())
-        zero_point_name = _unique_attr(root, f"{node.name}_zero_point")
+        zero_point_name = unique_name(root, f"{node.name}_zero_point")
         root.register_buffer(zero_point_name, zero_point.detach().clone())
         scales, zero_points = graph.get_attr(scale_name), graph.get_attr(zero_point_name)
         tail = (axis, quant_min, quant_max, plain)

@@ -34,6 +34,7 @@ from torch.fx import Node
 
 from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.flow.convert_modules import is_observer
+from fxquant.flow.names import unique_name
 from fxquant.flow.qconfig_assign import assign_qconfigs
 from fxquant.numerics.equalization import (
     EqualizationQConfig,
@@ -187,15 +188,6 @@ def observer_node(node: object, modules: Mapping[str, nn.Module]) -> Node | None
         if module is not None and is_observer(module):
             return node
     return None
-
-
-def unique_name(root: nn.Module, base: str) -> str:
-    """``base``, or ``base_N`` with the first N that ``root`` has no attribute of."""
-    name, index = base, 0
-    while hasattr(root, name):
-        index += 1
-        name = f"{base}_{index}"
-    return name
 
 
 def insert_observers(gm: fx.GraphModule, mapping: QConfigMapping) -> tuple[EqualizedPair, ...]:
