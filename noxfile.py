@@ -1,5 +1,5 @@
-"""Developer sessions: `nox -s tests`, `lint`, `typecheck`, `docs`, `demo`, `bench`, `plugin`,
-`fuzz`, `install`, `zoo`.
+"""Developer sessions: `nox -s dev`, `tests`, `lint`, `typecheck`, `docs`, `demo`, `bench`,
+`plugin`, `fuzz`, `install`, `zoo`.
 
 Every session that needs torch installs ``torch==2.13.0`` first and explicitly:
 an unpinned torch (asked for directly or through a dependency's range) pulls
@@ -61,6 +61,15 @@ def dependencies_first() -> list[str]:
     return list(dict.fromkeys(dep for name in PLUGINS for dep in local_plugins(name)))
 
 
+def development_install() -> list[str]:
+    """``pip install`` arguments for development: the core and every plugin editable, with
+    their test extras, plugins after the first-party plugins they build on (one pip call:
+    see :func:`dependencies_first`). ``nox -s dev`` runs them; ``nox -s install`` proves them.
+    """
+    plugins = [arg for name in dependencies_first() for arg in ("-e", f"plugins/{name}[test]")]
+    return ["-e", ".[test,docs]", *plugins]
+
+
 def install_core(session: nox.Session, *extras: str) -> None:
     # pinned first: an unpinned torch pulls GBs of CUDA packages. numpy because torch's
     # wheel does not require it yet warns on import without it.
@@ -73,6 +82,27 @@ def workers() -> str:
     """pytest-xdist's worker count: one per CPU this process may use (2 on CI)."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return str(max(1, cpus or 1))
+
+
+def _develop_in(session: nox.Session, venv: Path) -> None:
+    """Set ``venv`` up for development: pinned torch first, then :func:`development_install`."""
+    with session.chdir(ROOT):  # the arguments are folders of the clone
+        _venv_run(session, venv, "pip", "install", TORCH, "numpy")
+        _venv_run(session, venv, "pip", "install", *development_install())
+
+
+@nox.session(python="3.11")
+def dev(session: nox.Session) -> None:
+    """A virtualenv for development, ``.venv`` (or the folder given: ``nox -s dev -- PATH``):
+    torch==2.13.0, then the core and every plugin installed editable, dependencies first, with
+    the test and docs extras. Edits under core/ and plugins/ take effect without reinstalling.
+    Then ``. .venv/bin/activate`` and ``fxquant demo``, ``pytest``.
+    """
+    venv = Path(session.posargs[0] if session.posargs else ROOT / ".venv").resolve()
+    session.run("python", "-m", "venv", os.fspath(venv))  # from nox's python 3.11
+    _develop_in(session, venv)
+    _venv_run(session, venv, "fxquant", "backends")
+    session.log(f"ready: . {os.path.relpath(venv / 'bin' / 'activate')}")
 
 
 @nox.session(python="3.11")
