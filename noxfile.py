@@ -73,7 +73,8 @@ def dev(session: nox.Session) -> None:
     session.run("python", "-m", "venv", os.fspath(venv))  # from nox's python 3.11
     _develop_in(session, venv)
     _venv_run(session, venv, "fxquant", "backends")
-    session.log(f"ready: . {os.path.relpath(venv / 'bin' / 'activate')}")
+    shown = venv.relative_to(ROOT) if venv.is_relative_to(ROOT) else venv
+    session.log(f"ready: . {shown / 'bin' / 'activate'}")
 
 
 @nox.session(python="3.11")
@@ -328,10 +329,7 @@ def install(session: nox.Session) -> None:
         setup = SCAFFOLDS[target.rstrip("/")]
         with session.chdir(scaffolds if target.startswith(".") else ROOT):
             shutil.rmtree(target, ignore_errors=True)
-            if setup.startswith("fxquant "):
-                _venv_run(session, venv, *setup.split())
-            else:  # the folder the page's steps write: the example that holds them
-                shutil.copytree(ROOT / setup.split()[2], target)
+            _venv_run(session, venv, *setup.split())  # fxquant new-backend writes the folder
             _venv_run(session, venv, "pip", "install", *command.arguments)
     _venv_run(session, venv, "fxquant", "backends")
     _venv_run(session, venv, "python", "-c", _USE_BACKENDS, *BACKENDS, "mybackend", "mychip")

@@ -57,7 +57,7 @@ SKIPPED = {
 # scaffold folders: what to run first, where the docs' command expects the folder
 SCAFFOLDS = {
     "/tmp/fxquant-mychip": "fxquant new-backend mychip --directory /tmp",
-    "./fxquant-mybackend": "cp -r docs/examples/fxquant-mybackend ./fxquant-mybackend",
+    "./fxquant-mybackend": "fxquant new-backend mybackend",
 }
 
 

@@ -102,6 +102,7 @@ def test_plugins_md_shows_fxquant_backends_as_the_table_it_prints(
 
     monkeypatch.syspath_prepend(str(ROOT / "docs" / "examples" / "fxquant-mybackend" / "src"))
     example = importlib.import_module("fxquant_mybackend.patterns")
+    kernels = importlib.import_module("fxquant_mybackend.kernels")
 
     page = (ROOT / "docs" / "plugins.md").read_text()
     shown = re.search(r"```text\n(\| backend .*?)\n```", page, re.S)
@@ -112,7 +113,7 @@ def test_plugins_md_shows_fxquant_backends_as_the_table_it_prints(
             "status": "ok",
             "reason": "",
             "pattern_count": len(example.pattern_configs()),
-            "kernel_count": 0,
+            "kernel_count": len(kernels.lowering_rules()),
             "plugins": [
                 {
                     "distribution": "fxquant-mybackend",
