@@ -157,3 +157,17 @@ def test_toml_blocks_parse(page: Path) -> None:
 
 def test_the_blocks_of_a_page_run_in_this_interpreter() -> None:
     assert sys.version_info >= (3, 11)  # tomllib; the docs test runs where the suite runs
+
+
+def test_a_plugin_readme_whose_plugin_is_missing_is_skipped_with_its_install_command(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    readme = next(p for p in PLUGIN_READMES if p.parent.name == "x86")
+    assert missing_plugin(readme) is None  # installed here: its blocks run
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    reason = missing_plugin(readme)
+    assert reason is not None
+    assert reason.startswith("plugins/x86 is not installed (pip install ")
+    folders = [Path(word).name for word in reason.removesuffix(")").split()[-3:]]
+    assert folders == ["quantized-engine", "onednn", "x86"]  # what x86 builds on, first
+    assert missing_plugin(DOCS / "index.md") is None  # docs pages run with what is installed
