@@ -1,5 +1,5 @@
-"""Developer sessions: `nox -s tests`, `lint`, `typecheck`, `docs`, `demo`, `bench`, `plugin`,
-`fuzz`, `install`, `zoo`.
+"""Developer sessions: `nox -s dev`, `tests`, `lint`, `typecheck`, `docs`, `demo`, `bench`,
+`plugin`, `fuzz`, `install`, `zoo`.
 
 Every session that needs torch installs ``torch==2.13.0`` first and explicitly:
 an unpinned torch (asked for directly or through a dependency's range) pulls
@@ -9,7 +9,6 @@ several GB of CUDA packages.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import sys
 from pathlib import Path
@@ -19,7 +18,13 @@ import tomllib
 
 ROOT = Path(__file__).parent
 TORCH = "torch==2.13.0"
-PLUGINS = sorted(p.parent.name for p in (ROOT / "plugins").glob("*/pyproject.toml"))
+sys.path.insert(0, os.fspath(ROOT))  # the install commands' module: stdlib only
+from tests.install_commands import (  # noqa: E402
+    PLUGINS,
+    dependencies_first,
+    development_install,
+    local_plugins,
+)
 
 
 def _is_backend(name: str) -> bool:
@@ -36,31 +41,6 @@ nox.options.sessions = ["lint", "typecheck", "tests"]
 nox.options.reuse_existing_virtualenvs = True
 
 
-def local_plugins(name: str) -> list[str]:
-    """``name`` and the first-party plugins it depends on, as folders to install from.
-
-    A plugin may build on another (x86 on onednn); those live here, not on an index,
-    and pip must never go looking for them there.
-    """
-    meta = tomllib.loads((ROOT / "plugins" / name / "pyproject.toml").read_text())
-    found = [name]
-    for requirement in meta["project"].get("dependencies", []):
-        dist = re.split(r"[\s<>=!~;\[]", requirement, maxsplit=1)[0]
-        if dist.startswith("fxquant-") and dist.removeprefix("fxquant-") in PLUGINS:
-            found = [*local_plugins(dist.removeprefix("fxquant-")), *found]
-    return list(dict.fromkeys(found))
-
-
-def dependencies_first() -> list[str]:
-    """Every plugin, each after the first-party plugins it depends on (onednn before x86).
-
-    pip 23.2 does not match a dependency on a local plugin given later in the same
-    command with extras (``-e ./plugins/onednn[test]``): it looks for it on an index
-    and fails. Listed first, the local plugin is pinned before anyone asks for it.
-    """
-    return list(dict.fromkeys(dep for name in PLUGINS for dep in local_plugins(name)))
-
-
 def install_core(session: nox.Session, *extras: str) -> None:
     # pinned first: an unpinned torch pulls GBs of CUDA packages. numpy because torch's
     # wheel does not require it yet warns on import without it.
@@ -73,6 +53,28 @@ def workers() -> str:
     """pytest-xdist's worker count: one per CPU this process may use (2 on CI)."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return str(max(1, cpus or 1))
+
+
+def _develop_in(session: nox.Session, venv: Path) -> None:
+    """Set ``venv`` up for development: pinned torch first, then :func:`development_install`."""
+    with session.chdir(ROOT):  # the arguments are folders of the clone
+        _venv_run(session, venv, "pip", "install", TORCH, "numpy")
+        _venv_run(session, venv, "pip", "install", *development_install())
+
+
+@nox.session(python="3.11")
+def dev(session: nox.Session) -> None:
+    """A virtualenv for development, ``.venv`` (or the folder given: ``nox -s dev -- PATH``):
+    torch==2.13.0, then the core and every plugin installed editable, dependencies first, with
+    the test and docs extras. Edits under core/ and plugins/ take effect without reinstalling.
+    Then ``. .venv/bin/activate`` and ``fxquant demo``, ``pytest``.
+    """
+    venv = Path(session.posargs[0] if session.posargs else ROOT / ".venv").resolve()
+    session.run("python", "-m", "venv", os.fspath(venv))  # from nox's python 3.11
+    _develop_in(session, venv)
+    _venv_run(session, venv, "fxquant", "backends")
+    shown = venv.relative_to(ROOT) if venv.is_relative_to(ROOT) else venv
+    session.log(f"ready: . {shown / 'bin' / 'activate'}")
 
 
 @nox.session(python="3.11")
@@ -255,6 +257,23 @@ except KeyError as error:
 """
 
 
+# every module named imports from the clone (an editable install), not from site-packages
+_FROM_CLONE = """
+import importlib, pathlib, sys
+root = pathlib.Path(sys.argv[1]).resolve()
+for name in sys.argv[2:]:
+    where = pathlib.Path(importlib.import_module(name).__file__).resolve()
+    assert where.is_relative_to(root), f"{name} imports from {where}, not from {root}"
+print("editable:", ", ".join(sys.argv[2:]))
+"""
+
+
+def _modules(plugins: list[str]) -> list[str]:
+    """``fxquant`` and the import name of each plugin folder (``quantized-engine`` ->
+    ``fxquant_quantized_engine``)."""
+    return ["fxquant", *(f"fxquant_{name.replace('-', '_')}" for name in plugins)]
+
+
 def _fresh_venv(session: nox.Session, name: str) -> Path:
     """A new, empty virtualenv under the session's tmp folder (never reused: clean)."""
     path = Path(session.create_tmp()).resolve() / name  # absolute: steps run from other folders
@@ -274,18 +293,24 @@ def install(session: nox.Session) -> None:
     ``tests`` (tests/docs/test_install_commands.py checks, fast, that the commands it runs
     are the ones the files print).
 
-    Three venvs: the clone forms in doc order
+    Four venvs: the development command (``nox -s dev``'s installs: every module then
+    imports from the clone), the clone forms in doc order
     (``pip install . plugins/quantized-engine plugins/onednn plugins/x86``),
     the hint an error prints for a missing backend (core alone, then the hint's command),
     and the index forms (``pip install fxquant-x86``) against wheels built from the clone.
     """
-    sys.path.insert(0, os.fspath(ROOT))
     from tests.install_commands import SCAFFOLDS, SKIPPED, documented_commands
 
     commands = documented_commands()
     for command in commands:
         if command.kind == "skipped":
             session.log(f"not run: {command.text} ({command.source}): {SKIPPED[command.text]}")
+
+    # 0. the development command: every distribution editable, so each imports from the clone
+    venv = _fresh_venv(session, "dev")
+    _develop_in(session, venv)
+    _venv_run(session, venv, "python", "-c", _FROM_CLONE, os.fspath(ROOT), *_modules(PLUGINS))
+    _venv_run(session, venv, "python", "-c", _USE_BACKENDS, *BACKENDS)
 
     # 1. the clone forms, in the order the pages give them, from the clone's root
     venv = _fresh_venv(session, "clone")
@@ -304,13 +329,12 @@ def install(session: nox.Session) -> None:
         setup = SCAFFOLDS[target.rstrip("/")]
         with session.chdir(scaffolds if target.startswith(".") else ROOT):
             shutil.rmtree(target, ignore_errors=True)
-            if setup.startswith("fxquant "):
-                _venv_run(session, venv, *setup.split())
-            else:  # the folder the page's steps write: the example that holds them
-                shutil.copytree(ROOT / setup.split()[2], target)
+            _venv_run(session, venv, *setup.split())  # fxquant new-backend writes the folder
             _venv_run(session, venv, "pip", "install", *command.arguments)
     _venv_run(session, venv, "fxquant", "backends")
     _venv_run(session, venv, "python", "-c", _USE_BACKENDS, *BACKENDS, "mybackend", "mychip")
+    # the plugin commands (-e .) kept the core editable: edits under core/ still take effect
+    _venv_run(session, venv, "python", "-c", _FROM_CLONE, os.fspath(ROOT), "fxquant")
 
     # 2. the hint of an error: the core alone, then the command its message prints
     venv = _fresh_venv(session, "hint")

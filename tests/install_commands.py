@@ -5,7 +5,7 @@ The commands are read from the files (README.md, docs/, each plugin's README) so
 install session cannot drift from them; ``tests/docs/test_install_commands.py`` checks,
 fast, that each one found is classified here and that the hints are among them. Kinds:
 
-- ``clone``: run in a clean venv from the clone's root (``pip install . plugins/x86``);
+- ``clone``: run in a clean venv from the clone's root (``pip install -e . plugins/x86``);
 - ``index``: the published form (``pip install fxquant-x86``), run in a clean venv against
   wheels built from the clone (``--find-links``), which checks the dependency metadata;
 - ``scaffold``: installs a folder ``fxquant new-backend`` writes, run after writing it;
@@ -21,9 +21,23 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+import tomllib
+
 ROOT = Path(__file__).resolve().parents[1]
 
-__all__ = ["ROOT", "SKIPPED", "Command", "documented_commands", "source_files"]
+__all__ = [
+    "PLUGINS",
+    "ROOT",
+    "SKIPPED",
+    "Command",
+    "dependencies_first",
+    "development_install",
+    "documented_commands",
+    "local_plugins",
+    "source_files",
+]
+
+PLUGINS = sorted(p.parent.name for p in (ROOT / "plugins").glob("*/pyproject.toml"))
 
 # "pip install" then its arguments, up to a shell separator, a comment or the end of a code span
 _COMMAND = re.compile(r"pip install((?: +(?:'[^']*'|\"[^\"]*\"|[^\s`#;&|()'\"]+))+)")
@@ -32,9 +46,9 @@ _SPAN = re.compile(r"`([^`\n]+)`")
 
 SKIPPED = {
     "pip install nox": "installs the tool that runs this session",
-    "pip install . 'plugins/tensorrt[gpu]'": (
+    "pip install -e . 'plugins/tensorrt[gpu]'": (
         "tensorrt-cu12 is several GB of CUDA libraries, for an NVIDIA GPU (none here); "
-        "`pip install . plugins/tensorrt` is run"
+        "`pip install -e . plugins/tensorrt` is run"
     ),
     "pip install 'fxquant-tensorrt[gpu]'": "as above, from an index",
 }
@@ -43,7 +57,7 @@ SKIPPED = {
 # scaffold folders: what to run first, where the docs' command expects the folder
 SCAFFOLDS = {
     "/tmp/fxquant-mychip": "fxquant new-backend mychip --directory /tmp",
-    "./fxquant-mybackend": "cp -r docs/examples/fxquant-mybackend ./fxquant-mybackend",
+    "./fxquant-mybackend": "fxquant new-backend mybackend",
 }
 
 
@@ -108,6 +122,40 @@ def documented_commands(root: Path = ROOT) -> list[Command]:
                 source = path.relative_to(root).as_posix()
                 found.setdefault(text, Command(text, source, _kind(text)))
     return list(found.values())
+
+
+def local_plugins(name: str) -> list[str]:
+    """``name`` and the first-party plugins it depends on, as folders to install from.
+
+    A plugin may build on another (x86 on onednn); those live here, not on an index,
+    and pip must never go looking for them there.
+    """
+    meta = tomllib.loads((ROOT / "plugins" / name / "pyproject.toml").read_text())
+    found = [name]
+    for requirement in meta["project"].get("dependencies", []):
+        dist = re.split(r"[\s<>=!~;\[]", requirement, maxsplit=1)[0]
+        if dist.startswith("fxquant-") and dist.removeprefix("fxquant-") in PLUGINS:
+            found = [*local_plugins(dist.removeprefix("fxquant-")), *found]
+    return list(dict.fromkeys(found))
+
+
+def dependencies_first() -> list[str]:
+    """Every plugin, each after the first-party plugins it depends on (onednn before x86).
+
+    pip 23.2 does not match a dependency on a local plugin given later in the same
+    command with extras (``-e ./plugins/onednn[test]``): it looks for it on an index
+    and fails. Listed first, the local plugin is pinned before anyone asks for it.
+    """
+    return list(dict.fromkeys(dep for name in PLUGINS for dep in local_plugins(name)))
+
+
+def development_install() -> list[str]:
+    """``pip install`` arguments for development: the core and every plugin editable, with
+    their test extras, plugins after the first-party plugins they build on (one pip call:
+    see :func:`dependencies_first`). ``nox -s dev`` runs them; ``nox -s install`` proves them.
+    """
+    plugins = [arg for name in dependencies_first() for arg in ("-e", f"plugins/{name}[test]")]
+    return ["-e", ".[test,docs]", *plugins]
 
 
 if __name__ == "__main__":

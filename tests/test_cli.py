@@ -225,29 +225,52 @@ def test_demo_quantizes_with_every_backend_and_says_what_stayed_float_and_why(
     code, out, _ = run(capsys, "demo")
     assert code == 0
     rows = _demo_rows(out)
-    assert set(rows) == {"broken", "reference", "my_backend"}
+    assert set(rows) == {"broken", "reference"}  # installed only: no tutorial backend
+    assert out.startswith("Quantizing DemoNet (residual CNN, sigmoid gate) with 2 installed ")
+    assert "my_backend" not in out
     assert rows["broken"]["status"].startswith("failed: PluginError: fxquant-broken 0.2")
     # the reference backend quantizes everything in reference form, close to float
     reference = rows["reference"]
     counts = [reference[c] for c in ("lowered", "reference", "skipped", "float")]
     assert counts == ["0", "11", "0", "0"]
     assert float(reference["SQNR dB"]) > 25
-    assert reference["status"] == "ok"
     # absolute latency next to the ratio: speed is float ms / int8 ms (medians of rounds)
     ratio = float(reference["float ms"]) / float(reference["int8 ms"])
     assert float(reference["speed"].removesuffix("x")) == pytest.approx(ratio, rel=0.5)
+    # the status agrees with the speed column, and a slower row says why
+    slower = float(reference["speed"].removesuffix("x")) < 1
+    assert reference["status"] == (
+        "slower than float: reference kernels replay float ops between quantize/dequantize "
+        "(nothing lowered)"
+        if slower
+        else "ok"
+    )
+
+
+def test_demo_runs_the_tutorial_backend_when_named_and_labels_it_the_tutorials(
+    installed: Installed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(capsys, "demo", "--backends", "reference,my_backend")
+    assert code == 0
+    rows = _demo_rows(out)
+    assert set(rows) == {"reference", "my_backend (tutorial)"}
+    assert out.startswith(
+        "Quantizing DemoNet (residual CNN, sigmoid gate) with 1 installed backend and the "
+        "seed tutorial's my_backend (built by the demo, not installed): "
+    )
     # the tutorial backend quantizes only Linear, and says why the rest stayed float
     assert (
         "stem_0 -> stem_1 -> stem_2: no pattern in backend 'my_backend' matches "
         "(Conv2d, BatchNorm2d, ReLU)" in out
     )
     assert "gate (Sigmoid): qconfig is None" in out
-    assert rows["my_backend"]["float"] == "5"  # add, pool, flatten, gate, mul: qconfig None
+    assert rows["my_backend (tutorial)"]["float"] == "5"  # add, pool, flatten, gate, mul
     # its Linear has no lowering rule: said so, not "the rule declined it" (#22)
     assert (
         "  fc, fc_1 (reference form): no lowering rule in backend 'my_backend' for Linear\n" in out
     )
-    assert fxquant.registry.list_backends() == ["broken", "reference"]  # my_backend stays private
+    assert "\nmy_backend (tutorial): not lowered to a kernel, and why\n" in out
+    assert fxquant.registry.list_backends() == ["reference"]  # my_backend stays private
 
 
 def test_demo_explains_every_column_and_the_run_to_run_variance(
@@ -270,7 +293,52 @@ def test_demo_with_named_backends_leaves_the_tutorial_backend_out(
     assert set(_demo_rows(out)) == {"reference"}
     assert "my_backend" not in out
     _, out, _ = run(capsys, "demo", "--backends", "reference,my_backend")
-    assert set(_demo_rows(out)) == {"reference", "my_backend"}  # asked for by name
+    assert set(_demo_rows(out)) == {"reference", "my_backend (tutorial)"}  # asked for by name
+
+
+def _toy_backend(installed: Installed, name: str) -> None:
+    from fxquant.patterns.reference import reference_pattern_configs
+
+    installed.module(
+        name,
+        fxquant_pattern_configs=lambda backend: reference_pattern_configs(),
+        fxquant_default_qconfig_mapping=lambda backend, is_qat: fxquant.get_default_qconfig_mapping(
+            "reference", is_qat
+        ),
+        fxquant_lowering_kernels=lambda backend: None,
+    )
+    installed.add(name, name, dist=f"fxquant-{name}")
+
+
+@pytest.mark.parametrize(
+    ("machine", "speed", "status"),
+    [
+        ("x86_64", 0.5, "slower than float: qnnpack targets ARM; on x86_64 its kernels are slow"),
+        ("aarch64", 0.5, "slower than float: reference kernels replay float ops between "
+         "quantize/dequantize (nothing lowered)"),
+        ("x86_64", 1.5, "ok"),
+    ],
+)  # fmt: skip
+def test_demo_status_says_when_a_row_is_slower_than_float_and_why(
+    installed: Installed,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    machine: str,
+    speed: float,
+    status: str,
+) -> None:
+    from fxquant.tools import demo
+
+    # a backend named qnnpack on this host, its latency ratio fixed so the status is known
+    _toy_backend(installed, "qnnpack")
+    monkeypatch.setattr(demo.platform, "machine", lambda: machine)
+    monkeypatch.setattr(demo, "_speed", lambda float_run, int8_run: (2e-3, 2e-3 / speed, speed))
+    code, out, _ = run(capsys, "demo", "--backends", "qnnpack")
+    assert code == 0
+    assert _demo_rows(out)["qnnpack"]["status"] == status
+    assert "\n  status     ok; slower than float, and why; or failed" in out  # the legend
+    (data,) = json.loads(run(capsys, "demo", "--backends", "qnnpack", "--json")[1])
+    assert (data["status"], data["status_words"]) == (status.split(":")[0], status)
 
 
 def test_demo_json_has_the_latencies(
@@ -352,7 +420,8 @@ def test_demo_measures_a_deployed_backend_in_its_runtime(
     cells = _demo_rows(out)["toy"]
     counts = [cells[c] for c in ("lowered", "reference", "skipped")]
     assert counts == ["11", "0", "0"]  # the runtime took every quantized node
-    assert (cells["runs on"], cells["status"]) == ("toy runtime", "ok")
+    assert cells["runs on"] == "toy runtime"
+    assert cells["status"] == "ok" or cells["status"].startswith("slower than float: ")
     assert len(deployed) == 1
     assert deployed[0].calls > 2  # accuracy and speed were measured on the deployed model
 

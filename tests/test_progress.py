@@ -56,6 +56,6 @@ def test_demo_json_is_valid_json_with_one_entry_per_backend() -> None:
     assert demo.run_demo(out, backends=["reference", "my_backend"], as_json=True) == 0
     data = json.loads(out.getvalue())
     assert [entry["backend"] for entry in data] == ["reference", "my_backend"]
-    assert data[0]["status"] == "ok"
+    assert data[0]["status"] in ("ok", "slower than float")
     assert data[0]["counts"]["reference"] > 0
     assert data[0]["sqnr_db"] > 20

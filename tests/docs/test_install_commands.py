@@ -13,7 +13,7 @@ import pytest
 import tomllib
 from fxquant.registry.install import checkout_root, install_command, local_plugin_folders
 
-from tests.install_commands import ROOT, SKIPPED, documented_commands
+from tests.install_commands import ROOT, SKIPPED, development_install, documented_commands
 
 COMMANDS = documented_commands()
 PLUGINS = sorted(p.parent.name for p in (ROOT / "plugins").glob("*/pyproject.toml"))
@@ -46,7 +46,7 @@ def test_every_skipped_command_is_still_in_the_files_and_says_why() -> None:
 
 def test_the_getting_started_and_readme_commands_are_found() -> None:
     texts = {c.text for c in COMMANDS}
-    assert "pip install . plugins/quantized-engine plugins/onednn plugins/x86" in texts
+    assert "pip install -e . plugins/quantized-engine plugins/onednn plugins/x86" in texts
     assert "pip install fxquant fxquant-x86" in texts
     assert "pip install fxquant-x86" in texts
 
@@ -102,6 +102,7 @@ def test_plugins_md_shows_fxquant_backends_as_the_table_it_prints(
 
     monkeypatch.syspath_prepend(str(ROOT / "docs" / "examples" / "fxquant-mybackend" / "src"))
     example = importlib.import_module("fxquant_mybackend.patterns")
+    kernels = importlib.import_module("fxquant_mybackend.kernels")
 
     page = (ROOT / "docs" / "plugins.md").read_text()
     shown = re.search(r"```text\n(\| backend .*?)\n```", page, re.S)
@@ -112,7 +113,7 @@ def test_plugins_md_shows_fxquant_backends_as_the_table_it_prints(
             "status": "ok",
             "reason": "",
             "pattern_count": len(example.pattern_configs()),
-            "kernel_count": 0,
+            "kernel_count": len(kernels.lowering_rules()),
             "plugins": [
                 {
                     "distribution": "fxquant-mybackend",
@@ -145,3 +146,55 @@ def test_plugins_md_shows_fxquant_backends_as_the_table_it_prints(
         },
     ]
     assert shown.group(1) == render_backends(data)
+
+
+@pytest.mark.parametrize("command", [c for c in COMMANDS if c.kind == "clone"], ids=str)
+def test_a_clone_command_keeps_an_editable_core_editable(command: object) -> None:
+    # `pip install . plugins/x86` after `pip install -e .` replaced the editable core with a
+    # copy: edits under core/ stopped taking effect
+    arguments = command.arguments  # type: ignore[attr-defined]
+    for index, argument in enumerate(arguments):
+        if argument == "." or argument.startswith(".["):
+            assert arguments[index - 1 : index] == ["-e"], f"{command}: use -e {argument}"
+
+
+def _readme_backend_table() -> dict[str, list[str]]:
+    """README's "Install one backend" table: {backend: [clone command, index command]}."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("### Install one backend", 1)[1].split("\n#", 1)[0]
+    rows = [line.split(" | ") for line in section.splitlines() if line.startswith("| `")]
+    return {
+        row[0].removeprefix("| `").split("`")[0]: [
+            re.findall(r"`(pip install [^`]+)`", cell)[0] for cell in row[1:]
+        ]
+        for row in rows
+    }
+
+
+def test_the_readme_lists_every_backends_install_commands_in_one_table() -> None:
+    table = _readme_backend_table()
+    assert set(table) == {*BACKENDS, "reference"}
+    documented = {c.text: c.kind for c in COMMANDS}
+    for name, (clone, index) in table.items():
+        assert documented.get(clone) == "clone", clone
+        assert documented.get(index) == "index", index
+        if name == "reference":
+            assert (clone, index) == ("pip install -e .", "pip install fxquant")
+            continue
+        needed = [f"plugins/{p.name}" for p in local_plugin_folders(name, ROOT)]
+        assert clone.split()[2:] == ["-e", ".", *needed], (name, clone)
+        assert index == f"pip install fxquant-{name}"
+
+
+def test_the_development_command_installs_core_and_every_plugin_editable_in_order() -> None:
+    arguments = development_install()
+    assert arguments[:2] == ["-e", ".[test,docs]"]
+    assert arguments[2::2] == ["-e"] * len(PLUGINS)
+    folders = [a.removeprefix("plugins/").removesuffix("[test]") for a in arguments[3::2]]
+    assert sorted(folders) == PLUGINS
+    for position, name in enumerate(folders):  # each after the local plugins it builds on
+        before = {p.name for p in local_plugin_folders(name, ROOT)[:-1]}
+        assert before <= set(folders[:position]), (name, folders)
+    readme = (ROOT / "README.md").read_text()
+    assert "pip install nox && nox -s dev" in readme
+    assert "def dev(session" in (ROOT / "noxfile.py").read_text()

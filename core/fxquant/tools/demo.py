@@ -1,20 +1,21 @@
 """``fxquant demo``: quantize a built-in model with every installed backend, and say how it went.
 
-For each installed backend (and the seed tutorial's ``my_backend``, built with
-fxquant's config classes and registered in a private registry) the demo runs
-the whole flow on :class:`DemoNet`: ``prepare_fx`` with the backend's default
-mapping, calibration, ``convert_fx``. It prints one row per backend (nodes
-lowered to kernels, left in reference form, skipped, left float; output SQNR
-and top-1 agreement against the float model; int8 and float latency at one
-thread and their ratio), a legend saying what each column counts, then every
-node a backend did not lower, with the report's reason. Third-party start-up
-chatter (ExecuTorch's cpuinfo lines, torchao's missing CUDA kernels) is kept
-out of it (:mod:`fxquant.quiet`). A backend
-whose target runs outside PyTorch (a ``Deployment``: an ExecuTorch program, an
-ONNX model, x86's inductor compile) is deployed with it and measured in its
-runtime; its counts come from the deployment's report. A backend that also
-lowers in PyTorch (x86) deploys its ``convert_to_reference_fx`` model (#19).
-A backend that fails gets its error in its row; the others still run.
+For each installed backend the demo runs the whole flow on :class:`DemoNet`:
+``prepare_fx`` with the backend's default mapping, calibration, ``convert_fx``. It
+prints one row per backend (nodes lowered to kernels, left in reference form, skipped,
+left float; output SQNR and top-1 agreement against the float model; int8 and float
+latency at one thread and their ratio, and a status that says when the quantized model
+is slower than float and why), a legend saying what each column counts, then every node
+a backend did not lower, with the report's reason. The seed tutorial's ``my_backend``
+(built with fxquant's config classes in a private registry, never installed) runs only
+when named (``--backends my_backend``), and its row says it is the tutorial's. Third-party
+start-up chatter (ExecuTorch's cpuinfo lines, torchao's missing CUDA kernels) is
+kept out of it (:mod:`fxquant.quiet`). A backend whose target runs outside PyTorch (a
+``Deployment``: an ExecuTorch program, an ONNX model, x86's inductor compile) is
+deployed with it and measured in its runtime; its counts come from the deployment's
+report. A backend that also lowers in PyTorch (x86) deploys its
+``convert_to_reference_fx`` model (#19). A backend that fails gets its error in its row;
+the others still run.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import copy
 import importlib
 import json
 import math
+import platform
 import statistics
 import sys
 import time
@@ -217,6 +219,7 @@ class DemoResult:
         float_ms: the float model's latency on the 32 inputs, in milliseconds.
         int8_ms: the quantized model's latency on them, in milliseconds.
         runs_on: what ran the quantized model (``PyTorch``, or the deployment's name).
+        float_nodes: the ops left float (a dequantize before and a quantize after each).
         error: why the backend failed, or "" when it worked.
     """
 
@@ -229,6 +232,7 @@ class DemoResult:
     float_ms: float = float("nan")
     int8_ms: float = float("nan")
     runs_on: str = "PyTorch"
+    float_nodes: list[str] = field(default_factory=list)
     error: str = ""
 
 
@@ -305,9 +309,12 @@ def quantize_with(
     result.agreement = float((expected.argmax(1) == actual.argmax(1)).float().mean())
     result.counts = Counter(entry.status for entry in report.entries())
     # placeholders, outputs and attributes are "float" too: the column counts ops
-    result.counts["float_ops"] = sum(
-        1 for e in report.entries() if e.status == NodeStatus.FLOAT and e.op.startswith("call_")
-    )
+    result.float_nodes = [
+        e.node
+        for e in report.entries()
+        if e.status == NodeStatus.FLOAT and e.op.startswith("call_")
+    ]
+    result.counts["float_ops"] = len(result.float_nodes)
     result.not_quantized = [
         (entry.node, entry.reason.code, entry.reason.words)
         for entry in report.entries()
@@ -368,12 +375,62 @@ def _float_ops(result: DemoResult) -> int:
     return int(result.counts["float_ops"])
 
 
+# Backends built for another machine than this one, or measured on a stand-in for their
+# target: a row slower than float says so rather than blaming the model. Keyed by the
+# first-party backends' names; a third-party backend gets the measured reasons of _slower.
+_NOT_THIS_HOST: dict[str, Callable[[], str | None]] = {
+    "qnnpack": lambda: (
+        None
+        if platform.machine().lower() in ("arm64", "aarch64") or "arm" in platform.machine()
+        else f"qnnpack targets ARM; on {platform.machine()} its kernels are slow"
+    ),
+    "tensorrt": lambda: (
+        "onnxruntime on the CPU stands in for TensorRT's GPU engine (its Q/DQ kernels are "
+        "not TensorRT's)"
+    ),
+}
+
+
+def _slower(result: DemoResult) -> str:
+    """Why ``result`` runs slower than float, from what the run measured.
+
+    Example:
+        >>> _slower(DemoResult("reference", counts=Counter(reference=11)))
+        'reference kernels replay float ops between quantize/dequantize (nothing lowered)'
+        >>> mine = DemoResult("mine", counts=Counter(lowered=9), float_nodes=["add"])
+        >>> print(_slower(mine))  # doctest: +ELLIPSIS
+        a dequantize/quantize around each op kept float (add), and DemoNet's layers are small...
+    """
+    host = _NOT_THIS_HOST.get(result.backend, lambda: None)()
+    if host is not None:
+        return host
+    if result.counts["lowered"] == 0:
+        return "reference kernels replay float ops between quantize/dequantize (nothing lowered)"
+    kept = (
+        f"a dequantize/quantize around each op kept float ({', '.join(result.float_nodes)}), and "
+    )
+    return f"{kept if result.float_nodes else ''}DemoNet's layers are small (16 channels)"
+
+
+def _status(result: DemoResult) -> str:
+    """``ok``, ``slower than float: why``, or ``failed: error`` (the error's first line)."""
+    if result.error:
+        return f"failed: {result.error}"
+    if math.isfinite(result.speed) and result.speed < 1:
+        return f"slower than float: {_slower(result)}"
+    return "ok"
+
+
+def _label(result: DemoResult) -> str:
+    return f"{BACKEND} (tutorial)" if result.backend == BACKEND else result.backend
+
+
 def _row(result: DemoResult) -> list[str]:
     if result.error:
-        return [result.backend, *["-"] * 10, f"failed: {result.error}"]
+        return [_label(result), *["-"] * 10, _status(result)]
     counts = result.counts
     return [
-        result.backend,
+        _label(result),
         str(counts["lowered"]),
         str(counts["reference"]),
         str(counts["skipped"]),
@@ -384,7 +441,7 @@ def _row(result: DemoResult) -> list[str]:
         _ms(result.float_ms),
         f"{result.speed:.2f}x",
         result.runs_on,
-        "ok",
+        _status(result),
     ]
 
 
@@ -413,6 +470,7 @@ LEGEND = f"""Columns (node counts are graph nodes of DemoNet: an op or a module 
   int8 ms    median latency of the quantized model on the 32 inputs, 1 thread
   float ms   the same for the float model, measured alternately with it
   speed      float ms / int8 ms (above 1: faster), the median of {ROUNDS} per-round ratios
+  status     ok; slower than float, and why; or failed, with the backend's error
 Latency varies from run to run on a shared or busy machine (speed-ups have moved 2x between
 runs); compare backends within one run, and use bench/ (same-run ratios, >= 5 rounds) for
 figures to quote. Every node not lowered is listed below with the report's reason."""
@@ -431,7 +489,8 @@ def result_dict(result: DemoResult) -> dict[str, Any]:
 
     return {
         "backend": result.backend,
-        "status": "failed" if result.error else "ok",
+        "status": _status(result).split(":", 1)[0],
+        "status_words": _status(result),
         "error": result.error,
         "counts": dict(sorted(result.counts.items())),
         "sqnr_db": number(result.sqnr_db),
@@ -452,9 +511,9 @@ def run_demo(
 ) -> int:
     """Quantize :class:`DemoNet` with each installed backend (or ``backends``); print; return 0.
 
-    The seed tutorial's ``my_backend`` runs too when no backends are named (or
-    when ``"my_backend"`` is one of them). Progress goes to stderr when it is a
-    terminal (:mod:`fxquant.progress`; ``FXQUANT_PROGRESS=0`` turns it off);
+    The seed tutorial's ``my_backend`` (not installed: registered in a private
+    registry) runs only when ``"my_backend"`` is one of ``backends``. Progress goes
+    to stderr when it is a terminal (:mod:`fxquant.progress`; ``FXQUANT_PROGRESS=0`` turns it off);
     ``as_json`` prints the results as a JSON list (:func:`result_dict`) instead
     of the tables. Returns 1 when every backend failed.
 
@@ -470,7 +529,7 @@ def run_demo(
         model = DemoNet().eval()
         data = torch.randn(32, 3, 16, 16, generator=torch.Generator().manual_seed(1))
         names = list_backends() if backends is None else [n for n in backends if n != BACKEND]
-        tutorial = backends is None or BACKEND in backends
+        tutorial = backends is not None and BACKEND in backends
         results = _results(model, data, names, tutorial)
     finally:
         torch.set_num_threads(threads)
@@ -478,15 +537,7 @@ def run_demo(
     if as_json:
         print(json.dumps([result_dict(r) for r in results], indent=2), file=out)
         return code
-    extra = (
-        " + the seed tutorial's my_backend" if any(r.backend == BACKEND for r in results) else ""
-    )
-    print(
-        f"Quantizing DemoNet (residual CNN, sigmoid gate) with {len(results)} backend"
-        f"{'s' if len(results) != 1 else ''} (installed{extra}): prepare_fx with the backend's "
-        "default mapping, calibrate on 32 inputs, convert_fx, compare with the float model.\n",
-        file=out,
-    )
+    print(_headline(results), file=out)
     print(markdown_table(HEADER, [_row(r) for r in results]), file=out)
     print(f"\n{LEGEND}", file=out)
     for result in results:
@@ -494,10 +545,24 @@ def run_demo(
     return code
 
 
+def _headline(results: Sequence[DemoResult]) -> str:
+    installed = sum(1 for r in results if r.backend != BACKEND)
+    tutorial = (
+        " and the seed tutorial's my_backend (built by the demo, not installed)"
+        if len(results) > installed
+        else ""
+    )
+    return (
+        f"Quantizing DemoNet (residual CNN, sigmoid gate) with {installed} installed backend"
+        f"{'s' if installed != 1 else ''}{tutorial}: prepare_fx with the backend's default "
+        "mapping, calibrate on 32 inputs, convert_fx, compare with the float model.\n"
+    )
+
+
 def _print_reasons(result: DemoResult, out: TextIO) -> None:
     if not result.not_quantized:
         return
-    print(f"\n{result.backend}: not lowered to a kernel, and why", file=out)
+    print(f"\n{_label(result)}: not lowered to a kernel, and why", file=out)
     unlowered = [(n, w) for n, code, w in result.not_quantized if code == "no_lowering_kernel"]
     # one line per reason: "no lowering rule for Linear" or "rule qlinear declined: why" (#22)
     by_reason: dict[str, list[str]] = {}

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 from pathlib import Path
 
 import fxquant
@@ -290,3 +292,28 @@ def test_a_failed_lowering_is_retried_one_op_per_partition_on_a_fresh_program(
     assert given[0][0] is not given[1][0]
     with torch.no_grad():
         assert torch.allclose(result(x), converted(x), atol=0.05)
+
+
+_MAKE_AND_RUN = """
+import sys, torch, fxquant
+from fxquant_executorch import to_executorch
+model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU()).eval()
+x = torch.randn(1, 3, 16, 16)
+config = fxquant.get_backend_config("executorch")
+mapping = fxquant.get_default_qconfig_mapping("executorch")
+prepared = fxquant.prepare_fx(model, mapping, (x,), backend_config=config)
+prepared(x)
+program = to_executorch(fxquant.convert_fx(prepared), (x,))
+print(program(x).shape)
+print("a line of the user's own", file=sys.stderr)
+"""
+
+
+def test_making_and_running_a_program_leaves_stderr_to_the_user() -> None:
+    # ExecuTorch's runtime writes five [cpuinfo_utils.cpp:...] lines from C++ on its first
+    # load of a program: a fresh process, as a user's script meets them
+    result = subprocess.run(
+        [sys.executable, "-c", _MAKE_AND_RUN], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.splitlines() == ["torch.Size([1, 8, 14, 14])"]
+    assert result.stderr.splitlines() == ["a line of the user's own"]

@@ -124,3 +124,16 @@ def test_explain_says_why_a_transformers_other_ops_stay_float(zoo: ModuleType) -
     linears = [e for e in entries if e.pattern == "Linear"]
     assert len(linears) == sum(isinstance(m, nn.Linear) for m in model.modules())
     assert all(e.qconfig and e.qconfig.startswith("PerTokenObserver") for e in linears)
+
+
+def test_a_cnns_float_relu_and_add_are_explained_without_a_transformers_ops() -> None:
+    from fxquant.tools.demo import DemoNet
+
+    model = DemoNet().eval()
+    _, converted = quantized(model, [(torch.randn(4, 3, 16, 16),)])
+    report = delegation_report(fxquant.explain(converted, show=False), [])
+    words = {e.node: e.reason.words for e in report.entries() if e.reason is not None}
+    relu = words["relu"]  # the residual block's add + relu, kept float by the default mapping
+    assert "keeps residual adds, standalone relus, dropouts and reshapes float" in relu
+    for transformer_op in ("LayerNorm", "softmax", "GELU", "transformer", "residual stream"):
+        assert transformer_op not in relu

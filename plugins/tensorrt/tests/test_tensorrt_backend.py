@@ -132,7 +132,14 @@ def test_demo_deploys_tensorrt_to_onnxruntime(one_thread: None) -> None:
     assert run_demo(out, backends=[BACKEND]) == 0
     row = next(line for line in out.getvalue().splitlines() if line.startswith(f"| {BACKEND} "))
     cells = [cell.strip() for cell in row.split("|")[1:-1]]
-    assert cells[-1] == "ok", row
+    # onnxruntime on this CPU is not TensorRT: a slower row says so instead of blaming the model
+    slower = float(cells[9].removesuffix("x")) < 1
+    assert cells[-1] == (
+        "slower than float: onnxruntime on the CPU stands in for TensorRT's GPU engine (its "
+        "Q/DQ kernels are not TensorRT's)"
+        if slower
+        else "ok"
+    ), row
     assert cells[-2] == plugin.RUNTIME
     assert int(cells[1]) > 5  # lowered: the nodes whose Q/DQ TensorRT fuses
     assert float(cells[5]) > 20  # SQNR against float (after the float column), in onnxruntime

@@ -26,9 +26,11 @@ from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
+import torch
+import torch.nn.functional as F
 from fxquant.export import origin
 from fxquant.flow.report import NodeReport, NodeStatus, Reason, ReasonCode, Report
-from torch import fx
+from torch import fx, nn
 from torch.export import ExportedProgram
 
 from fxquant_executorch.edge_ops import target_name
@@ -171,12 +173,22 @@ def _words(entry: NodeReport, placement: Placement) -> str:
 
 
 @functools.cache
-def _kept_float_labels() -> frozenset[str]:
+def _kept_float_labels() -> tuple[frozenset[str], frozenset[str]]:
+    """The report labels of the ops the default mapping keeps float: ``(transformer's own
+    ops, ops a CNN has too)``. Residual adds, relus, dropouts and reshapes are in CNNs
+    (ResNet, VGG, ShuffleNet): a CNN's report must not explain them by a transformer's
+    LayerNorm and GELU."""
     from fxquant.config.pattern import pattern_str
 
     from fxquant_executorch.qconfig import FLOAT_RELUS, TRANSFORMER_FLOAT_OPS
 
-    return frozenset(f"({pattern_str(op)})" for op in (*TRANSFORMER_FLOAT_OPS, *FLOAT_RELUS))
+    own = [
+        nn.LayerNorm, F.layer_norm, nn.Softmax, F.softmax, torch.softmax, "softmax",
+        nn.GELU, F.gelu, torch.matmul, operator.matmul, torch.bmm, "matmul",
+    ]  # fmt: skip
+    shared = [op for op in (*TRANSFORMER_FLOAT_OPS, *FLOAT_RELUS) if op not in own]
+    labels = [frozenset(f"({pattern_str(op)})" for op in ops) for ops in (own, shared)]
+    return labels[0], labels[1]
 
 
 _WHY_FLOAT = (
@@ -185,6 +197,12 @@ _WHY_FLOAT = (
     "(fxquant_executorch.qconfig.TRANSFORMER_FLOAT_OPS, FLOAT_RELUS): its Linear layers "
     "return float (dynamic int8 per token), and int8 here XNNPACK would requantize the "
     "residual stream between them; XNNPACK runs them in float32"
+)
+_WHY_FLOAT_CNN = (
+    "the executorch default mapping keeps residual adds, standalone relus, dropouts and "
+    "reshapes float (fxquant_executorch.qconfig.TRANSFORMER_FLOAT_OPS, FLOAT_RELUS): XNNPACK "
+    "runs them in float32 between the int8 ops around them (a relu fused into a conv stays "
+    "int8 with it)"
 )
 
 
@@ -200,9 +218,13 @@ def explain_float(entry: NodeReport) -> NodeReport:
     reason = entry.reason
     if reason is None or reason.code != ReasonCode.QCONFIG_NONE:
         return entry
-    if not any(label in reason.words for label in _kept_float_labels()):
+    transformer, shared = _kept_float_labels()
+    if any(label in reason.words for label in transformer):
+        words = f"{reason.words}; {_WHY_FLOAT}"
+    elif any(label in reason.words for label in shared):
+        words = f"{reason.words}; {_WHY_FLOAT_CNN}"
+    else:
         return entry
-    words = f"{reason.words}; {_WHY_FLOAT}"
     return dataclasses.replace(entry, reason=dataclasses.replace(reason, words=words))
 
 

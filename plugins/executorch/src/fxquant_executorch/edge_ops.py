@@ -40,6 +40,7 @@ from fxquant.lowering import (
     DEQUANTIZE_OF,
     QDQ_OPS,
 )
+from fxquant.quiet import third_party_noise_filtered
 from torch import fx
 
 __all__ = [
@@ -71,8 +72,11 @@ def quiet_toolchain() -> Iterator[None]:
     non-leaf tensor: warnings the user can do nothing about, which fail test
     suites that turn warnings into errors. The import also logs that torchao's
     CUDA kernels do not load on a CPU machine; those log lines are held back
-    too. Used around ExecuTorch's imports, lowering and runtime only, never
-    around the user's model code (``torch.export`` of the model runs outside it).
+    too, and so are the ``[cpuinfo_utils.cpp:...]`` lines its runtime's C++ writes
+    straight to descriptor 2 when it first loads a program (``fxquant.quiet``: every
+    other line written to stderr in the block is written back after it). Used around
+    ExecuTorch's imports, lowering and runtime only, never around the user's model
+    code (``torch.export`` of the model runs outside it).
 
     Example:
         >>> with quiet_toolchain():
@@ -80,7 +84,7 @@ def quiet_toolchain() -> Iterator[None]:
     """
     loggers = [logging.getLogger(name) for name in _NOISY_LOGGERS]
     levels = [logger.level for logger in loggers]
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), third_party_noise_filtered():
         warnings.simplefilter("ignore", DeprecationWarning)
         warnings.simplefilter("ignore", FutureWarning)
         warnings.filterwarnings("ignore", r"The \.grad attribute of a Tensor", UserWarning)

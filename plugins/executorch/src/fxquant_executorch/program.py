@@ -113,11 +113,12 @@ class ExecuTorchProgram:
 
     def _loaded(self) -> Any:
         if self._method is None:
+            # the runtime's C++ prints its CPU probing on the first load: held back in there
             with quiet_toolchain():
                 from executorch.runtime import Runtime
 
-            program = Runtime.get().load_program(self.buffer)
-            self._method = program.load_method("forward")
+                program = Runtime.get().load_program(self.buffer)
+                self._method = program.load_method("forward")
         return self._method
 
     def __call__(self, *inputs: Any) -> Any:

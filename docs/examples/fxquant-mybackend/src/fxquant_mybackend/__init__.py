@@ -1,5 +1,3 @@
-"""fxquant-mybackend: an example backend plugin for fxquant (see README.md)."""
-
-from __future__ import annotations
+"""fxquant-mybackend: the mybackend backend for fxquant."""
 
 __version__ = "0.1.0"

@@ -7,22 +7,16 @@ from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.fake_quantize import FakeQuantize, default_weight_fake_quant
 from fxquant.observer import MinMaxObserver, default_weight_observer
 
-# quant_max 127 leaves headroom; eps = 2**-12 keeps every scale within the kernels' limit
-_OBSERVER_ARGS = {"quant_min": 0, "quant_max": 127, "eps": 2**-12}
+# eps = 2**-12 keeps every scale within the patterns' scale_min_lower_bound
+_ACTIVATION = {"quant_min": 0, "quant_max": 255, "eps": 2**-12}
 
 
-def default_qconfig_mapping(is_qat: bool) -> QConfigMapping:
-    """One qconfig for every supported op (fake-quantize modules when ``is_qat``).
-
-    Example:
-        >>> default_qconfig_mapping(is_qat=False).global_qconfig is not None
-        True
-    """
+def default_qconfig_mapping(is_qat):
+    """One qconfig for every supported op (fake-quantize modules when ``is_qat``)."""
     if is_qat:
-        activation = FakeQuantize.with_args(observer=MinMaxObserver, **_OBSERVER_ARGS)
+        activation = FakeQuantize.with_args(observer=MinMaxObserver, **_ACTIVATION)
         qconfig = QConfig(activation=activation, weight=default_weight_fake_quant)
     else:
-        qconfig = QConfig(
-            activation=MinMaxObserver.with_args(**_OBSERVER_ARGS), weight=default_weight_observer
-        )
+        activation = MinMaxObserver.with_args(**_ACTIVATION)
+        qconfig = QConfig(activation=activation, weight=default_weight_observer)
     return QConfigMapping().set_global(qconfig)
