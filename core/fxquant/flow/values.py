@@ -236,12 +236,18 @@ def computed_from_attributes(node: fx.Node) -> bool:
         >>> [n.name for n in gm.graph.nodes if computed_from_attributes(n)]
         ['weight', 'getitem']
     """
-    if node.op == "get_attr":
-        return True
-    if node.op not in ("call_function", "call_method"):
-        return False
-    inputs = list(node_args(node))
-    return bool(inputs) and all(computed_from_attributes(n) for n in inputs)
+    seen: set[fx.Node] = set()
+    todo = [node]
+    while todo:  # a walk, not a recursion: a deep model's chain of ops has no depth limit
+        current = todo.pop()
+        if current in seen or current.op == "get_attr":
+            continue
+        seen.add(current)
+        inputs = list(node_args(current))
+        if current.op not in ("call_function", "call_method") or not inputs:
+            return False  # an input, a module's output, a value made from nothing
+        todo += inputs
+    return True
 
 
 def _constants(node: fx.Node) -> list[Any]:
