@@ -8,7 +8,13 @@ import fxquant
 import pytest
 import torch
 from fxquant.flow import explain, prepare_fx
-from fxquant.flow.values import MASK_FILL_MAX, ValueKind, fills_a_mask, value_kinds
+from fxquant.flow.values import (
+    MASK_FILL_MAX,
+    ValueKind,
+    computed_from_attributes,
+    fills_a_mask,
+    value_kinds,
+)
 from fxquant.observer import MinMaxObserver
 from hypothesis import given
 from hypothesis import strategies as st
@@ -304,3 +310,20 @@ def test_a_float_made_from_integers_without_minus_infinity_is_added_as_data() ->
     prepared(ids)
     entries = {e.node: e for e in explain(fxquant.convert_fx(prepared), show=False).entries()}
     assert entries["fc"].status == "lowered"
+
+
+def test_a_weight_slice_is_from_attributes_and_a_deep_chain_of_ops_is_not() -> None:
+    class Deep(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(torch.randn(4, 4))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for _ in range(3000):  # deeper than Python's recursion limit
+                x = x.neg()
+            return nn.functional.linear(x, self.weight[:2])
+
+    gm = fx.symbolic_trace(Deep())
+    by_name = {n.name: n for n in gm.graph.nodes}
+    assert computed_from_attributes(by_name["getitem"])
+    assert not computed_from_attributes(by_name["linear"])

@@ -132,4 +132,4 @@ def test_reference_patterns_build_on_a_torch_without_quantized_dtypes() -> None:
     )
     assert result.returncode == 0, result.stderr
     # the 4-bit weight-only config is dropped; everything else is there
-    assert result.stdout.split() == ["204", "['torch.uint8',", "'torch.int8']"]
+    assert result.stdout.split() == ["209", "['torch.uint8',", "'torch.int8']"]

@@ -19,7 +19,7 @@ def backend() -> BackendConfig:
 def test_every_pattern_is_configured_once(backend: BackendConfig) -> None:
     configs = reference_pattern_configs()
     assert len({c.normalized_pattern for c in configs}) == len(configs)
-    assert len(configs) == 204, f"reference has {len(configs)} patterns"
+    assert len(configs) == 209, f"reference has {len(configs)} patterns"
 
 
 def test_every_config_round_trips_through_its_dict(backend: BackendConfig) -> None:

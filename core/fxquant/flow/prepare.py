@@ -43,7 +43,7 @@ from fxquant.flow.qat_swap import (
 from fxquant.flow.qconfig_assign import assign_qconfigs, qconfig_mismatch
 from fxquant.flow.report import NodeReport, NodeStatus, Reason, ReasonCode, Report
 from fxquant.flow.state import node_info, update_info
-from fxquant.flow.values import ValueKind, node_args, value_kinds
+from fxquant.flow.values import ValueKind, computed_from_attributes, node_args, value_kinds
 from fxquant.numerics.fake_quantize import FakeQuantize, FixedQParamsFakeQuantize
 from fxquant.numerics.observer import (
     FixedQParamsObserver,
@@ -193,7 +193,7 @@ def _decide_unmatched(
         return Decision(
             None, qconfig, None, Reason(ReasonCode.STANDALONE_MODULE, words), NodeStatus.SKIPPED
         )
-    if planner.kinds.get(node) != ValueKind.FLOAT:
+    if planner.kinds.get(node) != ValueKind.FLOAT or computed_from_attributes(node):
         return Decision(None, qconfig, None, None, NodeStatus.FLOAT)
     if qconfig is None:
         return Decision(

@@ -44,6 +44,10 @@ The attention-mask rule, in full (``masked`` values stay float, reported
    ``forward``) is a ``mask`` (the reference backend gave 15 dB with -1e9, 3.7
    with -inf, no warning). Inputs with positive values are data, whatever
    their range.
+8. fxquant's own attention (``fxquant.flow.transformer``) builds its mask in one
+   call, ``attention_mask(...)``: a ``mask``, whatever its inputs (a bool padding
+   mask, a float causal one); its ``add_mask(scores, mask)`` makes the scores
+   ``masked``.
 
     attention_mask (int) -> .to(float) -> (1 - m) * -1e4   : mask
     scores (float) + mask                                  : masked (until softmax)
@@ -53,6 +57,7 @@ The attention-mask rule, in full (``masked`` values stay float, reported
     self.causal_mask (a buffer of -inf above the diagonal) : mask
     forward(x, mask) with mask = generate_square_subsequent_mask(n) : mask
     x.size(0), x.shape, torch.finfo(x.dtype).min          : scalar
+    torch._assert(...), the tracer's _assert_is_none(mask) : scalar (None)
 """
 
 from __future__ import annotations
@@ -65,8 +70,16 @@ import torch
 from torch import fx, nn
 
 from fxquant.enums import StrEnum
+from fxquant.flow.transformer import add_mask, attention_mask
 
-__all__ = ["MASK_FILL_MAX", "ValueKind", "fills_a_mask", "node_args", "value_kinds"]
+__all__ = [
+    "MASK_FILL_MAX",
+    "ValueKind",
+    "computed_from_attributes",
+    "fills_a_mask",
+    "node_args",
+    "value_kinds",
+]
 
 
 class ValueKind(StrEnum):
@@ -144,6 +157,9 @@ _INT_METHODS = frozenset(
     }
 )
 _TYPE_INFO = (torch.finfo, torch.iinfo)
+# checks the tracer writes (a specialized ``None`` argument) or a model makes: they return
+# None, a value with nothing to observe or quantize
+_CHECKS = frozenset({torch._assert, torch.fx._symbolic_trace._assert_is_none})
 # ops returning a tuple of tensors: a slice of it is a tuple (an int index gives a tensor)
 _SPLITTING = frozenset(
     {torch.chunk, torch.split, torch.unbind, torch.tensor_split, "chunk", "split", "unbind"}
@@ -206,6 +222,34 @@ def node_args(node: fx.Node) -> Iterator[fx.Node]:
             yield from (v for v in value if isinstance(v, fx.Node))
 
 
+def computed_from_attributes(node: fx.Node) -> bool:
+    """Whether ``node`` reads the model's attributes only (a slice of a weight): no input.
+
+    Such a value is a constant: the op that reads it quantizes it as its weight (a query
+    projection's rows cut from MultiheadAttention's packed ``in_proj_weight``).
+
+    Example:
+        >>> class Half(nn.Linear):
+        ...     def forward(self, x):
+        ...         return nn.functional.linear(x, self.weight[:2])
+        >>> gm = fx.symbolic_trace(Half(4, 4))
+        >>> [n.name for n in gm.graph.nodes if computed_from_attributes(n)]
+        ['weight', 'getitem']
+    """
+    seen: set[fx.Node] = set()
+    todo = [node]
+    while todo:  # a walk, not a recursion: a deep model's chain of ops has no depth limit
+        current = todo.pop()
+        if current in seen or current.op == "get_attr":
+            continue
+        seen.add(current)
+        inputs = list(node_args(current))
+        if current.op not in ("call_function", "call_method") or not inputs:
+            return False  # an input, a module's output, a value made from nothing
+        todo += inputs
+    return True
+
+
 def _constants(node: fx.Node) -> list[Any]:
     return [v for v in (*node.args, *node.kwargs.values()) if not isinstance(v, fx.Node)]
 
@@ -227,8 +271,10 @@ def _call_kind(node: fx.Node, kinds: Mapping[fx.Node, ValueKind]) -> ValueKind:
     """The kind of a call's result from its op and its inputs' kinds."""
     args = [kinds.get(a, FLOAT) for a in node_args(node)]
     target = node.target
-    if target in _SCALAR_METHODS or target is len or target in _TYPE_INFO:
+    if target in _SCALAR_METHODS or target is len or target in _TYPE_INFO or target in _CHECKS:
         return SCALAR  # torch.finfo(dtype).min is a Python float, never a tensor
+    if target is attention_mask or target is add_mask:  # rule 8
+        return MASK if target is attention_mask else MASKED
     if target is getattr:
         return SCALAR if node.args[1] in ("shape", "dtype", "device", "ndim") else args[0]
     if target is operator.getitem:

@@ -39,6 +39,7 @@ __all__ = [
     "absorb_inputs",
     "drop_identities",
     "fast_boundaries",
+    "is_identity",
     "merge_siblings",
     "shape_reads_from_integers",
 ]
@@ -152,7 +153,13 @@ def absorb_epilogues(gm: GraphModule) -> None:
                 _drop_module(gm, follower, calls)
 
 
-def _is_identity(module: nn.Module) -> bool:
+def is_identity(module: nn.Module) -> bool:
+    """Whether ``module`` passes its input on: ``nn.Identity``, a dropout in eval mode.
+
+    Example:
+        >>> is_identity(nn.Dropout(0.1).eval()), is_identity(nn.Dropout(0.1))
+        (True, False)
+    """
     dropout = isinstance(module, nn.modules.dropout._DropoutNd) and not module.training
     return dropout or isinstance(module, nn.Identity)
 
@@ -222,7 +229,7 @@ def drop_identities(gm: GraphModule) -> None:
     for node in list(gm.graph.nodes):
         if node.op != "call_module" or len(node.args) != 1 or node.kwargs:
             continue
-        if _is_identity(gm.get_submodule(str(node.target))):
+        if is_identity(gm.get_submodule(str(node.target))):
             node.replace_all_uses_with(node.args[0])
             gm.graph.erase_node(node)
             _drop_module(gm, node, calls)

@@ -75,13 +75,24 @@ def test_each_pattern_runs_in_onnxruntime_within_one_step_of_the_reference(name:
     assert step > 0
     assert float((deployed(*inputs) - expected).abs().max()) <= step * 1.001
     assert deployed.exported.placement.ok, str(deployed.exported.placement)
-    statuses = {
-        e.status for e in deployed.report.entries() if e.op not in ("placeholder", "output")
-    }
-    assert "lowered" in statuses
-    assert statuses <= {"lowered", "float"}
+    placed = deployed.exported.placement.report(converted)
+    assert {e.status for e in placed.entries()} <= {"lowered", "float"}  # TensorRT fuses all
+    assert_report_says_what_onnxruntime_ran(deployed)
     if FUSED.get(name):
         assert deployed.fused_ops[FUSED[name]] == 1, deployed.optimized_ops
+        assert "lowered" in {e.status for e in deployed.report.entries()}
+
+
+def assert_report_says_what_onnxruntime_ran(deployed: OnnxRuntimeModel) -> None:
+    """``lowered`` exactly where onnxruntime's optimized graph runs integer kernels only."""
+    for entry in deployed.report.entries():
+        kernels = deployed.kernels.get(entry.node, [])
+        if entry.status == "lowered":
+            assert all(k.integer for k in kernels), (entry.node, [str(k) for k in kernels])
+        floats = [k for k in kernels if not k.integer]
+        if floats and entry.status == "reference" and entry.reason.bound == "onnxruntime":
+            assert entry.reason.code == "qdq_not_fusable"
+            assert all(f"{k.onnx_node} as {k.op_type}" in entry.reason.words for k in floats)
 
 
 def conv_relu_linear() -> tuple[nn.Module, torch.Tensor]:
@@ -135,13 +146,29 @@ def test_export_leaves_the_users_model_as_it_was() -> None:
     assert all(torch.equal(before[k], after[k]) for k in tensors)
 
 
-def test_deployed_report_names_every_weighted_node_lowered_and_the_gemm_reads_int8() -> None:
+def test_deployed_report_says_onnxruntime_ran_the_conv_relu_and_the_gemm_in_float() -> None:
     model, x = conv_relu_linear()
-    deployed = deploy(quantize(model, (x,)), (x,))
+    converted = quantize(model, (x,))
+    deployed = deploy(converted, (x,))
     assert isinstance(deployed, OnnxRuntimeModel)
-    statuses = {e.node: e.status for e in deployed.report.entries()}
-    assert statuses["_0"] == "lowered"  # conv + bn + relu, one TensorRT layer
-    assert statuses["_4"] == "lowered"
+    placed = {e.node: e.status for e in deployed.exported.placement.report(converted).entries()}
+    assert placed["_0"] == "lowered"  # conv + bn + relu, one TensorRT layer
+    assert placed["_4"] == "lowered"
+    # onnxruntime: a ReLU between the conv and its QuantizeLinear is a float FusedConv (a
+    # symmetric grid's relu is no clamp it can drop); a float-output Gemm stays Gemm
+    statuses = {e.node: e for e in deployed.report.entries()}
+    assert [str(k) for k in deployed.kernels["_0"]] == ["node_conv2d FusedConv (float)"]
+    assert statuses["_0"].status == "reference"
+    assert "node_conv2d as FusedConv in float" in statuses["_0"].reason.words
+    assert [k.op_type for k in deployed.kernels["_4"]] == ["Gemm"]
+    assert statuses["_4"].status == "reference"
+    assert not deployed.fused_ops
+    assert deployed.kernel_summary().splitlines() == [
+        "onnxruntime ran 1 of 3 int8 nodes on integers only",
+        "  _0: node_conv2d FusedConv (float)",
+        "  _3: node_view Reshape (int8)",
+        "  _4: node_linear Gemm (float)",
+    ]
     # the classifier: int8 in (both inputs dequantized), float out, no Q/DQ after it (#23)
     graph = deployed.exported.model.graph
     producers = {out: n for n in graph.node for out in n.output}
@@ -386,3 +413,19 @@ def test_a_dynamic_per_token_linear_stays_float_on_tensorrt_with_the_reason() ->
     )
     (skipped,) = [e for e in fxquant.explain(reference, show=False).entries() if e.reason]
     assert skipped.reason.code == "is_dynamic"
+
+
+def test_a_transformer_deployed_report_says_what_onnxruntime_ran() -> None:
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(32, 4, 64, batch_first=True)
+    model = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False).eval()
+    x = torch.randn(2, 6, 32)
+    deployed = deploy(quantize(model, (x,)), (x,))
+    assert_report_says_what_onnxruntime_ran(deployed)
+    lines = deployed.kernel_summary().splitlines()
+    ran = {line.split(":")[0].strip(): line for line in lines[1:]}
+    lowered = [e.node for e in deployed.report.entries() if e.status == "lowered"]
+    assert lowered  # attention's int8 matmuls: onnxruntime's QLinearMatMul
+    assert all("(float)" not in ran[node] for node in lowered), lines
+    assert sum(deployed.fused_ops.values()) >= 1, deployed.optimized_ops
+    assert f"ran {len(lowered)} of " in lines[0], lines

@@ -19,7 +19,7 @@ from torch import fx
 from torch.fx import Node
 
 from fxquant.lowering import DEQUANTIZE_OPS, STATIC_QUANTIZE_OPS, QParams
-from fxquant.lowering.epilogues import OUTPUT_OF_KEY, OUTPUT_QPARAMS_KEY
+from fxquant.lowering.epilogues import OUTPUT_OF_KEY, OUTPUT_QPARAMS_KEY, is_identity
 
 __all__ = ["Site", "ValueRun", "value_sites"]
 
@@ -41,8 +41,20 @@ def _static_step(node: Node) -> float | None:
     return None
 
 
-def _output_chain(node: Node) -> tuple[Node, ...]:
+def _passes_on(gm: fx.GraphModule, node: Node) -> bool:
+    return node.op == "call_module" and is_identity(gm.get_submodule(str(node.target)))
+
+
+def _output_chain(gm: fx.GraphModule, node: Node) -> tuple[Node, ...]:
+    """The quantize -> dequantize steps that read ``node``'s value, through identities.
+
+    An eval-mode dropout between a float-output Linear and the next quantize step is
+    no step at all: lowering drops it and the kernel takes the quantize step in, so
+    the reference's value is read after the quantize as the kernel's is.
+    """
     users = list(node.users)
+    while len(users) == 1 and _passes_on(gm, users[0]):
+        users = list(users[0].users)
     if (
         len(users) != 1
         or users[0].op != "call_function"
@@ -68,7 +80,7 @@ def value_sites(gm: fx.GraphModule, names: set[str]) -> dict[Node, Site]:
         name = node.meta.get(OUTPUT_OF_KEY, node.name)
         if name is None or name not in names:
             continue
-        sites[node] = Site(name, _output_chain(node), node.meta.get(OUTPUT_QPARAMS_KEY))
+        sites[node] = Site(name, _output_chain(gm, node), node.meta.get(OUTPUT_QPARAMS_KEY))
     return sites
 
 

@@ -168,6 +168,7 @@ def shared_qparams_ops() -> tuple[Pattern, ...]:
         torch.clamp,
         torch.flatten,
         torch.mean,
+        torch.movedim,
         torch.narrow,
         torch.permute,
         torch.permute_copy,
@@ -176,6 +177,7 @@ def shared_qparams_ops() -> tuple[Pattern, ...]:
         torch.split,
         torch.squeeze,
         torch.transpose,
+        torch.unflatten,
         torch.unsqueeze,
     )
     methods = (
@@ -184,6 +186,7 @@ def shared_qparams_ops() -> tuple[Pattern, ...]:
         "contiguous",
         "flatten",
         "mean",
+        "movedim",
         "narrow",
         "permute",
         "relu",
@@ -194,6 +197,7 @@ def shared_qparams_ops() -> tuple[Pattern, ...]:
         "squeeze",
         "squeeze_",
         "transpose",
+        "unflatten",
         "unsqueeze",
         "view",
     )

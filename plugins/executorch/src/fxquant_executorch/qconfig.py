@@ -61,6 +61,8 @@ TRANSFORMER_FLOAT_OPS: tuple[Any, ...] = (
     torch.matmul, operator.matmul, torch.bmm, "matmul",
     nn.Dropout, F.dropout, "view", "reshape", "permute", "transpose", "contiguous",
     torch.reshape, torch.permute, torch.transpose,
+    # the head split of fxquant's own MultiheadAttention rewrite (flow/transformer.py)
+    "narrow", "unflatten", "movedim", torch.narrow, torch.unflatten, torch.movedim,
 )  # fmt: skip
 """Kept float by the default mapping (#23): a transformer's ops around its Linear layers.
 

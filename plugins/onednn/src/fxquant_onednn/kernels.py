@@ -63,7 +63,7 @@ _SELECT = (
     F.max_pool3d, F.adaptive_max_pool1d, F.adaptive_max_pool2d, F.adaptive_max_pool3d,
     F.dropout, torch.flatten, torch.transpose, torch.squeeze, torch.unsqueeze, torch.permute,
     "flatten", "reshape", "view", "permute", "transpose", "squeeze", "unsqueeze",
-    "contiguous", "repeat", "detach", "expand",
+    "contiguous", "repeat", "detach", "expand", "narrow", "unflatten", "movedim",
 )  # fmt: skip
 # identities at inference: removed from the lowered model (a conv or linear before them
 # can then take over the dequantize step after them)

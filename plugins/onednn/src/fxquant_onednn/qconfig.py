@@ -69,6 +69,8 @@ FLOAT_OPS: tuple[Any, ...] = (
     # linears (whose kernels return floats) and the float matmuls
     nn.Dropout, F.dropout, "view", "reshape", "permute", "transpose", "contiguous",
     torch.reshape, torch.permute, torch.transpose,
+    # the head split of fxquant's own MultiheadAttention rewrite (flow/transformer.py)
+    "narrow", "unflatten", "movedim", torch.narrow, torch.unflatten, torch.movedim,
 )  # fmt: skip
 
 

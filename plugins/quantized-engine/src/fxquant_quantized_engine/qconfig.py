@@ -54,6 +54,8 @@ TRANSFORMER_FLOAT_OPS: tuple[Any, ...] = (
     torch.matmul, operator.matmul, torch.bmm,
     nn.Dropout, F.dropout, "view", "reshape", "permute", "transpose", "contiguous",
     torch.reshape, torch.permute, torch.transpose,
+    # the head split of fxquant's own MultiheadAttention rewrite (flow/transformer.py)
+    "narrow", "unflatten", "movedim", torch.narrow, torch.unflatten, torch.movedim,
 )  # fmt: skip
 
 

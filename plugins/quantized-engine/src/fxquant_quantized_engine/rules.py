@@ -110,7 +110,7 @@ _NATIVE_METHODS = frozenset(
     {
         "relu", "contiguous", "detach", "flatten", "mean", "permute", "repeat",
         "reshape", "resize_", "shape", "size", "squeeze", "transpose", "unsqueeze", "view",
-        "chunk", "sigmoid", "tanh", "expand", "narrow",
+        "chunk", "sigmoid", "tanh", "expand", "narrow", "unflatten", "movedim",
     }
 )  # fmt: skip
 
@@ -171,7 +171,7 @@ def _steps(match: Any) -> tuple[list[Step], list[nn.Module], bool]:
 
 _VIEW_METHODS = frozenset(
     {"contiguous", "detach", "flatten", "permute", "reshape", "squeeze", "transpose",
-     "unsqueeze", "view", "expand", "narrow", "repeat"}
+     "unsqueeze", "view", "expand", "narrow", "repeat", "unflatten", "movedim"}
 )  # fmt: skip
 
 

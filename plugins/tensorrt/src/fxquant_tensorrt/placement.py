@@ -94,7 +94,10 @@ class Placement:
         return placement_report(self, model)
 
     def __str__(self) -> str:
-        head = f"{len(self.fused())} of {len(self.int8_nodes)} int8 ONNX nodes fuse their Q/DQ"
+        head = (
+            f"{len(self.fused())} of {len(self.int8_nodes)} int8 ONNX nodes fuse their Q/DQ"
+            " by TensorRT's placement rules"
+        )
         return "\n".join([head, *(f"  [{f.problem}] {f.words}" for f in self.findings)])
 
 

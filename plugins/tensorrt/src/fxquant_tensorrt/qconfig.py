@@ -8,6 +8,8 @@
     float           layer norm, softmax, GELU, sigmoid, tanh, hardswish, SiLU, embedding:
                     TensorRT runs them in float, so no Q/DQ goes around them
                     (``explain`` says ``qconfig_none``)
+    float too       ``narrow`` and dropout (:data:`PASS_THROUGH_OPS`): each slice gets its
+                    own Q/DQ after it; a dropout puts no Q/DQ on a float GEMM output
 
 For transformers, :func:`transformer_qconfig_mapping` also keeps the adds and
 attention matmuls float: a BERT's residual adds feed LayerNorm (float in
@@ -27,7 +29,12 @@ from fxquant.config.qconfig import QConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
 from torch import nn
 
-__all__ = ["FLOAT_OPS", "default_qconfig_mapping", "transformer_qconfig_mapping"]
+__all__ = [
+    "FLOAT_OPS",
+    "PASS_THROUGH_OPS",
+    "default_qconfig_mapping",
+    "transformer_qconfig_mapping",
+]
 
 _ACTIVATION: dict[str, Any] = {
     "dtype": torch.int8,
@@ -59,6 +66,15 @@ FLOAT_OPS: tuple[Any, ...] = (
     F.embedding,
 )
 """Ops the default mapping leaves float: TensorRT has no int8 kernel that fuses them."""
+
+PASS_THROUGH_OPS: tuple[Any, ...] = ("narrow", torch.narrow, nn.Dropout, F.dropout)
+"""Left float by the default mapping too, though TensorRT could carry int8 through them.
+
+A slice: the Q/DQ goes after each slice, so the query, key and value cut from one packed
+projection (MultiheadAttention's ``in_proj``, whose GEMM returns float) get a scale each.
+A dropout is the identity at inference (the ONNX export has none): an int8 one would put a
+Q/DQ on the float output of the Linear before it (the residual branch of a stock
+``nn.TransformerEncoderLayer``), which costs accuracy and fuses nothing."""
 
 _PER_TENSOR_WEIGHT_OPS: tuple[Any, ...] = (
     nn.ConvTranspose1d,
@@ -110,7 +126,7 @@ def default_qconfig_mapping(is_qat: bool = False) -> QConfigMapping:
     mapping = QConfigMapping().set_global(base)
     for op in _PER_TENSOR_WEIGHT_OPS:
         mapping.set_object_type(op, per_tensor)
-    for op in FLOAT_OPS:
+    for op in (*FLOAT_OPS, *PASS_THROUGH_OPS):
         mapping.set_object_type(op, None)
     return mapping
 

@@ -7,25 +7,48 @@ QuantizeLinear`` into ``QLinearConv`` (and Gemm into ``QGemm``, MatMul into
 activations (s8s8) only when asked (``session.qdqisint8allowed``; uint8 ones by
 default): TensorRT's int8 activations need it. What it fused is in
 :attr:`OnnxRuntimeModel.fused_ops`. It is a consumability check, not TensorRT's speed.
+
+The deployed model's ``report`` says what onnxruntime ran: the placement check (what
+TensorRT fuses), then, per node it calls ``lowered``, the kernels of onnxruntime's
+optimized graph that node became (:attr:`OnnxRuntimeModel.kernels`). A node that
+onnxruntime runs in float between its Q/DQ (a conv with a ReLU before its
+QuantizeLinear becomes ``FusedConv``; a float-output GEMM stays ``Gemm``) is
+``reference`` with reason ``qdq_not_fusable`` and the kernels named::
+
+    placement: _0 lowered   onnxruntime: node_conv2d FusedConv (float)  -> _0 reference
+    placement: _3 lowered   onnxruntime: node_max_pool2d MaxPool (int8)  -> _3 lowered
 """
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import tempfile
 from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+from fxquant.flow.report import NodeStatus, Reason, ReasonCode
 from torch.utils import _pytree as pytree
 
 from fxquant_tensorrt.onnx_export import OnnxExport, export_onnx
 
 if TYPE_CHECKING:
+    import onnx
     from fxquant.flow.report import Report
     from torch import fx
 
-__all__ = ["FUSED_OPS", "OnnxRuntimeModel", "deploy", "session_options"]
+__all__ = [
+    "FUSED_OPS",
+    "Kernel",
+    "OnnxRuntimeModel",
+    "deploy",
+    "kernels_by_node",
+    "session_options",
+]
 
 FUSED_OPS = frozenset(
     {
@@ -45,6 +68,63 @@ FUSED_OPS = frozenset(
     }
 )
 """onnxruntime's quantized ops: a Q/DQ group it fused into one integer kernel."""
+
+_QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"})
+_FLOAT_RESULT_OPS = frozenset({"MatMulIntegerToFloat", "DynamicQuantizeMatMul"})
+# onnxruntime names a node it rewrites after the one it replaced, plus "_token_<n>" or
+# "/<fusion>" ("node_MatMul_9/MatMulAddFusion")
+_RENAMED = re.compile(r"(/.*|_token_\d+)$")
+
+
+@dataclass(frozen=True, slots=True)
+class Kernel:
+    """One node of onnxruntime's optimized graph: its name, op type, and whether it
+    computes on integers (a fused QLinear*/QGemm op, or a pooling/reshape of int8 values)."""
+
+    onnx_node: str
+    op_type: str
+    integer: bool
+
+    def __str__(self) -> str:
+        return f"{self.onnx_node} {self.op_type} ({'int8' if self.integer else 'float'})"
+
+
+def kernels_by_node(graph: onnx.GraphProto, origins: Mapping[str, str]) -> dict[str, list[Kernel]]:
+    """The converted model's node -> the kernels onnxruntime's optimized ``graph`` runs for it.
+
+    ``origins`` maps the exported ONNX nodes to the converted model's nodes
+    (:class:`~fxquant_tensorrt.placement.Placement`). Quantize/dequantize steps and
+    nodes of no origin (layout transposes onnxruntime adds) are left out.
+
+    Example:
+        >>> from onnx import helper
+        >>> nodes = [helper.make_node("QuantizeLinear", ["x", "s"], ["q"], name="q"),
+        ...          helper.make_node("MaxPool", ["q"], ["p"], name="node_pool"),
+        ...          helper.make_node("DequantizeLinear", ["p", "s"], ["d"], name="dq"),
+        ...          helper.make_node("FusedConv", ["d"], ["y"], name="node_conv_token_3"),
+        ...          helper.make_node("Gemm", ["y"], ["z"], name="node_mm/MatMulAddFusion")]
+        >>> graph = helper.make_graph(nodes, "g", [], [])
+        >>> origins = {"node_pool": "pool", "node_conv": "conv", "node_mm": "fc"}
+        >>> for node, kernels in kernels_by_node(graph, origins).items():
+        ...     print(node, *kernels)
+        pool node_pool MaxPool (int8)
+        conv node_conv_token_3 FusedConv (float)
+        fc node_mm/MatMulAddFusion Gemm (float)
+    """
+    integers: set[str] = set()
+    found: dict[str, list[Kernel]] = {}
+    for node in graph.node:
+        fused = node.op_type in FUSED_OPS
+        reads_integers = bool(node.input) and node.input[0] in integers
+        keeps_integers = node.op_type not in _FLOAT_RESULT_OPS | {"DequantizeLinear"}
+        if node.op_type == "QuantizeLinear" or ((fused or reads_integers) and keeps_integers):
+            integers.update(node.output)
+        origin = origins.get(_RENAMED.sub("", node.name))
+        if origin is not None and node.op_type not in _QDQ_OPS:
+            found.setdefault(origin, []).append(
+                Kernel(node.name, node.op_type, fused or reads_integers)
+            )
+    return found
 
 
 def session_options(optimized_path: str | None = None) -> Any:
@@ -98,13 +178,37 @@ class OnnxRuntimeModel:
             )
             graph = onnx.load(optimized).graph
         self.optimized_ops: Counter[str] = Counter(node.op_type for node in graph.node)
-        self._report: Report = exported.placement.report(converted)
+        self.kernels: dict[str, list[Kernel]] = kernels_by_node(graph, exported.placement.origins)
+        """Per converted node, the kernels onnxruntime ran for it (see :func:`kernels_by_node`)."""
+        self._report: Report = _what_ran(exported.placement.report(converted), self.kernels)
         self._inputs = [i.name for i in self.session.get_inputs()]
 
     @property
     def report(self) -> Report:
-        """Per node of the converted model: its Q/DQ fused by TensorRT (lowered), or why not."""
+        """Per node of the converted model: ``lowered`` when TensorRT fuses its Q/DQ and
+        onnxruntime ran it on integers; else ``reference`` and why (module docstring)."""
         return self._report
+
+    def kernel_summary(self) -> str:
+        """What onnxruntime ran for each node the placement check finds int8, one line each.
+
+        A node with no kernel of its own was folded into its neighbours (a transpose
+        into the matmul reading it), so nothing of it runs in float.
+
+        Example:
+            >>> # on a conv -> relu -> maxpool CNN:
+            >>> # onnxruntime ran 1 of 2 int8 nodes on integers only
+            >>> #   _0: node_conv2d FusedConv (float)
+            >>> #   _3: node_max_pool2d MaxPool (int8)
+        """
+        placement = self.exported.placement
+        nodes = list(dict.fromkeys(placement.origins.get(n, n) for n in placement.int8_nodes))
+        integer = [node for node in nodes if all(k.integer for k in self.kernels.get(node, ()))]
+        lines = [f"onnxruntime ran {len(integer)} of {len(nodes)} int8 nodes on integers only"]
+        for node in nodes:
+            ran = ", ".join(map(str, self.kernels.get(node, ()))) or "folded into its neighbours"
+            lines.append(f"  {node}: {ran}")
+        return "\n".join(lines)
 
     @property
     def fused_ops(self) -> Counter[str]:
@@ -134,6 +238,27 @@ class OnnxRuntimeModel:
         if self.exported.out_spec is None:
             return outputs[0] if len(outputs) == 1 else tuple(outputs)
         return pytree.tree_unflatten(outputs, self.exported.out_spec)
+
+
+def _what_ran(report: Report, kernels: Mapping[str, list[Kernel]]) -> Report:
+    """``report`` with each ``lowered`` node that onnxruntime ran in float ``reference``."""
+    for entry in report.entries():
+        floats = [k for k in kernels.get(entry.node, ()) if not k.integer]
+        if entry.status != NodeStatus.LOWERED or not floats:
+            continue
+        ran = ", ".join(f"{k.onnx_node} as {k.op_type}" for k in floats)
+        words = (
+            f"{entry.node}: onnxruntime ran {ran} in float, on dequantized values: its CPU"
+            " optimizer fused no integer kernel for it (TensorRT fuses these Q/DQ: the"
+            " placement check passes)"
+        )
+        reason = Reason(
+            ReasonCode.QDQ_NOT_FUSABLE, words, field="float_kernel", bound="onnxruntime"
+        )
+        report = report.with_entry(
+            dataclasses.replace(entry, status=NodeStatus.REFERENCE, reason=reason)
+        )
+    return report
 
 
 def deploy(
