@@ -269,11 +269,11 @@ def explain(model: object, *, show: bool = True) -> Report:
         ['float', 'quantized', 'float']
     """
     state = flow_state(model)
-    if state is None and isinstance(getattr(model, "report", None), Report):
-        report = model.report  # a deployed model (fxquant.registry.Deployed): its own report
+    deployed = getattr(model, "report", None)  # a deployed model (Deployed): its own report
+    if state is None and isinstance(deployed, Report):
         if show:
-            print(report.table())  # printing the table is the point
-        return report
+            print(deployed.table())  # printing the table is the point
+        return deployed
     if state is None:
         msg = (
             f"explain(model) needs a model returned by prepare_fx, prepare_qat_fx or "

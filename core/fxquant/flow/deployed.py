@@ -18,7 +18,7 @@ import abc
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from fxquant.errors import ConfigError
 from fxquant.flow.report import Report
@@ -64,6 +64,8 @@ class DeployedModel(abc.ABC):
     """
 
     report: Report
+    suffix: ClassVar[str] = ""
+    """The artifact's file suffix (``".pte"``), for tools that pick a file name."""
 
     @abc.abstractmethod
     def __call__(self, *inputs: Any) -> Any:

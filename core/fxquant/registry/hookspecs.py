@@ -219,9 +219,9 @@ def fxquant_deployment(backend: str) -> Deployment | Override | None:
 
         class MyProgram(DeployedModel):  # what compile_and_load returns
             def __call__(self, *inputs): ...
-            def save_artifact(self, path): ...           # the runtime's file at path
+            def save_artifact(self, path, **options): ...  # the runtime's file; {} or extras
             @classmethod
-            def load_artifact(cls, path, report): ...    # that file back, with its report
+            def load_artifact(cls, path, report, extras): ...  # that file back
     """
 
 

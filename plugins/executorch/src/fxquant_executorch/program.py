@@ -96,6 +96,8 @@ class ExecuTorchProgram(DeployedModel):
         """Bytes of the ``.pte`` program."""
         return len(self.buffer)
 
+    suffix = ".pte"
+
     def save_artifact(self, path: Path, **options: Any) -> Mapping[str, Any]:
         """The ``.pte`` program at ``path``; its output structure goes in the report file."""
         if options:

@@ -117,6 +117,8 @@ class OnnxRuntimeModel(DeployedModel):
         """Per node of the converted model: its Q/DQ fused by TensorRT (lowered), or why not."""
         return self._report
 
+    suffix = ".onnx"
+
     def save_artifact(self, path: Path, **options: Any) -> Mapping[str, Any]:
         """The ONNX model at ``path``; its output structure goes in the report file."""
         if options:

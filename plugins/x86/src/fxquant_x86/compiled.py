@@ -52,7 +52,7 @@ from typing import Any
 from unittest import mock
 
 import torch
-from fxquant.errors import ConfigTypeError
+from fxquant.errors import ConfigError, ConfigTypeError
 from fxquant.flow.deployed import DeployedModel
 from fxquant.flow.report import NodeStatus, Reason, ReasonCode, Report
 from fxquant.flow.state import FlowState, flow_state, reference_form
@@ -647,6 +647,8 @@ class CompiledModel(DeployedModel):
         """
         return super().save(path, dynamic_batch=dynamic_batch)
 
+    suffix = ".pt2"
+
     def save_artifact(self, path: Path, **options: Any) -> Mapping[str, Any]:
         """The AOTInductor package at ``path`` (:meth:`save`)."""
         save_package(self._model, self._example_inputs, path, **options)
@@ -676,6 +678,8 @@ class CompiledPackage(DeployedModel):
     Example:
         >>> # package = CompiledModel.load("model.pt2"); package(x); package.explain()
     """
+
+    suffix = ".pt2"
 
     def __init__(self, path: str | Path, report: Report) -> None:
         self.path = Path(path)
@@ -827,6 +831,9 @@ def save_package(
     Example:
         >>> # save_package(converted, (x,), "model.pt2")
     """
+    if Path(path).suffix != ".pt2":
+        msg = f"path must name a .pt2 file (AOTInductor's package), got {str(path)!r}"
+        raise ConfigError(msg)
     _load_inductor()
     model, _ = _reference_model(model, "model")
     with torch.no_grad():
