@@ -5,9 +5,10 @@ Compressor, driven here by a ``QConfigMapping`` so the answer is reviewable and
 reusable with any backend):
 
 1. quantize with the user's mapping and score it; done if the budget holds;
-2. rank every quantized pattern by its local SQNR (:func:`fxquant.numerics.compare`:
-   the pattern alone, fed the float model's inputs), worst first;
-3. keep the next-worst pattern float (a ``None`` entry naming it in a copy of the
+2. rank every quantized pattern by its output gain (:func:`fxquant.numerics.compare`:
+   how much the model output's SQNR improves when that pattern alone runs float, one
+   swap run per quantized node on the first calibration batch), largest first;
+3. keep the next pattern of the ranking float (a ``None`` entry naming it in a copy of the
    mapping), quantize again and score, until the budget holds;
 4. verify: try giving back each float pattern, most recently added first; keep it
    quantized when the budget still holds without it.
@@ -141,16 +142,18 @@ def _entries(units: Iterable[_Unit]) -> tuple[str, ...]:
 
 
 def _sensitivity(setup: _Setup, units: list[_Unit], reference: nn.Module) -> dict[str, float]:
-    rows = {row.node: row for row in compare(setup.model, reference, setup.batches[:4])}
-    sensitivity: dict[str, float] = {}
+    """Each unit's output gain (dB) when it alone runs float, largest first: compare's ranking
+    on the first calibration batch (one swap run per quantized node). A unit whose nodes
+    cannot run float on the quantized values comes last, the lowest local SQNR first."""
+    rows = {row.node: row for row in compare(setup.model, reference, setup.batches[:1])}
+    ranked: list[tuple[float, float, str]] = []
     for unit in units:
-        values: list[float] = []
-        for name in unit.nodes:
-            if name in rows:
-                local = rows[name].local_sqnr
-                values.append(rows[name].sqnr if local is None else local)
-        sensitivity[unit.name] = min(values, default=math.inf)
-    return dict(sorted(sensitivity.items(), key=lambda item: item[1]))
+        found = [rows[name] for name in unit.nodes if name in rows]
+        gains = [row.gain for row in found if row.gain is not None]
+        local = [row.sqnr if row.local_sqnr is None else row.local_sqnr for row in found]
+        ranked.append((max(gains, default=-math.inf), min(local, default=math.inf), unit.name))
+    ranked.sort(key=lambda item: (-item[0], item[1]))
+    return {name: gain for gain, _, name in ranked}
 
 
 def fallback(  # noqa: PLR0913  # five positional (the prepare_fx inputs + budget), the rest keyword-only

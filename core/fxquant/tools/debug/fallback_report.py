@@ -41,7 +41,8 @@ class FallbackResult:
     model: nn.Module
     float_nodes: tuple[str, ...]
     sensitivity: dict[str, float]
-    """Every quantized pattern's local SQNR (dB), worst first."""
+    """Every quantized pattern's output gain (dB) when it alone runs float, largest first
+    (``compare``'s ranking; ``-inf`` for one that cannot run float on its own)."""
     steps: tuple[FallbackStep, ...]
     score: float
     met: bool
