@@ -184,7 +184,7 @@ def compare(float_model: nn.Module, quantized_model: nn.Module, inputs: Any) -> 
         gains = {}
         if isinstance(quantized_model, fx.GraphModule):
             names = [name for name in labels if name in sums]
-            runs = _GainRuns(float_gm, quantized_model, scaled, _outputs, frozenset(labels))
+            runs = _GainRuns(float_gm, quantized_model, scaled, _outputs)
             gains = output_gains(runs, names, batches, expected_outs)
     return Comparison(tuple(_rows(sums, labels, steps, float_gm, gains)))
 

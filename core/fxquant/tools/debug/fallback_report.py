@@ -22,7 +22,8 @@ class FallbackStep:
     score: float
     float_nodes: tuple[str, ...]
     kept: bool = True
-    """False for a verification try that broke the budget (the pattern stays float)."""
+    """False for a ``keep float`` try that lowered the score (the pattern stays quantized)
+    or a ``give back`` try that broke the budget (the pattern stays float)."""
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,10 @@
 """Output gain: how much the quantized model's output improves when one node alone runs float.
 
-What :func:`fxquant.numerics.fallback` buys with a step (keep one pattern float), measured
-without quantizing again: for each quantized node N, one run of the quantized model in
-which N computes its float op (the float model's node of the same name, its float
-module or function) on the values this run has for N's inputs, and N's readers get that
-float value in place of N's quantized one (after N's output quantize/dequantize)::
+What :func:`fxquant.numerics.fallback` ranks its steps by (keep one pattern float),
+measured without quantizing again: for each quantized node N, one run of the quantized
+model in which N computes its float op (the float model's node of the same name, its
+float module or function) on the values this run has for N's inputs, and N's readers get
+that float value in place of N's quantized one (N's output quantize/dequantize skipped)::
 
     quantized run:  ... -> q/dq -> N (quantized) -> quantize -> dequantize -> readers
     swap run of N:  ... -> q/dq -> N's float op on the same inputs ----------> readers
@@ -12,7 +12,10 @@ float value in place of N's quantized one (after N's output quantize/dequantize)
 The gain is the model output's SQNR against the float model's with N swapped, minus
 the SQNR with nothing swapped (dB, summed over the batches). Local error (the node fed
 the float model's inputs) says how wrong a node is; the gain says how much of the
-output's error it causes, through everything downstream of it.
+output's error it causes, through everything downstream of it. N's output quantization
+counts as N's: where a quantized node reads N (a residual add and its LayerNorm), that
+quantization goes only once both are float, and the gain ranks both early, where keeping
+N alone float may buy little (fallback keeps such a step unless its score drops).
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ from torch import fx
 from torch.fx import Node
 
 from fxquant.lowering import DEQUANTIZE_OPS
-from fxquant.lowering.epilogues import OUTPUT_OF_KEY
 from fxquant.tools.debug.node_values import Site, ValueRun, value_sites
 
 __all__ = ["GainRuns", "SwapRun", "output_gains"]
@@ -53,12 +55,12 @@ class SwapRun(ValueRun):
         self.float_gm, self.scaled = float_gm, setup.scaled
         self.float_nodes = {n.name: n for n in float_gm.graph.nodes}
         self.swapped = set(swapped)
-        # a swapped node read only by float nodes (or the output) loses its output quantize:
-        # each dequantize after it hands its readers the float value
+        # a node running float has no output quantize: each dequantize after it hands its
+        # readers the float value
         self.ends = {
             end: site.name
             for node, site in sites.items()
-            if site.name in self.swapped and site.chain and not _read_quantized(site, setup)
+            if site.name in self.swapped
             for end in _dequantizes(site)
         }
         self.pending: dict[str, torch.Tensor] = {}
@@ -78,16 +80,11 @@ class SwapRun(ValueRun):
             return out
         value = _scale(value, self.scaled.get(site.name), up=True)
         self.done.add(site.name)
-        if any(self.ends.get(end) == site.name for end in _dequantizes(site)):
-            self.values[site.name] = value.detach().float()
+        self.values[site.name] = value.detach().float()
+        if site.chain:
             self.pending[site.name] = value.float()
             return out
-        # read by a quantized node: quantized for it still (its input observer would be)
-        forced = self._force(site, out, value)
-        read = self._value(site, forced)
-        if read is not None:
-            self.values[site.name] = read
-        return forced
+        return self._force(site, out, value)  # a kernel's integers: the float value, requantized
 
     def _float_value(self, name: str) -> torch.Tensor | None:
         node = self.float_nodes.get(name)
@@ -117,15 +114,6 @@ def _dequantizes(site: Site) -> list[Node]:
     ]
 
 
-def _read_quantized(site: Site, setup: GainRuns) -> bool:
-    """Whether a quantized node reads the node's value: kept float in ``fallback``, its
-    output would still be quantized, as that reader's input."""
-    readers = [reader for end in _dequantizes(site) for reader in end.users]
-    return any(
-        reader.meta.get(OUTPUT_OF_KEY, reader.name) in setup.quantized_nodes for reader in readers
-    )
-
-
 def _scale(value: torch.Tensor, scale: torch.Tensor | None, *, up: bool) -> torch.Tensor:
     """An equalized model's value (the float one times the folded scale) from the float
     one (``up``), or the float one from it."""
@@ -143,8 +131,6 @@ class GainRuns:
     quantized: fx.GraphModule
     scaled: Mapping[str, torch.Tensor]
     outputs: Callable[[Any], list[torch.Tensor]]
-    quantized_nodes: frozenset[str] = frozenset()
-    """The quantized nodes' names (``explain``'s quantized, reference and lowered)."""
 
     def run(
         self, sites: Mapping[Node, Site], swapped: Collection[str], batch: tuple[Any, ...]
