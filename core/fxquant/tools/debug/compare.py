@@ -13,6 +13,10 @@ Two runs of the quantized model over the same inputs:
   reads it: each node's **local** error, the node alone fed float inputs
   (through its own input quantization, which is part of what it computes).
 
+and, per quantized node, one more run with that node alone in float: its **output gain**,
+how much the model output's SQNR improves (:mod:`.float_swap`), the ranking of
+:meth:`Comparison.worst` and of ``fallback``.
+
 ``compare(reference, lowered, inputs)`` works the same way: the reference model
 plays the float model, and ``steps`` says how many quantization steps apart the
 two are (issue 23's first target: at most one per quantized node).
@@ -143,7 +147,7 @@ def compare(float_model: nn.Module, quantized_model: nn.Module, inputs: Any) -> 
     Returns:
         A :class:`Comparison`: one row per quantized node (``explain``'s
         quantized, reference and lowered nodes) that has a float counterpart,
-        then ``output``.
+        then ``output``. ``worst(n)`` gives the nodes of largest output gain.
 
     Raises:
         ConfigTypeError: ``float_model`` is not an ``nn.Module``.
