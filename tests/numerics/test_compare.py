@@ -97,7 +97,7 @@ def test_rows_cover_the_quantized_nodes_then_the_output() -> None:
     assert table[0].startswith("| node | pattern | status | output gain dB | SQNR dB")
     assert len(table) == len(result) + 2
     json.dumps(result.to_dict())  # plain data
-    with pytest.raises(ValueError, match="rank by 'gain'.*'local_sqnr'"):
+    with pytest.raises(ValueError, match=r"rank by 'gain'.*'local_sqnr'"):
         result.worst(1, by="max_abs")
     with pytest.raises(KeyError, match="no row for node 'nope'"):
         result["nope"]

@@ -28,7 +28,8 @@ def test_fallback_starts_where_compare_points_and_its_first_step_improves_the_ou
     assert (first.action, first.node) == ("keep float", DOMINANT)
     assert first.score > result.steps[0].score + 0.01  # mean cosine to the float outputs
     assert next(iter(result.sensitivity)) == DOMINANT  # compare's ranking, largest gain first
-    assert result.met and DOMINANT in result.float_nodes
+    assert result.met
+    assert DOMINANT in result.float_nodes
 
 
 def test_fallback_keeps_only_the_planted_layers_float() -> None:
