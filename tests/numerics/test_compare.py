@@ -12,10 +12,20 @@ import pytest
 import torch
 from fxquant.flow import convert_fx, convert_to_reference_fx, prepare_fx
 from fxquant.numerics import Comparison, NodeError, compare
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 from tests.flow.zoo import ZOO, SmallCNN, seeded
-from tests.numerics.planted import SENSITIVE, Planted, batches
+from tests.numerics.planted import (
+    DECOY,
+    DOMINANT,
+    SENSITIVE,
+    Dominant,
+    Planted,
+    batches,
+    outlier_batches,
+)
 
 # (backend, model): the transformer leaves out x86/onednn, whose Linear kernels return fp32
 # where their reference model requantizes (issue 23, item 2: another change)
@@ -30,14 +40,17 @@ CASES = [
 ]
 
 
-def _converted(model: nn.Module, backend: str, data: list[Any]) -> tuple[nn.Module, ...]:
+def _converted(
+    model: nn.Module, backend: str | fxquant.QConfigMapping, data: list[Any]
+) -> tuple[nn.Module, ...]:
+    """Reference and lowered models: with ``backend``'s default mapping, or a mapping
+    (on the reference backend)."""
     first = data[0] if isinstance(data[0], tuple) else (data[0],)
-    prepared = prepare_fx(
-        model,
-        fxquant.get_default_qconfig_mapping(backend),
-        first,
-        backend_config=fxquant.get_backend_config(backend),
-    )
+    if isinstance(backend, str):
+        mapping, config = fxquant.get_default_qconfig_mapping(backend), backend
+    else:
+        mapping, config = backend, "reference"
+    prepared = prepare_fx(model, mapping, first, backend_config=fxquant.get_backend_config(config))
     with torch.no_grad():
         for batch in data:
             prepared(*(batch if isinstance(batch, tuple) else (batch,)))
@@ -54,6 +67,24 @@ def test_the_planted_layers_rank_worst_by_local_error() -> None:
     assert result["fc2"].local_sqnr < 10.0
 
 
+@settings(max_examples=4, deadline=None)
+@given(seed=st.integers(0, 2**16), outlier=st.floats(20.0, 60.0))
+def test_the_node_that_dominates_the_output_error_ranks_first_not_the_worst_local_one(
+    seed: int, outlier: float
+) -> None:
+    model, data = Dominant().eval(), outlier_batches(seed=seed, outlier=outlier)
+    reference, _ = _converted(model, "reference", data)
+    result = compare(model, reference, data[:1])
+    assert result.worst(1, by="local_sqnr")[0].node == DECOY  # the decoy is locally worst
+    assert result.worst(1)[0].node == DOMINANT
+    assert result[DOMINANT].gain > 3.0 > abs(result[DECOY].gain)  # dB
+    # the gain is what running the node float buys: the output SQNR with it float
+    mapping = fxquant.get_default_qconfig_mapping("reference").set_module_name(DOMINANT, None)
+    floated, _ = _converted(model, mapping, data)
+    gained = compare(model, floated, data[:1])["output"].sqnr - result["output"].sqnr
+    assert gained == pytest.approx(result[DOMINANT].gain, abs=0.5)
+
+
 def test_rows_cover_the_quantized_nodes_then_the_output() -> None:
     model, data = Planted().eval(), batches()
     reference, _ = _converted(model, "reference", data)
@@ -63,10 +94,10 @@ def test_rows_cover_the_quantized_nodes_then_the_output() -> None:
     assert {"fc1", "fc2", "fc3", "fc4", "fc5"} <= set(names)
     assert all(row.status == "reference" for row in result if row.node != "output")
     table = result.to_markdown().splitlines()
-    assert table[0].startswith("| node | pattern | status | SQNR dB")
+    assert table[0].startswith("| node | pattern | status | output gain dB | SQNR dB")
     assert len(table) == len(result) + 2
     json.dumps(result.to_dict())  # plain data
-    with pytest.raises(ValueError, match="rank by 'local_sqnr'"):
+    with pytest.raises(ValueError, match=r"rank by 'gain'.*'local_sqnr'"):
         result.worst(1, by="max_abs")
     with pytest.raises(KeyError, match="no row for node 'nope'"):
         result["nope"]

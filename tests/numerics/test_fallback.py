@@ -15,9 +15,21 @@ from fxquant.numerics import Budget, fallback
 from fxquant.observer import MinMaxObserver, default_per_channel_weight_observer
 
 from tests.flow.zoo import SmallCNN, seeded
-from tests.numerics.planted import SENSITIVE, Planted, batches
+from tests.numerics.planted import DOMINANT, SENSITIVE, Dominant, Planted, batches, outlier_batches
 
 BACKEND = "fbgemm"
+
+
+def test_fallback_starts_where_compare_points_and_its_first_step_improves_the_output() -> None:
+    model, data = Dominant().eval(), outlier_batches()
+    mapping = fxquant.get_default_qconfig_mapping("reference")
+    result = fallback(model, mapping, data[0], data, 0.999)
+    first = result.steps[1]
+    assert (first.action, first.node) == ("keep float", DOMINANT)
+    assert first.score > result.steps[0].score + 0.01  # mean cosine to the float outputs
+    assert next(iter(result.sensitivity)) == DOMINANT  # compare's ranking, largest gain first
+    assert result.met
+    assert DOMINANT in result.float_nodes
 
 
 def test_fallback_keeps_only_the_planted_layers_float() -> None:

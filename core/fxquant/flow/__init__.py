@@ -249,8 +249,11 @@ def prepare_qat_fx(  # noqa: PLR0913  # the seed's five arguments plus keyword-o
     return _prepare(model, ctx, "prepare_qat_fx")
 
 
-def explain(model: nn.Module, *, show: bool = True) -> Report:
-    """The report of a prepared or converted model; printed as a table unless ``show=False``.
+def explain(model: object, *, show: bool = True) -> Report:
+    """The report of a prepared, converted or deployed model; printed unless ``show=False``.
+
+    A deployed model (what a backend's ``Deployment.deploy`` returns) gives its
+    own report: per node, what the target runtime took.
 
     Under the table: the backend's graph mode first when prepare picked one
     (``mode: NAME (REASON)``), then the report's notes and the equalized pairs.
@@ -266,10 +269,15 @@ def explain(model: nn.Module, *, show: bool = True) -> Report:
         ['float', 'quantized', 'float']
     """
     state = flow_state(model)
+    deployed = getattr(model, "report", None)  # a deployed model (Deployed): its own report
+    if state is None and isinstance(deployed, Report):
+        if show:
+            print(deployed.table())  # printing the table is the point
+        return deployed
     if state is None:
         msg = (
             f"explain(model) needs a model returned by prepare_fx, prepare_qat_fx or "
-            f"convert_fx; got {type(model).__name__} without a report"
+            f"convert_fx, or a deployed one; got {type(model).__name__} without a report"
         )
         raise ConfigTypeError(msg)
     report = state.report

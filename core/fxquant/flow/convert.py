@@ -16,6 +16,7 @@ The report on ``gm.meta["fxquant"]`` is updated: quantized nodes become
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Any
 
@@ -159,6 +160,13 @@ def _tidy(graph: fx.Graph) -> None:
             graph.erase_node(node)  # e.g. a quantized output that returns the integers
     drop_string_annotations(graph)  # a prepared graph may not come from fxquant's trace
     graph.lint()
+
+
+def _unlowered_copy(gm: GraphModule) -> GraphModule:
+    """A copy of the reference model before lowering that shares its weight tensors:
+    lowering replaces modules and adds integer buffers but changes no tensor in place."""
+    shared = {id(t): t for t in (*gm.parameters(), *gm.buffers())}
+    return copy.deepcopy(gm, shared)
 
 
 def _finish(gm: GraphModule, source: GraphModule, state: FlowState, report: Report) -> GraphModule:
@@ -358,12 +366,18 @@ def convert_fx(
     ctx = FlowContext.for_convert(
         backend, strict=strict, lowering_rules=kernels.rules, deployed=kernels.deployed
     )
-    report = lower(gm, ctx, report).with_notes([kernels.note()])
-    if remove:
-        _remove_qconfig_attributes(gm)
+    # the deployment of a backend that also lowers (x86) compiles the reference form
+    reference = _unlowered_copy(gm) if kernels.deployed and kernels.rules else None
+    lowered_report = lower(gm, ctx, report).with_notes([kernels.note()])
+    for model in (gm, reference) if remove else ():
+        if model is not None:
+            _remove_qconfig_attributes(model)
     gm.graph.lint()
     gm.recompile()
-    gm = _finish(gm, graph_module, state, report)
+    if reference is not None:
+        kept = _finish(reference, graph_module, state, report)
+        state = dataclasses.replace(state, reference_model=kept)
+    gm = _finish(gm, graph_module, state, lowered_report)
     if strict:
-        raise_if_skipped(report, "convert_fx")
+        raise_if_skipped(lowered_report, "convert_fx")
     return gm

@@ -8,7 +8,7 @@ returns it; ``str(report)`` is the table.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
@@ -285,6 +285,27 @@ class Report:
         if self._notes:
             plain["notes"] = list(self._notes)
         return plain
+
+    @classmethod
+    def from_dict(cls, plain: Mapping[str, Any]) -> Report:
+        """The report :meth:`to_dict` gave (read back from JSON, as a saved deployment does).
+
+        Example:
+            >>> report = Report([NodeReport("fc", "call_module", "Linear", None, "lowered")],
+            ...                 notes=["kernels: onednn"])
+            >>> Report.from_dict(report.to_dict()).table() == report.table()
+            True
+        """
+        entries = [
+            NodeReport(**{**entry, "reason": _reason(entry.get("reason"))})
+            for entry in plain.get("nodes", ())
+        ]
+        unused = [_reason(reason) for reason in plain.get("unused", ())]
+        return cls(entries, [r for r in unused if r is not None], plain.get("notes", ()))
+
+
+def _reason(plain: Mapping[str, Any] | None) -> Reason | None:
+    return None if plain is None else Reason(**plain)
 
 
 def _row(entry: NodeReport) -> tuple[str, ...]:

@@ -28,6 +28,7 @@ __all__ = [
     "NodeInfo",
     "flow_state",
     "node_info",
+    "reference_form",
     "update_info",
 ]
 
@@ -80,6 +81,10 @@ class FlowState:
     graph_mode: GraphMode | None = None
     """The mode the backend picked for this graph (``fxquant_graph_mode``, #23); then
     ``qconfig_mapping`` is the mode's mapping, not the one the user passed."""
+    reference_model: GraphModule | None = dataclasses.field(default=None, repr=False, compare=False)
+    """On ``convert_fx``'s model of a backend that both lowers in PyTorch and deploys
+    (x86): the model before lowering, which its deployment compiles (see
+    :func:`reference_form`)."""
 
 
 def flow_state(model: object) -> FlowState | None:
@@ -100,6 +105,34 @@ def flow_state(model: object) -> FlowState | None:
         return None
     state = model.meta.get(META_KEY)
     return state if isinstance(state, FlowState) else None
+
+
+def reference_form(model: object) -> GraphModule | None:
+    """The reference form of a converted model: what ``convert_to_reference_fx`` gives.
+
+    ``model`` itself when no node of it was lowered to a kernel (the reference
+    model, or ``convert_fx``'s on a backend without kernels); the model
+    ``convert_fx`` kept before lowering on a backend that lowers and deploys
+    (x86); ``None`` otherwise (a lowered model without it, or not a converted
+    model). For deployments that compile the reference form.
+
+    Example:
+        >>> import torch, fxquant
+        >>> m = torch.nn.Sequential(torch.nn.Linear(2, 2)).eval()
+        >>> gm = fxquant.prepare_fx(m, fxquant.get_default_qconfig_mapping("reference"),
+        ...                         (torch.randn(1, 2),))
+        >>> _ = gm(torch.randn(1, 2))
+        >>> converted = fxquant.convert_fx(gm)
+        >>> reference_form(converted) is converted, reference_form(m)
+        (True, None)
+    """
+    state = flow_state(model)
+    if state is None:
+        return None
+    if state.reference_model is not None:
+        return state.reference_model
+    lowered = any(entry.status == "lowered" for entry in state.report.entries())
+    return None if lowered or not isinstance(model, GraphModule) else model
 
 
 def node_info(node: Node) -> NodeInfo:

@@ -2,7 +2,7 @@
 
     Override     wraps an answer that deliberately replaces another plugin's answer
     Deployment   how a backend runs converted models outside PyTorch eager (``fxquant_deployment``)
-    Deployed     what ``Deployment.deploy`` returns: a callable with a report
+    Deployed     what ``Deployment.deploy`` returns: call, report, explain, save, load
     GraphMode    a mapping a backend picks for a graph's shape (``fxquant_graph_mode``, #23)
     only_for     a hook implementation that answers for one backend only (#21)
 
@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 from fxquant.errors import ConfigError, ConfigTypeError
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from torch import fx
 
     from fxquant.config.qconfig_mapping import QConfigMapping
@@ -61,11 +63,24 @@ class Override:
 class Deployed(Protocol):
     """A converted model running outside PyTorch eager, as ``Deployment.deploy`` returns it.
 
-    Called with the model's positional inputs, it returns what the model
-    returns, as torch tensors. ``report`` says, per node of the converted
-    model, what the target took (status ``lowered``) and, for every quantized
-    node it did not take, why (a reason code and its words), in the form
-    ``fxquant.explain`` prints.
+    The deployed-object protocol every backend's deployment implements:
+
+    - ``deployed(*inputs)`` runs it on the model's positional inputs and
+      returns what the model returns, as torch tensors;
+    - ``deployed.report`` says, per node of the converted model, what the
+      target took (status ``lowered``) and, for every quantized node it did
+      not take, why (a reason code and its words), in ``fxquant.explain``'s
+      form; ``deployed.explain()`` (and ``fxquant.explain(deployed)``) prints
+      it and returns it;
+    - ``deployed.save(path)`` writes the target's artifact (a ``.pt2``
+      package, a ``.pte`` program, an ``.onnx`` model) at ``path`` and the
+      report next to it (``PATH.fxquant.json``), and returns ``path``;
+    - ``type(deployed).load(path)``, a classmethod, reads back what ``save``
+      wrote: an object of this protocol computing the same outputs, with the
+      same report, that runs without the converted model.
+
+    ``fxquant.flow.deployed.DeployedModel`` implements ``explain`` and the
+    report file once; a plugin's deployed class subclasses it.
 
     Example:
         >>> from fxquant.flow.report import Report
@@ -73,6 +88,13 @@ class Deployed(Protocol):
         ...     report = Report()
         ...     def __call__(self, *inputs):
         ...         return inputs[0]
+        ...     def explain(self, *, show=True):
+        ...         return self.report
+        ...     def save(self, path, **options):
+        ...         return path
+        ...     @classmethod
+        ...     def load(cls, path):
+        ...         return cls()
         >>> isinstance(Echo(), Deployed)
         True
     """
@@ -84,6 +106,16 @@ class Deployed(Protocol):
     def __call__(self, *inputs: Any) -> Any:
         """Run the deployed model on the model's positional inputs."""
 
+    def explain(self, *, show: bool = True) -> Report:
+        """The report; printed as a table unless ``show=False``."""
+
+    def save(self, path: str | Path, **options: Any) -> Path:
+        """Write the artifact at ``path`` and the report at ``PATH.fxquant.json``."""
+
+    @classmethod
+    def load(cls, path: str | Path) -> Deployed:
+        """Read back what :meth:`save` wrote at ``path``."""
+
 
 @dataclass(frozen=True, slots=True)
 class Deployment:
@@ -92,8 +124,9 @@ class Deployment:
     Args:
         name: what runs the model, for people (``"ExecuTorch XNNPACK"``).
         deploy: ``deploy(model, example_inputs) -> Deployed``: export the
-            converted model (``convert_fx`` with this backend) for the target
-            and load it in the target's runtime in this process.
+            model ``convert_fx`` returned for this backend (a backend may take
+            ``convert_to_reference_fx``'s too) for the target and load it in
+            the target's runtime in this process.
 
     Raises:
         ConfigTypeError: when ``deploy`` is not callable or ``name`` not a str.

@@ -186,10 +186,25 @@ def fxquant_deployment(backend: str) -> Deployment | Override | None:
     :param backend: the backend being assembled.
 
     Return a ``Deployment(name, deploy)``; ``deploy(model, example_inputs)``
-    exports the model returned by ``convert_fx`` and returns a ``Deployed``
-    callable that runs it in the target runtime, with a ``report`` of what the
-    target took. ``None`` means "runs in PyTorch": ``convert_fx``'s model is
-    the deployed one.
+    exports the model returned by ``convert_fx`` for ``backend`` (a backend
+    may accept ``convert_to_reference_fx``'s too) and returns an object of the
+    deployed-object protocol, ``Deployed``:
+
+    - ``deployed(*inputs)``: runs it in the target runtime;
+    - ``deployed.report``: per node of the converted model, taken by the
+      target (``lowered``) or why not; ``deployed.explain()`` and
+      ``fxquant.explain(deployed)`` print it;
+    - ``deployed.save(path)``: the target's artifact at ``path`` (``.pt2``,
+      ``.pte``, ``.onnx``...) and the report at ``PATH.fxquant.json``; at any
+      batch size of the example inputs, or an error that names the fix;
+    - ``type(deployed).load(path)`` (a classmethod): reads back what ``save``
+      wrote, an object of the same protocol with the same outputs and report.
+
+    Subclass ``fxquant.flow.deployed.DeployedModel``: it gives ``explain`` and
+    the report file, so a plugin writes ``__call__``, ``save_artifact`` and
+    ``load_artifact``. ``fxquant check NAME`` checks the protocol (deploy a
+    small model, call it, explain it, save, load, the same outputs).
+    ``None`` means "runs in PyTorch": ``convert_fx``'s model is the deployed one.
 
     Merge rule: one plugin answers; a second answer is a
     ``PluginConflictError`` unless it is wrapped in ``Override(deployment)``.
@@ -201,6 +216,12 @@ def fxquant_deployment(backend: str) -> Deployment | Override | None:
             if backend != "mybackend":
                 return None
             return Deployment("my runtime", deploy=compile_and_load)
+
+        class MyProgram(DeployedModel):  # what compile_and_load returns
+            def __call__(self, *inputs): ...
+            def save_artifact(self, path, **options): ...  # the runtime's file; {} or extras
+            @classmethod
+            def load_artifact(cls, path, report, extras): ...  # that file back
     """
 
 

@@ -103,6 +103,18 @@ def test_the_program_saves_loads_and_runs_in_the_runtime(program, net, tmp_path:
     assert torch.equal(loaded, result(x))
 
 
+def test_load_reads_back_the_program_its_report_and_its_output_structure(
+    program, net, tmp_path: Path
+) -> None:
+    result, _ = program
+    _, x = net
+    path = result.save(tmp_path / "net.pte")
+    loaded = ExecuTorchProgram.load(path)
+    assert torch.equal(loaded(x), result(x))
+    assert loaded.report.table() == result.report.table()
+    assert fxquant.explain(loaded, show=False).table() == result.report.table()
+
+
 def test_explain_prints_where_each_node_runs(program, capsys: pytest.CaptureFixture[str]) -> None:
     result, _ = program
     report = result.explain()

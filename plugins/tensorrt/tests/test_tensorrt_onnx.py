@@ -394,6 +394,22 @@ def test_a_dynamic_batch_takes_any_batch_and_a_static_export_says_how_to_get_one
         static(torch.randn(5, 3, 8, 8))
 
 
+def test_a_saved_dynamic_batch_model_loads_with_its_report_and_takes_any_batch(
+    tmp_path: Path,
+) -> None:
+    model, x = conv_relu_linear()
+    converted = quantize(model, (x,))
+    batch = torch.export.Dim("batch", min=1, max=256)
+    deployed = deploy(converted, (x,), dynamic_shapes=({0: batch},))
+    path = deployed.save(tmp_path / "model.onnx")
+    assert onnx.load(str(path)).graph.node  # what TensorRT's parser reads
+    loaded = OnnxRuntimeModel.load(path)
+    assert fxquant.explain(loaded, show=False).table() == deployed.report.table()
+    for size in (1, 7):
+        y = torch.randn(size, 3, 8, 8)
+        assert torch.equal(loaded(y), deployed(y))
+
+
 def test_every_fxquant_quantize_and_dequantize_op_has_an_onnx_translation() -> None:
     from fxquant.lowering import PER_TOKEN_OPS, QDQ_OPS
     from fxquant_tensorrt.translation import translation_table

@@ -17,7 +17,7 @@ from unittest import mock
 import fxquant
 import pytest
 import torch
-from fxquant.errors import ConfigTypeError
+from fxquant.errors import ConfigTypeError, ExportError
 from fxquant.registry import get_deployment
 from fxquant_x86.compiled import (
     INT8_KERNELS,
@@ -227,17 +227,59 @@ def test_python_wrapper_off_switch_runs_the_same_int8_kernels(reference: fx.Grap
         assert float((python(x) - reference(x)).abs().max()) <= one_step(reference)
 
 
-def test_convert_fx_lowered_model_is_refused_naming_what_to_pass(
+def test_convert_fx_model_deploys_as_its_reference_form(
+    prepared: fx.GraphModule, reference: fx.GraphModule, compiled: CompiledModel
+) -> None:
+    deployment = get_deployment(BACKEND)
+    assert deployment is not None
+    x = torch.randn(4, 3, 8, 8, generator=torch.Generator().manual_seed(3))
+    deployed = deployment.deploy(fxquant.convert_fx(prepared), (x,))
+    assert deployed.kernels == compiled.kernels
+    assert deployed.report.table() == compiled.report.table()
+    with torch.no_grad():
+        assert float((deployed(x) - reference(x)).abs().max()) <= one_step(reference)
+
+
+def test_a_model_lowered_to_another_backend_is_refused_naming_what_to_pass(
     prepared: fx.GraphModule,
 ) -> None:
     deployment = get_deployment(BACKEND)
     assert deployment is not None
+    onednn = fxquant.get_backend_config("onednn")
+    lowered = fxquant.convert_fx(prepared, backend_config=onednn)
     with pytest.raises(
-        ConfigTypeError, match=r"lowered to oneDNN kernels.*convert_to_reference_fx"
+        ConfigTypeError, match=r"lowered to kernels.*only for backend x86.*convert_to_reference"
     ):
-        deployment.deploy(fxquant.convert_fx(prepared), (torch.randn(4, 3, 8, 8),))
+        deployment.deploy(lowered, (torch.randn(4, 3, 8, 8),))
     with pytest.raises(ConfigTypeError, match="must be a model returned by"):
         deployment.deploy(ConvNet().eval(), (torch.randn(4, 3, 8, 8),))  # type: ignore[arg-type]
+
+
+def test_fxquant_explain_prints_the_deployed_models_report(
+    compiled: CompiledModel, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = fxquant.explain(compiled)
+    assert report is compiled.report
+    assert capsys.readouterr().out.strip() == compiled.report.table()
+
+
+def test_save_of_a_batch_that_cannot_vary_names_dynamic_batch_false(tmp_path: Path) -> None:
+    class OneRow(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(16, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(x.view(1, 16))  # batch 1 only
+
+    x = torch.randn(1, 16)
+    config = fxquant.get_backend_config(BACKEND)
+    mapping = fxquant.get_default_qconfig_mapping(BACKEND)
+    prepared = fxquant.prepare_fx(OneRow().eval(), mapping, (x,), backend_config=config)
+    with torch.no_grad():
+        prepared(x)
+    with pytest.raises(ExportError, match=r"save\(path, dynamic_batch=False\)"):
+        save_package(fxquant.convert_fx(prepared), (x,), tmp_path / "one.pt2")
 
 
 def test_sibling_linears_merge_into_one_linear_with_the_same_output(
@@ -266,7 +308,9 @@ def _package_kernels(path: Path) -> list[str]:
     return re.findall(r"aoti_torch_cpu__(qlinear_pointwise|qconv\w*_pointwise)\w*\(", code)
 
 
-def test_aot_package_reloads_and_runs_any_batch_on_int8_kernels(tmp_path: Path) -> None:
+def test_aot_package_of_a_batch_one_example_reloads_and_runs_any_batch_on_int8_kernels(
+    tmp_path: Path,
+) -> None:
     # a linear-only model: the package's compile is the slowest step of this module
     torch.manual_seed(1)
     model = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4)).eval()
@@ -278,15 +322,17 @@ def test_aot_package_reloads_and_runs_any_batch_on_int8_kernels(tmp_path: Path) 
     with torch.no_grad():
         small(x)
     reference = fxquant.convert_to_reference_fx(small)
-    # CompiledModel.save calls save_package: this skips the torch.compile the test does not need
-    path = save_package(reference, (x,), tmp_path / "small.pt2")
+    # CompiledModel.save calls save_package: this skips the torch.compile the test does not
+    # need. A batch-1 example: torch.export takes a size-1 dimension for a constant
+    path = save_package(fxquant.convert_fx(small), (x[:1],), tmp_path / "small.pt2")
     assert _package_kernels(path) == ["qlinear_pointwise", "qlinear_pointwise"]
-    run = load(path)
-    for batch in (4, 1, 7):
-        inputs = torch.randn(batch, 16)
-        with torch.no_grad():
-            difference = float((run(inputs) - reference(inputs)).abs().max())
-        assert difference <= 1e-5
+    for run in (load(path), CompiledModel.load(path)):
+        for batch in (4, 1, 7):
+            inputs = torch.randn(batch, 16)
+            with torch.no_grad():
+                difference = float((run(inputs) - reference(inputs)).abs().max())
+            assert difference <= 1e-5
+    assert "no report" in CompiledModel.load(path).report.notes()[0]  # save_package wrote none
 
 
 def test_flat_graph_has_no_modules_integer_weights_and_the_same_output(

@@ -13,6 +13,8 @@ result, reason):
                             reference pattern; the lowered model survives a state_dict
                             round trip and copy.deepcopy; nothing warns of a deprecation
     deployed[case]          (backends that deploy, no kernels) a few cases in the runtime
+    deployment_protocol     (backends that deploy) convert_fx's model deployed, called,
+                            explained, saved and loaded back (:mod:`.deployment`)
     fresh_process_warnings  a new interpreter quantizes and runs a model without a warning
 
 :func:`check_backend` runs every group (the command); :func:`conformance_checks`
@@ -33,6 +35,7 @@ from fxquant.tools.conformance.configs import (
     pattern_problems,
     well_formed_rows,
 )
+from fxquant.tools.conformance.deployment import protocol_rows
 from fxquant.tools.conformance.kernels import (
     deployed_rows,
     fresh_process_rows,
@@ -86,6 +89,8 @@ def groups(
         Group("default_mapping", default_mapping_rows),
         Group("default_qat_mapping", functools.partial(default_mapping_rows, is_qat=True)),
     ]
+    if assembled.deployment is not None:
+        found.append(Group("deployment_protocol", protocol_rows))
     if assembled.deployment is not None and not assembled.lowering_rules:
         found += [
             Group(f"deployed[{name}]", functools.partial(deployed_rows, case_name=name))

@@ -1,8 +1,10 @@
 """The numerics debugger and float fallback (#23): tools over the flow, not part of it (#21).
 
-- :func:`compare`: per quantized node, the SQNR of its output against the float model's
-  (accumulated) and of the node alone fed the float model's inputs (local);
-- :func:`fallback`: keep the most sensitive nodes float, fewest first, until a budget holds.
+- :func:`compare`: per quantized node, the model output's SQNR gained when it alone runs
+  float (its ranking), the SQNR of its output against the float model's (accumulated)
+  and of the node alone fed the float model's inputs (local);
+- :func:`fallback`: keep the nodes of largest output gain float, fewest first, until a
+  budget holds.
 
 Their documented path is ``fxquant.numerics`` (``from fxquant.numerics import compare``),
 which gives these same objects; nothing in the flow, configs or registry imports them.

@@ -13,6 +13,10 @@ Two runs of the quantized model over the same inputs:
   reads it: each node's **local** error, the node alone fed float inputs
   (through its own input quantization, which is part of what it computes).
 
+and, per quantized node, one more run with that node alone in float: its **output gain**,
+how much the model output's SQNR improves (:mod:`.float_swap`), the ranking of
+:meth:`Comparison.worst` and of ``fallback``.
+
 ``compare(reference, lowered, inputs)`` works the same way: the reference model
 plays the float model, and ``steps`` says how many quantization steps apart the
 two are (issue 23's first target: at most one per quantized node).
@@ -33,6 +37,8 @@ from fxquant.errors import ConfigTypeError
 from fxquant.flow.report import NodeStatus
 from fxquant.flow.state import META_KEY, FlowState
 from fxquant.tools.debug.comparison import Comparison, NodeError
+from fxquant.tools.debug.float_swap import GainRuns as _GainRuns
+from fxquant.tools.debug.float_swap import output_gains
 from fxquant.tools.debug.node_values import ValueRun, value_sites
 
 __all__ = ["compare"]
@@ -141,7 +147,7 @@ def compare(float_model: nn.Module, quantized_model: nn.Module, inputs: Any) -> 
     Returns:
         A :class:`Comparison`: one row per quantized node (``explain``'s
         quantized, reference and lowered nodes) that has a float counterpart,
-        then ``output``.
+        then ``output``. ``worst(n)`` gives the nodes of largest output gain.
 
     Raises:
         ConfigTypeError: ``float_model`` is not an ``nn.Module``.
@@ -168,31 +174,47 @@ def compare(float_model: nn.Module, quantized_model: nn.Module, inputs: Any) -> 
     scaled = (
         {} if _scaled_by_equalization(float_model) else _scaled_by_equalization(quantized_model)
     )
-    is_graph = isinstance(quantized_model, fx.GraphModule)
-    sites = value_sites(quantized_model, set(labels)) if is_graph else {}  # type: ignore[arg-type]
     sums: dict[str, _Sums] = {}
     steps: dict[str, float] = {}
+    expected_outs: list[list[torch.Tensor]] = []
     with torch.no_grad():
         for batch in batches:
             reference = ValueRun(float_gm, float_sites, None)
-            expected_out = _outputs(reference.run(*batch))
+            expected_outs.append(_outputs(reference.run(*batch)))
             expected = {k: _rescale(v, scaled.get(k)) for k, v in reference.values.items()}
-            if is_graph:
-                plain = ValueRun(quantized_model, sites, None)  # type: ignore[arg-type]
-                actual_out = _outputs(plain.run(*batch))
-                forced = ValueRun(quantized_model, sites, expected)  # type: ignore[arg-type]
-                forced.run(*batch)
-                steps.update(plain.steps)
-                for name, value in plain.values.items():
-                    if name in expected and expected[name].shape == value.shape:
-                        sums.setdefault(name, _Sums()).add(
-                            expected[name], value, forced.values.get(name)
-                        )
-            else:
-                actual_out = _outputs(quantized_model(*batch))
-            for want, got in zip(expected_out, actual_out, strict=False):
+            actual_out = _node_errors(quantized_model, labels, batch, expected, (sums, steps))
+            for want, got in zip(expected_outs[-1], actual_out, strict=False):
                 sums.setdefault("output", _Sums()).add(want, got, None)
-    return Comparison(tuple(_rows(sums, labels, steps, float_gm)))
+        gains = {}
+        if isinstance(quantized_model, fx.GraphModule):
+            names = [name for name in labels if name in sums]
+            runs = _GainRuns(float_gm, quantized_model, scaled, _outputs)
+            gains = output_gains(runs, names, batches, expected_outs)
+    return Comparison(tuple(_rows(sums, labels, steps, float_gm, gains)))
+
+
+def _node_errors(
+    quantized_model: nn.Module,
+    labels: Mapping[str, tuple[str, str]],
+    batch: tuple[Any, ...],
+    expected: Mapping[str, torch.Tensor],
+    into: tuple[dict[str, _Sums], dict[str, float]],
+) -> list[torch.Tensor]:
+    """One batch through the quantized model, as it is and fed the float values; each
+    node's errors added to ``into`` (sums, steps). Returns the model's outputs."""
+    if not isinstance(quantized_model, fx.GraphModule):
+        return _outputs(quantized_model(*batch))  # a callable: compared at its output only
+    sums, steps = into
+    sites = value_sites(quantized_model, set(labels))
+    plain = ValueRun(quantized_model, sites, None)
+    actual_out = _outputs(plain.run(*batch))
+    forced = ValueRun(quantized_model, sites, expected)
+    forced.run(*batch)
+    steps.update(plain.steps)
+    for name, value in plain.values.items():
+        if name in expected and expected[name].shape == value.shape:
+            sums.setdefault(name, _Sums()).add(expected[name], value, forced.values.get(name))
+    return actual_out
 
 
 def _rescale(value: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
@@ -206,6 +228,7 @@ def _rows(
     labels: Mapping[str, tuple[str, str]],
     steps: Mapping[str, float],
     float_gm: fx.GraphModule,
+    gains: Mapping[str, float],
 ) -> Iterable[NodeError]:
     order = [n.name for n in float_gm.graph.nodes if n.name in sums and n.op != "output"]
     for name in [*order, "output"]:
@@ -224,4 +247,5 @@ def _rows(
             max_abs=total.max_abs,
             steps=None if step is None else total.max_abs / step,
             local_steps=None if step is None or local is None else total.local_max_abs / step,
+            gain=gains.get(name),
         )

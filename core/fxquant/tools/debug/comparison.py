@@ -33,6 +33,10 @@ class NodeError:
     local_steps: float | None = None
     """The local value's largest difference, in quantization steps: against a reference
     model, how far the node alone strays from it (issue 23: at most one step)."""
+    gain: float | None = None
+    """Output gain (dB): the model output's SQNR with this node alone running float,
+    minus the quantized model's; what ``fallback`` buys by keeping it float. None where
+    the node cannot run float on the quantized run's values."""
 
 
 @dataclass(frozen=True)
@@ -43,9 +47,11 @@ class Comparison:
     output last.
 
     Example:
-        >>> row = NodeError("fc", "Linear", "reference", 20.0, 21.0, 0.1, 1.0)
-        >>> [r.node for r in Comparison([row]).worst(1)]
-        ['fc']
+        >>> rows = [NodeError("fc", "Linear", "reference", 20.0, 21.0, 0.1, 1.0, gain=0.5),
+        ...         NodeError("fc2", "Linear", "reference", 18.0, 30.0, 0.1, 1.0, gain=6.0)]
+        >>> [r.node for r in Comparison(rows).worst(1)], [r.node for r in
+        ...     Comparison(rows).worst(1, by="local_sqnr")]
+        (['fc2'], ['fc'])
     """
 
     rows: Sequence[NodeError] = field(default_factory=tuple)
@@ -63,19 +69,28 @@ class Comparison:
         msg = f"no row for node {node!r}; rows: {', '.join(r.node for r in self.rows)}"
         raise KeyError(msg)
 
-    def worst(self, n: int = 5, *, by: str = "local_sqnr") -> list[NodeError]:
-        """The ``n`` rows with the lowest SQNR (``by="local_sqnr"`` or ``"sqnr"``), output excluded.
+    def worst(self, n: int = 5, *, by: str = "gain") -> list[NodeError]:
+        """The ``n`` rows that cost the output most, output excluded.
+
+        ``by="gain"`` (default): the largest output gain first, where ``fallback``
+        starts; ``by="local_sqnr"`` (the node alone) or ``"sqnr"`` (accumulated):
+        the lowest SQNR first.
 
         Raises:
-            ValueError: ``by`` names no SQNR column.
+            ValueError: ``by`` names no column to rank by.
         """
-        if by not in ("local_sqnr", "sqnr"):
-            msg = f"by={by!r}: rank by 'local_sqnr' (the node alone) or 'sqnr' (accumulated)"
+        if by not in ("gain", "local_sqnr", "sqnr"):
+            msg = (
+                f"by={by!r}: rank by 'gain' (output gain when the node runs float), "
+                "'local_sqnr' (the node alone) or 'sqnr' (accumulated)"
+            )
             raise ValueError(msg)
 
         def key(row: NodeError) -> float:
             value = getattr(row, by)
-            return math.inf if value is None else float(value)
+            if value is None:
+                return math.inf
+            return -float(value) if by == "gain" else float(value)
 
         return sorted((r for r in self.rows if r.node != "output"), key=key)[:n]
 
@@ -83,22 +98,24 @@ class Comparison:
         """The rows as a Markdown table.
 
         Example:
-            >>> row = NodeError("fc", "Linear", "reference", 20.0, None, 0.1, None)
-            >>> print(Comparison([row]).to_markdown())
-            | node | pattern | status | SQNR dB | local SQNR dB | max abs | steps | local steps |
-            | --- | --- | --- | ---: | ---: | ---: | ---: | ---: |
-            | fc | Linear | reference | 20.0 | - | 0.1 | - | - |
+            >>> row = NodeError("fc", "Linear", "reference", 20.0, None, 0.1, None, gain=3.5)
+            >>> header, _, line = Comparison([row]).to_markdown().splitlines()
+            >>> header.split(" | ")[3:6]
+            ['output gain dB', 'SQNR dB', 'local SQNR dB']
+            >>> line
+            '| fc | Linear | reference | 3.5 | 20.0 | - | 0.1 | - | - |'
         """
 
         def number(value: float | None, digits: int) -> str:
             return "-" if value is None else f"{value:.{digits}f}"
 
         lines = [
-            "| node | pattern | status | SQNR dB | local SQNR dB | max abs | steps | local steps |",
-            "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
+            "| node | pattern | status | output gain dB | SQNR dB | local SQNR dB | max abs "
+            "| steps | local steps |",
+            "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
         ]
         lines += [
-            f"| {r.node} | {r.pattern} | {r.status} | {number(r.sqnr, 1)} | "
+            f"| {r.node} | {r.pattern} | {r.status} | {number(r.gain, 1)} | {number(r.sqnr, 1)} | "
             f"{number(r.local_sqnr, 1)} | {r.max_abs:.3g} | {number(r.steps, 2)} | "
             f"{number(r.local_steps, 2)} |"
             for r in self.rows

@@ -5,10 +5,12 @@ Compressor, driven here by a ``QConfigMapping`` so the answer is reviewable and
 reusable with any backend):
 
 1. quantize with the user's mapping and score it; done if the budget holds;
-2. rank every quantized pattern by its local SQNR (:func:`fxquant.numerics.compare`:
-   the pattern alone, fed the float model's inputs), worst first;
-3. keep the next-worst pattern float (a ``None`` entry naming it in a copy of the
-   mapping), quantize again and score, until the budget holds;
+2. rank every quantized pattern by its output gain (:func:`fxquant.numerics.compare`:
+   how much the model output's SQNR improves when that pattern alone runs float, one
+   swap run per quantized node on the first calibration batch), largest first;
+3. keep the next pattern of the ranking float (a ``None`` entry naming it in a copy of
+   the mapping), quantize again and score, until the budget holds; a try whose score
+   drops is taken back, and the patterns left are ranked again on the model as it is;
 4. verify: try giving back each float pattern, most recently added first; keep it
    quantized when the budget still holds without it.
 
@@ -141,16 +143,18 @@ def _entries(units: Iterable[_Unit]) -> tuple[str, ...]:
 
 
 def _sensitivity(setup: _Setup, units: list[_Unit], reference: nn.Module) -> dict[str, float]:
-    rows = {row.node: row for row in compare(setup.model, reference, setup.batches[:4])}
-    sensitivity: dict[str, float] = {}
+    """Each unit's output gain (dB) when it alone runs float, largest first: compare's ranking
+    on the first calibration batch (one swap run per quantized node). A unit whose nodes
+    cannot run float on the quantized values comes last, the lowest local SQNR first."""
+    rows = {row.node: row for row in compare(setup.model, reference, setup.batches[:1])}
+    ranked: list[tuple[float, float, str]] = []
     for unit in units:
-        values: list[float] = []
-        for name in unit.nodes:
-            if name in rows:
-                local = rows[name].local_sqnr
-                values.append(rows[name].sqnr if local is None else local)
-        sensitivity[unit.name] = min(values, default=math.inf)
-    return dict(sorted(sensitivity.items(), key=lambda item: item[1]))
+        found = [rows[name] for name in unit.nodes if name in rows]
+        gains = [row.gain for row in found if row.gain is not None]
+        local = [row.sqnr if row.local_sqnr is None else row.local_sqnr for row in found]
+        ranked.append((max(gains, default=-math.inf), min(local, default=math.inf), unit.name))
+    ranked.sort(key=lambda item: (-item[0], item[1]))
+    return {name: gain for gain, _, name in ranked}
 
 
 def fallback(  # noqa: PLR0913  # five positional (the prepare_fx inputs + budget), the rest keyword-only
@@ -227,21 +231,10 @@ def _search(setup: _Setup, mapping: QConfigMapping, max_float: int | None) -> Fa
     units = _units(prepared)
     sensitivity = _sensitivity(setup, units, convert_to_reference_fx(prepared))
     by_name = {u.name: u for u in units}
-    chosen: list[_Unit] = []
-    model: nn.Module = quantized
-    best: tuple[float, nn.Module, QConfigMapping, tuple[str, ...]] = (score, model, mapping, ())
     limit = len(units) if max_float is None else min(max_float, len(units))
-    for name in list(sensitivity)[:limit]:
-        if score >= setup.min_score:
-            break
-        chosen.append(by_name[name])
-        mapping_now = _with_float(mapping, chosen)
-        model = _quantize(setup, mapping_now)[1]
-        score = setup.evaluate(model)
-        floats = tuple(u.name for u in chosen)
-        steps.append(FallbackStep("keep float", name, score, floats))
-        if score > best[0]:
-            best = (score, model, mapping_now, floats)
+    chosen, (model, score), best = _keep_float(
+        setup, mapping, (by_name, list(sensitivity)), (quantized, score), (steps, limit)
+    )
     if score < setup.min_score:  # not met: the best try, with every step recorded
         final_score, final_model, final_mapping, floats = best
         kept = [by_name[n] for n in floats]
@@ -268,6 +261,48 @@ def _search(setup: _Setup, mapping: QConfigMapping, max_float: int | None) -> Fa
         _entries(chosen),
         setup.equalization,
     )
+
+
+_Best = tuple[float, nn.Module, QConfigMapping, tuple[str, ...]]
+
+
+def _keep_float(
+    setup: _Setup,
+    mapping: QConfigMapping,
+    ranking: tuple[dict[str, _Unit], list[str]],
+    current: tuple[nn.Module, float],
+    record: tuple[list[FallbackStep], int],
+) -> tuple[list[_Unit], tuple[nn.Module, float], _Best]:
+    """Keep the next unit of the ranking float until the budget holds (or ``limit`` units).
+
+    A step that lowers the score is taken back (recorded ``kept=False``: an output gain
+    that another quantized node's input quantization takes away again, or calibration
+    that moved) and the units left are ranked again on the model as it is. A step that
+    keeps the score is kept: its gain may need the next one (an add and its LayerNorm).
+    """
+    from fxquant.flow import convert_to_reference_fx  # why: run-time cycle
+
+    (by_name, order), (model, score), (steps, limit) = ranking, current, record
+    chosen: list[_Unit] = []
+    best: _Best = (score, model, mapping, ())
+    reference = None
+    while order and len(chosen) < limit and score < setup.min_score:
+        name = order.pop(0)
+        trial = [*chosen, by_name[name]]
+        mapping_now = _with_float(mapping, trial)
+        prepared, candidate = _quantize(setup, mapping_now)
+        trial_score = setup.evaluate(candidate)
+        floats = tuple(u.name for u in trial)
+        kept = trial_score >= score
+        steps.append(FallbackStep("keep float", name, trial_score, floats, kept=kept))
+        if kept:
+            chosen, model, score, reference = trial, candidate, trial_score, prepared
+            best = max(best, (score, model, mapping_now, floats), key=lambda item: item[0])
+        elif order and reference is not None:
+            left = [by_name[n] for n in order]
+            order = list(_sensitivity(setup, left, convert_to_reference_fx(reference)))
+            reference = None  # ranked on this model: again only after the next kept step
+    return chosen, (model, score), best
 
 
 def _adopt_graph_mode(

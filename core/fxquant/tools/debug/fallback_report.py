@@ -22,7 +22,8 @@ class FallbackStep:
     score: float
     float_nodes: tuple[str, ...]
     kept: bool = True
-    """False for a verification try that broke the budget (the pattern stays float)."""
+    """False for a ``keep float`` try that lowered the score (the pattern stays quantized)
+    or a ``give back`` try that broke the budget (the pattern stays float)."""
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,8 @@ class FallbackResult:
     model: nn.Module
     float_nodes: tuple[str, ...]
     sensitivity: dict[str, float]
-    """Every quantized pattern's local SQNR (dB), worst first."""
+    """Every quantized pattern's output gain (dB) when it alone runs float, largest first
+    (``compare``'s ranking; ``-inf`` for one that cannot run float on its own)."""
     steps: tuple[FallbackStep, ...]
     score: float
     met: bool

@@ -19,13 +19,14 @@ and carries the delegation report in ``fxquant.explain`` form.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 from fxquant.errors import ConfigTypeError, ExportError, QuantizationSkipped
 from fxquant.export import export_quantized
+from fxquant.flow.deployed import DeployedModel
 from fxquant.flow.report import NodeStatus, ReasonCode, Report
 from fxquant.flow.state import FlowState, flow_state
 from torch import fx
@@ -50,8 +51,12 @@ from fxquant_executorch.passes import (
 __all__ = ["ExecuTorchProgram", "deploy", "to_executorch"]
 
 
-class ExecuTorchProgram:
+class ExecuTorchProgram(DeployedModel):
     """An ExecuTorch program of a converted model, runnable in this process.
+
+    The deployed-object protocol (``fxquant.registry.Deployed``): ``report``,
+    ``explain()``, ``save(path)`` (the ``.pte`` and ``PATH.fxquant.json``) and
+    ``ExecuTorchProgram.load(path)``.
 
     Attributes:
         buffer: the ``.pte`` bytes (what a phone or board loads).
@@ -74,7 +79,7 @@ class ExecuTorchProgram:
         buffer: bytes,
         report: Report,
         found: Sequence[Placement],
-        out_spec: pytree.TreeSpec,
+        out_spec: pytree.TreeSpec | None,
         export_seconds: float,
     ) -> None:
         self.buffer = buffer
@@ -83,7 +88,7 @@ class ExecuTorchProgram:
         self.export_seconds = export_seconds
         self._out_spec = out_spec
         # a single tensor out (most models): skip the pytree round trip on every call
-        self._single = out_spec.is_leaf()
+        self._single = out_spec is not None and out_spec.is_leaf()
         self._method: Any = None
 
     @property
@@ -91,25 +96,24 @@ class ExecuTorchProgram:
         """Bytes of the ``.pte`` program."""
         return len(self.buffer)
 
-    def save(self, path: str | Path) -> Path:
-        """Write the ``.pte`` program to ``path`` and return it.
+    suffix = ".pte"
 
-        Example:
-            >>> # to_executorch(converted, (x,)).save("model.pte")
-        """
-        target = Path(path)
-        target.write_bytes(self.buffer)
-        return target
+    def save_artifact(self, path: Path, **options: Any) -> Mapping[str, Any]:
+        """The ``.pte`` program at ``path``; its output structure goes in the report file."""
+        if options:
+            msg = f"ExecuTorchProgram.save(path) takes no options, got {sorted(options)}"
+            raise ConfigTypeError(msg)
+        path.write_bytes(self.buffer)
+        return {"out_spec": pytree.treespec_dumps(self._out_spec)}
 
-    def explain(self, *, show: bool = True) -> Report:
-        """The delegation report; printed as a table unless ``show=False``.
-
-        Example:
-            >>> # to_executorch(converted, (x,)).explain()
-        """
-        if show:
-            print(self.report.table())  # printing the table is the point, as fxquant.explain
-        return self.report
+    @classmethod
+    def load_artifact(
+        cls, path: Path, report: Report, extras: Mapping[str, Any]
+    ) -> ExecuTorchProgram:
+        """The program at ``path``; without its report file, outputs come back as a list."""
+        spec = extras.get("out_spec")
+        out_spec = pytree.treespec_loads(spec) if spec else None
+        return cls(path.read_bytes(), report, (), out_spec, 0.0)
 
     def _loaded(self) -> Any:
         if self._method is None:
@@ -130,6 +134,8 @@ class ExecuTorchProgram:
         outputs = method.execute(flat if flat is not None else pytree.tree_flatten(inputs)[0])
         if self._single:
             return outputs[0]
+        if self._out_spec is None:
+            return list(outputs)
         return pytree.tree_unflatten(list(outputs), self._out_spec)
 
     def __repr__(self) -> str:

@@ -31,14 +31,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-from fxquant.flow.report import NodeStatus, Reason, ReasonCode
+from fxquant.flow.deployed import DeployedModel
+from fxquant.flow.report import NodeStatus, Reason, ReasonCode, Report
 from torch.utils import _pytree as pytree
 
 from fxquant_tensorrt.onnx_export import OnnxExport, export_onnx
+from fxquant_tensorrt.placement import check_placement
 
 if TYPE_CHECKING:
     import onnx
-    from fxquant.flow.report import Report
     from torch import fx
 
 __all__ = [
@@ -152,19 +153,27 @@ def session_options(optimized_path: str | None = None) -> Any:
     return options
 
 
-class OnnxRuntimeModel:
+class OnnxRuntimeModel(DeployedModel):
     """An exported model running in onnxruntime (CPU): a ``fxquant`` ``Deployed``.
 
     Called with the model's positional inputs (torch tensors), it returns what
     the converted model returns, as torch tensors. ``report`` is the TensorRT
-    placement check in ``explain`` form; ``fused_ops`` counts the integer ops in
-    onnxruntime's optimized graph.
+    placement check in ``explain`` form (``explain()`` prints it); ``fused_ops``
+    counts the integer ops in onnxruntime's optimized graph. ``save(path)``
+    writes the ONNX model (what TensorRT's parser reads) and
+    ``PATH.fxquant.json``; ``OnnxRuntimeModel.load(path)`` reads them back.
 
     Example:
         >>> # see deploy()
     """
 
-    def __init__(self, exported: OnnxExport, converted: fx.GraphModule | None = None) -> None:
+    def __init__(
+        self,
+        exported: OnnxExport,
+        converted: fx.GraphModule | None = None,
+        *,
+        report: Report | None = None,
+    ) -> None:
         import onnx
         import onnxruntime as ort
 
@@ -180,7 +189,11 @@ class OnnxRuntimeModel:
         self.optimized_ops: Counter[str] = Counter(node.op_type for node in graph.node)
         self.kernels: dict[str, list[Kernel]] = kernels_by_node(graph, exported.placement.origins)
         """Per converted node, the kernels onnxruntime ran for it (see :func:`kernels_by_node`)."""
-        self._report: Report = _what_ran(exported.placement.report(converted), self.kernels)
+        self._report: Report = (
+            _what_ran(exported.placement.report(converted), self.kernels)
+            if report is None
+            else report
+        )
         self._inputs = [i.name for i in self.session.get_inputs()]
 
     @property
@@ -209,6 +222,30 @@ class OnnxRuntimeModel:
             ran = ", ".join(map(str, self.kernels.get(node, ()))) or "folded into its neighbours"
             lines.append(f"  {node}: {ran}")
         return "\n".join(lines)
+
+    suffix = ".onnx"
+
+    def save_artifact(self, path: Path, **options: Any) -> Mapping[str, Any]:
+        """The ONNX model at ``path``; its output structure goes in the report file."""
+        if options:
+            msg = f"OnnxRuntimeModel.save(path) takes no options, got {sorted(options)}"
+            raise TypeError(msg)
+        path.write_bytes(self.exported.serialized())
+        spec = self.exported.out_spec
+        return {"out_spec": None if spec is None else pytree.treespec_dumps(spec)}
+
+    @classmethod
+    def load_artifact(
+        cls, path: Path, report: Report, extras: Mapping[str, Any]
+    ) -> OnnxRuntimeModel:
+        """The ONNX model at ``path`` in a new session, its placement checked again."""
+        import onnx
+
+        model = onnx.load(str(path))
+        spec = extras.get("out_spec")
+        out_spec = None if spec is None else pytree.treespec_loads(spec)
+        exported = OnnxExport(model, {}, check_placement(model), path, out_spec)
+        return cls(exported, report=report)
 
     @property
     def fused_ops(self) -> Counter[str]:

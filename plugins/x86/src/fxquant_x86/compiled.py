@@ -42,6 +42,7 @@ import functools
 import inspect
 import operator
 import re
+import shutil
 import time
 import warnings
 from collections import Counter
@@ -51,9 +52,10 @@ from typing import Any
 from unittest import mock
 
 import torch
-from fxquant.errors import ConfigTypeError
+from fxquant.errors import ConfigError, ConfigTypeError
+from fxquant.flow.deployed import DeployedModel
 from fxquant.flow.report import NodeStatus, Reason, ReasonCode, Report
-from fxquant.flow.state import META_KEY, FlowState
+from fxquant.flow.state import FlowState, flow_state, reference_form
 from fxquant.lowering import DEQUANTIZE_OPS, QDQ_OPS
 from fxquant.nn import reference
 from torch import fx
@@ -62,6 +64,7 @@ from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_file
 __all__ = [
     "INT8_KERNELS",
     "CompiledModel",
+    "CompiledPackage",
     "QuantizedDecomposedOps",
     "compile_quantized",
     "deploy",
@@ -464,23 +467,28 @@ def inductor_options(*, cpp_wrapper: bool = False) -> dict[str, Any]:
 
 
 def _reference_model(model: object, argument: str) -> tuple[fx.GraphModule, FlowState]:
-    state = getattr(model, "meta", {}).get(META_KEY) if isinstance(model, fx.GraphModule) else None
-    if not isinstance(model, fx.GraphModule) or not isinstance(state, FlowState):
+    """The reference form of ``convert_fx``'s model (kept by convert_fx for x86) or
+    ``convert_to_reference_fx``'s model itself, with its flow state."""
+    if flow_state(model) is None:
         msg = (
-            f"{argument} must be a model returned by fxquant.convert_to_reference_fx (or "
-            f"convert_fx), got {type(model).__name__}; prepare it with "
+            f"{argument} must be a model returned by fxquant.convert_fx (or "
+            f"convert_to_reference_fx), got {type(model).__name__}; prepare it with "
             "fxquant.get_backend_config('x86'), calibrate, and convert it first"
         )
         raise ConfigTypeError(msg)
-    lowered = [e.node for e in state.report.entries() if e.status == NodeStatus.LOWERED]
-    if lowered:
+    reference = reference_form(model)
+    state = flow_state(reference)
+    if reference is None or state is None:
+        report = flow_state(model).report  # type: ignore[union-attr]  # checked above
+        lowered = [e.node for e in report.entries() if e.status == NodeStatus.LOWERED]
         msg = (
-            f"{argument} is lowered to oneDNN kernels (convert_fx; nodes {', '.join(lowered[:3])}"
-            f"{'...' if len(lowered) > 3 else ''}); x86's compiled deployment compiles the "
-            "reference model: pass fxquant.convert_to_reference_fx(prepared) instead"
+            f"{argument} is lowered to kernels (nodes {', '.join(lowered[:3])}"
+            f"{'...' if len(lowered) > 3 else ''}) and holds no reference form: convert_fx "
+            "keeps it only for backend x86; pass fxquant.convert_to_reference_fx(prepared) "
+            "instead"
         )
         raise ConfigTypeError(msg)
-    return model, state
+    return reference, state
 
 
 def _int8_linear_conv(model: fx.GraphModule) -> list[str]:
@@ -534,8 +542,12 @@ def _compiled_report(report: Report, expected: list[str], distinct: int, kernels
     return Report(entries, report.unused(), report.notes())
 
 
-class CompiledModel:
+class CompiledModel(DeployedModel):
     """A reference model compiled by inductor with freezing; call it like the model.
+
+    The deployed-object protocol (``fxquant.registry.Deployed``): ``report``,
+    ``explain()``, ``save(path)`` (an AOTInductor ``.pt2`` package) and
+    ``CompiledModel.load(path)`` (a :class:`CompiledPackage`).
 
     Attributes:
         report: the model's report: quantized nodes ``lowered`` (compiled), a
@@ -615,37 +627,39 @@ class CompiledModel:
             self._seen.add(key)
         return out
 
-    def explain(self, *, show: bool = True) -> Report:
-        """The report; printed as a table unless ``show=False``.
-
-        Example:
-            >>> # compile_quantized(reference_model, (x,)).explain()
-        """
-        if show:
-            print(self.report.table())  # printing the table is the point, as fxquant.explain
-        return self.report
-
-    def save(
-        self,
-        path: str | Path,
-        *,
-        dynamic_batch: bool = True,
-    ) -> Path:
+    def save(self, path: str | Path, *, dynamic_batch: bool = True) -> Path:  # type: ignore[override]  # the base's **options, named
         """Compile the model ahead of time (AOTInductor) into a ``.pt2`` package at ``path``.
 
         The package holds the compiled C++ code and the frozen, prepacked
-        weights; :func:`load` runs it without fxquant. ``dynamic_batch``:
-        dim 0 of every tensor input is a batch dimension (any size from 1);
-        otherwise the package takes the example inputs' shapes only. This is
-        a second compile (tens of seconds for a BERT-base).
+        weights; the report goes to ``PATH.fxquant.json``. ``CompiledModel.load``
+        (or :func:`load`, without the report) runs it. ``dynamic_batch``: dim 0
+        of every tensor input is a batch dimension (any size from 1; an example
+        of batch 1 is traced at batch 2); otherwise the package takes the
+        example inputs' shapes only. This is a second compile (tens of seconds
+        for a BERT-base).
 
         Raises:
-            fxquant.errors.ExportError: ``torch.export`` could not capture the model.
+            fxquant.errors.ExportError: ``torch.export`` could not capture the
+                model (with ``dynamic_batch``, the message says to try without).
 
         Example:
-            >>> # compiled.save("model.pt2"); fxquant_x86.compiled.load("model.pt2")(x)
+            >>> # compiled.save("model.pt2"); CompiledModel.load("model.pt2")(x)
         """
-        return save_package(self._model, self._example_inputs, path, dynamic_batch=dynamic_batch)
+        return super().save(path, dynamic_batch=dynamic_batch)
+
+    suffix = ".pt2"
+
+    def save_artifact(self, path: Path, **options: Any) -> Mapping[str, Any]:
+        """The AOTInductor package at ``path`` (:meth:`save`)."""
+        save_package(self._model, self._example_inputs, path, **options)
+        return {}
+
+    @classmethod
+    def load_artifact(
+        cls, path: Path, report: Report, extras: Mapping[str, Any]
+    ) -> CompiledPackage:
+        """The package :meth:`save` wrote, as a :class:`CompiledPackage`."""
+        return CompiledPackage(path, report)
 
     def __repr__(self) -> str:
         found = ", ".join(f"{n} {name}" for name, n in sorted(self.kernels.items())) or "none"
@@ -653,6 +667,48 @@ class CompiledModel:
             f"CompiledModel(oneDNN int8 kernels: {found}; {self.expected_kernels} quantized "
             f"linear/conv nodes; cold compile {self.compile_seconds:.1f} s)"
         )
+
+
+class CompiledPackage(DeployedModel):
+    """An AOTInductor package :meth:`CompiledModel.save` wrote, loaded; call it like the model.
+
+    Runs the package's compiled code (no inductor compile, no fxquant model);
+    ``report`` is the deployed model's, read from ``PATH.fxquant.json``.
+
+    Example:
+        >>> # package = CompiledModel.load("model.pt2"); package(x); package.explain()
+    """
+
+    suffix = ".pt2"
+
+    def __init__(self, path: str | Path, report: Report) -> None:
+        self.path = Path(path)
+        self.report = report
+        self._run = load(self.path)
+
+    def __call__(self, *inputs: Any) -> Any:
+        """Run the package (grad disabled, as the compiled model)."""
+        with torch.no_grad():
+            return self._run(*inputs)
+
+    def save_artifact(self, path: Path, **options: Any) -> Mapping[str, Any]:
+        """A copy of the package at ``path`` (``options``: none; it is compiled already)."""
+        if options:
+            msg = f"a loaded package is compiled already: save(path) takes no {sorted(options)}"
+            raise ConfigTypeError(msg)
+        if path.resolve() != self.path.resolve():
+            shutil.copyfile(self.path, path)
+        return {}
+
+    @classmethod
+    def load_artifact(
+        cls, path: Path, report: Report, extras: Mapping[str, Any]
+    ) -> CompiledPackage:
+        """The package at ``path``."""
+        return cls(path, report)
+
+    def __repr__(self) -> str:
+        return f"CompiledPackage({str(self.path)!r})"
 
 
 def input_signature(inputs: tuple[Any, ...]) -> tuple[Any, ...] | None:
@@ -731,6 +787,38 @@ def _batch_shapes(example_inputs: tuple[Any, ...]) -> tuple[Any, ...]:
     )
 
 
+def _batch_of_two(example_inputs: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The example at batch 2 when it is at batch 1: torch.export takes a size-1 dimension
+    for a constant, so a batch-1 example cannot trace a dynamic batch."""
+    batched = [x for x in example_inputs if isinstance(x, torch.Tensor) and x.dim() > 0]
+    if not batched or any(x.shape[0] != 1 for x in batched):
+        return example_inputs
+    return tuple(
+        torch.cat([x, x]) if isinstance(x, torch.Tensor) and x.dim() > 0 else x
+        for x in example_inputs
+    )
+
+
+def _exported(
+    model: fx.GraphModule, example_inputs: tuple[Any, ...], dynamic_batch: bool
+) -> torch.export.ExportedProgram:
+    from fxquant.errors import ExportError
+
+    shapes = _batch_shapes(example_inputs) if dynamic_batch else None
+    inputs = _batch_of_two(tuple(example_inputs)) if dynamic_batch else tuple(example_inputs)
+    try:
+        return torch.export.export(model, inputs, dynamic_shapes=shapes, strict=False)
+    except Exception as error:
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        msg = f"torch.export could not capture the model for AOTInductor: {first}"
+        if dynamic_batch:
+            msg += (
+                "; with dynamic_batch=True dim 0 of every tensor input is one batch "
+                "dimension: save(path, dynamic_batch=False) packages the example's shapes only"
+            )
+        raise ExportError(msg) from error
+
+
 def save_package(
     model: fx.GraphModule,
     example_inputs: tuple[Any, ...],
@@ -738,24 +826,18 @@ def save_package(
     *,
     dynamic_batch: bool = True,
 ) -> Path:
-    """AOTInductor package of a reference model (see :meth:`CompiledModel.save`).
+    """AOTInductor package of a converted model (see :meth:`CompiledModel.save`).
 
     Example:
-        >>> # save_package(reference_model, (x,), "model.pt2")
+        >>> # save_package(converted, (x,), "model.pt2")
     """
-    from fxquant.errors import ExportError
-
+    if Path(path).suffix != ".pt2":
+        msg = f"path must name a .pt2 file (AOTInductor's package), got {str(path)!r}"
+        raise ConfigError(msg)
     _load_inductor()
     model, _ = _reference_model(model, "model")
-    shapes = _batch_shapes(example_inputs) if dynamic_batch else None
     with torch.no_grad():
-        try:
-            program = torch.export.export(
-                model, tuple(example_inputs), dynamic_shapes=shapes, strict=False
-            )
-        except Exception as error:
-            msg = f"torch.export could not capture the model for AOTInductor: {error}"
-            raise ExportError(msg.splitlines()[0]) from error
+        program = _exported(model, example_inputs, dynamic_batch)
         written = torch._inductor.aoti_compile_and_package(
             program, package_path=str(path), inductor_configs=inductor_options(cpp_wrapper=False)
         )
@@ -764,6 +846,9 @@ def save_package(
 
 def load(path: str | Path) -> Any:
     """Load a package :meth:`CompiledModel.save` wrote; call the result with the model's inputs.
+
+    torch's own runner, without the report: ``CompiledModel.load(path)`` gives
+    the deployed model (:class:`CompiledPackage`).
 
     Example:
         >>> # run = load("model.pt2"); run(x)
@@ -783,9 +868,11 @@ def compile_quantized(
     """Compile an x86 reference model with inductor (freezing on); compile it now, on the example.
 
     Args:
-        model: what ``fxquant.convert_to_reference_fx`` returned for a model
-            prepared with the ``x86`` (or ``onednn``) backend. A copy is
-            compiled: later changes to ``model`` do not reach the compiled one.
+        model: what ``fxquant.convert_fx`` returned for a model prepared with
+            the ``x86`` backend (its reference form, which convert_fx keeps, is
+            compiled), or ``convert_to_reference_fx``'s for ``x86`` (or
+            ``onednn``). A copy is compiled: later changes to ``model`` do not
+            reach the compiled one.
         example_inputs: positional inputs; the first call compiles for their shapes.
         dynamic: ``torch.compile``'s: ``None`` (default) compiles for the
             example's shapes and recompiles once, with symbolic sizes, when a
@@ -803,10 +890,10 @@ def compile_quantized(
 
     Raises:
         ConfigTypeError: ``model`` is not a converted fxquant model, or is
-            ``convert_fx``'s lowered one.
+            lowered to another backend's kernels.
 
     Example:
-        >>> # compiled = compile_quantized(convert_to_reference_fx(prepared), (x,))
+        >>> # compiled = compile_quantized(convert_fx(prepared), (x,))
         >>> # compiled.kernels  -> Counter({'qlinear_pointwise': 2})
     """
     model, state = _reference_model(model, "model")
@@ -869,6 +956,6 @@ def deploy(model: fx.GraphModule, example_inputs: tuple[Any, ...]) -> CompiledMo
     """The ``fxquant_deployment`` entry: :func:`compile_quantized` with the defaults.
 
     Example:
-        >>> # fxquant.registry.get_deployment("x86").deploy(reference_model, (x,))
+        >>> # fxquant.registry.get_deployment("x86").deploy(fxquant.convert_fx(prepared), (x,))
     """
     return compile_quantized(model, example_inputs)
