@@ -55,6 +55,7 @@ from fxquant.flow.convert_qconfig import (
 from fxquant.flow.convert_qdq import replace_observer
 from fxquant.flow.equalize import EQUALIZATION_KEY
 from fxquant.flow.equalize_convert import apply_equalization
+from fxquant.flow.kept_reference import release_replaced_weights
 from fxquant.flow.report import NodeStatus, Report, raise_if_skipped
 from fxquant.flow.resolve import backend_kernels
 from fxquant.flow.state import META_KEY, FlowMeta, FlowState
@@ -375,6 +376,7 @@ def convert_fx(
     gm.graph.lint()
     gm.recompile()
     if reference is not None:
+        release_replaced_weights(reference, gm)  # the kernels hold them: no float copy kept
         kept = _finish(reference, graph_module, state, report)
         state = dataclasses.replace(state, reference_model=kept)
     gm = _finish(gm, graph_module, state, lowered_report)

@@ -18,6 +18,7 @@ from fxquant.config.backend import BackendConfig, BackendPatternConfig, DTypeCon
 from fxquant.config.custom import PrepareCustomConfig
 from fxquant.config.qconfig import QConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
+from fxquant.flow.kept_reference import materialize
 from fxquant.flow.report import Reason, Report
 from fxquant.registry.answers import GraphMode
 
@@ -130,7 +131,8 @@ def reference_form(model: object) -> GraphModule | None:
     if state is None:
         return None
     if state.reference_model is not None:
-        return state.reference_model
+        assert isinstance(model, GraphModule)  # a flow state lives in a GraphModule's meta
+        return materialize(state.reference_model, model)
     lowered = any(entry.status == "lowered" for entry in state.report.entries())
     return None if lowered or not isinstance(model, GraphModule) else model
 

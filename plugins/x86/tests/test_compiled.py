@@ -366,3 +366,24 @@ def test_input_signature_tells_apart_what_dynamo_guards() -> None:
         assert input_signature((x,)) != same  # grad mode: dynamo compiles one graph per mode
     with torch.inference_mode():
         assert input_signature((torch.ones(4, 6),)) != same
+
+
+def test_convert_fx_keeps_its_reference_form_without_a_float_copy_of_the_weights() -> None:
+    # the kept reference form rebuilds its weights from the int8 kernels when asked: the
+    # converted model holds no second, four-times-larger copy of what the kernels hold
+    from fxquant.flow.state import flow_state, reference_form
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 32)).eval()
+    x = torch.randn(4, 64)
+    backend = fxquant.get_backend_config("x86")
+    mapping = fxquant.get_default_qconfig_mapping("x86")
+    prepared = fxquant.prepare_fx(model, mapping, (x,), backend_config=backend)
+    prepared(x)
+    expected = fxquant.convert_to_reference_fx(copy.deepcopy(prepared), backend_config=backend)
+    converted = fxquant.convert_fx(prepared, backend_config=backend)
+    kept = flow_state(converted).reference_model
+    assert kept is not None
+    held = [n for n, t in kept.named_parameters() if t.device.type != "meta" and t.dim() > 1]
+    assert held == []
+    assert torch.equal(reference_form(converted)(x), expected(x))

@@ -103,6 +103,19 @@ class _Packed(nn.Module):
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
         self._packed = None
 
+    def dequantized_weight(self) -> torch.Tensor:
+        """The float weight these integers stand for: the reference module's weight after its
+        quantize/dequantize step (per output channel, axis 0).
+
+        Example:
+            >>> kernel = _Packed(torch.tensor([[2, -4]], dtype=torch.int8), torch.ones(1) / 2, None)
+            >>> kernel.dequantized_weight().tolist()
+            [[1.0, -2.0]]
+        """
+        shape = (-1,) + (1,) * (self.weight.dim() - 1)
+        zero_point = self.weight_zero_point.reshape(shape)
+        return (self.weight.to(torch.float32) - zero_point) * self.weight_scale.reshape(shape)
+
     def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
         super()._load_from_state_dict(*args, **kwargs)
         self._packed = None  # new weights: pack again on the next call
