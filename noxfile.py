@@ -1,5 +1,5 @@
 """Developer sessions: `nox -s tests`, `lint`, `typecheck`, `docs`, `demo`, `bench`, `plugin`,
-`fuzz`, `install`, `zoo`.
+`fuzz`, `install`, `zoo`, `matrix`.
 
 Every session that needs torch installs ``torch==2.13.0`` first and explicitly:
 an unpinned torch (asked for directly or through a dependency's range) pulls
@@ -61,6 +61,16 @@ def dependencies_first() -> list[str]:
     return list(dict.fromkeys(dep for name in PLUGINS for dep in local_plugins(name)))
 
 
+TORCHVISION = "torchvision==0.28.0"
+
+
+def install_torchvision(session: nox.Session) -> None:
+    """torchvision for the zoo's models, without its dependencies: it requires an unpinned
+    torch (CUDA's GBs), and a pyproject extra cannot say ``--no-deps``. Its import on the CPU
+    torch needs two op schemas defined first (tests/zoo/torchvision_models.py)."""
+    session.install("--no-deps", TORCHVISION)
+
+
 def install_core(session: nox.Session, *extras: str) -> None:
     # pinned first: an unpinned torch pulls GBs of CUDA packages. numpy because torch's
     # wheel does not require it yet warns on import without it.
@@ -89,6 +99,7 @@ def tests(session: nox.Session) -> None:
     install_core(session, "test", "docs")
     if PLUGINS:  # one pip call: plugins that build on each other resolve locally
         session.install(*(f"-e./plugins/{name}[test]" for name in dependencies_first()))
+    install_torchvision(session)  # the zoo's torchvision models in tests/invariants
     env = {"OMP_NUM_THREADS": "1", "FXQUANT_HYPOTHESIS_PROFILE": "quick"}
     parallel = ["-n", workers(), "--dist", "loadfile"]
     session.run(
@@ -219,8 +230,24 @@ def zoo(session: nox.Session) -> None:
     install_core(session, "bench")  # matplotlib for the plot, transformers for the HF models
     if PLUGINS:
         session.install(*(f"-e./plugins/{name}" for name in dependencies_first()))
+    install_torchvision(session)
     env = {"OMP_NUM_THREADS": "1", "PYTHONPATH": os.fspath(ROOT), "HF_HUB_OFFLINE": "1"}
     session.run("python", os.fspath(ROOT / "bench" / "zoo.py"), *session.posargs, env=env)
+
+
+@nox.session(python="3.11")
+def matrix(session: nox.Session) -> None:
+    """The whole invariant matrix of issue 30 (tests/invariants/matrix.py): every zoo model x
+    installed backend x user move, x86's compiled deployment on the default move; writes
+    docs/guide/matrix.md and bench/results/matrix.json. Hours on two cores; ``nox -s tests``
+    runs a seeded slice of it. ``nox -s matrix -- --models resnet,bert --backends x86``.
+    """
+    install_core(session, "test", "bench")
+    if PLUGINS:
+        session.install(*(f"-e./plugins/{name}[test]" for name in dependencies_first()))
+    install_torchvision(session)
+    env = {"OMP_NUM_THREADS": "1", "PYTHONPATH": os.fspath(ROOT), "HF_HUB_OFFLINE": "1"}
+    session.run("python", "-m", "tests.invariants.matrix", *session.posargs, env=env)
 
 
 # what `nox -s install` checks in each venv after the documented installs: every backend
