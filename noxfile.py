@@ -221,7 +221,7 @@ def bench(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def zoo(session: nox.Session) -> None:
-    """The model zoo of issue 20: 26 architectures on every backend, next to torch.ao on the
+    """The model zoo of issues 20 and 30: 46 architectures on every backend, next to torch.ao on the
     CPU backends (bench/zoo.py): bench/results/zoo.json and zoo.md, docs/img/zoo.png. About
     an hour on two cores; not part of ``tests`` (which runs tests/zoo/test_zoo.py's subset).
 

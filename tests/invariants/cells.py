@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "FAST_MODELS",
+    "FINDINGS",
     "MOVES",
     "Cell",
     "every",
@@ -115,6 +116,9 @@ def sample(models: list[str], backends: list[str], count: int, seed: int) -> lis
 
 
 _TRANSFORMERS = ("nn_transformer_encoder", "nn_transformer_decoder", "nn_transformer")
+_AGREES_MOVES = ("default", "module_none", "object_type", "state_dict")
+# models tensorrt's transformer mode takes (Linear -> residual add -> LayerNorm blocks)
+_TENSORRT_MODE = (*_TRANSFORMERS, "bert", "distilbert", "roberta", "albert", "electra")
 
 
 def known_break(cell: Cell) -> str | None:
@@ -125,4 +129,19 @@ def known_break(cell: Cell) -> str | None:
         return "issue 30 break 4: backend_config=None gives the reference backend, not lowered"
     if cell.compiled and cell.model in _TRANSFORMERS:
         return "issue 30 break 1: x86 compiled deployment writes into the caller's inputs"
-    return None
+    customized = cell.move in ("module_none", "object_type")
+    if customized and cell.backend == "tensorrt" and cell.model in _TENSORRT_MODE:
+        return "issue 30 break 2: a customized mapping loses tensorrt's transformer mode"
+    if cell.model in _TRANSFORMERS and cell.backend == "x86" and cell.move in _AGREES_MOVES:
+        return "issue 30 break 6: lowered vs reference mismatch on nn.TransformerEncoder"
+    return FINDINGS.get(cell.id)
+
+
+FINDINGS = {
+    "tv_mobilenet_v2-qnnpack-qat": (
+        "found by the matrix, not fixed: after two QAT steps on 2-image batches, qnnpack's "
+        "lowered ConvBn2d is up to 160 steps from its reference model where the BN-folded "
+        "weight's per-channel scale reached 1e4 (a channel dead on the training batches)"
+    ),
+}
+"""Cells the matrix found failing for reasons outside issue 30's breaks, not fixed yet."""

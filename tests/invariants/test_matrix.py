@@ -20,7 +20,14 @@ from tests.invariants.checks import check
 from tests.zoo import torchvision_models
 
 SEED = int(os.environ.get("FXQUANT_MATRIX_SEED", "30"))
-COUNT = 24
+COUNT = 20
+PINNED = (
+    Cell("tv_efficientnet_b0", "x86", "default"),
+    Cell("bert", "tensorrt", "module_none"),
+    Cell("nn_transformer_encoder", "x86", "strict"),
+    Cell("resnet", "x86", "no_backend_config"),
+)
+"""The issue's own rows, always in the slice: each break's first case."""
 BACKENDS = [b for b in ("x86", "onednn", "fbgemm", "qnnpack", "executorch", "tensorrt")]
 
 
@@ -40,7 +47,9 @@ _THREADS = "issue 30 break 5: prepare_fx is not thread-safe (a race: not every r
 
 
 def _cells() -> list[object]:
-    return [_param(c) for c in sample(list(FAST_MODELS), _installed(), COUNT, SEED)]
+    drawn = sample(list(FAST_MODELS), _installed(), COUNT, SEED)
+    pinned = [c for c in PINNED if c.backend in _installed() and c not in drawn]
+    return [_param(c) for c in [*pinned, *drawn]]
 
 
 @pytest.mark.parametrize("cell", _cells())
