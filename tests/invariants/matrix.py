@@ -3,7 +3,7 @@ with x86's compiled deployment on the default move; a table for docs/guide/matri
 
     OMP_NUM_THREADS=1 python -m tests.invariants.matrix [--models resnet,bert]
         [--backends x86,tensorrt] [--moves default,strict] [--no-compiled]
-        [--out docs/guide/matrix.md]
+        [--out docs/guide/matrix.md] [--render]
 
 ``nox -s matrix`` runs it. Each cell's outcome is written to bench/results/matrix.json as
 it comes (a rerun of some models keeps the others' rows), then the page is rendered.
@@ -60,12 +60,13 @@ OMP_NUM_THREADS=1 python -m tests.invariants.matrix --models resnet,bert --backe
 
 
 def _run(
-    models: list[str], backends: list[str], moves: list[str], compiled: bool
+    models: list[str], backends: list[str], moves: list[str], compiled: bool, keep: list[Any]
 ) -> list[dict[str, Any]]:
+    """Every cell asked for; the results file rewritten after each (a long run keeps its rows)."""
     from tests.invariants.cells import every
     from tests.invariants.checks import check
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for cell in every(models, backends, compiled=compiled):
         if cell.move not in moves:
             continue
@@ -82,6 +83,7 @@ def _run(
         }
         print(json.dumps(row), flush=True)
         rows.append(row)
+        RESULTS.write_text(json.dumps([*keep, *rows], indent=1))
     return rows
 
 
@@ -133,7 +135,7 @@ def render(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from tests.invariants.cells import MOVES
+    from tests.invariants.cells import MOVES, every
     from tests.zoo.runner import ZOO
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -142,21 +144,25 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--moves", default=",".join(MOVES))
     parser.add_argument("--no-compiled", action="store_true")
     parser.add_argument("--out", type=Path, default=PAGE)
+    parser.add_argument("--render", action="store_true", help="only the page, from the JSON")
     args = parser.parse_args(argv)
     import fxquant
 
     backends = [b for b in args.backends.split(",") if b in fxquant.list_backends()]
     models = args.models.split(",")
     old = json.loads(RESULTS.read_text()) if RESULTS.exists() else []
+    if args.render:
+        args.out.write_text(render(old))
+        return
     start = time.perf_counter()
     moves = args.moves.split(",")
-    fresh = _run(models, backends, moves, not args.no_compiled)
-    done = {r["cell"] for r in fresh}
-    keep = [r for r in old if r["cell"] not in done]
-    rows = keep + fresh
+    asked = {
+        c.id for c in every(models, backends, compiled=not args.no_compiled) if c.move in moves
+    }
+    keep = [r for r in old if r["cell"] not in asked]
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(rows, indent=1))
-    args.out.write_text(render(rows))
+    fresh = _run(models, backends, moves, not args.no_compiled, keep)
+    args.out.write_text(render(keep + fresh))
     print(f"{len(fresh)} cells in {time.perf_counter() - start:.0f} s; {args.out}")
 
 
