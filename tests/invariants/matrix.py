@@ -103,6 +103,20 @@ def _mark(row: dict[str, Any]) -> str:
     return ", ".join(names) + (f" ({known})" if known else "")
 
 
+def _coverage(rows: list[dict[str, Any]]) -> str:
+    """How much of the whole matrix the rows are: models, backends, moves."""
+    from tests.invariants.cells import MOVES
+    from tests.zoo.runner import ZOO
+
+    backends = sorted({r["backend"] for r in rows})
+    whole = len(ZOO) * len(BACKENDS) * len(MOVES)
+    models = len({r["model"] for r in rows})
+    return (
+        f"The whole matrix is {whole} cells ({len(ZOO)} models x {len(BACKENDS)} backends x "
+        f"{len(MOVES)} moves); this run covers {models} models on {', '.join(backends)}."
+    )
+
+
 def render(rows: list[dict[str, Any]]) -> str:
     """The page: the counts, a model x backend grid of moves, and every failing cell."""
     from tests.invariants.cells import MOVES
@@ -111,6 +125,7 @@ def render(rows: list[dict[str, Any]]) -> str:
     known = sum(1 for r in rows if not r["ok"] and _known(r))
     invariants = Counter(name for r in rows for name in {n for n, _ in r["broken"]})
     lines = [_HEAD, "## The last run", ""]
+    lines.append(_coverage(rows) + " ")
     lines.append(
         f"{len(rows)} cells, {passed} pass; {known} of the {len(rows) - passed} failing run "
         "into a break of issue 30 fixed on another branch. Broken invariants (cells): "

@@ -17,7 +17,7 @@ small configurations of the same classes (``VisionTransformer``, ``SwinTransform
 ``ConvNeXt``) where the stock width is what costs.
 
 Example:
-    >>> tv = load()
+    >>> tv = require()  # skips where torchvision is not installed
     >>> BUILDERS["tv_resnet18"]()(torch.zeros(1, 3, 32, 32)).shape
     torch.Size([1, 10])
 """
