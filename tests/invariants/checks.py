@@ -105,9 +105,12 @@ def _qconfig_mapping(cell: Cell, model: nn.Module) -> Any:
 
 
 def customized_module(model: nn.Module) -> str:
-    """The module the ``module_none`` move sets to None: the last Linear or Conv2d (a head)."""
+    """The module the ``module_none`` move sets to None: the last Linear or Conv2d (a head),
+    else the last module holding a weight of its own (GPT-2's layers are transformers'
+    ``Conv1D``)."""
     names = [n for n, m in model.named_modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
-    return names[-1]
+    weighted = [n for n, m in model.named_modules() if "weight" in m._parameters]
+    return (names or weighted)[-1]
 
 
 def customized_type(model: nn.Module) -> type[nn.Module]:
