@@ -1,5 +1,5 @@
 """Developer sessions: `nox -s dev`, `tests`, `lint`, `typecheck`, `docs`, `demo`, `bench`,
-`plugin`, `fuzz`, `install`, `zoo`.
+`plugin`, `fuzz`, `install`, `zoo`, `matrix`.
 
 Every session that needs torch installs ``torch==2.13.0`` first and explicitly:
 an unpinned torch (asked for directly or through a dependency's range) pulls
@@ -41,6 +41,16 @@ nox.options.sessions = ["lint", "typecheck", "tests"]
 nox.options.reuse_existing_virtualenvs = True
 
 
+TORCHVISION = "torchvision==0.28.0"
+
+
+def install_torchvision(session: nox.Session) -> None:
+    """torchvision for the zoo's models, without its dependencies: it requires an unpinned
+    torch (CUDA's GBs), and a pyproject extra cannot say ``--no-deps``. Its import on the CPU
+    torch needs two op schemas defined first (tests/zoo/torchvision_models.py)."""
+    session.install("--no-deps", TORCHVISION)
+
+
 def install_core(session: nox.Session, *extras: str) -> None:
     # pinned first: an unpinned torch pulls GBs of CUDA packages. numpy because torch's
     # wheel does not require it yet warns on import without it.
@@ -60,6 +70,8 @@ def _develop_in(session: nox.Session, venv: Path) -> None:
     with session.chdir(ROOT):  # the arguments are folders of the clone
         _venv_run(session, venv, "pip", "install", TORCH, "numpy")
         _venv_run(session, venv, "pip", "install", *development_install())
+        # the zoo's torchvision models, as `tests` has them (install_torchvision: no deps)
+        _venv_run(session, venv, "pip", "install", "--no-deps", TORCHVISION)
 
 
 @nox.session(python="3.11")
@@ -91,6 +103,7 @@ def tests(session: nox.Session) -> None:
     install_core(session, "test", "docs")
     if PLUGINS:  # one pip call: plugins that build on each other resolve locally
         session.install(*(f"-e./plugins/{name}[test]" for name in dependencies_first()))
+    install_torchvision(session)  # the zoo's torchvision models in tests/invariants
     env = {"OMP_NUM_THREADS": "1", "FXQUANT_HYPOTHESIS_PROFILE": "quick"}
     parallel = ["-n", workers(), "--dist", "loadfile"]
     session.run(
@@ -212,7 +225,7 @@ def bench(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def zoo(session: nox.Session) -> None:
-    """The model zoo of issue 20: 26 architectures on every backend, next to torch.ao on the
+    """The model zoo of issues 20 and 30: 46 architectures on every backend, next to torch.ao on the
     CPU backends (bench/zoo.py): bench/results/zoo.json and zoo.md, docs/img/zoo.png. About
     an hour on two cores; not part of ``tests`` (which runs tests/zoo/test_zoo.py's subset).
 
@@ -221,8 +234,24 @@ def zoo(session: nox.Session) -> None:
     install_core(session, "bench")  # matplotlib for the plot, transformers for the HF models
     if PLUGINS:
         session.install(*(f"-e./plugins/{name}" for name in dependencies_first()))
+    install_torchvision(session)
     env = {"OMP_NUM_THREADS": "1", "PYTHONPATH": os.fspath(ROOT), "HF_HUB_OFFLINE": "1"}
     session.run("python", os.fspath(ROOT / "bench" / "zoo.py"), *session.posargs, env=env)
+
+
+@nox.session(python="3.11")
+def matrix(session: nox.Session) -> None:
+    """The whole invariant matrix of issue 30 (tests/invariants/matrix.py): every zoo model x
+    installed backend x user move, x86's compiled deployment on the default move; writes
+    docs/guide/matrix.md and bench/results/matrix.json. Hours on two cores; ``nox -s tests``
+    runs a seeded slice of it. ``nox -s matrix -- --models resnet,bert --backends x86``.
+    """
+    install_core(session, "test", "bench")
+    if PLUGINS:
+        session.install(*(f"-e./plugins/{name}[test]" for name in dependencies_first()))
+    install_torchvision(session)
+    env = {"OMP_NUM_THREADS": "1", "PYTHONPATH": os.fspath(ROOT), "HF_HUB_OFFLINE": "1"}
+    session.run("python", "-m", "tests.invariants.matrix", *session.posargs, env=env)
 
 
 # what `nox -s install` checks in each venv after the documented installs: every backend

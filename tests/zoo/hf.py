@@ -3,7 +3,8 @@
 Each builder gives the model class a user would load (``BertModel``, ``GPT2Model``,
 ``T5EncoderModel``, ``ViTModel``, ...) at toy sizes: 2 layers, hidden 64, 4 heads,
 vocabulary 256. Text models take ``input_ids`` alone (2 x 16), as
-``prepare_fx(model, mapping, (input_ids,))`` does; ViT takes 2 x 3 x 32 x 32 pixels.
+``prepare_fx(model, mapping, (input_ids,))`` does; ViT, Swin and ConvNeXt take
+2 x 3 x 32 x 32 pixels, Wav2Vec2 2 x 400 audio samples.
 :func:`concrete_graph` gives torch.ao (which cannot trace these models) transformers'
 own graph with its shapes made constants.
 
@@ -15,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from collections.abc import Callable
 from typing import Any
@@ -22,12 +24,18 @@ from typing import Any
 import torch
 from torch import fx, nn
 
+from tests.zoo import torchvision_models
+
 __all__ = ["BUILDERS", "concrete_graph"]
 
 VOCAB, HIDDEN, LAYERS, HEADS, FFN = 256, 64, 2, 4, 128
 
 
 def _transformers() -> Any:
+    # transformers imports torchvision where it is installed (image processors, Wav2Vec2),
+    # which fails on the CPU torch unless its op schemas are defined first
+    with contextlib.suppress(ImportError):
+        torchvision_models.load()
     return importlib.import_module("transformers")
 
 
@@ -112,6 +120,48 @@ BUILDERS: dict[str, Callable[[], nn.Module]] = {
         intra_bottleneck_size=32,
         true_hidden_size=32,
         num_feedforward_networks=2,
+    ),
+    "hf_swin": _text(
+        "SwinConfig",
+        "SwinModel",
+        vocab_size=None,
+        hidden_size=None,
+        num_hidden_layers=None,
+        num_attention_heads=None,
+        intermediate_size=None,
+        max_position_embeddings=None,
+        image_size=32,
+        patch_size=4,
+        embed_dim=32,
+        depths=[2, 2],
+        num_heads=[2, 4],
+        window_size=4,
+    ),
+    "hf_convnext": _text(
+        "ConvNextConfig",
+        "ConvNextModel",
+        vocab_size=None,
+        hidden_size=None,
+        num_hidden_layers=None,
+        num_attention_heads=None,
+        intermediate_size=None,
+        max_position_embeddings=None,
+        image_size=32,
+        patch_size=4,
+        num_stages=2,
+        hidden_sizes=[32, 64],
+        depths=[1, 1],
+    ),
+    "wav2vec2": _text(
+        "Wav2Vec2Config",
+        "Wav2Vec2Model",
+        vocab_size=32,
+        max_position_embeddings=None,
+        conv_dim=(32, 32),
+        conv_stride=(5, 2),
+        conv_kernel=(10, 3),
+        num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=4,
     ),
 }
 """Every transformers model of the zoo, by name: a function building it (eval mode)."""

@@ -19,7 +19,7 @@ unrelated exception from deep in a toolchain.
 
 Example:
     >>> sorted(ZOO)[:3], len(ZOO)
-    (['albert', 'bert', 'convnext'], 26)
+    (['albert', 'bert', 'convnext'], 46)
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from tests.flow.zoo import seeded
-from tests.zoo import hf, sequence, vision
+from tests.zoo import hf, sequence, torchvision_models, vision
 
 __all__ = [
     "BACKENDS",
@@ -107,15 +107,49 @@ def _vision(name: str, cls: type[nn.Module], what: str) -> ZooModel:
     return ZooModel(name, "vision", lambda: seeded(cls), images, what=what)
 
 
+def audio(seed: int) -> tuple[torch.Tensor, ...]:
+    """2 x 400 audio samples."""
+    return (torch.randn(2, 400, generator=_generator(seed)),)
+
+
 def _hf(name: str, what: str) -> ZooModel:
     build = hf.BUILDERS[name]
-    if name == "hf_vit":
+    if name in ("hf_vit", "hf_swin", "hf_convnext"):
         return ZooModel(
             name, "transformers", lambda: seeded(build), images, ("pixel_values",), what
         )
+    if name == "wav2vec2":
+        return ZooModel(name, "transformers", lambda: seeded(build), audio, ("input_values",), what)
     return ZooModel(
         name, "transformers", lambda: seeded(build), tokens(hf.VOCAB), ("input_ids",), what
     )
+
+
+def _torchvision(name: str, what: str) -> ZooModel:
+    build = {**torchvision_models.BUILDERS, **torchvision_models.SEGMENTATION}[name]
+    return ZooModel(name, "torchvision", lambda: seeded(build), images, what=what)
+
+
+_TORCHVISION = {
+    "tv_resnet18": "resnet18",
+    "tv_resnet50": "resnet50, bottlenecks",
+    "tv_mobilenet_v2": "mobilenet_v2, width 0.5",
+    "tv_mobilenet_v3_small": "mobilenet_v3_small",
+    "tv_mobilenet_v3_large": "mobilenet_v3_large, width 0.5",
+    "tv_efficientnet_b0": "efficientnet_b0, Dropout(inplace=True) head",
+    "tv_regnet_y_400mf": "regnet_y_400mf",
+    "tv_shufflenet_v2": "shufflenet_v2_x0_5",
+    "tv_squeezenet": "squeezenet1_1",
+    "tv_densenet121": "densenet121",
+    "tv_googlenet": "googlenet, no aux heads",
+    "tv_convnext": "ConvNeXt class, 2 stages of 1 block",
+    "tv_vit": "VisionTransformer class, 2 layers, patch 8",
+    "tv_swin": "SwinTransformer class (swin_t's blocks), 2 stages",
+    "tv_deeplabv3_mobilenet_v3": "deeplabv3_mobilenet_v3_large, 5 classes",
+    "tv_lraspp_mobilenet_v3": "lraspp_mobilenet_v3_large, 5 classes",
+    "tv_fcn_resnet50": "fcn_resnet50, 5 classes",
+}
+"""torchvision's models in the zoo (tests/zoo/torchvision_models.py builds them)."""
 
 
 ZOO: dict[str, ZooModel] = {
@@ -171,6 +205,10 @@ ZOO: dict[str, ZooModel] = {
         _hf("t5_encoder", "T5EncoderModel"),
         _hf("hf_vit", "ViTModel"),
         _hf("mobilebert", "MobileBertModel"),
+        _hf("hf_swin", "SwinModel, shifted windows"),
+        _hf("hf_convnext", "ConvNextModel"),
+        _hf("wav2vec2", "Wav2Vec2Model, conv feature encoder, audio in"),
+        *(_torchvision(name, what) for name, what in _TORCHVISION.items()),
     )
 }
 """Every zoo model, by name."""

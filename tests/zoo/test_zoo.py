@@ -26,6 +26,7 @@ import pytest
 import torch
 
 from tests.backends.conftest import installed_first_party
+from tests.zoo import torchvision_models
 from tests.zoo.runner import CALIBRATION, EXAMPLE, HELD_OUT, ZOO, pooled_sqnr, run
 
 TOLERANCE_DB = 0.5
@@ -120,6 +121,36 @@ def test_gpt2_with_its_causal_mask_goes_through_x86() -> None:
 def test_transformers_vit_is_traced_through_its_decorated_forward() -> None:
     pytest.importorskip("transformers")
     result = run("hf_vit", "x86", oracle=False)  # check_model_inputs' (*args, **kwargs) wrapper
+    assert result.ok, result.reason
+    assert result.sqnr is not None
+    assert result.sqnr >= 20
+
+
+def test_torchvision_imports_on_the_cpu_torch_and_its_models_run() -> None:
+    tv = torchvision_models.require()  # its nms/qnms schemas defined first where missing
+    assert tv.__version__.startswith("0.")
+    builders = {**torchvision_models.BUILDERS, **torchvision_models.SEGMENTATION}
+    x = torch.randn(1, 3, 32, 32)
+    for name in ("tv_resnet18", "tv_vit", "tv_swin", "tv_lraspp_mobilenet_v3"):
+        output = builders[name]()(x)
+        output = output["out"] if isinstance(output, dict) else output
+        assert output.abs().sum() > 0, name  # ViT's zero-initialized head re-drawn
+
+
+@pytest.mark.parametrize("name", ["tv_mobilenet_v3_large", "tv_deeplabv3_mobilenet_v3"])
+def test_torchvision_mobilenet_v3_on_x86_is_at_least_torch_ao(name: str) -> None:
+    torchvision_models.require()
+    result = run(name, "x86")
+    assert result.ok, result.reason
+    assert result.ao_sqnr is not None, result.ao_reason
+    assert result.sqnr is not None
+    assert result.sqnr >= result.ao_sqnr - TOLERANCE_DB
+
+
+@pytest.mark.parametrize("name", ["hf_swin", "hf_convnext", "wav2vec2"])
+def test_transformers_vision_and_audio_models_go_through_x86(name: str) -> None:
+    pytest.importorskip("transformers")
+    result = run(name, "x86", oracle=False)
     assert result.ok, result.reason
     assert result.sqnr is not None
     assert result.sqnr >= 20

@@ -1,0 +1,456 @@
+"""Run one cell of the invariant matrix and check every invariant on it (#30).
+
+For a cell (model, backend, move) :func:`check` quantizes a fresh model as the move says,
+builds each output form (``convert_fx``, ``convert_to_reference_fx``, the deployment) and
+returns an :class:`Outcome`: one line per broken invariant, each naming the invariant:
+
+- ``untouched``: the caller's model, example inputs and call inputs are never modified;
+- ``agrees``: the lowered (and the deployed) model agrees with its reference model within
+  one quantization step per quantized node, or the report names the node and why;
+- ``custom_cost``: a customization costs each Linear and Conv it does not name at most 1 dB
+  of local SQNR;
+- ``refused``: nothing float runs is refused (an error is a failure, listed with its words);
+- ``explain``: every node ``explain`` calls lowered is a backend kernel in the graph, and
+  every kernel is reported lowered;
+- ``threads``: three threads quantizing at once give the serial result, bit for bit;
+- ``strict``: strict mode raises exactly when the default run skips a node, naming each;
+- ``state_dict``: a converted model's state_dict loads into a fresh one and gives its output.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import math
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import fx, nn
+
+from tests.invariants.cells import Cell
+from tests.zoo.runner import CALIBRATION, EXAMPLE, ZOO, ZooModel, main_output, quiet
+
+__all__ = ["Outcome", "check"]
+
+STEP_SLACK = 1.0 + 1e-3  # one step, and float rounding of the step count itself
+COST_DB = 1.0
+CAP_DB = 60.0  # above this a node's local SQNR is float rounding: no cost to speak of
+EVAL = (99, 100)
+
+
+@dataclass
+class Outcome:
+    """What a cell broke: ``(invariant, words)`` pairs; empty when every invariant held."""
+
+    cell: Cell
+    broken: list[tuple[str, str]] = field(default_factory=list)
+    forms: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def fail(self, invariant: str, words: str) -> None:
+        self.broken.append((invariant, " ".join(words.split())[:500]))
+
+    @property
+    def ok(self) -> bool:
+        return not self.broken
+
+
+@dataclass
+class _Run:
+    """The quantized models of one move, and what they were built from."""
+
+    prepared: fx.GraphModule
+    lowered: nn.Module
+    reference: nn.Module
+    report: Any
+
+
+def _fingerprint(value: Any) -> list[torch.Tensor]:
+    """Clones of every tensor ``value`` holds (a module's state, or a tuple of inputs)."""
+    if isinstance(value, nn.Module):
+        tensors = [t for _, t in value.state_dict(keep_vars=True).items()]
+        return [t.detach().clone() for t in tensors if isinstance(t, torch.Tensor)]
+    return [t.detach().clone() for t in value if isinstance(t, torch.Tensor)]
+
+
+def _changed(before: list[torch.Tensor], value: Any) -> bool:
+    after = _fingerprint(value)
+    return len(before) != len(after) or not all(
+        a.shape == b.shape and torch.equal(a, b) for a, b in zip(before, after, strict=True)
+    )
+
+
+def _backend_config(cell: Cell) -> Any:
+    import fxquant
+
+    return None if cell.move == "no_backend_config" else fxquant.get_backend_config(cell.backend)
+
+
+def _qconfig_mapping(cell: Cell, model: nn.Module) -> Any:
+    import fxquant
+    from fxquant.observer import default_weight_observer
+
+    mapping = fxquant.get_default_qconfig_mapping(cell.backend, is_qat=cell.move == "qat")
+    if cell.move == "module_none":
+        mapping.set_module_name(customized_module(model), None)
+    elif cell.move == "object_type":
+        kind = customized_type(model)
+        base = mapping.global_qconfig
+        per_tensor = fxquant.QConfig(activation=base.activation, weight=default_weight_observer)
+        mapping.set_object_type(kind, per_tensor)
+    return mapping
+
+
+def customized_module(model: nn.Module) -> str:
+    """The module the ``module_none`` move sets to None: the last Linear or Conv2d (a head),
+    else the last module holding a weight of its own (GPT-2's layers are transformers'
+    ``Conv1D``)."""
+    names = [n for n, m in model.named_modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
+    weighted = [n for n, m in model.named_modules() if "weight" in m._parameters]
+    return (names or weighted)[-1]
+
+
+def customized_type(model: nn.Module) -> type[nn.Module]:
+    """The type the ``object_type`` move changes: Linear where the model has one, else Conv2d."""
+    has_linear = any(isinstance(m, nn.Linear) for m in model.modules())
+    return nn.Linear if has_linear else nn.Conv2d
+
+
+def _calibrate(prepared: nn.Module, zoo: ZooModel, seeds: tuple[int, ...], qat: bool) -> None:
+    if not qat:
+        with torch.no_grad():
+            for seed in seeds:
+                prepared(*zoo.inputs(seed))
+        return
+    optimizer = torch.optim.SGD(prepared.parameters(), lr=1e-4)
+    for seed in seeds[:2]:
+        optimizer.zero_grad()
+        main_output(prepared(*zoo.inputs(seed))).float().pow(2).mean().backward()
+        optimizer.step()
+    prepared.eval()
+
+
+def quantize(
+    cell: Cell,
+    model: nn.Module,
+    example: tuple[Any, ...],
+    *,
+    strict: bool = False,
+    calibration: tuple[int, ...] = CALIBRATION,
+) -> _Run:
+    """``model`` prepared, calibrated (or trained two steps) and converted both ways."""
+    import fxquant
+
+    zoo = ZOO[cell.model]
+    config = _backend_config(cell)
+    mapping = _qconfig_mapping(cell, model)
+    if cell.move == "qat":
+        prepared = fxquant.prepare_qat_fx(model.train(), mapping, example, backend_config=config)
+    else:
+        prepared = fxquant.prepare_fx(model, mapping, example, backend_config=config, strict=strict)
+    _calibrate(prepared, zoo, calibration, cell.move == "qat")
+    lowered = fxquant.convert_fx(prepared, backend_config=config, strict=strict)
+    reference = fxquant.convert_to_reference_fx(prepared, backend_config=config)
+    return _Run(prepared, lowered, reference, fxquant.explain(lowered, show=False))
+
+
+def _outputs(model: Callable[..., Any], zoo: ZooModel) -> list[torch.Tensor]:
+    with torch.no_grad():
+        return [main_output(model(*zoo.inputs(seed))) for seed in EVAL]
+
+
+def _called_untouched(model: Callable[..., Any], zoo: ZooModel, form: str, out: Outcome) -> None:
+    for seed in EVAL:
+        inputs = zoo.inputs(seed)
+        before = _fingerprint(inputs)
+        with torch.no_grad():
+            model(*inputs)
+        if _changed(before, inputs):
+            out.fail("untouched", f"{form}: calling it modified the call's inputs")
+
+
+def _lowered_agrees(run: _Run, zoo: ZooModel, out: Outcome) -> None:
+    """Per lowered node, at most one step from the reference model (the node alone)."""
+    from fxquant.numerics import compare
+
+    batches = [zoo.inputs(seed) for seed in EVAL]
+    reasons = {e.node: e.reason for e in run.report.entries()}
+    for row in compare(run.reference, run.lowered, batches):
+        if row.node == "output" or row.local_steps is None or row.local_steps <= STEP_SLACK:
+            continue
+        if reasons.get(row.node) is None:
+            out.fail(
+                "agrees",
+                f"convert_fx: {row.node} ({row.pattern}, {row.status}) is "
+                f"{row.local_steps:.1f} steps from the reference model, no reason given",
+            )
+
+
+def _explain_is_what_ran(run: _Run, out: Outcome) -> None:
+    """A node explain calls lowered runs in no float op of the lowered graph; a node it calls
+    reference (quantize, float op, dequantize) is computed by no kernel."""
+    from fxquant.lowering.epilogues import OUTPUT_OF_KEY
+
+    graph = run.lowered.graph
+    kernels = {n.meta[OUTPUT_OF_KEY] for n in graph.nodes if OUTPUT_OF_KEY in n.meta}
+    left = {n.name for n in graph.nodes if OUTPUT_OF_KEY not in n.meta and _computes(run, n)}
+    entries = run.report.entries()
+    lowered = {e.node for e in entries if e.status == "lowered"}
+    if as_float := sorted(lowered & left):
+        out.fail("explain", f"reported lowered, still a float op in the graph: {as_float[:5]}")
+    reference = {e.node for e in entries if e.status == "reference"}
+    if as_kernel := sorted(reference & kernels):
+        out.fail("explain", f"reported reference, computed by a kernel: {as_kernel[:5]}")
+
+
+def _computes(run: _Run, node: fx.Node) -> bool:
+    """The node computes something (not an Identity module, a placeholder or a constant)."""
+    if node.op == "call_module":
+        return not isinstance(run.lowered.get_submodule(str(node.target)), nn.Identity)
+    return node.op in ("call_function", "call_method")
+
+
+def _deployed(cell: Cell, run: _Run, zoo: ZooModel, out: Outcome) -> None:
+    """The backend's deployment: inputs untouched, output within the reference's steps."""
+    from fxquant.registry import get_deployment
+
+    deployment = get_deployment(cell.backend)
+    if deployment is None or (cell.backend == "x86" and not cell.compiled):
+        return
+    example = zoo.inputs(EXAMPLE)
+    before = _fingerprint(example)
+    # x86's compiled deployment compiles the reference model (it refuses convert_fx's, whose
+    # oneDNN kernels inductor cannot see into); the others take convert_fx's
+    given = run.reference if cell.backend == "x86" else run.lowered
+    deployed = deployment.deploy(given, example)
+    out.forms.append(f"deployed ({deployment.name})")
+    if _changed(before, example):
+        out.fail("untouched", f"{deployment.name}: deploy() modified the example inputs")
+    _called_untouched(deployed, zoo, deployment.name, out)
+    _output_steps(run, deployed, zoo, deployment.name, out)
+
+
+def _output_steps(
+    run: _Run, deployed: Callable[..., Any], zoo: ZooModel, form: str, out: Outcome
+) -> None:
+    """Output-level agreement: the largest difference in the reference output's own steps,
+    at most one per quantized node (a deployment's nodes are not visible one by one)."""
+    quantized = sum(1 for e in run.report.entries() if e.status in ("lowered", "reference"))
+    for expected, got in zip(_outputs(run.reference, zoo), _outputs(deployed, zoo), strict=True):
+        step = _step_of(expected)
+        steps = float((expected - got).abs().max()) / step
+        if steps > max(quantized, 1) * STEP_SLACK:
+            out.fail(
+                "agrees",
+                f"{form}: output {steps:.1f} steps from the reference model "
+                f"(at most {quantized}, one per quantized node)",
+            )
+            return
+
+
+def _step_of(value: torch.Tensor) -> float:
+    """A uint8 grid's step over ``value``'s range: the output's quantization step."""
+    return max(float(value.max() - value.min()) / 255.0, 1e-8)
+
+
+def _sqnr(expected: torch.Tensor, got: torch.Tensor) -> float:
+    noise = float((expected.double() - got.double()).pow(2).sum())
+    return (
+        math.inf if noise == 0 else 10 * math.log10(float(expected.double().pow(2).sum()) / noise)
+    )
+
+
+def _forms(cell: Cell, run: _Run, zoo: ZooModel, out: Outcome) -> None:
+    out.forms.extend(["convert_fx", "convert_to_reference_fx"])
+    _called_untouched(run.lowered, zoo, "convert_fx", out)
+    _called_untouched(run.reference, zoo, "convert_to_reference_fx", out)
+    _lowered_agrees(run, zoo, out)
+    _explain_is_what_ran(run, out)
+    if cell.move != "no_backend_config":
+        _deployed(cell, run, zoo, out)
+
+
+def _untouched_layers(cell: Cell, model: nn.Module, prepared: fx.GraphModule) -> set[str]:
+    """The Linear and Conv nodes the customization does not name: their local error comes
+    from their own weights and input steps, so a neighbour turned float does not move it,
+    while a graph mode dropped because of the customization does (issue 30 break 2)."""
+    from fxquant.flow.state import META_KEY
+
+    name = customized_module(model) if cell.move == "module_none" else None
+    kind = customized_type(model)
+    layers = (nn.Linear, nn.Conv1d, nn.Conv2d)
+    found = set()
+    for node in prepared.graph.nodes:
+        info = node.meta.get(META_KEY)
+        path = getattr(info, "module_path", None) or ""
+        types = [t for t in (getattr(info, "module_type", None), *getattr(info, "fused_from", ()))]
+        types = [t for t in types if isinstance(t, type)]
+        if not any(issubclass(t, layers) for t in types):
+            continue
+        if name is not None and (path == name or path.startswith(name + ".")):
+            continue
+        if name is None and any(issubclass(t, kind) for t in types):
+            continue
+        found.add(node.name)
+    return found
+
+
+def _custom_cost(cell: Cell, run: _Run, model: nn.Module, out: Outcome) -> None:
+    """Each node the customization does not name keeps its default local SQNR within 1 dB."""
+    from fxquant.numerics import compare
+
+    zoo = ZOO[cell.model]
+    default = quantize(Cell(cell.model, cell.backend, "default"), zoo.build(), zoo.inputs(EXAMPLE))
+    batches = [zoo.inputs(seed) for seed in EVAL]
+    graph = float_graph(zoo.build(), zoo.inputs(EXAMPLE), run.lowered)
+    ours = {r.node: r.local_sqnr for r in compare(graph, run.lowered, batches)}
+    base = {r.node: r.local_sqnr for r in compare(graph, default.lowered, batches)}
+    untouched = _untouched_layers(cell, model, run.prepared)
+    worse = []
+    for node, before in base.items():
+        after = ours.get(node)
+        if node not in untouched or before is None or after is None:
+            continue
+        if min(after, CAP_DB) < min(before, CAP_DB) - COST_DB:
+            worse.append(f"{node} {before:.1f} -> {after:.1f} dB")
+    if worse:
+        out.fail("custom_cost", f"{len(worse)} untouched nodes lost > {COST_DB} dB: {worse[:4]}")
+
+
+def float_graph(model: nn.Module, example: tuple[Any, ...], quantized: nn.Module) -> fx.GraphModule:
+    """``model`` traced from ``example`` and fused as prepare did: ``compare`` given the float
+    model traces it without inputs, which transformers' models need (BertModel: "You have to
+    specify either input_ids or inputs_embeds")."""
+    import dataclasses
+
+    from fxquant.flow import TRACING_LOCK, _capture, _fuse
+    from fxquant.flow.context import FlowContext
+    from fxquant.flow.state import META_KEY
+
+    backend = quantized.meta[META_KEY].backend_config
+    ctx = dataclasses.replace(FlowContext.for_fuse(None, backend), example_inputs=example)
+    with TRACING_LOCK:
+        return _fuse(_capture(copy.deepcopy(model), ctx), ctx)
+
+
+def _native(run: _Run, out: Outcome) -> None:
+    """torch.ao's script without ``backend_config`` lowers to the host's native backend."""
+    if not any(e.status == "lowered" for e in run.report.entries()):
+        out.fail(
+            "native",
+            "no backend_config: nothing lowered (a torch.ao script gets its "
+            "native engine's kernels)",
+        )
+
+
+def _standard(cell: Cell, model: nn.Module, example: tuple[Any, ...], out: Outcome) -> None:
+    run = quantize(cell, model, example)
+    _forms(cell, run, ZOO[cell.model], out)
+    if cell.move in ("module_none", "object_type"):
+        _custom_cost(cell, run, model, out)
+    if cell.move == "no_backend_config":
+        _native(run, out)
+
+
+def _strict(cell: Cell, model: nn.Module, example: tuple[Any, ...], out: Outcome) -> None:
+    """strict=True raises exactly when the default run skips, naming every skipped node."""
+    import fxquant
+    from fxquant.errors import QuantizationSkipped
+
+    lenient = quantize(Cell(cell.model, cell.backend, "default"), model, example)
+    # prepare raises first: the nodes its report calls skipped (convert's own, lowering
+    # declined, come after it and are reported by explain)
+    prepared = fxquant.explain(lenient.prepared, show=False)
+    skipped = [e.node for e in prepared.skipped()]
+    try:
+        run = quantize(cell, model, example, strict=True)
+    except QuantizationSkipped as error:
+        if not skipped:
+            out.fail("strict", f"raised with nothing skipped by default: {error}")
+        elif missing := [n for n in skipped if n not in str(error)]:
+            out.fail("strict", f"the error does not name skipped nodes {missing[:5]}")
+        return
+    if skipped:
+        out.fail("strict", f"did not raise; the default run skips {skipped[:6]}")
+    _forms(cell, run, ZOO[cell.model], out)
+
+
+def _state_dict(cell: Cell, model: nn.Module, example: tuple[Any, ...], out: Outcome) -> None:
+    """docs/guide/save-load.md's way: the prepared state_dict, saved with weights_only and
+    loaded into a model prepared and calibrated on other data, converts to the same model."""
+    import fxquant
+
+    zoo = ZOO[cell.model]
+    run = quantize(cell, model, example)
+    _forms(cell, run, zoo, out)
+    buffer = io.BytesIO()
+    torch.save(run.prepared.state_dict(), buffer)
+    buffer.seek(0)
+    fresh = quantize(cell, zoo.build(), example, calibration=(7,))
+    fresh.prepared.load_state_dict(torch.load(buffer, weights_only=True))
+    loaded = fxquant.convert_fx(fresh.prepared, backend_config=_backend_config(cell))
+    for a, b in zip(_outputs(run.lowered, zoo), _outputs(loaded, zoo), strict=True):
+        if not torch.equal(a, b):
+            out.fail("state_dict", f"loaded model's output differs ({_sqnr(a, b):.1f} dB)")
+            return
+
+
+def _threads(cell: Cell, model: nn.Module, example: tuple[Any, ...], out: Outcome) -> None:
+    """Three threads quantizing copies at once give the serial model's outputs exactly."""
+    zoo = ZOO[cell.model]
+    serial = _outputs(quantize(cell, model, example).lowered, zoo)
+    copies = [copy.deepcopy(model) for _ in range(3)]
+    results: dict[int, Any] = {}
+
+    def work(index: int) -> None:
+        try:
+            results[index] = _outputs(quantize(cell, copies[index], example).lowered, zoo)
+        except Exception as error:  # recorded: the cell reports it
+            results[index] = error
+
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    for index, result in sorted(results.items()):
+        if isinstance(result, Exception):
+            out.fail("threads", f"thread {index}: {type(result).__name__}: {result}")
+        elif not all(torch.equal(a, b) for a, b in zip(serial, result, strict=True)):
+            out.fail("threads", f"thread {index}: outputs differ from the serial run")
+
+
+_MOVES: dict[str, Callable[[Cell, nn.Module, tuple[Any, ...], Outcome], None]] = {
+    "strict": _strict,
+    "state_dict": _state_dict,
+    "threads": _threads,
+}
+
+
+def check(cell: Cell) -> Outcome:
+    """Run ``cell`` and check every invariant on it; never raises for the model's failures."""
+    import time
+
+    out = Outcome(cell)
+    start = time.perf_counter()
+    zoo = ZOO[cell.model]
+    model = zoo.build()
+    if cell.move == "qat":
+        model.train()  # the caller's model, as QAT users hand it over
+    example = zoo.inputs(EXAMPLE)
+    before, inputs_before = _fingerprint(model), _fingerprint(example)
+    modules_before = [name for name, _ in model.named_modules()]
+    with quiet():
+        try:
+            _MOVES.get(cell.move, _standard)(cell, model, example, out)
+        except Exception as error:  # every failure is the cell's finding
+            out.fail("refused", f"{type(error).__name__}: {error}")
+    if _changed(before, model) or modules_before != [n for n, _ in model.named_modules()]:
+        out.fail("untouched", "the caller's model was modified")
+    if _changed(inputs_before, example):
+        out.fail("untouched", "the caller's example inputs were modified")
+    out.seconds = time.perf_counter() - start
+    return out

@@ -1,0 +1,186 @@
+"""The whole invariant matrix (issue 30): every zoo model x installed backend x user move,
+with x86's compiled deployment on the default move; a table for docs/guide/matrix.md.
+
+    OMP_NUM_THREADS=1 python -m tests.invariants.matrix [--models resnet,bert]
+        [--backends x86,tensorrt] [--moves default,strict] [--no-compiled]
+        [--out docs/guide/matrix.md] [--render]
+
+``nox -s matrix`` runs it. Each cell's outcome is written to bench/results/matrix.json as
+it comes (a rerun of some models keeps the others' rows), then the page is rendered.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "bench" / "results" / "matrix.json"
+PAGE = ROOT / "docs" / "guide" / "matrix.md"
+BACKENDS = ("x86", "onednn", "fbgemm", "qnnpack", "executorch", "tensorrt")
+
+_HEAD = """# The invariant matrix
+
+Every zoo model (`tests/zoo`) on every installed backend under eight user moves, each
+checked on every output form the backend has (`convert_fx`, `convert_to_reference_fx`,
+its deployment; x86's compiled deployment on the default move), against the invariants
+of issue 30 (`tests/invariants/checks.py`):
+
+- **untouched**: the caller's model, example inputs and call inputs are never modified;
+- **agrees**: the lowered and deployed models agree with their reference model within one
+  quantization step per quantized node, or the report names the node and why;
+- **custom_cost**: a customization (a module set to None, a type given per-tensor weights)
+  costs each node it does not name at most 1 dB of local SQNR;
+- **refused**: nothing float runs is refused;
+- **explain**: a node explain calls lowered runs in no float op, a node it calls reference
+  in no kernel;
+- **threads**: three threads quantizing at once give the serial result bit for bit;
+- **strict**: `strict=True` raises exactly when the default run skips, naming each node;
+- **state_dict**: the prepared state_dict loaded into a model calibrated on other data
+  converts to the same outputs; **native**: no `backend_config` lowers to the host's
+  backend, as a torch.ao script expects.
+
+The moves: `default`, `module_none` (the last Linear or Conv set to None), `object_type`
+(Linear, else Conv2d, with per-tensor weights), `no_backend_config`, `strict`, `qat`
+(`prepare_qat_fx`, two SGD steps, convert), `state_dict`, `threads`. `nox -s tests` runs a
+seeded slice of 24 cells (`tests/invariants/test_matrix.py`); `nox -s matrix` runs all of
+them and writes this page:
+
+```bash
+nox -s matrix
+OMP_NUM_THREADS=1 python -m tests.invariants.matrix --models resnet,bert --backends x86
+```
+"""
+
+
+def _run(
+    models: list[str], backends: list[str], moves: list[str], compiled: bool, keep: list[Any]
+) -> list[dict[str, Any]]:
+    """Every cell asked for; the results file rewritten after each (a long run keeps its rows)."""
+    from tests.invariants.cells import every
+    from tests.invariants.checks import check
+
+    rows: list[dict[str, Any]] = []
+    for cell in every(models, backends, compiled=compiled):
+        if cell.move not in moves:
+            continue
+        outcome = check(cell)
+        row = {
+            "cell": cell.id,
+            "model": cell.model,
+            "backend": cell.backend,
+            "move": cell.move,
+            "ok": outcome.ok,
+            "broken": outcome.broken,
+            "forms": outcome.forms,
+            "seconds": round(outcome.seconds, 1),
+        }
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+        RESULTS.write_text(json.dumps([*keep, *rows], indent=1))
+    return rows
+
+
+def _known(row: dict[str, Any]) -> str:
+    """The break :func:`known_break` names for the row's cell today (not when it ran)."""
+    from tests.invariants.cells import Cell, known_break
+
+    compiled = row["cell"].endswith("-compiled")
+    return known_break(Cell(row["model"], row["backend"], row["move"], compiled)) or ""
+
+
+def _mark(row: dict[str, Any]) -> str:
+    if row["ok"]:
+        return "ok"
+    names = sorted({name for name, _ in row["broken"]})
+    known = _known(row).split(":", 1)[0].removeprefix("issue 30 ")
+    return ", ".join(names) + (f" ({known})" if known else "")
+
+
+def _coverage(rows: list[dict[str, Any]]) -> str:
+    """How much of the whole matrix the rows are: models, backends, moves."""
+    from tests.invariants.cells import MOVES
+    from tests.zoo.runner import ZOO
+
+    backends = sorted({r["backend"] for r in rows})
+    whole = len(ZOO) * len(BACKENDS) * len(MOVES)
+    models = len({r["model"] for r in rows})
+    return (
+        f"The whole matrix is {whole} cells ({len(ZOO)} models x {len(BACKENDS)} backends x "
+        f"{len(MOVES)} moves); this run covers {models} models on {', '.join(backends)}."
+    )
+
+
+def render(rows: list[dict[str, Any]]) -> str:
+    """The page: the counts, a model x backend grid of moves, and every failing cell."""
+    from tests.invariants.cells import MOVES
+
+    passed = sum(r["ok"] for r in rows)
+    known = sum(1 for r in rows if not r["ok"] and _known(r))
+    invariants = Counter(name for r in rows for name in {n for n, _ in r["broken"]})
+    lines = [_HEAD, "## The last run", ""]
+    lines.append(_coverage(rows) + " ")
+    lines.append(
+        f"{len(rows)} cells, {passed} pass; {known} of the {len(rows) - passed} failing run "
+        "into a break of issue 30 fixed on another branch. Broken invariants (cells): "
+        + (", ".join(f"{k} {v}" for k, v in invariants.most_common()) or "none")
+        + "."
+    )
+    lines += ["", "| model | backend | " + " | ".join(MOVES) + " |"]
+    lines.append("| --- | --- |" + " --- |" * len(MOVES))
+    grid: dict[tuple[str, str], dict[str, str]] = {}
+    for r in rows:
+        grid.setdefault((r["model"], r["backend"]), {})[r["move"]] = _mark(r)
+    for (model, backend), marks in grid.items():
+        lines.append(
+            f"| {model} | {backend} | " + " | ".join(marks.get(m, "") for m in MOVES) + " |"
+        )
+    lines += ["", "## Failing cells", ""]
+    for r in rows:
+        for name, words in r["broken"]:
+            text = words.replace("|", "/").replace("\n", " ")
+            lines.append(f"- `{r['cell']}` **{name}**: {text}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    from tests.invariants.cells import MOVES, every
+    from tests.zoo.runner import ZOO
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(ZOO))
+    parser.add_argument("--backends", default=",".join(BACKENDS))
+    parser.add_argument("--moves", default=",".join(MOVES))
+    parser.add_argument("--no-compiled", action="store_true")
+    parser.add_argument("--out", type=Path, default=PAGE)
+    parser.add_argument("--render", action="store_true", help="only the page, from the JSON")
+    args = parser.parse_args(argv)
+    import fxquant
+
+    backends = [b for b in args.backends.split(",") if b in fxquant.list_backends()]
+    models = args.models.split(",")
+    old = json.loads(RESULTS.read_text()) if RESULTS.exists() else []
+    if args.render:
+        args.out.write_text(render(old))
+        return
+    start = time.perf_counter()
+    moves = args.moves.split(",")
+    asked = {
+        c.id for c in every(models, backends, compiled=not args.no_compiled) if c.move in moves
+    }
+    keep = [r for r in old if r["cell"] not in asked]
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    fresh = _run(models, backends, moves, not args.no_compiled, keep)
+    args.out.write_text(render(keep + fresh))
+    print(f"{len(fresh)} cells in {time.perf_counter() - start:.0f} s; {args.out}")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.fspath(ROOT))
+    main()
