@@ -25,6 +25,22 @@ PROFILE = os.environ.get("FXQUANT_HYPOTHESIS_PROFILE") or (
 settings.load_profile(PROFILE)
 
 
+def _torchvision_importable() -> None:
+    """Where torchvision is installed (nox's tests, zoo and matrix sessions), define the op
+    schemas its import needs on the CPU torch before any test runs: transformers imports
+    torchvision whenever it is installed (its image utilities), so without them every
+    transformers test fails at import, not only the zoo's torchvision models."""
+    import importlib.util
+
+    if importlib.util.find_spec("torchvision") is not None:
+        from tests.zoo import torchvision_models
+
+        torchvision_models.load()
+
+
+_torchvision_importable()
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under "quick", a test's own ``@settings(max_examples=N)`` is capped at the profile's 20 too
     (``nox -s fuzz`` runs the N). hypothesis reads a test's settings from this attribute when the
