@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import operator
 from collections.abc import Callable
+from typing import Any
 
 import fxquant
 import pytest
@@ -399,3 +400,42 @@ def test_a_changed_view_whose_base_is_read_afterwards_is_refused(program: Op) ->
     gm = fx.GraphModule(model, QuantizationTracer().trace(model))
     with pytest.raises(UntraceableModelError, match="changes a view of 'relu'"):
         functionalize(gm)
+
+
+_TORCHVISION_SCHEMAS = (
+    "nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
+    "roi_align(Tensor input, Tensor rois, float spatial_scale, SymInt pooled_height, "
+    "SymInt pooled_width, int sampling_ratio, bool aligned) -> Tensor",
+)
+_SCHEMA_LIBRARIES: list[torch.library.Library] = []
+
+
+def _torchvision() -> object:
+    """``import torchvision`` where its C extension cannot load (the CPU torch with a wheel
+    linked to CUDA): its meta registrations need these two op schemas, its model definitions
+    none of its C ops. A local shim (h30mx builds the shared one for the zoo)."""
+    for schema in _TORCHVISION_SCHEMAS:
+        name = schema.split("(")[0]
+        if not hasattr(torch.ops.torchvision, name):
+            library = torch.library.Library("torchvision", "FRAGMENT")
+            library.define(schema)
+            _SCHEMA_LIBRARIES.append(library)  # kept: a dropped Library removes its ops
+    return pytest.importorskip("torchvision")
+
+
+@pytest.mark.slow  # builds and quantizes two real EfficientNets (about a minute)
+@pytest.mark.parametrize("name", ["efficientnet_b0", "efficientnet_v2_s"])
+def test_torchvision_efficientnets_are_quantized_not_refused(name: str) -> None:
+    torchvision: Any = _torchvision()
+    torch.manual_seed(6)
+    model = torchvision.models.get_model(name, weights=None).eval()
+    x = torch.randn(1, 3, 64, 64)
+    config = fxquant.get_backend_config("x86")
+    mapping = fxquant.get_default_qconfig_mapping("x86")
+    prepared = fxquant.prepare_fx(model, mapping, (x,), backend_config=config)
+    with torch.no_grad():
+        prepared(x)
+        out = fxquant.convert_fx(prepared)(x)
+        expected = model(x)
+    assert out.shape == expected.shape == (1, 1000)
+    assert bool(torch.isfinite(out).all())
