@@ -148,3 +148,34 @@ def test_a_thread_calling_a_model_while_another_traces_runs_it_eagerly() -> None
         QuantizationTracer().trace(Slow())
     assert len(got) == 1
     torch.testing.assert_close(got[0], expected, rtol=0, atol=0)
+
+
+def test_a_transformers_model_running_while_its_class_is_traced_keeps_its_outputs() -> None:
+    # ViT's forward is wrapped by transformers (output capture); the trace needs the unwrapped
+    # one, which a thread running another ViT at that moment must not get
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("fxquant_transformers")
+    config = transformers.ViTConfig(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+        image_size=32, patch_size=8,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    traced, other = transformers.ViTModel(config).eval(), transformers.ViTModel(config).eval()
+    x = torch.randn(2, 3, 32, 32)
+    seen: list[Any] = []
+
+    def run_the_other(module: nn.Module, args: Any) -> None:
+        if not seen:  # while the flow traces `traced`: another thread calls `other`
+            worker = threading.Thread(
+                target=lambda: seen.append(other(x, output_hidden_states=True))
+            )
+            worker.start()
+            worker.join()
+
+    traced.encoder.register_forward_pre_hook(run_the_other)
+    mapping = fxquant.get_default_qconfig_mapping("x86")
+    config_x86 = fxquant.get_backend_config("x86")
+    fxquant.prepare_fx(traced, mapping, (x,), backend_config=config_x86)
+    assert len(seen) == 1
+    assert seen[0].hidden_states is not None
+    assert len(seen[0].hidden_states) == 2
