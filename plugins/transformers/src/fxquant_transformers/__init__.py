@@ -236,7 +236,7 @@ def _undecorated(root: nn.Module, *, owns_modules: bool) -> Iterator[None]:
     (``output_hidden_states=True`` answered None while a ViT was being traced). A model
     the flow could not copy has its class patched, under the tracing lock.
     """
-    cls = type(root)
+    cls: type = type(root)
     forward = cls.__dict__.get("forward")
     inner = getattr(forward, "__wrapped__", None)
     if inner is None or not getattr(forward, "__module__", "").startswith("transformers."):
