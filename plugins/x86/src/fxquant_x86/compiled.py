@@ -588,6 +588,7 @@ class CompiledModel:
         self._compiled = torch.compile(model if flat is None else flat, **options)
         self._seen: set[tuple[Any, ...]] = set()
         self.written_inputs: frozenset[int] = frozenset()
+        self._checked = False
         codes: list[str] = []
         start = time.perf_counter()
         # GraphLowering calls save_output_code with each compiled graph's code, also when it
@@ -620,9 +621,12 @@ class CompiledModel:
                 return self._compiled(*copy_written(inputs, self.written_inputs))
         options = _inductor_config().patch(self._inductor_options)
         with options, torch.no_grad(), never_into_inputs():  # any of these calls may compile
+            if key is None and self._checked:  # inputs it cannot sign: checked once, not per call
+                return self._compiled(*copy_written(inputs, self.written_inputs))
             out, copies, written = call_on_copies(self._compiled, inputs)
+        self._checked = True
         self.written_inputs |= written
-        if key is not None and input_signature(copies) == key:
+        if key is not None and input_signature(copies) == key:  # copies alias as inputs do
             self._seen.add(key)
         return out
 
