@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import operator
 from collections.abc import Callable
+from typing import Any
 
 import fxquant
 import pytest
@@ -282,3 +283,159 @@ def test_functionalize_leaves_out_of_place_graphs_alone() -> None:
     code = gm.code
     assert functionalize(gm) == 0
     assert gm.code == code
+
+
+class PooledHead(nn.Module):
+    """EfficientNet's head: ``avgpool -> flatten -> Sequential(Dropout(p, inplace=True), Linear)``.
+
+    The dropout changes (in training mode) a view of the pooled value, which nothing reads
+    again; in eval mode it is the identity. prepare refused it as "changes a view of
+    'avgpool', which is read again afterwards" (every torchvision EfficientNet).
+    """
+
+    def __init__(self, dropout: nn.Module) -> None:
+        super().__init__()
+        self.features = nn.Conv2d(3, 8, 3)
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.classifier = nn.Sequential(dropout, nn.Linear(8, 10))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(torch.flatten(self.avgpool(self.features(x)), 1))
+
+
+DROPOUTS = {
+    "Dropout": lambda: nn.Dropout(0.2, inplace=True),
+    "Dropout1d": lambda: nn.Dropout1d(0.2, inplace=True),
+    "AlphaDropout": lambda: nn.AlphaDropout(0.2, inplace=True),
+}
+
+
+@pytest.mark.parametrize("backend", ["x86", "fbgemm", "qnnpack", "reference"])
+@pytest.mark.parametrize("dropout", sorted(DROPOUTS))
+def test_eval_mode_in_place_dropout_after_a_flatten_is_quantized(
+    backend: str, dropout: str
+) -> None:
+    torch.manual_seed(4)
+    model, x = PooledHead(DROPOUTS[dropout]()).eval(), torch.randn(4, 3, 8, 8)
+    expected = model(x)
+    reference, lowered = _convert(model, backend, x)
+    step = _step(reference)
+    assert _diff(reference(x), expected) <= 4 * step
+    assert _diff(lowered(x), expected) <= 4 * step
+    assert model.classifier[0].inplace  # the user's module is left as it was
+
+
+def test_training_mode_in_place_dropout_after_a_flatten_is_prepared_for_qat() -> None:
+    # in training mode the dropout does change the flattened view; only its result is read
+    torch.manual_seed(5)
+    model, x = PooledHead(nn.Dropout(0.5, inplace=True)).train(), torch.randn(4, 3, 8, 8)
+    mapping = fxquant.get_default_qconfig_mapping("fbgemm", is_qat=True)
+    config = fxquant.get_backend_config("fbgemm")
+    prepared = fxquant.prepare_qat_fx(model, mapping, (x,), backend_config=config)
+    prepared(x).sum().backward()
+    prepared.eval()
+    step = 0.05  # the fake-quantized model against float, once out of training mode
+    assert _diff(prepared(x), model.eval()(x)) <= 4 * step
+
+
+def _view_changed_read_through_the_view(y: torch.Tensor) -> torch.Tensor:
+    z = y.view(-1)
+    z.mul_(2.0)
+    return z.view(4, 8) + 1
+
+
+def _view_changed_by_eval_functional_dropout(y: torch.Tensor) -> torch.Tensor:
+    z = torch.flatten(y, 1)
+    F.dropout(z, 0.5, False, True)  # training=False: the identity
+    return z * 2
+
+
+def _base_read_by_a_later_view(y: torch.Tensor) -> torch.Tensor:
+    z = y.view(-1)
+    z.mul_(2.0)
+    return y.flatten()
+
+
+def _other_view_read_afterwards(y: torch.Tensor) -> torch.Tensor:
+    z, w = y.view(-1), y.view(-1)
+    z.add_(1.0)
+    return w
+
+
+def _base_read_after_training_dropout(y: torch.Tensor) -> torch.Tensor:
+    F.dropout(torch.flatten(y, 1), 0.5, True, True)
+    return y + 1
+
+
+class ViewProgram(nn.Module):
+    def __init__(self, program: Op) -> None:
+        super().__init__()
+        self.program = program
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.program(torch.relu(x))
+
+
+@pytest.mark.parametrize(
+    "program", [_view_changed_read_through_the_view, _view_changed_by_eval_functional_dropout]
+)
+def test_a_changed_view_read_only_through_itself_computes_what_eager_does(program: Op) -> None:
+    from fxquant.flow.trace import QuantizationTracer
+
+    model = ViewProgram(program)
+    gm = fx.GraphModule(model, QuantizationTracer().trace(model))
+    functionalize(gm)
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(gm(x.clone()), model(x.clone()), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "program",
+    [_base_read_by_a_later_view, _other_view_read_afterwards, _base_read_after_training_dropout],
+)
+def test_a_changed_view_whose_base_is_read_afterwards_is_refused(program: Op) -> None:
+    from fxquant.flow.trace import QuantizationTracer
+
+    model = ViewProgram(program)
+    gm = fx.GraphModule(model, QuantizationTracer().trace(model))
+    with pytest.raises(UntraceableModelError, match="changes a view of 'relu'"):
+        functionalize(gm)
+
+
+_TORCHVISION_SCHEMAS = (
+    "nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
+    "roi_align(Tensor input, Tensor rois, float spatial_scale, SymInt pooled_height, "
+    "SymInt pooled_width, int sampling_ratio, bool aligned) -> Tensor",
+)
+_SCHEMA_LIBRARIES: list[torch.library.Library] = []
+
+
+def _torchvision() -> object:
+    """``import torchvision`` where its C extension cannot load (the CPU torch with a wheel
+    linked to CUDA): its meta registrations need these two op schemas, its model definitions
+    none of its C ops. A local shim (h30mx builds the shared one for the zoo)."""
+    for schema in _TORCHVISION_SCHEMAS:
+        name = schema.split("(")[0]
+        if not hasattr(torch.ops.torchvision, name):
+            library = torch.library.Library("torchvision", "FRAGMENT")
+            library.define(schema)
+            _SCHEMA_LIBRARIES.append(library)  # kept: a dropped Library removes its ops
+    return pytest.importorskip("torchvision")
+
+
+@pytest.mark.slow  # builds and quantizes two real EfficientNets (about a minute)
+@pytest.mark.parametrize("name", ["efficientnet_b0", "efficientnet_v2_s"])
+def test_torchvision_efficientnets_are_quantized_not_refused(name: str) -> None:
+    torchvision: Any = _torchvision()
+    torch.manual_seed(6)
+    model = torchvision.models.get_model(name, weights=None).eval()
+    x = torch.randn(1, 3, 64, 64)
+    config = fxquant.get_backend_config("x86")
+    mapping = fxquant.get_default_qconfig_mapping("x86")
+    prepared = fxquant.prepare_fx(model, mapping, (x,), backend_config=config)
+    with torch.no_grad():
+        prepared(x)
+        out = fxquant.convert_fx(prepared)(x)
+        expected = model(x)
+    assert out.shape == expected.shape == (1, 1000)
+    assert bool(torch.isfinite(out).all())

@@ -24,9 +24,12 @@ their inputs (the float model's ``x.mul_(2)`` changed the caller's tensor).
 
 Refused with :class:`UntraceableModelError` (a clear error, never a silent
 drop): an in-place op on a *view* whose base (or another view of it) is read
-afterwards (``y.view(-1).mul_(2)`` then ``y``), and an in-place op on a module's
-parameter or buffer (``self.buf.add_(1)`` in ``forward``), whose change would
-outlive the call.
+afterwards (``y.view(-1).mul_(2)`` then ``y``; reading the changed view itself
+or the op's result is fine), and an in-place op on a module's parameter or
+buffer (``self.buf.add_(1)`` in ``forward``), whose change would outlive the
+call. An eval-mode dropout (``nn.Dropout(inplace=True)`` after EfficientNet's
+``flatten``, ``F.dropout(..., training=False, inplace=True)``) is the identity:
+no in-place op at all.
 
 Example:
     >>> import torch
@@ -52,6 +55,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import fx, nn
 
 from fxquant.errors import UntraceableModelError
@@ -101,6 +105,22 @@ _VIEW_FUNCTIONS: frozenset[Any] = frozenset(
     }
 )  # fmt: skip
 _VIEW_MODULES = (nn.Identity, nn.Flatten, nn.Unflatten, nn.Dropout)
+
+# the dropouts: in eval mode (or training=False) each returns its input, changing nothing
+_DROPOUT_MODULES = (
+    nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout
+)  # fmt: skip
+_DROPOUT_FUNCTIONS: frozenset[Any] = frozenset(
+    {F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout, F.feature_alpha_dropout}
+)
+
+
+def _dropout_trains(node: fx.Node) -> bool:
+    """The ``training`` argument of an ``F.dropout``-like call (the third; its default
+    differs: True for ``F.dropout``, False for ``F.alpha_dropout``)."""
+    default = inspect.signature(node.target).parameters["training"].default  # type: ignore[arg-type]  # a dropout function
+    given = node.args[2] if len(node.args) > 2 else default
+    return node.kwargs.get("training", given) is not False
 
 
 class InPlaceProxy(fx.Proxy):
@@ -298,15 +318,21 @@ def functionalize(gm: fx.GraphModule) -> int:
 
 
 def _mutates(node: fx.Node, modules: dict[str, nn.Module]) -> bool:
-    """Whether ``node`` is an in-place op (without rewriting it)."""
+    """Whether ``node`` is an in-place op (without rewriting it); an eval-mode dropout,
+    ``inplace=True`` or not, is the identity and changes nothing."""
     if node.op == "call_method":
         name = str(node.target)
         return name.endswith("_") and not name.startswith("_") and name not in _NOT_MUTATING
     if node.op == "call_module":
-        return getattr(modules.get(str(node.target)), "inplace", False) is True
+        module = modules.get(str(node.target))
+        if isinstance(module, _DROPOUT_MODULES) and not module.training:
+            return False
+        return getattr(module, "inplace", False) is True
     if node.op != "call_function":
         return False
     target = node.target
+    if target in _DROPOUT_FUNCTIONS and not _dropout_trains(node):
+        return False
     if target in _OPERATORS or target is operator.setitem:
         return True
     if _out_of_place_function(target) is not None:
@@ -326,9 +352,25 @@ def _check(
         raise _refuse(node, f"changes the module's tensor {base.target!r} inside forward")
     if base is mutated:
         return
-    # a view: the change reaches the base and every other view of it, which later nodes
-    # read through edges the rewiring cannot follow
-    aliases = [n for n in position if n is not mutated and _base(n, modules) is base]
-    for alias in aliases:
-        if any(position[user] > position[node] for user in alias.users if user is not node):
+    # a view: the change reaches the base and every other view of it. A later read of
+    # one of those, other than through the op's own result or the view it changed (whose
+    # later readers are rewired to the result), would see the change in eager PyTorch only
+    for alias in position:
+        if alias in (node, mutated) or _base(alias, modules) is not base:
+            continue
+        if position[alias] > position[node]:
+            if not _reads_through(alias, (node, mutated), modules):
+                raise _refuse(node, f"changes a view of {base.name!r}, which is read afterwards")
+        elif any(position[user] > position[node] for user in alias.users if user is not node):
             raise _refuse(node, f"changes a view of {base.name!r}, which is read again afterwards")
+
+
+def _reads_through(
+    view: fx.Node, sources: tuple[fx.Node, ...], modules: dict[str, nn.Module]
+) -> bool:
+    """Whether ``view`` is a view of one of ``sources`` (a chain of views from it)."""
+    while view not in sources and _is_view(view, modules) and view.args:
+        if not isinstance(view.args[0], fx.Node):
+            return False
+        view = view.args[0]
+    return view in sources

@@ -56,10 +56,11 @@ __all__ = [
     "trace",
 ]
 
-# torch.fx tracing patches torch.nn.Module.__call__/__getattr__ process-wide: while one
-# thread traces, another thread's fusers and observers reading the same model get Proxy
-# objects (prepare_fx from 4 threads failed 14-25%, #18). Every flow call that traces
-# holds this lock from trace to its last step on the model.
+# torch.fx tracing patches torch.nn.Module.__call__/__getattr__ process-wide, one patch at a
+# time: two traces at once would each undo the other's. Every flow call that traces holds this
+# lock; other threads' eager calls go through the patch too, and QuantizationTracer hands
+# those back to torch untouched (a thread calibrating or converting while another traced got
+# "module is not installed as a submodule").
 TRACING_LOCK = threading.RLock()
 
 # frames from these folders are never "the user's code"
@@ -122,6 +123,16 @@ class QuantizationTracer(fx.Tracer):
         self.leaf_classes = leaf_classes
         self.owns_modules = False
         """The root is the flow's own copy: rewrites may give its modules children (#20)."""
+        self.thread = threading.get_ident()
+        """The thread that traces: the only one whose module calls become nodes."""
+
+    def foreign(self) -> bool:
+        """Whether the running thread is another thread than the tracing one.
+
+        torch.fx's patch of ``nn.Module.__call__``/``__getattr__`` is process-wide while
+        it traces: another thread's eager call must run as if nothing was patched.
+        """
+        return threading.get_ident() != self.thread
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
         """Configured names/classes and fxquant's own modules are leaves, then torch's rule."""
@@ -137,6 +148,8 @@ class QuantizationTracer(fx.Tracer):
         self, m: nn.Module, forward: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
         """torch.fx's rule, tracing a rewritten module's plain-op forward (#20)."""
+        if self.foreign():
+            return forward(*args, **kwargs)
         rewrite = leaf_rewrite(m)
         if rewrite is not None and not self.is_leaf_module(m, path := self.path_of_module(m)):
             if self.owns_modules:  # MultiheadAttention's projections as Linear children
@@ -145,6 +158,13 @@ class QuantizationTracer(fx.Tracer):
                         self.submodule_paths[child] = f"{path}.{name}" if path else name
             forward = functools.partial(rewrite, m)
         return super().call_module(m, forward, args, kwargs)
+
+    def getattr(self, attr: str, attr_val: Any, parameter_proxy_cache: dict[str, Any]) -> Any:
+        """torch.fx's rule (a parameter of the root becomes a ``get_attr`` proxy) in the
+        tracing thread only: another thread reading a shared parameter gets the tensor."""
+        if self.foreign():
+            return attr_val
+        return super().getattr(attr, attr_val, parameter_proxy_cache)
 
     def proxy(self, node: fx.Node) -> fx.Proxy:
         """torch.fx's proxy, recording ``y += 1`` as in place (``fxquant.flow.inplace``, #18).

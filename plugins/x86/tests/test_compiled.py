@@ -6,6 +6,7 @@ compiled once for the module; the timings live in bench/bench_compiled_x86.py.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import operator
 import re
@@ -387,3 +388,73 @@ def test_convert_fx_keeps_its_reference_form_without_a_float_copy_of_the_weights
     held = [n for n, t in kept.named_parameters() if t.device.type != "meta" and t.dim() > 1]
     assert held == []
     assert torch.equal(reference_form(converted)(x), expected(x))
+
+
+class Residual(nn.Module):
+    """``x + fc(x)``: a transformer layer's residual on the model's input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.fc(x)
+
+
+def _residual_reference() -> tuple[fx.GraphModule, torch.Tensor]:
+    torch.manual_seed(2)
+    model, x = Residual().eval(), torch.randn(2, 5, 16)
+    config = fxquant.get_backend_config(BACKEND)
+    mapping = fxquant.get_default_qconfig_mapping(BACKEND)
+    prepared = fxquant.prepare_fx(model, mapping, (x,), backend_config=config)
+    with torch.no_grad():
+        prepared(x)
+    return fxquant.convert_to_reference_fx(prepared), x
+
+
+def test_a_residual_on_the_input_leaves_the_callers_tensors_as_they_were() -> None:
+    # inductor fused linear + add into oneDNN's qlinear with the `sum` post-op, accumulating
+    # into the caller's tensor: the example at deploy, then every call's input
+    reference, x = _residual_reference()
+    example = x.clone()
+    compiled = compile_quantized(reference, (example,))
+    torch.testing.assert_close(example, x, rtol=0, atol=0)
+    assert compiled.kernels == {"qlinear_pointwise": 1}  # still the int8 kernel, fused add
+    z = torch.randn(2, 5, 16)
+    given = z.clone()
+    with torch.no_grad():
+        first, again, expected = compiled(given), compiled(given), reference(z)
+    torch.testing.assert_close(given, z, rtol=0, atol=0)
+    torch.testing.assert_close(again, first, rtol=0, atol=0)
+    torch.testing.assert_close(first, expected, rtol=0, atol=1e-5)
+    assert compiled.written_inputs == frozenset()  # no copy on any call
+
+
+def test_aot_package_leaves_the_callers_tensors_as_they_were(tmp_path: Path) -> None:
+    reference, x = _residual_reference()
+    run = load(save_package(reference, (x,), tmp_path / "residual.pt2"))
+    z = torch.randn(2, 5, 16)
+    given = z.clone()
+    with torch.no_grad():
+        run(given)
+    torch.testing.assert_close(given, z, rtol=0, atol=0)
+
+
+# with the cache off, inductor warns that its profile-guided cache is off too
+@pytest.mark.filterwarnings("ignore:dynamo_pgo force disabled")
+def test_an_input_the_compiled_code_writes_is_copied_on_every_call() -> None:
+    # without the compile's guard (a torch whose checks moved), the first call's check finds
+    # the written input, and every later call runs on a copy of it
+    reference, x = _residual_reference()
+    with (
+        mock.patch("fxquant_x86.compiled.never_into_inputs", contextlib.nullcontext),
+        torch._inductor.config.patch(force_disable_caches=True),  # a compile without the guard
+    ):
+        compiled = compile_quantized(reference, (x.clone(),))
+        assert compiled.written_inputs == frozenset({0})
+        z = torch.randn(2, 5, 16)
+        given = z.clone()
+        with torch.no_grad():
+            first, again = compiled(given), compiled(given)
+    torch.testing.assert_close(given, z, rtol=0, atol=0)
+    torch.testing.assert_close(again, first, rtol=0, atol=0)

@@ -145,7 +145,7 @@ def trace_transformers_model(
     if owns_modules:
         linear_for_conv1d(root, leaves)
     tracer: Any = tracer_class()(*leaves)  # HFTracer.trace takes dummy_inputs
-    with _undecorated(type(root)), _tracing_fixes():
+    with _undecorated(root, owns_modules=owns_modules), _tracing_fixes():
         graph: fx.Graph = tracer.trace(
             root,
             concrete_args=concrete,
@@ -223,19 +223,32 @@ def linear_for_conv1d(root: nn.Module, leaves: tuple[set[str], tuple[type, ...]]
 
 
 @contextlib.contextmanager
-def _undecorated(cls: type) -> Iterator[None]:
-    """``cls.forward`` without transformers' decorators while tracing.
+def _undecorated(root: nn.Module, *, owns_modules: bool) -> Iterator[None]:
+    """``root``'s ``forward`` without transformers' decorators while tracing.
 
     transformers 4.5x wraps ``forward`` (``check_model_inputs``: output capture,
     ``use_cache`` and ``return_dict`` from the config) in a ``(self, *args, **kwargs)``
     wrapper; torch.fx traces the wrapper's own signature, whose ``**kwargs`` it passes
     as None, and ViTModel failed with ``'NoneType' object has no attribute 'get'``.
-    The function it wraps (``__wrapped__``) is the model.
+    The function it wraps (``__wrapped__``) is the model. torch.fx traces
+    ``type(root).forward``: the flow's own copy gets a class of its own for the trace,
+    so another thread running a model of that class keeps the decorated ``forward``
+    (``output_hidden_states=True`` answered None while a ViT was being traced). A model
+    the flow could not copy has its class patched, under the tracing lock.
     """
+    cls: type = type(root)
     forward = cls.__dict__.get("forward")
     inner = getattr(forward, "__wrapped__", None)
     if inner is None or not getattr(forward, "__module__", "").startswith("transformers."):
         yield
+        return
+    if owns_modules:
+        names = {"forward": inner, "__module__": cls.__module__, "__qualname__": cls.__qualname__}
+        root.__class__ = type(cls.__name__, (cls,), names)
+        try:
+            yield
+        finally:
+            root.__class__ = cls
         return
     cls.forward = inner  # type: ignore[attr-defined]  # restored below
     try:

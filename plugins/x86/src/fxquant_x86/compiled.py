@@ -61,6 +61,9 @@ from fxquant.nn import reference
 from torch import fx
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 
+from fxquant_x86 import inputs as input_guard
+from fxquant_x86.inputs import call_on_copies, copy_written, never_into_inputs
+
 __all__ = [
     "INT8_KERNELS",
     "CompiledModel",
@@ -141,7 +144,7 @@ class QuantizedDecomposedOps(CustomGraphPass):
 
     def uuid(self) -> bytes:
         """This file's hash: inductor's cache keys a compile by its passes' code."""
-        return get_hash_for_files((__file__,))
+        return get_hash_for_files((__file__, input_guard.__file__))  # its guard shapes the code
 
 
 def _clamps_before_requantize(graph: fx.Graph, namespace: Any) -> None:
@@ -562,8 +565,13 @@ class CompiledModel(DeployedModel):
         code: inductor's generated wrapper code of the first compile (with the C++
             wrapper: a Python module holding the C++ source).
         cpp_wrapper: whether inductor's C++ wrapper runs the calls (the default).
+        written_inputs: positions of the inputs the compiled code would change
+            (none with the guard of :mod:`fxquant_x86.inputs`); each call copies
+            those before it runs, so the caller's tensors are never written.
 
-    Each call runs under ``torch.no_grad()`` (freezing needs it). Inputs of
+    Each call runs under ``torch.no_grad()`` (freezing needs it). The first call of
+    each input signature (the example's at construction) runs on copies of the
+    inputs and checks which the compiled code changed. Inputs of
     another shape than the example's trigger a recompile (see the x86 README:
     a new batch size recompiles once with a symbolic batch dimension).
 
@@ -591,6 +599,8 @@ class CompiledModel(DeployedModel):
         self.flat = flat is not None
         self._compiled = torch.compile(model if flat is None else flat, **options)
         self._seen: set[tuple[Any, ...]] = set()
+        self.written_inputs: frozenset[int] = frozenset()
+        self._checked = False
         codes: list[str] = []
         start = time.perf_counter()
         # GraphLowering calls save_output_code with each compiled graph's code, also when it
@@ -620,10 +630,15 @@ class CompiledModel(DeployedModel):
         key = input_signature(inputs)
         if key is not None and key in self._seen:
             with torch.no_grad(), _skip_guards():
-                return self._compiled(*inputs)
-        with _inductor_config().patch(self._inductor_options), torch.no_grad():
-            out = self._compiled(*inputs)
-        if key is not None:
+                return self._compiled(*copy_written(inputs, self.written_inputs))
+        options = _inductor_config().patch(self._inductor_options)
+        with options, torch.no_grad(), never_into_inputs():  # any of these calls may compile
+            if key is None and self._checked:  # inputs it cannot sign: checked once, not per call
+                return self._compiled(*copy_written(inputs, self.written_inputs))
+            out, copies, written = call_on_copies(self._compiled, inputs)
+        self._checked = True
+        self.written_inputs |= written
+        if key is not None and input_signature(copies) == key:  # copies alias as inputs do
             self._seen.add(key)
         return out
 
@@ -838,9 +853,12 @@ def save_package(
     model, _ = _reference_model(model, "model")
     with torch.no_grad():
         program = _exported(model, example_inputs, dynamic_batch)
-        written = torch._inductor.aoti_compile_and_package(
-            program, package_path=str(path), inductor_configs=inductor_options(cpp_wrapper=False)
-        )
+        with never_into_inputs():
+            written = torch._inductor.aoti_compile_and_package(
+                program,
+                package_path=str(path),
+                inductor_configs=inductor_options(cpp_wrapper=False),
+            )
     return Path(written)
 
 
