@@ -10,6 +10,8 @@ Same-run columns per row (one thread, the sides interleaved round by round):
     fxq_compiled    fxquant's x86 deployment (``get_deployment("x86")``) of the reference model
     fxq_fp32        the same with ``float_dtype=torch.float32``: the float parts in float32
                     (shown when the deployment's default differs)
+    fxq_compiled_pyw, fxq_fp32_pyw   the two above with inductor's Python wrapper and its
+                    kernel profiling (for ``--profile``; not in the default columns)
     fxq_eager       fxquant's ``convert_fx`` model (oneDNN int8 kernels, eager)
 
 Targets (issue 31, on a CPU with AMX-BF16 or AVX512-BF16): fxq_compiled at most 0.67x
@@ -25,8 +27,11 @@ the order rotated each round; per side the median of its per-call times and of i
 per-round ratio to bf16_compile (the "x bf16c" columns; below 1: faster). SQNR:
 ``10 log10(|float|^2 / |float - side|^2)`` of the output against the fp32 eager model's.
 Each table prints the CPU's ISA flags and the load average before and after the row.
-``--profile``: the top ops (``torch.profiler``, self CPU ms per call) of the named sides,
-interleaved. A side that fails is recorded with its error; the run goes on.
+``--profile``: where the named sides spend their time (``torch.profiler``, self CPU ms
+per call by op kind, the sides interleaved); the C++ wrapper runs its kernels outside the
+profiler, so profile ``fxq_compiled_pyw`` / ``fxq_fp32_pyw`` (Python wrapper, kernel
+profiling on) for fxquant's per-op split. A side that fails is recorded with its error;
+the run goes on.
 
     python bench/bench_x86_precisions.py [--quick] [--models bert_base,mobilenet_v2,resnet50]
         [--batches 1,8] [--rounds 5] [--sides ...] [--profile fxq_compiled,bf16_compile]
@@ -121,24 +126,63 @@ def build_side(side: str, model: torch.nn.Module, inputs: tuple[Any, ...]) -> Ca
         run, args = _no_grad(torch.compile(copy.deepcopy(model).bfloat16())), _bf16(inputs)
     elif side == "pt2e_cppw":
         run, args = _pt2e_cpp_wrapper(model, inputs), inputs
-    elif side in ("fxq_compiled", "fxq_fp32"):
-        reference = fxquant.convert_to_reference_fx(_quantized(model, inputs))
-        if side == "fxq_compiled":
-            deployment = fxquant.registry.get_deployment("x86")
-            assert deployment is not None, "fxquant-x86 has no deployment: install plugins/x86"
-            run = deployment.deploy(reference, inputs)
-        else:
-            from fxquant_x86.compiled import compile_quantized
-
-            run = compile_quantized(reference, inputs, float_dtype=torch.float32)
-        print(f"    {side}: {run!r}", flush=True)
-        args = inputs
+    elif side.startswith(("fxq_compiled", "fxq_fp32")):
+        run, args = _fxquant_compiled(side, model, inputs), inputs
     elif side == "fxq_eager":
         run, args = _no_grad(fxquant.convert_fx(_quantized(model, inputs))), inputs
     else:
         msg = f"side {side!r} is not one of {', '.join(SIDES)}"
         raise ValueError(msg)
     return lambda: run(*args)
+
+
+def _fxquant_compiled(side: str, model: torch.nn.Module, inputs: tuple[Any, ...]) -> Any:
+    """fxquant's x86 deployment; ``fxq_fp32``: float parts in float32; ``_pyw`` suffix: the
+    Python wrapper with inductor's kernel profiling on (each oneDNN op and fused C++ loop
+    is then a ``torch.profiler`` event: the per-op profile the C++ wrapper hides)."""
+    from fxquant_x86.compiled import compile_quantized
+
+    reference = fxquant.convert_to_reference_fx(_quantized(model, inputs))
+    options: dict[str, Any] = {}
+    if side.startswith("fxq_fp32"):
+        options["float_dtype"] = torch.float32
+    profiled = side.endswith("_pyw")
+    with torch._inductor.config.patch({"cpp.enable_kernel_profile": profiled}):
+        run = compile_quantized(reference, inputs, cpp_wrapper=not profiled, **options)
+    print(f"    {side}: {run!r}, float parts {run.float_dtype}", flush=True)
+    return run
+
+
+def op_kind(name: str) -> str:
+    """The kind of a profiled op: an int8 GEMM/conv, attention, a fused C++ loop by what it
+    fuses (LayerNorm, softmax, GELU, quantize steps, adds), a float GEMM, or other."""
+    kinds = (
+        ("qlinear", "int8 linear"),
+        ("qconv", "int8 conv"),
+        ("scaled_dot_product", "attention (SDPA)"),
+        ("addmm", "float GEMM"),
+        ("aten::mm", "float GEMM"),
+        ("bmm", "float GEMM"),
+        ("linear", "float GEMM"),
+        ("convolution", "float conv"),
+        ("layer_norm", "LayerNorm loops"),
+        ("softmax", "softmax loops"),
+        ("gelu", "GELU loops"),
+        ("quantize", "q/dq loops"),
+        ("add", "add loops"),
+        ("cpp_fused", "other fused loops"),
+        ("CompiledFxGraph", "compiled graph (wrapper + loops)"),
+        ("Dynamo", "dynamo guards"),
+    )
+    return next((kind for key, kind in kinds if key in name), "other")
+
+
+def profile_by_kind(ops: list[list[Any]]) -> list[list[Any]]:
+    """Self CPU ms per call summed by :func:`op_kind`, largest first."""
+    kinds: dict[str, float] = {}
+    for name, ms in ops:
+        kinds[op_kind(name)] = kinds.get(op_kind(name), 0.0) + ms
+    return [[k, round(v, 3)] for k, v in sorted(kinds.items(), key=lambda i: -i[1])]
 
 
 def _pt2e_cpp_wrapper(model: torch.nn.Module, inputs: tuple[Any, ...]) -> Callable[..., Any]:
@@ -207,8 +251,8 @@ def bench_row(name: str, batch: int, args: argparse.Namespace, sides: list[str])
             row[f"x_bf16c_{side}"] = round(statistics.median(ratios), 3)
     if args.profile:
         chosen = {side: runs[side] for side in args.profile.split(",") if side in runs}
-        for side, ops in compiled_bench.interleaved_top_ops(chosen, count=14).items():
-            row[f"profile_{side}"] = ops
+        for side, ops in compiled_bench.interleaved_top_ops(chosen, count=400).items():
+            row[f"profile_{side}"] = profile_by_kind(ops)
     row["load_after"] = load()
     return row
 
