@@ -171,3 +171,23 @@ def _last_input_scale(reference: fx.GraphModule) -> float:
         if n.target == torch.ops.fxquant.quantize_per_tensor.default
     ]
     return float(quantize[-1].args[1])
+
+
+def test_ops_between_two_quantize_steps_stay_float32_so_the_int8_patterns_still_match() -> None:
+    # conv -> relu6 -> max pool: each between two quantize steps (x86 quantizes relu6 and the
+    # pool on their own); casting them would hide the clamp post-op and the integer pool
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU6(), nn.MaxPool2d(2)).eval()
+    x = torch.randn(2, 3, 8, 8)
+    config = fxquant.get_backend_config(BACKEND)
+    mapping = fxquant.get_default_qconfig_mapping(BACKEND)
+    prepared = fxquant.prepare_fx(model, mapping, (x,), backend_config=config)
+    with torch.no_grad():
+        prepared(x)
+    flat = flatten_for_compile(fxquant.convert_to_reference_fx(prepared))
+    precision.float_parts_in(flat)
+    dtypes, out = _dtypes_of(flat, x)
+    for op in ("conv2d", "hardtanh", "max_pool2d"):
+        assert dtypes[op] == {torch.float32}, (op, dtypes[op])
+    assert not [n for n in flat.graph.nodes if n.op == "call_method" and n.target == "to"]
+    assert out.dtype == torch.float32

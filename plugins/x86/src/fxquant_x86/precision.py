@@ -125,6 +125,24 @@ def _is_qdq(node: fx.Node) -> bool:
     return node.op == "call_function" and node.target in QDQ_OPS
 
 
+def _between_quantize_steps(node: fx.Node) -> bool:
+    """A node read only by quantize steps whose inputs all enter from outside the float parts
+    (dequantize steps, attributes, placeholders): ``dq -> relu6 / max pool / conv -> q``.
+
+    It stays float32, as in the reference model: its output is integers anyway, and
+    inductor's patterns for it (the clamp as the kernel's post-op, the max pool on the
+    integers, ``dq -> conv -> q`` as one int8 kernel) want no casts in between."""
+    if not node.users or any(
+        not (u.op == "call_function" and u.target in QUANTIZE_OPS) for u in node.users
+    ):
+        return False
+    return all(
+        source.op in ("get_attr", "placeholder")
+        or (source.op == "call_function" and source.target in DEQUANTIZE_OPS)
+        for source in node.all_input_nodes
+    )
+
+
 def _cast_for(graph: fx.Graph, node: fx.Node, users: list[fx.Node], dtype: torch.dtype) -> None:
     """Insert a cast of ``node`` to ``dtype`` after it and make ``users`` read the cast (of a
     float32 tensor only, for an input whose dtype the graph does not say)."""
@@ -145,7 +163,9 @@ def float_parts_in(model: fx.GraphModule, dtype: torch.dtype = torch.bfloat16) -
     ``dtype``; every quantize step and the model's outputs get float32 back
     (:func:`to_float32`). Weights that only quantize steps read (integers,
     scales) are left alone. A placeholder read only by a quantize step (a CNN's
-    image) stays float32: casting it first would round it twice.
+    image) stays float32: casting it first would round it twice. An op between
+    two quantize steps (a CNN's conv, relu6 or max pool) stays float32 too
+    (see :func:`_between_quantize_steps`): a CNN keeps the float32 form.
 
     Example:
         >>> # flat = flatten_for_compile(reference); float_parts_in(flat); flat.recompile()
@@ -154,13 +174,18 @@ def float_parts_in(model: fx.GraphModule, dtype: torch.dtype = torch.bfloat16) -
     casts = 0
     for node in list(graph.nodes):
         if node.op == "call_function" and node.target in DEQUANTIZE_OPS:
-            _cast_for(graph, node, list(node.users), dtype)
-            casts += 1
+            readers = [u for u in node.users if not _between_quantize_steps(u)]
         elif node.op == "placeholder" or _float_attribute(node, model):
-            readers = [u for u in node.users if not _is_qdq(u) and u.target is not getattr]
-            if readers:
-                _cast_for(graph, node, readers, dtype)
-                casts += 1
+            readers = [
+                u
+                for u in node.users
+                if not _is_qdq(u) and u.target is not getattr and not _between_quantize_steps(u)
+            ]
+        else:
+            continue
+        if readers:
+            _cast_for(graph, node, readers, dtype)
+            casts += 1
     for node in list(graph.nodes):
         if node.op == "call_function" and node.target in QUANTIZE_OPS:
             source = node.args[0]
