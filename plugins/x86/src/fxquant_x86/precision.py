@@ -80,20 +80,26 @@ def bf16_accelerated() -> bool:
 BF16_NOTE = (
     "float parts in bfloat16: every float op between quantize steps (LayerNorm, softmax, "
     "GELU, residual adds, attention) runs in bfloat16 and the int8 GEMMs/convs feeding them "
-    "output bfloat16 (float_dtype=torch.bfloat16; float_dtype=torch.float32 for float32)"
+    "output bfloat16 (float_dtype=torch.bfloat16; the default is float32)"
 )
 
 
 def default_float_dtype() -> torch.dtype:
-    """The dtype x86's compiled deployment runs the float parts in by default.
+    """The dtype x86's compiled deployment runs the float parts in by default: float32.
 
-    bfloat16 where :func:`bf16_accelerated` (AMX-BF16 or AVX512-BF16), else float32.
+    bfloat16 float parts are opt-in (``float_dtype=torch.bfloat16``): on the AMX
+    Xeon they were measured (plugins/x86/README.md, "bf16 + torch.compile") no faster
+    than float32 on the BERT-base-like encoder at batch 1 (0.58x against 0.57x
+    bf16 + compile's latency, in one interleaved run) and slower on the quick models,
+    at 2.3 dB less SQNR (34.1 against 36.3 dB: a bfloat16 residual stream adds
+    noise of an 8-bit mantissa, about int8's). On a CPU without bfloat16 arithmetic
+    (:func:`bf16_accelerated` False) oneDNN emulates it: slower still.
 
     Example:
-        >>> default_float_dtype() in (torch.float32, torch.bfloat16)
-        True
+        >>> default_float_dtype()
+        torch.float32
     """
-    return torch.bfloat16 if bf16_accelerated() else torch.float32
+    return torch.float32
 
 
 def to_float32(value: Any) -> Any:
@@ -174,12 +180,16 @@ def float_parts_in(model: fx.GraphModule, dtype: torch.dtype = torch.bfloat16) -
     casts = 0
     for node in list(graph.nodes):
         if node.op == "call_function" and node.target in DEQUANTIZE_OPS:
-            readers = [u for u in node.users if not _between_quantize_steps(u)]
+            # a dequantized output goes out as it is: float32, no round trip through bf16
+            readers = [u for u in node.users if u.op != "output" and not _between_quantize_steps(u)]
         elif node.op == "placeholder" or _float_attribute(node, model):
             readers = [
                 u
                 for u in node.users
-                if not _is_qdq(u) and u.target is not getattr and not _between_quantize_steps(u)
+                if u.op != "output"
+                and not _is_qdq(u)
+                and u.target is not getattr
+                and not _between_quantize_steps(u)
             ]
         else:
             continue
