@@ -244,6 +244,8 @@ def bench_row(name: str, batch: int, args: argparse.Namespace, sides: list[str])
             row["errors"][side] = f"{type(error).__name__}: {error}".splitlines()[0][:300]
         print(f"    {side}: {row.get(f'compile_s_{side}', 'failed')} s", flush=True)
     times = interleaved(runs, max(5, args.rounds))
+    # every round's figures: any two sides' per-round ratio (fxquant / pt2e) can be read back
+    row["rounds_ms"] = {side: [round(t * 1e3, 3) for t in ts] for side, ts in times.items()}
     for side, seconds in times.items():
         row[f"ms_{side}"] = round(statistics.median(seconds) * 1e3, 3)
         if "bf16_compile" in times:
