@@ -8,9 +8,9 @@ Same-run columns per row (one thread, the sides interleaved round by round):
     pt2e_cppw       torchao pt2e, ``X86InductorQuantizer`` default config, ``torch.compile``
                     with freezing and inductor's C++ wrapper
     fxq_compiled    fxquant's x86 deployment (``get_deployment("x86")``) of the reference model
-    fxq_fp32        the same with ``float_dtype=torch.float32``: the float parts in float32
-                    (shown when the deployment's default differs)
-    fxq_compiled_pyw, fxq_fp32_pyw   the two above with inductor's Python wrapper and its
+    fxq_bf16        the same with ``float_dtype=torch.bfloat16``: the float parts between
+                    the quantize steps in bfloat16 (the default is float32)
+    fxq_compiled_pyw, fxq_bf16_pyw   the two above with inductor's Python wrapper and its
                     kernel profiling (for ``--profile``; not in the default columns)
     fxq_eager       fxquant's ``convert_fx`` model (oneDNN int8 kernels, eager)
 
@@ -29,7 +29,7 @@ per-round ratio to bf16_compile (the "x bf16c" columns; below 1: faster). SQNR:
 Each table prints the CPU's ISA flags and the load average before and after the row.
 ``--profile``: where the named sides spend their time (``torch.profiler``, self CPU ms
 per call by op kind, the sides interleaved); the C++ wrapper runs its kernels outside the
-profiler, so profile ``fxq_compiled_pyw`` / ``fxq_fp32_pyw`` (Python wrapper, kernel
+profiler, so profile ``fxq_compiled_pyw`` / ``fxq_bf16_pyw`` (Python wrapper, kernel
 profiling on) for fxquant's per-op split. A side that fails is recorded with its error;
 the run goes on.
 
@@ -68,7 +68,7 @@ SIDES = (
     "bf16_compile",
     "pt2e_cppw",
     "fxq_compiled",
-    "fxq_fp32",
+    "fxq_bf16",
     "fxq_eager",
 )
 TARGETS = {"bert_base": 0.67, "hf_bert": 0.67, "mobilenet_v2": 0.80, "resnet50": 0.80}
@@ -126,7 +126,7 @@ def build_side(side: str, model: torch.nn.Module, inputs: tuple[Any, ...]) -> Ca
         run, args = _no_grad(torch.compile(copy.deepcopy(model).bfloat16())), _bf16(inputs)
     elif side == "pt2e_cppw":
         run, args = _pt2e_cpp_wrapper(model, inputs), inputs
-    elif side.startswith(("fxq_compiled", "fxq_fp32")):
+    elif side.startswith(("fxq_compiled", "fxq_bf16")):
         run, args = _fxquant_compiled(side, model, inputs), inputs
     elif side == "fxq_eager":
         run, args = _no_grad(fxquant.convert_fx(_quantized(model, inputs))), inputs
@@ -137,15 +137,15 @@ def build_side(side: str, model: torch.nn.Module, inputs: tuple[Any, ...]) -> Ca
 
 
 def _fxquant_compiled(side: str, model: torch.nn.Module, inputs: tuple[Any, ...]) -> Any:
-    """fxquant's x86 deployment; ``fxq_fp32``: float parts in float32; ``_pyw`` suffix: the
+    """fxquant's x86 deployment; ``fxq_bf16``: float parts in bfloat16; ``_pyw`` suffix: the
     Python wrapper with inductor's kernel profiling on (each oneDNN op and fused C++ loop
     is then a ``torch.profiler`` event: the per-op profile the C++ wrapper hides)."""
     from fxquant_x86.compiled import compile_quantized
 
     reference = fxquant.convert_to_reference_fx(_quantized(model, inputs))
     options: dict[str, Any] = {}
-    if side.startswith("fxq_fp32"):
-        options["float_dtype"] = torch.float32
+    if side.startswith("fxq_bf16"):
+        options["float_dtype"] = torch.bfloat16
     profiled = side.endswith("_pyw")
     with torch._inductor.config.patch({"cpp.enable_kernel_profile": profiled}):
         run = compile_quantized(reference, inputs, cpp_wrapper=not profiled, **options)
