@@ -62,6 +62,7 @@ from torch import fx
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 
 from fxquant_x86 import inputs as input_guard
+from fxquant_x86 import precision
 from fxquant_x86.inputs import call_on_copies, copy_written, never_into_inputs
 
 __all__ = [
@@ -568,6 +569,11 @@ class CompiledModel(DeployedModel):
         written_inputs: positions of the inputs the compiled code would change
             (none with the guard of :mod:`fxquant_x86.inputs`); each call copies
             those before it runs, so the caller's tensors are never written.
+        float_dtype: the dtype the float parts between quantize steps run in
+            (``torch.float32``, or ``torch.bfloat16`` on CPUs that compute it).
+        reference: the graph inductor compiled, as an eager model (the flat
+            reference model, with its bfloat16 casts where ``float_dtype`` says so):
+            what the compiled model computes, for ``fxquant.numerics`` comparisons.
 
     Each call runs under ``torch.no_grad()`` (freezing needs it). The first call of
     each input signature (the example's at construction) runs on copies of the
@@ -613,6 +619,8 @@ class CompiledModel(DeployedModel):
         expected = _int8_linear_conv(model)
         self.expected_kernels = _distinct(model, expected)
         self.merged = dict(merged or {})
+        self.float_dtype = torch.float32
+        self.reference: fx.GraphModule = model if flat is None else flat
         found = sum(self.kernels.values())
         # the report names the model's own nodes: a merged linear stands for those it replaced
         named = [part for name in expected for part in self.merged.get(name, [name])]
@@ -874,7 +882,7 @@ def load(path: str | Path) -> Any:
     return torch._inductor.aoti_load_package(str(path))
 
 
-def compile_quantized(
+def compile_quantized(  # noqa: PLR0913  (keyword-only switches of the public entry, each documented)
     model: fx.GraphModule,
     example_inputs: tuple[Any, ...],
     *,
@@ -882,6 +890,7 @@ def compile_quantized(
     merge_linears: bool = True,
     flatten: bool = True,
     cpp_wrapper: bool = True,
+    float_dtype: torch.dtype | None = None,
 ) -> CompiledModel:
     """Compile an x86 reference model with inductor (freezing on); compile it now, on the example.
 
@@ -902,6 +911,14 @@ def compile_quantized(
         cpp_wrapper: inductor's C++ wrapper runs each call (:func:`inductor_options`):
             less per-call overhead and a faster cold compile; ``False`` for the
             Python wrapper (its generated code is easier to read).
+        float_dtype: the dtype of the float parts between the quantize steps
+            (LayerNorm, softmax, GELU, residual adds, attention):
+            ``torch.bfloat16`` runs them in bfloat16 and the int8 GEMMs hand them
+            bfloat16 (:func:`fxquant_x86.precision.float_parts_in`);
+            ``torch.float32`` keeps the reference model's float32; ``None``
+            (default): :func:`fxquant_x86.precision.default_float_dtype` (float32:
+            bfloat16 measured no faster on the AMX Xeon, at 2 dB less SQNR).
+            Needs the flat graph (``flatten``); without one, float32.
 
     Returns:
         The compiled model (:class:`CompiledModel`).
@@ -919,6 +936,13 @@ def compile_quantized(
         got = type(example_inputs).__name__
         msg = f"example_inputs must be a tuple of the model's positional inputs, got {got}"
         raise ConfigTypeError(msg)
+    chosen = precision.default_float_dtype() if float_dtype is None else float_dtype
+    if chosen not in (torch.float32, torch.bfloat16):
+        msg = (
+            f"float_dtype must be torch.float32, torch.bfloat16 or None (bfloat16 where the "
+            f"CPU computes it), got {float_dtype!r}"
+        )
+        raise ConfigTypeError(msg)
     copied = copy.deepcopy(model)
     merged: dict[str, list[str]] = {}
     if merge_linears:
@@ -926,16 +950,25 @@ def compile_quantized(
         if not merged:
             copied = copy.deepcopy(model)  # the pass may have touched it before giving up
     flat = _flat_or_not(copied, example_inputs) if flatten else None
+    report = state.report
+    if flat is not None and chosen == torch.bfloat16:
+        precision.float_parts_in(flat, chosen)
+        report = report.with_notes([precision.BF16_NOTE])
+    else:
+        chosen = torch.float32
     options: Mapping[str, Any] = {} if dynamic is None else {"dynamic": dynamic}
-    return CompiledModel(
+    compiled = CompiledModel(
         copied,
         example_inputs,
-        state.report,
+        report,
         merged=merged,
         flat=flat,
         cpp_wrapper=cpp_wrapper,
         **options,
     )
+    compiled.float_dtype = chosen
+    compiled.reference = flat if flat is not None else copied
+    return compiled
 
 
 def _flat_or_not(model: fx.GraphModule, example_inputs: tuple[Any, ...]) -> fx.GraphModule | None:

@@ -1,0 +1,315 @@
+"""Every precision an x86 user can pick, in one process: int8 against bf16 + compile (#31).
+
+Same-run columns per row (one thread, the sides interleaved round by round):
+
+    fp32_eager      the float model
+    fp32_compile    ``torch.compile(model)``
+    bf16_compile    ``torch.compile(model.bfloat16())``, float inputs in bfloat16
+    pt2e_cppw       torchao pt2e, ``X86InductorQuantizer`` default config, ``torch.compile``
+                    with freezing and inductor's C++ wrapper
+    fxq_compiled    fxquant's x86 deployment (``get_deployment("x86")``) of the reference model
+    fxq_bf16        the same with ``float_dtype=torch.bfloat16``: the float parts between
+                    the quantize steps in bfloat16 (the default is float32)
+    fxq_compiled_pyw, fxq_bf16_pyw   the two above with inductor's Python wrapper and its
+                    kernel profiling (for ``--profile``; not in the default columns)
+    fxq_eager       fxquant's ``convert_fx`` model (oneDNN int8 kernels, eager)
+
+Targets (issue 31, on a CPU with AMX-BF16 or AVX512-BF16): fxq_compiled at most 0.67x
+bf16_compile's latency on the BERT-base-like encoder and 0.80x on MobileNetV2 and
+ResNet-50 (b1, b8), at most pt2e_cppw's; SQNR at least pt2e's, 35 dB on BERT. On a CPU
+without bf16 acceleration: fxq_compiled at most 0.5x fp32_compile.
+
+How: ``torch.set_num_threads(1)``; each side's first call compiles (inductor's caches stay
+on: set ``TORCHINDUCTOR_CACHE_DIR`` to keep them between runs, so "compile s" is a cold
+figure only in a fresh cache directory). Latency: per-call CPU time
+(``time.process_time``), ``--rounds`` (>= 5) rounds, each calling every side for ~0.2 s,
+the order rotated each round; per side the median of its per-call times and of its
+per-round ratio to bf16_compile (the "x bf16c" columns; below 1: faster). SQNR:
+``10 log10(|float|^2 / |float - side|^2)`` of the output against the fp32 eager model's.
+Each table prints the CPU's ISA flags and the load average before and after the row.
+``--profile``: where the named sides spend their time (``torch.profiler``, self CPU ms
+per call by op kind, the sides interleaved); the C++ wrapper runs its kernels outside the
+profiler, so profile ``fxq_compiled_pyw`` / ``fxq_bf16_pyw`` (Python wrapper, kernel
+profiling on) for fxquant's per-op split. A side that fails is recorded with its error;
+the run goes on.
+
+    python bench/bench_x86_precisions.py [--quick] [--models bert_base,mobilenet_v2,resnet50]
+        [--batches 1,8] [--rounds 5] [--sides ...] [--profile fxq_compiled,bf16_compile]
+        [--output x86_precisions.json]
+
+``--quick``: the small models of bench/models.py (BERT hidden 192 at 32 tokens,
+MobileNetV2 width 0.25 and ResNet-50 width 16 at 64x64).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import logging
+import os
+import statistics
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import bench_compiled_x86 as compiled_bench
+import fxquant
+import harness
+import torch
+from models import main_output
+
+RESULTS = Path(__file__).resolve().parent / "results"
+SIDES = (
+    "fp32_eager",
+    "fp32_compile",
+    "bf16_compile",
+    "pt2e_cppw",
+    "fxq_compiled",
+    "fxq_bf16",
+    "fxq_eager",
+)
+TARGETS = {"bert_base": 0.67, "hf_bert": 0.67, "mobilenet_v2": 0.80, "resnet50": 0.80}
+ISA_FLAGS = ("amx_int8", "amx_bf16", "avx512_bf16", "avx512_vnni", "avx_vnni", "avx2")
+
+
+def isa_flags() -> dict[str, bool]:
+    """The x86 ISA extensions the targets depend on, from /proc/cpuinfo (all False elsewhere)."""
+    flags: set[str] = set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    except OSError:
+        pass
+    return {flag: flag in flags for flag in ISA_FLAGS}
+
+
+def load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} CPUs"
+
+
+def _quantized(model: torch.nn.Module, inputs: tuple[Any, ...]) -> Any:
+    config = fxquant.get_backend_config("x86")
+    mapping = fxquant.get_default_qconfig_mapping("x86")
+    prepared = fxquant.prepare_fx(copy.deepcopy(model), mapping, inputs, backend_config=config)
+    with torch.no_grad():
+        prepared(*inputs)
+    return prepared
+
+
+def _bf16(inputs: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(
+        x.bfloat16() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs
+    )
+
+
+def _no_grad(run: Callable[..., Any], **patch: Any) -> Callable[..., Any]:
+    def call(*args: Any) -> Any:
+        with torch._inductor.config.patch(patch), torch.no_grad():
+            return run(*args)
+
+    return call
+
+
+def build_side(side: str, model: torch.nn.Module, inputs: tuple[Any, ...]) -> Callable[[], Any]:
+    """``side``'s model, compiled by its first call; returns a call on the row's inputs."""
+    if side == "fp32_eager":
+        run, args = _no_grad(model), inputs
+    elif side == "fp32_compile":
+        run, args = _no_grad(torch.compile(copy.deepcopy(model))), inputs
+    elif side == "bf16_compile":
+        run, args = _no_grad(torch.compile(copy.deepcopy(model).bfloat16())), _bf16(inputs)
+    elif side == "pt2e_cppw":
+        run, args = _pt2e_cpp_wrapper(model, inputs), inputs
+    elif side.startswith(("fxq_compiled", "fxq_bf16")):
+        run, args = _fxquant_compiled(side, model, inputs), inputs
+    elif side == "fxq_eager":
+        run, args = _no_grad(fxquant.convert_fx(_quantized(model, inputs))), inputs
+    else:
+        msg = f"side {side!r} is not one of {', '.join(SIDES)}"
+        raise ValueError(msg)
+    return lambda: run(*args)
+
+
+def _fxquant_compiled(side: str, model: torch.nn.Module, inputs: tuple[Any, ...]) -> Any:
+    """fxquant's x86 deployment; ``fxq_bf16``: float parts in bfloat16; ``_pyw`` suffix: the
+    Python wrapper with inductor's kernel profiling on (each oneDNN op and fused C++ loop
+    is then a ``torch.profiler`` event: the per-op profile the C++ wrapper hides)."""
+    from fxquant_x86.compiled import compile_quantized
+
+    reference = fxquant.convert_to_reference_fx(_quantized(model, inputs))
+    options: dict[str, Any] = {}
+    if side.startswith("fxq_bf16"):
+        options["float_dtype"] = torch.bfloat16
+    profiled = side.endswith("_pyw")
+    with torch._inductor.config.patch({"cpp.enable_kernel_profile": profiled}):
+        run = compile_quantized(reference, inputs, cpp_wrapper=not profiled, **options)
+    print(f"    {side}: {run!r}, float parts {run.float_dtype}", flush=True)
+    return run
+
+
+def op_kind(name: str) -> str:
+    """The kind of a profiled op: an int8 GEMM/conv, attention, a fused C++ loop by what it
+    fuses (LayerNorm, softmax, GELU, quantize steps, adds), a float GEMM, or other."""
+    kinds = (
+        ("qlinear", "int8 linear"),
+        ("qconv", "int8 conv"),
+        ("scaled_dot_product", "attention (SDPA)"),
+        ("addmm", "float GEMM"),
+        ("aten::mm", "float GEMM"),
+        ("bmm", "float GEMM"),
+        ("linear", "float GEMM"),
+        ("convolution", "float conv"),
+        ("layer_norm", "LayerNorm loops"),
+        ("softmax", "softmax loops"),
+        ("gelu", "GELU loops"),
+        ("quantize", "q/dq loops"),
+        ("add", "add loops"),
+        ("cpp_fused", "other fused loops"),
+        ("CompiledFxGraph", "compiled graph (wrapper + loops)"),
+        ("Dynamo", "dynamo guards"),
+    )
+    return next((kind for key, kind in kinds if key in name), "other")
+
+
+def profile_by_kind(ops: list[list[Any]]) -> list[list[Any]]:
+    """Self CPU ms per call summed by :func:`op_kind`, largest first."""
+    kinds: dict[str, float] = {}
+    for name, ms in ops:
+        kinds[op_kind(name)] = kinds.get(op_kind(name), 0.0) + ms
+    return [[k, round(v, 3)] for k, v in sorted(kinds.items(), key=lambda i: -i[1])]
+
+
+def _pt2e_cpp_wrapper(model: torch.nn.Module, inputs: tuple[Any, ...]) -> Callable[..., Any]:
+    """torchao pt2e with X86InductorQuantizer's defaults, compiled with freezing and the C++
+    wrapper (the bench_compiled_x86 flow with ``cpp_wrapper`` on)."""
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as xiq
+
+    exported = torch.export.export(copy.deepcopy(model), inputs).module()
+    quantizer = xiq.X86InductorQuantizer().set_global(
+        xiq.get_default_x86_inductor_quantization_config()
+    )
+    prepared = prepare_pt2e(exported, quantizer)  # type: ignore[arg-type]
+    with torch.no_grad():
+        prepared(*inputs)
+    return _no_grad(torch.compile(convert_pt2e(prepared)), freezing=True, cpp_wrapper=True)
+
+
+def _seconds(run: Callable[[], Any], repeat: int) -> float:
+    start = time.process_time()
+    for _ in range(repeat):
+        run()
+    return (time.process_time() - start) / repeat
+
+
+def interleaved(runs: dict[str, Callable[[], Any]], rounds: int) -> dict[str, list[float]]:
+    """Per side, its per-call seconds in each round; every round calls each side for ~0.2 s,
+    the order rotated by one each round (a load change reaches every side alike)."""
+    names = list(runs)
+    repeat = {}
+    for name in names:
+        runs[name]()
+        repeat[name] = max(1, int(0.2 / max(_seconds(runs[name], 1), 1e-4)))
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for index in range(rounds):
+        shift = index % len(names)
+        for name in names[shift:] + names[:shift]:
+            times[name].append(_seconds(runs[name], repeat[name]))
+    return times
+
+
+def bench_row(name: str, batch: int, args: argparse.Namespace, sides: list[str]) -> dict[str, Any]:
+    spec = compiled_bench.BUILDERS[name](quick=args.quick, batch=batch)
+    model, inputs = spec.build().eval(), spec.inputs()
+    row: dict[str, Any] = {"model": name, "batch": batch, "target": TARGETS[name]}
+    row["load_before"], row["errors"] = load(), {}
+    with torch.no_grad():
+        expected = main_output(model(*inputs))
+    runs: dict[str, Callable[[], Any]] = {}
+    for side in sides:
+        try:
+            start = time.perf_counter()
+            run = build_side(side, model, inputs)
+            output = main_output(run()).float()
+            row[f"compile_s_{side}"] = round(time.perf_counter() - start, 1)
+            row[f"sqnr_{side}"] = round(compiled_bench.sqnr(expected, output), 2)
+            runs[side] = run
+        except Exception as error:  # a failing side is a row with its error
+            row["errors"][side] = f"{type(error).__name__}: {error}".splitlines()[0][:300]
+        print(f"    {side}: {row.get(f'compile_s_{side}', 'failed')} s", flush=True)
+    times = interleaved(runs, max(5, args.rounds))
+    # every round's figures: any two sides' per-round ratio (fxquant / pt2e) can be read back
+    row["rounds_ms"] = {side: [round(t * 1e3, 3) for t in ts] for side, ts in times.items()}
+    for side, seconds in times.items():
+        row[f"ms_{side}"] = round(statistics.median(seconds) * 1e3, 3)
+        if "bf16_compile" in times:
+            ratios = [a / b for a, b in zip(seconds, times["bf16_compile"], strict=True)]
+            row[f"x_bf16c_{side}"] = round(statistics.median(ratios), 3)
+    if args.profile:
+        chosen = {side: runs[side] for side in args.profile.split(",") if side in runs}
+        for side, ops in compiled_bench.interleaved_top_ops(chosen, count=400).items():
+            row[f"profile_{side}"] = profile_by_kind(ops)
+    row["load_after"] = load()
+    return row
+
+
+def print_rows(rows: list[dict[str, Any]], sides: list[str]) -> None:
+    print("ISA: " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in isa_flags().items()))
+    header = ["model", "batch", *(f"{s} ms (x bf16c, dB)" for s in sides), "target", "load"]
+    print("| " + " | ".join(header) + " |")
+    print("|" + " --- |" * len(header))
+    for r in rows:
+        cells = [r["model"], r["batch"]]
+        for side in sides:
+            if f"ms_{side}" not in r:
+                cells.append("error" if side in r["errors"] else "-")
+                continue
+            cells.append(f"{r[f'ms_{side}']} ({r.get(f'x_bf16c_{side}')}x, {r[f'sqnr_{side}']})")
+        cells += [f"<= {r['target']}x bf16c", f"{r['load_before']} / {r['load_after']}"]
+        print("| " + " | ".join(str(c) for c in cells) + " |")
+        for side, error in r["errors"].items():
+            print(f"    {r['model']} b{r['batch']} {side}: {error}")
+        for key in (k for k in r if k.startswith("profile_")):
+            print(f"    {key}: " + "; ".join(f"{op} {ms}" for op, ms in r[key]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (>= 5)")
+    parser.add_argument("--quick", action="store_true", help="small models (a smoke run)")
+    parser.add_argument("--models", default="bert_base,mobilenet_v2,resnet50")
+    parser.add_argument("--batches", default="1,8", help="comma-separated batch sizes")
+    parser.add_argument("--sides", default=",".join(SIDES), help="comma-separated columns")
+    parser.add_argument("--profile", default="", help="sides to profile, comma-separated")
+    parser.add_argument("--output", default=None, help="file name under bench/results/")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    warnings.simplefilter("ignore", DeprecationWarning)
+    warnings.simplefilter("ignore", FutureWarning)
+    logging.getLogger("torchao").setLevel(logging.ERROR)
+    RESULTS.mkdir(exist_ok=True)
+    stem = "x86_precisions_quick" if args.quick else "x86_precisions"
+    path = RESULTS / (args.output or f"{stem}.json")
+    sides = args.sides.split(",")
+    info = harness.machine(("fxquant", "torchao", "fxquant-x86"), quick=args.quick)
+    info["isa"] = isa_flags()
+    rows = []
+    for name in args.models.split(","):
+        for batch in (int(b) for b in args.batches.split(",")):
+            print(f"{name} b{batch} ({load()}) ...", flush=True)
+            rows.append(bench_row(name, batch, args, sides))
+            print_rows(rows[-1:], sides)
+            path.write_text(json.dumps({"machine": info, "results": rows}, indent=2) + "\n")
+    print_rows(rows, sides)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

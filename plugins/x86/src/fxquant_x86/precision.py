@@ -1,0 +1,212 @@
+"""The precision of the float parts of x86's compiled deployment: bfloat16 where the CPU has it.
+
+Between its int8 GEMMs and convs a quantized model still runs float ops:
+LayerNorm, softmax, GELU, residual adds, attention's matmuls, the dequantized
+GEMM outputs that feed them. On a CPU with AMX-BF16 or AVX512-BF16 those run
+in bfloat16 at half the memory traffic (AMX for the matmuls), which is how
+``torch.compile(model.bfloat16())`` gets its speed; in float32 they give back
+much of what the int8 GEMMs gain (#31).
+
+:func:`float_parts_in` rewrites a flat reference graph so that every float
+value between quantize/dequantize steps is a ``dtype`` tensor::
+
+    q -> dq -> linear(w: dq) -> gelu -> q            (float32 between the steps)
+    q -> dq -> to(bf16) -> linear(w: dq -> to(bf16), b: to(bf16)) -> gelu -> to(f32) -> q
+
+the form inductor's x86 int8-mixed-bf16 passes match (pt2e's int8-mixed-bf16
+under autocast gives the same casts): ``onednn.qlinear_pointwise`` with a
+bfloat16 output where a float op follows, uint8 where a quantize step does.
+The rewritten graph is itself a runnable model: the reference of what runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from pathlib import Path
+from typing import Any
+
+import torch
+from fxquant.lowering import DEQUANTIZE_OPS, QDQ_OPS, QUANTIZE_OPS
+from torch import fx
+
+__all__ = [
+    "BF16_FLAGS",
+    "BF16_NOTE",
+    "bf16_accelerated",
+    "cpu_flags",
+    "default_float_dtype",
+    "float_parts_in",
+    "from_float32",
+    "to_float32",
+]
+
+BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+"""The /proc/cpuinfo flags of x86 bfloat16 arithmetic in hardware (AMX tiles, AVX-512
+dot products). Without them oneDNN emulates bfloat16 with float32 arithmetic plus
+conversions: slower than float32."""
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags from /proc/cpuinfo (empty where there is none)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return frozenset(line.split(":", 1)[1].split())
+    return frozenset()
+
+
+def bf16_accelerated() -> bool:
+    """Whether this CPU computes bfloat16 in hardware (AMX-BF16 or AVX512-BF16).
+
+    /proc/cpuinfo's flags where Linux has them; elsewhere torch's own probe of
+    AVX512-BF16 (``torch.cpu._is_avx512_bf16_supported``).
+
+    Example:
+        >>> isinstance(bf16_accelerated(), bool)
+        True
+    """
+    flags = cpu_flags()
+    if flags:
+        return any(flag in flags for flag in BF16_FLAGS)
+    probe = getattr(torch.cpu, "_is_avx512_bf16_supported", None)
+    return bool(probe()) if probe is not None else False
+
+
+BF16_NOTE = (
+    "float parts in bfloat16: every float op between quantize steps (LayerNorm, softmax, "
+    "GELU, residual adds, attention) runs in bfloat16 and the int8 GEMMs/convs feeding them "
+    "output bfloat16 (float_dtype=torch.bfloat16; the default is float32)"
+)
+
+
+def default_float_dtype() -> torch.dtype:
+    """The dtype x86's compiled deployment runs the float parts in by default: float32.
+
+    bfloat16 float parts are opt-in (``float_dtype=torch.bfloat16``): on the AMX
+    Xeon they were measured (plugins/x86/README.md, "bf16 + torch.compile") no faster
+    than float32 on the BERT-base-like encoder at batch 1 (0.58x against 0.57x
+    bf16 + compile's latency, in one interleaved run) and slower on the quick models,
+    at 2.3 dB less SQNR (34.1 against 36.3 dB: a bfloat16 residual stream adds
+    noise of an 8-bit mantissa, about int8's). On a CPU without bfloat16 arithmetic
+    (:func:`bf16_accelerated` False) oneDNN emulates it: slower still.
+
+    Example:
+        >>> default_float_dtype()
+        torch.float32
+    """
+    return torch.float32
+
+
+def to_float32(value: Any) -> Any:
+    """``value`` in float32 if it is a bfloat16 tensor, else as it is (for quantize steps and
+    the model's outputs: the caller gets float32, as from the reference model)."""
+    if isinstance(value, torch.Tensor) and value.dtype == torch.bfloat16:
+        return value.float()
+    return value
+
+
+def from_float32(value: Any, dtype: torch.dtype) -> Any:
+    """``value`` in ``dtype`` if it is a float32 tensor, else as it is (for the model's inputs:
+    token ids stay integers)."""
+    if isinstance(value, torch.Tensor) and value.dtype == torch.float32:
+        return value.to(dtype)
+    return value
+
+
+def _float_attribute(node: fx.Node, model: fx.GraphModule) -> bool:
+    """An attribute holding a float32 tensor: a float value entering the graph that float ops
+    may read (a bias, LayerNorm's gamma, an embedding table)."""
+    if node.op != "get_attr":
+        return False
+    value = operator.attrgetter(str(node.target))(model)
+    return isinstance(value, torch.Tensor) and value.dtype == torch.float32
+
+
+def _is_qdq(node: fx.Node) -> bool:
+    return node.op == "call_function" and node.target in QDQ_OPS
+
+
+def _between_quantize_steps(node: fx.Node) -> bool:
+    """A node read only by quantize steps whose inputs all enter from outside the float parts
+    (dequantize steps, attributes, placeholders): ``dq -> relu6 / max pool / conv -> q``.
+
+    It stays float32, as in the reference model: its output is integers anyway, and
+    inductor's patterns for it (the clamp as the kernel's post-op, the max pool on the
+    integers, ``dq -> conv -> q`` as one int8 kernel) want no casts in between."""
+    if not node.users or any(
+        not (u.op == "call_function" and u.target in QUANTIZE_OPS) for u in node.users
+    ):
+        return False
+    return all(
+        source.op in ("get_attr", "placeholder")
+        or (source.op == "call_function" and source.target in DEQUANTIZE_OPS)
+        for source in node.all_input_nodes
+    )
+
+
+def _cast_for(graph: fx.Graph, node: fx.Node, users: list[fx.Node], dtype: torch.dtype) -> None:
+    """Insert a cast of ``node`` to ``dtype`` after it and make ``users`` read the cast (of a
+    float32 tensor only, for an input whose dtype the graph does not say)."""
+    with graph.inserting_after(node):
+        if node.op == "placeholder":
+            cast = graph.call_function(from_float32, (node, dtype))
+        else:
+            cast = graph.call_method("to", (node, dtype))
+    for user in users:
+        user.replace_input_with(node, cast)
+
+
+def float_parts_in(model: fx.GraphModule, dtype: torch.dtype = torch.bfloat16) -> int:
+    """Run the float parts of a flat reference graph in ``dtype``; in place. Returns the casts.
+
+    Every dequantize output, and every float input or attribute that a float op
+    reads, is cast to ``dtype``, so the float ops between them compute in
+    ``dtype``; every quantize step and the model's outputs get float32 back
+    (:func:`to_float32`). Weights that only quantize steps read (integers,
+    scales) are left alone. A placeholder read only by a quantize step (a CNN's
+    image) stays float32: casting it first would round it twice. An op between
+    two quantize steps (a CNN's conv, relu6 or max pool) stays float32 too
+    (see :func:`_between_quantize_steps`): a CNN keeps the float32 form.
+
+    Example:
+        >>> # flat = flatten_for_compile(reference); float_parts_in(flat); flat.recompile()
+    """
+    graph = model.graph
+    casts = 0
+    for node in list(graph.nodes):
+        if node.op == "call_function" and node.target in DEQUANTIZE_OPS:
+            # a dequantized output goes out as it is: float32, no round trip through bf16
+            readers = [u for u in node.users if u.op != "output" and not _between_quantize_steps(u)]
+        elif node.op == "placeholder" or _float_attribute(node, model):
+            readers = [
+                u
+                for u in node.users
+                if u.op != "output"
+                and not _is_qdq(u)
+                and u.target is not getattr
+                and not _between_quantize_steps(u)
+            ]
+        else:
+            continue
+        if readers:
+            _cast_for(graph, node, readers, dtype)
+            casts += 1
+    for node in list(graph.nodes):
+        if node.op == "call_function" and node.target in QUANTIZE_OPS:
+            source = node.args[0]
+            if isinstance(source, fx.Node) and source.op != "placeholder":
+                with graph.inserting_before(node):
+                    back = graph.call_function(to_float32, (source,))
+                node.replace_input_with(source, back)
+    output = next(n for n in reversed(graph.nodes) if n.op == "output")
+    with graph.inserting_before(output):
+        restored = fx.node.map_arg(output.args, lambda n: graph.call_function(to_float32, (n,)))
+    output.args = restored
+    graph.lint()
+    model.recompile()
+    return casts
