@@ -35,6 +35,7 @@ __all__ = [
     "ConfigWarning",
     "ExportError",
     "FxquantError",
+    "GraphModeWarning",
     "MissingDefaultQConfigError",
     "PluginAPIVersionError",
     "PluginConflictError",
@@ -157,6 +158,15 @@ def extension_skipped_warning(info: object) -> str:
 
 class ConfigWarning(UserWarning):
     """A config's dict form has keys fxquant does not know; they were ignored (#22)."""
+
+
+class GraphModeWarning(UserWarning):
+    """A backend's graph mode changed a mapping the user wrote, or left parts of itself out.
+
+    ``prepare_fx`` applies a backend's mode for a graph it recognises (tensorrt's
+    ``transformer``) under the user's own entries (``fxquant.flow.graph_mode``); this
+    warning names the mode, what it applied and what it did not.
+    """
 
 
 class CalibrationWarning(UserWarning):

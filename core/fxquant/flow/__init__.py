@@ -28,6 +28,7 @@ from fxquant.flow.equalize import insert_observers as _insert_equalization
 
 # aliased: a bare `fuse`/`prepare`/`trace` here would hide the submodules of the same name
 from fxquant.flow.fuse import fuse as _fuse
+from fxquant.flow.graph_mode import ComposedMode, compose, warn_composed
 from fxquant.flow.inplace import functionalize
 from fxquant.flow.prepare import prepare as _prepare_graph
 from fxquant.flow.report import Report, raise_if_skipped
@@ -36,7 +37,6 @@ from fxquant.flow.state import META_KEY, FlowMeta, FlowState, flow_state
 from fxquant.flow.trace import TRACING_LOCK
 from fxquant.flow.trace import trace as _trace
 from fxquant.flow.user_model import observe_in_model_mode, raise_if_not_float32, warn_if_training
-from fxquant.registry.answers import GraphMode
 
 __all__ = [
     "convert_fx",
@@ -84,10 +84,10 @@ def _prepare(
     with TRACING_LOCK:  # tracing patches torch.nn.Module process-wide (#18)
         gm = _capture(model, ctx)
         # before fuse: fusion reads the mapping, so the mode's must decide it (#23)
-        mode = _graph_mode(gm, ctx, equalization)
-        if mode is not None:
-            ctx = dataclasses.replace(ctx, qconfig_mapping=mode.qconfig_mapping)
-            equalization = mode.equalization
+        composed = _graph_mode(gm, ctx, equalization, step)
+        if composed is not None:
+            ctx = dataclasses.replace(ctx, qconfig_mapping=composed.qconfig_mapping)
+            equalization = composed.equalization
         gm = _fuse(gm, ctx, recompile=False)  # prepare recompiles once
         gm, report = _prepare_graph(gm, ctx)
     pairs = _insert_equalization(gm, equalization) if equalization is not None else ()
@@ -103,7 +103,8 @@ def _prepare(
         ctx.is_qat,
         report,
         ctx.prepare_custom_config,
-        graph_mode=mode,
+        graph_mode=None if composed is None else composed.mode,
+        notes=() if composed is None else composed.lines(),
     )
     if pairs:
         gm.meta[EQUALIZATION_KEY] = pairs
@@ -113,12 +114,17 @@ def _prepare(
 
 
 def _graph_mode(
-    gm: fx.GraphModule, ctx: FlowContext, equalization: QConfigMapping | None
-) -> GraphMode | None:
-    """The backend's mode for this graph: only for its default mapping, no equalization given."""
-    if equalization is not None or ctx.qconfig_mapping is None:
-        return None  # the user's own equalization: their mapping is theirs too
-    return backend_graph_mode(ctx.backend_config, gm, ctx.qconfig_mapping, ctx.is_qat)
+    gm: fx.GraphModule, ctx: FlowContext, equalization: QConfigMapping | None, step: str
+) -> ComposedMode | None:
+    """The backend's mode for this graph merged under the user's mapping and equalization."""
+    assert ctx.qconfig_mapping is not None  # for_prepare always sets it
+    answer = backend_graph_mode(ctx.backend_config, gm, ctx.qconfig_mapping, ctx.is_qat)
+    if answer is None:
+        return None
+    mode, base = answer
+    composed = compose(mode, base, ctx.qconfig_mapping, equalization)
+    warn_composed(composed, ctx.backend_config.name, step)
+    return composed
 
 
 def _equalization_mapping(value: object) -> QConfigMapping | None:
@@ -179,13 +185,13 @@ def prepare_fx(  # noqa: PLR0913  # the seed's six arguments plus keyword-only s
             optional input the model is not called with). Keyword-only, after the
             seed's arguments and ``strict``.
 
-    When ``qconfig_mapping`` equals the backend's default mapping
-    (``get_default_qconfig_mapping(backend_config.name)``) and no
-    ``_equalization_config`` is given, the backend may quantize a graph of a
-    shape it recognizes its own way (a transformer on tensorrt): its
-    ``fxquant_graph_mode`` hook answers a mapping and equalization to use
-    instead, and ``explain`` prints ``mode: NAME (REASON)``. A mapping of your
-    own is never replaced.
+    The backend may quantize a graph of a shape it recognizes its own way (a
+    transformer on tensorrt: its ``fxquant_graph_mode`` hook): the mode's parts
+    fill what your mapping and ``_equalization_config`` leave at the backend's
+    default, your own entries win (``fxquant.flow.graph_mode``), and ``explain``
+    prints ``mode: NAME (REASON)`` and what of it applied. A
+    ``fxquant.errors.GraphModeWarning`` says when a part was not applied or your
+    global qconfig is your own.
 
     Returns:
         A GraphModule with observers; ``fxquant.explain(gm)`` tells what was decided.
@@ -273,9 +279,8 @@ def explain(model: nn.Module, *, show: bool = True) -> Report:
         )
         raise ConfigTypeError(msg)
     report = state.report
-    if state.graph_mode is not None:  # from the flow state: convert rebuilds the report (#23)
-        line = state.graph_mode.line()
-        report = Report(report.entries(), report.unused(), (line, *report.notes()))
+    if state.notes:  # from the flow state: convert rebuilds the report (#23)
+        report = Report(report.entries(), report.unused(), (*state.notes, *report.notes()))
     pairs = getattr(model, "meta", {}).get(EQUALIZATION_KEY, ())
     if pairs:
         report = report.with_notes(f"equalized: {pair.line()}" for pair in pairs)

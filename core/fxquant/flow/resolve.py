@@ -10,7 +10,8 @@ anything up by name, and the report says which plugins' kernels the name resolve
 
 ``prepare_fx``/``prepare_qat_fx`` also ask, once the graph is traced, whether the backend
 picks a mode of its own for it (``backend_graph_mode``, the ``fxquant_graph_mode`` hook,
-#23): only when the user passed the backend's default mapping.
+#23), and the backend's default mapping, the base ``fxquant.flow.graph_mode`` merges the
+mode into the user's mapping from.
 
 To lower with another backend's kernels, name the config after that backend
 (``config.set_name("x86")``): the name is the one switch, and the report shows it.
@@ -109,15 +110,14 @@ def backend_kernels(backend_config: BackendConfig) -> BackendKernels:
 
 def backend_graph_mode(
     backend_config: BackendConfig, model: fx.GraphModule, mapping: QConfigMapping, is_qat: bool
-) -> GraphMode | None:
-    """The mode the plugins of ``backend_config.name`` pick for ``model``, if any (#23).
+) -> tuple[GraphMode, QConfigMapping] | None:
+    """The mode the plugins of ``backend_config.name`` pick for ``model``, with their default.
 
-    Asked only when ``mapping`` equals the backend's default mapping
-    (``get_default_qconfig_mapping(name, is_qat)``, by ``QConfigMapping.__eq__``):
-    that equality is how a user's own mapping is told from the default, and a
-    user's own mapping is never replaced. A backend no installed plugin provides,
-    with no default mapping, or whose plugins implement no ``fxquant_graph_mode``
-    gets no mode.
+    Asked whatever mapping the user passed: prepare merges the mode into it
+    (``fxquant.flow.graph_mode.compose``), the default mapping being the base the
+    mode's parts are told by. A backend no installed plugin provides, or whose plugins
+    implement no ``fxquant_graph_mode``, gets no mode; one with a mode but no default
+    mapping gets an empty base.
 
     Raises:
         PluginError: a plugin's ``fxquant_graph_mode`` raised or answered wrongly.
@@ -136,12 +136,11 @@ def backend_graph_mode(
         assembled = registry.default_registry().assembled(name)
     except UnknownBackendError:
         return None
-    if not assembled.manager.hook.fxquant_graph_mode.get_hookimpls():
-        return None  # nothing to ask: skip building the default mapping
-    try:
-        default = default_qconfig_mapping(assembled, is_qat)
-    except MissingDefaultQConfigError:
+    mode = graph_mode(assembled, model, mapping, is_qat)
+    if mode is None:
         return None
-    if mapping != default:
-        return None  # the user's own mapping (#23)
-    return graph_mode(assembled, model, mapping, is_qat)
+    try:
+        base: QConfigMapping = default_qconfig_mapping(assembled, is_qat)
+    except MissingDefaultQConfigError:
+        base = QConfigMapping()
+    return mode, base

@@ -79,7 +79,11 @@ class FlowState:
     prepare_custom_config: PrepareCustomConfig
     graph_mode: GraphMode | None = None
     """The mode the backend picked for this graph (``fxquant_graph_mode``, #23); then
-    ``qconfig_mapping`` is the mode's mapping, not the one the user passed."""
+    ``qconfig_mapping`` is the user's mapping with the mode merged in
+    (``fxquant.flow.graph_mode``), not the one the user passed."""
+    notes: tuple[str, ...] = ()
+    """Lines ``fxquant.explain`` prints first under the table: the backend prepare
+    resolved ``backend_config=None`` to, the mode and what of it applied."""
 
 
 def flow_state(model: object) -> FlowState | None:

@@ -169,8 +169,8 @@ def fallback(  # noqa: PLR0913  # five positional (the prepare_fx inputs + budge
     Args:
         model: the float model, in eval mode (not modified: each try quantizes a copy).
         qconfig_mapping: the mapping to start from (e.g. the backend's default;
-            when the backend picks a graph mode for it, every try starts from the
-            mode's mapping and equalization instead, #23).
+            when the backend picks a graph mode for it, every try starts from this
+            mapping with the mode merged in, and the mode's equalization, #23).
         example_inputs: as for ``prepare_fx``.
         calibration_data: batches of positional inputs (a tensor or a tuple each);
             they calibrate every try, rank the patterns, and feed the cosine budget.
@@ -273,17 +273,17 @@ def _search(setup: _Setup, mapping: QConfigMapping, max_float: int | None) -> Fa
 def _adopt_graph_mode(
     prepared: nn.Module, setup: _Setup, mapping: QConfigMapping
 ) -> tuple[_Setup, QConfigMapping]:
-    """The setup and mapping every later try uses: the backend's graph mode's, if it chose one.
+    """The setup and mapping every later try uses: with the backend's graph mode merged in.
 
-    The backend quantized this graph its own way (#23); a mapping with float entries is no
-    longer the default mapping the mode replaces, so each try must state the mode's mapping
-    and equalization itself.
+    The backend quantized this graph its own way (#23), its mode merged into the mapping
+    (``fxquant.flow.graph_mode``): the tries and the result state that mapping and the
+    mode's equalization themselves, so the result reproduces the model without the mode.
     """
     state = flow_state(prepared)
     mode = state.graph_mode if state is not None else None
-    if mode is None:
+    if state is None or mode is None:
         return setup, mapping
-    return dataclasses.replace(setup, equalization=mode.equalization), mode.qconfig_mapping
+    return dataclasses.replace(setup, equalization=mode.equalization), state.qconfig_mapping
 
 
 def _verify(
