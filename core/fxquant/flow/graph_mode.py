@@ -20,6 +20,7 @@ backend's, so they hear of it.
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -64,15 +65,22 @@ def _build(entries: dict[_Key, QConfigAny]) -> QConfigMapping:
     return mapping.set_global(entries.get(("", "")))
 
 
+_NAMESPACES: Final = ("torch", "torch.nn", "torch.nn.functional", "operator")
+"""Where users name ops from: ``torch.add`` reads better than its ``__qualname__``."""
+
+
 def _shown(item: Any) -> str:
-    """``operator.add``, ``torch.nn.modules.linear.Linear``, ``'relu'``: how a key reads."""
+    """``torch.add``, ``torch.nn.Linear``, ``'relu'``: a key as the user would write it."""
     if isinstance(item, str):
         return repr(item)
     if isinstance(item, tuple):
         return "(" + ", ".join(_shown(part) for part in item) + ")"
-    name = getattr(item, "__qualname__", None)
-    module = str(getattr(item, "__module__", None) or "").removeprefix("_")
-    return f"{module}.{name}" if name and module else repr(item)
+    name = getattr(item, "__name__", None)
+    for namespace in _NAMESPACES:
+        if name and getattr(sys.modules.get(namespace), name, None) is item:
+            return f"{namespace}.{name}"
+    module = getattr(item, "__module__", None)
+    return f"{module}.{item.__qualname__}" if module and name else repr(item)
 
 
 def _words(key: _Key) -> str:
