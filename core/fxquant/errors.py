@@ -37,6 +37,7 @@ __all__ = [
     "FxquantError",
     "GraphModeWarning",
     "MissingDefaultQConfigError",
+    "NativeBackendWarning",
     "PluginAPIVersionError",
     "PluginConflictError",
     "PluginError",
@@ -166,6 +167,15 @@ class GraphModeWarning(UserWarning):
     ``prepare_fx`` applies a backend's mode for a graph it recognises (tensorrt's
     ``transformer``) under the user's own entries (``fxquant.flow.graph_mode``); this
     warning names the mode, what it applied and what it did not.
+    """
+
+
+class NativeBackendWarning(UserWarning):
+    """``backend_config=None`` found no native backend for this CPU installed (#30).
+
+    The flow then uses the built-in ``reference`` backend, whose ``convert_fx``
+    lowers nothing; the message names the plugin to install
+    (``fxquant.registry.native``).
     """
 
 

@@ -63,6 +63,7 @@ def fuse_fx(
     """Trace ``model`` and fuse the patterns the backend fuses (conv+bn+relu, ...).
 
     Conv+BN is folded for an eval-mode model. ``model`` is not modified.
+    ``backend_config=None`` is this host's native backend, as in :func:`prepare_fx`.
 
     Example:
         >>> import torch
@@ -70,7 +71,7 @@ def fuse_fx(
         >>> type(fuse_fx(m).get_submodule("0")).__name__
         'ConvReLU2d'
     """
-    ctx = FlowContext.for_fuse(fuse_custom_config, given_backend(backend_config))
+    ctx = FlowContext.for_fuse(fuse_custom_config, given_backend(backend_config, "fuse_fx").config)
     with TRACING_LOCK:  # tracing patches torch.nn.Module process-wide (#18)
         return _fuse(_capture(model, ctx), ctx)
 
@@ -104,7 +105,7 @@ def _prepare(
         report,
         ctx.prepare_custom_config,
         graph_mode=None if composed is None else composed.mode,
-        notes=() if composed is None else composed.lines(),
+        notes=(*ctx.backend_notes, *(() if composed is None else composed.lines())),
     )
     if pairs:
         gm.meta[EQUALIZATION_KEY] = pairs
@@ -178,7 +179,11 @@ def prepare_fx(  # noqa: PLR0913  # the seed's six arguments plus keyword-only s
             ``alpha``) for the Linears to equalize. Observers are inserted now;
             ``convert_fx`` computes the scales and folds them into the preceding
             LayerNorm or Linear where it can (``explain`` lists each pair).
-        backend_config: the backend's patterns; None means the ``reference`` backend.
+        backend_config: the backend's patterns; None means this host's native backend,
+            as in torch.ao: ``x86`` on an x86 CPU, ``qnnpack`` on ARM, among the
+            installed ones (else ``reference``, with a ``NativeBackendWarning`` naming
+            the plugin to install); ``explain`` says which and why, and ``convert_fx``
+            lowers with it.
         strict: raise :class:`fxquant.QuantizationSkipped` instead of skipping a pattern.
         concrete_args: ``forward`` parameters to trace with fixed values, as in
             ``torch.fx.symbolic_trace`` (e.g. ``{"attention_mask": None}`` for an
@@ -200,18 +205,21 @@ def prepare_fx(  # noqa: PLR0913  # the seed's six arguments plus keyword-only s
         >>> import torch, fxquant
         >>> m = torch.nn.Sequential(torch.nn.Linear(4, 4)).eval()
         >>> mapping = fxquant.get_default_qconfig_mapping("reference")
-        >>> gm = prepare_fx(m, mapping, (torch.randn(1, 4),))
+        >>> reference = fxquant.get_backend_config("reference")
+        >>> gm = prepare_fx(m, mapping, (torch.randn(1, 4),), backend_config=reference)
         >>> [n.target for n in gm.graph.nodes if n.op == "call_module"]
         ['activation_post_process_0', '0', 'activation_post_process_1']
     """
+    given = given_backend(backend_config, "prepare_fx")
     ctx = FlowContext.for_prepare(
         qconfig_mapping,
         example_inputs,
         prepare_custom_config,
-        given_backend(backend_config),
+        given.config,
         is_qat=False,
         strict=strict,
     ).with_concrete_args(concrete_args)
+    ctx = dataclasses.replace(ctx, backend_notes=given.notes())
     return _prepare(model, ctx, "prepare_fx", _equalization_mapping(_equalization_config))
 
 
@@ -244,14 +252,16 @@ def prepare_qat_fx(  # noqa: PLR0913  # the seed's five arguments plus keyword-o
         >>> type(gm.get_submodule("0")).__module__
         'fxquant.nn.qat'
     """
+    given = given_backend(backend_config, "prepare_qat_fx")
     ctx = FlowContext.for_prepare(
         qconfig_mapping,
         example_inputs,
         prepare_custom_config,
-        given_backend(backend_config),
+        given.config,
         is_qat=True,
         strict=strict,
     ).with_concrete_args(concrete_args)
+    ctx = dataclasses.replace(ctx, backend_notes=given.notes())
     return _prepare(model, ctx, "prepare_qat_fx")
 
 

@@ -1,12 +1,15 @@
 """What the flow's entry points ask the registry, once, before any step runs (#21).
 
-``fuse_fx``/``prepare_fx``/``prepare_qat_fx`` get ``backend_config=None`` as the built-in
-``reference`` backend; ``convert_fx`` gets the lowering rules and the deployment of the
-backend *named* by its ``BackendConfig`` (CONTRACT: "the kernels of the backend named by
-backend_config.name ... resolved once, when the flow starts"), so a config read from JSON
-as ``"x86"`` lowers with x86's kernels, and a config named after no installed backend gets
-none. The answers travel in the frozen ``FlowContext``; no step past the entry point looks
-anything up by name, and the report says which plugins' kernels the name resolved to.
+``fuse_fx``/``prepare_fx``/``prepare_qat_fx`` get ``backend_config=None`` as this host's
+native backend, as torch.ao does (``x86`` on an x86 CPU, ``qnnpack`` on ARM:
+``fxquant.registry.native``); prepare records it in the flow state, so ``convert_fx``
+without ``backend_config`` lowers with it. ``convert_fx`` gets the lowering rules and the
+deployment of the backend *named* by its ``BackendConfig`` (CONTRACT: "the kernels of the
+backend named by backend_config.name ... resolved once, when the flow starts"), so a
+config read from JSON as ``"x86"`` lowers with x86's kernels, and a config named after no
+installed backend gets none. The answers travel in the frozen ``FlowContext``; no step
+past the entry point looks anything up by name, and the report says which backend
+``None`` resolved to and which plugins' kernels the name resolved to.
 
 ``prepare_fx``/``prepare_qat_fx`` also ask, once the graph is traced, whether the backend
 picks a mode of its own for it (``backend_graph_mode``, the ``fxquant_graph_mode`` hook,
@@ -31,25 +34,56 @@ from fxquant.flow.context import as_backend_config
 from fxquant.lowering import LoweringRule
 from fxquant.registry.answers import GraphMode
 from fxquant.registry.assembly import default_qconfig_mapping, graph_mode
+from fxquant.registry.native import NativeBackend, host_native_backend
 
-__all__ = ["BackendKernels", "backend_graph_mode", "backend_kernels", "given_backend"]
+__all__ = [
+    "BackendKernels",
+    "GivenBackend",
+    "backend_graph_mode",
+    "backend_kernels",
+    "given_backend",
+]
 
 
-def given_backend(backend_config: object) -> BackendConfig:
-    """``backend_config`` as a ``BackendConfig``; ``None`` is the ``reference`` backend.
+@dataclass(frozen=True, slots=True)
+class GivenBackend:
+    """The backend an entry point resolved ``backend_config`` to, and what explain says of it.
+
+    Example:
+        >>> GivenBackend(BackendConfig("mine")).notes()
+        ()
+    """
+
+    config: BackendConfig
+    native: NativeBackend | None = None
+    """How ``backend_config=None`` was resolved (``fxquant.registry.native``)."""
+
+    def notes(self) -> tuple[str, ...]:
+        """The report's lines about the resolution: one for ``None``, none otherwise."""
+        return () if self.native is None else (self.native.line(),)
+
+
+def given_backend(backend_config: object, step: str) -> GivenBackend:
+    """``backend_config`` as a ``BackendConfig``; ``None`` is this host's native backend.
+
+    ``None`` means what it means in torch.ao: the native backend of this CPU, lowered
+    (``x86`` on an x86 CPU, ``qnnpack`` on ARM), among the installed backends; with none
+    installed, the ``reference`` backend and a ``NativeBackendWarning`` naming the plugin
+    to install (``fxquant.registry.native``).
 
     Raises:
         ConfigTypeError: neither a ``BackendConfig``, its dict form nor ``None``.
 
     Example:
-        >>> given_backend(None).name, given_backend({"name": "mine"}).name
-        ('reference', 'mine')
+        >>> given_backend({"name": "mine"}, "prepare_fx").config.name
+        'mine'
     """
     resolved = as_backend_config(backend_config)
-    if resolved is None:
-        reference: BackendConfig = registry.get_backend_config("reference")
-        return reference
-    return resolved
+    if resolved is not None:
+        return GivenBackend(resolved)
+    native = host_native_backend(registry.list_backends(), step)
+    config: BackendConfig = registry.get_backend_config(native.name)
+    return GivenBackend(config, native)
 
 
 @dataclass(frozen=True, slots=True)

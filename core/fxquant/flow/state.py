@@ -96,7 +96,7 @@ def flow_state(model: object) -> FlowState | None:
         >>> import torch, fxquant
         >>> m = torch.nn.Sequential(torch.nn.ReLU()).eval()
         >>> gm = fxquant.prepare_fx(m, fxquant.get_default_qconfig_mapping("reference"),
-        ...                         (torch.randn(2),))
+        ...     (torch.randn(2),), backend_config=fxquant.get_backend_config("reference"))
         >>> flow_state(gm).backend_config.name, flow_state(m)
         ('reference', None)
     """

@@ -176,7 +176,7 @@ def fallback(  # noqa: PLR0913  # five positional (the prepare_fx inputs + budge
             they calibrate every try, rank the patterns, and feed the cosine budget.
         budget: a :class:`Budget`, or a number: the mean cosine to float outputs
             (``Budget.cosine``).
-        backend_config: the backend (None: the ``reference`` backend).
+        backend_config: the backend (None: this host's native backend, as ``prepare_fx``).
         lowered: score the ``convert_fx`` model (default) or, if False, the
             ``convert_to_reference_fx`` one.
         max_float: stop after this many float patterns (default: no limit).
