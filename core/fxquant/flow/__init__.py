@@ -268,8 +268,10 @@ def prepare_qat_fx(  # noqa: PLR0913  # the seed's five arguments plus keyword-o
 def explain(model: nn.Module, *, show: bool = True) -> Report:
     """The report of a prepared or converted model; printed as a table unless ``show=False``.
 
-    Under the table: the backend's graph mode first when prepare picked one
-    (``mode: NAME (REASON)``), then the report's notes and the equalized pairs.
+    Under the table: the backend ``backend_config=None`` resolved to, and why
+    (``backend: NAME (...)``), the backend's graph mode when prepare picked one
+    (``mode: NAME (REASON)``, then what of it applied under your entries), then the
+    report's notes and the equalized pairs.
 
     Raises:
         ConfigTypeError: for a model that did not come out of prepare or convert.
