@@ -35,7 +35,9 @@ __all__ = [
     "ConfigWarning",
     "ExportError",
     "FxquantError",
+    "GraphModeWarning",
     "MissingDefaultQConfigError",
+    "NativeBackendWarning",
     "PluginAPIVersionError",
     "PluginConflictError",
     "PluginError",
@@ -157,6 +159,24 @@ def extension_skipped_warning(info: object) -> str:
 
 class ConfigWarning(UserWarning):
     """A config's dict form has keys fxquant does not know; they were ignored (#22)."""
+
+
+class GraphModeWarning(UserWarning):
+    """A backend's graph mode changed a mapping the user wrote, or left parts of itself out.
+
+    ``prepare_fx`` applies a backend's mode for a graph it recognises (tensorrt's
+    ``transformer``) under the user's own entries (``fxquant.flow.graph_mode``); this
+    warning names the mode, what it applied and what it did not.
+    """
+
+
+class NativeBackendWarning(UserWarning):
+    """``backend_config=None`` found no native backend for this CPU installed (#30).
+
+    The flow then uses the built-in ``reference`` backend, whose ``convert_fx``
+    lowers nothing; the message names the plugin to install
+    (``fxquant.registry.native``).
+    """
 
 
 class CalibrationWarning(UserWarning):

@@ -73,7 +73,8 @@ def test_a_graph_module_is_quantized_as_it_is_and_left_unmodified() -> None:
     before = snapshot(gm)
     x = torch.randn(2, 5, 4)
     expected = gm(x)
-    prepared = fxquant.prepare_fx(gm, MAPPING, (x,))
+    reference = fxquant.get_backend_config("reference")
+    prepared = fxquant.prepare_fx(gm, MAPPING, (x,), backend_config=reference)
     prepared(x)
     quantized = fxquant.convert_fx(prepared)
     assert quantized.graph is not gm.graph

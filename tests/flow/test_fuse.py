@@ -198,3 +198,35 @@ def test_qat_refuses_a_fusion_without_a_qat_module_and_fuses_the_shorter_pattern
     gm(x).sum().backward()  # trains
     ptq = prepare_fx(_ResidualBn().eval(), mapping, (x,), backend_config=backend)
     assert isinstance(ptq.get_submodule("conv"), intrinsic.ConvAdd2d)
+
+
+class _Doubled(nn.Module):
+    """A conv's output added to itself: conv -> add matches with the conv as the add's other
+    operand, which a fused conv-add module could only read before computing it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        return y + y
+
+
+def test_a_conv_added_to_itself_is_not_fused_into_a_conv_add_and_stays_right() -> None:
+    from fxquant.patterns import conv_add_configs, conv_configs
+    from fxquant.patterns.reference import weighted_dtype_configs
+
+    backend = fxquant.BackendConfig("conv_add").set_backend_pattern_configs(
+        [*conv_configs(weighted_dtype_configs()), *conv_add_configs(weighted_dtype_configs())]
+    )
+    torch.manual_seed(0)
+    model, x = _Doubled().eval(), torch.randn(2, 3, 8, 8)
+    fused = fuse_fx(model, backend_config=backend)
+    assert not any(isinstance(m, intrinsic.ConvAdd2d) for m in fused.modules())
+    assert torch.equal(fused(x), model(x))
+    mapping = fxquant.get_default_qconfig_mapping("reference")
+    prepared = prepare_fx(model, mapping, (x,), backend_config=backend)
+    prepared(x)
+    reference = fxquant.convert_to_reference_fx(prepared)
+    assert torch.allclose(reference(x), model(x), atol=0.1)

@@ -118,7 +118,9 @@ def test_convert_extra_peak_memory_is_at_most_twice_the_weights(step: str) -> No
     model = seeded(lambda: MLP(features=1024, hidden=1024, depth=3))
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     example = (torch.randn(8, 1024),)
-    prepared = prepare_fx(model, _mapping(), example)
+    # the flow's own copies: the reference backend (a backend's lowering packs weights too)
+    reference = fxquant.get_backend_config("reference")
+    prepared = prepare_fx(model, _mapping(), example, backend_config=reference)
     prepared(*example)
     convert = convert_to_reference_fx if step == "convert_to_reference_fx" else convert_fx
     converted, extra = extra_peak_bytes(lambda: convert(prepared))

@@ -178,7 +178,8 @@ def test_a_linear_whose_input_is_not_quantized_is_listed_as_not_equalized() -> N
     model = nn.Sequential(nn.Linear(4, 4)).eval()
     mapping = fxquant.QConfigMapping()  # nothing quantized
     equalization = fxquant.QConfigMapping().set_object_type(nn.Linear, default_equalization_qconfig)
-    prepared = prepare_fx(model, mapping, (torch.randn(2, 4),), None, equalization)
+    reference = fxquant.get_backend_config("reference")  # no line on the backend chosen
+    prepared = prepare_fx(model, mapping, (torch.randn(2, 4),), None, equalization, reference)
     (line,) = explain(prepared, show=False).notes()
     assert "not equalized: input not quantized" in line
 

@@ -138,7 +138,10 @@ def _fxquant(model: nn.Module, batches: list[torch.Tensor]) -> tuple[nn.Module, 
     for op in OPS:
         mapping.set_object_type(op, defaults.default_qconfig)
         equalization.set_object_type(op, default_equalization_qconfig)
-    prepared = prepare_fx(copy.deepcopy(model), mapping, (batches[0],), None, equalization)
+    reference = fxquant.get_backend_config("reference")  # the reference model's numbers
+    prepared = prepare_fx(
+        copy.deepcopy(model), mapping, (batches[0],), None, equalization, reference
+    )
     for batch in batches:
         prepared(batch)
     reference = convert_to_reference_fx(prepared)

@@ -15,7 +15,13 @@ import fxquant
 import pytest
 import torch
 from fxquant.config.qconfig_mapping import QConfigMapping
-from fxquant.errors import ConfigError, ConfigTypeError, PluginConflictError, PluginError
+from fxquant.errors import (
+    ConfigError,
+    ConfigTypeError,
+    GraphModeWarning,
+    PluginConflictError,
+    PluginError,
+)
 from fxquant.flow.state import flow_state
 from fxquant.registry import GraphMode, Override, hookimpl
 from torch import fx, nn
@@ -116,23 +122,71 @@ def test_explain_prints_the_mode_line_first_on_prepared_and_converted_models(
     assert "mode: linears-float (a test mode)" in fxquant.explain(converted, show=False).table()
 
 
-def test_a_users_own_mapping_is_never_replaced_and_the_hook_is_not_asked(modal: Modal) -> None:
-    own = default_mapping().set_object_type(torch.relu, None)
-    gm = prepare(own)
-    assert modal.calls == []
-    assert status_of(gm, "fc") == "quantized"
+def test_a_users_entries_win_where_they_apply_and_the_mode_fills_the_rest(modal: Modal) -> None:
+    class Two(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc, self.head = nn.Linear(4, 4), nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.head(torch.relu(self.fc(x)))
+
+    own = default_mapping().set_module_name("head", default_mapping().global_qconfig)
+    config = fxquant.get_backend_config(BACKEND)
+    gm = fxquant.prepare_fx(Two().eval(), own, (torch.randn(2, 4),), backend_config=config)
+    assert len(modal.calls) == 1
+    assert modal.calls[0][2] == own  # the hook sees the user's mapping
+    assert status_of(gm, "fc") == "float"  # the mode's part: Linears float
+    assert status_of(gm, "head") == "quantized"  # the user's entry for head wins there
     state = flow_state(gm)
     assert state is not None
-    assert state.graph_mode is None
-    assert state.qconfig_mapping == own
-    assert not any(n.startswith("mode:") for n in fxquant.explain(gm, show=False).notes())
+    assert state.graph_mode is not None
+    assert state.qconfig_mapping.module_name_qconfigs == own.module_name_qconfigs
+    notes = fxquant.explain(gm, show=False).notes()
+    assert notes[:2] == [
+        "mode: linears-float (a test mode)",
+        "mode linears-float: your entries win where they apply: module_name 'head'",
+    ]
 
 
-def test_an_equalization_config_keeps_the_users_choice(modal: Modal) -> None:
+def test_a_users_entry_for_the_modes_own_key_is_kept_with_a_warning_naming_both(
+    modal: Modal,
+) -> None:
+    own = default_mapping().set_object_type(nn.Linear, default_mapping().global_qconfig)
+    with pytest.warns(GraphModeWarning) as caught:
+        gm = prepare(own)
+    [warning] = caught
+    assert str(warning.message).startswith(
+        "prepare_fx: backend 'modal' quantizes this graph in its 'linears-float' mode "
+        "(a test mode) under your own mapping; not applied, your entries kept: "
+        "object_type torch.nn.Linear."
+    )
+    assert warning.filename == __file__  # points at the user's prepare_fx call
+    assert status_of(gm, "fc") == "quantized"
+    notes = fxquant.explain(gm, show=False).notes()
+    assert (
+        "mode linears-float: not applied (your entries kept): object_type torch.nn.Linear"
+    ) in notes
+
+
+def test_a_custom_global_qconfig_gets_the_modes_other_parts_and_a_warning(modal: Modal) -> None:
+    qconfig = fxquant.QConfig(
+        activation=fxquant.observer.MinMaxObserver, weight=fxquant.observer.default_weight_observer
+    )
+    own = fxquant.QConfigMapping().set_global(qconfig)
+    with pytest.warns(GraphModeWarning, match=r"applied the mode's object_type torch\.nn"):
+        gm = prepare(own)
+    assert status_of(gm, "fc") == "float"
+    state = flow_state(gm)
+    assert state is not None
+    assert state.qconfig_mapping.global_qconfig == qconfig  # the user's global stays
+
+
+def test_an_equalization_config_merges_with_the_modes_mapping(modal: Modal) -> None:
     equalization = QConfigMapping().set_object_type(nn.Linear, fxquant.default_equalization_qconfig)
     gm = prepare(default_mapping(), _equalization_config=equalization)
-    assert modal.calls == []
-    assert status_of(gm, "fc") == "quantized"
+    assert len(modal.calls) == 1
+    assert status_of(gm, "fc") == "float"  # the mode's part; nothing of the user's says else
 
 
 def test_prepare_qat_fx_asks_with_is_qat(modal: Modal) -> None:

@@ -28,6 +28,7 @@ from fxquant.flow.equalize import insert_observers as _insert_equalization
 
 # aliased: a bare `fuse`/`prepare`/`trace` here would hide the submodules of the same name
 from fxquant.flow.fuse import fuse as _fuse
+from fxquant.flow.graph_mode import ComposedMode, compose, warn_composed
 from fxquant.flow.inplace import functionalize
 from fxquant.flow.prepare import prepare as _prepare_graph
 from fxquant.flow.report import Report, raise_if_skipped
@@ -36,7 +37,6 @@ from fxquant.flow.state import META_KEY, FlowMeta, FlowState, flow_state
 from fxquant.flow.trace import TRACING_LOCK
 from fxquant.flow.trace import trace as _trace
 from fxquant.flow.user_model import observe_in_model_mode, raise_if_not_float32, warn_if_training
-from fxquant.registry.answers import GraphMode
 
 __all__ = [
     "convert_fx",
@@ -63,6 +63,7 @@ def fuse_fx(
     """Trace ``model`` and fuse the patterns the backend fuses (conv+bn+relu, ...).
 
     Conv+BN is folded for an eval-mode model. ``model`` is not modified.
+    ``backend_config=None`` is this host's native backend, as in :func:`prepare_fx`.
 
     Example:
         >>> import torch
@@ -70,7 +71,7 @@ def fuse_fx(
         >>> type(fuse_fx(m).get_submodule("0")).__name__
         'ConvReLU2d'
     """
-    ctx = FlowContext.for_fuse(fuse_custom_config, given_backend(backend_config))
+    ctx = FlowContext.for_fuse(fuse_custom_config, given_backend(backend_config, "fuse_fx").config)
     with TRACING_LOCK:  # tracing patches torch.nn.Module process-wide (#18)
         return _fuse(_capture(model, ctx), ctx)
 
@@ -84,10 +85,10 @@ def _prepare(
     with TRACING_LOCK:  # tracing patches torch.nn.Module process-wide (#18)
         gm = _capture(model, ctx)
         # before fuse: fusion reads the mapping, so the mode's must decide it (#23)
-        mode = _graph_mode(gm, ctx, equalization)
-        if mode is not None:
-            ctx = dataclasses.replace(ctx, qconfig_mapping=mode.qconfig_mapping)
-            equalization = mode.equalization
+        composed = _graph_mode(gm, ctx, equalization, step)
+        if composed is not None:
+            ctx = dataclasses.replace(ctx, qconfig_mapping=composed.qconfig_mapping)
+            equalization = composed.equalization
         gm = _fuse(gm, ctx, recompile=False)  # prepare recompiles once
         gm, report = _prepare_graph(gm, ctx)
     pairs = _insert_equalization(gm, equalization) if equalization is not None else ()
@@ -103,7 +104,8 @@ def _prepare(
         ctx.is_qat,
         report,
         ctx.prepare_custom_config,
-        graph_mode=mode,
+        graph_mode=None if composed is None else composed.mode,
+        notes=(*ctx.backend_notes, *(() if composed is None else composed.lines())),
     )
     if pairs:
         gm.meta[EQUALIZATION_KEY] = pairs
@@ -113,12 +115,17 @@ def _prepare(
 
 
 def _graph_mode(
-    gm: fx.GraphModule, ctx: FlowContext, equalization: QConfigMapping | None
-) -> GraphMode | None:
-    """The backend's mode for this graph: only for its default mapping, no equalization given."""
-    if equalization is not None or ctx.qconfig_mapping is None:
-        return None  # the user's own equalization: their mapping is theirs too
-    return backend_graph_mode(ctx.backend_config, gm, ctx.qconfig_mapping, ctx.is_qat)
+    gm: fx.GraphModule, ctx: FlowContext, equalization: QConfigMapping | None, step: str
+) -> ComposedMode | None:
+    """The backend's mode for this graph merged under the user's mapping and equalization."""
+    assert ctx.qconfig_mapping is not None  # for_prepare always sets it
+    answer = backend_graph_mode(ctx.backend_config, gm, ctx.qconfig_mapping, ctx.is_qat)
+    if answer is None:
+        return None
+    mode, base = answer
+    composed = compose(mode, base, ctx.qconfig_mapping, equalization)
+    warn_composed(composed, ctx.backend_config.name, step)
+    return composed
 
 
 def _equalization_mapping(value: object) -> QConfigMapping | None:
@@ -172,20 +179,24 @@ def prepare_fx(  # noqa: PLR0913  # the seed's six arguments plus keyword-only s
             ``alpha``) for the Linears to equalize. Observers are inserted now;
             ``convert_fx`` computes the scales and folds them into the preceding
             LayerNorm or Linear where it can (``explain`` lists each pair).
-        backend_config: the backend's patterns; None means the ``reference`` backend.
+        backend_config: the backend's patterns; None means this host's native backend,
+            as in torch.ao: ``x86`` on an x86 CPU, ``qnnpack`` on ARM, among the
+            installed ones (else ``reference``, with a ``NativeBackendWarning`` naming
+            the plugin to install); ``explain`` says which and why, and ``convert_fx``
+            lowers with it.
         strict: raise :class:`fxquant.QuantizationSkipped` instead of skipping a pattern.
         concrete_args: ``forward`` parameters to trace with fixed values, as in
             ``torch.fx.symbolic_trace`` (e.g. ``{"attention_mask": None}`` for an
             optional input the model is not called with). Keyword-only, after the
             seed's arguments and ``strict``.
 
-    When ``qconfig_mapping`` equals the backend's default mapping
-    (``get_default_qconfig_mapping(backend_config.name)``) and no
-    ``_equalization_config`` is given, the backend may quantize a graph of a
-    shape it recognizes its own way (a transformer on tensorrt): its
-    ``fxquant_graph_mode`` hook answers a mapping and equalization to use
-    instead, and ``explain`` prints ``mode: NAME (REASON)``. A mapping of your
-    own is never replaced.
+    The backend may quantize a graph of a shape it recognizes its own way (a
+    transformer on tensorrt: its ``fxquant_graph_mode`` hook): the mode's parts
+    fill what your mapping and ``_equalization_config`` leave at the backend's
+    default, your own entries win (``fxquant.flow.graph_mode``), and ``explain``
+    prints ``mode: NAME (REASON)`` and what of it applied. A
+    ``fxquant.errors.GraphModeWarning`` says when a part was not applied or your
+    global qconfig is your own.
 
     Returns:
         A GraphModule with observers; ``fxquant.explain(gm)`` tells what was decided.
@@ -194,18 +205,21 @@ def prepare_fx(  # noqa: PLR0913  # the seed's six arguments plus keyword-only s
         >>> import torch, fxquant
         >>> m = torch.nn.Sequential(torch.nn.Linear(4, 4)).eval()
         >>> mapping = fxquant.get_default_qconfig_mapping("reference")
-        >>> gm = prepare_fx(m, mapping, (torch.randn(1, 4),))
+        >>> reference = fxquant.get_backend_config("reference")
+        >>> gm = prepare_fx(m, mapping, (torch.randn(1, 4),), backend_config=reference)
         >>> [n.target for n in gm.graph.nodes if n.op == "call_module"]
         ['activation_post_process_0', '0', 'activation_post_process_1']
     """
+    given = given_backend(backend_config, "prepare_fx")
     ctx = FlowContext.for_prepare(
         qconfig_mapping,
         example_inputs,
         prepare_custom_config,
-        given_backend(backend_config),
+        given.config,
         is_qat=False,
         strict=strict,
     ).with_concrete_args(concrete_args)
+    ctx = dataclasses.replace(ctx, backend_notes=given.notes())
     return _prepare(model, ctx, "prepare_fx", _equalization_mapping(_equalization_config))
 
 
@@ -238,14 +252,16 @@ def prepare_qat_fx(  # noqa: PLR0913  # the seed's five arguments plus keyword-o
         >>> type(gm.get_submodule("0")).__module__
         'fxquant.nn.qat'
     """
+    given = given_backend(backend_config, "prepare_qat_fx")
     ctx = FlowContext.for_prepare(
         qconfig_mapping,
         example_inputs,
         prepare_custom_config,
-        given_backend(backend_config),
+        given.config,
         is_qat=True,
         strict=strict,
     ).with_concrete_args(concrete_args)
+    ctx = dataclasses.replace(ctx, backend_notes=given.notes())
     return _prepare(model, ctx, "prepare_qat_fx")
 
 
@@ -255,8 +271,10 @@ def explain(model: object, *, show: bool = True) -> Report:
     A deployed model (what a backend's ``Deployment.deploy`` returns) gives its
     own report: per node, what the target runtime took.
 
-    Under the table: the backend's graph mode first when prepare picked one
-    (``mode: NAME (REASON)``), then the report's notes and the equalized pairs.
+    Under the table: the backend ``backend_config=None`` resolved to, and why
+    (``backend: NAME (...)``), the backend's graph mode when prepare picked one
+    (``mode: NAME (REASON)``, then what of it applied under your entries), then the
+    report's notes and the equalized pairs.
 
     Raises:
         ConfigTypeError: for a model that did not come out of prepare or convert.
@@ -281,9 +299,8 @@ def explain(model: object, *, show: bool = True) -> Report:
         )
         raise ConfigTypeError(msg)
     report = state.report
-    if state.graph_mode is not None:  # from the flow state: convert rebuilds the report (#23)
-        line = state.graph_mode.line()
-        report = Report(report.entries(), report.unused(), (line, *report.notes()))
+    if state.notes:  # from the flow state: convert rebuilds the report (#23)
+        report = Report(report.entries(), report.unused(), (*state.notes, *report.notes()))
     pairs = getattr(model, "meta", {}).get(EQUALIZATION_KEY, ())
     if pairs:
         report = report.with_notes(f"equalized: {pair.line()}" for pair in pairs)

@@ -6,7 +6,7 @@ to_dict()`` output, a qconfig dict, a custom config dict) becomes its class
 (#22): the flow functions keep the seed's signatures and nothing past this
 module sees a dict.
 It asks the registry nothing (#21): the entry points resolve ``backend_config=None``
-to the reference backend and, for ``convert_fx``, the named backend's lowering rules and
+to the host's native backend and, for ``convert_fx``, the named backend's lowering rules and
 deployment (``flow/resolve.py``), and hand them in; the steps read them from here.
 """
 
@@ -41,7 +41,7 @@ def as_backend_config(backend_config: object) -> BackendConfig | None:
         return BackendConfig.from_dict(backend_config)  # torch.ao's dict form (#22)
     msg = (
         "backend_config must be a fxquant.BackendConfig, its dict form (BackendConfig.to_dict()) "
-        f"or None (the reference backend), got {backend_config!r} of type "
+        f"or None (this host's native backend), got {backend_config!r} of type "
         f"{type(backend_config).__name__}"
     )
     raise ConfigTypeError(msg)
@@ -51,8 +51,8 @@ def _given(backend_config: object) -> BackendConfig:
     resolved = as_backend_config(backend_config)
     if resolved is None:
         msg = (
-            "backend_config is None: the flow's entry points resolve None to the reference "
-            "backend (fxquant.flow.resolve.given_backend) before building a FlowContext"
+            "backend_config is None: the flow's entry points resolve None to the host's "
+            "native backend (fxquant.flow.resolve.given_backend) before building a FlowContext"
         )
         raise ConfigTypeError(msg)
     return resolved
@@ -119,6 +119,9 @@ class FlowContext:
     """The rules ``lower`` replaces reference patterns with (``for_convert``)."""
     deployed: bool = False
     """The backend runs its models outside PyTorch (a ``Deployment``)."""
+    backend_notes: tuple[str, ...] = ()
+    """What the entry point's resolution of ``backend_config`` tells the report: which
+    backend ``None`` resolved to, and why (``fxquant.flow.resolve.GivenBackend``)."""
 
     @classmethod
     def for_fuse(

@@ -162,6 +162,17 @@ def _trainable_fusions(ctx: FlowContext) -> Callable[[Match[BackendPatternConfig
     return reason
 
 
+def _reads_itself(match: Match[BackendPatternConfig]) -> bool:
+    """Whether an extra input of the fusion is one of its own nodes: ``y = conv(x); y + y``
+    matches conv -> add with ``y`` as the add's other operand, which the fused module
+    would have to read before computing it."""
+    getter = match.payload._extra_inputs_getter
+    if getter is None:
+        return False
+    own = set(match.nodes)
+    return any(node in own for node in getter(match.structure))
+
+
 def _drop_unused(gm: fx.GraphModule, erased: set[str]) -> None:
     """Delete the modules that fusion absorbed, unless another call still uses them."""
     used = {str(n.target) for n in gm.graph.nodes if n.op in ("call_module", "get_attr")}
@@ -200,6 +211,8 @@ def fuse(gm: fx.GraphModule, ctx: FlowContext, *, recompile: bool = True) -> fx.
     trainable = _trainable_fusions(ctx)
 
     def one_qconfig(match: Match[BackendPatternConfig]) -> bool:
+        if _reads_itself(match):
+            return False  # the shorter patterns fuse what can be
         reason = qconfig_mismatch(match, qconfigs, assignment) or trainable(match)
         if reason is not None:
             refused.setdefault(match.anchor, (match, reason))

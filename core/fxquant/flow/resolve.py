@@ -1,16 +1,20 @@
 """What the flow's entry points ask the registry, once, before any step runs (#21).
 
-``fuse_fx``/``prepare_fx``/``prepare_qat_fx`` get ``backend_config=None`` as the built-in
-``reference`` backend; ``convert_fx`` gets the lowering rules and the deployment of the
-backend *named* by its ``BackendConfig`` (CONTRACT: "the kernels of the backend named by
-backend_config.name ... resolved once, when the flow starts"), so a config read from JSON
-as ``"x86"`` lowers with x86's kernels, and a config named after no installed backend gets
-none. The answers travel in the frozen ``FlowContext``; no step past the entry point looks
-anything up by name, and the report says which plugins' kernels the name resolved to.
+``fuse_fx``/``prepare_fx``/``prepare_qat_fx`` get ``backend_config=None`` as this host's
+native backend, as torch.ao does (``x86`` on an x86 CPU, ``qnnpack`` on ARM:
+``fxquant.registry.native``); prepare records it in the flow state, so ``convert_fx``
+without ``backend_config`` lowers with it. ``convert_fx`` gets the lowering rules and the
+deployment of the backend *named* by its ``BackendConfig`` (CONTRACT: "the kernels of the
+backend named by backend_config.name ... resolved once, when the flow starts"), so a
+config read from JSON as ``"x86"`` lowers with x86's kernels, and a config named after no
+installed backend gets none. The answers travel in the frozen ``FlowContext``; no step
+past the entry point looks anything up by name, and the report says which backend
+``None`` resolved to and which plugins' kernels the name resolved to.
 
 ``prepare_fx``/``prepare_qat_fx`` also ask, once the graph is traced, whether the backend
 picks a mode of its own for it (``backend_graph_mode``, the ``fxquant_graph_mode`` hook,
-#23): only when the user passed the backend's default mapping.
+#23), and the backend's default mapping, the base ``fxquant.flow.graph_mode`` merges the
+mode into the user's mapping from.
 
 To lower with another backend's kernels, name the config after that backend
 (``config.set_name("x86")``): the name is the one switch, and the report shows it.
@@ -30,25 +34,56 @@ from fxquant.flow.context import as_backend_config
 from fxquant.lowering import LoweringRule
 from fxquant.registry.answers import GraphMode
 from fxquant.registry.assembly import default_qconfig_mapping, graph_mode
+from fxquant.registry.native import NativeBackend, host_native_backend
 
-__all__ = ["BackendKernels", "backend_graph_mode", "backend_kernels", "given_backend"]
+__all__ = [
+    "BackendKernels",
+    "GivenBackend",
+    "backend_graph_mode",
+    "backend_kernels",
+    "given_backend",
+]
 
 
-def given_backend(backend_config: object) -> BackendConfig:
-    """``backend_config`` as a ``BackendConfig``; ``None`` is the ``reference`` backend.
+@dataclass(frozen=True, slots=True)
+class GivenBackend:
+    """The backend an entry point resolved ``backend_config`` to, and what explain says of it.
+
+    Example:
+        >>> GivenBackend(BackendConfig("mine")).notes()
+        ()
+    """
+
+    config: BackendConfig
+    native: NativeBackend | None = None
+    """How ``backend_config=None`` was resolved (``fxquant.registry.native``)."""
+
+    def notes(self) -> tuple[str, ...]:
+        """The report's lines about the resolution: one for ``None``, none otherwise."""
+        return () if self.native is None else (self.native.line(),)
+
+
+def given_backend(backend_config: object, step: str) -> GivenBackend:
+    """``backend_config`` as a ``BackendConfig``; ``None`` is this host's native backend.
+
+    ``None`` means what it means in torch.ao: the native backend of this CPU, lowered
+    (``x86`` on an x86 CPU, ``qnnpack`` on ARM), among the installed backends; with none
+    installed, the ``reference`` backend and a ``NativeBackendWarning`` naming the plugin
+    to install (``fxquant.registry.native``).
 
     Raises:
         ConfigTypeError: neither a ``BackendConfig``, its dict form nor ``None``.
 
     Example:
-        >>> given_backend(None).name, given_backend({"name": "mine"}).name
-        ('reference', 'mine')
+        >>> given_backend({"name": "mine"}, "prepare_fx").config.name
+        'mine'
     """
     resolved = as_backend_config(backend_config)
-    if resolved is None:
-        reference: BackendConfig = registry.get_backend_config("reference")
-        return reference
-    return resolved
+    if resolved is not None:
+        return GivenBackend(resolved)
+    native = host_native_backend(registry.list_backends(), step)
+    config: BackendConfig = registry.get_backend_config(native.name)
+    return GivenBackend(config, native)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,15 +144,14 @@ def backend_kernels(backend_config: BackendConfig) -> BackendKernels:
 
 def backend_graph_mode(
     backend_config: BackendConfig, model: fx.GraphModule, mapping: QConfigMapping, is_qat: bool
-) -> GraphMode | None:
-    """The mode the plugins of ``backend_config.name`` pick for ``model``, if any (#23).
+) -> tuple[GraphMode, QConfigMapping] | None:
+    """The mode the plugins of ``backend_config.name`` pick for ``model``, with their default.
 
-    Asked only when ``mapping`` equals the backend's default mapping
-    (``get_default_qconfig_mapping(name, is_qat)``, by ``QConfigMapping.__eq__``):
-    that equality is how a user's own mapping is told from the default, and a
-    user's own mapping is never replaced. A backend no installed plugin provides,
-    with no default mapping, or whose plugins implement no ``fxquant_graph_mode``
-    gets no mode.
+    Asked whatever mapping the user passed: prepare merges the mode into it
+    (``fxquant.flow.graph_mode.compose``), the default mapping being the base the
+    mode's parts are told by. A backend no installed plugin provides, or whose plugins
+    implement no ``fxquant_graph_mode``, gets no mode; one with a mode but no default
+    mapping gets an empty base.
 
     Raises:
         PluginError: a plugin's ``fxquant_graph_mode`` raised or answered wrongly.
@@ -136,12 +170,11 @@ def backend_graph_mode(
         assembled = registry.default_registry().assembled(name)
     except UnknownBackendError:
         return None
-    if not assembled.manager.hook.fxquant_graph_mode.get_hookimpls():
-        return None  # nothing to ask: skip building the default mapping
-    try:
-        default = default_qconfig_mapping(assembled, is_qat)
-    except MissingDefaultQConfigError:
+    mode = graph_mode(assembled, model, mapping, is_qat)
+    if mode is None:
         return None
-    if mapping != default:
-        return None  # the user's own mapping (#23)
-    return graph_mode(assembled, model, mapping, is_qat)
+    try:
+        base: QConfigMapping = default_qconfig_mapping(assembled, is_qat)
+    except MissingDefaultQConfigError:
+        base = QConfigMapping()
+    return mode, base

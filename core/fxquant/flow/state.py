@@ -81,7 +81,11 @@ class FlowState:
     prepare_custom_config: PrepareCustomConfig
     graph_mode: GraphMode | None = None
     """The mode the backend picked for this graph (``fxquant_graph_mode``, #23); then
-    ``qconfig_mapping`` is the mode's mapping, not the one the user passed."""
+    ``qconfig_mapping`` is the user's mapping with the mode merged in
+    (``fxquant.flow.graph_mode``), not the one the user passed."""
+    notes: tuple[str, ...] = ()
+    """Lines ``fxquant.explain`` prints first under the table: the backend prepare
+    resolved ``backend_config=None`` to, the mode and what of it applied."""
     reference_model: GraphModule | None = dataclasses.field(default=None, repr=False, compare=False)
     """On ``convert_fx``'s model of a backend that both lowers in PyTorch and deploys
     (x86): the model before lowering, which its deployment compiles (see
@@ -98,7 +102,7 @@ def flow_state(model: object) -> FlowState | None:
         >>> import torch, fxquant
         >>> m = torch.nn.Sequential(torch.nn.ReLU()).eval()
         >>> gm = fxquant.prepare_fx(m, fxquant.get_default_qconfig_mapping("reference"),
-        ...                         (torch.randn(2),))
+        ...     (torch.randn(2),), backend_config=fxquant.get_backend_config("reference"))
         >>> flow_state(gm).backend_config.name, flow_state(m)
         ('reference', None)
     """

@@ -176,18 +176,20 @@ def _check_mapping(value: object, field: str, allow_none: bool) -> None:
 
 @dataclass(frozen=True, slots=True)
 class GraphMode:
-    """A way to quantize a graph of one shape that a backend picks instead of its default mapping.
+    """A way to quantize a graph of one shape that a backend picks, under the user's entries.
 
     What a ``fxquant_graph_mode`` hook returns when it recognizes the graph
-    (a transformer, say): ``prepare_fx`` then quantizes with ``qconfig_mapping``
-    (and, when set, input-weight ``equalization``) in place of the backend's
-    default mapping, and ``fxquant.explain`` prints ``mode: NAME (REASON)``.
+    (a transformer, say): ``prepare_fx`` merges the mode's parts (the entries of
+    ``qconfig_mapping`` that differ from the backend's default mapping, and the
+    ``equalization``) into the user's mapping where the user said nothing else
+    (``fxquant.flow.graph_mode``), and ``fxquant.explain`` prints
+    ``mode: NAME (REASON)``.
 
     Args:
         name: a short name for people and reports (``"transformer"``).
         reason: why the graph gets this mode, in words (``"6 Linear -> add ->
             LayerNorm blocks"``).
-        qconfig_mapping: the mapping ``prepare_fx`` uses instead of the default.
+        qconfig_mapping: the backend's default mapping with the mode's changes.
         equalization: an ``_equalization_config`` mapping (equalization qconfigs,
             ``fxquant.numerics.EqualizationQConfig``), or ``None`` for none.
             ``prepare_qat_fx`` takes none.

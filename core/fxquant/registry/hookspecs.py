@@ -229,38 +229,59 @@ def fxquant_deployment(backend: str) -> Deployment | Override | None:
 def fxquant_graph_mode(
     backend: str, model: fx.GraphModule, qconfig_mapping: QConfigMapping, is_qat: bool
 ) -> GraphMode | Override | None:
-    """Pick a way to quantize this graph when the user asked for ``backend``'s default mapping.
+    """Pick a way to quantize this graph; prepare merges it under the user's own entries.
 
     Some graphs need another mapping than the backend's default to stay
     accurate: a transformer's residual stream, say, which a CNN's settings
-    quantize badly. This hook lets the backend recognize such a graph and
-    quantize it its own way, so that the default mapping holds on it too.
+    quantize badly. This hook lets the backend recognize such a graph and say
+    how it quantizes it; what the user's mapping says still wins.
 
-    Called by ``prepare_fx`` and ``prepare_qat_fx`` on every call, once the
-    model is traced and before it is fused (fusion reads the mapping, so the
-    mode's mapping must decide it) and observed, only when the
-    ``qconfig_mapping`` the user passed equals ``get_default_qconfig_mapping(
-    backend, is_qat)`` (``QConfigMapping.__eq__``: the same entries, the
-    same qconfigs) and, for ``prepare_fx``, no ``_equalization_config`` was
-    given. A mapping the user built or changed is never replaced: the hook is
-    not called for it. Only the plugins registered for ``backend`` are asked
-    (the backend named by ``backend_config.name``).
+    Called by ``prepare_fx`` and ``prepare_qat_fx`` on every call, whatever
+    mapping the user passed, once the model is traced and before it is fused
+    (fusion reads the mapping, so the mode's parts must decide it) and
+    observed. Only the plugins registered for ``backend`` are asked (the
+    backend named by ``backend_config.name``).
 
     :param backend: the backend of the ``backend_config`` given to prepare.
     :param model: the traced ``torch.fx.GraphModule`` (modules as the user
         wrote them: a Linear and its ReLU are two nodes); read it, do not
         change it.
-    :param qconfig_mapping: the mapping the user passed (the backend's default);
-        do not change it: return a new one.
+    :param qconfig_mapping: the mapping the user passed; do not change it.
     :param is_qat: True under ``prepare_qat_fx``.
 
-    Return a ``GraphMode(name, reason, qconfig_mapping, equalization)``: prepare
-    quantizes with its ``qconfig_mapping`` and, when set, its ``equalization``
-    (an ``_equalization_config``, which ``prepare_qat_fx`` refuses: return
-    ``None`` there), records the mode in the model's flow state, and
-    ``fxquant.explain`` prints ``mode: NAME (REASON)``. ``None`` means "the
-    default mapping suits this graph". Anything else, or a raise, is a
-    ``PluginError`` naming the plugin.
+    Return a ``GraphMode(name, reason, qconfig_mapping, equalization)``:
+    ``qconfig_mapping`` is how the mode quantizes the graph starting from the
+    backend's default mapping (the default plus the mode's changes), and
+    ``equalization`` an ``_equalization_config`` or ``None`` (``prepare_qat_fx``
+    takes none: return ``None`` there). ``None`` means "the default mapping
+    suits this graph". Anything else, or a raise, is a ``PluginError`` naming
+    the plugin.
+
+    How prepare applies it (``fxquant.flow.graph_mode``): the mode's *parts*
+    are the entries of its ``qconfig_mapping`` that differ from
+    ``get_default_qconfig_mapping(backend, is_qat)`` (per level and key: the
+    global qconfig, an object type, a module name or regex, a call order).
+    Each part is merged into the user's mapping, a three-way merge whose base
+    is the default:
+
+    - the user's entry for that key is the default's (or neither has one): the
+      part applies; the mode fills what the user did not say;
+    - the user's entry is the part's: agreed;
+    - the user's entry is their own: it stays, and the part is not applied.
+
+    No decision rests on the whole mapping being the default. The mapping
+    resolves the most specific level per node, so the user's module-name
+    entries (``set_module_name("pooler", None)``) win over the mode's
+    object-type parts for the nodes they cover: write a mode's parts as object
+    types, and the user keeps every decision they wrote. ``equalization``
+    merges the same way into the user's ``_equalization_config`` (its base: no
+    entry). A ``fxquant.errors.GraphModeWarning`` names the mode, the parts
+    applied and those not applied, when a part was not applied or when the
+    user's global qconfig is not the default's (a mapping of their own, which
+    the mode's other parts still change); the default mapping with entries
+    added gets none. ``fxquant.explain`` prints ``mode: NAME (REASON)``, the
+    user's entries that win, and the parts not applied; ``flow_state(model)``
+    keeps the mode (``graph_mode``) and the merged mapping.
 
     Merge rule: one plugin answers; a second answer for the same graph is a
     ``PluginConflictError`` unless it is wrapped in ``Override(mode)``.
@@ -272,5 +293,6 @@ def fxquant_graph_mode(
         def fxquant_graph_mode(backend, model, qconfig_mapping, is_qat):
             if not any(n.target == "attention" for n in model.graph.nodes):
                 return None
-            return GraphMode("transformer", "attention found", my_transformer_mapping())
+            mapping = my_default_mapping(is_qat).set_object_type(operator.add, None)
+            return GraphMode("transformer", "attention found", mapping)
     """

@@ -69,17 +69,24 @@ def _flow(rank: int, world_size: int) -> dict[str, Any]:
     model = seeded(SmallCNN)
     example = (batches[0][:1],)
     out: dict[str, Any] = {}
+    reference = fxquant.get_backend_config("reference")  # the generic patterns, on every host
     with torch.no_grad():
         for name, mapping in _mappings().items():
-            one = fxquant.prepare_fx(copy.deepcopy(model), mapping, example)
+            one = fxquant.prepare_fx(
+                copy.deepcopy(model), mapping, example, backend_config=reference
+            )
             for chunk in batches:
                 one(chunk)
-            shard = fxquant.prepare_fx(copy.deepcopy(model), mapping, example)
+            shard = fxquant.prepare_fx(
+                copy.deepcopy(model), mapping, example, backend_config=reference
+            )
             for chunk in batches[rank::world_size]:  # this rank's shard: every other batch
                 shard(chunk)
             merged = sync_observers(shard)
             converted = fxquant.convert_fx(shard)
-            glob = fxquant.prepare_fx(copy.deepcopy(model), mapping, example)
+            glob = fxquant.prepare_fx(
+                copy.deepcopy(model), mapping, example, backend_config=reference
+            )
             with observe_global_batch(glob) as handle:
                 for chunk in batches:  # this rank's half of every batch
                     glob(chunk.chunk(world_size)[rank])

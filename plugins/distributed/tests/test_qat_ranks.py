@@ -47,7 +47,10 @@ def _fine_tune(rank: int, world_size: int, state: dict[str, torch.Tensor]) -> di
     model = SmallCNN()
     model.load_state_dict(state)
     mapping = fxquant.get_default_qconfig_mapping("reference", is_qat=True)
-    prepared = fxquant.prepare_qat_fx(model.train(), mapping, (data.train_x[:2],))
+    reference = fxquant.get_backend_config("reference")
+    prepared = fxquant.prepare_qat_fx(
+        model.train(), mapping, (data.train_x[:2],), backend_config=reference
+    )
     ddp = DistributedDataParallel(fxdist.convert_sync_batchnorm(prepared))
     optimizer = torch.optim.Adam(ddp.parameters(), lr=0.001)
     generator = torch.Generator().manual_seed(0)  # the same global batches on every rank

@@ -46,7 +46,12 @@ def test_without_a_process_group_it_is_the_batch_norm_it_stands_for(
 
 def qat_model() -> torch.fx.GraphModule:
     mapping = fxquant.get_default_qconfig_mapping("reference", is_qat=True)
-    return fxquant.prepare_qat_fx(seeded(SmallCNN).train(), mapping, (torch.randn(2, 1, 8, 8),))
+    return fxquant.prepare_qat_fx(
+        seeded(SmallCNN).train(),
+        mapping,
+        (torch.randn(2, 1, 8, 8),),
+        backend_config=fxquant.get_backend_config("reference"),
+    )
 
 
 def test_conversion_reaches_the_batch_norm_inside_fused_qat_modules_and_shares_its_tensors() -> (

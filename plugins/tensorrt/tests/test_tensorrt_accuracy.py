@@ -20,6 +20,7 @@ import fxquant
 import pytest
 import torch
 from fxquant import testing
+from fxquant.errors import GraphModeWarning
 from fxquant.flow.state import flow_state
 from fxquant_tensorrt import deploy
 from torch import nn
@@ -98,17 +99,23 @@ def test_zoo_sqnr_in_onnxruntime_is_reported_beside_the_reference_models(
     assert deployed.fused_ops[fused] > 0, deployed.optimized_ops
 
 
-def plain_default() -> fxquant.QConfigMapping:
-    """The default mapping restated as the user's own: no graph mode replaces it (#23)."""
+def plain_default() -> tuple[fxquant.QConfigMapping, fxquant.QConfigMapping]:
+    """The default mapping and no equalization, each part of the transformer mode decided
+    by the user's own entries, which win over the mode's (``fxquant.flow.graph_mode``)."""
     mapping = fxquant.get_default_qconfig_mapping("tensorrt")
-    return mapping.set_object_type(operator.add, mapping.global_qconfig)
+    for op in (operator.add, torch.add, torch.matmul, operator.matmul, torch.bmm):
+        mapping.set_object_type(op, mapping.global_qconfig)
+    none = fxquant.QConfigMapping().set_object_type(nn.Linear, None)
+    return mapping, none.set_object_type(nn.functional.linear, None)
 
 
 def test_the_default_picks_the_transformer_mode_on_a_bert_and_gains_accuracy(
     zoo: ModuleType, one_thread: None
 ) -> None:
     model, example, calibration = zoo_case(zoo, "bert")
-    plain = quantize(model, example, calibration, mapping=plain_default())
+    mapping, equalization = plain_default()
+    with pytest.warns(GraphModeWarning, match="not applied, your entries kept: object_type oper"):
+        plain = quantize(model, example, calibration, mapping, equalization=equalization)
     default = quantize(model, example, calibration)
     deployed = deploy(default, example)
     with torch.no_grad():
@@ -122,7 +129,11 @@ def test_the_default_picks_the_transformer_mode_on_a_bert_and_gains_accuracy(
     notes = fxquant.explain(default, show=False).notes()
     assert notes[0].startswith("mode: transformer (4 Linear -> residual add -> LayerNorm blocks")
     assert any(n.startswith("equalized: ") for n in notes)
-    assert not any(n.startswith("mode:") for n in fxquant.explain(plain, show=False).notes())
+    plain_notes = fxquant.explain(plain, show=False).notes()
+    assert not any(n.startswith("equalized: ") for n in plain_notes)
+    assert any(
+        n.startswith("mode transformer: not applied (your entries kept)") for n in plain_notes
+    )
     # the float adds read dequantized GEMM outputs on purpose: not a placement finding
     assert deployed.exported.placement.ok, str(deployed.exported.placement)
     statuses = {e.node: e.status for e in deployed.exported.placement.report(default).entries()}

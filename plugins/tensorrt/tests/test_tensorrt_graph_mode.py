@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import copy
 import operator
+from collections.abc import Callable
 
 import fxquant
 import pytest
 import torch
+from fxquant.errors import GraphModeWarning
 from fxquant.flow.state import flow_state
 from fxquant_tensorrt import plugin
 from fxquant_tensorrt.graph_mode import ALPHA, graph_mode, residual_blocks
@@ -110,16 +112,87 @@ def test_the_default_mapping_quantizes_a_block_in_transformer_mode_close_to_floa
     assert cosine > 0.999
 
 
-def test_a_users_restated_default_is_their_own_and_keeps_int8_adds() -> None:
+def test_a_users_own_entry_for_the_adds_keeps_them_int8_and_says_the_mode_left_them() -> None:
     mapping = fxquant.get_default_qconfig_mapping("tensorrt")
     mapping.set_object_type(operator.add, mapping.global_qconfig)
     x = torch.randn(2, 5, 8)
-    converted = quantize(Block().eval(), (x,), mapping=mapping)
+    with pytest.warns(GraphModeWarning, match="not applied, your entries kept: object_type oper"):
+        converted = quantize(Block().eval(), (x,), mapping=mapping)
     state = flow_state(converted)
     assert state is not None
-    assert state.graph_mode is None
+    assert state.graph_mode is not None  # the rest of the mode (matmuls, equalization) holds
     statuses = {e.node: str(e.status) for e in fxquant.explain(converted, show=False).entries()}
     assert statuses["add"] != "float"
+
+
+class Layer(nn.Module):
+    """A BERT layer: attention and feed-forward, each Linear -> residual add -> LayerNorm."""
+
+    def __init__(self, hidden: int = 32) -> None:
+        super().__init__()
+        self.qkv, self.proj = nn.Linear(hidden, 3 * hidden), nn.Linear(hidden, hidden)
+        self.up, self.down = nn.Linear(hidden, 4 * hidden), nn.Linear(4 * hidden, hidden)
+        self.norm1, self.norm2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        attention = torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1) @ v
+        x = self.norm1(self.proj(attention) + x)
+        return self.norm2(self.down(nn.functional.gelu(self.up(x))) + x)
+
+
+class Encoder(nn.Module):
+    """Two layers whose residual stream carries two outlier channels, and a head."""
+
+    def __init__(self, hidden: int = 32) -> None:
+        super().__init__()
+        self.layers = nn.Sequential(Layer(hidden), Layer(hidden))
+        self.head = nn.Linear(hidden, 8)
+        with torch.no_grad():
+            for norm in (m for m in self.layers.modules() if isinstance(m, nn.LayerNorm)):
+                norm.weight[:2] = 20.0  # BERT's LayerNorms scale a few channels up so
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.layers(x))
+
+
+def _encoder_sqnr(mapping: fxquant.QConfigMapping) -> float:
+    torch.manual_seed(0)
+    model = Encoder().eval()
+    generator = torch.Generator().manual_seed(1)
+    data = [torch.randn(4, 16, 32, generator=generator) for _ in range(4)]
+    for batch in data:
+        batch[..., :2] *= 10
+    prepared = fxquant.prepare_fx(
+        copy.deepcopy(model),
+        mapping,
+        (data[0],),
+        backend_config=fxquant.get_backend_config("tensorrt"),
+    )
+    for batch in data[:3]:
+        prepared(batch)
+    reference = fxquant.convert_to_reference_fx(prepared)
+    with torch.no_grad():
+        expected, got = model(data[3]), reference(data[3])
+    return float(10 * torch.log10(expected.pow(2).sum() / (expected - got).pow(2).sum()))
+
+
+@pytest.mark.parametrize(
+    "customize",
+    [
+        lambda m: m.set_module_name("head", None),
+        lambda m: m.set_module_name_regex("head", None),
+        lambda m: m.set_module_name_object_type_order("", nn.Linear, 0, None),
+    ],
+    ids=["module_name", "regex", "order"],
+)
+def test_a_module_set_float_costs_the_rest_of_an_outlier_encoder_under_1_db(
+    customize: Callable[[fxquant.QConfigMapping], fxquant.QConfigMapping],
+) -> None:
+    default = _encoder_sqnr(fxquant.get_default_qconfig_mapping("tensorrt"))
+    customized = _encoder_sqnr(customize(fxquant.get_default_qconfig_mapping("tensorrt")))
+    assert default > 40  # the transformer mode on this graph
+    assert customized >= default - 1.0
 
 
 def test_fallback_keeps_the_mode_in_every_try() -> None:

@@ -17,6 +17,9 @@ from fxquant_tensorrt.runtime import OnnxRuntimeModel
 from torch import nn
 from trt_helpers import quantize
 
+REFERENCE = fxquant.get_backend_config("reference")
+"""Where a test checks what tensorrt reports of another backend's Q/DQ: the generic patterns."""
+
 # the reference patterns TensorRT runs in int8, as fxquant's kit builds them
 CASES = {
     case.name: case
@@ -287,7 +290,7 @@ def test_asymmetric_qdq_of_another_backend_is_reported_and_strict_refuses_it() -
     model, x = conv_relu_linear()
     asymmetric = MinMaxObserver.with_args(dtype=torch.int8, quant_min=-128, quant_max=127)
     mapping = mapping_with(activation=asymmetric)
-    prepared = fxquant.prepare_fx(model, mapping, (x,))  # the reference backend takes it
+    prepared = fxquant.prepare_fx(model, mapping, (x,), backend_config=REFERENCE)  # it takes it
     prepared(x)
     converted = fxquant.convert_to_reference_fx(prepared)
     deployed = deploy(converted, (x,))  # onnxruntime runs it: the numbers are right ...
@@ -305,7 +308,8 @@ def test_asymmetric_qdq_of_another_backend_is_reported_and_strict_refuses_it() -
 
 def test_uint8_qdq_is_reported_as_not_int8() -> None:
     model, x = conv_relu_linear()
-    prepared = fxquant.prepare_fx(model, fxquant.get_default_qconfig_mapping("reference"), (x,))
+    mapping = fxquant.get_default_qconfig_mapping("reference")
+    prepared = fxquant.prepare_fx(model, mapping, (x,), backend_config=REFERENCE)
     prepared(x)
     placement = export_onnx(fxquant.convert_fx(prepared), (x,)).placement
     assert {f.problem for f in placement.findings} == {"not_int8"}
@@ -351,7 +355,9 @@ def test_a_dynamically_quantized_node_is_refused_by_name() -> None:
     model = nn.Sequential(nn.Linear(4, 3)).eval()
     x = torch.randn(2, 4)
     mapping = fxquant.QConfigMapping().set_object_type(nn.Linear, defaults.default_dynamic_qconfig)
-    prepared = fxquant.prepare_fx(model, mapping, (x,))  # the reference backend has dynamic linear
+    prepared = fxquant.prepare_fx(
+        model, mapping, (x,), backend_config=REFERENCE
+    )  # has dynamic linear
     converted = fxquant.convert_to_reference_fx(prepared)
     with pytest.raises(ExportError, match=r"node '_0'.*dynamically"):
         export_onnx(converted, (x,))

@@ -18,13 +18,15 @@ def quantize(
     mapping: fxquant.QConfigMapping | None = None,
     *,
     is_qat: bool = False,
+    equalization: fxquant.QConfigMapping | None = None,
 ) -> fx.GraphModule:
     """``model`` prepared for tensorrt, calibrated on ``calibration`` + ``example``, converted."""
     config = fxquant.get_backend_config("tensorrt")
     if mapping is None:
         mapping = fxquant.get_default_qconfig_mapping("tensorrt", is_qat=is_qat)
+    options = {} if equalization is None else {"_equalization_config": equalization}
     prepare = fxquant.prepare_qat_fx if is_qat else fxquant.prepare_fx
-    prepared = prepare(copy.deepcopy(model), mapping, example, backend_config=config)
+    prepared = prepare(copy.deepcopy(model), mapping, example, backend_config=config, **options)
     with torch.no_grad():
         for batch in (*calibration, example):
             prepared(*batch)

@@ -173,14 +173,14 @@ def fallback(  # noqa: PLR0913  # five positional (the prepare_fx inputs + budge
     Args:
         model: the float model, in eval mode (not modified: each try quantizes a copy).
         qconfig_mapping: the mapping to start from (e.g. the backend's default;
-            when the backend picks a graph mode for it, every try starts from the
-            mode's mapping and equalization instead, #23).
+            when the backend picks a graph mode for it, every try starts from this
+            mapping with the mode merged in, and the mode's equalization, #23).
         example_inputs: as for ``prepare_fx``.
         calibration_data: batches of positional inputs (a tensor or a tuple each);
             they calibrate every try, rank the patterns, and feed the cosine budget.
         budget: a :class:`Budget`, or a number: the mean cosine to float outputs
             (``Budget.cosine``).
-        backend_config: the backend (None: the ``reference`` backend).
+        backend_config: the backend (None: this host's native backend, as ``prepare_fx``).
         lowered: score the ``convert_fx`` model (default) or, if False, the
             ``convert_to_reference_fx`` one.
         max_float: stop after this many float patterns (default: no limit).
@@ -308,17 +308,17 @@ def _keep_float(
 def _adopt_graph_mode(
     prepared: nn.Module, setup: _Setup, mapping: QConfigMapping
 ) -> tuple[_Setup, QConfigMapping]:
-    """The setup and mapping every later try uses: the backend's graph mode's, if it chose one.
+    """The setup and mapping every later try uses: with the backend's graph mode merged in.
 
-    The backend quantized this graph its own way (#23); a mapping with float entries is no
-    longer the default mapping the mode replaces, so each try must state the mode's mapping
-    and equalization itself.
+    The backend quantized this graph its own way (#23), its mode merged into the mapping
+    (``fxquant.flow.graph_mode``): the tries and the result state that mapping and the
+    mode's equalization themselves, so the result reproduces the model without the mode.
     """
     state = flow_state(prepared)
     mode = state.graph_mode if state is not None else None
-    if mode is None:
+    if state is None or mode is None:
         return setup, mapping
-    return dataclasses.replace(setup, equalization=mode.equalization), mode.qconfig_mapping
+    return dataclasses.replace(setup, equalization=mode.equalization), state.qconfig_mapping
 
 
 def _verify(

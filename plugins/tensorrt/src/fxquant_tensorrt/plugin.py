@@ -52,7 +52,7 @@ def fxquant_graph_mode(
     backend: str, model: fx.GraphModule, qconfig_mapping: QConfigMapping, is_qat: bool
 ) -> GraphMode | None:
     """A transformer (Linear -> residual add -> LayerNorm) gets the ``transformer`` mode (#23)."""
-    del qconfig_mapping  # asked only for the default mapping, which the mode replaces
+    del qconfig_mapping  # the flow merges the mode under the user's entries (the hookspec)
     return graph_mode(model, is_qat)
 
 
