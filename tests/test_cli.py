@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -447,3 +448,13 @@ def test_python_m_fxquant_runs_the_command() -> None:
         [sys.executable, "-m", "fxquant", "--version"], capture_output=True, text=True, check=False
     )
     assert (result.returncode, result.stdout) == (0, f"fxquant {__version__}\n")
+
+
+def test_check_failures_shows_the_failed_rows_and_counts_every_check(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = run(capsys, "check", "reference", "--failures", "--shapes", "1")
+    assert code == 0
+    count = int(re.search(r"reference: (\d+) checks: (\d+) pass, 0 fail", out).group(1))
+    assert count > 0  # "0 checks" told a user nothing ran
+    assert "| pass " not in out

@@ -214,7 +214,7 @@ def _cmd_check(args: argparse.Namespace, out: TextIO) -> int:
         {"pattern": r.pattern, "check": r.check, "result": r.result.value, "reason": r.reason}
         for r in shown
     ]
-    _emit(data, render_results(shown, args.name), args.json, out)
+    _emit(data, render_results(shown, args.name, counted=rows), args.json, out)
     return 1 if any(r.result == CheckStatus.FAIL for r in rows) else 0
 
 

@@ -62,8 +62,11 @@ class Group:
         return self.name
 
 
-def render_results(rows: Sequence[CheckResult], title: str = "") -> str:
-    """The rows as a Markdown table, then one line counting them.
+def render_results(
+    rows: Sequence[CheckResult], title: str = "", counted: Sequence[CheckResult] | None = None
+) -> str:
+    """The rows as a Markdown table, then one line counting ``counted`` (default: the rows;
+    ``fxquant check --failures`` shows the failed rows and counts every check).
 
     Example:
         >>> print(render_results([CheckResult("Linear", "well_formed", "pass")], "mine"))
@@ -76,6 +79,7 @@ def render_results(rows: Sequence[CheckResult], title: str = "") -> str:
         ["pattern", "check", "result", "reason"],
         [[r.pattern, r.check, r.result.value, r.reason] for r in rows],
     )
-    counts = {status: sum(r.result == status for r in rows) for status in CheckStatus}
+    everything = rows if counted is None else counted
+    counts = {status: sum(r.result == status for r in everything) for status in CheckStatus}
     summary = ", ".join(f"{n} {status.value}" for status, n in counts.items())
-    return f"{table}\n{title + ': ' if title else ''}{len(rows)} checks: {summary}"
+    return f"{table}\n{title + ': ' if title else ''}{len(everything)} checks: {summary}"

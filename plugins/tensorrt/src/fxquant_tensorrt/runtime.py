@@ -189,10 +189,9 @@ class OnnxRuntimeModel(DeployedModel):
         self.optimized_ops: Counter[str] = Counter(node.op_type for node in graph.node)
         self.kernels: dict[str, list[Kernel]] = kernels_by_node(graph, exported.placement.origins)
         """Per converted node, the kernels onnxruntime ran for it (see :func:`kernels_by_node`)."""
+        self._target_report: Report = exported.placement.report(converted)
         self._report: Report = (
-            _what_ran(exported.placement.report(converted), self.kernels)
-            if report is None
-            else report
+            _what_ran(self._target_report, self.kernels) if report is None else report
         )
         self._inputs = [i.name for i in self.session.get_inputs()]
 
@@ -201,6 +200,13 @@ class OnnxRuntimeModel(DeployedModel):
         """Per node of the converted model: ``lowered`` when TensorRT fuses its Q/DQ and
         onnxruntime ran it on integers; else ``reference`` and why (module docstring)."""
         return self._report
+
+    @property
+    def target_report(self) -> Report:
+        """What TensorRT itself would run, by its Q/DQ placement rules: each quantized node
+        ``lowered`` when TensorRT fuses its Q/DQ. :attr:`report` says what onnxruntime, which
+        stands in for TensorRT on the CPU, ran; ``fxquant check`` reads this one."""
+        return self._target_report
 
     def kernel_summary(self) -> str:
         """What onnxruntime ran for each node the placement check finds int8, one line each.
