@@ -16,8 +16,8 @@ in the full matrix: inductor's compile takes minutes). The moves:
 - ``threads``: three threads quantizing at once, against the serial result.
 
 :func:`sample` draws cells with a seed (the fast slice of ``nox -s tests``); :func:`every`
-lists them all (``nox -s matrix``). :func:`known_break` names the issue-30 break a cell
-runs into while another branch fixes it, so the test marks it ``xfail(strict=True)``.
+lists them all (``nox -s matrix``). :func:`known_break` names a finding the matrix made and
+left open for a cell, so the test marks it ``xfail(strict=True)``.
 """
 
 from __future__ import annotations
@@ -115,27 +115,8 @@ def sample(models: list[str], backends: list[str], count: int, seed: int) -> lis
     return sorted(chosen[:count], key=lambda c: (c.model, c.backend, MOVES.index(c.move)))
 
 
-_TRANSFORMERS = ("nn_transformer_encoder", "nn_transformer_decoder", "nn_transformer")
-_AGREES_MOVES = ("default", "module_none", "object_type", "state_dict")
-# models tensorrt's transformer mode takes (Linear -> residual add -> LayerNorm blocks)
-_TENSORRT_MODE = (*_TRANSFORMERS, "bert", "distilbert", "roberta", "albert", "electra")
-
-
 def known_break(cell: Cell) -> str | None:
-    """The issue-30 break this cell runs into while its fix is on another branch, or None."""
-    if cell.model == "tv_efficientnet_b0":
-        return "issue 30 break 3: Dropout(inplace=True) after flatten refused as in-place"
-    if cell.move == "threads":  # a race: the test marks it non-strict
-        return "issue 30 break 5: prepare_fx is not thread-safe"
-    if cell.move == "no_backend_config":
-        return "issue 30 break 4: backend_config=None gives the reference backend, not lowered"
-    if cell.compiled and cell.model in _TRANSFORMERS:
-        return "issue 30 break 1: x86 compiled deployment writes into the caller's inputs"
-    customized = cell.move in ("module_none", "object_type")
-    if customized and cell.backend == "tensorrt" and cell.model in _TENSORRT_MODE:
-        return "issue 30 break 2: a customized mapping loses tensorrt's transformer mode"
-    if cell.model in _TRANSFORMERS and cell.backend == "x86" and cell.move in _AGREES_MOVES:
-        return "issue 30 break 6: lowered vs reference mismatch on nn.TransformerEncoder"
+    """Why this cell is known to fail (a finding the matrix made and left open), or None."""
     if cell.move == "qat" and cell.model == "efficientnet":
         return FINDINGS["efficientnet-qat"]
     return FINDINGS.get(cell.id)

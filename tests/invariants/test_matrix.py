@@ -4,8 +4,8 @@ Each cell (model, backend, user move) is quantized and checked on every output f
 backend has (``convert_fx``, ``convert_to_reference_fx``, its deployment but x86's compiled
 one) against every invariant of :mod:`tests.invariants.checks`. ``nox -s matrix`` runs the
 whole matrix and writes docs/guide/matrix.md; ``FXQUANT_MATRIX_SEED`` draws another slice.
-A cell that runs into an issue-30 break fixed on another branch is ``xfail(strict=True)``
-with the break's number (``known_break``), so the marker goes when the fix lands.
+A cell the matrix found failing and left open is ``xfail(strict=True)`` with the finding
+(``known_break``), so the marker goes when the fix lands.
 """
 
 from __future__ import annotations
@@ -38,12 +38,7 @@ def _installed() -> list[str]:
 def _param(cell: Cell) -> object:
     reason = known_break(cell)
     marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-    if cell.move == "threads":  # a race: some runs pass while the fix is elsewhere
-        marks = [pytest.mark.xfail(strict=False, reason=_THREADS)]
     return pytest.param(cell, id=cell.id, marks=marks)
-
-
-_THREADS = "issue 30 break 5: prepare_fx is not thread-safe (a race: not every run fails)"
 
 
 def _cells() -> list[object]:
