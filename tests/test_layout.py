@@ -52,8 +52,8 @@ def test_the_core_kernels_are_the_ones_every_backend_uses() -> None:
 @pytest.mark.parametrize(
     ("moved", "home"),
     [
-        ("fxquant.kernels.onednn", "fxquant_onednn.modules"),
-        ("fxquant.kernels.quantized_engine", "fxquant_quantized_engine"),
+        ("fxquant.lowering.kernels.onednn", "fxquant_onednn.modules"),
+        ("fxquant.lowering.kernels.quantized_engine", "fxquant_quantized_engine"),
         ("fxquant.patterns.engine", "fxquant_quantized_engine.patterns"),
     ],
 )
@@ -267,26 +267,64 @@ def test_the_graph_sees_function_level_imports_and_skips_type_checking_ones(
 
 
 @pytest.mark.parametrize(("old", "new"), sorted(moved.MOVED.items()))
-def test_an_old_import_path_gives_the_module_at_its_new_path(old: str, new: str) -> None:
-    assert importlib.import_module(old) is importlib.import_module(new)
+def test_an_old_import_path_warns_and_gives_the_module_at_its_new_path(old: str, new: str) -> None:
+    # a fresh process: the warning is given once, on the first import
+    code = (
+        "import importlib, warnings\n"
+        "with warnings.catch_warnings(record=True) as seen:\n"
+        "    warnings.simplefilter('always')\n"
+        f"    module = importlib.import_module({old!r})\n"
+        f"print(module is importlib.import_module({new!r}) or hasattr(module, '__path__'))\n"
+        "print([str(w.message) for w in seen if w.category is DeprecationWarning])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    same, warnings = out.stdout.splitlines()
+    assert same == "True"
+    assert f"{old} moved to {new}" in warnings
 
 
 def test_an_old_package_path_gives_its_submodules_once() -> None:
-    import fxquant.kernels.cpu
+    with pytest.warns(DeprecationWarning, match="fxquant.lowering.kernels"):
+        import fxquant.kernels.cpu
     import fxquant.lowering.kernels.cpu
 
     assert fxquant.kernels.cpu is fxquant.lowering.kernels.cpu
     assert fxquant.kernels.cpu.has_vnni is fxquant.lowering.kernels.cpu.has_vnni
 
 
+def test_every_old_path_is_a_file_and_nothing_is_installed_on_the_meta_path() -> None:
+    code = (
+        "import sys; before = list(sys.meta_path); import fxquant; print(sys.meta_path == before)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert (out.returncode, out.stdout.strip()) == (0, "True"), out.stderr
+    for old in [*moved.MOVED, *moved.CONTRACT_PATHS, *moved.OPTIONAL]:
+        base = CORE.parent / old.replace(".", "/")
+        assert base.with_suffix(".py").is_file() or (base / "__init__.py").is_file(), old
+
+
+@pytest.mark.parametrize(("path", "new"), sorted(moved.CONTRACT_PATHS.items()))
+def test_a_contract_submodule_reexports_its_numerics_module_without_a_warning(
+    path: str, new: str
+) -> None:
+    contract, numerics = importlib.import_module(path), importlib.import_module(new)
+    assert contract.__all__ == numerics.__all__
+    assert all(getattr(contract, name) is getattr(numerics, name) for name in numerics.__all__)
+
+
 @pytest.mark.parametrize(
-    ("old", "new"), sorted((o, n) for o, n in moved.MOVED.items() if o.count(".") == 1)
+    "old", sorted(o for o in {**moved.MOVED, **moved.CONTRACT_PATHS} if o.count(".") == 1)
 )
-def test_a_moved_top_level_module_is_an_attribute_of_a_bare_fxquant(old: str, new: str) -> None:
+def test_a_moved_top_level_module_is_an_attribute_of_a_bare_fxquant(old: str) -> None:
     # ``import fxquant; fxquant.fake_quantize.FakeQuantize`` worked while the package
     # imported the module itself; a fresh process, so no earlier import sets the attribute
     name = old.split(".")[1]
-    code = f"import fxquant, importlib; print(fxquant.{name} is importlib.import_module({new!r}))"
+    code = (
+        "import fxquant, importlib, warnings\n"
+        "warnings.simplefilter('ignore', DeprecationWarning)\n"
+        f"print(fxquant.{name} is importlib.import_module({old!r}))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert (out.returncode, out.stdout.strip()) == (0, "True"), out.stderr
 
@@ -308,11 +346,12 @@ def test_no_core_module_imports_an_optional_part(graph: layout_graph.Graph) -> N
     assert importers == []
 
 
-def test_an_optional_part_is_no_longer_in_the_core() -> None:
+def test_an_optional_part_left_only_its_old_path_files_in_the_core() -> None:
     for old in moved.OPTIONAL:
         path = CORE.parent / old.replace(".", "/")
-        assert not path.exists(), old
-        assert not path.with_suffix(".py").exists(), old
+        files = [path.with_suffix(".py")] if path.with_suffix(".py").exists() else path.glob("*.py")
+        for file in files:
+            assert "redirect(__name__)" in file.read_text(), file
 
 
 def test_a_tracer_part_is_a_distribution_of_its_own_with_no_backend() -> None:
@@ -332,7 +371,11 @@ def test_an_optional_part_keeps_its_old_import_path_when_installed(
 ) -> None:
     if importlib.util.find_spec(new) is None:
         pytest.skip(f"{distribution} is not installed")
-    assert importlib.import_module(old) is importlib.import_module(new)
+    with pytest.warns(DeprecationWarning, match=new):
+        old_module = importlib.import_module(old)
+    assert getattr(old_module, "__path__", None) is None or old_module.__name__ == old
+    package = importlib.import_module(new)
+    assert all(getattr(old_module, n) is getattr(package, n) for n in package.__all__)
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ Example:
 
 from __future__ import annotations
 
-from fxquant import moved as _moved  # installs the finder of old module paths (#21)
+from fxquant import moved as _moved
 from fxquant.config import (
     BackendConfig,
     BackendPatternConfig,
@@ -55,7 +55,7 @@ from fxquant.version import VERSION
 
 __version__ = VERSION
 # the installed optional parts that trace other libraries' models register their tracers with
-# the flow (fxquant-transformers); no mechanism module imports them (#21)
+# the flow (fxquant-transformers): no mechanism module imports them, so the facade does
 _moved.import_tracers()
 
 # importable from the top level without joining the contract's __all__: torch.ao.quantization's
@@ -72,9 +72,9 @@ def __getattr__(name: str) -> object:
     import importlib
 
     module = _LAZY.get(name) or _TOP_LEVEL_NAMES.get(name)
-    if module is None and f"fxquant.{name}" in _moved.MOVED:
-        # a module that moved (#21): ``fxquant.observer`` after a bare ``import fxquant``
-        # worked while the package imported it, so the old attribute answers too
+    if module is None and f"fxquant.{name}" in {**_moved.MOVED, **_moved.CONTRACT_PATHS}:
+        # ``import fxquant; fxquant.observer.MinMaxObserver`` worked while the package
+        # imported its submodules itself, so the attribute still answers
         module = f"fxquant.{name}"
     if module is None:
         msg = f"module 'fxquant' has no attribute {name!r}"

@@ -1,14 +1,16 @@
-"""Old import paths of modules that moved (#21): ``import fxquant.kernels.cpu`` keeps working.
+"""Old import paths of modules that moved, as plain files, and the optional parts' tables.
 
 The core was reorganised into packages that show its layers (docs/design.md). Every path that
-docs, tests, plugins or users imported before still imports, and gives the *same module
-object* as the new path (``fxquant.kernels.cpu is fxquant.lowering.kernels.cpu``), so private
-names, ``isinstance`` and monkeypatching through the old path behave as before.
+users imported before still imports: a small file sits at each old path (``fxquant/qdq.py``,
+``fxquant/kernels/cpu.py``...) and calls :func:`redirect`, which warns once with a
+``DeprecationWarning`` naming the new path and puts the module at the new path in its place,
+so ``fxquant.qdq is fxquant.numerics.qdq`` and private names, ``isinstance`` and monkeypatching
+through the old path behave as before. Nothing is installed on ``sys.meta_path``: every path
+is a file a reader can open. An old *package* path keeps a package of its own (its
+submodules' files live in it) that re-exports the new package's names.
 
-No file is left at an old path: a finder at the front of ``sys.meta_path`` (installed by
-``import fxquant``) answers only for the names of :data:`MOVED` and their submodules, and
-loads the new module under the old name. Keeping old paths as table entries rather than
-files lets git follow each move as a rename.
+The contract's own submodules ``fxquant.observer`` and ``fxquant.fake_quantize`` are not old
+paths: they are files that re-export :mod:`fxquant.numerics` 's modules without a warning.
 
 Optional parts left the core for distributions of their own (:data:`OPTIONAL`):
 ``import fxquant.distributed`` gives ``fxquant_distributed`` when ``fxquant-distributed`` is
@@ -18,34 +20,31 @@ Those that trace another library's models (:data:`TRACERS`: transformers' tracer
 imported, and ``import fxquant`` imports the installed ones (:func:`import_tracers`).
 
 Example:
-    >>> import fxquant.kernels.cpu, fxquant.lowering.kernels.cpu
-    >>> fxquant.kernels.cpu is fxquant.lowering.kernels.cpu
-    True
-    >>> new_name("fxquant.flow.lower")
-    'fxquant.lowering.lower'
+    >>> new_name("fxquant.kernels.cpu")
+    'fxquant.lowering.kernels.cpu'
     >>> new_name("fxquant.flow.trace") is None
     True
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
-import importlib.abc
-import importlib.machinery
 import importlib.util
 import sys
 import types
-from collections.abc import Sequence
+import warnings
 from typing import Final
 
 __all__ = [
+    "CONTRACT_PATHS",
     "MOVED",
     "OPTIONAL",
     "TRACERS",
     "import_tracers",
-    "install",
     "missing_optional_part",
     "new_name",
+    "redirect",
     "tracer_hint",
 ]
 
@@ -54,8 +53,6 @@ MOVED: Final[dict[str, str]] = {
     "fxquant.kernels": "fxquant.lowering.kernels",
     "fxquant.flow.lower": "fxquant.lowering.lower",
     "fxquant.flow.epilogues": "fxquant.lowering.epilogues",
-    "fxquant.observer": "fxquant.numerics.observer",
-    "fxquant.fake_quantize": "fxquant.numerics.fake_quantize",
     "fxquant.qdq": "fxquant.numerics.qdq",
     "fxquant.patterns._common": "fxquant.patterns.builders",
     "fxquant.calibration": "fxquant.tools.calibration",
@@ -71,7 +68,13 @@ MOVED: Final[dict[str, str]] = {
     "fxquant.testing": "fxquant.tools.testing",
 }
 
-#: optional parts in distributions of their own (#21): old package path -> (its package now,
+#: the contract's submodules, files that re-export the numerics modules without a warning
+CONTRACT_PATHS: Final[dict[str, str]] = {
+    "fxquant.observer": "fxquant.numerics.observer",
+    "fxquant.fake_quantize": "fxquant.numerics.fake_quantize",
+}
+
+#: optional parts in distributions of their own: old package path -> (its package now,
 #: the distribution that holds it). No core module imports them.
 OPTIONAL: Final[dict[str, tuple[str, str]]] = {
     "fxquant.distributed": ("fxquant_distributed", "fxquant-distributed"),
@@ -113,7 +116,7 @@ def missing_optional_part(old: str) -> ModuleNotFoundError | None:
         if (old == prefix or old.startswith(f"{prefix}.")) and not _importable(target):
             msg = (
                 f"{old!r} is an optional part of fxquant, in the distribution "
-                f"{distribution!r} (#21), which is not installed; to install it: pip install "
+                f"{distribution!r}, which is not installed; to install it: pip install "
                 f"{distribution} (from a source checkout: pip install plugins/"
                 f"{distribution.removeprefix('fxquant-')})"
             )
@@ -165,46 +168,44 @@ def _importable(name: str) -> bool:
         return False
 
 
-class _AliasLoader(importlib.abc.Loader):
-    def __init__(self, target: str) -> None:
-        self.target = target
+def redirect(old: str) -> types.ModuleType:
+    """Put the module at ``old``'s new path in place of ``old`` (an old path's file calls it).
 
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
-        return None  # a placeholder module; exec_module puts the real one in its place
+    Warns with a ``DeprecationWarning`` that names the new path; an optional part that is
+    not installed raises ``ModuleNotFoundError`` naming the distribution instead. An old
+    *package* keeps its own module object (its submodules' files live in it) and gets the new
+    package's public names and a module ``__getattr__`` for the rest.
 
-    def exec_module(self, module: types.ModuleType) -> None:
-        # the import system returns what sys.modules holds under the name after exec
-        sys.modules[module.__name__] = importlib.import_module(self.target)
-
-
-class _MovedFinder(importlib.abc.MetaPathFinder):
-    def find_spec(
-        self,
-        fullname: str,
-        path: Sequence[str] | None,
-        target: types.ModuleType | None = None,
-    ) -> importlib.machinery.ModuleSpec | None:
-        missing = missing_optional_part(fullname)
-        if missing is not None:
-            raise missing  # rather than "No module named ...": say what to install
-        new = new_name(fullname)
-        if new is None or importlib.util.find_spec(new) is None:
-            return None  # not moved, or no such module at the new path either
-        return importlib.machinery.ModuleSpec(fullname, _AliasLoader(new))
-
-
-def install() -> None:
-    """Put the finder first on ``sys.meta_path`` (once; importing this module does it).
-
-    First: the path finder would otherwise load a moved package's submodule a second time
-    under its old name.
+    Returns:
+        The module at the new path.
 
     Example:
-        >>> install(); sum(isinstance(f, _MovedFinder) for f in sys.meta_path)
-        1
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True):
+        ...     warnings.simplefilter("always")
+        ...     import fxquant.qdq, fxquant.numerics.qdq
+        >>> fxquant.qdq is fxquant.numerics.qdq
+        True
     """
-    if not any(isinstance(finder, _MovedFinder) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _MovedFinder())
-
-
-install()  # on import: `import fxquant` imports this module first (#21)
+    missing = missing_optional_part(old)
+    if missing is not None:
+        raise missing
+    new = new_name(old)
+    if new is None:
+        msg = f"{old!r} is not an old module path of fxquant (fxquant.moved.MOVED)"
+        raise ValueError(msg)
+    # stacklevel 3: the warning names the importer's line, not the old path's file
+    warnings.warn(
+        f"{old} moved to {new}; import {new} instead ({old} will be removed)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    module = importlib.import_module(new)
+    current = sys.modules[old]
+    if hasattr(current, "__path__"):  # a package: keep it, so its submodules' files load
+        public = getattr(module, "__all__", [n for n in vars(module) if not n.startswith("_")])
+        vars(current).update({name: getattr(module, name) for name in public})
+        vars(current)["__getattr__"] = functools.partial(getattr, module)
+        return module
+    sys.modules[old] = module  # the import system hands out what sys.modules holds
+    return module

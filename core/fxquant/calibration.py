@@ -1,0 +1,5 @@
+"""Old path of :mod:`fxquant.tools.calibration`: importing it warns and gives that module."""
+
+from fxquant.moved import redirect
+
+redirect(__name__)

@@ -1,0 +1,5 @@
+"""Old path of :mod:`fxquant.lowering.kernels.boundary`: importing it warns and gives that module."""
+
+from fxquant.moved import redirect
+
+redirect(__name__)
