@@ -168,7 +168,7 @@ def ao_like_mapping(name: str) -> Any:
     """fxquant's reference mapping with torch.ao's global qconfig for engine ``name``
     (histogram activations, reduce_range on x86/fbgemm; per-channel weights but on qnnpack)."""
     import fxquant
-    from fxquant import observer
+    from fxquant.numerics import observer
 
     activation = observer.HistogramObserver.with_args(reduce_range=name in ("x86", "fbgemm"))
     weight = (

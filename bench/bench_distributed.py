@@ -63,7 +63,10 @@ LOOPBACK = {"linux": "lo", "darwin": "lo0"}
 def mappings() -> dict[str, Any]:
     import fxquant
     from fxquant.config import defaults
-    from fxquant.observer import default_histogram_observer, default_per_channel_weight_observer
+    from fxquant.numerics.observer import (
+        default_histogram_observer,
+        default_per_channel_weight_observer,
+    )
 
     histogram = fxquant.QConfig(
         activation=default_histogram_observer, weight=default_per_channel_weight_observer
@@ -166,7 +169,7 @@ def rank_main(rank: int, world: int, port: int, folder: str, options: dict[str, 
     spec = resnet_at_depth(1, quick=options["quick"], image=64, batch=BATCH)
     model = spec.build()
     images = torch.randn(options["images"], 3, 64, 64, generator=torch.Generator().manual_seed(0))
-    from fxquant.observer import ObserverBase
+    from fxquant.numerics.observer import ObserverBase
 
     figures: dict[str, Any] = {"latency": all_reduce_latency(), "model": spec.name}
     for observers in ("min_max", "histogram"):

@@ -83,7 +83,7 @@ def models() -> dict[str, tuple[nn.Module, torch.Tensor]]:
 
 def _fxquant(model: nn.Module, x: torch.Tensor, backend: str) -> nn.Module:
     import fxquant
-    from fxquant import observer
+    from fxquant.numerics import observer
 
     top = 255 if backend == "qnnpack" else 127
     activation = observer.PlaceholderObserver.with_args(

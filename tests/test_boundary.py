@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import torch
-from fxquant import qdq
-from fxquant.kernels import boundary
+from fxquant.lowering.kernels import boundary
+from fxquant.numerics import qdq
 from hypothesis import given
 from hypothesis import strategies as st
 

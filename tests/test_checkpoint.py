@@ -10,8 +10,8 @@ from typing import Any
 import fxquant
 import pytest
 import torch
-from fxquant.checkpoint import load_checkpoint, save_checkpoint
 from fxquant.errors import CheckpointError
+from fxquant.tools.checkpoint import load_checkpoint, save_checkpoint
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -14,11 +14,11 @@ import fxquant.registry
 import pytest
 import torch
 from fxquant import __version__
-from fxquant.cli import build_parser, main, markdown_table, render_backends
 from fxquant.flow.report import Report
 from fxquant.registry import Deployment, Override
 from fxquant.registry.install import install_hint
 from fxquant.registry.manager import Registry
+from fxquant.tools.cli import build_parser, main, markdown_table, render_backends
 
 from tests.registry.conftest import Installed, config
 
@@ -354,7 +354,7 @@ def test_demo_json_has_the_latencies(
 def test_third_party_start_up_lines_are_kept_out_and_everything_else_kept(
     capfd: pytest.CaptureFixture[str],
 ) -> None:
-    from fxquant.quiet import third_party_noise_filtered
+    from fxquant.tools.quiet import third_party_noise_filtered
 
     noise = (
         "[cpuinfo_utils.cpp:71] Reading file /sys/devices/soc0/image_version\n"

@@ -1,4 +1,4 @@
-"""fxquant.export: torch.export of converted models with their weights folded into integers."""
+"""fxquant.tools.export: torch.export of converted models, weights folded into integers."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import fxquant
 import pytest
 import torch
 from fxquant.errors import ConfigTypeError, ExportError
-from fxquant.export import DEQUANTIZE_OPS, QUANTIZE_OPS, export_quantized, origin, source_of
+from fxquant.tools.export import DEQUANTIZE_OPS, QUANTIZE_OPS, export_quantized, origin, source_of
 from torch import nn
 from torch.export.graph_signature import InputKind
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 from fxquant.errors import ConfigTypeError
 from fxquant.factory import ModuleFactory, factory_parts
-from fxquant.observer import MinMaxObserver
+from fxquant.numerics.observer import MinMaxObserver
 
 
 def test_with_args_builds_the_class_with_bound_and_override_arguments() -> None:

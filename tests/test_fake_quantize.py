@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 import torch
-from fxquant import fake_quantize as fxfq
-from fxquant import observer as fxobs
 from fxquant.errors import ConfigError, ConfigTypeError
 from fxquant.factory import ModuleFactory
+from fxquant.numerics import fake_quantize as fxfq
+from fxquant.numerics import observer as fxobs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -8,8 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-import fxquant.export
 import fxquant.registry
+import fxquant.tools.export
 import pytest
 import torch
 from fxquant import lowering
@@ -157,8 +157,8 @@ def test_hookspecs_defines_the_hook_specifications_and_nothing_else() -> None:
         (fxquant.registry, "LoweringRule", lowering),
         (fxquant.registry, "Override", answers),
         (fxquant.registry, "Deployment", answers),
-        (fxquant.export, "QUANTIZE_OPS", lowering),
-        (fxquant.export, "DEQUANTIZE_OPS", lowering),
+        (fxquant.tools.export, "QUANTIZE_OPS", lowering),
+        (fxquant.tools.export, "DEQUANTIZE_OPS", lowering),
     ],
 )
 def test_the_records_stay_importable_where_plugins_import_them(

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 import torch
-from fxquant import observer as fxobs
 from fxquant.errors import CalibrationWarning, ConfigError, ConfigTypeError
 from fxquant.factory import ModuleFactory
+from fxquant.numerics import observer as fxobs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -17,10 +17,10 @@ from collections.abc import Callable
 import fxquant
 import pytest
 import torch
-from fxquant import observer as fxobs
 from fxquant.config.defaults import default_per_channel_qconfig
 from fxquant.errors import CalibrationWarning
-from fxquant.fake_quantize import FakeQuantize, FusedMovingAvgObsFakeQuantize
+from fxquant.numerics import observer as fxobs
+from fxquant.numerics.fake_quantize import FakeQuantize, FusedMovingAvgObsFakeQuantize
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn

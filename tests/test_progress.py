@@ -8,8 +8,8 @@ import json
 import fxquant
 import pytest
 import torch
-from fxquant import demo, progress
-from fxquant.calibration import calibrate
+from fxquant.tools import demo, progress
+from fxquant.tools.calibration import calibrate
 
 
 def test_without_tqdm_progress_prints_about_ten_plain_lines(

@@ -1,4 +1,4 @@
-"""fxquant.qdq: quantize/dequantize on plain integer tensors, as torch.ops.fxquant.* ops."""
+"""fxquant.numerics.qdq: quantize/dequantize on plain integer tensors (torch.ops.fxquant.*)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 import torch
-from fxquant import qdq
 from fxquant.errors import ConfigError, ConfigTypeError
+from fxquant.numerics import qdq
 from hypothesis import given
 from hypothesis import strategies as st
 

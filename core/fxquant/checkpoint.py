@@ -1,4 +1,7 @@
-"""Old path of :mod:`fxquant.tools.checkpoint`: importing it warns and gives that module."""
+"""Old path of :mod:`fxquant.tools.checkpoint`.
+
+Importing it warns (DeprecationWarning) and gives that module.
+"""
 
 from fxquant.moved import redirect
 

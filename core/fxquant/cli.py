@@ -1,4 +1,7 @@
-"""Old path of :mod:`fxquant.tools.cli`: importing it warns and gives that module."""
+"""Old path of :mod:`fxquant.tools.cli`.
+
+Importing it warns (DeprecationWarning) and gives that module.
+"""
 
 from fxquant.moved import redirect
 

@@ -64,7 +64,7 @@ class ConfigTypeError(FxquantError, TypeError):
 
 class CheckpointError(FxquantError, ValueError):
     """A checkpoint cannot be trusted: truncated, corrupt, changed since saved, or it does
-    not fit the model (``fxquant.checkpoint``, #18). The message names the file."""
+    not fit the model (``fxquant.tools.checkpoint``, #18). The message names the file."""
 
 
 class UnsafeNameError(ConfigError):
@@ -80,7 +80,7 @@ class UntraceableModelError(FxquantError, TypeError):
 
 
 class ExportError(FxquantError, RuntimeError):
-    """``torch.export`` could not capture a converted model (``fxquant.export``).
+    """``torch.export`` could not capture a converted model (``fxquant.tools.export``).
 
     The message names the node of the converted model that failed, its module
     path and the user's source line; torch's exception is chained as ``__cause__``.

@@ -1,4 +1,6 @@
-"""Fake-quantize modules at the contract's path ``fxquant.fake_quantize``: :mod:`fxquant.numerics.fake_quantize` re-exported.
+"""Fake-quantize modules at the contract's path ``fxquant.fake_quantize``.
+
+Every public name of :mod:`fxquant.numerics.fake_quantize`, re-exported.
 
 Example:
     >>> import fxquant.fake_quantize, fxquant.numerics.fake_quantize

@@ -1,4 +1,6 @@
-"""Observers at the contract's path ``fxquant.observer``: :mod:`fxquant.numerics.observer` re-exported.
+"""Observers at the contract's path ``fxquant.observer``.
+
+Every public name of :mod:`fxquant.numerics.observer`, re-exported.
 
 Example:
     >>> import fxquant.observer, fxquant.numerics.observer

@@ -1,7 +1,7 @@
 """mkdocs hooks: one page per installed backend, and the benchmark tables, made at build time.
 
 Nothing here is copied by hand: each backend page is what ``fxquant show NAME
---json`` says (fxquant.registry.describe) plus the benchmark sections of the
+--json`` says (fxquant.tools.describe) plus the benchmark sections of the
 plugin's README (read from its distribution's metadata, so a third-party
 plugin gets a page too), and the benchmark page gathers those sections with
 the summary plot when ``docs/img/benchmarks.png`` exists.
@@ -21,9 +21,9 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from fxquant.cli import markdown_table
 from fxquant.registry import default_registry, get_default_qconfig_mapping, list_backends
-from fxquant.registry.describe import class_str, describe, pattern_text
+from fxquant.tools.cli import markdown_table
+from fxquant.tools.describe import class_str, describe, pattern_text
 from mkdocs.structure.files import File, Files
 
 PLOT = "img/benchmarks.png"

@@ -19,8 +19,8 @@ import copy
 import fxquant
 import pytest
 import torch
-from fxquant import testing
-from fxquant.testing import Digits
+from fxquant.tools import testing
+from fxquant.tools.testing import Digits
 from torch import nn
 
 from tests.flow.zoo import SmallCNN, seeded

@@ -10,8 +10,8 @@ from unittest import mock
 import fxquant
 import pytest
 import torch
-from fxquant import observer
 from fxquant.flow import convert_fx, convert_to_reference_fx, prepare_fx
+from fxquant.numerics import observer
 from torch import nn
 
 RECURRENT = (nn.LSTM, nn.GRU, nn.LSTMCell, nn.GRUCell, nn.RNNCell)

@@ -10,8 +10,8 @@ import pytest
 import torch
 from fxquant.config import BackendConfig, DTypeWithConstraints
 from fxquant.errors import ConfigError, ConfigTypeError
-from fxquant.fake_quantize import FakeQuantize
-from fxquant.observer import (
+from fxquant.numerics.fake_quantize import FakeQuantize
+from fxquant.numerics.observer import (
     FixedQParamsObserver,
     HistogramObserver,
     MinMaxObserver,

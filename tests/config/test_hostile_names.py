@@ -15,8 +15,8 @@ import subprocess
 import sys
 from typing import Any
 
-import fxquant.cli
-import fxquant.testing
+import fxquant.tools.cli
+import fxquant.tools.testing
 import pytest
 from fxquant.config import BackendConfig, QConfigMapping
 from fxquant.errors import FxquantError
@@ -53,16 +53,16 @@ _TARGETS: dict[str, tuple[str, ...]] = {
     "torch._C": ("_set_qengine", "_jit_set_profiling_mode"),
     "torch.serialization": ("load",),
     "torch.package": ("PackageImporter",),
-    "fxquant.testing": (
+    "fxquant.tools.testing": (
         "check_no_warning_in_fresh_process",
         "check_engine_restored",
         "check_state_dict_round_trip",
     ),
-    "fxquant.cli": ("main",),
-    "fxquant.demo": ("run_demo", "fuse_conv2d_relu", "quantize_with"),
-    "fxquant.scaffold": ("new_backend",),
-    "fxquant.export": ("export_quantized",),
-    "fxquant.calibration": ("calibrate",),
+    "fxquant.tools.cli": ("main",),
+    "fxquant.tools.demo": ("run_demo", "fuse_conv2d_relu", "quantize_with"),
+    "fxquant.tools.scaffold": ("new_backend",),
+    "fxquant.tools.export": ("export_quantized",),
+    "fxquant.tools.calibration": ("calibrate",),
     "fxquant.registry": ("refresh", "register_plugin", "unregister_plugin", "default_registry"),
     "fxquant.config.serialize": ("resolve", "importlib.import_module", "json.loads"),
     "fxquant.nn.fusers": ("torch.load", "os.system", "_private"),
@@ -160,8 +160,8 @@ def spies(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     # the spy lives in this test module, so if a name reached it, resolve would refuse it as
     # "not defined in fxquant"; the message check below tells that from a text refusal
     for module, name in (
-        (fxquant.testing, "check_no_warning_in_fresh_process"),
-        (fxquant.cli, "main"),
+        (fxquant.tools.testing, "check_no_warning_in_fresh_process"),
+        (fxquant.tools.cli, "main"),
     ):
         monkeypatch.setattr(module, name, spy(f"{module.__name__}.{name}"))
     return called
@@ -278,10 +278,10 @@ def test_a_refused_torch_testing_name_is_not_imported_in_a_fresh_process() -> No
 
 
 def test_a_getter_from_fxquant_testing_cannot_make_prepare_spawn_a_process() -> None:
-    ref = {"module": "fxquant.testing", "name": "check_no_warning_in_fresh_process"}
+    ref = {"module": "fxquant.tools.testing", "name": "check_no_warning_in_fresh_process"}
     with pytest.raises(FxquantError) as info:
         BackendConfig.from_json(_backend_json("root_node_getter", ref))
     assert str(info.value) == (
-        "configs[0].root_node_getter: 'fxquant.testing.check_no_warning_in_fresh_process' is "
+        "configs[0].root_node_getter: 'fxquant.tools.testing.check_no_warning_in_fresh_process' is "
         "not in a module fxquant reads a getter function from (fxquant.patterns.getters)"
     )

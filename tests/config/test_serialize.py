@@ -23,7 +23,7 @@ from fxquant.config import (
 )
 from fxquant.errors import ConfigError, UnsafeNameError
 from fxquant.nn import fusers
-from fxquant.observer import MinMaxObserver, default_weight_observer
+from fxquant.numerics.observer import MinMaxObserver, default_weight_observer
 from hypothesis import given
 from hypothesis import strategies as st
 

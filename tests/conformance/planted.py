@@ -22,10 +22,10 @@ import torch
 from fxquant.config.backend import BackendPatternConfig, DTypeConfig, DTypeWithConstraints
 from fxquant.config.qconfig import QConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
-from fxquant.fake_quantize import FakeQuantize, default_weight_fake_quant
 from fxquant.lowering import LoweringRule
 from fxquant.nn import reference
-from fxquant.observer import MinMaxObserver, default_weight_observer
+from fxquant.numerics.fake_quantize import FakeQuantize, default_weight_fake_quant
+from fxquant.numerics.observer import MinMaxObserver, default_weight_observer
 from fxquant.patterns import conv_configs, linear_configs
 from torch import nn
 

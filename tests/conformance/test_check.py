@@ -7,9 +7,9 @@ from collections.abc import Iterator
 import fxquant
 import fxquant.registry
 import pytest
-from fxquant import testing
-from fxquant.conformance import CheckResult, check_backend, conformance_checks
 from fxquant.lowering import LoweringRule
+from fxquant.tools import testing
+from fxquant.tools.conformance import CheckResult, check_backend, conformance_checks
 from torch import nn
 
 from tests.conformance import planted
@@ -122,5 +122,5 @@ def test_a_family_of_unreached_rules_is_one_skip_row_and_a_lone_rule_its_own() -
     skipped = {row.pattern: row.reason for row in rows if row.check == "kernel"}
     assert list(skipped) == ["spelled (2 patterns)", "ELU (lone)"]
     assert skipped["spelled (2 patterns)"].startswith(
-        "no case of fxquant.testing reaches any of its 2 patterns (the first: ReLU6)"
+        "no case of fxquant.tools.testing reaches any of its 2 patterns (the first: ReLU6)"
     )

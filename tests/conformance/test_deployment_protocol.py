@@ -14,11 +14,11 @@ import pytest
 import torch
 from fxquant.config.backend import BackendPatternConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
-from fxquant.conformance import check_backend
 from fxquant.flow.deployed import DeployedModel, report_path
 from fxquant.flow.report import Report
 from fxquant.flow.state import flow_state
 from fxquant.registry import Deployed, Deployment
+from fxquant.tools.conformance import check_backend
 
 BACKENDS = ("keeps_protocol", "bare_callable")
 

@@ -98,7 +98,7 @@ def test_plugins_md_shows_fxquant_backends_as_the_table_it_prints(
 ) -> None:
     import importlib
 
-    from fxquant.cli import render_backends
+    from fxquant.tools.cli import render_backends
 
     monkeypatch.syspath_prepend(str(ROOT / "docs" / "examples" / "fxquant-mybackend" / "src"))
     example = importlib.import_module("fxquant_mybackend.patterns")

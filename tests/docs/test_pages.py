@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 import tomllib
-from fxquant.cli import build_parser
 from fxquant.registry.install import install_command
+from fxquant.tools.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"

@@ -16,19 +16,19 @@ from collections.abc import Callable
 import pytest
 import torch
 import torch.nn.functional as F
-from fxquant import qdq
 from fxquant.config.backend import BackendConfig, BackendPatternConfig, DTypeConfig
 from fxquant.config.custom import PrepareCustomConfig
 from fxquant.config.qconfig import QConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.errors import ConfigTypeError
-from fxquant.fake_quantize import FakeQuantize, default_weight_fake_quant
 from fxquant.flow.convert import convert_to_reference_fx
 from fxquant.flow.report import NodeReport, Report
 from fxquant.flow.state import META_KEY, FlowState, NodeInfo
 from fxquant.nn import intrinsic, reference
 from fxquant.nn import qat as nnqat
-from fxquant.observer import (
+from fxquant.numerics import qdq
+from fxquant.numerics.fake_quantize import FakeQuantize, default_weight_fake_quant
+from fxquant.numerics.observer import (
     FixedQParamsObserver,
     MinMaxObserver,
     PerChannelMinMaxObserver,

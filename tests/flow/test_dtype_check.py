@@ -5,7 +5,7 @@ import torch
 from fxquant.config.backend import BackendPatternConfig, DTypeConfig, DTypeWithConstraints
 from fxquant.config.qconfig import QConfig
 from fxquant.flow.dtype_check import QConfigProbe, select_dtype_config
-from fxquant.observer import FixedQParamsObserver, MinMaxObserver, default_weight_observer
+from fxquant.numerics.observer import FixedQParamsObserver, MinMaxObserver, default_weight_observer
 
 
 def probe(**kwargs: object) -> QConfigProbe:
@@ -110,7 +110,7 @@ def test_zero_point_alone_asks_for_symmetric_quantization(
 
 
 def test_a_symmetric_weight_constraint_refuses_affine_per_channel_weights() -> None:
-    from fxquant.observer import PerChannelMinMaxObserver
+    from fxquant.numerics.observer import PerChannelMinMaxObserver
 
     weight = DTypeWithConstraints(torch.int8, zero_point_exact_match=0)
     dtype = DTypeConfig(torch.uint8, torch.uint8, weight, torch.float)

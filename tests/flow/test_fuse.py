@@ -7,7 +7,7 @@ from fxquant.flow import fuse_fx, prepare_fx
 from fxquant.flow.report import Report
 from fxquant.nn import intrinsic
 from fxquant.nn.intrinsic import qat as intrinsic_qat
-from fxquant.observer import MinMaxObserver, default_weight_observer
+from fxquant.numerics.observer import MinMaxObserver, default_weight_observer
 from torch import nn
 
 

@@ -23,11 +23,11 @@ import fxquant
 import pytest
 import torch
 import torch.nn.functional as F
-from fxquant import qdq
 from fxquant.config.qconfig import QConfig
 from fxquant.errors import UntraceableModelError
 from fxquant.flow.inplace import functionalize
-from fxquant.observer import MinMaxObserver
+from fxquant.numerics import qdq
+from fxquant.numerics.observer import MinMaxObserver
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import fx, nn

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import fxquant
-import fxquant.observer
+import fxquant.numerics.observer
 import pytest
 import torch
 from fxquant.config.backend import BackendPatternConfig

@@ -17,7 +17,7 @@ import pytest
 import torch
 from fxquant.config.defaults import default_dynamic_qconfig
 from fxquant.errors import CalibrationWarning, QuantizationSkipped
-from fxquant.observer import (
+from fxquant.numerics.observer import (
     FixedQParamsObserver,
     MinMaxObserver,
     PlaceholderObserver,

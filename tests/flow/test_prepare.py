@@ -8,7 +8,7 @@ import pytest
 import torch
 from fxquant.errors import QuantizationSkipped
 from fxquant.flow import explain, prepare_fx, prepare_qat_fx
-from fxquant.observer import FixedQParamsObserver, MinMaxObserver, PlaceholderObserver
+from fxquant.numerics.observer import FixedQParamsObserver, MinMaxObserver, PlaceholderObserver
 from torch import fx, nn
 
 torch.set_num_threads(1)

@@ -28,7 +28,7 @@ from fxquant import (
     get_default_qconfig_mapping,
 )
 from fxquant.flow import convert_fx, convert_to_reference_fx, explain, prepare_fx, prepare_qat_fx
-from fxquant.observer import MinMaxObserver, default_weight_observer
+from fxquant.numerics.observer import MinMaxObserver, default_weight_observer
 from torch import fx, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -291,8 +291,8 @@ def test_experiment_3_default_mapping_violates_the_constraints_and_nothing_is_qu
 
 def tutorial_qat_qconfig_mapping() -> QConfigMapping:
     """The tutorial's constraints (activations in 0..127, eps 2**-12) with fake quantization."""
-    from fxquant.fake_quantize import FakeQuantize, default_weight_fake_quant
-    from fxquant.observer import MovingAverageMinMaxObserver
+    from fxquant.numerics.fake_quantize import FakeQuantize, default_weight_fake_quant
+    from fxquant.numerics.observer import MovingAverageMinMaxObserver
 
     activation = FakeQuantize.with_args(
         observer=MovingAverageMinMaxObserver, quant_min=0, quant_max=127, eps=2**-12

@@ -15,7 +15,7 @@ from fxquant.flow.values import (
     fills_a_mask,
     value_kinds,
 )
-from fxquant.observer import MinMaxObserver
+from fxquant.numerics.observer import MinMaxObserver
 from hypothesis import given
 from hypothesis import strategies as st
 from torch import fx, nn

@@ -91,7 +91,7 @@ def _backend_config(cell: Cell) -> Any:
 
 def _qconfig_mapping(cell: Cell, model: nn.Module) -> Any:
     import fxquant
-    from fxquant.observer import default_weight_observer
+    from fxquant.numerics.observer import default_weight_observer
 
     mapping = fxquant.get_default_qconfig_mapping(cell.backend, is_qat=cell.move == "qat")
     if cell.move == "module_none":

@@ -8,11 +8,10 @@ import io
 import fxquant
 import pytest
 import torch
-from fxquant import observer
 from fxquant.errors import ConfigError, ConfigTypeError
 from fxquant.flow import convert_to_reference_fx, prepare_fx
 from fxquant.nn import recurrent
-from fxquant.numerics import qdq
+from fxquant.numerics import observer, qdq
 from torch import nn
 
 PER_TENSOR = {"qscheme": torch.per_tensor_affine, "dtype": torch.qint8, "zero_point": 0}

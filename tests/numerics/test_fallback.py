@@ -7,12 +7,12 @@ import json
 import fxquant
 import pytest
 import torch
-from fxquant import testing
 from fxquant.config import QConfig
 from fxquant.errors import ConfigError, ConfigTypeError
 from fxquant.flow import convert_fx, explain, prepare_fx
 from fxquant.numerics import Budget, fallback
-from fxquant.observer import MinMaxObserver, default_per_channel_weight_observer
+from fxquant.numerics.observer import MinMaxObserver, default_per_channel_weight_observer
+from fxquant.tools import testing
 
 from tests.flow.zoo import SmallCNN, seeded
 from tests.numerics.planted import DOMINANT, SENSITIVE, Dominant, Planted, batches, outlier_batches

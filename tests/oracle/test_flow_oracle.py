@@ -27,9 +27,9 @@ import fxquant
 import pytest
 import torch
 import torch.nn.functional as F
-from fxquant import observer as fxobs
 from fxquant.config import defaults
 from fxquant.flow import convert_to_reference_fx, prepare_fx, prepare_qat_fx
+from fxquant.numerics import observer as fxobs
 from torch import fx, nn
 
 from tests import oracle

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 import torch
-from fxquant import observer as fxobs
 from fxquant.dtypes import qscheme_name
 from fxquant.errors import ConfigError
+from fxquant.numerics import observer as fxobs
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 

@@ -1,4 +1,4 @@
-"""fxquant.qdq against torch's quantized tensors: bit-identical integers and floats.
+"""fxquant.numerics.qdq against torch's quantized tensors: bit-identical integers and floats.
 
 torch's ``quantize_per_tensor``/``quantize_per_channel`` create ``quint8``
 tensors, which torch 2.13 deprecates: every call is wrapped in
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import torch
-from fxquant import qdq
+from fxquant.numerics import qdq
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -15,8 +15,8 @@ import warnings
 import fxquant
 import pytest
 import torch
-from fxquant import observer as fxobs
 from fxquant.flow import convert_fx, convert_to_reference_fx, prepare_fx
+from fxquant.numerics import observer as fxobs
 from torch import nn
 
 from tests import oracle

@@ -9,8 +9,8 @@ import pytest
 from fxquant.config.pattern import pattern_str
 from fxquant.nn import reference as fx_reference
 from fxquant.patterns import reference_pattern_configs
-from fxquant.testing import ao_normalized_pattern
-from fxquant.testing import ao_op_as_fxquant as to_fxquant
+from fxquant.tools.testing import ao_normalized_pattern
+from fxquant.tools.testing import ao_op_as_fxquant as to_fxquant
 
 from tests import oracle
 from tests.patterns.helpers import by_pattern, dtype_config_covers

@@ -79,7 +79,7 @@ def test_x86_loads_without_a_broken_extension_with_one_warning(tmp_path: Path) -
 
 def test_fxquant_backends_shows_x86_ok_and_the_extension_failed(tmp_path: Path) -> None:
     _install_broken_extension(tmp_path)
-    code = "import sys, fxquant.cli as c; sys.exit(c.main(['backends', '--json']))"
+    code = "import sys, fxquant.tools.cli as c; sys.exit(c.main(['backends', '--json']))"
     result = _run(tmp_path, code)
     assert result.returncode == 0, result.stderr
     x86 = next(b for b in json.loads(result.stdout) if b["name"] == "x86")

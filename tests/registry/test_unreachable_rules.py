@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 import torch
-from fxquant.cli import main
 from fxquant.errors import PluginError
 from fxquant.lowering import LoweringRule
 from fxquant.nn import intrinsic, qat, reference
 from fxquant.registry.manager import Registry
+from fxquant.tools.cli import main
 from torch import nn
 
 from tests.registry.conftest import Installed, config

@@ -1,4 +1,7 @@
-"""Old path of :mod:`fxquant.tools.conformance`: importing it warns and gives that package."""
+"""Old path of :mod:`fxquant.tools.conformance`.
+
+Importing it warns (DeprecationWarning) and gives that module.
+"""
 
 from fxquant.moved import redirect
 

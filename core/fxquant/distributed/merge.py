@@ -1,5 +1,9 @@
-"""Old path of the optional part :mod:`fxquant_distributed.merge` (distribution ``fxquant-distributed.merge``): importing it
-warns and gives that module, or names the distribution to install when it is missing."""
+"""Old path of :mod:`fxquant_distributed.merge`,
+in the optional distribution ``fxquant-distributed``.
+
+Importing it warns (DeprecationWarning) and gives that module, or names the distribution
+to install when it is missing.
+"""
 
 from fxquant.moved import redirect
 

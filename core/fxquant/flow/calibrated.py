@@ -148,7 +148,7 @@ def warn_uncalibrated(found: Mapping[str, list[str]], step: str) -> None:
     msg = (
         f"{step}: {len(found)} activation observer(s) saw no finite value, so their nodes "
         f"stay float in the converted model (reason not_calibrated): {listed}. Run the "
-        "prepared model on representative data before converting (fxquant.calibration."
+        "prepared model on representative data before converting (fxquant.tools.calibration."
         f"calibrate), or pass strict=True to make this an error"
     )
     # 4: the user's call of convert_fx / convert_to_reference_fx (through reference_model)

@@ -1,5 +1,8 @@
-"""Old path of the optional part :mod:`fxquant_transformers` (distribution ``fxquant-transformers``): importing it
-warns and gives that module, or names the distribution to install when it is missing."""
+"""Old path of :mod:`fxquant_transformers`, in the optional distribution ``fxquant-transformers``.
+
+Importing it warns (DeprecationWarning) and gives that module, or names the distribution
+to install when it is missing.
+"""
 
 from fxquant.moved import redirect
 

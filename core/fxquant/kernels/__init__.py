@@ -1,4 +1,7 @@
-"""Old path of :mod:`fxquant.lowering.kernels`: importing it warns and gives that package."""
+"""Old path of :mod:`fxquant.lowering.kernels`.
+
+Importing it warns (DeprecationWarning) and gives that module.
+"""
 
 from fxquant.moved import redirect
 

@@ -2,8 +2,9 @@
 
     the q/dq ops       torch.ops.fxquant.{quantize,dequantize}_per_{tensor,channel,token},
                        choose_qparams_per_tensor and choose_qparams_per_token_asymmetric
-                       (dynamic per-token activations, #23): declared here (their schemas), computed
-                       by ``fxquant.qdq``; the sets of them every module tests nodes against
+                       (dynamic per-token activations): declared here (their schemas),
+                       computed by ``fxquant.numerics.qdq``; the sets of them every module
+                       tests nodes against
     QParams            how one tensor at a kernel's boundary is quantized
     Quantize/Dequantize  the steps next to a kernel, offered to its ``absorb``
     LoweringRule       a backend's kernel for one reference pattern (``fxquant_lowering_kernels``)
@@ -81,7 +82,7 @@ _SCHEMAS = (
 
 
 def _declare() -> torch.library.Library:
-    # FRAGMENT, not DEF: fxquant.qdq adds the kernels to the namespace, plugins may add ops
+    # FRAGMENT, not DEF: fxquant.numerics.qdq adds the kernels to the namespace, plugins may add ops
     library = torch.library.Library("fxquant", "FRAGMENT")  # type: ignore[no-untyped-call]  # untyped
     for schema in _SCHEMAS:
         library.define(schema)  # type: ignore[no-untyped-call]  # torch.library is untyped
@@ -174,7 +175,7 @@ class QParams:
             when ``is_dynamic``.
         axis: the channel axis for per-channel qparams, else ``None``.
         is_dynamic: qparams are chosen from each input at run time
-            (``fxquant.qdq.choose_qparams_per_tensor``); the kernel then
+            (``fxquant.numerics.qdq.choose_qparams_per_tensor``); the kernel then
             receives the float tensor.
 
     Example:

@@ -1,6 +1,6 @@
 """After the lowering rules: the steps between kernels, and what kernels take over.
 
-Run by :func:`fxquant.flow.lower.lower` once every rule has run, in this order:
+Run by :func:`fxquant.lowering.lower.lower` once every rule has run, in this order:
 
     shape_reads_from_integers   size()/dim()/.shape of a dequantize read the integers
     fast_boundaries             quantize steps that feed kernels -> the float32 boundary op

@@ -15,7 +15,7 @@ quantize -> dequantized values::
                                          gates from ih[t] + hh, as the float cell does
 
 ``q`` of an activation is dynamic: scale and zero point chosen from the
-tensor's min and max (``fxquant.qdq.choose_qparams_per_tensor``) over the
+tensor's min and max (``fxquant.numerics.qdq.choose_qparams_per_tensor``) over the
 activation range ``activation_quant_min..activation_quant_max`` (0..255, or
 0..127 for 7-bit activations, torch's ``reduce_range``). A weight whose
 qparams say float (``{"qscheme": None, ...}``) is used as it is. Only integer

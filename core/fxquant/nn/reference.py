@@ -12,7 +12,7 @@ The qparams are buffers (``weight_scale``, ``weight_zero_point``,
 ``weight_axis``) plus an extra state (qscheme, dtype, quant range), so
 ``state_dict`` round-trips, also between per-tensor and per-channel modules.
 Integer weights are plain ``uint8``/``int8``/``int32`` tensors made by
-``fxquant.qdq``; no ``torch.quint8`` tensor is ever created.
+``fxquant.numerics.qdq``; no ``torch.quint8`` tensor is ever created.
 """
 
 from __future__ import annotations

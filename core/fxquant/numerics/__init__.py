@@ -1,8 +1,8 @@
 """Numerics (#21 layout, #23): q/dq, observers, fake quantize, input-weight equalization.
 
 - :mod:`fxquant.numerics.qdq`, :mod:`~fxquant.numerics.observer`,
-  :mod:`~fxquant.numerics.fake_quantize`: the mechanism (``fxquant.qdq``, ``fxquant.observer``
-  and ``fxquant.fake_quantize`` are their documented paths);
+  :mod:`~fxquant.numerics.fake_quantize`: the mechanism (``fxquant.observer`` and
+  ``fxquant.fake_quantize`` are the documented paths of the last two);
 - :mod:`fxquant.numerics.equalization`: ``default_equalization_qconfig`` and its observers,
   for ``prepare_fx(..., _equalization_config=...)``;
 - :func:`compare`, :func:`fallback` (with ``Budget``, ``Comparison``, ``NodeError``,

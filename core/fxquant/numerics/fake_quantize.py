@@ -399,7 +399,7 @@ class FusedMovingAvgObsFakeQuantize(FakeQuantize):
         return result
 
     def _observe_global_batch(self, x: torch.Tensor) -> None:
-        """Fold in the min and max of the peers' global batch (fxquant.distributed).
+        """Fold in the min and max of the peers' global batch (fxquant_distributed).
 
         The fused kernel observes nothing but its input's min and max (per channel), so
         running it, observer on and fake quantization off, on a tensor of just the global

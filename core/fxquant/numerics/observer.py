@@ -18,7 +18,7 @@ observer unchanged, and the first such batch raises one
 :class:`fxquant.errors.CalibrationWarning` naming the observer (#18). The check
 costs one test of the batch's min and max, which the observer computes anyway.
 
-Global batches (:func:`fxquant.distributed.observe_global_batch`): an observer
+Global batches (:func:`fxquant_distributed.observe_global_batch`): an observer
 with a :class:`BatchReducer` combines each batch's statistics (min/max, the
 histogram's counts) with those of its peers in other processes *before*
 folding them in, so that every peer makes the same update, the one a single
@@ -92,7 +92,7 @@ class BatchReducer(Protocol):
     measuring a batch and folding the measurement into their state. Each call is
     collective: every peer makes the same calls, in the same order, with tensors
     of the same shape, also when its own batch is empty (it then passes ``inf``
-    as ``low`` and ``-inf`` as ``high``). :mod:`fxquant.distributed` implements
+    as ``low`` and ``-inf`` as ``high``). :mod:`fxquant_distributed` implements
     it with ``torch.distributed`` all-reduces.
 
     Example:
@@ -132,7 +132,7 @@ class ObserverBase(torch.nn.Module):
         torch.uint8
     """
 
-    # set by fxquant.distributed while observing global batches; a class default so that
+    # set by fxquant_distributed while observing global batches; a class default so that
     # observers unpickled from before it existed read None
     _batch_reducer: BatchReducer | None = None
     # class defaults (#18): observers unpickled from before these existed read them
@@ -1014,7 +1014,7 @@ class PerTokenObserver(ObserverBase):
     What :class:`PlaceholderObserver` with ``is_dynamic=True`` is for dynamic
     per-tensor quantization, this is for per-token: at run time each token (row
     over the last dimension) gets its own asymmetric scale and zero point
-    (``fxquant.qdq.choose_qparams_per_token_asymmetric``), as XNNPACK's dynamic
+    (``fxquant.numerics.qdq.choose_qparams_per_token_asymmetric``), as XNNPACK's dynamic
     fully-connected kernels quantize their int8 input. Convert writes
     ``choose_qparams_per_token_asymmetric -> quantize_per_token ->
     dequantize_per_token`` in its place. There is nothing to calibrate.

@@ -16,7 +16,7 @@
     progress.py     a progress bar (tqdm) or plain lines on long runs
     quiet.py        third-party start-up chatter kept out of fxquant's output
 
-Their old paths (``fxquant.cli``, ``fxquant.testing``, ``fxquant.conformance``,
-``fxquant.export``, ``fxquant.calibration``, ``fxquant.checkpoint``...) keep working
-(:mod:`fxquant.moved`); ``from fxquant.numerics import compare, fallback`` gives the debugger.
+Their old paths are files that warn and give these modules (:mod:`fxquant.moved`):
+``fxquant.cli``, ``fxquant.testing``, ``fxquant.conformance``, ``fxquant.export`` (old paths); ``from fxquant.numerics import compare,
+fallback`` gives the debugger.
 """

@@ -2,7 +2,7 @@
 
 Calibrating is a loop over batches; this is that loop with what people write
 around it: ``torch.no_grad()``, tuples spread over ``forward``'s arguments,
-and a progress bar (:mod:`fxquant.progress`) when the run is long enough to
+and a progress bar (:mod:`fxquant.tools.progress`) when the run is long enough to
 wait for.
 """
 
@@ -35,7 +35,7 @@ def calibrate(
             dict of keyword inputs (a ``DataLoader`` of inputs works as it is).
         description: the progress label.
         show_progress: progress on stderr (default: when stderr is a terminal,
-            see :mod:`fxquant.progress`).
+            see :mod:`fxquant.tools.progress`).
 
     Returns:
         ``model``, calibrated (its observers hold the ranges convert needs).

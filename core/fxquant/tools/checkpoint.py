@@ -114,7 +114,7 @@ def _read(file: PathOrFile, where: str) -> Any:
         msg = (
             f"{where}: the file is not a readable checkpoint: it is truncated or corrupt, or "
             f"not a torch.save file ({type(error).__name__}: {first}); "
-            "expected a file written by fxquant.checkpoint.save_checkpoint"
+            "expected a file written by fxquant.tools.checkpoint.save_checkpoint"
         )
         raise CheckpointError(msg) from error
 
@@ -124,7 +124,7 @@ def _verified_state(payload: Any, where: str) -> dict[str, Any]:
         kind = "a state dict without checksums" if isinstance(payload, dict) else "no dict"
         msg = (
             f"{where}: the file holds {kind}, not an fxquant checkpoint; write it with "
-            "fxquant.checkpoint.save_checkpoint (torch.load reads plain state dicts)"
+            "fxquant.tools.checkpoint.save_checkpoint (torch.load reads plain state dicts)"
         )
         raise CheckpointError(msg)
     if payload[_MARK] != FORMAT_VERSION:

@@ -10,7 +10,7 @@ a backend did not lower, with the report's reason. The seed tutorial's ``my_back
 (built with fxquant's config classes in a private registry, never installed) runs only
 when named (``--backends my_backend``), and its row says it is the tutorial's. Third-party
 start-up chatter (ExecuTorch's cpuinfo lines, torchao's missing CUDA kernels) is
-kept out of it (:mod:`fxquant.quiet`). A backend whose target runs outside PyTorch (a
+kept out of it (:mod:`fxquant.tools.quiet`). A backend whose target runs outside PyTorch (a
 ``Deployment``: an ExecuTorch program, an ONNX model, x86's inductor compile) is
 deployed with it and measured in its runtime; its counts come from the deployment's
 report. A backend that also lowers in PyTorch (x86) deploys its
@@ -513,7 +513,8 @@ def run_demo(
 
     The seed tutorial's ``my_backend`` (not installed: registered in a private
     registry) runs only when ``"my_backend"`` is one of ``backends``. Progress goes
-    to stderr when it is a terminal (:mod:`fxquant.progress`; ``FXQUANT_PROGRESS=0`` turns it off);
+    to stderr when it is a terminal (:mod:`fxquant.tools.progress`; ``FXQUANT_PROGRESS=0``
+    turns it off);
     ``as_json`` prints the results as a JSON list (:func:`result_dict`) instead
     of the tables. Returns 1 when every backend failed.
 

@@ -147,8 +147,8 @@ from __future__ import annotations
 
 from fxquant.config.qconfig import QConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
-from fxquant.fake_quantize import FakeQuantize, default_weight_fake_quant
-from fxquant.observer import MinMaxObserver, default_weight_observer
+from fxquant.numerics.fake_quantize import FakeQuantize, default_weight_fake_quant
+from fxquant.numerics.observer import MinMaxObserver, default_weight_observer
 
 # eps = 2**-12 keeps every scale within the patterns' scale_min_lower_bound
 _ACTIVATION = {"quant_min": 0, "quant_max": 255, "eps": 2**-12}
@@ -229,7 +229,7 @@ _TEST = '''\
 """The backend keeps fxquant's plugin contract: the checks of ``fxquant check $name``."""
 
 import pytest
-from fxquant.conformance import conformance_checks
+from fxquant.tools.conformance import conformance_checks
 
 BACKEND = "$name"
 

@@ -4,7 +4,7 @@ A plugin that lowers reference patterns to kernels can check every kernel
 against the reference model with a few lines::
 
     import pytest
-    from fxquant import testing
+    from fxquant.tools import testing
 
     @pytest.mark.parametrize("case", testing.LOWERING_CASES, ids=lambda c: c.name)
     def test_kernel_is_within_one_step(case):
@@ -811,8 +811,8 @@ def load_module_from_path(path: str | Path, name: str) -> ModuleType:
         FileNotFoundError: there is no file at ``path``.
 
     Example:
-        >>> import fxquant.testing
-        >>> load_module_from_path(fxquant.testing.__file__, "a_copy_of_the_kit").__name__
+        >>> import fxquant.tools.testing
+        >>> load_module_from_path(fxquant.tools.testing.__file__, "a_copy_of_the_kit").__name__
         'a_copy_of_the_kit'
     """
     import importlib.util

@@ -26,7 +26,10 @@ BATCH = 64
 def _mappings() -> dict[str, Any]:
     import fxquant
     from fxquant.config import defaults
-    from fxquant.observer import default_histogram_observer, default_per_channel_weight_observer
+    from fxquant.numerics.observer import (
+        default_histogram_observer,
+        default_per_channel_weight_observer,
+    )
 
     histogram = fxquant.QConfig(
         activation=default_histogram_observer, weight=default_per_channel_weight_observer
@@ -39,7 +42,7 @@ def _mappings() -> dict[str, Any]:
 
 def _qparams(model: nn.Module) -> dict[str, Any]:
     """Every observer's state and qparams, by module name."""
-    from fxquant.observer import ObserverBase
+    from fxquant.numerics.observer import ObserverBase
 
     found = {}
     for name, module in model.named_modules():
@@ -61,7 +64,7 @@ def _flow(rank: int, world_size: int) -> dict[str, Any]:
     """The digits CNN: one process on all batches, and this rank's calibrations."""
     import fxquant
     from distributed_models import SmallCNN, seeded
-    from fxquant import testing
+    from fxquant.tools import testing
     from fxquant_distributed import observe_global_batch, sync_observers
 
     data = testing.load_digits()
@@ -104,8 +107,8 @@ def _flow(rank: int, world_size: int) -> dict[str, Any]:
 
 
 def _observers() -> dict[str, nn.Module]:
-    from fxquant import fake_quantize as fxfq
-    from fxquant import observer as fxobs
+    from fxquant.numerics import fake_quantize as fxfq
+    from fxquant.numerics import observer as fxobs
 
     return {
         "min_max": fxobs.MinMaxObserver(),
@@ -172,7 +175,7 @@ HISTOGRAM_STREAMS = (0, 1, 2, 3, 6, 11, 23, 31)
 
 def _histogram_streams(rank: int, world_size: int) -> dict[int, Any]:
     """Merged histogram qparams, and one process's in three batch orders, per stream."""
-    from fxquant.observer import HistogramObserver
+    from fxquant.numerics.observer import HistogramObserver
     from fxquant_distributed import sync_observers
 
     def calibrated(batches: list[torch.Tensor]) -> dict[str, Any]:

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 import torch
 from distributed_ranks import run_ranks
-from fxquant import fake_quantize as fxfq
-from fxquant import observer as fxobs
 from fxquant.errors import ConfigError, ConfigTypeError
+from fxquant.numerics import fake_quantize as fxfq
+from fxquant.numerics import observer as fxobs
 from fxquant_distributed import observe_global_batch, sync_observers
 from torch import nn
 

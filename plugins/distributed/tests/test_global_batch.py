@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import torch
 from distributed_peers import PeerReducer, run_peers
-from fxquant import fake_quantize as fxfq
-from fxquant import observer as fxobs
+from fxquant.numerics import fake_quantize as fxfq
+from fxquant.numerics import observer as fxobs
 from hypothesis import assume, given
 from hypothesis import strategies as st
 from torch import nn

@@ -18,7 +18,7 @@ import pytest
 import torch
 from distributed_models import SmallCNN, seeded
 from distributed_ranks import run_ranks
-from fxquant import testing
+from fxquant.tools import testing
 from torch import nn
 
 pytestmark = pytest.mark.slow  # trains the float model, then two processes fine-tune it

@@ -10,7 +10,7 @@ from types import ModuleType
 import fxquant
 import pytest
 import torch
-from fxquant import testing
+from fxquant.tools import testing
 from torch import fx, nn
 
 BACKEND = "executorch"
@@ -45,7 +45,7 @@ def _linear_input_step(reference: fx.GraphModule, name: str, inputs: Sequence[ob
     XNNPACK and the reference model round each row of the input alike but for ties,
     so a float output is held to what one input step moves it.
     """
-    from fxquant import qdq
+    from fxquant.numerics import qdq
 
     seen: list[torch.Tensor] = []
     module = reference.get_submodule(name)

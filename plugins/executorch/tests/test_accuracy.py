@@ -20,7 +20,7 @@ from typing import Any
 import fxquant
 import pytest
 import torch
-from fxquant import testing
+from fxquant.tools import testing
 from fxquant_executorch import to_executorch
 from torch import nn
 

@@ -10,9 +10,9 @@ import warnings
 import fxquant
 import pytest
 import torch
-from fxquant import testing
-from fxquant.export import DEQUANTIZE_OPS, QUANTIZE_OPS
-from fxquant.observer import PerChannelMinMaxObserver
+from fxquant.numerics.observer import PerChannelMinMaxObserver
+from fxquant.tools import testing
+from fxquant.tools.export import DEQUANTIZE_OPS, QUANTIZE_OPS
 from fxquant_executorch import plugin
 from fxquant_executorch.patterns import pattern_configs
 from torch import nn

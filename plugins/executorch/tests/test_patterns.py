@@ -3,7 +3,7 @@
 Every case is quantized with the backend's static mapping (``static_qconfig_mapping``:
 each op int8; the default's per-token Linear layers have their own cases), converted, exported
 with ``to_executorch`` and run in ExecuTorch's runtime in this process
-(:func:`fxquant.testing.check_deployed`): every quantized node must run in
+(:func:`fxquant.tools.testing.check_deployed`): every quantized node must run in
 XNNPACK and the output must be within one quantization step of fxquant's
 reference model. The ops XNNPACK has no kernel for must say so in the report.
 """
@@ -16,9 +16,9 @@ from collections.abc import Callable
 import pytest
 import torch
 import torch.nn.functional as F
-from fxquant import testing
 from fxquant.registry import get_deployment
-from fxquant.testing import Binary, Case, Function, Sizes
+from fxquant.tools import testing
+from fxquant.tools.testing import Binary, Case, Function, Sizes
 from fxquant_executorch.qconfig import static_qconfig_mapping
 from hypothesis import given, settings
 from hypothesis import strategies as st

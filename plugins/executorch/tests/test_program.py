@@ -10,8 +10,8 @@ from pathlib import Path
 import fxquant
 import pytest
 import torch
-from fxquant import testing
 from fxquant.errors import ConfigTypeError, ExportError, QuantizationSkipped
+from fxquant.tools import testing
 from fxquant_executorch import ExecuTorchProgram, to_executorch
 from fxquant_executorch.edge_ops import quiet_toolchain
 from fxquant_executorch.qconfig import dynamic_qconfig_mapping

@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from fxquant import testing
+from fxquant.tools import testing
 from fxquant_executorch import to_executorch
 from torch import nn
 

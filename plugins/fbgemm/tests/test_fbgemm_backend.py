@@ -8,8 +8,8 @@ import warnings
 import fxquant
 import pytest
 import torch
-from fxquant import testing
-from fxquant.kernels import cpu
+from fxquant.lowering.kernels import cpu
+from fxquant.tools import testing
 from torch import nn
 
 BACKEND = "fbgemm"
@@ -50,7 +50,7 @@ def _depthwise_error_in_steps(mapping: fxquant.QConfigMapping) -> tuple[float, s
 
 
 def test_default_keeps_depthwise_conv_exact_where_full_range_saturates() -> None:
-    from fxquant.observer import MinMaxObserver, default_per_channel_weight_observer
+    from fxquant.numerics.observer import MinMaxObserver, default_per_channel_weight_observer
 
     default = fxquant.get_default_qconfig_mapping(BACKEND)
     full_range = fxquant.QConfig(
@@ -70,7 +70,7 @@ def test_default_keeps_depthwise_conv_exact_where_full_range_saturates() -> None
 def test_without_vnni_eight_bit_weights_are_declined_with_the_reason(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from fxquant.observer import default_per_channel_weight_observer
+    from fxquant.numerics.observer import default_per_channel_weight_observer
 
     monkeypatch.setenv(cpu.ENV_VAR, "0")
     default = fxquant.get_default_qconfig_mapping(BACKEND)

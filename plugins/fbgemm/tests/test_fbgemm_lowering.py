@@ -1,6 +1,6 @@
 """The fbgemm plugin passes fxquant's shared backend checks, and each kernel is within one step.
 
-The checks live in :mod:`fxquant.testing`, shared with the other quint8 engine (qnnpack);
+The checks live in :mod:`fxquant.tools.testing`, shared with the other quint8 engine (qnnpack);
 the kernel modules' own tests are fxquant-quantized-engine's.
 """
 
@@ -11,8 +11,8 @@ import dataclasses
 import fxquant
 import pytest
 import torch
-from fxquant import testing
-from fxquant.testing import Case, Sizes
+from fxquant.tools import testing
+from fxquant.tools.testing import Case, Sizes
 from fxquant_fbgemm import plugin
 from fxquant_quantized_engine import QuantizedConv, QuantizedLinear, transformer_ops_int8
 from hypothesis import given, settings

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from fxquant import testing
+from fxquant.tools import testing
 from fxquant_onednn.modules import Fp16Linear
 from torch import nn
 

@@ -1,7 +1,7 @@
 """oneDNN on CPUs without VNNI (AVX2): never a silently wrong result.
 
 There oneDNN adds pairs of uint8 x int8 products in int16 with saturation
-(``fxquant.kernels.cpu``): the default mappings quantize weights to 7 bits, the
+(``fxquant.lowering.kernels.cpu``): the default mappings quantize weights to 7 bits, the
 rules decline 8-bit weights with a reason, and dynamic linears with 8-bit inputs
 run as two exact 7-bit GEMMs. ``FXQUANT_CPU_VNNI=0`` makes any CPU answer "no
 VNNI" (the workarounds are exact everywhere); the first tests hold the detection
@@ -15,11 +15,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import fxquant
-import fxquant.observer
+import fxquant.numerics.observer
 import pytest
 import torch
 from fxquant.config.defaults import default_dynamic_qconfig
-from fxquant.kernels import cpu
+from fxquant.lowering.kernels import cpu
 from fxquant_onednn.modules import DynamicQLinear
 from fxquant_onednn.qconfig import dynamic_qconfig
 from hypothesis import given, settings

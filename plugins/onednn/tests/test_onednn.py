@@ -12,11 +12,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import fxquant
-import fxquant.observer
+import fxquant.numerics.observer
 import pytest
 import torch
 import torch.nn.functional as F
-from fxquant.kernels import boundary
+from fxquant.lowering.kernels import boundary
 from fxquant.torch_ao_names import as_fxquant_class
 from fxquant_onednn.kernels import FloatOp, IntegerOp
 from fxquant_onednn.patterns import LinearLeakyReLU, LinearTanh, pattern_configs
@@ -351,8 +351,8 @@ def test_add_is_right_for_integers_above_127() -> None:
 def test_add_kernel_is_within_one_step_of_dequantize_add_quantize(
     scales: tuple[float, float, float], zero_points: tuple[int, int, int], relu: bool, seed: int
 ) -> None:
-    from fxquant import qdq
     from fxquant.lowering import QParams
+    from fxquant.numerics import qdq
     from fxquant_onednn.modules import QAdd
 
     pairs = zip(scales, zero_points, strict=True)

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import fxquant
-import fxquant.observer
+import fxquant.numerics.observer
 import pytest
 import torch
 import torch.nn.functional as F

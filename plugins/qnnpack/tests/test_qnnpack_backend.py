@@ -8,7 +8,7 @@ import warnings
 import fxquant
 import pytest
 import torch
-from fxquant import testing
+from fxquant.tools import testing
 from torch import nn
 
 BACKEND = "qnnpack"
@@ -30,7 +30,7 @@ def test_activations_use_the_full_range_and_no_scale_below_the_kernel_bound() ->
 
 
 def test_backend_refuses_qconfigs_outside_the_kernel_constraints() -> None:
-    from fxquant.observer import MinMaxObserver
+    from fxquant.numerics.observer import MinMaxObserver
 
     model = nn.Sequential(nn.Linear(4, 4)).eval()
     x = torch.randn(2, 4)

@@ -1,6 +1,6 @@
 """The qnnpack plugin passes fxquant's shared backend checks, and each kernel is within one step.
 
-The checks live in :mod:`fxquant.testing`, shared with the other quint8 engine (fbgemm).
+The checks live in :mod:`fxquant.tools.testing`, shared with the other quint8 engine (fbgemm).
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import dataclasses
 import fxquant
 import pytest
 import torch
-from fxquant import testing
-from fxquant.testing import Case, Sizes
+from fxquant.tools import testing
+from fxquant.tools.testing import Case, Sizes
 from fxquant_qnnpack import plugin
 from fxquant_quantized_engine import QuantizedConv, QuantizedLinear, transformer_ops_int8
 from hypothesis import given, settings

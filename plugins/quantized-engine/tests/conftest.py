@@ -10,8 +10,8 @@ import pytest
 import torch
 from fxquant.config.backend import BackendPatternConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
-from fxquant.kernels import cpu
 from fxquant.lowering import LoweringRule
+from fxquant.lowering.kernels import cpu
 from fxquant.patterns.reference import dynamic_dtype_configs
 from fxquant_quantized_engine import (
     engine_default_qconfig_mapping,
@@ -51,8 +51,8 @@ class EngineBackend:
         if backend != self.name:
             return None
         # 7-bit activations: fbgemm's int16 accumulation pairs cannot saturate on calibrated
-        # values; on CPUs without VNNI 7-bit weights too (fxquant.kernels.cpu), or its rules
-        # decline: values beyond the calibrated range still reach 255
+        # values; on CPUs without VNNI 7-bit weights too (fxquant.lowering.kernels.cpu), or
+        # its rules decline: values beyond the calibrated range still reach 255
         activation: dict[str, Any] = {"dtype": torch.uint8, "quant_min": 0, "quant_max": 127}
         exact = self.engine != "fbgemm" or cpu.has_vnni()
         low, high = (-127, 127) if exact else cpu.SEVEN_BIT_WEIGHT

@@ -6,7 +6,7 @@ import dataclasses
 
 import fxquant
 import pytest
-from fxquant import testing
+from fxquant.tools import testing
 from fxquant_quantized_engine import QuantizedConv, QuantizedLinear, transformer_ops_int8
 
 

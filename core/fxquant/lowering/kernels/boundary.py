@@ -1,6 +1,6 @@
 """The quantize step at a float boundary of a lowered model, in fewer passes.
 
-``fxquant.qdq.quantize_per_tensor`` is bit-identical to torch: it rounds the
+``fxquant.numerics.qdq.quantize_per_tensor`` is bit-identical to torch: it rounds the
 fused multiply-add ``x * inv_scale + zero_point`` once, which plain tensor ops
 can only reproduce through float64 (seven passes over the data). A lowered
 model only has to stay within one quantization step of the reference model, so

@@ -1,6 +1,6 @@
 """Does an installed backend keep the plugin contract? What ``fxquant check NAME`` runs.
 
-Built on the test kit (:mod:`fxquant.testing`): its single-op cases, its quantize
+Built on the test kit (:mod:`fxquant.tools.testing`): its single-op cases, its quantize
 helpers and its checks. Each group of checks returns rows (pattern, check,
 result, reason):
 
@@ -129,7 +129,7 @@ def _coverage_rows(backend: str, rows: Sequence[CheckResult]) -> list[CheckResul
         if len(missed) > 1 and len(missed) == len(family):
             first = pattern_text(missed[0].key)
             words = (
-                f"no case of fxquant.testing reaches any of its {len(missed)} patterns "
+                f"no case of fxquant.tools.testing reaches any of its {len(missed)} patterns "
                 f"(the first: {first}): test them in the plugin's suite"
             )
             found.append(
@@ -142,7 +142,7 @@ def _coverage_rows(backend: str, rows: Sequence[CheckResult]) -> list[CheckResul
     return found
 
 
-_UNREACHED = "no case of fxquant.testing reaches this rule: test it in the plugin's suite"
+_UNREACHED = "no case of fxquant.tools.testing reaches this rule: test it in the plugin's suite"
 
 
 def check_backend(
@@ -160,7 +160,7 @@ def check_backend(
         backend: an installed backend's name.
         shapes: random sizes per case.
         seed: the seed of the sizes, weights and inputs.
-        cases: the single-op cases (default: ``fxquant.testing.LOWERING_CASES`` and
+        cases: the single-op cases (default: ``fxquant.tools.testing.LOWERING_CASES`` and
             :data:`VARIANT_CASES`).
         fresh_process: also check in a new interpreter (see :func:`groups`).
         show_progress: a progress bar on stderr (default: when stderr is a terminal).

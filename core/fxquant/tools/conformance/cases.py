@@ -136,7 +136,7 @@ VARIANT_CASES: tuple[testing.Case, ...] = (
 )
 """Single-op cases beyond the kit's: the spellings of the same ops (``operator.add``,
 ``F.relu``, ``x.relu()``...) and the other ranks, so more of each backend's rules are
-reached. ``fxquant check`` runs them after :data:`fxquant.testing.LOWERING_CASES`."""
+reached. ``fxquant check`` runs them after :data:`fxquant.tools.testing.LOWERING_CASES`."""
 
 DEPLOYED_CASES = ("conv2d", "linear", "add")
 """The cases a deployed backend runs (exporting and deploying takes seconds a case)."""

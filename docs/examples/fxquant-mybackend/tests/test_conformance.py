@@ -1,7 +1,7 @@
 """The backend keeps fxquant's plugin contract: the checks of ``fxquant check mybackend``."""
 
 import pytest
-from fxquant.conformance import conformance_checks
+from fxquant.tools.conformance import conformance_checks
 
 BACKEND = "mybackend"
 

@@ -1,7 +1,7 @@
 """Calibration and QAT over several processes (``torch.distributed``, DDP, ``torchrun``).
 
 An optional part of fxquant in a distribution of its own, ``fxquant-distributed`` (#21):
-no module of the core imports it. ``import fxquant.distributed`` gives this package too
+no module of the core imports it. ``import fxquant_distributed`` gives this package too
 (``fxquant.moved``), and names the distribution to install when it is missing.
 
 Sharded post-training calibration: every rank calibrates its shard of the

@@ -7,7 +7,7 @@ the ops the partitioner refused, which the portable runtime runs::
     x -> [XNNPACK: q, conv, relu, add] -> aten.mean.dim (portable) -> [XNNPACK: linear] -> y
 
 Every edge op carries its provenance (``node.meta["from_node"]``) back to the
-converted model's node (:func:`fxquant.export.origin`), so the verdict is
+converted model's node (:func:`fxquant.tools.export.origin`), so the verdict is
 given per node of the model the user converted, in ``fxquant.explain`` form:
 a quantized node whose ops all run in XNNPACK is ``lowered``; one with an op
 in the portable runtime keeps ``reference`` with the reason ``not_delegated``,
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from fxquant.export import origin
 from fxquant.flow.report import NodeReport, NodeStatus, Reason, ReasonCode, Report
+from fxquant.tools.export import origin
 from torch import fx, nn
 from torch.export import ExportedProgram
 

@@ -20,7 +20,7 @@ missing. Plan for when torch.ao is removed: ExecuTorch must then define the
 library itself (its runtime kernels, ``kernels/quantized/quantized.yaml``, already
 declare every schema); if a release does not, this module defines the ten
 schemas :func:`rewrite_qdq` uses (they are public and stable) with
-``torch.library``, backed by ``fxquant.qdq``'s kernels, and nothing else changes.
+``torch.library``, backed by ``fxquant.numerics.qdq``'s kernels, and nothing else changes.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from fxquant.lowering import (
     DEQUANTIZE_OF,
     QDQ_OPS,
 )
-from fxquant.quiet import third_party_noise_filtered
+from fxquant.tools.quiet import third_party_noise_filtered
 from torch import fx
 
 __all__ = [
@@ -73,7 +73,7 @@ def quiet_toolchain() -> Iterator[None]:
     suites that turn warnings into errors. The import also logs that torchao's
     CUDA kernels do not load on a CPU machine; those log lines are held back
     too, and so are the ``[cpuinfo_utils.cpp:...]`` lines its runtime's C++ writes
-    straight to descriptor 2 when it first loads a program (``fxquant.quiet``: every
+    straight to descriptor 2 when it first loads a program (``fxquant.tools.quiet``: every
     other line written to stderr in the block is written back after it). Used around
     ExecuTorch's imports, lowering and runtime only, never around the user's model
     code (``torch.export`` of the model runs outside it).

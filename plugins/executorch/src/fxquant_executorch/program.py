@@ -4,7 +4,7 @@
 pt2e annotation: fxquant's own converted model is the input::
 
     converted model (fxquant q/dq ops, reference modules)
-      -> fxquant.export.export_quantized     torch.export; weights folded into int8 constants
+      -> fxquant.tools.export.export_quantized     torch.export; weights folded into int8 constants
       -> edge_ops.rewrite_qdq                fxquant q/dq -> quantized_decomposed q/dq
       -> passes                              scalar qparams; one dequantize per reader;
                                              keep-dim means; int8 embedding lookups
@@ -25,10 +25,10 @@ from typing import Any
 
 import torch
 from fxquant.errors import ConfigTypeError, ExportError, QuantizationSkipped
-from fxquant.export import export_quantized
 from fxquant.flow.deployed import DeployedModel
 from fxquant.flow.report import NodeStatus, ReasonCode, Report
 from fxquant.flow.state import FlowState, flow_state
+from fxquant.tools.export import export_quantized
 from torch import fx
 from torch.utils import _pytree as pytree
 

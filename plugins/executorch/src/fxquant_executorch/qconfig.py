@@ -100,8 +100,8 @@ _TRANSPOSED = (nn.ConvTranspose1d, nn.ConvTranspose2d, F.conv_transpose1d, F.con
 
 def _qconfigs(is_qat: bool) -> tuple[QConfig, QConfig, QConfig]:
     """(global, transposed conv, embedding) qconfigs."""
-    from fxquant import fake_quantize as fq
-    from fxquant import observer as obs
+    from fxquant.numerics import fake_quantize as fq
+    from fxquant.numerics import observer as obs
 
     per_channel = {"qscheme": torch.per_channel_symmetric, "ch_axis": 0, **_WEIGHT}
     per_tensor = {"qscheme": torch.per_tensor_symmetric, **_WEIGHT}
@@ -214,8 +214,8 @@ def dynamic_qconfig(is_qat: bool = False) -> QConfig:
         >>> observer.is_dynamic, observer.is_per_token
         (True, True)
     """
-    from fxquant import fake_quantize as fq
-    from fxquant import observer as obs
+    from fxquant.numerics import fake_quantize as fq
+    from fxquant.numerics import observer as obs
 
     per_channel = {"qscheme": torch.per_channel_symmetric, "ch_axis": 0, **_WEIGHT}
     weight: Any = obs.PerChannelMinMaxObserver.with_args(**per_channel)

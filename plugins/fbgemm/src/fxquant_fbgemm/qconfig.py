@@ -12,7 +12,7 @@ does on every CPU (57-74 steps off on full-range inputs with 8-bit weights, with
 too). Weights within +-64 keep every pair below 32767 for any uint8 input
 (2 x 255 x 64 = 32640): each kernel is exact against the reference model, whatever the
 inputs, even beyond the calibrated range. The weights of Linear are -128..127 where its
-GEMM adds in int32 (VNNI, AMX) and 7 bits elsewhere (``fxquant.kernels.cpu``, asked
+GEMM adds in int32 (VNNI, AMX) and 7 bits elsewhere (``fxquant.lowering.kernels.cpu``, asked
 when the mapping is built). The lowering rules decline larger weights where they would
 saturate (``fxquant.explain`` says why).
 

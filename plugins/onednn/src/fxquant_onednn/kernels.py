@@ -17,7 +17,7 @@ Every rule is built from a backend's pattern list (:func:`lowering_rules`), so
 each pattern the backend quantizes has a rule.
 
 On a CPU without VNNI oneDNN's uint8 x int8 products saturate in int16 pairs
-unless the weights stay within +-64 (``fxquant.kernels.cpu``): there the linear
+unless the weights stay within +-64 (``fxquant.lowering.kernels.cpu``): there the linear
 and conv rules decline other weights (``Declined``, the report says why), and
 the pattern stays in reference form, correct, instead of lowered and wrong.
 """
@@ -31,12 +31,12 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from fxquant import qdq
 from fxquant.config.backend import BackendPatternConfig
-from fxquant.kernels import boundary, cpu
-from fxquant.kernels.integer import IntegerClamp
 from fxquant.lowering import Declined, LoweringMatch, LoweringRule, QParams
+from fxquant.lowering.kernels import boundary, cpu
+from fxquant.lowering.kernels.integer import IntegerClamp
 from fxquant.nn import intrinsic, reference
+from fxquant.numerics import qdq
 from torch import fx, nn
 
 from fxquant_onednn.modules import (
@@ -109,7 +109,7 @@ def _linear_post_op(fused: nn.Module) -> tuple[str, tuple[float, ...]]:
 
 def _saturates(weight: torch.Tensor, x: QParams) -> Declined | None:
     """Declined when oneDNN's u8 x s8 products of ``weight`` and inputs quantized as ``x``
-    could saturate on this CPU (no VNNI, weights beyond +-64: ``fxquant.kernels.cpu``)."""
+    could saturate on this CPU (no VNNI, weights beyond +-64: ``fxquant.lowering.kernels.cpu``)."""
     reason = cpu.saturation_reason("oneDNN", weight, x)
     return None if reason is None else Declined(reason)
 

@@ -9,7 +9,7 @@ Every module here takes and returns plain integer tensors (never ``quint8``):
     QConv            torch.ops.onednn.qconv{1,2,3}d_pointwise (+ ``.binary`` "sum" for conv + add)
     QAdd             int arithmetic add (+ relu); ``onednn.qadd`` is wrong for uint8 >= 128 in 2.13
 
-A conv or linear absorbs the ``fxquant.kernels.integer.IntegerClamp`` (relu6, hardtanh)
+A conv or linear absorbs the ``fxquant.lowering.kernels.integer.IntegerClamp`` (relu6, hardtanh)
 that alone follows it as a ``hardtanh`` post op: no pass over the data of its own.
 oneDNN clamps a uint8 output to 0..255 only: an output of fewer bits (0..127, the
 7-bit activations of CPUs without VNNI) is clamped to its range by a ``hardtanh``
@@ -26,11 +26,11 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from fxquant import qdq  # the core's numerics, shared with the reference model
-from fxquant.kernels import boundary
-from fxquant.kernels.integer import IntegerClamp
 from fxquant.lowering import AddInput, Dequantize, QParams, Quantize
+from fxquant.lowering.kernels import boundary
 from fxquant.lowering.kernels.cpu import symmetric_zero_padding
+from fxquant.lowering.kernels.integer import IntegerClamp
+from fxquant.numerics import qdq  # the core's numerics, shared with the reference model
 from torch import nn
 
 __all__ = [
@@ -331,16 +331,16 @@ class QLinear(_Packed):
 class DynamicQLinear(QLinear):
     """Dynamic int8 linear: the float input is quantized per call, the output is float.
 
-    The input qparams are those ``fxquant.qdq.choose_qparams_per_tensor`` picks
+    The input qparams are those ``fxquant.numerics.qdq.choose_qparams_per_tensor`` picks
     for the input's range, as in the reference model, computed from its
-    ``amin`` and ``amax`` as Python numbers (``fxquant.qdq.qparams_for_range``: no
+    ``amin`` and ``amax`` as Python numbers (``fxquant.numerics.qdq.qparams_for_range``: no
     custom-op dispatch, no 0-d tensors; #12). A float GELU after it runs as
     oneDNN's ``gelu`` post op. Dynamic linears that read the same input (a
     transformer's query, key and value) merge into one
     :class:`SharedInputDynamicQLinear`, which quantizes that input once.
 
     ``split``: for a CPU without VNNI, where oneDNN's u8 x s8 products saturate unless
-    the weights stay within +-64 or the inputs within 7 bits (``fxquant.kernels.cpu``),
+    the weights stay within +-64 or the inputs within 7 bits (``fxquant.lowering.kernels.cpu``),
     an 8-bit input ``q`` runs as two exact GEMMs on its 7-bit high part and its lowest
     bit (``q = 2 * (q >> 1) + (q & 1)``), summed in float: the reference's numerics at
     2-3.3x the one-GEMM time, 1.1-1.3x faster than a float32 linear (BERT-base sizes,

@@ -23,14 +23,14 @@ output channel (the only weights oneDNN takes; per tensor for transposed
 convs). Activations: HistogramObserver for PTQ (it clips outliers, which
 min/max does not), moving-average min/max fake-quantize for QAT.
 
-The weights' range depends on the CPU (``fxquant.kernels.cpu``, asked when the
+The weights' range depends on the CPU (``fxquant.lowering.kernels.cpu``, asked when the
 mapping is built): -128..127 with VNNI or AMX, where oneDNN adds each u8 x s8
 product in int32; 7 bits (-63..63) without, where it adds pairs of products in
 int16 with saturation and 8-bit weights give wrong results (an AVX2 CPU: 10 dB
 instead of 37 dB of SQNR on a linear stack). torch.ao's x86 default reduces the
 activations to 7 bits instead (``reduce_range``), which leaves inputs beyond the
 calibrated range (stored up to 255) to overflow, and is 0.3-2.4 dB less accurate
-on the zoo's models (``fxquant.kernels.cpu``'s figures). 7-bit weights cost
+on the zoo's models (``fxquant.lowering.kernels.cpu``'s figures). 7-bit weights cost
 accuracy, not speed. A user's own 8-bit-weight qconfig stays correct there: the
 kernels decline it and the reference form runs it (``fxquant.explain`` says why).
 ``FXQUANT_CPU_VNNI=1`` / ``0`` overrides what the CPU says.
@@ -43,11 +43,11 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from fxquant import fake_quantize, observer
 from fxquant.config.qconfig import QConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
-from fxquant.kernels import cpu
+from fxquant.lowering.kernels import cpu
 from fxquant.nn import intrinsic
+from fxquant.numerics import fake_quantize, observer
 from fxquant.patterns import reference_default_qconfig_mapping
 from torch import nn
 
@@ -169,7 +169,7 @@ def default_qconfig_mapping(is_qat: bool) -> QConfigMapping:
 
     Example:
         >>> import torch
-        >>> from fxquant.kernels import cpu
+        >>> from fxquant.lowering.kernels import cpu
         >>> mapping = default_qconfig_mapping(is_qat=False)
         >>> mapping.qconfig_for("", torch.nn.LayerNorm) is None
         True

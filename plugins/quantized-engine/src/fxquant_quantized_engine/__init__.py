@@ -46,7 +46,7 @@ them (clamped in place on their fresh result; ``r.dequantize()``), and
 
 from __future__ import annotations
 
-from fxquant.kernels.integer import IntegerClamp
+from fxquant.lowering.kernels.integer import IntegerClamp
 
 from fxquant_quantized_engine.backend import EngineHooks, engine_plugin
 from fxquant_quantized_engine.conv_add import QuantizedConvAdd

@@ -86,7 +86,7 @@ class QuantizedConvAdd(nn.Module):
         """Take over a relu/relu6 clamp, then the dequantize step, that alone follow it.
 
         Example:
-            >>> from fxquant.kernels.integer import IntegerClamp
+            >>> from fxquant.lowering.kernels.integer import IntegerClamp
             >>> from fxquant.nn import reference
             >>> weight = {"qscheme": torch.per_tensor_affine, "dtype": torch.int8,
             ...           "scale": 0.1, "zero_point": 0}

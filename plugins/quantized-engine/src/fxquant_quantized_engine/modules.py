@@ -6,9 +6,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from fxquant.kernels.integer import IntegerClamp
 from fxquant.lowering import Dequantize, Quantize
 from fxquant.lowering.kernels.cpu import symmetric_zero_padding
+from fxquant.lowering.kernels.integer import IntegerClamp
 from torch import nn
 
 from fxquant_quantized_engine.engine import (
@@ -402,7 +402,7 @@ class QuantizedLinearDynamic(_Weighted):
 
     ``reduce_range`` is True when the dynamic activation range is 7 bits (0..127).
     ``split``: on fbgemm without VNNI, weights beyond +-64 with 8-bit activations
-    saturate (``fxquant.kernels.cpu``); the weight runs as two exact GEMMs, its high
+    saturate (``fxquant.lowering.kernels.cpu``); the weight runs as two exact GEMMs, its high
     half (``w >> 1``, twice the scale) and its lowest bit: two GEMMs' time.
 
     Example:
@@ -425,7 +425,7 @@ class QuantizedLinearDynamic(_Weighted):
     def pack(self) -> Any:
         if not self.split:
             return torch.ops.quantized.linear_prepack(self.qweight(), self.bias)
-        # FBGEMM without VNNI saturates on weights beyond +-64 (fxquant.kernels.cpu): the
+        # FBGEMM without VNNI saturates on weights beyond +-64 (fxquant.lowering.kernels.cpu): the
         # high half (within +-64, twice the scale) and the lowest bit, each exact
         high, low = torch.bitwise_right_shift(self.weight, 1), torch.bitwise_and(self.weight, 1)
         zero_point = self.weight_zero_point

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from fxquant import qdq
+from fxquant.numerics import qdq
 from torch import nn
 
 from fxquant_quantized_engine.engine import (

@@ -63,8 +63,8 @@ def _engine_qconfigs(
     is_qat: bool, activation: Mapping[str, Any], weight: Mapping[str, Any]
 ) -> tuple[QConfig, Any]:
     # (global qconfig, per-tensor weight constructor of the transposed convs)
-    from fxquant import observer as obs  # heavy: only when asked
-    from fxquant.fake_quantize import FakeQuantize
+    from fxquant.numerics import observer as obs  # heavy: only when asked
+    from fxquant.numerics.fake_quantize import FakeQuantize
 
     channel = {"qscheme": "per_channel_symmetric", **weight}
     tensor = {"qscheme": "per_tensor_symmetric", **weight}
@@ -160,7 +160,7 @@ def conv_adds_int8(mapping: QConfigMapping) -> QConfigMapping:
         >>> mapping.qconfig_for("", torch.add) is None
         True
     """
-    from fxquant.fake_quantize import FakeQuantizeBase  # heavy: only when asked
+    from fxquant.numerics.fake_quantize import FakeQuantizeBase  # heavy: only when asked
 
     base = mapping.global_qconfig
     if base is None:
@@ -193,8 +193,8 @@ def transformer_ops_int8(mapping: QConfigMapping) -> QConfigMapping:
         >>> mapping.qconfig_for("", torch.nn.LayerNorm).weight().dtype
         torch.float32
     """
-    from fxquant import observer  # heavy: only when asked
-    from fxquant.fake_quantize import FakeQuantizeBase
+    from fxquant.numerics import observer  # heavy: only when asked
+    from fxquant.numerics.fake_quantize import FakeQuantizeBase
     from fxquant.patterns.fixed_qparams import fixed_qparams_ops
     from fxquant.patterns.qconfigs import fixed_qparams_qconfig
 

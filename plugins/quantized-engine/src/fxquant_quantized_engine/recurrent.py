@@ -23,7 +23,7 @@ arithmetic. Declined, with the reason (the module stays in reference form):
 - fp16 weights, and an LSTM's ``proj_size`` (torch's quantized LSTM op has no projection);
 - a range other than 0..127 / 0..255, or 0..127 on qnnpack (its kernels ignore ``reduce_range``);
 - 8-bit activations with weights beyond +-64 on CPUs without VNNI (fbgemm / oneDNN add pairs
-  of u8 x s8 products in int16: ``fxquant.kernels.cpu``);
+  of u8 x s8 products in int16: ``fxquant.lowering.kernels.cpu``);
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from fxquant.kernels import cpu
 from fxquant.lowering import Declined, LoweringMatch, LoweringRule, QParams
+from fxquant.lowering.kernels import cpu
 from fxquant.nn import recurrent
 from torch import nn
 

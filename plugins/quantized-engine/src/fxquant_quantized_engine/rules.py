@@ -10,9 +10,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from fxquant.kernels import cpu
-from fxquant.kernels.integer import IntegerClamp
 from fxquant.lowering import Declined, LoweringRule
+from fxquant.lowering.kernels import cpu
+from fxquant.lowering.kernels.integer import IntegerClamp
 from fxquant.nn import intrinsic
 from fxquant.nn import reference as reference_modules
 from torch import nn
@@ -347,7 +347,7 @@ def _fbgemm_saturation(engine: str, reference: Any, x: Any) -> str | None:
     """Why FBGEMM's u8 x s8 products of this weight could saturate on this CPU, or None.
 
     FBGEMM adds pairs of products in int16 on CPUs without VNNI, as oneDNN does
-    (``fxquant.kernels.cpu``: exact for weights within +-64, or a dynamic input
+    (``fxquant.lowering.kernels.cpu``: exact for weights within +-64, or a dynamic input
     within 7 bits). QNNPACK's kernels widen every product first: never.
     """
     if engine != "fbgemm" or x is None:

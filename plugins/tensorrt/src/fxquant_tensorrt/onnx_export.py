@@ -1,6 +1,6 @@
 """A converted model as an ONNX model whose quantization is real QuantizeLinear/DequantizeLinear.
 
-Route (why): ``fxquant.export.export_quantized`` gives a ``torch.export`` program
+Route (why): ``fxquant.tools.export.export_quantized`` gives a ``torch.export`` program
 with the weights folded into int8 constants and fxquant's own quantize/dequantize
 ops left intact. ``torch.onnx.export(program, dynamo=True)`` then translates it
 with a *custom translation table* that maps each fxquant op to one ONNX
@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from fxquant.errors import ExportError
-from fxquant.export import export_quantized, source_of
 from fxquant.flow import explain
 from fxquant.flow.report import NodeStatus
 from fxquant.lowering import CHOOSE_QPARAMS_OP, QUANTIZE_OPS
+from fxquant.tools.export import export_quantized, source_of
 from torch import fx
 
 from fxquant_tensorrt.origins import consumer_origin, onnx_origins

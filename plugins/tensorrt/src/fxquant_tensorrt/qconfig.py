@@ -89,8 +89,8 @@ _PER_TENSOR_WEIGHT_OPS: tuple[Any, ...] = (
 
 def _qconfigs(is_qat: bool) -> tuple[QConfig, QConfig]:
     # (global qconfig, the same with per-tensor weights)
-    from fxquant import observer as obs  # heavy: only when asked
-    from fxquant.fake_quantize import FakeQuantize
+    from fxquant.numerics import observer as obs  # heavy: only when asked
+    from fxquant.numerics.fake_quantize import FakeQuantize
 
     channel = {"qscheme": torch.per_channel_symmetric, "ch_axis": 0, **_WEIGHT}
     tensor = {"qscheme": torch.per_tensor_symmetric, **_WEIGHT}
