@@ -17,6 +17,6 @@
     quiet.py        third-party start-up chatter kept out of fxquant's output
 
 Their old paths are files that warn and give these modules (:mod:`fxquant.moved`):
-``fxquant.cli``, ``fxquant.testing``, ``fxquant.conformance``, ``fxquant.export`` (old paths); ``from fxquant.numerics import compare,
-fallback`` gives the debugger.
+``fxquant.cli``, ``fxquant.testing``, ``fxquant.conformance``, ``fxquant.export`` (old paths).
+``from fxquant.numerics import compare, fallback`` gives the debugger.
 """
