@@ -8,6 +8,7 @@ import ast
 import importlib
 import importlib.metadata
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -392,3 +393,26 @@ def test_an_optional_part_not_installed_names_the_distribution_to_install(
     assert error.value.name == old
     with pytest.raises(ModuleNotFoundError, match=f"pip install {distribution}"):
         importlib.import_module(f"{old}.a_submodule")
+
+
+def _documented_imports() -> list[tuple[str, str]]:
+    pages = [ROOT / "README.md", *ROOT.glob("docs/**/*.md"), *ROOT.glob("plugins/*/README.md")]
+    found = []
+    for page in pages:
+        for block in re.findall(r"^```python\n(.*?)^```", page.read_text(), re.M | re.S):
+            for module in re.findall(r"^\s*(?:from|import)\s+(fxquant[\w.]*)", block, re.M):
+                found.append((page.relative_to(ROOT).as_posix(), module))
+    return sorted(set(found))
+
+
+def test_every_module_the_docs_import_is_a_file_at_its_real_path() -> None:
+    # a reader opens the file a snippet names; an old path's file only redirects
+    wrong = []
+    for page, module in _documented_imports():
+        if not module.startswith("fxquant.") or module.split(".")[0] != "fxquant":
+            continue
+        base = CORE.parent / module.replace(".", "/")
+        path = base.with_suffix(".py") if base.with_suffix(".py").exists() else base / "__init__.py"
+        if not path.is_file() or "redirect(__name__)" in path.read_text():
+            wrong.append(f"{page}: {module}")
+    assert wrong == []
