@@ -215,7 +215,7 @@ def test_fxquant_imports_and_builds_configs_on_a_torch_without_quantized_dtypes_
         bc = fxquant.BackendConfig("b").set_backend_pattern_config(
             fxquant.BackendPatternConfig(torch.nn.Linear).add_dtype_config(cfg))
         assert fxquant.BackendConfig.from_json(bc.to_json()).to_dict() == bc.to_dict()
-        import fxquant.fake_quantize, fxquant.config.defaults, fxquant.demo
+        import fxquant.fake_quantize, fxquant.config.defaults, fxquant.tools.demo
         obs = MinMaxObserver()
         obs(torch.randn(8))
         print(obs.calculate_qparams()[1].item() >= 0)
