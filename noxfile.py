@@ -42,6 +42,7 @@ nox.options.reuse_existing_virtualenvs = True
 
 
 TORCHVISION = "torchvision==0.28.0"
+TORCHVISION_NEEDS = ("pillow>=10", "numpy")
 
 
 def install_torchvision(session: nox.Session) -> None:
@@ -49,6 +50,9 @@ def install_torchvision(session: nox.Session) -> None:
     torch (CUDA's GBs), and a pyproject extra cannot say ``--no-deps``. Its import on the CPU
     torch needs two op schemas defined first (tests/zoo/torchvision_models.py)."""
     session.install("--no-deps", TORCHVISION)
+    # its own requirements but torch: without Pillow `import torchvision` fails, and then so
+    # does every transformers import (transformers imports torchvision when it is installed)
+    session.install(*TORCHVISION_NEEDS)
 
 
 def install_core(session: nox.Session, *extras: str) -> None:
@@ -72,6 +76,7 @@ def _develop_in(session: nox.Session, venv: Path) -> None:
         _venv_run(session, venv, "pip", "install", *development_install())
         # the zoo's torchvision models, as `tests` has them (install_torchvision: no deps)
         _venv_run(session, venv, "pip", "install", "--no-deps", TORCHVISION)
+        _venv_run(session, venv, "pip", "install", *TORCHVISION_NEEDS)
 
 
 @nox.session(python="3.11")

@@ -7,7 +7,7 @@ registers fake kernels for ``torchvision::nms`` and ``torchvision::qnms`` with
 defined. The model definitions use none of the C ops. :func:`load` imports torchvision as
 it is; when that fails for want of those schemas, it defines them (no kernel: calling the
 op still fails, as it would without the extension) and imports again. torchvision is
-installed with ``pip install --no-deps torchvision==0.28.0`` (its own requirement is an
+installed with ``pip install --no-deps torchvision==0.28.0 pillow`` (its own requirement is an
 unpinned torch, which pulls CUDA): the nox sessions that need it do so, and tests call
 :func:`require`, which skips with that command where it is absent.
 
@@ -36,7 +36,7 @@ from torch import nn
 
 __all__ = ["BUILDERS", "INSTALL", "SEGMENTATION", "load", "require"]
 
-INSTALL = "pip install --no-deps torchvision==0.28.0"
+INSTALL = "pip install --no-deps torchvision==0.28.0 pillow"
 """How torchvision is installed next to the pinned CPU torch (its requirement pulls CUDA)."""
 
 # the schemas torchvision's meta registrations reference by name (register_fake needs the
