@@ -93,6 +93,8 @@ def _qconfig_mapping(cell: Cell, model: nn.Module) -> Any:
     import fxquant
     from fxquant.numerics.observer import default_weight_observer
 
+    if cell.move == "no_backend_config":  # a torch.ao script as written: the default mapping
+        return fxquant.get_default_qconfig_mapping()
     mapping = fxquant.get_default_qconfig_mapping(cell.backend, is_qat=cell.move == "qat")
     if cell.move == "module_none":
         mapping.set_module_name(customized_module(model), None)

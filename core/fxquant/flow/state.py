@@ -124,8 +124,9 @@ def reference_form(model: object) -> GraphModule | None:
     Example:
         >>> import torch, fxquant
         >>> m = torch.nn.Sequential(torch.nn.Linear(2, 2)).eval()
+        >>> reference = fxquant.get_backend_config("reference")
         >>> gm = fxquant.prepare_fx(m, fxquant.get_default_qconfig_mapping("reference"),
-        ...                         (torch.randn(1, 2),))
+        ...                         (torch.randn(1, 2),), backend_config=reference)
         >>> _ = gm(torch.randn(1, 2))
         >>> converted = fxquant.convert_fx(gm)
         >>> reference_form(converted) is converted, reference_form(m)

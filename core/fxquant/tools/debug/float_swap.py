@@ -71,7 +71,7 @@ class SwapRun(ValueRun):
             return self.pending[self.ends[n]]
         out = super().run_node(n)
         if n.op == "placeholder" and isinstance(out, torch.Tensor):
-            self.values.setdefault(n.name, out.detach().float())
+            self.values.setdefault(n.name, _as_float_value(out))
         site = self.sites.get(n)
         if site is None or site.name not in self.swapped or not isinstance(out, torch.Tensor):
             return out
@@ -80,7 +80,7 @@ class SwapRun(ValueRun):
             return out
         value = _scale(value, self.scaled.get(site.name), up=True)
         self.done.add(site.name)
-        self.values[site.name] = value.detach().float()
+        self.values[site.name] = _as_float_value(value)
         if site.chain:
             self.pending[site.name] = value.float()
             return out
@@ -104,6 +104,12 @@ class SwapRun(ValueRun):
         if arg.name not in self.values:
             raise _Unmatched(arg.name)
         return _scale(self.values[arg.name], self.scaled.get(arg.name), up=False)
+
+
+def _as_float_value(value: torch.Tensor) -> torch.Tensor:
+    """A float model's input as its op reads it: float32 for floating values; integers (an
+    embedding's token ids, a mask) stay integers, as the float model took them."""
+    return value.detach().float() if value.is_floating_point() else value.detach()
 
 
 def _dequantizes(site: Site) -> list[Node]:
