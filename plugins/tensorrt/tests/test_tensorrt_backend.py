@@ -141,5 +141,7 @@ def test_demo_deploys_tensorrt_to_onnxruntime(one_thread: None) -> None:
         else "ok"
     ), row
     assert cells[-2] == plugin.RUNTIME
-    assert int(cells[1]) > 5  # lowered: the nodes whose Q/DQ TensorRT fuses
+    # lowered: the nodes onnxruntime ran on integers (the deployed report says what ran;
+    # TensorRT's own verdict, more of them, is the deployed model's target_report)
+    assert int(cells[1]) > 0
     assert float(cells[5]) > 20  # SQNR against float (after the float column), in onnxruntime
