@@ -10,6 +10,7 @@ property test under "default" (100 examples, a fresh random draw each run) to ex
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -54,10 +55,9 @@ def _torchvision_importable() -> None:
     if importlib.util.find_spec("torchvision") is not None:
         from tests.zoo import torchvision_models
 
-        try:
+        # a dependency of its own missing (Pillow): the tests that need it say so
+        with contextlib.suppress(ImportError):
             torchvision_models.load()
-        except ImportError:
-            pass  # a dependency of its own missing (Pillow): the tests that need it say so
 
 
 _torchvision_importable()
