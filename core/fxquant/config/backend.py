@@ -875,9 +875,10 @@ def _check_name(name: object) -> str:
     raise ConfigTypeError(msg)
 
 
-# ---------------------------------------------------------------- the JSON form (#18)
-# written here, with config/serialize.py's name and value helpers: serialize imports no
-# config class, so both directions of the JSON form keep the import graph one way (#21)
+# ---------------------------------------------------------------- the JSON form
+# each config class writes its own JSON with config/serialize.py's name and value helpers
+# (QConfigMapping's is in config/qconfig_mapping.py): serialize imports no class above
+# QConfig, so both directions of the JSON form keep the import graph one way
 
 _CONSTRAINT_FIELDS: Final = (
     "quant_min_lower_bound",

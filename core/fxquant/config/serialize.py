@@ -1,8 +1,9 @@
-"""JSON forms of ``BackendConfig`` and ``QConfigMapping``, and safe name resolution.
+"""The JSON vocabulary of the configs: safe name resolution and the value helpers.
 
-This module imports no config class (#21): ``QConfigMapping`` JSON is written from and read
-into its dict form here, and ``config/backend.py`` writes its pattern configs with the helpers
-below; both import this module at module level, so the import graph points one way.
+Each config class writes its own JSON form with these helpers (``config/backend.py`` the
+``BackendConfig``, ``config/qconfig_mapping.py`` the ``QConfigMapping``); this module imports
+no class above ``QConfig``, so the classes import it at module level and the import graph
+points one way.
 
 The JSON mirrors ``to_dict()``; objects that JSON cannot hold are tagged:
 
@@ -51,15 +52,17 @@ from fxquant.factory import ModuleFactory
 __all__ = [
     "Codec",
     "decode_dtype",
+    "decode_op",
     "decode_pattern",
+    "decode_qconfig",
+    "encode_op",
     "encode_pattern",
+    "encode_qconfig",
     "json_list",
     "loads",
     "name_codec",
     "name_of",
     "one_scan",
-    "qconfig_mapping_from_json",
-    "qconfig_mapping_to_json",
     "resolve",
     "trusted_roots",
     "unsafe",
@@ -343,13 +346,15 @@ def _check_resolved(found: Any, path: str, kind: str, roots: frozenset[str]) -> 
 # ---------------------------------------------------------------- patterns and ops
 
 
-def _encode_op(op: object, path: str) -> Any:
+def encode_op(op: object, path: str) -> Any:
+    """An op of a pattern (module class, function or method name) as JSON; ``path`` for errors."""
     if isinstance(op, str):
         return {"method": op}
     return name_of(op, path, OP)
 
 
-def _decode_op(data: object, path: str) -> Any:
+def decode_op(data: object, path: str) -> Any:
+    """:func:`encode_op`'s JSON back to the op, resolved only in trusted modules."""
     if isinstance(data, Mapping) and set(data) == {"method"}:
         method = data["method"]
         if not isinstance(method, str) or not method.isidentifier():
@@ -368,7 +373,7 @@ def encode_pattern(pattern: object, path: str) -> Any:
     """
     if isinstance(pattern, tuple):
         return [encode_pattern(p, f"{path}[{i}]") for i, p in enumerate(pattern)]
-    return _encode_op(pattern, path)
+    return encode_op(pattern, path)
 
 
 def decode_pattern(data: object, path: str) -> Any:
@@ -380,7 +385,7 @@ def decode_pattern(data: object, path: str) -> Any:
     """
     if isinstance(data, list):
         return tuple(decode_pattern(p, f"{path}[{i}]") for i, p in enumerate(data))
-    return _decode_op(data, path)
+    return decode_op(data, path)
 
 
 # ---------------------------------------------------------------- observer constructors
@@ -481,7 +486,8 @@ def _try_build(factory: ModuleFactory, path: str) -> None:
         raise ConfigError(msg) from error
 
 
-def _encode_qconfig(qconfig: object, path: str) -> Any:
+def encode_qconfig(qconfig: object, path: str) -> Any:
+    """A QConfig (or None) as JSON: its two constructors by name with their arguments."""
     if qconfig is None:
         return None
     if not isinstance(qconfig, QConfig):
@@ -492,7 +498,8 @@ def _encode_qconfig(qconfig: object, path: str) -> Any:
     }
 
 
-def _decode_qconfig(data: object, path: str) -> QConfig | None:
+def decode_qconfig(data: object, path: str) -> QConfig | None:
+    """:func:`encode_qconfig`'s JSON back to a QConfig, each constructor checked by building it."""
     if data is None:
         return None
     if not isinstance(data, Mapping) or set(data) != {"activation", "weight"}:
@@ -631,85 +638,3 @@ def loads(text: object, owner: str) -> dict[str, Any]:
         msg = f"{owner}.from_json: the JSON nests deeper than {MAX_DEPTH} levels"
         raise ConfigError(msg)
     return data
-
-
-# ---------------------------------------------------------------- QConfigMapping
-
-# dict key -> which items of each entry are an object type (the rest: str/int as is)
-_OBJECT_TYPE_POSITIONS: Final = {
-    "object_type": (0,),
-    "module_name_regex": (),
-    "module_name": (),
-    "module_name_object_type_order": (1,),
-}
-
-
-def _encode_entry(
-    entry: tuple[Any, ...], path: str, object_positions: tuple[int, ...]
-) -> list[Any]:
-    *keys, qconfig = entry
-    encoded = [
-        _encode_op(key, f"{path}[{i}]") if i in object_positions else key
-        for i, key in enumerate(keys)
-    ]
-    return [*encoded, _encode_qconfig(qconfig, f"{path}[{len(keys)}]")]
-
-
-def _decode_entry(data: object, path: str, object_positions: tuple[int, ...]) -> tuple[Any, ...]:
-    *keys, qconfig = json_list(data, path) or [None]
-    decoded = [
-        _decode_op(key, f"{path}[{i}]") if i in object_positions else key
-        for i, key in enumerate(keys)
-    ]
-    return (*decoded, _decode_qconfig(qconfig, f"{path}[{len(keys)}]"))
-
-
-def qconfig_mapping_to_json(data: Mapping[str, Any]) -> str:
-    """Write a QConfigMapping's ``to_dict()`` as JSON: observer classes by name with their
-    keyword arguments (``QConfigMapping.to_json`` calls this).
-
-    Raises:
-        UnsafeNameError: naming the JSON path of a value that cannot be written.
-
-    Example:
-        >>> qconfig_mapping_to_json({"": None, "module_name": [("fc", None)]})[:36]
-        '{"": null, "object_type": [], "modul'
-    """
-    with one_scan():
-        encoded: dict[str, Any] = {"": _encode_qconfig(data[""], '[""]')}
-        for key, positions in _OBJECT_TYPE_POSITIONS.items():
-            encoded[key] = [
-                _encode_entry(entry, f"{key}[{i}]", positions)
-                for i, entry in enumerate(data.get(key, ()))
-            ]
-    return json.dumps(encoded)
-
-
-def _decode_mapping(data: dict[str, Any]) -> dict[str, Any]:
-    decoded: dict[str, Any] = dict(data)
-    if "" in data:
-        decoded[""] = _decode_qconfig(data[""], '[""]')
-    for key, positions in _OBJECT_TYPE_POSITIONS.items():
-        if key in data:
-            entries = json_list(data[key], key)
-            decoded[key] = [
-                _decode_entry(e, f"{key}[{i}]", positions) for i, e in enumerate(entries)
-            ]
-    return decoded
-
-
-def qconfig_mapping_from_json(text: object) -> dict[str, Any]:
-    """Read :func:`qconfig_mapping_to_json`'s text back into the dict form that
-    ``QConfigMapping.from_dict`` takes (``QConfigMapping.from_json`` calls this).
-
-    Raises:
-        UnsafeNameError: naming the JSON path of a name outside the trusted modules.
-        ConfigError: for malformed JSON or config values.
-
-    Example:
-        >>> qconfig_mapping_from_json('{"": null, "module_name": [["fc", null]]}')
-        {'': None, 'module_name': [('fc', None)]}
-    """
-    data = loads(text, "QConfigMapping")
-    with one_scan():
-        return _decode_mapping(data)
