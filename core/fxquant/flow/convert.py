@@ -106,8 +106,7 @@ def _swap_custom_modules(
             )
             raise ConfigTypeError(msg)
         quantized = from_observed(module)
-        parent, _, name = str(node.target).rpartition(".")
-        setattr(root.get_submodule(parent) if parent else root, name, quantized)
+        root.set_submodule(str(node.target), quantized)
         modules[str(node.target)] = quantized
 
 

@@ -288,8 +288,7 @@ def _drop_compile_wrappers(root: nn.Module) -> None:
     for path, module in list(root.named_modules()):
         inner = _compiled_module(module)
         if inner is not None and path:
-            parent, _, name = path.rpartition(".")
-            setattr(root.get_submodule(parent) if parent else root, name, inner)
+            root.set_submodule(path, inner)
 
 
 def _check_concrete_args(root: nn.Module, ctx: FlowContext) -> dict[str, Any] | None:

@@ -142,8 +142,7 @@ def _install(
     with gm.graph.inserting_after(replaced):
         if isinstance(kernel, nn.Module):
             name = _kernel_name(gm, match, modules)
-            parent, _, leaf = name.rpartition(".")
-            setattr(gm.get_submodule(parent) if parent else gm, leaf, kernel)
+            gm.set_submodule(name, kernel)
             new = gm.graph.call_module(name, tuple(args))
         else:
             new = gm.graph.call_function(kernel, tuple(args))

@@ -212,13 +212,12 @@ def linear_for_conv1d(root: nn.Module, leaves: tuple[set[str], tuple[type, ...]]
         if type(module) is conv1d and path not in names and not isinstance(module, classes)
     ]
     for path in swapped:
-        parent_path, _, name = path.rpartition(".")
         module: Any = root.get_submodule(path)
         linear = nn.Linear(module.nx, module.nf, bias=True, device="meta")
         linear.weight = nn.Parameter(module.weight.detach().t(), module.weight.requires_grad)
         linear.bias = module.bias
         linear.train(module.training)
-        setattr(root.get_submodule(parent_path), name, linear)
+        root.set_submodule(path, linear)
     return swapped
 
 
