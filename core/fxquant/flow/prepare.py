@@ -34,6 +34,7 @@ from fxquant.factory import factory_parts
 from fxquant.flow.context import FlowContext
 from fxquant.flow.dtype_check import QConfigProbe, float_output, select_dtype_config
 from fxquant.flow.match import Match, PatternIndex, match_graph, module_table
+from fxquant.flow.names import unique_name
 from fxquant.flow.qat_swap import (
     float_class_of,
     missing_qat_config,
@@ -611,13 +612,6 @@ def _report(
     return Report(entries)
 
 
-def _observer_name(gm: fx.GraphModule, start: int) -> tuple[str, int]:
-    i = start
-    while hasattr(gm, f"activation_post_process_{i}"):
-        i += 1
-    return f"activation_post_process_{i}", i + 1
-
-
 def _record(plan: ObserverPlan) -> None:
     for node, d in plan.decisions.items():
         if d.match is None or not d.quantized:
@@ -647,13 +641,13 @@ def insert_observers(gm: fx.GraphModule, plan: ObserverPlan) -> fx.GraphModule:
     graph = gm.graph
     targets: dict[int, str] = {}
     current: dict[fx.Node, fx.Node] = {}
-    counter = 0
     position = {node: i for i, node in enumerate(graph.nodes)}
     # graph order (names read top to bottom); a producer's output observer before input ones
     ordered = sorted(plan.sites, key=lambda s: (position[s.producer], s.consumers is not None))
     for site in ordered:
         if site.group not in targets:
-            name, counter = _observer_name(gm, counter)
+            # every number below len(targets) is taken: by an observer added here or before
+            name = unique_name(gm, "activation_post_process", first=len(targets))
             gm.add_module(name, site.ctor())
             targets[site.group] = name
         source = current.get(site.producer, site.producer)

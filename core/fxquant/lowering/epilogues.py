@@ -29,6 +29,7 @@ from torch import nn
 from torch.fx import GraphModule, Node
 
 from fxquant.flow.convert_qdq import node_qparams
+from fxquant.flow.names import unique_name
 from fxquant.lowering import DEQUANTIZE_OPS, QDQ_OPS, AddInput, Dequantize, Quantize
 from fxquant.lowering.kernels import boundary
 
@@ -206,11 +207,7 @@ def _merge(gm: GraphModule, users: list[Node], calls: Counter[str]) -> None:
     merged = merge([gm.get_submodule(str(u.target)) for u in rest])
     if not isinstance(merged, nn.Module):
         return
-    name, index = f"{first.target}_merged", 0
-    while hasattr(gm, name.replace(".", "_")):
-        index += 1
-        name = f"{first.target}_merged_{index}"
-    name = name.replace(".", "_")
+    name = unique_name(gm, f"{first.target}_merged".replace(".", "_"))
     gm.add_submodule(name, merged)
     with gm.graph.inserting_before(first):
         call = gm.graph.call_module(name, first.args)

@@ -37,6 +37,7 @@ from fxquant.config.pattern import pattern_str
 from fxquant.flow.context import FlowContext
 from fxquant.flow.convert_qdq import attribute_value, node_qparams
 from fxquant.flow.match import Match, PatternIndex, match_graph
+from fxquant.flow.names import unique_name
 from fxquant.flow.report import NodeStatus, Reason, ReasonCode, Report
 from fxquant.flow.state import META_KEY, NodeInfo
 from fxquant.lowering import (
@@ -121,12 +122,7 @@ def _kernel_name(gm: GraphModule, match: Match[LoweringRule], modules: _Modules)
     node = match.nodes[0]
     if len(match.nodes) == 1 and node.op == "call_module" and modules.uses[str(node.target)] == 1:
         return str(node.target)  # the kernel takes the reference module's place
-    base = re.sub(r"\W", "_", f"{match.anchor.name}_{match.payload.name}")
-    name, index = base, 0
-    while name in modules.by_name or hasattr(gm, name):
-        index += 1
-        name = f"{base}_{index}"
-    return name
+    return unique_name(gm, re.sub(r"\W", "_", f"{match.anchor.name}_{match.payload.name}"))
 
 
 def _install(
