@@ -37,13 +37,7 @@ from fxquant.flow.calibrated import (
     warn_uncalibrated,
 )
 from fxquant.flow.context import FlowContext, as_backend_config, as_config
-from fxquant.flow.convert_copy import (
-    attr,
-    copy_model,
-    info,
-    observed_constant,
-    preserve,
-)
+from fxquant.flow.convert_copy import copy_model, observed_constant, preserve
 from fxquant.flow.convert_modules import is_observer, swap_weighted_module
 from fxquant.flow.convert_qconfig import (
     float_observers,
@@ -52,13 +46,13 @@ from fxquant.flow.convert_qconfig import (
     turn_off,
     turned_off_nodes,
 )
-from fxquant.flow.convert_qdq import replace_observer
+from fxquant.flow.convert_qdq import attribute_value, replace_observer
 from fxquant.flow.equalize import EQUALIZATION_KEY
 from fxquant.flow.equalize_convert import apply_equalization
 from fxquant.flow.kept_reference import release_replaced_weights
 from fxquant.flow.report import NodeStatus, Report, raise_if_skipped
 from fxquant.flow.resolve import backend_kernels
-from fxquant.flow.state import META_KEY, FlowMeta, FlowState
+from fxquant.flow.state import META_KEY, FlowMeta, FlowState, node_info
 from fxquant.flow.trace import drop_string_annotations
 from fxquant.flow.user_model import warn_if_calibrated_in_training, warn_if_converted_in_training
 from fxquant.lowering import DEQUANTIZE_OPS
@@ -123,10 +117,10 @@ def _rewrite(
         elif is_observer(module):
             if observed_constant(node):
                 # weights on a functional's edge: observed now, as torch.ao does
-                module(attr(root, node.args[0]))
+                module(attribute_value(root, node.args[0]))
             replace_observer(root, graph, node, module)
         else:
-            swap_weighted_module(root, node, info(node), modules)
+            swap_weighted_module(root, node, node_info(node), modules)
 
 
 def _quantized_outputs(graph: fx.Graph, indexes: list[int]) -> None:

@@ -135,7 +135,7 @@ def replace_observer(root: nn.Module, graph: Graph, node: Node, observer: nn.Mod
     return kind
 
 
-def attribute_value(gm: GraphModule, value: object) -> Any:
+def attribute_value(root: nn.Module, value: object) -> Any:
     """The module attribute a ``get_attr`` node reads, or ``value`` itself for anything else.
 
     Example:
@@ -144,7 +144,7 @@ def attribute_value(gm: GraphModule, value: object) -> Any:
     """
     if not isinstance(value, Node) or value.op != "get_attr":
         return value
-    result: Any = gm
+    result: Any = root
     for part in str(value.target).split("."):
         result = getattr(result, part)
     return result
