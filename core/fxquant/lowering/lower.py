@@ -211,13 +211,18 @@ def _fold_weights(gm: GraphModule) -> None:
         gm.graph.erase_node(node)
 
 
+_REMOVABLE = frozenset({*QDQ_OPS, CHOOSE_QPARAMS_OP, CHOOSE_QPARAMS_PER_TOKEN_OP, operator.getitem})
+
+
+def _kept_when_unused(node: Node) -> bool:
+    """Only what lowering itself leaves unused goes: a dead op of the user's model stays, as
+    it does in the reference model (torch.fx's default would also drop dead float calls)."""
+    removable = node.op == "call_function" and node.target in _REMOVABLE
+    return not (removable or node.op == "get_attr")
+
+
 def _remove_dead(gm: GraphModule) -> None:
-    removable = {*QDQ_OPS, CHOOSE_QPARAMS_OP, CHOOSE_QPARAMS_PER_TOKEN_OP, operator.getitem}
-    for node in reversed(list(gm.graph.nodes)):
-        if node.users:
-            continue
-        if (node.op == "call_function" and node.target in removable) or node.op == "get_attr":
-            gm.graph.erase_node(node)
+    gm.graph.eliminate_dead_code(is_impure_node=_kept_when_unused)
     used = {str(n.target) for n in gm.graph.nodes if n.op == "call_module"}
     for name, _ in list(gm.named_children()):
         module = getattr(gm, name)
