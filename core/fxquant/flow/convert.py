@@ -164,7 +164,7 @@ def _unlowered_copy(gm: GraphModule) -> GraphModule:
 
 
 def _finish(gm: GraphModule, source: GraphModule, state: FlowState, report: Report) -> GraphModule:
-    gm.meta = FlowMeta({**source.meta, **gm.meta})  # convert's own entries win (#23)
+    gm.meta = FlowMeta({**source.meta, **gm.meta})  # convert's own entries win
     gm.meta[META_KEY] = dataclasses.replace(state, report=report)
     return gm
 
@@ -191,7 +191,7 @@ def _remove_qconfig_attributes(model: nn.Module) -> None:
     """Delete the ``qconfig`` attributes a user set on modules (eager-mode style), as torch.ao.
 
     fxquant itself sets none: the qconfigs it applied live in the flow state,
-    which ``fxquant.explain`` reads, and are kept (#22).
+    which ``fxquant.explain`` reads, and are kept.
     """
     for module in model.modules():
         if "qconfig" in vars(module):
@@ -216,7 +216,7 @@ def reference_model(
     mapping = _mapping(qconfig_mapping)
     source_modules = dict(graph_module.named_modules())
     turned_off = turned_off_nodes(graph_module, source_modules, mapping)
-    # never-calibrated observers: their nodes stay float, reported and warned about (#18)
+    # never-calibrated observers: their nodes stay float, reported and warned about
     not_calibrated = uncalibrated(graph_module, source_modules)
     if not strict:
         warn_uncalibrated(not_calibrated, step)
@@ -228,7 +228,7 @@ def reference_model(
     off = turned_off | stays_float
     root, graph, modules = copy_model(graph_module, source_modules, off)
     _swap_custom_modules(root, graph, modules, config)
-    equalized = apply_equalization(root, graph, modules)  # before observers go (#23)
+    equalized = apply_equalization(root, graph, modules)  # before observers go
     turn_off(graph, off)
     drop = float_observers(graph, modules, off)
     drop |= {n for n in graph.nodes if n.op == "call_module" and n.target in not_calibrated}
@@ -355,7 +355,7 @@ def convert_fx(
         graph_module, convert_custom_config, qconfig_mapping, "convert_fx", strict=strict
     )
     backend = state.backend_config if chosen is None else chosen
-    # the one lookup by name, here at the entry point (CONTRACT; #21): the report says whose
+    # the one lookup by name, here at the entry point (CONTRACT): the report says whose
     kernels = backend_kernels(backend)
     ctx = FlowContext.for_convert(
         backend, strict=strict, lowering_rules=kernels.rules, deployed=kernels.deployed

@@ -6,7 +6,7 @@
     static, per channel: scales / zero points become buffers (get_attr) of the root
     dynamic:             choose_qparams_per_tensor(x) -> quantize .tensor -> dequantize .tensor
     dynamic, per token:  choose_qparams_per_token_asymmetric(x) -> quantize_per_token
-                           -> dequantize_per_token (one grid per row; PerTokenObserver, #23)
+                           -> dequantize_per_token (one grid per row; PerTokenObserver)
     float16 / bfloat16:  x.to(float16).to(float32)
     anything else:       the observer is removed (float32 placeholders, unused observers)
 

@@ -111,7 +111,7 @@ def _apply(
     extra = (
         list(config._extra_inputs_getter(match.structure)) if config._extra_inputs_getter else []
     )
-    # the fused module answers to the order keys of every call it replaces (#11)
+    # the fused module answers to the order keys of every call it replaces
     orders = tuple(key for node in match.nodes for key in node_info(node).call_orders)
     gm.set_submodule(str(root.target), fused)
     if root is not match.anchor:
