@@ -1,4 +1,4 @@
-"""Input-weight equalization: its qconfig, its two observers and the scale they give (#23).
+"""Input-weight equalization: its qconfig, its two observers and the scale they give.
 
 A Linear computes ``y = x @ W.T``; for any positive vector ``s`` over the input
 channels, ``(x * s) @ (W / s).T`` is the same product. Equalization picks ``s``

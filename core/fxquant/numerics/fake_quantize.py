@@ -347,7 +347,7 @@ class FusedMovingAvgObsFakeQuantize(FakeQuantize):
             result = None
         if saved is not None and (result is None or not self._finite_state()):
             # the kernel folded a NaN or inf of x into the moving averages, which would then
-            # never recover (#18): undo it and take the unfused steps, whose observer leaves
+            # never recover: undo it and take the unfused steps, whose observer leaves
             # non-finite values out (and warns once)
             self._restore(saved)
             return super().forward(x)
