@@ -65,10 +65,10 @@ def fast_boundaries(gm: GraphModule) -> None:
 _ADDS = (operator.add, torch.add)
 
 OUTPUT_OF_KEY = "fxquant_output_of"
-"""``node.meta`` key on a kernel: the reference node whose value it computes (#23, compare)."""
+"""``node.meta`` key on a kernel: the reference node whose value it computes (compare)."""
 
 OUTPUT_QPARAMS_KEY = "fxquant_output_qparams"
-"""``node.meta`` key on a kernel: the qparams of its integer output (#23, compare)."""
+"""``node.meta`` key on a kernel: the qparams of its integer output (compare)."""
 
 
 def _inherit_output(kernel: Node, follower: Node, step: Any) -> None:
@@ -123,7 +123,7 @@ def _added_value(user: Node, node: Node) -> Node | None:
 
 def _module_form(node: Node) -> nn.Module | None:
     """The module a functional call computes, offered as that module: Hugging Face models
-    call ``F.gelu`` (their ``GELUActivation`` is traced through), not ``nn.GELU`` (#12)."""
+    call ``F.gelu`` (their ``GELUActivation`` is traced through), not ``nn.GELU``."""
     if node.target is F.gelu and set(node.kwargs) <= {"approximate"}:
         approximate = node.kwargs.get("approximate", "none")
         return nn.GELU(approximate) if isinstance(approximate, str) else None

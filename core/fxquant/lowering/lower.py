@@ -143,7 +143,7 @@ def _install(
         else:
             new = gm.graph.call_function(kernel, tuple(args))
     new.meta = dict(anchor.meta)
-    # for fxquant.numerics.compare (#23): whose value the kernel computes, and its integers' qparams
+    # for fxquant.numerics.compare: whose value the kernel computes, and its integers' qparams
     new.meta[OUTPUT_OF_KEY] = anchor.name
     if quantize is not None:
         new.meta[OUTPUT_QPARAMS_KEY] = node_qparams(gm, quantize)
@@ -163,7 +163,7 @@ def _fits(match: Match[LoweringRule]) -> bool:
 def _lower_one(
     gm: GraphModule, match: Match[LoweringRule], backend: str, modules: _Modules
 ) -> str | None:
-    """Lower one match; ``None`` when lowered, else why the rule declined (#22)."""
+    """Lower one match; ``None`` when lowered, else why the rule declined."""
     external = _external_inputs(match.nodes)
     if match.payload.quantized:
         pairs = [_input(gm, value) for value in external]
@@ -249,7 +249,7 @@ def _update_report(
     ops: dict[str, str],
 ) -> Report:
     """Lowered nodes -> ``lowered``; other quantized ones say which rule declined, or that none
-    exists for their pattern (#22: one flag per backend could not tell those apart)."""
+    exists for their pattern: a user fixes those two differently."""
     backend = ctx.backend_config.name
     quiet = ctx.deployed and not ctx.lowering_rules  # its toolchain takes the reference form
     entries = []
