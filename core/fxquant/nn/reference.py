@@ -29,7 +29,7 @@ from fxquant import dtypes
 from fxquant.errors import ConfigError, ConfigTypeError
 from fxquant.nn.intrinsic import FusedModule, type_label
 
-# the recurrent reference modules (#20) live in fxquant.nn.recurrent; named here too, where
+# the recurrent reference modules live in fxquant.nn.recurrent; named here too, where
 # the seed's reference namespace has them, so a config naming that class finds fxquant's
 from fxquant.nn.recurrent import GRU, LSTM, GRUCell, LSTMCell, RNNCell
 from fxquant.numerics import qdq
