@@ -29,6 +29,7 @@ from fxquant.numerics.observer import (
     default_fixed_qparams_range_0to1_observer,
     default_fixed_qparams_range_neg1to1_observer,
 )
+from fxquant.numerics.saved_shapes import take_saved_shapes
 
 __all__ = [
     "FakeQuantize",
@@ -225,24 +226,11 @@ class FakeQuantize(FakeQuantizeBase):
             f"ch_axis={self.ch_axis}, scale={self.scale}, zero_point={self.zero_point}"
         )
 
-    def _load_from_state_dict(  # noqa: PLR0913, PLR0917  # nn.Module's hook signature
-        self,
-        state_dict: dict[str, Any],
-        prefix: str,
-        local_metadata: dict[str, Any],
-        strict: bool,
-        missing_keys: list[str],
-        unexpected_keys: list[str],
-        error_msgs: list[str],
+    def _load_from_state_dict(
+        self, state_dict: dict[str, Any], prefix: str, local_metadata: dict[str, Any], *rest: Any
     ) -> None:
-        # per-channel qparams change shape after the first batch: take the saved shape
-        for name in ("scale", "zero_point"):
-            saved = state_dict.get(prefix + name)
-            if isinstance(saved, torch.Tensor):
-                getattr(self, name).resize_(saved.shape)
-        super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
-        )
+        take_saved_shapes(self, state_dict, prefix, ("scale", "zero_point"))
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, *rest)
 
 
 def _check_fake_quant_range(quant_min: int, quant_max: int, dtype: torch.dtype) -> None:

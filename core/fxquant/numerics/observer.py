@@ -48,6 +48,7 @@ from fxquant.dtypes import (
 )
 from fxquant.errors import CalibrationWarning, ConfigError, ConfigTypeError
 from fxquant.factory import ModuleFactory
+from fxquant.numerics.saved_shapes import take_saved_shapes
 
 __all__ = [
     "BatchReducer",
@@ -471,28 +472,14 @@ class UniformQuantizationObserverBase(ObserverBase):
         msg = f"{type(self).__name__} keeps no min/max values to reset"
         raise ConfigError(msg)
 
-    def _load_from_state_dict(  # noqa: PLR0913, PLR0917  # nn.Module's hook signature
-        self,
-        state_dict: dict[str, Any],
-        prefix: str,
-        local_metadata: dict[str, Any],
-        strict: bool,
-        missing_keys: list[str],
-        unexpected_keys: list[str],
-        error_msgs: list[str],
+    def _load_from_state_dict(
+        self, state_dict: dict[str, Any], prefix: str, local_metadata: dict[str, Any], *rest: Any
     ) -> None:
         if local_metadata.get("version") in (None, 1):
             # state dicts older than version 2 had no eps buffer
             state_dict.setdefault(prefix + "eps", torch.tensor([FLOAT32_EPS]))
-        # a fresh observer's buffers may not have the saved shape yet (per-channel: empty)
-        for name in ("min_val", "max_val"):
-            buffer = getattr(self, name, None)
-            saved = state_dict.get(prefix + name)
-            if isinstance(buffer, torch.Tensor) and isinstance(saved, torch.Tensor):
-                buffer.resize_(saved.shape)
-        super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
-        )
+        take_saved_shapes(self, state_dict, prefix, ("min_val", "max_val"))
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, *rest)
 
 
 def _factory(factory_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
