@@ -122,6 +122,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "fxquant.numerics.qdq",
             "fxquant.numerics.observer",
             "fxquant.numerics.fake_quantize",
+            "fxquant.numerics.saved_shapes",
             "fxquant.lowering.kernels",
         ),
     ),
