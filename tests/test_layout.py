@@ -122,6 +122,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "fxquant.numerics.qdq",
             "fxquant.numerics.observer",
             "fxquant.numerics.fake_quantize",
+            "fxquant.numerics.saved_shapes",
             "fxquant.lowering.kernels",
         ),
     ),
@@ -416,3 +417,38 @@ def test_every_module_the_docs_import_is_a_file_at_its_real_path() -> None:
         if not path.is_file() or "redirect(__name__)" in path.read_text():
             wrong.append(f"{page}: {module}")
     assert wrong == []
+
+
+# "#23" or "(#18)": an issue a reader of the code or of a page cannot open; an HTML entity
+# (&#123;) and a six-digit colour (#a0b1c2, #123456) are not issue numbers
+_ISSUE_TAG = re.compile(r"(?<![&\w])#\d{1,3}\b")
+
+
+def _issue_citations(path: Path, base: Path = ROOT) -> list[str]:
+    lines = path.read_text(errors="replace").splitlines()
+    where = path.relative_to(base)
+    return [
+        f"{where}:{n}: {line.strip()}" for n, line in enumerate(lines, 1) if _ISSUE_TAG.search(line)
+    ]
+
+
+def _sources_and_pages() -> list[Path]:
+    plugins = ROOT / "plugins"
+    found = [*CORE.rglob("*.py"), *plugins.glob("*/src/**/*.py"), *plugins.glob("*/README.md")]
+    found += [*plugins.glob("*/pyproject.toml"), *(ROOT / "docs").rglob("*.md"), ROOT / "README.md"]
+    return sorted(found)
+
+
+def test_no_source_or_page_cites_an_issue_number() -> None:
+    # a comment says why the code is as it is; the history behind it is in the commits
+    cited = [hit for path in _sources_and_pages() for hit in _issue_citations(path)]
+    assert cited == []
+
+
+def test_an_issue_number_is_found_and_a_colour_or_a_noqa_is_not(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        'x = 1  # noqa: E501  # fill "#a0b1c2", "#123456", "&#123;"\ny = 2  # (#23)\n'
+    )
+    hits = [hit.partition(": ")[2] for hit in _issue_citations(sample, tmp_path)]
+    assert hits == ["y = 2  # (#23)"]

@@ -5,7 +5,7 @@ else lives in submodules: ``fxquant.observer``, ``fxquant.fake_quantize``,
 ``fxquant.nn.intrinsic``, ``fxquant.nn.qat``, ``fxquant.nn.reference``.
 The names a torch.ao script imports from ``torch.ao.quantization`` itself
 (``default_dynamic_qconfig``, ``MinMaxObserver``, ``get_default_qconfig``...)
-import from ``fxquant`` too, without being listed in ``__all__`` (#22).
+import from ``fxquant`` too, without being listed in ``__all__``.
 
 Example:
     >>> import torch, fxquant
@@ -59,8 +59,8 @@ __version__ = VERSION
 _moved.import_tracers()
 
 # importable from the top level without joining the contract's __all__: torch.ao.quantization's
-# top-level names fxquant keeps in submodules (#22, fxquant.torch_ao_names.TOP_LEVEL_NAMES),
-# the seed's default_equalization_qconfig, and the numerics package (#23)
+# top-level names fxquant keeps in submodules (fxquant.torch_ao_names.TOP_LEVEL_NAMES),
+# the seed's default_equalization_qconfig, and the numerics package
 _LAZY = {
     "default_equalization_qconfig": "fxquant.numerics.equalization",
     "numerics": "fxquant.numerics",

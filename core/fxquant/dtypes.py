@@ -154,7 +154,7 @@ def dtype_from_name(name: str) -> torch.dtype:
         raise ConfigError(msg)
     attr = name.removeprefix("torch.")
     # vars(), not getattr: torch's module __getattr__ imports submodules (torch._dynamo...)
-    # by name, and a dtype name from a JSON file must import nothing (#18)
+    # by name, and a dtype name from a JSON file must import nothing
     found = vars(torch).get(attr)
     if isinstance(found, torch.dtype):
         return found

@@ -16,8 +16,8 @@
 
     PluginWarning (UserWarning)             a broken extension was left out of its backend
     ConfigWarning (UserWarning)             a dict form has keys fxquant does not know (ignored)
-    CalibrationWarning (UserWarning)        a result would otherwise be wrong without a word
-                                            (#18): non-finite calibration values ignored,
+    CalibrationWarning (UserWarning)        a result would otherwise be wrong without a word:
+                                            non-finite calibration values ignored,
                                             observers never calibrated, a train-mode model
                                             given to prepare_fx
 
@@ -64,7 +64,7 @@ class ConfigTypeError(FxquantError, TypeError):
 
 class CheckpointError(FxquantError, ValueError):
     """A checkpoint cannot be trusted: truncated, corrupt, changed since saved, or it does
-    not fit the model (``fxquant.tools.checkpoint``, #18). The message names the file."""
+    not fit the model (``fxquant.tools.checkpoint``). The message names the file."""
 
 
 class UnsafeNameError(ConfigError):
@@ -131,7 +131,7 @@ class QuantizationSkipped(FxquantError, RuntimeError):
 
 
 class PluginWarning(UserWarning):
-    """A plugin extending a backend failed; the backend loaded without it (#22)."""
+    """A plugin extending a backend failed; the backend loaded without it."""
 
 
 def extension_skipped_warning(info: object) -> str:
@@ -158,7 +158,7 @@ def extension_skipped_warning(info: object) -> str:
 
 
 class ConfigWarning(UserWarning):
-    """A config's dict form has keys fxquant does not know; they were ignored (#22)."""
+    """A config's dict form has keys fxquant does not know; they were ignored."""
 
 
 class GraphModeWarning(UserWarning):
@@ -171,7 +171,7 @@ class GraphModeWarning(UserWarning):
 
 
 class NativeBackendWarning(UserWarning):
-    """``backend_config=None`` found no native backend for this CPU installed (#30).
+    """``backend_config=None`` found no native backend for this CPU installed.
 
     The flow then uses the built-in ``reference`` backend, whose ``convert_fx``
     lowers nothing; the message names the plugin to install
@@ -180,7 +180,7 @@ class NativeBackendWarning(UserWarning):
 
 
 class CalibrationWarning(UserWarning):
-    """fxquant did something about the user's data or model that changes the numbers (#18).
+    """fxquant did something about the user's data or model that changes the numbers.
 
     Raised as a warning, once per cause: an observer left non-finite values (NaN,
     inf) out of its range, ``convert_fx`` kept never-calibrated nodes float, or

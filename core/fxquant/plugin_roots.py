@@ -1,5 +1,5 @@
 """Which top-level packages belong to installed plugins: asked by ``config/serialize`` (a JSON
-name under a plugin's package is trusted), answered by the registry (#21).
+name under a plugin's package is trusted), answered by the registry.
 
 The registry owns discovery and sits above the configs, so the configs cannot import it: the
 registry installs its answer here when it is imported (``import fxquant`` does), and

@@ -21,8 +21,8 @@ __all__ = [
 ]
 
 # The names a torch.ao script imports from `torch.ao.quantization` itself that fxquant keeps in
-# a submodule: `from fxquant import default_dynamic_qconfig` works as the torch.ao import did
-# (#22), without these names joining the contract's `fxquant.__all__` (resolved lazily by
+# a submodule: `from fxquant import default_dynamic_qconfig` works as the torch.ao import did,
+# without these names joining the contract's `fxquant.__all__` (resolved lazily by
 # `fxquant.__getattr__`). tests/docs/test_migration.py checks the list against torch.ao.
 _TOP_LEVEL = {
     "fxquant.fake_quantize": (
@@ -167,7 +167,7 @@ def as_fxquant_class(op: Any, extra_modules: Sequence[str] = ()) -> Any:
     if isinstance(op, tuple):
         return tuple(as_fxquant_class(part, extra_modules) for part in op)
     if is_torch_ao_match_all(op):
-        # by name, as the classes below: config.pattern imports this module, not back (#21)
+        # by name, as the classes below: config.pattern imports this module, not back
         return getattr(importlib.import_module(_FXQUANT_MATCH_ALL[0]), _FXQUANT_MATCH_ALL[1])
     if not isinstance(op, type):
         return op

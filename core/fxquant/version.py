@@ -1,5 +1,5 @@
-"""The core's version, a leaf: the registry checks plugins' ``requires`` against it (#21:
-``fxquant/__init__`` imports the registry, so the registry cannot import ``fxquant``).
+"""The core's version, a leaf: the registry checks plugins' ``requires`` against it
+(``fxquant/__init__`` imports the registry, so the registry cannot import ``fxquant``).
 
 Example:
     >>> from fxquant import __version__

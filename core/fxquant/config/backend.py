@@ -119,7 +119,7 @@ class DTypeWithConstraints:
         _check_dtype(self.dtype, "DTypeWithConstraints dtype")
         for name in ("quant_min_lower_bound", "quant_max_upper_bound"):
             _check_number(getattr(self, name), name, (int, float))
-            # a NaN bound compares False both ways: it silently switched the check off (#18)
+            # a NaN bound compares False both ways: it silently switched the check off
             check_real(getattr(self, name), f"DTypeWithConstraints {name}", optional=True)
         for name in ("scale_min_lower_bound", "scale_max_upper_bound", "scale_exact_match"):
             _check_number(getattr(self, name), name, (int, float))
@@ -213,7 +213,7 @@ class DTypeConfig:
     ``input_dtype`` is the dtype of the quantize op before the pattern,
     ``output_dtype`` the one after it (float for dynamic quantization, where the
     output is not quantized). A static config with a quantized ``input_dtype`` and a
-    float ``output_dtype`` (fxquant's extension, #23) is an int8-in, float-out kernel:
+    float ``output_dtype`` (fxquant's extension) is an int8-in, float-out kernel:
     the pattern's output gets no observer and stays float in the reference model, as
     the kernel returns it; a quantized consumer quantizes it on its own input. Each of
     input/output/weight may be a plain dtype or a :class:`DTypeWithConstraints`.
@@ -649,7 +649,7 @@ class BackendPatternConfig:
             (0, 1)
         """
         # fields, not from_dict(to_dict()): this config is valid already, and the registry
-        # copies every pattern at assembly and on each get_backend_config (#18); the
+        # copies every pattern at assembly and on each get_backend_config; the
         # DTypeConfigs in the list are frozen, so a new list is a full copy
         copied = object.__new__(type(self))
         copied.__dict__.update(self.__dict__)

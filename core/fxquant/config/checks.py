@@ -2,7 +2,7 @@
 
 A number from a JSON file or a dict may be NaN, infinite, negative or a bool; each
 check raises at the constructor, naming the argument, the value and what is expected,
-so that a bad value never reaches a scale (#18: ``eps=nan`` gave all-NaN outputs,
+so that a bad value never reaches a scale (``eps=nan`` gave all-NaN outputs,
 ``averaging_constant=2.0`` an error of 1.77, a NaN bound switched a constraint off).
 """
 
@@ -106,7 +106,7 @@ def unknown_keys(data: object, valid: tuple[str, ...], owner: str, strict: bool)
     """Warn once about keys of ``data`` outside ``valid`` (raise when ``strict``).
 
     torch.ao ignores keys it does not know, so a saved torch.ao dict with a stray key
-    loads there: it loads here too, with one warning naming the keys (#22).
+    loads there: it loads here too, with one warning naming the keys.
 
     Raises:
         ConfigError: ``strict`` and an unknown key.

@@ -117,12 +117,12 @@ def _check_keys(
     if not isinstance(data, Mapping):
         msg = f"{owner}.from_dict expects a dict, got {data!r} of type {type(data).__name__}"
         raise ConfigTypeError(msg)
-    unknown_keys(data, valid, f"{owner}.from_dict", strict)  # warns, as torch.ao ignores (#22)
+    unknown_keys(data, valid, f"{owner}.from_dict", strict)  # warns, as torch.ao ignores
     return data
 
 
 def _entries(data: Mapping[str, Any], key: str) -> list[Any] | tuple[Any, ...]:
-    """The list under ``key`` (empty when absent); a non-list is a ConfigTypeError (#18)."""
+    """The list under ``key`` (empty when absent); a non-list is a ConfigTypeError."""
     entries = data.get(key, [])
     if not isinstance(entries, (list, tuple)):
         msg = f"{key} must be a list, got {entries!r} of type {type(entries).__name__}"
@@ -454,7 +454,7 @@ class PrepareCustomConfig(_Preserved):
 
         Raises:
             ConfigError: for an unknown key with ``strict=True`` (without it: one
-                ``ConfigWarning`` naming the key, as torch.ao ignores it, #22).
+                ``ConfigWarning`` naming the key, as torch.ao ignores it).
 
         Example:
             >>> PrepareCustomConfig.from_dict({"input_quantized_idxs": [0]}).input_quantized_indexes
@@ -538,7 +538,7 @@ class ConvertCustomConfig(_Preserved):
 
         Raises:
             ConfigError: for an unknown key with ``strict=True`` (without it: one
-                ``ConfigWarning`` naming the key, as torch.ao ignores it, #22).
+                ``ConfigWarning`` naming the key, as torch.ao ignores it).
 
         Example:
             >>> ConvertCustomConfig.from_dict({"preserved_attributes": ["a"]}).preserved_attributes

@@ -139,28 +139,24 @@ default_per_channel_symmetric_qnnpack_qconfig = QConfig(
 )
 """As :data:`default_symmetric_qnnpack_qconfig` with per-channel weights."""
 
+# both QAT qnnpack qconfigs: int8 activations with qnnpack's smallest scale, 2**-12
+_symmetric_qnnpack_qat_activation = FusedMovingAvgObsFakeQuantize.with_args(
+    observer=MovingAverageMinMaxObserver,
+    quant_min=-128,
+    quant_max=127,
+    dtype=torch.int8,
+    reduce_range=False,
+    eps=2**-12,
+)
+
 default_symmetric_qnnpack_qat_qconfig = QConfig(
-    activation=FusedMovingAvgObsFakeQuantize.with_args(
-        observer=MovingAverageMinMaxObserver,
-        quant_min=-128,
-        quant_max=127,
-        dtype=torch.int8,
-        reduce_range=False,
-        eps=2**-12,
-    ),
+    activation=_symmetric_qnnpack_qat_activation,
     weight=fused_wt_fake_quant_range_neg_127_to_127,
 )
 """QAT version of :data:`default_symmetric_qnnpack_qconfig`."""
 
 default_per_channel_symmetric_qnnpack_qat_qconfig = QConfig(
-    activation=FusedMovingAvgObsFakeQuantize.with_args(
-        observer=MovingAverageMinMaxObserver,
-        quant_min=-128,
-        quant_max=127,
-        dtype=torch.int8,
-        reduce_range=False,
-        eps=2**-12,
-    ),
+    activation=_symmetric_qnnpack_qat_activation,
     weight=fused_per_channel_wt_fake_quant_range_neg_127_to_127,
 )
 """QAT version of :data:`default_per_channel_symmetric_qnnpack_qconfig`."""

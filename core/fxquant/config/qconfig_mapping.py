@@ -374,7 +374,7 @@ class QConfigMapping:
         """Build from the dict form (all keys optional; entries are tuples or lists).
 
         A key fxquant does not know is ignored with one ``ConfigWarning`` naming it, as
-        torch.ao ignores it (#22); ``strict=True`` raises instead.
+        torch.ao ignores it; ``strict=True`` raises instead.
 
         Raises:
             ConfigError: for an entry of the wrong length, or an unknown key with

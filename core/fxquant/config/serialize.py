@@ -16,7 +16,7 @@ The JSON mirrors ``to_dict()``; objects that JSON cannot hold are tagged:
                                         "kwargs" key: the class itself, not a factory)
 
 Reading a name must not let a JSON file run code of its choosing, so a name is
-decided from its text alone, *before* anything is imported (#18): its root must be
+decided from its text alone, *before* anything is imported: its root must be
 trusted for its kind (``torch``, ``operator``, ``fxquant``, installed fxquant plugins),
 and under ``torch``/``operator``/``fxquant`` its module must be one fxquant reads that
 kind from (:data:`ALLOWED_MODULES`: ops and module classes from ``torch``,
@@ -97,7 +97,7 @@ _OP_MODULES: Final = (
     "fxquant.config.pattern",  # MatchAllNode
 )
 # the modules (``.*``: and their submodules) a name of each kind may come from under the
-# base roots; decided before any import, so a refused name is never imported (#18)
+# base roots; decided before any import, so a refused name is never imported
 ALLOWED_MODULES: Final = {
     OP: _OP_MODULES,
     MODULE_CLASS: _OP_MODULES,
@@ -107,7 +107,7 @@ ALLOWED_MODULES: Final = {
     CONSTRUCTOR: ("fxquant.observer", "fxquant.fake_quantize", "fxquant.numerics.*"),
 }
 # a builtin's __module__ can be an implementation module; these are the names users write
-# (fxquant's observers moved into fxquant.numerics; JSON keeps their public paths, #21)
+# (fxquant's observers moved into fxquant.numerics; JSON keeps their public paths)
 _MODULE_ALIASES: Final = {
     "_operator": "operator",
     "fxquant.numerics.observer": "fxquant.observer",
@@ -132,8 +132,8 @@ def _plugin_roots() -> frozenset[str]:
 
 def _scan_plugin_roots() -> frozenset[str]:
     # the registry owns discovery and keeps its scan until fxquant.registry.refresh(), as for
-    # backends: a scan costs 25 ms, a hostile or fuzzed config is refused in microseconds (#18);
-    # it answers through fxquant.plugin_roots, as the configs sit below the registry (#21)
+    # backends: a scan costs 25 ms, a hostile or fuzzed config is refused in microseconds;
+    # it answers through fxquant.plugin_roots, as the configs sit below the registry
     return plugin_roots.plugin_roots()
 
 
@@ -228,7 +228,7 @@ def _lookup(module: str, name: str) -> Any:
     for part in name.split("."):
         if isinstance(found, types.ModuleType):
             # vars(), not getattr: a module __getattr__ (torch's) imports submodules by
-            # name, and a name from a JSON file must import nothing past its module (#18)
+            # name, and a name from a JSON file must import nothing past its module
             if part not in vars(found):
                 msg = f"module {found.__name__!r} has no attribute {part!r}"
                 raise AttributeError(msg)
@@ -280,7 +280,7 @@ def _check_module(module: str, name: str, path: str, kind: str) -> None:
 
 
 def _check_listed(module: str, name: str, path: str, kind: str) -> None:
-    """fxquant's own functions: only those its module lists in ``__all__`` (#18)."""
+    """fxquant's own functions: only those its module lists in ``__all__``."""
     if kind in (FUNCTION, FUSER, GETTER) and _root(module) == "fxquant":
         listed = getattr(importlib.import_module(module), "__all__", ())
         if name not in listed:
@@ -468,7 +468,7 @@ def _decode_constructor(data: object, path: str) -> Any:
 
 
 def _try_build(factory: ModuleFactory, path: str) -> None:
-    """Build the observer once, so a bad argument fails here with its JSON path (#18).
+    """Build the observer once, so a bad argument fails here with its JSON path.
 
     Observers validate their arguments in their constructors; without this, ``eps``
     NaN from a file would only fail (or silently give NaN scales) inside prepare_fx.
@@ -534,7 +534,7 @@ def decode_dtype(name: object, path: str) -> torch.dtype:
 # ---------------------------------------------------------------- helpers of the config classes
 
 # config/backend.py writes the pattern configs' JSON with these; serialize imports no config
-# class, so the classes import it at module level and the import graph points one way (#21)
+# class, so the classes import it at module level and the import graph points one way
 
 Codec = tuple[Callable[[Any, str], Any], Callable[[Any, str], Any]]
 """(encode, decode) of one dict key's value; each takes the value and its JSON path."""
@@ -580,8 +580,8 @@ def with_path(path: str, build: Callable[[Any], Any], data: Any) -> Any:
         raise type(error)(msg) from error
 
 
-# a config nests a dozen levels; a deeper document is refused before it is walked (#18:
-# 500+ levels raised RecursionError)
+# a config nests a dozen levels; a deeper document is refused before it is walked
+# (Python's recursion limit would fail a few hundred levels down with RecursionError)
 MAX_DEPTH: Final = 64
 
 

@@ -50,8 +50,8 @@ __all__ = [
 
 def _capture(model: nn.Module, ctx: FlowContext) -> fx.GraphModule:
     gm = _trace(model, ctx)
-    functionalize(gm)  # in-place ops out of place before any step reads the graph (#18)
-    alias_module_attributes(gm)  # a fused or swapped module's weight still reads the same (#18)
+    functionalize(gm)  # in-place ops out of place before any step reads the graph
+    alias_module_attributes(gm)  # a fused or swapped module's weight still reads the same
     return gm
 
 
@@ -72,19 +72,19 @@ def fuse_fx(
         'ConvReLU2d'
     """
     ctx = FlowContext.for_fuse(fuse_custom_config, given_backend(backend_config, "fuse_fx").config)
-    with TRACING_LOCK:  # tracing patches torch.nn.Module process-wide (#18)
+    with TRACING_LOCK:  # tracing patches torch.nn.Module process-wide
         return _fuse(_capture(model, ctx), ctx)
 
 
 def _prepare(
     model: nn.Module, ctx: FlowContext, step: str, equalization: QConfigMapping | None = None
 ) -> fx.GraphModule:
-    raise_if_not_float32(model, step)  # not a run-time dtype error after convert (#18)
+    raise_if_not_float32(model, step)  # not a run-time dtype error after convert
     if not ctx.is_qat:
-        warn_if_training(model, step)  # (#18)
-    with TRACING_LOCK:  # tracing patches torch.nn.Module process-wide (#18)
+        warn_if_training(model, step)
+    with TRACING_LOCK:  # tracing patches torch.nn.Module process-wide
         gm = _capture(model, ctx)
-        # before fuse: fusion reads the mapping, so the mode's must decide it (#23)
+        # before fuse: fusion reads the mapping, so the mode's must decide it
         composed = _graph_mode(gm, ctx, equalization, step)
         if composed is not None:
             ctx = dataclasses.replace(ctx, qconfig_mapping=composed.qconfig_mapping)
@@ -94,8 +94,8 @@ def _prepare(
     pairs = _insert_equalization(gm, equalization) if equalization is not None else ()
     if pairs:
         gm.recompile()
-    label_observers(gm)  # observers' own warnings name their edge (#18)
-    observe_in_model_mode(gm)  # so each can tell a batch recorded in training mode (#18)
+    label_observers(gm)  # observers' own warnings name their edge
+    observe_in_model_mode(gm)  # so each can tell a batch recorded in training mode
     assert ctx.qconfig_mapping is not None  # for_prepare always sets it
     gm.meta = FlowMeta(gm.meta)  # so torch.save of a prepared model works (without the state)
     gm.meta[META_KEY] = FlowState(
@@ -299,7 +299,7 @@ def explain(model: object, *, show: bool = True) -> Report:
         )
         raise ConfigTypeError(msg)
     report = state.report
-    if state.notes:  # from the flow state: convert rebuilds the report (#23)
+    if state.notes:  # from the flow state: convert rebuilds the report
         report = Report(report.entries(), report.unused(), (*state.notes, *report.notes()))
     pairs = getattr(model, "meta", {}).get(EQUALIZATION_KEY, ())
     if pairs:

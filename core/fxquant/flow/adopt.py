@@ -68,7 +68,7 @@ def adopt(
         )
         raise ConfigError(msg)
     _check_leaves(model, ctx)
-    # PTQ: parameters shared, buffers and modules the flow's own (#18)
+    # PTQ: parameters shared, buffers and modules the flow's own
     source = copy.deepcopy(model) if ctx.is_qat else own_copy(model)
     gm = fx.GraphModule(source, copy.deepcopy(model.graph), type(model).__name__)
     gm.train(model.training)

@@ -1,4 +1,4 @@
-"""Which observers were calibrated, and what convert does with those that were not (#18).
+"""Which observers were calibrated, and what convert does with those that were not.
 
 An activation observer that never saw a finite value still holds the range of a
 fresh observer (``inf``, ``-inf``): quantizing with it would use ``scale=1.0,

@@ -2,10 +2,10 @@
 
 Built once per public call (``prepare_fx`` ...) from the user's arguments.
 It is also where every config argument's torch.ao dict form (``BackendConfig.
-to_dict()`` output, a qconfig dict, a custom config dict) becomes its class
-(#22): the flow functions keep the seed's signatures and nothing past this
+to_dict()`` output, a qconfig dict, a custom config dict) becomes its class:
+the flow functions keep the seed's signatures and nothing past this
 module sees a dict.
-It asks the registry nothing (#21): the entry points resolve ``backend_config=None``
+It asks the registry nothing: the entry points resolve ``backend_config=None``
 to the host's native backend and, for ``convert_fx``, the named backend's lowering rules and
 deployment (``flow/resolve.py``), and hand them in; the steps read them from here.
 """
@@ -38,7 +38,7 @@ def as_backend_config(backend_config: object) -> BackendConfig | None:
     if backend_config is None or isinstance(backend_config, BackendConfig):
         return backend_config
     if isinstance(backend_config, Mapping):
-        return BackendConfig.from_dict(backend_config)  # torch.ao's dict form (#22)
+        return BackendConfig.from_dict(backend_config)  # torch.ao's dict form
     msg = (
         "backend_config must be a fxquant.BackendConfig, its dict form (BackendConfig.to_dict()) "
         f"or None (this host's native backend), got {backend_config!r} of type "

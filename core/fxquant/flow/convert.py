@@ -37,13 +37,7 @@ from fxquant.flow.calibrated import (
     warn_uncalibrated,
 )
 from fxquant.flow.context import FlowContext, as_backend_config, as_config
-from fxquant.flow.convert_copy import (
-    attr,
-    copy_model,
-    info,
-    observed_constant,
-    preserve,
-)
+from fxquant.flow.convert_copy import copy_model, observed_constant, preserve
 from fxquant.flow.convert_modules import is_observer, swap_weighted_module
 from fxquant.flow.convert_qconfig import (
     float_observers,
@@ -52,13 +46,13 @@ from fxquant.flow.convert_qconfig import (
     turn_off,
     turned_off_nodes,
 )
-from fxquant.flow.convert_qdq import replace_observer
+from fxquant.flow.convert_qdq import attribute_value, replace_observer
 from fxquant.flow.equalize import EQUALIZATION_KEY
 from fxquant.flow.equalize_convert import apply_equalization
 from fxquant.flow.kept_reference import release_replaced_weights
 from fxquant.flow.report import NodeStatus, Report, raise_if_skipped
 from fxquant.flow.resolve import backend_kernels
-from fxquant.flow.state import META_KEY, FlowMeta, FlowState
+from fxquant.flow.state import META_KEY, FlowMeta, FlowState, node_info
 from fxquant.flow.trace import drop_string_annotations
 from fxquant.flow.user_model import warn_if_calibrated_in_training, warn_if_converted_in_training
 from fxquant.lowering import DEQUANTIZE_OPS
@@ -106,8 +100,7 @@ def _swap_custom_modules(
             )
             raise ConfigTypeError(msg)
         quantized = from_observed(module)
-        parent, _, name = str(node.target).rpartition(".")
-        setattr(root.get_submodule(parent) if parent else root, name, quantized)
+        root.set_submodule(str(node.target), quantized)
         modules[str(node.target)] = quantized
 
 
@@ -124,10 +117,10 @@ def _rewrite(
         elif is_observer(module):
             if observed_constant(node):
                 # weights on a functional's edge: observed now, as torch.ao does
-                module(attr(root, node.args[0]))
+                module(attribute_value(root, node.args[0]))
             replace_observer(root, graph, node, module)
         else:
-            swap_weighted_module(root, node, info(node), modules)
+            swap_weighted_module(root, node, node_info(node), modules)
 
 
 def _quantized_outputs(graph: fx.Graph, indexes: list[int]) -> None:
@@ -171,7 +164,7 @@ def _unlowered_copy(gm: GraphModule) -> GraphModule:
 
 
 def _finish(gm: GraphModule, source: GraphModule, state: FlowState, report: Report) -> GraphModule:
-    gm.meta = FlowMeta({**source.meta, **gm.meta})  # convert's own entries win (#23)
+    gm.meta = FlowMeta({**source.meta, **gm.meta})  # convert's own entries win
     gm.meta[META_KEY] = dataclasses.replace(state, report=report)
     return gm
 
@@ -198,7 +191,7 @@ def _remove_qconfig_attributes(model: nn.Module) -> None:
     """Delete the ``qconfig`` attributes a user set on modules (eager-mode style), as torch.ao.
 
     fxquant itself sets none: the qconfigs it applied live in the flow state,
-    which ``fxquant.explain`` reads, and are kept (#22).
+    which ``fxquant.explain`` reads, and are kept.
     """
     for module in model.modules():
         if "qconfig" in vars(module):
@@ -223,7 +216,7 @@ def reference_model(
     mapping = _mapping(qconfig_mapping)
     source_modules = dict(graph_module.named_modules())
     turned_off = turned_off_nodes(graph_module, source_modules, mapping)
-    # never-calibrated observers: their nodes stay float, reported and warned about (#18)
+    # never-calibrated observers: their nodes stay float, reported and warned about
     not_calibrated = uncalibrated(graph_module, source_modules)
     if not strict:
         warn_uncalibrated(not_calibrated, step)
@@ -235,7 +228,7 @@ def reference_model(
     off = turned_off | stays_float
     root, graph, modules = copy_model(graph_module, source_modules, off)
     _swap_custom_modules(root, graph, modules, config)
-    equalized = apply_equalization(root, graph, modules)  # before observers go (#23)
+    equalized = apply_equalization(root, graph, modules)  # before observers go
     turn_off(graph, off)
     drop = float_observers(graph, modules, off)
     drop |= {n for n in graph.nodes if n.op == "call_module" and n.target in not_calibrated}
@@ -362,7 +355,7 @@ def convert_fx(
         graph_module, convert_custom_config, qconfig_mapping, "convert_fx", strict=strict
     )
     backend = state.backend_config if chosen is None else chosen
-    # the one lookup by name, here at the entry point (CONTRACT; #21): the report says whose
+    # the one lookup by name, here at the entry point (CONTRACT): the report says whose
     kernels = backend_kernels(backend)
     ctx = FlowContext.for_convert(
         backend, strict=strict, lowering_rules=kernels.rules, deployed=kernels.deployed

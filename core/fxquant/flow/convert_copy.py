@@ -15,20 +15,9 @@ from torch import fx, nn
 from torch.fx import GraphModule, Node
 
 from fxquant.flow.convert_modules import is_observer, will_swap
-from fxquant.flow.state import META_KEY, NodeInfo
+from fxquant.flow.state import node_info
 
-__all__ = ["attr", "copy_model", "info", "observed_constant", "preserve"]
-
-
-def info(node: Node) -> NodeInfo | None:
-    """The node's ``NodeInfo``, or ``None`` for nodes the flow did not annotate.
-
-    Example:
-        >>> info(fx.Graph().placeholder("x")) is None
-        True
-    """
-    found = node.meta.get(META_KEY)
-    return found if isinstance(found, NodeInfo) else None
+__all__ = ["copy_model", "observed_constant", "preserve"]
 
 
 def preserve(source: GraphModule, target: GraphModule, names: list[str]) -> None:
@@ -69,7 +58,7 @@ def copy_model(
             continue
         if is_observer(module) and not observed_constant(node):
             memo[id(module)] = module  # only read (calculate_qparams), then dropped
-        elif will_swap(info(node), module):
+        elif will_swap(node_info(node), module):
             for tensor in module.parameters():
                 memo[id(tensor)] = tensor
     # the module tree is deep-copied; the graph is copied node by node with shallow metas
@@ -98,18 +87,3 @@ def observed_constant(node: Node) -> bool:
     """
     source = node.args[0] if node.args else None
     return isinstance(source, Node) and source.op == "get_attr"
-
-
-def attr(root: nn.Module, node: Any) -> Any:
-    """The value a ``get_attr`` node reads from ``root``.
-
-    Example:
-        >>> gm = fx.symbolic_trace(nn.Linear(1, 1))
-        >>> node = fx.Graph().get_attr("weight")
-        >>> attr(gm, node).shape
-        torch.Size([1, 1])
-    """
-    value: Any = root
-    for part in str(node.target).split("."):
-        value = getattr(value, part)
-    return value

@@ -125,12 +125,6 @@ def qparams_dict(observer: nn.Module) -> dict[str, Any]:
     return params
 
 
-def _set_module(root: nn.Module, path: str, module: nn.Module) -> None:
-    parent_path, _, name = path.rpartition(".")
-    parent = root.get_submodule(parent_path) if parent_path else root
-    setattr(parent, name, module)
-
-
 def _root_of(module: nn.Module) -> nn.Module:
     if _is_fused(module):
         first: nn.Module = module[0]  # type: ignore[index]  # a Sequential, checked by _is_fused
@@ -183,7 +177,7 @@ def swap_weighted_module(
     if _is_qat(module):
         fake_quant = module.weight_fake_quant  # type: ignore[assignment]  # checked by _is_qat
         module = module.to_float()  # type: ignore[operator]  # checked by _is_qat
-        _set_module(root, path, module)
+        root.set_submodule(path, module)
     if not will_swap(info, module):
         return module
     assert info is not None  # checked by will_swap
@@ -212,7 +206,7 @@ def swap_weighted_module(
     if _is_fused(module):
         setattr(module, "0", reference)  # Sequential's item 0
         return module
-    _set_module(root, path, reference)
+    root.set_submodule(path, reference)
     return reference  # type: ignore[no-any-return]  # from_float returns the module
 
 
@@ -244,5 +238,5 @@ def _swap_recurrent(root: nn.Module, path: str, module: nn.Module, info: NodeInf
         act_range = (low, high)  # fp16 weights: activations stay float
     reference_cls = getattr(recurrent, type(module).__name__)
     reference = reference_cls.from_float(module, qparams, activation=act_range)
-    _set_module(root, path, reference)
+    root.set_submodule(path, reference)
     return reference  # type: ignore[no-any-return]  # from_float returns the module

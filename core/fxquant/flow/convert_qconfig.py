@@ -106,7 +106,7 @@ def report_not_calibrated(
     report: Report, observers: dict[str, list[str]], stays_float: set[str]
 ) -> Report:
     """The report with every node kept float for a never-calibrated observer ``skipped``
-    for ``not_calibrated`` (#18), naming the observer.
+    for ``not_calibrated``, naming the observer.
 
     Example:
         >>> report_not_calibrated(Report(), {}, set()).entries()

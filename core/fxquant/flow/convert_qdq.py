@@ -6,7 +6,7 @@
     static, per channel: scales / zero points become buffers (get_attr) of the root
     dynamic:             choose_qparams_per_tensor(x) -> quantize .tensor -> dequantize .tensor
     dynamic, per token:  choose_qparams_per_token_asymmetric(x) -> quantize_per_token
-                           -> dequantize_per_token (one grid per row; PerTokenObserver, #23)
+                           -> dequantize_per_token (one grid per row; PerTokenObserver)
     float16 / bfloat16:  x.to(float16).to(float32)
     anything else:       the observer is removed (float32 placeholders, unused observers)
 
@@ -135,7 +135,7 @@ def replace_observer(root: nn.Module, graph: Graph, node: Node, observer: nn.Mod
     return kind
 
 
-def attribute_value(gm: GraphModule, value: object) -> Any:
+def attribute_value(root: nn.Module, value: object) -> Any:
     """The module attribute a ``get_attr`` node reads, or ``value`` itself for anything else.
 
     Example:
@@ -144,7 +144,7 @@ def attribute_value(gm: GraphModule, value: object) -> Any:
     """
     if not isinstance(value, Node) or value.op != "get_attr":
         return value
-    result: Any = gm
+    result: Any = root
     for part in str(value.target).split("."):
         result = getattr(result, part)
     return result

@@ -105,7 +105,7 @@ class QConfigProbe:
 
 
 def float_output(config: DTypeConfig | None) -> bool:
-    """Whether ``config`` is a static int8-in, float-out kernel (#23): quantized input,
+    """Whether ``config`` is a static int8-in, float-out kernel: quantized input,
     float output, not dynamic. Its pattern's output gets no observer.
 
     Example:

@@ -1,4 +1,4 @@
-"""Input-weight equalization in the graph: observers at prepare, scales applied at convert (#23).
+"""Input-weight equalization in the graph: observers at prepare, scales applied at convert.
 
 Prepare puts one :class:`InputEqualizationObserver` between a Linear's input
 observer and the Linears that read it (several when they share the input, as

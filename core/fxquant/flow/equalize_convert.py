@@ -1,4 +1,4 @@
-"""Convert's part of input-weight equalization: scale weights, fold or insert ``s`` (#23).
+"""Convert's part of input-weight equalization: scale weights, fold or insert ``s``.
 
 Run by convert on its copy of the prepared model, before observers become
 quantize/dequantize steps; ``fxquant.flow.equalize`` says where ``s`` goes::
@@ -259,7 +259,7 @@ def _apply_input_scale(
     scale: torch.Tensor,
     ranges: tuple[torch.Tensor, torch.Tensor],
 ) -> tuple[str, tuple[str, ...]]:
-    # plan first, then one edit (#21: was one 57-line function)
+    # plan first, then one edit
     observer = site[0]
     kind, producer, exclusive = _fold_plan(root, graph, modules, site)
     if kind == "layer_norm" and producer is not None:

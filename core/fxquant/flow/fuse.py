@@ -102,11 +102,6 @@ def _fused_module(
     return fuser(is_qat, *parts)
 
 
-def _set_module(gm: fx.GraphModule, target: str, module: nn.Module) -> None:
-    parent, _, name = target.rpartition(".")
-    setattr(gm.get_submodule(parent) if parent else gm, name, module)
-
-
 def _apply(
     gm: fx.GraphModule, match: Match[BackendPatternConfig], fused: nn.Module, erased: set[str]
 ) -> None:
@@ -116,9 +111,9 @@ def _apply(
     extra = (
         list(config._extra_inputs_getter(match.structure)) if config._extra_inputs_getter else []
     )
-    # the fused module answers to the order keys of every call it replaces (#11)
+    # the fused module answers to the order keys of every call it replaces
     orders = tuple(key for node in match.nodes for key in node_info(node).call_orders)
-    _set_module(gm, str(root.target), fused)
+    gm.set_submodule(str(root.target), fused)
     if root is not match.anchor:
         match.anchor.prepend(root)  # extra inputs may be defined after the root
         match.anchor.replace_all_uses_with(root)

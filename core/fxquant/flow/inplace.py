@@ -1,4 +1,4 @@
-"""In-place tensor ops become out-of-place ones right after capture (#18).
+"""In-place tensor ops become out-of-place ones right after capture.
 
 A captured graph says what reads what, but an in-place op (``y.mul_(0.5)``,
 ``torch.relu_(y)``, ``F.relu(y, inplace=True)``, ``nn.ReLU(inplace=True)``,
@@ -130,7 +130,7 @@ class InPlaceProxy(fx.Proxy):
     torch.fx's Proxy has no ``__iadd__``, so Python falls back to ``__add__`` and
     rebinds the name: ``z = y; z += 1`` then leaves ``y`` unchanged in the graph
     while eager PyTorch changed it. Recording the in-place operator lets
-    :func:`functionalize` rewire ``y``'s later readers (#18).
+    :func:`functionalize` rewire ``y``'s later readers.
 
     Example:
         >>> class M(torch.nn.Module):
@@ -285,7 +285,7 @@ def _refuse(node: fx.Node, why: str) -> UntraceableModelError:
 
 
 def functionalize(gm: fx.GraphModule) -> int:
-    """Make every in-place op of ``gm`` out of place and rewire its later readers (#18).
+    """Make every in-place op of ``gm`` out of place and rewire its later readers.
 
     Returns the number of ops rewritten; recompiles ``gm`` when there was any.
 

@@ -34,6 +34,7 @@ from fxquant.factory import factory_parts
 from fxquant.flow.context import FlowContext
 from fxquant.flow.dtype_check import QConfigProbe, float_output, select_dtype_config
 from fxquant.flow.match import Match, PatternIndex, match_graph, module_table
+from fxquant.flow.names import unique_name
 from fxquant.flow.qat_swap import (
     float_class_of,
     missing_qat_config,
@@ -227,7 +228,7 @@ def _decide(
         return _decide_unmatched(node, qconfig, ctx, planner, label)
     config = match.payload
     shown = pattern_str(config.pattern or match.pattern)
-    if not label.endswith(f"({shown})"):  # "gate (Sigmoid) Sigmoid" said the op twice (#22)
+    if not label.endswith(f"({shown})"):  # "gate (Sigmoid) Sigmoid" said the op twice
         label = f"{label} {shown}"
     if planner.kinds.get(match.anchor) not in (ValueKind.FLOAT, None) and (
         config.observation_type is not ObservationType.INPUT_OUTPUT_NOT_OBSERVED
@@ -267,7 +268,7 @@ def _decide_all(
 def _op_name(node: fx.Node, modules: Mapping[str, nn.Module]) -> str:
     if node.op == "call_module":
         cls = type(modules[str(node.target)])
-        # qat.Linear is also named "Linear": say which one (#11)
+        # qat.Linear is also named "Linear": say which one
         return f"{cls.__module__}.{cls.__name__}" if float_class_of(cls) else cls.__name__
     return pattern_str(node.target)
 
@@ -353,7 +354,7 @@ def _roles(
 ) -> Mapping[str, int]:
     # An op's weight/bias positions are a property of the op, as in torch.ao: F.conv2d
     # inside (F.conv2d, F.relu) still takes its weight at 1, although that fused pattern's
-    # config names no positions (#4: its weight was observed as an activation).
+    # config names no positions (without this, its weight would be observed as an activation).
     own = planner.input_roles.get(node.target)
     if own is not None:
         return own
@@ -477,7 +478,7 @@ def _plan_node(node: fx.Node, planner: _Planner) -> None:
     if node is not decision.match.anchor or probe.activation.is_dynamic:
         return
     if float_output(decision.dtype_config):
-        return  # an int8-in, float-out kernel: its consumers quantize what they need (#23)
+        return  # an int8-in, float-out kernel: its consumers quantize what they need
     if planner.kinds.get(node) != ValueKind.FLOAT or not _observable(dtype):
         return
     shared = kind is ObservationType.OUTPUT_SHARE_OBSERVER_WITH_INPUT
@@ -596,7 +597,7 @@ def _report(
         if d is not None and d.match is not None:
             pattern = pattern_str(d.match.payload.pattern or d.match.pattern)
             if d.quantized and float_output(d.dtype_config):
-                pattern += " (int8 in, float out)"  # the reference and kernel say so (#23)
+                pattern += " (int8 in, float out)"  # the reference and kernel say so
         entries.append(
             NodeReport(
                 node=node.name,
@@ -609,13 +610,6 @@ def _report(
             )
         )
     return Report(entries)
-
-
-def _observer_name(gm: fx.GraphModule, start: int) -> tuple[str, int]:
-    i = start
-    while hasattr(gm, f"activation_post_process_{i}"):
-        i += 1
-    return f"activation_post_process_{i}", i + 1
 
 
 def _record(plan: ObserverPlan) -> None:
@@ -647,13 +641,13 @@ def insert_observers(gm: fx.GraphModule, plan: ObserverPlan) -> fx.GraphModule:
     graph = gm.graph
     targets: dict[int, str] = {}
     current: dict[fx.Node, fx.Node] = {}
-    counter = 0
     position = {node: i for i, node in enumerate(graph.nodes)}
     # graph order (names read top to bottom); a producer's output observer before input ones
     ordered = sorted(plan.sites, key=lambda s: (position[s.producer], s.consumers is not None))
     for site in ordered:
         if site.group not in targets:
-            name, counter = _observer_name(gm, counter)
+            # every number below len(targets) is taken: by an observer added here or before
+            name = unique_name(gm, "activation_post_process", first=len(targets))
             gm.add_module(name, site.ctor())
             targets[site.group] = name
         source = current.get(site.producer, site.producer)
@@ -679,7 +673,7 @@ def observation_index(ctx: FlowContext) -> PatternIndex[BackendPatternConfig]:
         >>> len(observation_index(FlowContext(BackendConfig("empty"))))
         0
     """
-    # the QAT classes prepare_qat_fx swaps in match what their float classes match (#11)
+    # the QAT classes prepare_qat_fx swaps in match what their float classes match
     configs = [*ctx.backend_config.configs, *qat_pattern_configs(ctx.backend_config)]
     return PatternIndex.build((c.normalized_pattern, c) for c in configs)
 

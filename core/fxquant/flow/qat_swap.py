@@ -163,7 +163,6 @@ def swap_qat_modules(
         for part in module.modules():
             setattr(part, "qconfig", qconfig)  # noqa: B010  # an attribute nn.Module lacks
         swapped = qat_cls.from_float(module)  # type: ignore[attr-defined]  # QAT classes have it
-        parent, _, name = target.rpartition(".")
-        setattr(gm.get_submodule(parent) if parent else gm, name, swapped)
+        gm.set_submodule(target, swapped)
         modules[target] = swapped
         update_info(node, module_type=type(swapped))

@@ -78,7 +78,7 @@ class ReasonCode(StrEnum):
     """A deployment (ExecuTorch's partitioner) left the node outside its delegate."""
     NOT_CALIBRATED = "not_calibrated"
     """convert: an activation observer next to the node saw no finite value (the prepared
-    model was not run on data): the node stays float rather than use a made-up range (#18)."""
+    model was not run on data): the node stays float rather than use a made-up range."""
 
 
 class NodeStatus(StrEnum):
@@ -191,7 +191,7 @@ class Report:
         self._notes: tuple[str, ...] = tuple(notes)
 
     def notes(self) -> list[str]:
-        """Lines about the whole model printed under the table (e.g. equalized pairs, #23)."""
+        """Lines about the whole model printed under the table (e.g. equalized pairs)."""
         return list(self._notes)
 
     def with_notes(self, notes: Iterable[str]) -> Report:

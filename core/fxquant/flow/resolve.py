@@ -1,4 +1,4 @@
-"""What the flow's entry points ask the registry, once, before any step runs (#21).
+"""What the flow's entry points ask the registry, once, before any step runs.
 
 ``fuse_fx``/``prepare_fx``/``prepare_qat_fx`` get ``backend_config=None`` as this host's
 native backend, as torch.ao does (``x86`` on an x86 CPU, ``qnnpack`` on ARM:
@@ -12,8 +12,8 @@ past the entry point looks anything up by name, and the report says which backen
 ``None`` resolved to and which plugins' kernels the name resolved to.
 
 ``prepare_fx``/``prepare_qat_fx`` also ask, once the graph is traced, whether the backend
-picks a mode of its own for it (``backend_graph_mode``, the ``fxquant_graph_mode`` hook,
-#23), and the backend's default mapping, the base ``fxquant.flow.graph_mode`` merges the
+picks a mode of its own for it (``backend_graph_mode``, the ``fxquant_graph_mode`` hook),
+and the backend's default mapping, the base ``fxquant.flow.graph_mode`` merges the
 mode into the user's mapping from.
 
 To lower with another backend's kernels, name the config after that backend

@@ -80,7 +80,7 @@ class FlowState:
     report: Report
     prepare_custom_config: PrepareCustomConfig
     graph_mode: GraphMode | None = None
-    """The mode the backend picked for this graph (``fxquant_graph_mode``, #23); then
+    """The mode the backend picked for this graph (``fxquant_graph_mode``); then
     ``qconfig_mapping`` is the user's mapping with the mode merged in
     (``fxquant.flow.graph_mode``), not the one the user passed."""
     notes: tuple[str, ...] = ()
@@ -96,7 +96,7 @@ def flow_state(model: object) -> FlowState | None:
     """The flow's state on a model that prepare_fx, prepare_qat_fx or convert_fx returned
     (its backend config, qconfig mapping and report), or None for any other object.
 
-    Public for plugins that deploy converted models (#21): the one lookup of ``META_KEY``.
+    Public for plugins that deploy converted models: the one lookup of ``META_KEY``.
 
     Example:
         >>> import torch, fxquant

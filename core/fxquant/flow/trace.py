@@ -122,7 +122,7 @@ class QuantizationTracer(fx.Tracer):
         self.leaf_names = leaf_names or set()
         self.leaf_classes = leaf_classes
         self.owns_modules = False
-        """The root is the flow's own copy: rewrites may give its modules children (#20)."""
+        """The root is the flow's own copy: rewrites may give its modules children."""
         self.thread = threading.get_ident()
         """The thread that traces: the only one whose module calls become nodes."""
 
@@ -141,13 +141,13 @@ class QuantizationTracer(fx.Tracer):
         if is_leaf_module(m) or is_torch_ao_module_class(type(m)):
             return True  # fused torch.ao modules are Sequentials, which torch.fx would enter
         if leaf_rewrite(m) is not None:
-            return False  # torch's transformer modules: traced through (#20)
+            return False  # torch's transformer modules: traced through
         return bool(super().is_leaf_module(m, module_qualified_name))
 
     def call_module(  # torch.fx's signature
         self, m: nn.Module, forward: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        """torch.fx's rule, tracing a rewritten module's plain-op forward (#20)."""
+        """torch.fx's rule, tracing a rewritten module's plain-op forward."""
         if self.foreign():
             return forward(*args, **kwargs)
         rewrite = leaf_rewrite(m)
@@ -167,7 +167,7 @@ class QuantizationTracer(fx.Tracer):
         return super().getattr(attr, attr_val, parameter_proxy_cache)
 
     def proxy(self, node: fx.Node) -> fx.Proxy:
-        """torch.fx's proxy, recording ``y += 1`` as in place (``fxquant.flow.inplace``, #18).
+        """torch.fx's proxy, recording ``y += 1`` as in place (``fxquant.flow.inplace``).
 
         A tracer further down the MRO with a proxy of its own (transformers' ``HFProxy``
         answers ``dim()`` and ``shape`` from metadata) keeps it: replacing it breaks tracing.
@@ -226,7 +226,7 @@ def trace(model: nn.Module, ctx: FlowContext) -> fx.GraphModule:
     if not isinstance(model, nn.Module):
         msg = f"model must be a torch.nn.Module, got {model!r} of type {type(model).__name__}"
         raise TypeError(msg)
-    model = _compiled_module(model) or model  # torch.compile(model): its module (#18)
+    model = _compiled_module(model) or model  # torch.compile(model): its module
     if isinstance(model, fx.GraphModule):
         fresh = not any(META_KEY in n.meta for n in model.graph.nodes)
         gm = adopt(model, ctx, _is_internal)
@@ -242,7 +242,7 @@ def trace(model: nn.Module, ctx: FlowContext) -> fx.GraphModule:
 
 
 def _trace_module(model: nn.Module, ctx: FlowContext) -> fx.GraphModule:
-    # PTQ: parameters shared, buffers and modules the flow's own (#18)
+    # PTQ: parameters shared, buffers and modules the flow's own
     root = copy.deepcopy(model) if ctx.is_qat else own_copy(model)
     if root is not model:  # our copy: torch.compile'd submodules become their modules
         _drop_compile_wrappers(root)
@@ -257,7 +257,7 @@ def _trace_module(model: nn.Module, ctx: FlowContext) -> fx.GraphModule:
         else:
             tracer = QuantizationTracer(*_leaves(ctx))
             tracer.owns_modules = root is not model  # own_copy returns the model it cannot copy
-            if not tracer.is_leaf_module(root, ""):  # a torch transformer module as the root (#20)
+            if not tracer.is_leaf_module(root, ""):  # a torch transformer module as the root
                 concrete = root_concrete_args(root, len(ctx.example_inputs), concrete)
                 if tracer.owns_modules:
                     split_projections(root)
@@ -288,8 +288,7 @@ def _drop_compile_wrappers(root: nn.Module) -> None:
     for path, module in list(root.named_modules()):
         inner = _compiled_module(module)
         if inner is not None and path:
-            parent, _, name = path.rpartition(".")
-            setattr(root.get_submodule(parent) if parent else root, name, inner)
+            root.set_submodule(path, inner)
 
 
 def _check_concrete_args(root: nn.Module, ctx: FlowContext) -> dict[str, Any] | None:
@@ -309,7 +308,7 @@ def _check_concrete_args(root: nn.Module, ctx: FlowContext) -> dict[str, Any] | 
 # tracers of other libraries' models, each (model) -> a module with trace_transformers_model or
 # None: an optional part registers itself here (fxquant-transformers' package, which
 # `import fxquant` imports when installed: fxquant.moved.TRACERS), so the flow imports no
-# optional part (#21)
+# optional part
 MODEL_TRACERS: list[Callable[[nn.Module], types.ModuleType | None]] = []
 
 

@@ -1,4 +1,4 @@
-"""Leaf rewrites: tracing through PyTorch's own transformer modules (#20).
+"""Leaf rewrites: tracing through PyTorch's own transformer modules.
 
     nn.MultiheadAttention ----------> in_proj (Linear, packed) -> heads -> attention -> out_proj
     nn.TransformerEncoderLayer -----> self_attn + dropout/norm, linear1 -> activation -> linear2
@@ -109,7 +109,7 @@ def attention_mask(
 
 
 def add_mask(scores: Tensor, mask: Tensor) -> Tensor:
-    """``scores + mask``, as a node of its own: never a quantized add pattern (#20).
+    """``scores + mask``, as a node of its own: never a quantized add pattern.
 
     Example:
         >>> add_mask(torch.zeros(2), torch.tensor([0.0, float("-inf")])).tolist()
@@ -138,7 +138,7 @@ def _merge_heads(x: Any, batch_first: bool) -> Any:
 
 
 def _projections(m: nn.MultiheadAttention, query: Any, key: Any, value: Any) -> tuple[Any, ...]:
-    """q, k, v: one ``Linear`` on the packed in_proj weight for self-attention (#20)."""
+    """q, k, v: one ``Linear`` on the packed in_proj weight for self-attention."""
     e = m.embed_dim
     if not m._qkv_same_embed_dim:
         bias = m.in_proj_bias
@@ -178,7 +178,7 @@ def split_projections(m: nn.Module) -> list[tuple[str, nn.Module]]:
     and ``in_proj_bias`` (the same Parameters, no copy), and ``out_proj`` (torch's
     ``NonDynamicallyQuantizableLinear``, a Linear with another name) is typed
     ``nn.Linear``: both then match every backend's Linear patterns and lower to
-    its prepacked int8 kernels (#20). ``attn_dropout``, an ``nn.Dropout`` with the
+    its prepacked int8 kernels. ``attn_dropout``, an ``nn.Dropout`` with the
     module's ``dropout``, drops attention weights in training mode only, as the
     module (QAT then ``eval()``). Only ever called on modules the flow owns.
 
@@ -239,7 +239,7 @@ def multihead_attention(  # noqa: PLR0913, PLR0917 (torch's forward signature)
     dropout = m.dropout if m.training else 0.0
     weights = None
     # written out (not one scaled_dot_product_attention call): ExecuTorch's runtime lacks
-    # kernels for SDPA's decomposition, and x86/onednn fuse these ops back into SDPA (#12)
+    # kernels for SDPA's decomposition, and x86/onednn fuse these ops back into SDPA
     scores = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(m.head_dim))
     if mask is not None:  # one float node: a backend quantizing adds must not round -inf
         scores = _call(add_mask, scores, mask)
@@ -397,7 +397,7 @@ def transformer(  # noqa: PLR0913, PLR0917 (torch's forward signature)
 
 
 # the hints (is_causal...) are not passed on: the mask they describe is always applied,
-# which gives the numbers of the hinted kernels (#20)
+# which gives the numbers of the hinted kernels
 _REWRITES: dict[type[nn.Module], Rewrite] = {
     nn.MultiheadAttention: multihead_attention,
     nn.TransformerEncoderLayer: encoder_layer,

@@ -1,4 +1,4 @@
-"""The user's model is never changed by prepare_fx or by calibrating its result (#18).
+"""The user's model is never changed by prepare_fx or by calibrating its result.
 
 ``prepare_fx`` works on a copy of the model that shares its *parameters* (no
 second copy of the weights) and owns everything else: the module objects, their

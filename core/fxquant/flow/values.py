@@ -31,7 +31,7 @@ The attention-mask rule, in full (``masked`` values stay float, reported
    (softmax, sigmoid, tanh) maps it back into a float range.
 5. ``torch.where(condition, a, b)`` with ``a`` or ``b`` standing for minus infinity
    (a number at most the bound, ``torch.finfo(dtype).min``, or a ``torch.full`` /
-   ``torch.tensor`` of one) is rule 3 written another way (#20): ``masked`` when the
+   ``torch.tensor`` of one) is rule 3 written another way: ``masked`` when the
    other value is a computed float (GPT-2's eager ``torch.where(causal, scores,
    finfo.min)``), a ``mask`` when it is a constant (transformers' ``eager_mask``:
    ``torch.where(keep, torch.tensor(0.0), finfo.min)``).

@@ -71,7 +71,7 @@ _SCHEMAS = (
     "int quant_min, int quant_max, ScalarType dtype, *, ScalarType? out_dtype=None) -> Tensor",
     "choose_qparams_per_tensor(Tensor input, int quant_min, int quant_max, ScalarType dtype) "
     "-> (Tensor, Tensor)",
-    # dynamic per-token activations (#23): quantized_decomposed's schemas, so ExecuTorch's
+    # dynamic per-token activations: quantized_decomposed's schemas, so ExecuTorch's
     # exporter swaps only the namespace (XNNPACK's dynamic fully-connected path reads them)
     "choose_qparams_per_token_asymmetric(Tensor input, ScalarType dtype) -> (Tensor, Tensor)",
     "quantize_per_token(Tensor input, Tensor scales, Tensor zero_points, int quant_min, "
@@ -155,7 +155,7 @@ CHOOSE_QPARAMS_PER_TOKEN_OP: Final[torch._ops.OpOverload] = (
     _OPS.choose_qparams_per_token_asymmetric.default
 )
 """Dynamic per-token quantization's first step: asymmetric ``(scales, zero_points)`` of each
-row over the last dimension, at run time (XNNPACK's dynamic fully-connected input, #23)."""
+row over the last dimension, at run time (XNNPACK's dynamic fully-connected input)."""
 
 
 # --- the records around a kernel ---------------------------------------------------------------
@@ -231,7 +231,7 @@ class AddInput:
     ``True`` means the kernel takes that value as one more (last) argument and
     returns its output plus it, added in float32 after everything else the kernel
     computes, as the add did (a transformer's residual add: no new tensor for the
-    sum, #12). A kernel that accepts it then declines every later step.
+    sum). A kernel that accepts it then declines every later step.
 
     Example:
         >>> AddInput()
@@ -276,7 +276,7 @@ class LoweringRule:
     with int8 weights becomes ``fxquant.nn.reference.Linear``), a QAT module
     (converted to float) or a fusion pattern (one fused module by then)
     never does, and the registry refuses such a rule when it assembles the
-    backend (#22).
+    backend.
 
     The kernel is called as ``kernel(*args)``, one argument per entry of
     ``match.inputs``: the integer tensor for a statically quantized input,

@@ -29,6 +29,7 @@ from torch import nn
 from torch.fx import GraphModule, Node
 
 from fxquant.flow.convert_qdq import node_qparams
+from fxquant.flow.names import unique_name
 from fxquant.lowering import DEQUANTIZE_OPS, QDQ_OPS, AddInput, Dequantize, Quantize
 from fxquant.lowering.kernels import boundary
 
@@ -64,10 +65,10 @@ def fast_boundaries(gm: GraphModule) -> None:
 _ADDS = (operator.add, torch.add)
 
 OUTPUT_OF_KEY = "fxquant_output_of"
-"""``node.meta`` key on a kernel: the reference node whose value it computes (#23, compare)."""
+"""``node.meta`` key on a kernel: the reference node whose value it computes (compare)."""
 
 OUTPUT_QPARAMS_KEY = "fxquant_output_qparams"
-"""``node.meta`` key on a kernel: the qparams of its integer output (#23, compare)."""
+"""``node.meta`` key on a kernel: the qparams of its integer output (compare)."""
 
 
 def _inherit_output(kernel: Node, follower: Node, step: Any) -> None:
@@ -122,7 +123,7 @@ def _added_value(user: Node, node: Node) -> Node | None:
 
 def _module_form(node: Node) -> nn.Module | None:
     """The module a functional call computes, offered as that module: Hugging Face models
-    call ``F.gelu`` (their ``GELUActivation`` is traced through), not ``nn.GELU`` (#12)."""
+    call ``F.gelu`` (their ``GELUActivation`` is traced through), not ``nn.GELU``."""
     if node.target is F.gelu and set(node.kwargs) <= {"approximate"}:
         approximate = node.kwargs.get("approximate", "none")
         return nn.GELU(approximate) if isinstance(approximate, str) else None
@@ -206,11 +207,7 @@ def _merge(gm: GraphModule, users: list[Node], calls: Counter[str]) -> None:
     merged = merge([gm.get_submodule(str(u.target)) for u in rest])
     if not isinstance(merged, nn.Module):
         return
-    name, index = f"{first.target}_merged", 0
-    while hasattr(gm, name.replace(".", "_")):
-        index += 1
-        name = f"{first.target}_merged_{index}"
-    name = name.replace(".", "_")
+    name = unique_name(gm, f"{first.target}_merged".replace(".", "_"))
     gm.add_submodule(name, merged)
     with gm.graph.inserting_before(first):
         call = gm.graph.call_module(name, first.args)

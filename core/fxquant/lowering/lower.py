@@ -37,6 +37,7 @@ from fxquant.config.pattern import pattern_str
 from fxquant.flow.context import FlowContext
 from fxquant.flow.convert_qdq import attribute_value, node_qparams
 from fxquant.flow.match import Match, PatternIndex, match_graph
+from fxquant.flow.names import unique_name
 from fxquant.flow.report import NodeStatus, Reason, ReasonCode, Report
 from fxquant.flow.state import META_KEY, NodeInfo
 from fxquant.lowering import (
@@ -121,12 +122,7 @@ def _kernel_name(gm: GraphModule, match: Match[LoweringRule], modules: _Modules)
     node = match.nodes[0]
     if len(match.nodes) == 1 and node.op == "call_module" and modules.uses[str(node.target)] == 1:
         return str(node.target)  # the kernel takes the reference module's place
-    base = re.sub(r"\W", "_", f"{match.anchor.name}_{match.payload.name}")
-    name, index = base, 0
-    while name in modules.by_name or hasattr(gm, name):
-        index += 1
-        name = f"{base}_{index}"
-    return name
+    return unique_name(gm, re.sub(r"\W", "_", f"{match.anchor.name}_{match.payload.name}"))
 
 
 def _install(
@@ -142,13 +138,12 @@ def _install(
     with gm.graph.inserting_after(replaced):
         if isinstance(kernel, nn.Module):
             name = _kernel_name(gm, match, modules)
-            parent, _, leaf = name.rpartition(".")
-            setattr(gm.get_submodule(parent) if parent else gm, leaf, kernel)
+            gm.set_submodule(name, kernel)
             new = gm.graph.call_module(name, tuple(args))
         else:
             new = gm.graph.call_function(kernel, tuple(args))
     new.meta = dict(anchor.meta)
-    # for fxquant.numerics.compare (#23): whose value the kernel computes, and its integers' qparams
+    # for fxquant.numerics.compare: whose value the kernel computes, and its integers' qparams
     new.meta[OUTPUT_OF_KEY] = anchor.name
     if quantize is not None:
         new.meta[OUTPUT_QPARAMS_KEY] = node_qparams(gm, quantize)
@@ -168,7 +163,7 @@ def _fits(match: Match[LoweringRule]) -> bool:
 def _lower_one(
     gm: GraphModule, match: Match[LoweringRule], backend: str, modules: _Modules
 ) -> str | None:
-    """Lower one match; ``None`` when lowered, else why the rule declined (#22)."""
+    """Lower one match; ``None`` when lowered, else why the rule declined."""
     external = _external_inputs(match.nodes)
     if match.payload.quantized:
         pairs = [_input(gm, value) for value in external]
@@ -216,13 +211,18 @@ def _fold_weights(gm: GraphModule) -> None:
         gm.graph.erase_node(node)
 
 
+_REMOVABLE = frozenset({*QDQ_OPS, CHOOSE_QPARAMS_OP, CHOOSE_QPARAMS_PER_TOKEN_OP, operator.getitem})
+
+
+def _kept_when_unused(node: Node) -> bool:
+    """Only what lowering itself leaves unused goes: a dead op of the user's model stays, as
+    it does in the reference model (torch.fx's default would also drop dead float calls)."""
+    removable = node.op == "call_function" and node.target in _REMOVABLE
+    return not (removable or node.op == "get_attr")
+
+
 def _remove_dead(gm: GraphModule) -> None:
-    removable = {*QDQ_OPS, CHOOSE_QPARAMS_OP, CHOOSE_QPARAMS_PER_TOKEN_OP, operator.getitem}
-    for node in reversed(list(gm.graph.nodes)):
-        if node.users:
-            continue
-        if (node.op == "call_function" and node.target in removable) or node.op == "get_attr":
-            gm.graph.erase_node(node)
+    gm.graph.eliminate_dead_code(is_impure_node=_kept_when_unused)
     used = {str(n.target) for n in gm.graph.nodes if n.op == "call_module"}
     for name, _ in list(gm.named_children()):
         module = getattr(gm, name)
@@ -249,7 +249,7 @@ def _update_report(
     ops: dict[str, str],
 ) -> Report:
     """Lowered nodes -> ``lowered``; other quantized ones say which rule declined, or that none
-    exists for their pattern (#22: one flag per backend could not tell those apart)."""
+    exists for their pattern: a user fixes those two differently."""
     backend = ctx.backend_config.name
     quiet = ctx.deployed and not ctx.lowering_rules  # its toolchain takes the reference form
     entries = []

@@ -237,6 +237,16 @@ class RecurrentReference(nn.Module):
     # lowering drops a reference module its kernels fully replaced (and its float weights)
     _IS_REFERENCE: ClassVar[bool] = True
 
+    def __init__(
+        self,
+        *args: Any,
+        weight_qparams_dict: Mapping[str, Any] | None = None,
+        activation: tuple[int, int] = (0, 255),
+        **kwargs: Any,
+    ) -> None:
+        self._float_class.__init__(self, *args, **kwargs)
+        self._init_qparams(weight_qparams_dict, activation)
+
     def _init_qparams(
         self, weight_qparams_dict: Mapping[str, Any] | None, activation: tuple[int, int]
     ) -> None:
@@ -441,16 +451,6 @@ class LSTM(_Sequence, nn.LSTM):
     _float_class = nn.LSTM
     _is_lstm = True
 
-    def __init__(
-        self,
-        *args: Any,
-        weight_qparams_dict: Mapping[str, Any] | None = None,
-        activation: tuple[int, int] = (0, 255),
-        **kwargs: Any,
-    ) -> None:
-        nn.LSTM.__init__(self, *args, **kwargs)
-        self._init_qparams(weight_qparams_dict, activation)
-
     def forward(  # type: ignore[override]  # no PackedSequence
         self, input: torch.Tensor, hx: tuple[torch.Tensor, torch.Tensor] | None = None
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
@@ -484,16 +484,6 @@ class GRU(_Sequence, nn.GRU):
 
     _float_class = nn.GRU
     _is_lstm = False
-
-    def __init__(
-        self,
-        *args: Any,
-        weight_qparams_dict: Mapping[str, Any] | None = None,
-        activation: tuple[int, int] = (0, 255),
-        **kwargs: Any,
-    ) -> None:
-        nn.GRU.__init__(self, *args, **kwargs)
-        self._init_qparams(weight_qparams_dict, activation)
 
     def forward(  # type: ignore[override]  # no PackedSequence
         self, input: torch.Tensor, hx: torch.Tensor | None = None
@@ -566,16 +556,6 @@ class LSTMCell(_Cell, nn.LSTMCell):
 
     _float_class = nn.LSTMCell
 
-    def __init__(
-        self,
-        *args: Any,
-        weight_qparams_dict: Mapping[str, Any] | None = None,
-        activation: tuple[int, int] = (0, 255),
-        **kwargs: Any,
-    ) -> None:
-        nn.LSTMCell.__init__(self, *args, **kwargs)
-        self._init_qparams(weight_qparams_dict, activation)
-
     def forward(
         self, input: torch.Tensor, hx: tuple[torch.Tensor, torch.Tensor] | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -598,16 +578,6 @@ class GRUCell(_Cell, nn.GRUCell):
 
     _float_class = nn.GRUCell
 
-    def __init__(
-        self,
-        *args: Any,
-        weight_qparams_dict: Mapping[str, Any] | None = None,
-        activation: tuple[int, int] = (0, 255),
-        **kwargs: Any,
-    ) -> None:
-        nn.GRUCell.__init__(self, *args, **kwargs)
-        self._init_qparams(weight_qparams_dict, activation)
-
     def forward(self, input: torch.Tensor, hx: torch.Tensor | None = None) -> torch.Tensor:
         """``h_1`` as ``nn.GRUCell`` returns it."""
         h = self._zeros(input) if hx is None else hx
@@ -627,16 +597,6 @@ class RNNCell(_Cell, nn.RNNCell):
     """
 
     _float_class = nn.RNNCell
-
-    def __init__(
-        self,
-        *args: Any,
-        weight_qparams_dict: Mapping[str, Any] | None = None,
-        activation: tuple[int, int] = (0, 255),
-        **kwargs: Any,
-    ) -> None:
-        nn.RNNCell.__init__(self, *args, **kwargs)
-        self._init_qparams(weight_qparams_dict, activation)
 
     def forward(self, input: torch.Tensor, hx: torch.Tensor | None = None) -> torch.Tensor:
         """``h_1`` as ``nn.RNNCell`` returns it."""

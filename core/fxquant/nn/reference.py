@@ -29,7 +29,7 @@ from fxquant import dtypes
 from fxquant.errors import ConfigError, ConfigTypeError
 from fxquant.nn.intrinsic import FusedModule, type_label
 
-# the recurrent reference modules (#20) live in fxquant.nn.recurrent; named here too, where
+# the recurrent reference modules live in fxquant.nn.recurrent; named here too, where
 # the seed's reference namespace has them, so a config naming that class finds fxquant's
 from fxquant.nn.recurrent import GRU, LSTM, GRUCell, LSTMCell, RNNCell
 from fxquant.numerics import qdq
@@ -397,7 +397,21 @@ def _build(
     return ref
 
 
-class Linear(ReferenceQuantizedModule, nn.Linear):
+class _Reference(ReferenceQuantizedModule):
+    """The reference modules of this file: ``_float_class`` is the float class mixed in."""
+
+    # lowering drops a reference module its kernels fully replaced (and its float weights)
+    _IS_REFERENCE: ClassVar[bool] = True
+    _float_class: ClassVar[type[nn.Module]]
+
+    def __init__(
+        self, *args: Any, weight_qparams: Mapping[str, Any] | None = None, **kwargs: Any
+    ) -> None:
+        self._float_class.__init__(self, *args, **kwargs)
+        self._init_weight_qparams(weight_qparams)
+
+
+class Linear(_Reference, nn.Linear):
     """Reference quantized ``nn.Linear``: ``F.linear(x, get_weight(), bias)``.
 
     Args:
@@ -412,13 +426,7 @@ class Linear(ReferenceQuantizedModule, nn.Linear):
         torch.Size([2, 3])
     """
 
-    _IS_REFERENCE: ClassVar[bool] = True
-
-    def __init__(
-        self, *args: Any, weight_qparams: Mapping[str, Any] | None = None, **kwargs: Any
-    ) -> None:
-        nn.Linear.__init__(self, *args, **kwargs)
-        self._init_weight_qparams(weight_qparams)
+    _float_class = nn.Linear
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Linear with the quantize->dequantized weight."""
@@ -448,28 +456,21 @@ def _conv_kwargs(mod: nn.Module) -> dict[str, Any]:
     return kwargs
 
 
-class _ConvMixin(ReferenceQuantizedModule):
-    """Shared by the reference convolutions: ``_FLOAT_CONV`` is the float class mixed in.
+class _ConvMixin(_Reference):
+    """Shared by the reference convolutions.
 
     Example:
-        >>> Conv2d._FLOAT_CONV is nn.Conv2d
+        >>> Conv2d._float_class is nn.Conv2d
         True
     """
 
-    _FLOAT_CONV: ClassVar[type[nn.Module]]
     _conv_forward: Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
     bias: torch.Tensor | None
-
-    def __init__(
-        self, *args: Any, weight_qparams: Mapping[str, Any] | None = None, **kwargs: Any
-    ) -> None:
-        self._FLOAT_CONV.__init__(self, *args, **kwargs)
-        self._init_weight_qparams(weight_qparams)
 
     @classmethod
     def from_float(cls, float_module: nn.Module, weight_qparams: Mapping[str, Any] | None) -> Any:
         """Copy ``float_module`` (the float conv, or a fused module rooted at one)."""
-        mod = _root(cls, float_module, cls._FLOAT_CONV)
+        mod = _root(cls, float_module, cls._float_class)
         return _build(cls, mod, _conv_kwargs(mod), weight_qparams)
 
 
@@ -496,8 +497,7 @@ class Conv1d(_PlainConv, nn.Conv1d):
         torch.Size([1, 3, 6])
     """
 
-    _IS_REFERENCE: ClassVar[bool] = True
-    _FLOAT_CONV = nn.Conv1d
+    _float_class = nn.Conv1d
 
 
 class Conv2d(_PlainConv, nn.Conv2d):
@@ -512,8 +512,7 @@ class Conv2d(_PlainConv, nn.Conv2d):
         torch.Size([1, 3, 3, 3])
     """
 
-    _IS_REFERENCE: ClassVar[bool] = True
-    _FLOAT_CONV = nn.Conv2d
+    _float_class = nn.Conv2d
 
 
 class Conv3d(_PlainConv, nn.Conv3d):
@@ -526,8 +525,7 @@ class Conv3d(_PlainConv, nn.Conv3d):
         torch.Size([1, 3, 2, 2, 2])
     """
 
-    _IS_REFERENCE: ClassVar[bool] = True
-    _FLOAT_CONV = nn.Conv3d
+    _float_class = nn.Conv3d
 
 
 _CONV_TRANSPOSE_FN: dict[int, Callable[..., torch.Tensor]] = {
@@ -588,8 +586,7 @@ class ConvTranspose1d(_TransposedConv, nn.ConvTranspose1d):
         torch.Size([1, 3, 6])
     """
 
-    _IS_REFERENCE: ClassVar[bool] = True
-    _FLOAT_CONV = nn.ConvTranspose1d
+    _float_class = nn.ConvTranspose1d
     _SPATIAL_DIMS = 1
 
 
@@ -604,8 +601,7 @@ class ConvTranspose2d(_TransposedConv, nn.ConvTranspose2d):
         torch.Size([1, 3, 6, 6])
     """
 
-    _IS_REFERENCE: ClassVar[bool] = True
-    _FLOAT_CONV = nn.ConvTranspose2d
+    _float_class = nn.ConvTranspose2d
     _SPATIAL_DIMS = 2
 
 
@@ -620,12 +616,11 @@ class ConvTranspose3d(_TransposedConv, nn.ConvTranspose3d):
         torch.Size([1, 3, 2, 2, 2])
     """
 
-    _IS_REFERENCE: ClassVar[bool] = True
-    _FLOAT_CONV = nn.ConvTranspose3d
+    _float_class = nn.ConvTranspose3d
     _SPATIAL_DIMS = 3
 
 
-class Embedding(ReferenceQuantizedModule, nn.Embedding):
+class Embedding(_Reference, nn.Embedding):
     """Reference quantized ``nn.Embedding`` (usually per-channel float qparams, axis 0).
 
     Example:
@@ -637,13 +632,7 @@ class Embedding(ReferenceQuantizedModule, nn.Embedding):
         torch.Size([2, 4])
     """
 
-    _IS_REFERENCE: ClassVar[bool] = True
-
-    def __init__(
-        self, *args: Any, weight_qparams: Mapping[str, Any] | None = None, **kwargs: Any
-    ) -> None:
-        nn.Embedding.__init__(self, *args, **kwargs)
-        self._init_weight_qparams(weight_qparams)
+    _float_class = nn.Embedding
 
     def forward(self, indices: torch.Tensor) -> torch.Tensor:
         """Look up rows of the quantize->dequantized table."""
@@ -670,7 +659,7 @@ class Embedding(ReferenceQuantizedModule, nn.Embedding):
         return ref
 
 
-class EmbeddingBag(ReferenceQuantizedModule, nn.EmbeddingBag):
+class EmbeddingBag(_Reference, nn.EmbeddingBag):
     """Reference quantized ``nn.EmbeddingBag``.
 
     Example:
@@ -683,13 +672,7 @@ class EmbeddingBag(ReferenceQuantizedModule, nn.EmbeddingBag):
         torch.Size([2, 4])
     """
 
-    _IS_REFERENCE: ClassVar[bool] = True
-
-    def __init__(
-        self, *args: Any, weight_qparams: Mapping[str, Any] | None = None, **kwargs: Any
-    ) -> None:
-        nn.EmbeddingBag.__init__(self, *args, **kwargs)
-        self._init_weight_qparams(weight_qparams)
+    _float_class = nn.EmbeddingBag
 
     def forward(
         self,

@@ -1,4 +1,4 @@
-"""Numerics (#21 layout, #23): q/dq, observers, fake quantize, input-weight equalization.
+"""Numerics: q/dq, observers, fake quantize, input-weight equalization.
 
 - :mod:`fxquant.numerics.qdq`, :mod:`~fxquant.numerics.observer`,
   :mod:`~fxquant.numerics.fake_quantize`: the mechanism (``fxquant.observer`` and
@@ -7,7 +7,7 @@
   for ``prepare_fx(..., _equalization_config=...)``;
 - :func:`compare`, :func:`fallback` (with ``Budget``, ``Comparison``, ``NodeError``,
   ``FallbackResult``, ``FallbackStep``): the numerics debugger and float fallback, tools that
-  live in :mod:`fxquant.tools.debug` (#21) and keep this documented path. They load on first
+  live in :mod:`fxquant.tools.debug` and keep this documented path. They load on first
   use, so importing the mechanism never loads the tools.
 
 Example:
@@ -25,7 +25,7 @@ from fxquant.numerics.equalization import (
     default_equalization_qconfig,
 )
 
-# the debugger's names, kept at their documented path (#21); they live in fxquant.tools.debug
+# the debugger's names, kept at their documented path; they live in fxquant.tools.debug
 _DEBUG_NAMES = frozenset(
     {"Budget", "Comparison", "FallbackResult", "FallbackStep", "NodeError", "compare", "fallback"}
 )

@@ -1,4 +1,4 @@
-"""Input-weight equalization: its qconfig, its two observers and the scale they give (#23).
+"""Input-weight equalization: its qconfig, its two observers and the scale they give.
 
 A Linear computes ``y = x @ W.T``; for any positive vector ``s`` over the input
 channels, ``(x * s) @ (W / s).T`` is the same product. Equalization picks ``s``
@@ -32,6 +32,7 @@ from fxquant.config.qconfig import Constructor, QConfig
 from fxquant.errors import ConfigError
 from fxquant.factory import ModuleFactory
 from fxquant.numerics.observer import PerChannelMinMaxObserver
+from fxquant.numerics.saved_shapes import take_saved_shapes
 
 AUTO: Final = "auto"
 """``alpha`` that asks :func:`choose_alpha` for each input's strength."""
@@ -153,23 +154,12 @@ class InputEqualizationObserver(_ColumnRanges):
         self.square_sum += squares
         self.rows += finite.sum(dim=0)
 
-    def _load_from_state_dict(  # noqa: PLR0913, PLR0917  # nn.Module's hook signature
-        self,
-        state_dict: dict[str, Any],
-        prefix: str,
-        local_metadata: dict[str, Any],
-        strict: bool,
-        missing_keys: list[str],
-        unexpected_keys: list[str],
-        error_msgs: list[str],
+    def _load_from_state_dict(
+        self, state_dict: dict[str, Any], prefix: str, local_metadata: dict[str, Any], *rest: Any
     ) -> None:
-        saved = state_dict.get(prefix + "square_sum")
-        if self.alpha == AUTO and saved is not None:  # a fresh observer's are empty
-            self.square_sum = torch.zeros_like(saved)
-            self.rows = torch.zeros_like(saved, dtype=torch.int64)
-        super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
-        )
+        # alpha="auto" only (no buffers otherwise); a fresh observer's are empty
+        take_saved_shapes(self, state_dict, prefix, ("square_sum", "rows"))
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, *rest)
 
     def mean_square(self) -> torch.Tensor:
         """Each channel's mean of ``x ** 2`` over what was observed (``alpha="auto"`` only)."""

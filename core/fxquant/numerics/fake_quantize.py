@@ -29,6 +29,7 @@ from fxquant.numerics.observer import (
     default_fixed_qparams_range_0to1_observer,
     default_fixed_qparams_range_neg1to1_observer,
 )
+from fxquant.numerics.saved_shapes import take_saved_shapes
 
 __all__ = [
     "FakeQuantize",
@@ -225,24 +226,11 @@ class FakeQuantize(FakeQuantizeBase):
             f"ch_axis={self.ch_axis}, scale={self.scale}, zero_point={self.zero_point}"
         )
 
-    def _load_from_state_dict(  # noqa: PLR0913, PLR0917  # nn.Module's hook signature
-        self,
-        state_dict: dict[str, Any],
-        prefix: str,
-        local_metadata: dict[str, Any],
-        strict: bool,
-        missing_keys: list[str],
-        unexpected_keys: list[str],
-        error_msgs: list[str],
+    def _load_from_state_dict(
+        self, state_dict: dict[str, Any], prefix: str, local_metadata: dict[str, Any], *rest: Any
     ) -> None:
-        # per-channel qparams change shape after the first batch: take the saved shape
-        for name in ("scale", "zero_point"):
-            saved = state_dict.get(prefix + name)
-            if isinstance(saved, torch.Tensor):
-                getattr(self, name).resize_(saved.shape)
-        super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
-        )
+        take_saved_shapes(self, state_dict, prefix, ("scale", "zero_point"))
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, *rest)
 
 
 def _check_fake_quant_range(quant_min: int, quant_max: int, dtype: torch.dtype) -> None:
@@ -347,7 +335,7 @@ class FusedMovingAvgObsFakeQuantize(FakeQuantize):
             result = None
         if saved is not None and (result is None or not self._finite_state()):
             # the kernel folded a NaN or inf of x into the moving averages, which would then
-            # never recover (#18): undo it and take the unfused steps, whose observer leaves
+            # never recover: undo it and take the unfused steps, whose observer leaves
             # non-finite values out (and warns once)
             self._restore(saved)
             return super().forward(x)
@@ -480,13 +468,27 @@ default_fake_quant = FakeQuantize.with_args(
 )
 """Activation fake-quant: uint8 affine, range halved to 0..127."""
 
-default_weight_fake_quant = FakeQuantize.with_args(
-    observer=MovingAverageMinMaxObserver,
-    quant_min=-128,
-    quant_max=127,
-    dtype=torch.int8,
-    qscheme="per_tensor_symmetric",
-    reduce_range=False,
+
+def _int8_weights(
+    fake_quant: type[FakeQuantizeBase],
+    observer: type[torch.nn.Module],
+    qscheme: str,
+    quant_min: int = -128,
+    **extra: Any,
+) -> ModuleFactory:
+    """``fake_quant`` of symmetric int8 weights in ``quant_min..127``, observed by ``observer``."""
+    return fake_quant.with_args(
+        observer=observer,
+        quant_min=quant_min,
+        quant_max=127,
+        dtype=torch.int8,
+        qscheme=qscheme,
+        **extra,
+    )
+
+
+default_weight_fake_quant = _int8_weights(
+    FakeQuantize, MovingAverageMinMaxObserver, "per_tensor_symmetric", reduce_range=False
 )
 """Weight fake-quant: int8 symmetric per tensor."""
 
@@ -516,12 +518,10 @@ default_symmetric_fixed_qparams_fake_quant = default_fixed_qparams_range_neg1to1
 default_affine_fixed_qparams_fake_quant = default_fixed_qparams_range_0to1_fake_quant
 """Older name of :data:`default_fixed_qparams_range_0to1_fake_quant`."""
 
-default_per_channel_weight_fake_quant = FakeQuantize.with_args(
-    observer=MovingAveragePerChannelMinMaxObserver,
-    quant_min=-128,
-    quant_max=127,
-    dtype=torch.int8,
-    qscheme="per_channel_symmetric",
+default_per_channel_weight_fake_quant = _int8_weights(
+    FakeQuantize,
+    MovingAveragePerChannelMinMaxObserver,
+    "per_channel_symmetric",
     reduce_range=False,
     ch_axis=0,
 )
@@ -553,40 +553,30 @@ default_fused_act_fake_quant = FusedMovingAvgObsFakeQuantize.with_args(
 )
 """Fused version of :data:`default_fake_quant` (full 0..255 range)."""
 
-default_fused_wt_fake_quant = FusedMovingAvgObsFakeQuantize.with_args(
-    observer=MovingAverageMinMaxObserver,
-    quant_min=-128,
-    quant_max=127,
-    dtype=torch.int8,
-    qscheme="per_tensor_symmetric",
+default_fused_wt_fake_quant = _int8_weights(
+    FusedMovingAvgObsFakeQuantize, MovingAverageMinMaxObserver, "per_tensor_symmetric"
 )
 """Fused version of :data:`default_weight_fake_quant`."""
 
-default_fused_per_channel_wt_fake_quant = FusedMovingAvgObsFakeQuantize.with_args(
-    observer=MovingAveragePerChannelMinMaxObserver,
-    quant_min=-128,
-    quant_max=127,
-    dtype=torch.int8,
-    qscheme="per_channel_symmetric",
+default_fused_per_channel_wt_fake_quant = _int8_weights(
+    FusedMovingAvgObsFakeQuantize, MovingAveragePerChannelMinMaxObserver, "per_channel_symmetric"
 )
 """Fused version of :data:`default_per_channel_weight_fake_quant`."""
 
-fused_wt_fake_quant_range_neg_127_to_127 = FusedMovingAvgObsFakeQuantize.with_args(
-    observer=MovingAverageMinMaxObserver,
+fused_wt_fake_quant_range_neg_127_to_127 = _int8_weights(
+    FusedMovingAvgObsFakeQuantize,
+    MovingAverageMinMaxObserver,
+    "per_tensor_symmetric",
     quant_min=-127,
-    quant_max=127,
-    dtype=torch.int8,
-    qscheme="per_tensor_symmetric",
     eps=2**-12,
 )
 """Fused weight fake-quant restricted to -127..127."""
 
-fused_per_channel_wt_fake_quant_range_neg_127_to_127 = FusedMovingAvgObsFakeQuantize.with_args(
-    observer=MovingAveragePerChannelMinMaxObserver,
+fused_per_channel_wt_fake_quant_range_neg_127_to_127 = _int8_weights(
+    FusedMovingAvgObsFakeQuantize,
+    MovingAveragePerChannelMinMaxObserver,
+    "per_channel_symmetric",
     quant_min=-127,
-    quant_max=127,
-    dtype=torch.int8,
-    qscheme="per_channel_symmetric",
     eps=2**-12,
 )
 """Fused per-channel weight fake-quant restricted to -127..127."""

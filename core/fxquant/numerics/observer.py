@@ -15,7 +15,7 @@ keeps the nodes of such observers float, see :func:`is_calibrated`). Non-finite
 values (NaN, ``inf``, ``-inf``) are left out of every observer's statistics (per
 channel for per-channel observers); a batch with nothing finite leaves the
 observer unchanged, and the first such batch raises one
-:class:`fxquant.errors.CalibrationWarning` naming the observer (#18). The check
+:class:`fxquant.errors.CalibrationWarning` naming the observer. The check
 costs one test of the batch's min and max, which the observer computes anyway.
 
 Global batches (:func:`fxquant_distributed.observe_global_batch`): an observer
@@ -48,6 +48,7 @@ from fxquant.dtypes import (
 )
 from fxquant.errors import CalibrationWarning, ConfigError, ConfigTypeError
 from fxquant.factory import ModuleFactory
+from fxquant.numerics.saved_shapes import take_saved_shapes
 
 __all__ = [
     "BatchReducer",
@@ -135,17 +136,17 @@ class ObserverBase(torch.nn.Module):
     # set by fxquant_distributed while observing global batches; a class default so that
     # observers unpickled from before it existed read None
     _batch_reducer: BatchReducer | None = None
-    # class defaults (#18): observers unpickled from before these existed read them
+    # class defaults: observers unpickled from before these existed read them
     nonfinite_count: int = 0
     """How many non-finite values (NaN, inf) this observer has left out of its statistics."""
-    _fxquant_name: str | None = None  # where prepare put it, for messages (#18)
+    _fxquant_name: str | None = None  # where prepare put it, for messages
     batch_peaks: tuple[float, float] = (0.0, 0.0)
     """The two largest per-batch peaks (max ``|value|``, finite values only) observed: the
-    first far above the second says one batch set the range (convert warns, #18)."""
+    first far above the second says one batch set the range (convert warns)."""
     observed_in_training: bool = False
     """Whether this observer recorded a batch while in training mode. In a prepared model
     observers follow the model's mode, so this says calibration ran with dropout and
-    BatchNorm computing training-mode values (convert warns, #18)."""
+    BatchNorm computing training-mode values (convert warns)."""
 
     def __init__(self, dtype: torch.dtype, is_dynamic: bool = False) -> None:
         super().__init__()
@@ -153,7 +154,7 @@ class ObserverBase(torch.nn.Module):
         self.is_dynamic = is_dynamic
 
     def _note_nonfinite(self, count: int, numel: int) -> None:
-        """Count ``count`` ignored non-finite values; warn on the first ones only (#18)."""
+        """Count ``count`` ignored non-finite values; warn on the first ones only."""
         if count == 0:
             return
         first = self.nonfinite_count == 0
@@ -226,7 +227,7 @@ class ObserverBase(torch.nn.Module):
             else:
                 low, high = _per_channel_aminmax(x, ch_axis)
             # min and max carry any NaN or inf of the batch: the fast path tests just them
-            # (one tiny op, no second pass over x); only a poisoned batch is filtered (#18)
+            # (one tiny op, no second pass over x); only a poisoned batch is filtered
             if not _all_finite(low, high):
                 low, high = self._finite_min_max(x, ch_axis)
                 if reducer is None and ch_axis is None and bool(low > high):
@@ -270,7 +271,7 @@ def _check_uniform_arguments(
     quant_range_given: tuple[object, object],
     factory_kwargs: object,
 ) -> None:
-    """The numbers every uniform observer takes, checked before anything is stored (#18)."""
+    """The numbers every uniform observer takes, checked before anything is stored."""
     check_real(eps, f"{owner} eps", positive=True)
     check_flag(reduce_range, f"{owner} reduce_range")
     check_integer(quant_range_given[0], f"{owner} quant_min", optional=True)
@@ -418,7 +419,7 @@ class UniformQuantizationObserverBase(ObserverBase):
             return torch.tensor([1.0], device=device), torch.tensor([0], device=device)
         empty = None
         if min_val.dim() > 0:
-            # channels that never saw a finite value (#18): scale 1, zero point 0, as an
+            # channels that never saw a finite value: scale 1, zero point 0, as an
             # observer that saw no data
             empty = (min_val == float("inf")) & (max_val == float("-inf"))
             if bool(empty.any()):
@@ -471,28 +472,14 @@ class UniformQuantizationObserverBase(ObserverBase):
         msg = f"{type(self).__name__} keeps no min/max values to reset"
         raise ConfigError(msg)
 
-    def _load_from_state_dict(  # noqa: PLR0913, PLR0917  # nn.Module's hook signature
-        self,
-        state_dict: dict[str, Any],
-        prefix: str,
-        local_metadata: dict[str, Any],
-        strict: bool,
-        missing_keys: list[str],
-        unexpected_keys: list[str],
-        error_msgs: list[str],
+    def _load_from_state_dict(
+        self, state_dict: dict[str, Any], prefix: str, local_metadata: dict[str, Any], *rest: Any
     ) -> None:
         if local_metadata.get("version") in (None, 1):
             # state dicts older than version 2 had no eps buffer
             state_dict.setdefault(prefix + "eps", torch.tensor([FLOAT32_EPS]))
-        # a fresh observer's buffers may not have the saved shape yet (per-channel: empty)
-        for name in ("min_val", "max_val"):
-            buffer = getattr(self, name, None)
-            saved = state_dict.get(prefix + name)
-            if isinstance(buffer, torch.Tensor) and isinstance(saved, torch.Tensor):
-                buffer.resize_(saved.shape)
-        super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
-        )
+        take_saved_shapes(self, state_dict, prefix, ("min_val", "max_val"))
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, *rest)
 
 
 def _factory(factory_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -500,7 +487,7 @@ def _factory(factory_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def _all_finite(low: torch.Tensor, high: torch.Tensor) -> bool:
-    """Whether a batch's min and max (so the whole batch) are finite: the fast path (#18).
+    """Whether a batch's min and max (so the whole batch) are finite: the fast path.
 
     Python floats for a 0-d pair: 2.5 us where ``torch.isfinite(...).all()`` takes ~100 us
     on a loaded CPU, and a full ``torch.isfinite(x).all()`` pass ~12x an amin + amax.
@@ -525,7 +512,7 @@ def is_calibrated(observer: torch.nn.Module) -> bool:
     observer (it saw no data, or no finite value), or are not finite (a state dict
     saved by an older version); observers that compute their qparams without
     statistics (fixed qparams, placeholders, dynamic ones) are always calibrated.
-    ``convert_fx`` keeps the nodes of uncalibrated activation observers float (#18).
+    ``convert_fx`` keeps the nodes of uncalibrated activation observers float.
 
     Example:
         >>> obs = MinMaxObserver()
@@ -557,7 +544,7 @@ def _has_statistics(min_val: torch.Tensor, max_val: torch.Tensor) -> bool:
         return False
     empty = (min_val == float("inf")) & (max_val == float("-inf"))
     if bool(empty.all()):
-        return False  # no data, or (per channel, #18) no finite value in any channel
+        return False  # no data, or (per channel) no finite value in any channel
     if bool(torch.any((min_val > max_val) & ~empty)):
         msg = f"observer range is inverted: min_val={min_val} > max_val={max_val}"
         raise ConfigError(msg)
@@ -746,7 +733,7 @@ def _per_channel_aminmax(x: torch.Tensor, ch_axis: int) -> tuple[torch.Tensor, t
     """Min and max of each slice along ``ch_axis``."""
     # min and max are exact, so the order of the other dims does not matter. amin + amax:
     # torch 2.13's aminmax(dim=1) is ~20x slower on CPU (a 512x4608 conv weight: 5.1 ms vs
-    # 0.23 ms), which made per-channel weight observation a large part of convert_fx (#12)
+    # 0.23 ms), which made per-channel weight observation a large part of convert_fx
     rows = x.movedim(ch_axis, 0).reshape(x.shape[ch_axis], -1)
     return torch.amin(rows, dim=1), torch.amax(rows, dim=1)
 
@@ -894,7 +881,7 @@ class MovingAveragePerChannelMinMaxObserver(PerChannelMinMaxObserver):
             seen, got = self.min_val <= self.max_val, batch_min <= batch_max
             if not bool((seen & got).all()):
                 # a channel without finite values in this batch keeps its average, one that
-                # had none so far starts from this batch: inf never enters the average (#18)
+                # had none so far starts from this batch: inf never enters the average
                 new_min = torch.where(got, torch.where(seen, new_min, batch_min), self.min_val)
                 new_max = torch.where(got, torch.where(seen, new_max, batch_max), self.max_val)
             self._store(new_min, new_max)
@@ -1009,7 +996,7 @@ class PlaceholderObserver(ObserverBase):
 
 
 class PerTokenObserver(ObserverBase):
-    """Records nothing; marks an input for dynamic per-token quantization (#23).
+    """Records nothing; marks an input for dynamic per-token quantization.
 
     What :class:`PlaceholderObserver` with ``is_dynamic=True`` is for dynamic
     per-tensor quantization, this is for per-token: at run time each token (row
@@ -1143,7 +1130,7 @@ def _finite_with_range(
     left) and how many values were dropped."""
     if x.numel() > 0:
         x_min, x_max = _aminmax(x)
-        # min and max carry any NaN or inf: one tiny test on the fast path (#18)
+        # min and max carry any NaN or inf: one tiny test on the fast path
         if _all_finite(x_min, x_max):
             return x, x_min, x_max, 0
         # an infinite or NaN range would be useless (torch.histc refuses it)
@@ -1331,7 +1318,7 @@ class HistogramObserver(UniformQuantizationObserverBase):
         alpha, beta = 0.0, 1.0
         start, end = 0, self.bins - 1
         best = float("inf")
-        constants = self._search_constants()  # one per search, not one per candidate (#12)
+        constants = self._search_constants()  # one per search, not one per candidate
         while alpha < beta:
             next_alpha, next_beta = alpha + step, beta - step
             low_mass, high_mass = _f32(next_alpha * total), _f32(next_beta * total)

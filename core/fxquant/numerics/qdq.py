@@ -20,7 +20,7 @@ and ``.dequantize()`` (measured on torch 2.13, x86):
 Each op has an overload taking ``scale``/``zero_point`` as Python numbers and a
 ``.tensor`` overload taking 0-d (or one-element) tensors, for graphs.
 
-Per token (#23; dynamic activations of XNNPACK's fully-connected kernels): one
+Per token (dynamic activations of XNNPACK's fully-connected kernels): one
 asymmetric scale and zero point per row over the last dimension, chosen at run time
 (``choose_qparams_per_token_asymmetric``: the row's range widened to cover 0, divided
 by the 255 steps, floored at float32 eps; the zero point from the end whose rounding
@@ -212,7 +212,7 @@ def _round_to_grid(
     if plain == torch.int32:  # int32 bounds are not float32 numbers: clamp in float64
         return y.to(torch.float64).clamp_(quant_min, quant_max).to(plain)
     # integers up to 2**16 and the rounded values are exact in float32: one buffer, no float64
-    # copy (convert_fx quantizes every weight: ResNet-50's 25M, #12)
+    # copy (convert_fx quantizes every weight: ResNet-50's 25M)
     return y.clamp_(quant_min, quant_max).to(plain)
 
 

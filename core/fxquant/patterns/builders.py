@@ -1,4 +1,4 @@
-"""Small constructors shared by the pattern builders, public for plugin authors (#21).
+"""Small constructors shared by the pattern builders, public for plugin authors.
 
 Every builder in this package turns a list of patterns plus the backend's
 dtype configs into :class:`BackendPatternConfig` objects. The three shapes of

@@ -55,7 +55,7 @@ __all__ = [
 
 _registry: Registry | None = None
 # first use from several threads must build one registry, or a register_plugin made on a
-# registry that another thread then replaces is lost (#18)
+# registry that another thread then replaces is lost
 _registry_lock = threading.Lock()
 
 
@@ -88,7 +88,7 @@ def _plugin_roots() -> frozenset[str]:
     return frozenset(roots)
 
 
-plugin_roots.answer_with(_plugin_roots)  # the configs ask through fxquant.plugin_roots (#21)
+plugin_roots.answer_with(_plugin_roots)  # the configs ask through fxquant.plugin_roots
 
 
 def list_backends() -> list[str]:
@@ -137,7 +137,7 @@ def get_default_qconfig_mapping(name: str = "x86", is_qat: bool = False) -> QCon
     """The default ``QConfigMapping`` of backend ``name``, from its plugins' hook.
 
     Args:
-        name: the backend; ``"x86"`` when not given, as in torch.ao (#22).
+        name: the backend; ``"x86"`` when not given, as in torch.ao.
         is_qat: True for quantization-aware training, False for post-training.
 
     Raises:

@@ -3,8 +3,8 @@
     Override     wraps an answer that deliberately replaces another plugin's answer
     Deployment   how a backend runs converted models outside PyTorch eager (``fxquant_deployment``)
     Deployed     what ``Deployment.deploy`` returns: call, report, explain, save, load
-    GraphMode    a mapping a backend picks for a graph's shape (``fxquant_graph_mode``, #23)
-    only_for     a hook implementation that answers for one backend only (#21)
+    GraphMode    a mapping a backend picks for a graph's shape (``fxquant_graph_mode``)
+    only_for     a hook implementation that answers for one backend only
 
 The hook specifications themselves are in ``fxquant.registry.hookspecs``, which
 re-exports these records for plugins written against it.
@@ -229,7 +229,7 @@ def only_for(name: str) -> Callable[[Callable[..., _Answer]], Callable[..., _Ans
 
     Every hook takes the backend's name first; a plugin's hook that has nothing for another
     backend returns ``None`` (the hookspecs' rule). This decorator says so once, under
-    ``@hookimpl``, instead of an ``if backend == ...`` in every hook (#21). pluggy reads the
+    ``@hookimpl``, instead of an ``if backend == ...`` in every hook. pluggy reads the
     wrapped function's signature, so the hook keeps its arguments.
 
     Args:

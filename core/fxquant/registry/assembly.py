@@ -104,7 +104,7 @@ def _manager(
     manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
     manager.add_hookspecs(hookspecs)
     members: dict[str, PluginInfo] = {}
-    # reversed: pluggy calls the last registered first; we want builtin, then dists sorted (#3)
+    # reversed: pluggy calls the last registered first; we want builtin, then dists sorted
     for index, loaded in reversed(list(enumerate(plugins))):
         plugin_name = f"{index}:{loaded.info.label}"
         members[plugin_name] = loaded.info
@@ -132,7 +132,7 @@ def _call(
             answer = impl.function(*(kwargs[arg] for arg in impl.argnames))
         except KeyboardInterrupt:
             raise
-        except BaseException as error:  # SystemExit too: a hook's sys.exit() is its failure (#18)
+        except BaseException as error:  # SystemExit too: a hook's sys.exit() is its failure
             raise _plugin_error(info, hook, "raised", error) from error
         if answer is not None:
             answers.append((info, answer))
@@ -240,7 +240,7 @@ def _is_qat_class(cls: type) -> bool:
 
 
 def _replaced_in_reference(patterns: _Merged) -> dict[Hashable, str]:
-    """Pattern parts that never reach a reference model with quantized nodes, and what does (#22).
+    """Pattern parts that never reach a reference model with quantized nodes, and what does.
 
     A weighted float module whose pattern config names a reference module is swapped for it
     (``torch.nn.Linear`` -> ``fxquant.nn.reference.Linear``), a QAT module is converted back,
@@ -273,10 +273,10 @@ def _parts(key: Hashable) -> list[Hashable]:
 
 
 def _check_rules_can_match(patterns: _Merged, kernels: _Merged) -> None:
-    """Refuse a quantized rule whose pattern cannot occur in a reference model (#22).
+    """Refuse a quantized rule whose pattern cannot occur in a reference model.
 
-    Such a rule registered, never matched, and ``fxquant check`` skipped it with
-    nothing failed: the backend looked complete and its models stayed reference.
+    Such a rule would register and never match: ``fxquant check`` would skip it with
+    nothing failed, the backend would look complete and its models stay reference.
     """
     replaced = _replaced_in_reference(patterns)
     for key, rule in kernels.items.items():
@@ -301,7 +301,7 @@ def _backend_config(name: str, merged: _Merged) -> Any:
     for key, pattern_config in merged.items.items():
         try:
             # a copy: the plugin keeps its object and may change it later; what the registry
-            # hands out must stay what the plugin answered at assembly (#18)
+            # hands out must stay what the plugin answered at assembly
             config.set_backend_pattern_config(pattern_config.copy())
         except (ValueError, TypeError) as error:
             problem = f"returned an invalid pattern config for {_show(key)}"
@@ -422,7 +422,7 @@ def default_qconfig_mapping(backend: AssembledBackend, is_qat: bool) -> Any:
 def graph_mode(
     backend: AssembledBackend, model: Any, qconfig_mapping: QConfigMapping, is_qat: bool
 ) -> GraphMode | None:
-    """Ask the backend's plugins whether ``model``'s graph gets a mode of its own (#23).
+    """Ask the backend's plugins whether ``model``'s graph gets a mode of its own.
 
     Raises:
         PluginError: a plugin raised, returned something else than a ``GraphMode``, or

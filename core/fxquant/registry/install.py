@@ -1,4 +1,4 @@
-"""How to install a backend, as a command that works where fxquant runs (#22).
+"""How to install a backend, as a command that works where fxquant runs.
 
 The plugins are not on a package index yet: ``pip install fxquant-x86`` fails,
 and so does ``pip install plugins/x86`` alone (x86 depends on the local

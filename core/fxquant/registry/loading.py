@@ -181,7 +181,7 @@ class LoadedPlugin:
 
 
 def strict_plugins() -> bool:
-    """Whether ``FXQUANT_STRICT_PLUGINS`` makes any failing plugin fail its backend (#22).
+    """Whether ``FXQUANT_STRICT_PLUGINS`` makes any failing plugin fail its backend.
 
     Example:
         >>> import os; os.environ.pop("FXQUANT_STRICT_PLUGINS", None) and None
@@ -195,7 +195,7 @@ def is_first_party(info: PluginInfo, backend: str) -> bool:
     """Whether ``info`` is the backend's own plugin (``fxquant-NAME``, or the core's).
 
     Any other distribution contributing to ``backend`` extends it: when it fails, the
-    backend loads without it (#22).
+    backend loads without it.
 
     Example:
         >>> is_first_party(PluginInfo("x86", "fxquant-x86", "0.1", "x86 = m"), "x86")
@@ -267,7 +267,7 @@ def _section(text: str) -> list[tuple[str, str]]:
 
 def _dist_key(dist: Any) -> str:
     # importlib.metadata derives _normalized_name from the folder name; dist.name would parse
-    # METADATA, ten times slower, and listing must stay under 10 ms for 100 plugins (#3)
+    # METADATA, ten times slower, and listing must stay under 10 ms for 100 plugins
     name = getattr(dist, "_normalized_name", None) or dist.name
     return normalize_dist_name(name)
 
@@ -285,7 +285,7 @@ def _entry_points_text(dist: Any) -> str | None:
     if path is None:
         text: str | None = dist.read_text("entry_points.txt")
         return text
-    # a plain open: Distribution.read_text goes through pathlib, 2-3x slower per file (#3)
+    # a plain open: Distribution.read_text goes through pathlib, 2-3x slower per file
     try:
         with open(os.path.join(path, "entry_points.txt"), encoding="utf-8") as file:
             return file.read()
@@ -372,7 +372,7 @@ def load(record: EntryPointRecord) -> LoadedPlugin:
         plugin: object = entry_point.load()
     except KeyboardInterrupt:
         raise
-    except BaseException as error:  # SystemExit too: a plugin's sys.exit() is its failure (#18)
+    except BaseException as error:  # SystemExit too: a plugin's sys.exit() is its failure
         return _failure(info, error, "to import")
     seconds = time.perf_counter() - start
     try:

@@ -98,7 +98,7 @@ def _backend_name(backend: object) -> str:
 
 
 def _install_hint(name: str) -> str:
-    """How to install ``name`` here: its folder from a checkout, else the generic command (#22)."""
+    """How to install ``name`` here: its folder from a checkout, else the generic command."""
     root = checkout_root()
     known = root is not None and bool(local_plugin_folders(name, root))
     return install_hint(name if known else None)
@@ -175,7 +175,7 @@ class Registry:
         loaded = self._load_all(name)
         failed = [p for p in loaded if p.error is not None]
         usable = [p for p in loaded if p.ok]
-        # a broken extension never takes down the backend it extends (#22); its own
+        # a broken extension never takes down the backend it extends; its own
         # first-party plugin failing, or strict plugins, still does
         fatal = [p for p in failed if strict_plugins() or is_first_party(p.info, name)]
         if failed and not usable and not fatal:

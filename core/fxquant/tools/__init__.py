@@ -1,4 +1,4 @@
-"""The tools around the mechanism (#21): nothing in the flow, configs or registry imports them.
+"""The tools around the mechanism: nothing in the flow, configs or registry imports them.
 
     cli.py          the ``fxquant`` command: backends | show NAME | demo | check NAME | new NAME
     tables.py       markdown tables for the command's output (demo, check, show)

@@ -1,7 +1,7 @@
 """Checkpoints of a prepared or converted model's state, verified when they are loaded.
 
 ``torch.save(model.state_dict())`` files carry no check: a flipped byte in a tensor
-loads without a word (17 of 20 files in #18), and a truncated file fails with torch's
+loads without a word (17 of 20 such files did), and a truncated file fails with torch's
 zip or pickle errors. :func:`save_checkpoint` writes the same state dict plus a
 SHA-256 of every entry; :func:`load_checkpoint` reads it with ``weights_only=True``,
 refuses a file whose bytes changed, and checks the quantization parameters (finite

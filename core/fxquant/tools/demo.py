@@ -14,7 +14,7 @@ kept out of it (:mod:`fxquant.tools.quiet`). A backend whose target runs outside
 ``Deployment``: an ExecuTorch program, an ONNX model, x86's inductor compile) is
 deployed with it and measured in its runtime; its counts come from the deployment's
 report. A backend that also lowers in PyTorch (x86) deploys its
-``convert_to_reference_fx`` model (#19). A backend that fails gets its error in its row;
+``convert_to_reference_fx`` model. A backend that fails gets its error in its row;
 the others still run.
 """
 
@@ -297,7 +297,7 @@ def quantize_with(
         run: Callable[[torch.Tensor], torch.Tensor] = quantized
         if deployment is not None:
             # a backend whose kernels run in PyTorch too (x86: oneDNN eager, inductor compiled)
-            # deploys its reference model: its toolchain compiles that form (#19)
+            # deploys its reference model: its toolchain compiles that form
             lowered = any(e.status == NodeStatus.LOWERED for e in report.entries())
             source = convert_to_reference_fx(prepared) if lowered else quantized
             deployed = deployment.deploy(source, (data,))
@@ -565,7 +565,7 @@ def _print_reasons(result: DemoResult, out: TextIO) -> None:
         return
     print(f"\n{_label(result)}: not lowered to a kernel, and why", file=out)
     unlowered = [(n, w) for n, code, w in result.not_quantized if code == "no_lowering_kernel"]
-    # one line per reason: "no lowering rule for Linear" or "rule qlinear declined: why" (#22)
+    # one line per reason: "no lowering rule for Linear" or "rule qlinear declined: why"
     by_reason: dict[str, list[str]] = {}
     for node, words in unlowered:
         by_reason.setdefault(words.removesuffix("; it stays in reference form"), []).append(node)

@@ -125,7 +125,7 @@ def _reference_forms(key: Hashable, configs: dict[Hashable, Any], depth: int = 0
 
     ``(Linear, ReLU)`` is ``intrinsic.LinearReLU`` once fused; ``Linear`` is
     ``reference.Linear`` once converted; ``qat.Linear`` is ``Linear`` (then
-    ``reference.Linear``). Lowering rules are keyed by these forms (#22).
+    ``reference.Linear``). Lowering rules are keyed by these forms.
     """
     from torch import nn
 

@@ -1,4 +1,4 @@
-"""Keep third-party start-up chatter out of fxquant's output, and nothing else (#22).
+"""Keep third-party start-up chatter out of fxquant's output, and nothing else.
 
 Importing ExecuTorch's runtime prints ``[cpuinfo_utils.cpp:71] Reading file ...``
 lines from C++ straight to file descriptor 2, and importing torchao logs

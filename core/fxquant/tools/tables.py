@@ -1,6 +1,6 @@
 """Markdown tables for the tools' output: ``fxquant demo``, ``fxquant check``, the docs' pages.
 
-Its own module (#21): the demo and the conformance checks borrowed it from the command line
+Its own module: the demo and the conformance checks borrowed it from the command line
 module, which imports them (a cycle).
 """
 

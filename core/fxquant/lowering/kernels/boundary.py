@@ -9,7 +9,7 @@ clamp, one conversion (about 2x faster on a 128x768 activation). The conversion
 goes through int32, written over the float32 values it converts (same size, one
 element per element): torch 2.13 converts float32 to int32 and int32 to uint8 in
 22 us on a 128x768 activation, float32 to uint8 directly in 39 us, and a new
-int32 tensor of a batch-8 activation (3 MB) can cost a page fault per page (#12).
+int32 tensor of a batch-8 activation (3 MB) can cost a page fault per page.
 The results
 differ from the reference only where ``x / scale`` lies within float32 rounding
 of a half-integer, by one step.

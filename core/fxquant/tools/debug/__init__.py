@@ -1,4 +1,4 @@
-"""The numerics debugger and float fallback (#23): tools over the flow, not part of it (#21).
+"""The numerics debugger and float fallback: tools over the flow, not part of it.
 
 - :func:`compare`: per quantized node, the model output's SQNR gained when it alone runs
   float (its ranking), the SQNR of its output against the float model's (accumulated)

@@ -1,4 +1,4 @@
-"""What a quantized model must reach in :func:`fxquant.numerics.fallback` (#23)."""
+"""What a quantized model must reach in :func:`fxquant.numerics.fallback`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The numerics debugger: per quantized node, how far its value is from the float model's (#23).
+"""The numerics debugger: per quantized node, how far its value is from the float model's.
 
 Values are matched by node name: prepare and convert keep the names of the
 traced (and fused) float graph, and a lowered kernel's node keeps its

@@ -1,4 +1,4 @@
-"""What :func:`fxquant.numerics.compare` returns: a row per node, and ways to read them (#23)."""
+"""What :func:`fxquant.numerics.compare` returns: a row per node, and ways to read them."""
 
 from __future__ import annotations
 

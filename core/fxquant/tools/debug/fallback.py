@@ -1,4 +1,4 @@
-"""Float fallback under a budget: keep the most sensitive patterns float, fewest first (#23).
+"""Float fallback under a budget: keep the most sensitive patterns float, fewest first.
 
 The recipe (the accuracy-aware loops of OpenVINO/NNCF and Intel Neural
 Compressor, driven here by a ``QConfigMapping`` so the answer is reviewable and
@@ -51,7 +51,7 @@ class _Setup:
     evaluate: Evaluate
     min_score: float
     equalization: QConfigMapping | None = None
-    """The backend's graph mode's equalization, once the first try picked one (#23)."""
+    """The backend's graph mode's equalization, once the first try picked one."""
 
 
 def _batches(data: Iterable[Any]) -> list[tuple[Any, ...]]:
@@ -174,7 +174,7 @@ def fallback(  # noqa: PLR0913  # five positional (the prepare_fx inputs + budge
         model: the float model, in eval mode (not modified: each try quantizes a copy).
         qconfig_mapping: the mapping to start from (e.g. the backend's default;
             when the backend picks a graph mode for it, every try starts from this
-            mapping with the mode merged in, and the mode's equalization, #23).
+            mapping with the mode merged in, and the mode's equalization).
         example_inputs: as for ``prepare_fx``.
         calibration_data: batches of positional inputs (a tensor or a tuple each);
             they calibrate every try, rank the patterns, and feed the cosine budget.
@@ -310,7 +310,7 @@ def _adopt_graph_mode(
 ) -> tuple[_Setup, QConfigMapping]:
     """The setup and mapping every later try uses: with the backend's graph mode merged in.
 
-    The backend quantized this graph its own way (#23), its mode merged into the mapping
+    The backend quantized this graph its own way, its mode merged into the mapping
     (``fxquant.flow.graph_mode``): the tries and the result state that mapping and the
     mode's equalization themselves, so the result reproduces the model without the mode.
     """

@@ -1,4 +1,4 @@
-"""What :func:`fxquant.numerics.fallback` returns: the mapping it chose and why (#23)."""
+"""What :func:`fxquant.numerics.fallback` returns: the mapping it chose and why."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ class FallbackResult:
     ``qconfig_mapping`` is the user's mapping plus a ``None`` entry per float
     pattern; pass it to ``prepare_fx`` (same model, same backend) to get
     ``model`` again, or save it with ``qconfig_mapping.to_json()``. When the
-    backend picked a graph mode for the user's default mapping (#23), it is the
+    backend picked a graph mode for the user's default mapping, it is the
     mode's mapping plus those entries, and ``equalization`` the mode's: pass it
     as ``prepare_fx``'s ``_equalization_config`` too.
     """

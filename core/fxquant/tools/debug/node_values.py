@@ -1,4 +1,4 @@
-"""Where each node's value is, in a float, reference or lowered model, and a run reading them (#23).
+"""Where each node's value is, in a float, reference or lowered model, and a run reading them.
 
 A node's value is what the next op reads: a reference model's node through its
 output quantize/dequantize steps; a lowered kernel's integers, dequantized with

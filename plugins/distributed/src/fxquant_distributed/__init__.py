@@ -1,6 +1,6 @@
 """Calibration and QAT over several processes (``torch.distributed``, DDP, ``torchrun``).
 
-An optional part of fxquant in a distribution of its own, ``fxquant-distributed`` (#21):
+An optional part of fxquant in a distribution of its own, ``fxquant-distributed``:
 no module of the core imports it. ``import fxquant_distributed`` gives this package too
 (``fxquant.moved``), and names the distribution to install when it is missing.
 

@@ -207,7 +207,7 @@ _WHY_FLOAT_CNN = (
 
 
 def explain_float(entry: NodeReport) -> NodeReport:
-    """``entry`` with the default mapping's reason when it kept the node float (#23).
+    """``entry`` with the default mapping's reason when it kept the node float.
 
     Example:
         >>> entry = NodeReport("norm", "call_module", None, None, "float",

@@ -31,8 +31,8 @@ Constant scalars. A quantized binary op with a tensor constant operand
 quantizes the constant at run time; exported, the 0-d constant is a lifted
 placeholder, and XNNPACK's channels-last pass indexes the value of every
 placeholder that a delegated dequantize reads as if it had a batch dimension:
-``to_edge_transform_and_lower`` failed with ``IndexError`` on the BERT encoder
-(#23). The quantize -> dequantize of a 0-d constant is itself a constant:
+``to_edge_transform_and_lower`` failed with ``IndexError`` on the BERT encoder.
+The quantize -> dequantize of a 0-d constant is itself a constant:
 the constant is replaced by its dequantized value (the same number the
 reference model computes) and the steps are dropped::
 

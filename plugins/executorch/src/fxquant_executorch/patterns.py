@@ -7,7 +7,7 @@ output channel (``qc8w``), float bias (XNNPACK requantizes it itself)::
     weighted ops (conv1d/2d incl. depthwise, conv-transpose1d/2d, linear; with bn/relu fusions)
                                      int8 activations, int8 weight, float bias
     linear                           + dynamic int8 (activations quantized per token at run
-                                     time, float output: the default mapping, #23)
+                                     time, float output: the default mapping)
     add, sub, mul (+ relu)           int8 in and out
     cat, pooling, relu/relu6/hardtanh/clamp, mean, reshapes, permutes, slices, pad,
     upsample, dropout                int8, the output on its input's grid (shared observer)

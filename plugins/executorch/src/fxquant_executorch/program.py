@@ -195,7 +195,7 @@ def _lower(
             # XNNPACK's partitioner merges ops into partitions that can depend on each other
             # through ops it leaves out: T5's relative-position buckets (div, log, mul) and the
             # permute of the bias looked up from them (a portable embedding_byte between) landed
-            # in one partition, "Invalid partition, found dependency cycles" (#20). One
+            # in one partition, "Invalid partition, found dependency cycles". One
             # partition per op (its q/dq steps with it) cannot form a cycle: XNNPACK still
             # runs every op it took, in more delegate calls.
             try:

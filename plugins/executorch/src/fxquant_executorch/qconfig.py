@@ -1,6 +1,6 @@
 """The default QConfigMapping of the executorch backend: what XNNPACK runs fast and accurately.
 
-Linear layers (#23): dynamic int8 with per-token activations, XNNPACK's dynamic
+Linear layers: dynamic int8 with per-token activations, XNNPACK's dynamic
 fully-connected path (its ``qd8`` kernels: int8 in, fp32 out). Each token (row over
 the last dimension) of a Linear's input gets its own asymmetric int8 scale and zero
 point at run time (``PerTokenObserver``: nothing to calibrate), the weights are
@@ -64,7 +64,7 @@ TRANSFORMER_FLOAT_OPS: tuple[Any, ...] = (
     # the head split of fxquant's own MultiheadAttention rewrite (flow/transformer.py)
     "narrow", "unflatten", "movedim", torch.narrow, torch.unflatten, torch.movedim,
 )  # fmt: skip
-"""Kept float by the default mapping (#23): a transformer's ops around its Linear layers.
+"""Kept float by the default mapping: a transformer's ops around its Linear layers.
 
 The Linear layers return float (dynamic per-token int8); int8, each of these would
 quantize its float input again and XNNPACK would requantize the residual stream and
@@ -142,7 +142,8 @@ def global_qconfig(is_qat: bool = False) -> QConfig:
 
 
 def static_qconfig_mapping(is_qat: bool = False) -> QConfigMapping:
-    """Static int8 wherever XNNPACK has an int8 kernel: the default before #23.
+    """Static int8 wherever XNNPACK has an int8 kernel (opt-in; the default keeps a
+    transformer's ops around its Linear layers float).
 
     Linear layers with int8 outputs on a calibrated grid, adds, relus and reshapes
     int8: every op of a CNN in XNNPACK's int8 kernels, with no float step between

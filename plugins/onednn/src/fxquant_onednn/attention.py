@@ -1,4 +1,4 @@
-"""Float attention as one kernel: ``softmax(q @ k^T * scale + mask) @ v`` -> SDPA (#12).
+"""Float attention as one kernel: ``softmax(q @ k^T * scale + mask) @ v`` -> SDPA.
 
 The default mapping keeps attention's matmuls and softmax float (int8 would cost
 a BERT ~17 dB and eager PyTorch has no int8 batched matmul on plain tensors).

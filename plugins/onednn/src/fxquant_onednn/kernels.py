@@ -70,7 +70,7 @@ _SELECT = (
 _IDENTITY = (nn.Identity, nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout)
 # torch 2.13's uint8 max pooling fails on channels_last input and is slow (8x) on NCHW:
 # pool the integers as float (exact) in channels_last instead. 1-d and 3-d: torch has no
-# uint8 max_pool1d/3d at all (NotImplementedError; found by `fxquant check x86`, #13)
+# uint8 max_pool1d/3d at all (NotImplementedError; found by `fxquant check x86`)
 _MAX_POOL = (
     nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AdaptiveMaxPool1d, nn.AdaptiveMaxPool2d,
     nn.AdaptiveMaxPool3d, F.max_pool1d, F.max_pool2d, F.max_pool3d, F.adaptive_max_pool1d,
@@ -482,7 +482,7 @@ def build_op(match: LoweringMatch) -> nn.Module | None:
     if not static or any(q.is_dynamic for q in static):
         return None  # fp16 / dynamic: stays in reference form
     if match.output is None:
-        # int8 in, float out (F.linear's config says so, #23): the reference numerics in one module
+        # int8 in, float out (F.linear's config says so): the reference numerics in one module
         return FloatOp(match)
     ops = [_op_of(n, m) for n, m in zip(match.nodes, match.modules, strict=True)]
     if (
@@ -556,7 +556,7 @@ def lowering_rules(
     :func:`build_op` (QAdd, IntegerOp, FloatOp). The float attention rules of
     :mod:`fxquant_onednn.attention` come last. Dynamic int8 LSTM / GRU / cells run
     torch's quantized recurrent ops on the quantized engine ``recurrent_engine``
-    (``fxquant_quantized_engine.recurrent``, #20: oneDNN has no plain-tensor RNN kernel).
+    (``fxquant_quantized_engine.recurrent``): oneDNN has no plain-tensor RNN kernel.
 
     Example:
         >>> from fxquant_onednn.patterns import pattern_configs
@@ -565,7 +565,7 @@ def lowering_rules(
         'onednn.qlinear_pointwise'
     """
     # imported here: attention's kernel replays its ops with this module's _Replay
-    # torch's quantized recurrent ops, on a quint8 engine (#20)
+    # torch's quantized recurrent ops, on a quint8 engine
     from fxquant_quantized_engine.recurrent import recurrent_rules
 
     from fxquant_onednn.attention import attention_rules

@@ -81,7 +81,7 @@ def symmetric_weight(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor] | N
         return None
     channels = weight.shape[0]
     # contiguous: oneDNN's prepack reads the buffer row-major whatever its strides, and a
-    # transposed weight (GPT-2's Conv1D as a Linear) gave noise (#20)
+    # transposed weight (GPT-2's Conv1D as a Linear) gave noise
     weight = weight.detach().clone(memory_format=torch.contiguous_format)
     return weight, scale.expand(channels).contiguous()
 
@@ -334,7 +334,7 @@ class DynamicQLinear(QLinear):
     The input qparams are those ``fxquant.numerics.qdq.choose_qparams_per_tensor`` picks
     for the input's range, as in the reference model, computed from its
     ``amin`` and ``amax`` as Python numbers (``fxquant.numerics.qdq.qparams_for_range``: no
-    custom-op dispatch, no 0-d tensors; #12). A float GELU after it runs as
+    custom-op dispatch, no 0-d tensors). A float GELU after it runs as
     oneDNN's ``gelu`` post op. Dynamic linears that read the same input (a
     transformer's query, key and value) merge into one
     :class:`SharedInputDynamicQLinear`, which quantizes that input once.
@@ -479,7 +479,7 @@ class Fp16Linear(nn.Module):
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         super().__init__()
-        # contiguous: as for the int8 weights (symmetric_weight), prepack ignores strides (#20)
+        # contiguous: as for the int8 weights (symmetric_weight), prepack ignores strides
         weight = weight.detach().to(torch.float16, memory_format=torch.contiguous_format)
         self.register_buffer("weight", weight)
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
@@ -489,7 +489,7 @@ class Fp16Linear(nn.Module):
 
     def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
         # its own method: _Packed's calls super() for _Packed, which this class is not
-        # (load_state_dict raised TypeError; found by `fxquant check x86`, #13)
+        # (load_state_dict raised TypeError; found by `fxquant check x86`)
         nn.Module._load_from_state_dict(self, *args, **kwargs)
         self._packed = None  # a new weight: pack again on the next call
 

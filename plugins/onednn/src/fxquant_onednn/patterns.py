@@ -58,7 +58,7 @@ WEIGHTED_INT8 = DTypeConfig(
     bias_dtype=torch.float,
 )
 # oneDNN's qlinear returns fp32 unless told to requantize: the reference model of a Linear
-# leaves its output float too, so it computes what the kernel does (#23). Where a quantized
+# leaves its output float too, so it computes what the kernel does. Where a quantized
 # op reads the output, its input quantize step is absorbed by the kernel (uint8 output)
 LINEAR_INT8 = DTypeConfig(
     input_dtype=torch.uint8,

@@ -33,15 +33,15 @@ them (clamped in place on their fresh result; ``r.dequantize()``), and
     views.py     uint8 <-> quint8 views; kernel outputs remembered for the next kernel
     modules.py   weighted, binary, cat, unary and clamp kernel modules (and ``absorb``)
     ops.py       ops without a quint8 kernel (on the integers, or through float)
-    conv_add.py  conv + add (+ relu): the engine's conv, then its add (#23)
+    conv_add.py  conv + add (+ relu): the engine's conv, then its add
     rules.py     which kernel runs each reference pattern (``lowering_rules``)
     patterns.py  a backend's patterns from its engine's constraints (``engine_pattern_configs``)
     qconfig.py   its default mapping (``engine_default_qconfig_mapping``; a transformer's
-                 adds, LayerNorm, softmax, GELU and matmuls float, #23; ``conv_adds_int8``)
-    float_output.py  int8 in, float out linear on each engine (#23)
-    backend.py   a backend's hooks from its data (``engine_plugin``, #21): fbgemm's and
+                 adds, LayerNorm, softmax, GELU and matmuls float; ``conv_adds_int8``)
+    float_output.py  int8 in, float out linear on each engine
+    backend.py   a backend's hooks from its data (``engine_plugin``): fbgemm's and
                  qnnpack's plugin.py are a few lines each
-    recurrent.py     dynamic int8 LSTM / GRU / cells on torch's quantized recurrent ops (#20)
+    recurrent.py     dynamic int8 LSTM / GRU / cells on torch's quantized recurrent ops
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A backend on a quint8 engine, from its data: :func:`engine_plugin` writes its hooks (#21).
+"""A backend on a quint8 engine, from its data: :func:`engine_plugin` writes its hooks.
 
 fbgemm and qnnpack differ in their engine, their patterns' dtype constraints and their
 default mapping; the hooks that serve those are the same code, written once here. A

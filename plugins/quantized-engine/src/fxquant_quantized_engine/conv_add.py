@@ -1,4 +1,4 @@
-"""Conv + add (+ relu) on the quint8 engines: the int8 conv, then ``quantized::add`` (#23).
+"""Conv + add (+ relu) on the quint8 engines: the int8 conv, then ``quantized::add``.
 
 The engines have no conv kernel that sums a second tensor (torch's
 ``quantized::conv2d_add`` is oneDNN's alone), so a fused ``ConvAdd2d`` /

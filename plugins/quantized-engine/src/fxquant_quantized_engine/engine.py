@@ -3,7 +3,7 @@
 ``torch.backends.quantized.engine`` is one process-wide setting, and some kernels read
 it while they run (prepacking, add/mul/cat pick their implementation by it). Kernels of
 one engine may run in many threads at once; a kernel of another engine waits until they
-are done (a lease, #18). The first kernel in selects the engine, the last one out puts
+are done (a lease). The first kernel in selects the engine, the last one out puts
 back the engine it found, so between kernels the engine is the user's, and two threads
 never flip it under each other::
 
@@ -74,7 +74,7 @@ _ENGINE_IDS: dict[str, int] = {}
 
 def _engine_id(name: str) -> int:
     """The id torch gives engine ``name``; found without switching (another thread's
-    kernel may be running on the current engine, #18)."""
+    kernel may be running on the current engine)."""
     found = _ENGINE_IDS.get(name)
     if found is None:
         if name not in torch.backends.quantized.supported_engines:
@@ -87,7 +87,7 @@ def _engine_id(name: str) -> int:
     return found
 
 
-# the lease (#18): which engine id the holders run on, how many hold it, the engine the
+# the lease: which engine id the holders run on, how many hold it, the engine the
 # first holder found (put back by the last one), how many threads wait for another engine
 _ENGINE, _HOLDERS, _RESTORE, _WAITING = 0, 1, 2, 3
 _LEASE = [-1, 0, -1, 0]

@@ -1,4 +1,4 @@
-"""Int8 in, float out linear on the quint8 engines (#23): what the reference model computes.
+"""Int8 in, float out linear on the quint8 engines: what the reference model computes.
 
 A transformer's Linear outputs feed the residual stream and LayerNorm; rounding them
 to uint8 is most of what int8 costs a BERT (issue 23). The patterns therefore say
@@ -103,7 +103,7 @@ def float_output_call(
             floats = as_float(values).detach()  # as in ranged: no gradient through int8
             if narrow and float_input:  # integers are within the range already
                 floats = floats.clamp(low, high)
-            if floats.dim() == 1:  # nn.Linear takes a vector; FBGEMM's op needs 2-d (#18)
+            if floats.dim() == 1:  # nn.Linear takes a vector; FBGEMM's op needs 2-d
                 return op(floats[None], x.scale, x.zero_point, packed)[0]  # type: ignore[no-any-return]
             return op(floats, x.scale, x.zero_point, packed)  # type: ignore[no-any-return]
 

@@ -212,7 +212,7 @@ class _Static(_Weighted):
 class QuantizedLinear(_Static):
     """Static int8 linear (optionally fused relu): uint8 in, uint8 out, or float out.
 
-    ``out=None``: int8 in, float out (#23), what the engines' linear patterns say
+    ``out=None``: int8 in, float out, what the engines' linear patterns say
     (:mod:`fxquant_quantized_engine.float_output` runs it exactly). Where a quantized op
     reads the output, its quantize step is absorbed and the uint8-output kernel runs.
 
@@ -540,7 +540,7 @@ class QuantizedBinary(_Bound):
         def call(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
             qa = _quint8_input(a, first, first_scale, first_zero)
             qb = _quint8_input(b, second, second_scale, second_zero)
-            acquire_engine(engine)  # see engine.py: one engine at a time (#18)
+            acquire_engine(engine)  # see engine.py: one engine at a time
             try:
                 if _Quiet.spent and not torch.is_warn_always_enabled():
                     result = op(qa, qb, scale, zero_point)

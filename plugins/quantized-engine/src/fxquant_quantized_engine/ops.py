@@ -175,7 +175,7 @@ class QuantizedOps(nn.Module):
         """The steps on quint8 views (or their floats), then the result in ``out``'s integers."""
         result = self._run([self._view(v, q) for v, q in zip(values, self.inputs, strict=True)])
         out = self.out
-        if out is None:  # a float output (int8 in, float out, #23): as the float ops return it
+        if out is None:  # a float output (int8 in, float out): as the float ops return it
             return result.dequantize() if result.is_quantized else result
         if result.is_quantized:
             if result.q_scale() == out.scale and result.q_zero_point() == out.zero_point:

@@ -7,8 +7,8 @@ the observer ranges (``qconfig.py``). A plugin states those and calls
 :func:`engine_pattern_configs`:
 
     conv                            uint8 activations, int8 weight, float bias
-    conv2d (+ bn) + add (+ relu)    the same (``ConvAdd2d``, ``ConvAddReLU2d``; #23)
-    linear                          uint8 in, float out (#23), int8 weight, float bias
+    conv2d (+ bn) + add (+ relu)    the same (``ConvAdd2d``, ``ConvAddReLU2d``)
+    linear                          uint8 in, float out, int8 weight, float bias
     linear, rnn                     + the dynamic dtype configs given
     every other op                  uint8 in and out (fixed-qparams ops: their exact grid)
     layer norm                      uint8 activations, float weight and bias
@@ -66,7 +66,7 @@ def engine_pattern_configs(
         input_dtype=activation, output_dtype=activation, weight_dtype=weight, bias_dtype=torch.float
     )
     # the engines' linear returns float32 to the reference model too: int8 in, float out
-    # (#23; float_output.py runs it); a quantized consumer's quantize step is absorbed
+    # (float_output.py runs it); a quantized consumer's quantize step is absorbed
     linear = DTypeConfig(
         input_dtype=activation,
         output_dtype=torch.float,
@@ -81,7 +81,7 @@ def engine_pattern_configs(
     )
     families: list[tuple[_Builder, list[DTypeConfig]]] = [
         (conv_configs, [weighted]),
-        (conv_add_configs, [weighted]),  # conv + add (+ relu): conv_add.py runs it (#23)
+        (conv_add_configs, [weighted]),  # conv + add (+ relu): conv_add.py runs it
         (linear_configs, [linear, *dynamic]),
         (binary_op_configs, static),
         (matmul_configs, static),

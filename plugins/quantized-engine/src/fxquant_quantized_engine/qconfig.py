@@ -3,18 +3,18 @@
 Histogram observers on uint8 activations and symmetric per-channel int8 weights
 (PTQ), moving-average fake-quantize on the same ranges (QAT); a transformer's
 residual adds, LayerNorm, softmax, GELU and attention's matmuls float
-(:data:`TRANSFORMER_FLOAT_OPS`, #23). The engines differ only in the observer
+(:data:`TRANSFORMER_FLOAT_OPS`). The engines differ only in the observer
 arguments a plugin passes to :func:`engine_default_qconfig_mapping`.
 
 An add that a conv absorbs (``ConvAdd2d``, ``ConvAddReLU2d``: ResNet and MobileNetV2
 blocks) stays float by default too: :func:`conv_adds_int8` puts it in int8 for PTQ, as
 onednn's default does, and the engine's conv and ``quantized::add`` then run it
 (``conv_add.py``), as fast as the adds int8 on their own where the float adds cost a
-ResNet-like model 1.2x its time. Not by default (#23): the engines have no conv kernel
+ResNet-like model 1.2x its time. Not by default: the engines have no conv kernel
 that sums a second tensor, so the conv's output is rounded to a uint8 grid the reference
 model does not have; each block is within one output step of its reference, but the
 zoo's ResNet loses against float over its reference (fbgemm 36.2 vs 37.5 dB with its
-8-bit activations, #20; qnnpack 41.3 vs 46.3), beyond the 1 dB a lowered model may
+8-bit activations; qnnpack 41.3 vs 46.3), beyond the 1 dB a lowered model may
 lose. Never for QAT: a conv + bn + add cannot fuse while the BatchNorm still trains.
 """
 
@@ -40,7 +40,7 @@ __all__ = [
     "transformer_ops_int8",
 ]
 
-# Kept float by default (#23): a transformer's residual stream (the adds), LayerNorm,
+# Kept float by default: a transformer's residual stream (the adds), LayerNorm,
 # softmax, GELU and attention's matmuls, and the reshapes between its float-output
 # linears and those matmuls. Their int8 forms requantize the residual stream and
 # LayerNorm's outlier channels: all-MiniLM-L6-v2 fell to 0.51 (fbgemm) and 0.87
@@ -106,9 +106,9 @@ def engine_default_qconfig_mapping(
             differ from ``activation`` (default ``activation``).
         linear_activation: the observer (or fake-quantize) arguments of the
             inputs of Linear, when they differ (fbgemm: 8 bits where its other
-            activations use 7, #23); default the global ones.
+            activations use 7); default the global ones.
         linear_weight: the weight arguments of Linear, when they differ (fbgemm with
-            VNNI: 8 bits where its convs use 7, #20); default ``weight``.
+            VNNI: 8 bits where its convs use 7); default ``weight``.
 
     The ops of :data:`TRANSFORMER_FLOAT_OPS` stay float (``None``), a CNN's residual
     adds too (:func:`conv_adds_int8` fuses them with their conv, in int8).

@@ -1,4 +1,4 @@
-"""Dynamic int8 LSTM, GRU and cells on a quantized engine's recurrent kernels (#20).
+"""Dynamic int8 LSTM, GRU and cells on a quantized engine's recurrent kernels.
 
 A reference recurrent module (``fxquant.nn.recurrent``: float weights + one set of
 qparams per weight, dynamic activation range) becomes one kernel module::

@@ -124,7 +124,7 @@ _NATIVE_MODULES: tuple[type[nn.Module], ...] = (
 
 # average pooling runs in float (dequantize, average, quantize), as the reference does: the
 # quint8 kernels round an average's ties their own way, one step off on most of a 2x2
-# window's outputs, which a float-output linear after it no longer hides (#23: ResNet's
+# window's outputs, which a float-output linear after it no longer hides (ResNet's
 # head on fbgemm, 1.6 dB below its reference)
 
 
@@ -281,7 +281,7 @@ def build_ops(engine: str) -> Callable[[Any], nn.Module | None]:
         inputs = [_input_qparams(q) for q in match.inputs]
         if any(q is None and p is not None for q, p in zip(inputs, match.inputs, strict=True)):
             return None  # an int8 activation or a dynamic input: no quint8 kernel takes it
-        if out is None:  # int8 in, float out (an F.linear, #23): the float ops on the inputs
+        if out is None:  # int8 in, float out (an F.linear): the float ops on the inputs
             if not any(n.target is torch.nn.functional.linear for n in match.nodes):
                 return None  # a tensor-info op (size, shape): its output is no tensor
             steps, modules, _ = _steps(match)
@@ -390,7 +390,7 @@ def build_weighted(engine: str, relu: bool) -> Callable[[Any], nn.Module | Decli
             return None
         if saturation is not None:
             return Declined(saturation)
-        if out is None:  # int8 in, float out (#23)
+        if out is None:  # int8 in, float out
             reason = float_output_reason(engine, qx)
             if reason is not None:
                 return Declined(reason)
@@ -405,7 +405,7 @@ def build_weighted(engine: str, relu: bool) -> Callable[[Any], nn.Module | Decli
 
 
 def build_conv_add(engine: str, relu: bool) -> Callable[[Any], nn.Module | Declined | None]:
-    """A rule builder for ``ConvAdd2d`` / ``ConvAddReLU2d``: :class:`QuantizedConvAdd` (#23).
+    """A rule builder for ``ConvAdd2d`` / ``ConvAddReLU2d``: :class:`QuantizedConvAdd`.
 
     Both inputs and the output static uint8; on fbgemm without VNNI, weights beyond
     +-64 are declined with the reason, as for a plain conv.
@@ -471,7 +471,7 @@ def lowering_rules(engine: str, configs: Sequence[Any]) -> list[Any]:
         name = f"{engine}_conv_transpose{dims}d"
         rule = LoweringRule(cls, build=build_conv_transpose(engine), name=name)
         rules[rule.key] = rule
-    for rule in recurrent_rules(engine):  # dynamic int8 LSTM / GRU / cells (#20)
+    for rule in recurrent_rules(engine):  # dynamic int8 LSTM / GRU / cells
         rules[rule.key] = rule
     for config in configs:
         pattern = _reference_pattern(config)

@@ -147,7 +147,7 @@ def _run_on(engine: int, op: Callable[..., torch.Tensor], *args: Any) -> torch.T
 
     The kernels' hot path: a ``with EngineScope`` block costs more than the two calls.
     Kernels of one engine run concurrently; another engine's wait, so no thread's
-    kernel runs on an engine another thread selected (#18). Views need no engine and
+    kernel runs on an engine another thread selected. Views need no engine and
     never warn, so only the op runs here; the deprecation filter is entered only when it
     can still fire (see :class:`_Quiet`).
     """
@@ -291,7 +291,7 @@ def _unary_call(
             quantized = template.detach().set_(
                 values.untyped_storage(), values.storage_offset(), values.size(), values.stride()
             )
-        acquire_engine(engine)  # see engine.py: one engine at a time (#18)
+        acquire_engine(engine)  # see engine.py: one engine at a time
         try:
             if _Quiet.spent and not torch.is_warn_always_enabled():
                 result = op(quantized, packed, scale, zero_point)
@@ -331,7 +331,7 @@ def _boundary_call(
     template = _quint8_template(x.scale, x.zero_point)
 
     def call(values: torch.Tensor) -> torch.Tensor:
-        acquire_engine(engine)  # see engine.py: one engine at a time (#18)
+        acquire_engine(engine)  # see engine.py: one engine at a time
         try:
             with _Quiet():  # quantize_per_tensor creates a quint8 tensor too
                 if not float_input:

@@ -1,4 +1,4 @@
-"""The tensorrt backend's graph modes: a transformer quantized its own way by default (#23).
+"""The tensorrt backend's graph modes: a transformer quantized its own way by default.
 
 A transformer's residual stream carries a few outlier channels: int8 Q/DQ on the
 residual adds and symmetric per-tensor int8 on the LayerNorm-fed GEMM inputs spend

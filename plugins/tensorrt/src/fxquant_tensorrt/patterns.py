@@ -7,7 +7,7 @@ fxquant's reference model puts those pairs::
 
     conv (+bn) (+relu)                  int8 symmetric activations in and out, int8
                                         symmetric weights (per output channel), float bias
-    linear, addmm                       the same, but the output float (#23): Q/DQ on the
+    linear, addmm                       the same, but the output float: Q/DQ on the
                                         GEMM's inputs only, as TensorRT's explicit
                                         quantization runs them; a quantized consumer puts
                                         its own Q/DQ after the GEMM, which TensorRT fuses

@@ -51,7 +51,7 @@ def fxquant_default_qconfig_mapping(backend: str, is_qat: bool) -> QConfigMappin
 def fxquant_graph_mode(
     backend: str, model: fx.GraphModule, qconfig_mapping: QConfigMapping, is_qat: bool
 ) -> GraphMode | None:
-    """A transformer (Linear -> residual add -> LayerNorm) gets the ``transformer`` mode (#23)."""
+    """A transformer (Linear -> residual add -> LayerNorm) gets the ``transformer`` mode."""
     del qconfig_mapping  # the flow merges the mode under the user's entries (the hookspec)
     return graph_mode(model, is_qat)
 

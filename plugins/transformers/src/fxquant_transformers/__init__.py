@@ -1,6 +1,6 @@
 """Tracing a transformers model with transformers' own tracer and fxquant's leaf rules.
 
-An optional part of fxquant (#21), in the distribution ``fxquant-transformers``: the core's
+An optional part of fxquant, in the distribution ``fxquant-transformers``: the core's
 flow asks the tracers registered in ``fxquant.flow.trace.MODEL_TRACERS`` and imports no
 optional part; this package registers itself there on import, and ``import fxquant`` imports
 it when it is installed. Its old path, ``fxquant.flow.hf_trace``, gives this package.
@@ -18,7 +18,7 @@ out and ``concrete_args`` are concrete (their defaults, or the values given), as
 with ``transformers.utils.fx.symbolic_trace``. transformers is imported only
 when a transformers model is traced: the core does not depend on it.
 
-Causal masks (#20): transformers 4.5x builds the masks of decoder models (GPT-2,
+Causal masks: transformers 4.5x builds the masks of decoder models (GPT-2,
 Llama, ...; ``masking_utils.sdpa_mask`` / ``eager_mask``) by ``torch.vmap`` over
 per-element mask functions, which symbolic tracing cannot enter. While tracing,
 :func:`broadcast_mask_function` takes the place of ``masking_utils._vmap_for_bhqkv``:
@@ -89,7 +89,7 @@ def tracer_class() -> type[QuantizationTracer]:
 
 
 def _iter_by_metadata(tracer: fx.Tracer, obj: Any) -> Iterator[Any]:
-    """``*x.shape[:-1]``: a proxy whose metadata has a length iterates as its items (#20).
+    """``*x.shape[:-1]``: a proxy whose metadata has a length iterates as its items.
 
     torch.fx iterates a proxy only where the bytecode unpacks a known count (``a, b = x``);
     GPT-2's ``(*key.shape[:-1], -1, head_dim)`` builds a list instead. transformers' tracer
@@ -138,7 +138,7 @@ def trace_transformers_model(
         raise ConfigError(msg) from error
     concrete: dict[str, Any] = dict(ctx.concrete_args or {})
     # None in example_inputs (GPT-2's (input_ids, None, None, attention_mask)) is concrete:
-    # a dummy input None had no metadata, and `cache_position.unsqueeze` failed (#20)
+    # a dummy input None had no metadata, and `cache_position.unsqueeze` failed
     concrete.update({name: None for name, value in bound.items() if value is None})
     dummy = {name: value for name, value in bound.items() if name not in concrete}
     concrete.update(_defaults(signature, dummy, concrete))
@@ -161,7 +161,7 @@ def _keep_positions(graph: fx.Graph, positional: list[str]) -> None:
 
     transformers' tracer drops the placeholders of concrete arguments; the model traced
     from ``(input_ids, None, None, attention_mask)`` then took ``(input_ids, attention_mask)``
-    and calibrating it with the example's own layout failed (#20).
+    and calibrating it with the example's own layout failed.
     """
     placeholders = {n.target: n for n in graph.nodes if n.op == "placeholder"}
     later: fx.Node | None = None
@@ -189,7 +189,7 @@ def linear_for_conv1d(root: nn.Module, leaves: tuple[set[str], tuple[type, ...]]
 
     GPT-2's ``Conv1D`` (also GPT, CTRL, ...) is a linear layer with its weight stored
     transposed, computed as ``torch.addmm(bias, x, weight)``: traced through, it was a
-    float ``addmm`` no backend quantizes, and the whole GPT-2 stayed float (#20). As an
+    float ``addmm`` no backend quantizes, and the whole GPT-2 stayed float. As an
     ``nn.Linear`` whose weight is a transposed *view* of the same storage (no copy) and
     whose bias is the same Parameter, it computes the same numbers and matches every
     backend's Linear patterns (int8 weights, fusions, dynamic). Only called on the flow's
@@ -212,13 +212,12 @@ def linear_for_conv1d(root: nn.Module, leaves: tuple[set[str], tuple[type, ...]]
         if type(module) is conv1d and path not in names and not isinstance(module, classes)
     ]
     for path in swapped:
-        parent_path, _, name = path.rpartition(".")
         module: Any = root.get_submodule(path)
         linear = nn.Linear(module.nx, module.nf, bias=True, device="meta")
         linear.weight = nn.Parameter(module.weight.detach().t(), module.weight.requires_grad)
         linear.bias = module.bias
         linear.train(module.training)
-        setattr(root.get_submodule(parent_path), name, linear)
+        root.set_submodule(path, linear)
     return swapped
 
 
@@ -259,7 +258,7 @@ def _undecorated(root: nn.Module, *, owns_modules: bool) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _tracing_fixes() -> Iterator[None]:
-    """transformers' code made traceable while tracing (#20); the tracer holds ``TRACING_LOCK``.
+    """transformers' code made traceable while tracing; the tracer holds ``TRACING_LOCK``.
 
     - ``masking_utils._vmap_for_bhqkv`` (4.53+): :func:`broadcast_mask_function`;
     - the tracer's meta rule for ``torch.where`` (which adds its three arguments, so a
@@ -358,7 +357,7 @@ def _defaults(
     (``{"kwargs": {}}``): transformers' tracer then gives its ``**kwargs`` placeholder an
     empty mapping as metadata, so ``**kwargs`` passed on (GPT-2's ``block(..., **kwargs)``)
     unpacks to nothing (it failed with ``argument after ** must be a mapping, not
-    HFProxy``, #20), and removes the placeholder from the graph. ``use_cache`` is
+    HFProxy``), and removes the placeholder from the graph. ``use_cache`` is
     False: a traced model returns no key/value cache (a ``DynamicCache`` object is no tensor).
     """
     found: dict[str, Any] = {}
@@ -389,4 +388,4 @@ def _for_transformers(root: nn.Module) -> types.ModuleType | None:
     return sys.modules[__name__] if available() else None
 
 
-MODEL_TRACERS.append(_for_transformers)  # flow/trace.py asks; it does not import this package (#21)
+MODEL_TRACERS.append(_for_transformers)  # flow/trace.py asks; it does not import this package

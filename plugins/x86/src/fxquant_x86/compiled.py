@@ -1,4 +1,4 @@
-"""x86's deployment: a reference model compiled by inductor, its int8 fusions running it (#19).
+"""x86's deployment: a reference model compiled by inductor, its int8 fusions running it.
 
 The route, with no torch.ao quantizer and no pt2e annotation::
 
@@ -156,7 +156,7 @@ def _clamps_before_requantize(graph: fx.Graph, namespace: Any) -> None:
     or linear's post-op. The two forms compute the same integers: quantizing is
     monotonic, so it commutes with a clamp, and ``q(dq(k)) == k``. Without the
     quantize/dequantize pair in between, inductor's patterns take the clamp as the
-    oneDNN kernel's post-op instead of running a separate pass over uint8 (#19).
+    oneDNN kernel's post-op instead of running a separate pass over uint8.
     """
     # inductor's own op library (``quantized_decomposed``), not fxquant's q/dq vocabulary
     quantize = namespace.quantize_per_tensor.default
@@ -199,7 +199,7 @@ def _max_pools_on_integers(graph: fx.Graph, namespace: Any) -> None:
     pooling loop over uint8 itself, where the quantized form becomes a call of
     ``quantized::max_pool2d``: a fallback op that inductor's C++ wrapper reaches
     through the c10 dispatcher, whose headers add about 7 s of g++ to every
-    compile of a model with a max pool (ResNet's stem) (#19).
+    compile of a model with a max pool (ResNet's stem).
     """
     pools = (
         torch.ops.aten.max_pool2d_with_indices.default,
@@ -305,7 +305,7 @@ def merge_sibling_linears(model: fx.GraphModule) -> dict[str, list[str]]:
     same channels; each former linear's output becomes a ``narrow`` (a view) of
     it. Inductor then runs one oneDNN int8 GEMM (N = 3 x hidden) instead of
     three: one pass over the input and one kernel call, where a small GEMM's
-    per-call cost is a large part of its time (#19). In place on ``model``.
+    per-call cost is a large part of its time. In place on ``model``.
 
     Only plain reference ``Linear`` modules (not fused ones) with per-channel
     weights of the same scheme, input size and bias presence merge.
@@ -458,7 +458,7 @@ def inductor_options(*, cpp_wrapper: bool = False) -> dict[str, Any]:
     ``cpp_wrapper``: the code that runs a call (allocate buffers, launch each oneDNN
     kernel and fused C++ loop in order) is C++ compiled with the kernels into one
     library, instead of a Python function calling them one by one: less per-call
-    overhead, and one C++ compile instead of one per fused kernel (#19).
+    overhead, and one C++ compile instead of one per fused kernel.
 
     Example:
         >>> sorted(inductor_options(cpp_wrapper=True))

@@ -14,7 +14,7 @@ def x86_lowering_rules() -> list[LoweringRule]:
     """A oneDNN kernel (or an integer / float op module) for every x86 pattern.
 
     Dynamic int8 LSTM / GRU / cells: torch's quantized recurrent ops on the ``x86``
-    quantized engine (``fxquant_quantized_engine.recurrent``, #20).
+    quantized engine (``fxquant_quantized_engine.recurrent``).
 
     Example:
         >>> len(x86_lowering_rules()) > 100

@@ -4,7 +4,7 @@ The dtypes and kernels are fxquant-onednn's (plain uint8/int8 tensors through
 oneDNN); x86 states only its pattern list:
 
     PyTorch's x86 set    conv, linear (static uint8 in and float out as oneDNN's kernel returns
-                         it (#23), dynamic int8, dynamic fp16), binary ops, cat,
+                         it, dynamic int8, dynamic fp16), binary ops, cat,
                          default, fixed-qparams, share-qparams and tensor-info ops, bn,
                          rnn (dynamic int8/fp16), embedding (weight-only uint8 / 4-bit)
     added                conv2d + add (+ relu) fused into one oneDNN conv (ResNet blocks),

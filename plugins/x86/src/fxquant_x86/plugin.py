@@ -41,7 +41,7 @@ def fxquant_default_qconfig_mapping(backend: str, is_qat: bool) -> QConfigMappin
 @fxquant.registry.hookimpl
 @fxquant.registry.only_for(BACKEND)
 def fxquant_deployment(backend: str) -> Deployment | None:
-    """The reference model compiled by inductor with freezing: its x86 int8 fusions (#19)."""
+    """The reference model compiled by inductor with freezing: its x86 int8 fusions."""
     from fxquant_x86.compiled import deploy  # inductor loads only when deploying
 
     return Deployment("inductor (torch.compile, freezing)", deploy=deploy)

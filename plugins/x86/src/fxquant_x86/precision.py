@@ -5,7 +5,7 @@ LayerNorm, softmax, GELU, residual adds, attention's matmuls, the dequantized
 GEMM outputs that feed them. On a CPU with AMX-BF16 or AVX512-BF16 those run
 in bfloat16 at half the memory traffic (AMX for the matmuls), which is how
 ``torch.compile(model.bfloat16())`` gets its speed; in float32 they give back
-much of what the int8 GEMMs gain (#31).
+much of what the int8 GEMMs gain.
 
 :func:`float_parts_in` rewrites a flat reference graph so that every float
 value between quantize/dequantize steps is a ``dtype`` tensor::
