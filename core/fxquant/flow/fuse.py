@@ -174,8 +174,7 @@ def _drop_unused(gm: fx.GraphModule, erased: set[str]) -> None:
     # every container on the path of a used module must stay too
     kept = {u.rsplit(".", i)[0] for u in used for i in range(u.count(".") + 1)}
     for target in erased - kept:
-        parent, _, name = target.rpartition(".")
-        delattr(gm.get_submodule(parent) if parent else gm, name)
+        gm.delete_submodule(target)  # False (nothing to do) when a parent went first
 
 
 def fuse(gm: fx.GraphModule, ctx: FlowContext, *, recompile: bool = True) -> fx.GraphModule:

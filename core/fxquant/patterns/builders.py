@@ -1,10 +1,10 @@
 """Small constructors shared by the pattern builders, public for plugin authors.
 
 Every builder in this package turns a list of patterns plus the backend's
-dtype configs into :class:`BackendPatternConfig` objects. The three shapes of
-config that recur (a plain op, a weighted module with its QAT/reference
-counterparts, a fusion) each get one helper here so the builders read as
-tables. A plugin with patterns of its own builds them with the same helpers
+dtype configs into :class:`BackendPatternConfig` objects. The shapes of config
+that recur (a plain op, a weighted module with its QAT/reference counterparts, a
+fusion, a fusion ending in either ReLU) each get one helper here so the builders
+read as tables. A plugin with patterns of its own builds them with the same helpers
 (``from fxquant.patterns.builders import Pattern, op_config``).
 """
 
@@ -13,10 +13,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import torch.nn.functional as F
+from torch import nn
+
 from fxquant.config.backend import BackendPatternConfig, DTypeConfig, ObservationType
 from fxquant.config.pattern import Pattern
 
-__all__ = ["Pattern", "fusion_config", "module_config", "op_config"]
+__all__ = ["Pattern", "fusion_config", "module_config", "op_config", "relu_fusion_configs"]
 
 
 def op_config(
@@ -99,3 +102,24 @@ def fusion_config(
     if fused is not None:
         config.set_fused_module(fused)
     return config
+
+
+def relu_fusion_configs(
+    ops: tuple[Any, ...],
+    dtype_configs: Sequence[DTypeConfig],
+    *,
+    fuser: Callable[..., Any],
+    fused: type[Any] | None,
+) -> list[BackendPatternConfig]:
+    """:func:`fusion_config` of ``(*ops, relu)`` for ``nn.ReLU`` and ``F.relu`` (2 configs).
+
+    Example:
+        >>> from fxquant.nn import fusers, intrinsic
+        >>> configs = relu_fusion_configs(
+        ...     (nn.Linear,), [], fuser=fusers.fuse_linear_relu, fused=intrinsic.LinearReLU
+        ... )
+        >>> [c.pattern[1] for c in configs] == [nn.ReLU, F.relu]
+        True
+    """
+    relus = (nn.ReLU, F.relu)
+    return [fusion_config((*ops, r), dtype_configs, fuser=fuser, fused=fused) for r in relus]

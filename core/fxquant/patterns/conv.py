@@ -25,7 +25,7 @@ from fxquant.config.backend import BackendPatternConfig, DTypeConfig, Observatio
 from fxquant.errors import ConfigError
 from fxquant.nn import fusers, intrinsic, qat, reference
 from fxquant.nn.intrinsic import qat as intrinsic_qat
-from fxquant.patterns.builders import fusion_config, module_config, op_config
+from fxquant.patterns.builders import fusion_config, module_config, op_config, relu_fusion_configs
 
 __all__ = ["ConvFamily", "conv_configs", "conv_family", "conv_transpose_configs"]
 
@@ -180,15 +180,9 @@ def _conv_relu_configs(
 ) -> list[BackendPatternConfig]:
     root = {"root": family.conv, "reference": family.reference}
     observed = ObservationType.OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT
-    relu_fusions = [
-        fusion_config(
-            (family.conv, relu),
-            dtype_configs,
-            fuser=fusers.fuse_conv_relu,
-            fused=family.conv_relu,
-        )
-        for relu in (nn.ReLU, F.relu)
-    ]
+    relu_fusions = relu_fusion_configs(
+        (family.conv,), dtype_configs, fuser=fusers.fuse_conv_relu, fused=family.conv_relu
+    )
     return [
         *relu_fusions,
         module_config(family.conv_relu, dtype_configs, qat=family.qat_relu, **root),
@@ -204,13 +198,13 @@ def _conv_bn_configs(
 ) -> list[BackendPatternConfig]:
     root = {"root": family.conv, "reference": family.reference}
     bn_relu = [
-        fusion_config(
-            (family.conv, family.bn, relu),
+        config.set_root_module(family.conv)
+        for config in relu_fusion_configs(
+            (family.conv, family.bn),
             dtype_configs,
             fuser=fusers.fuse_conv_bn_relu,
             fused=family.conv_bn_relu,
-        ).set_root_module(family.conv)
-        for relu in (nn.ReLU, F.relu)
+        )
     ]
     return [
         fusion_config(

@@ -16,7 +16,7 @@ from torch import nn
 from fxquant.config.backend import BackendPatternConfig, DTypeConfig, ObservationType
 from fxquant.nn import fusers, intrinsic, qat, reference
 from fxquant.nn.intrinsic import qat as intrinsic_qat
-from fxquant.patterns.builders import fusion_config, module_config, op_config
+from fxquant.patterns.builders import fusion_config, module_config, op_config, relu_fusion_configs
 
 __all__ = ["linear_configs"]
 
@@ -39,15 +39,9 @@ def linear_configs(dtype_configs: Sequence[DTypeConfig]) -> list[BackendPatternC
     functional = op_config(F.linear, dtype_configs, observed)
     # F.linear(input, weight, bias): weight and bias are positional inputs 1 and 2
     functional._set_input_type_to_index({"weight": 1, "bias": 2})
-    relu_fusions = [
-        fusion_config(
-            (nn.Linear, relu),
-            dtype_configs,
-            fuser=fusers.fuse_linear_relu,
-            fused=intrinsic.LinearReLU,
-        )
-        for relu in (nn.ReLU, F.relu)
-    ]
+    relu_fusions = relu_fusion_configs(
+        (nn.Linear,), dtype_configs, fuser=fusers.fuse_linear_relu, fused=intrinsic.LinearReLU
+    )
     return [
         module_config(nn.Linear, dtype_configs, qat=qat.Linear, **root),
         module_config(qat.Linear, dtype_configs, **root),

@@ -19,7 +19,7 @@ from torch import nn
 
 from fxquant.config.backend import BackendPatternConfig, DTypeConfig, ObservationType
 from fxquant.nn import fusers, intrinsic
-from fxquant.patterns.builders import fusion_config, op_config
+from fxquant.patterns.builders import op_config, relu_fusion_configs
 
 __all__ = ["bn_configs", "ln_configs"]
 
@@ -35,10 +35,7 @@ def bn_configs(dtype_configs: Sequence[DTypeConfig]) -> list[BackendPatternConfi
     configs: list[BackendPatternConfig] = []
     fused_modules = ((nn.BatchNorm2d, intrinsic.BNReLU2d), (nn.BatchNorm3d, intrinsic.BNReLU3d))
     for bn, fused in fused_modules:
-        configs += [
-            fusion_config((bn, relu), dtype_configs, fuser=fusers.fuse_bn_relu, fused=fused)
-            for relu in (nn.ReLU, F.relu)
-        ]
+        configs += relu_fusion_configs((bn,), dtype_configs, fuser=fusers.fuse_bn_relu, fused=fused)
         configs.append(op_config(bn, dtype_configs, observed))
     configs += [op_config(fused, dtype_configs, observed) for _, fused in fused_modules]
     return configs

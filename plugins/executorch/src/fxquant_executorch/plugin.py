@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import fxquant.registry
-from fxquant.config.backend import BackendPatternConfig
-from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.registry import Deployment
+from fxquant.registry.backend_hooks import backend_hooks
 
 from fxquant_executorch.patterns import pattern_configs
 from fxquant_executorch.qconfig import default_qconfig_mapping
@@ -15,24 +13,21 @@ fxquant_plugin_api = 1
 BACKEND = "executorch"
 
 
-@fxquant.registry.hookimpl
-@fxquant.registry.only_for(BACKEND)
-def fxquant_pattern_configs(backend: str) -> list[BackendPatternConfig] | None:
-    """The patterns XNNPACK runs on int8."""
-    return pattern_configs()
-
-
-@fxquant.registry.hookimpl
-@fxquant.registry.only_for(BACKEND)
-def fxquant_default_qconfig_mapping(backend: str, is_qat: bool) -> QConfigMapping | None:
-    """Asymmetric int8 activations, symmetric per-channel int8 weights (XNNPACK's qs8/qc8w)."""
-    return default_qconfig_mapping(is_qat)
-
-
-@fxquant.registry.hookimpl
-@fxquant.registry.only_for(BACKEND)
-def fxquant_deployment(backend: str) -> Deployment | None:
+def _deployment() -> Deployment:
     """Converted models deploy as ExecuTorch programs run by the XNNPACK delegate."""
     from fxquant_executorch.program import deploy  # executorch loads only when deploying
 
     return Deployment("ExecuTorch XNNPACK", deploy=deploy)
+
+
+# the patterns XNNPACK runs on int8; asymmetric int8 activations, symmetric per-channel
+# int8 weights (XNNPACK's qs8/qc8w)
+hooks = backend_hooks(
+    BACKEND,
+    pattern_configs=pattern_configs,
+    default_qconfig_mapping=default_qconfig_mapping,
+    deployment=_deployment,
+)
+fxquant_pattern_configs = hooks.fxquant_pattern_configs
+fxquant_default_qconfig_mapping = hooks.fxquant_default_qconfig_mapping
+fxquant_deployment = hooks.fxquant_deployment

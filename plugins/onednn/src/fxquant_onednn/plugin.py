@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import fxquant.registry
-from fxquant.config.backend import BackendPatternConfig
-from fxquant.config.qconfig_mapping import QConfigMapping
-from fxquant.lowering import LoweringRule
+from fxquant.registry.backend_hooks import backend_hooks
 
 from fxquant_onednn.kernels import lowering_rules
 from fxquant_onednn.patterns import pattern_configs
@@ -15,23 +12,14 @@ fxquant_plugin_api = 1
 
 BACKEND = "onednn"
 
-
-@fxquant.registry.hookimpl
-@fxquant.registry.only_for(BACKEND)
-def fxquant_pattern_configs(backend: str) -> list[BackendPatternConfig] | None:
-    """The patterns onednn quantizes."""
-    return pattern_configs()
-
-
-@fxquant.registry.hookimpl
-@fxquant.registry.only_for(BACKEND)
-def fxquant_lowering_kernels(backend: str) -> list[LoweringRule] | None:
-    """A oneDNN kernel for every pattern."""
-    return lowering_rules(pattern_configs())
-
-
-@fxquant.registry.hookimpl
-@fxquant.registry.only_for(BACKEND)
-def fxquant_default_qconfig_mapping(backend: str, is_qat: bool) -> QConfigMapping | None:
-    """Full-range uint8 activations, per-channel symmetric int8 weights."""
-    return default_qconfig_mapping(is_qat)
+# full-range uint8 activations, per-channel symmetric int8 weights; a oneDNN kernel for
+# every pattern
+hooks = backend_hooks(
+    BACKEND,
+    pattern_configs=pattern_configs,
+    default_qconfig_mapping=default_qconfig_mapping,
+    lowering_kernels=lambda: lowering_rules(pattern_configs()),
+)
+fxquant_pattern_configs = hooks.fxquant_pattern_configs
+fxquant_lowering_kernels = hooks.fxquant_lowering_kernels
+fxquant_default_qconfig_mapping = hooks.fxquant_default_qconfig_mapping

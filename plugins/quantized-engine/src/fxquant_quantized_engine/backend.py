@@ -1,9 +1,9 @@
 """A backend on a quint8 engine, from its data: :func:`engine_plugin` writes its hooks.
 
 fbgemm and qnnpack differ in their engine, their patterns' dtype constraints and their
-default mapping; the hooks that serve those are the same code, written once here. A
-backend's ``plugin.py`` states its data and assigns the hooks (pluggy reads a plugin
-module's attributes by their hook names)::
+default mapping; their hooks are :func:`fxquant.registry.backend_hooks.backend_hooks` with
+the engine's lowering rules. A backend's ``plugin.py`` states its data and assigns the
+hooks (pluggy reads a plugin module's attributes by their hook names)::
 
     fxquant_plugin_api = 1
     hooks = engine_plugin("fbgemm", pattern_configs=..., default_qconfig_mapping=...)
@@ -11,40 +11,27 @@ module's attributes by their hook names)::
     fxquant_lowering_kernels = hooks.fxquant_lowering_kernels
     fxquant_default_qconfig_mapping = hooks.fxquant_default_qconfig_mapping
 
-Each hook answers for its backend only (``fxquant.registry.only_for``); the lowering
-rules are :func:`~fxquant_quantized_engine.rules.lowering_rules` on the engine, for
-the backend's own patterns.
+Each hook answers for its backend only; the lowering rules are
+:func:`~fxquant_quantized_engine.rules.lowering_rules` on the engine, for the backend's
+own patterns.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
-import fxquant.registry
 from fxquant.config.backend import BackendPatternConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.lowering import LoweringRule
+from fxquant.registry.backend_hooks import BackendHooks, backend_hooks
 
 from fxquant_quantized_engine.rules import lowering_rules
 
 __all__ = ["EngineHooks", "engine_plugin"]
 
 
-@dataclass(frozen=True, slots=True)
-class EngineHooks:
-    """The hook implementations of one backend on a quint8 engine (see :func:`engine_plugin`).
-
-    Example:
-        >>> hooks = engine_plugin("fbgemm", pattern_configs=list,
-        ...                       default_qconfig_mapping=lambda is_qat: QConfigMapping())
-        >>> hooks.fxquant_pattern_configs("fbgemm"), hooks.fxquant_pattern_configs("x86")
-        ([], None)
-    """
-
-    fxquant_pattern_configs: Callable[[str], list[BackendPatternConfig] | None]
-    fxquant_lowering_kernels: Callable[[str], list[LoweringRule] | None]
-    fxquant_default_qconfig_mapping: Callable[[str, bool], QConfigMapping | None]
+EngineHooks = BackendHooks
+"""The hooks of a backend on a quint8 engine (:func:`engine_plugin` returns them)."""
 
 
 def engine_plugin(
@@ -82,25 +69,13 @@ def engine_plugin(
     """
     engine = backend if engine is None else engine
 
-    @fxquant.registry.hookimpl
-    @fxquant.registry.only_for(backend)
-    def fxquant_pattern_configs(backend: str) -> list[BackendPatternConfig]:
-        return pattern_configs()
-
-    @fxquant.registry.hookimpl
-    @fxquant.registry.only_for(backend)
-    def fxquant_lowering_kernels(backend: str) -> list[LoweringRule]:
+    def kernels() -> list[LoweringRule]:
         rules: list[LoweringRule] = lowering_rules(engine, pattern_configs())
         return rules
 
-    @fxquant.registry.hookimpl
-    @fxquant.registry.only_for(backend)
-    def fxquant_default_qconfig_mapping(backend: str, is_qat: bool) -> QConfigMapping:
-        return default_qconfig_mapping(is_qat)
-
-    fxquant_pattern_configs.__doc__ = f"The patterns {backend} quantizes."
-    fxquant_lowering_kernels.__doc__ = f"{engine} kernels for every reference pattern of {backend}."
-    fxquant_default_qconfig_mapping.__doc__ = f"{backend}'s default mapping, given is_qat."
-    return EngineHooks(
-        fxquant_pattern_configs, fxquant_lowering_kernels, fxquant_default_qconfig_mapping
+    return backend_hooks(
+        backend,
+        pattern_configs=pattern_configs,
+        default_qconfig_mapping=default_qconfig_mapping,
+        lowering_kernels=kernels,
     )

@@ -10,11 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import fxquant.registry
-from fxquant.config.backend import BackendPatternConfig
-from fxquant.config.qconfig_mapping import QConfigMapping
-from fxquant.registry import Deployment, GraphMode
-from torch import fx
+from fxquant.registry import Deployment
+from fxquant.registry.backend_hooks import backend_hooks
 
 from fxquant_tensorrt.graph_mode import graph_mode
 from fxquant_tensorrt.patterns import pattern_configs
@@ -32,32 +29,22 @@ def _deploy(model: Any, example_inputs: tuple[Any, ...]) -> Any:
     return deploy(model, example_inputs)
 
 
-@fxquant.registry.hookimpl
-@fxquant.registry.only_for(BACKEND)
-def fxquant_pattern_configs(backend: str) -> list[BackendPatternConfig] | None:
-    """The patterns TensorRT runs in int8, with its explicit-quantization constraints."""
-    return pattern_configs()
-
-
-@fxquant.registry.hookimpl
-@fxquant.registry.only_for(BACKEND)
-def fxquant_default_qconfig_mapping(backend: str, is_qat: bool) -> QConfigMapping | None:
-    """int8 symmetric activations, int8 symmetric per-channel weights, float norms/softmax."""
-    return default_qconfig_mapping(is_qat)
-
-
-@fxquant.registry.hookimpl
-@fxquant.registry.only_for(BACKEND)
-def fxquant_graph_mode(
-    backend: str, model: fx.GraphModule, qconfig_mapping: QConfigMapping, is_qat: bool
-) -> GraphMode | None:
-    """A transformer (Linear -> residual add -> LayerNorm) gets the ``transformer`` mode."""
-    del qconfig_mapping  # the flow merges the mode under the user's entries (the hookspec)
-    return graph_mode(model, is_qat)
-
-
-@fxquant.registry.hookimpl
-@fxquant.registry.only_for(BACKEND)
-def fxquant_deployment(backend: str) -> Deployment | None:
+def _deployment() -> Deployment:
     """The exported ONNX model in onnxruntime, with the TensorRT placement check as its report."""
     return Deployment(RUNTIME, deploy=_deploy)
+
+
+# the patterns TensorRT runs in int8, with its explicit-quantization constraints; int8
+# symmetric activations and per-channel weights, norms and softmax float; a transformer
+# (Linear -> residual add -> LayerNorm) gets the ``transformer`` mode
+hooks = backend_hooks(
+    BACKEND,
+    pattern_configs=pattern_configs,
+    default_qconfig_mapping=default_qconfig_mapping,
+    deployment=_deployment,
+    graph_mode=graph_mode,
+)
+fxquant_pattern_configs = hooks.fxquant_pattern_configs
+fxquant_default_qconfig_mapping = hooks.fxquant_default_qconfig_mapping
+fxquant_graph_mode = hooks.fxquant_graph_mode
+fxquant_deployment = hooks.fxquant_deployment
