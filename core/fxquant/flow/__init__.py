@@ -28,6 +28,7 @@ from fxquant.flow.equalize import insert_observers as _insert_equalization
 
 # aliased: a bare `fuse`/`prepare`/`trace` here would hide the submodules of the same name
 from fxquant.flow.fuse import fuse as _fuse
+from fxquant.flow.fuse import fuse_assigned
 from fxquant.flow.graph_mode import ComposedMode, compose, warn_composed
 from fxquant.flow.inplace import functionalize
 from fxquant.flow.prepare import prepare as _prepare_graph
@@ -90,8 +91,8 @@ def _prepare(
         if composed is not None:
             ctx = dataclasses.replace(ctx, qconfig_mapping=composed.qconfig_mapping)
             equalization = composed.equalization
-        gm = _fuse(gm, ctx, recompile=False)  # prepare recompiles once
-        gm, report = _prepare_graph(gm, ctx)
+        gm, assignment = fuse_assigned(gm, ctx, recompile=False)  # prepare recompiles once
+        gm, report = _prepare_graph(gm, ctx, assignment)
     pairs = _insert_equalization(gm, equalization) if equalization is not None else ()
     if pairs:
         gm.recompile()
