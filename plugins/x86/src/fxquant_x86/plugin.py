@@ -9,7 +9,7 @@ from fxquant.lowering import LoweringRule
 from fxquant.registry import Deployment
 
 from fxquant_x86.kernels import x86_lowering_rules
-from fxquant_x86.patterns import pattern_configs
+from fxquant_x86.patterns import shared_pattern_configs
 from fxquant_x86.qconfig import default_qconfig_mapping
 
 fxquant_plugin_api = 1
@@ -20,8 +20,8 @@ BACKEND = "x86"
 @fxquant.registry.hookimpl
 @fxquant.registry.only_for(BACKEND)
 def fxquant_pattern_configs(backend: str) -> list[BackendPatternConfig] | None:
-    """The patterns x86 quantizes."""
-    return pattern_configs()
+    """The patterns x86 quantizes (the registry keeps copies of the shared build)."""
+    return list(shared_pattern_configs())
 
 
 @fxquant.registry.hookimpl
