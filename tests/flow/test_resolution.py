@@ -141,7 +141,8 @@ def _counting(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         return call
 
     for name in ("resolve", "assembled", "get_backend_config", "get_default_qconfig_mapping"):
-        monkeypatch.setattr(registry, name, counted(name, getattr(registry, name)))
+        if hasattr(registry, name):
+            monkeypatch.setattr(registry, name, counted(name, getattr(registry, name)))
     return calls
 
 
@@ -180,11 +181,11 @@ def test_convert_lowers_with_what_prepare_recorded_not_with_a_later_registry() -
     plugin = LatePlugin()
     fxquant.register_plugin(plugin, backend="late")
     try:
-        now = fxquant.registry.resolve_backend(late, "convert_fx")
+        now = fxquant.registry.default_registry().assembled("late").lowering_rules
         converted = fxquant.convert_fx(copy.deepcopy(prepared))
     finally:
         fxquant.unregister_plugin(plugin)
-    assert [rule.name for rule in now.lowering_rules] == ["late_linear"]
+    assert [rule.name for rule in now] == ["late_linear"]  # what a lookup now would find
     notes = fxquant.explain(converted, show=False).notes()
     assert [n for n in notes if n.startswith("kernels:")] == [
         "kernels: no installed plugin provides backend 'late': no lowering rules (a config "

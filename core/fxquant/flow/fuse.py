@@ -230,7 +230,8 @@ def fuse_assigned(
     modules = module_table(gm)
     captured = any(META_KEY in n.meta for n in gm.graph.nodes)  # order keys in NodeInfo
     assignment = None if mapping is None else assign_qconfigs(gm, modules, mapping)
-    roots = _fuse_matches(gm, ctx, modules, assignment) if len(fusion_index(ctx)) else []
+    index = fusion_index(ctx)
+    roots = _fuse_matches(gm, ctx, index, modules, assignment) if len(index) else []
     if roots and recompile:
         gm.recompile()
     if mapping is None or assignment is None or not captured:
@@ -243,6 +244,7 @@ def fuse_assigned(
 def _fuse_matches(
     gm: fx.GraphModule,
     ctx: FlowContext,
+    index: PatternIndex[BackendPatternConfig],
     modules: Mapping[str, nn.Module],
     assignment: QConfigAssignment | None,
 ) -> list[fx.Node]:
@@ -259,7 +261,7 @@ def _fuse_matches(
             refused.setdefault(match.anchor, (match, reason))
         return reason is None
 
-    claimed = match_graph(gm, fusion_index(ctx), modules=modules, accept=one_qconfig)
+    claimed = match_graph(gm, index, modules=modules, accept=one_qconfig)
     for match, reason in refused.values():
         for node in match.nodes:
             if node not in claimed:  # prepare reports it if nothing quantizes the node
