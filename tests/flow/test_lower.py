@@ -19,7 +19,6 @@ from fxquant.config.backend import BackendPatternConfig
 from fxquant.errors import ConfigTypeError, QuantizationSkipped
 from fxquant.flow.context import FlowContext
 from fxquant.flow.convert import convert_fx, convert_to_reference_fx
-from fxquant.flow.resolve import backend_kernels
 from fxquant.flow.state import META_KEY
 from fxquant.lowering import Declined
 from fxquant.lowering.kernels import boundary
@@ -28,9 +27,9 @@ from fxquant.numerics.observer import MinMaxObserver
 from fxquant.patterns import conv_configs, linear_configs
 from fxquant.registry import Deployment, LoweringRule, hookimpl
 from fxquant.registry.hookspecs import LoweringMatch, QParams
+from fxquant.registry.resolution import ResolvedBackend
 from torch import fx, nn
 
-from tests import layout_graph
 from tests.flow.test_convert import ADD, INT8, PER_CHANNEL, STATIC, calibrate, hand_prepare
 
 OPS = torch.ops.fxquant
@@ -39,7 +38,9 @@ BACKEND = "testint8"
 
 def context(backend: str, *rules: LoweringRule) -> FlowContext:
     """The convert context of a backend lowering with ``rules`` (whatever the registry holds)."""
-    return FlowContext(fxquant.BackendConfig(backend), lowering_rules=rules)
+    return FlowContext.for_convert(
+        ResolvedBackend(fxquant.BackendConfig(backend), lowering_rules=rules), strict=False
+    )
 
 
 def requantize(acc: torch.Tensor, scale: torch.Tensor | float, out: QParams) -> torch.Tensor:
@@ -431,8 +432,7 @@ def test_lower_reads_its_rules_from_the_flow_context_never_from_the_registry(
 ) -> None:
     prepared, x = prepared_residual(testint8)
     reference_model = convert_to_reference_fx(prepared)
-    kernels = backend_kernels(testint8)
-    ctx = FlowContext.for_convert(testint8, strict=False, lowering_rules=kernels.rules)
+    ctx = FlowContext.for_convert(resolve(testint8), strict=False)
     expected = convert_fx(prepared)(x)
     from fxquant.lowering.lower import lower
 
@@ -452,40 +452,35 @@ def test_lower_reads_its_rules_from_the_flow_context_never_from_the_registry(
     assert torch.equal(reference_model(x), expected)
 
 
+def resolve(config: fxquant.BackendConfig) -> ResolvedBackend:
+    return fxquant.registry.default_registry().resolve(config, "convert_fx")
+
+
 def test_the_entry_point_resolves_the_kernels_the_backends_plugins_lower_with(
     testint8: Any,
 ) -> None:
-    kernels = backend_kernels(testint8)
-    assert [r.name for r in kernels.rules] == [
+    kernels = resolve(testint8)
+    assert [r.name for r in kernels.lowering_rules] == [
         r.name for r in TestInt8Plugin().fxquant_lowering_kernels(BACKEND) or []
     ]
     assert not kernels.deployed
     assert len(kernels.sources) == 1
     assert "register_plugin" not in kernels.sources[0]
-    nobody = backend_kernels(fxquant.BackendConfig("nobody"))
-    assert (nobody.rules, nobody.deployed, nobody.sources) == ((), False, ())
+    nobody = resolve(fxquant.BackendConfig("nobody"))
+    assert (nobody.lowering_rules, nobody.deployed, nobody.sources) == ((), False, ())
 
 
 def test_the_convert_context_holds_only_what_it_is_given(testint8: Any) -> None:
-    # named after a backend with kernels, yet the context looks nothing up (#21)
+    # a bare config named after a backend with kernels: the context looks nothing up
     ctx = FlowContext.for_convert(testint8, strict=True)
     assert (ctx.lowering_rules, ctx.deployed, ctx.strict) == ((), False, True)
-
-
-def test_the_flow_context_module_does_not_import_the_registry() -> None:
-    graph = layout_graph.build_graph()
-    assert [
-        f"line {i.line}: {i.target}"
-        for i in graph.imports
-        if i.source == "fxquant.flow.context" and i.target.startswith("fxquant.registry")
-    ] == []
 
 
 def test_convert_fx_says_whose_kernels_the_backend_name_resolved_to(testint8: Any) -> None:
     prepared, _ = prepared_residual(testint8)
     report = fxquant.explain(convert_fx(prepared), show=False)
     (note,) = [n for n in report.notes() if n.startswith("kernels:")]
-    source = backend_kernels(testint8).sources[0]
+    source = resolve(testint8).sources[0]
     assert (
         note
         == f"kernels: backend {BACKEND!r} (by the config's name) -> 3 lowering rules from {source}"

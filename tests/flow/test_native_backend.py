@@ -128,7 +128,9 @@ def test_no_native_backend_installed_falls_back_to_reference_naming_the_plugin(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(platform, "machine", lambda: "x86_64")
-    monkeypatch.setattr(fxquant.registry, "list_backends", lambda: ["reference", "tensorrt"])
+    monkeypatch.setattr(
+        fxquant.registry.default_registry(), "list_backends", lambda: ["reference", "tensorrt"]
+    )
     model = Net().eval()
     mapping = fxquant.get_default_qconfig_mapping("reference")
     with pytest.warns(NativeBackendWarning) as caught:
@@ -148,7 +150,7 @@ def test_no_native_backend_installed_falls_back_to_reference_naming_the_plugin(
 def test_an_explicit_reference_backend_is_never_warned_about(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(fxquant.registry, "list_backends", lambda: ["reference"])
+    monkeypatch.setattr(fxquant.registry.default_registry(), "list_backends", lambda: ["reference"])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         prepared = fxquant.prepare_fx(

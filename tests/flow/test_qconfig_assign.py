@@ -6,9 +6,14 @@ import torch
 from fxquant.config.backend import BackendConfig
 from fxquant.config.qconfig import QConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
+from fxquant.flow import qconfig_assign
 from fxquant.flow.context import FlowContext
+from fxquant.flow.fuse import fuse_assigned
 from fxquant.flow.qconfig_assign import assign_qconfigs
+from fxquant.flow.state import node_info
 from fxquant.flow.trace import trace
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import fx, nn
 
 A = QConfig(activation=nn.Identity, weight=nn.Identity)
@@ -152,3 +157,88 @@ def test_convert_reads_the_order_entries_of_its_mapping_with_the_prepared_indice
     report = fxquant.explain(reference, show=False)
     statuses = {name: report.entry(name).status for name in ("convs_2", "convs_3", "convs_4")}
     assert statuses == {"convs_2": "reference", "convs_3": "skipped", "convs_4": "reference"}
+
+
+class Fusable(nn.Module):
+    """Convs that fuse with a BN, a module ReLU, a functional relu or nothing; a Linear+ReLU."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.convs = nn.ModuleList(nn.Conv2d(2, 2, 1) for _ in range(4))
+        self.bn = nn.BatchNorm2d(2)
+        self.relu = nn.ReLU()
+        self.head = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.relu(self.bn(self.convs[0](x)))
+        x = torch.relu(self.convs[1](x))
+        x = self.convs[3](self.convs[2](x))
+        return self.head(x.mean((2, 3)))
+
+
+ENTRIES: list[tuple[str, tuple[object, ...]]] = [
+    ("object_type", (nn.Conv2d,)),
+    ("object_type", (nn.ReLU,)),
+    ("object_type", (torch.relu,)),
+    ("object_type", (fxquant.nn.intrinsic.ConvReLU2d,)),
+    ("object_type", (fxquant.nn.intrinsic.ConvBnReLU2d,)),
+    ("object_type", (fxquant.nn.intrinsic.LinearReLU,)),
+    ("module_name", ("convs.1",)),
+    ("module_name", ("relu",)),
+    ("module_name", ("head.1",)),
+    ("module_name", ("gone",)),
+    ("module_name_regex", (r"convs\.[02]",)),
+    ("module_name_object_type_order", ("", torch.relu, 0)),
+    ("module_name_object_type_order", ("convs", nn.Conv2d, 1)),
+]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from(ENTRIES), st.sampled_from([A, B, C, None])), max_size=6),
+    st.sampled_from([A, B, None]),
+)
+def test_the_qconfigs_fusion_leaves_are_those_of_the_fused_graph(
+    entries: list[tuple[tuple[str, tuple[object, ...]], QConfig | None]],
+    global_qconfig: QConfig | None,
+) -> None:
+    """Prepare takes fusion's assignment: it must be what assigning the fused graph gives."""
+    mapping = QConfigMapping().set_global(global_qconfig)
+    for (level, key), qconfig in entries:
+        getattr(mapping, f"set_{level}")(*key, qconfig)
+    ctx = FlowContext.for_prepare(
+        mapping, (), None, fxquant.get_backend_config("reference"), is_qat=False, strict=False
+    )
+    gm, kept = fuse_assigned(trace(Fusable().eval(), ctx), ctx)
+    assert kept is not None
+    whole = assign_qconfigs(gm, dict(gm.named_modules()), mapping)
+    assert kept.qconfigs == whole.qconfigs
+    assert (kept.named, kept.unused, kept.fused_types) == (
+        whole.named,
+        whole.unused,
+        whole.fused_types,
+    )
+
+
+def test_prepare_resolves_each_node_once_and_a_fused_node_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    resolved: list[str] = []
+    original = qconfig_assign._resolve
+
+    def counted(node: fx.Node, *args: object) -> object:
+        resolved.append(node.name)
+        return original(node, *args)  # type: ignore[arg-type]  # the same arguments
+
+    monkeypatch.setattr(qconfig_assign, "_resolve", counted)
+    mapping = fxquant.get_default_qconfig_mapping("reference")
+    prepared = fxquant.prepare_fx(
+        Fusable().eval(),
+        mapping,
+        (torch.randn(1, 2, 4, 4),),
+        backend_config=fxquant.get_backend_config("reference"),
+    )
+    fused = [n.name for n in prepared.graph.nodes if node_info(n).fused_from]
+    assert fused == ["convs_0", "head_0"]  # conv+bn+relu, linear+relu
+    assert sorted(name for name in set(resolved) if resolved.count(name) > 1) == fused
+    assert len(resolved) == len(set(resolved)) + len(fused)

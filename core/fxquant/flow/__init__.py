@@ -21,22 +21,23 @@ from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.errors import ConfigTypeError
 from fxquant.flow.aliases import alias_module_attributes
 from fxquant.flow.calibrated import label_observers
-from fxquant.flow.context import FlowContext
+from fxquant.flow.context import FlowContext, as_backend_config
 from fxquant.flow.convert import convert_fx, convert_to_reference_fx
 from fxquant.flow.equalize import EQUALIZATION_KEY
 from fxquant.flow.equalize import insert_observers as _insert_equalization
 
 # aliased: a bare `fuse`/`prepare`/`trace` here would hide the submodules of the same name
 from fxquant.flow.fuse import fuse as _fuse
+from fxquant.flow.fuse import fuse_assigned
 from fxquant.flow.graph_mode import ComposedMode, compose, warn_composed
 from fxquant.flow.inplace import functionalize
 from fxquant.flow.prepare import prepare as _prepare_graph
 from fxquant.flow.report import Report, raise_if_skipped
-from fxquant.flow.resolve import backend_graph_mode, given_backend
 from fxquant.flow.state import META_KEY, FlowMeta, FlowState, flow_state
 from fxquant.flow.trace import TRACING_LOCK
 from fxquant.flow.trace import trace as _trace
 from fxquant.flow.user_model import observe_in_model_mode, raise_if_not_float32, warn_if_training
+from fxquant.registry import resolve_backend
 
 __all__ = [
     "convert_fx",
@@ -71,7 +72,8 @@ def fuse_fx(
         >>> type(fuse_fx(m).get_submodule("0")).__name__
         'ConvReLU2d'
     """
-    ctx = FlowContext.for_fuse(fuse_custom_config, given_backend(backend_config, "fuse_fx").config)
+    backend = resolve_backend(as_backend_config(backend_config), "fuse_fx")
+    ctx = FlowContext.for_fuse(fuse_custom_config, backend)
     with TRACING_LOCK:  # tracing patches torch.nn.Module process-wide
         return _fuse(_capture(model, ctx), ctx)
 
@@ -89,14 +91,15 @@ def _prepare(
         if composed is not None:
             ctx = dataclasses.replace(ctx, qconfig_mapping=composed.qconfig_mapping)
             equalization = composed.equalization
-        gm = _fuse(gm, ctx, recompile=False)  # prepare recompiles once
-        gm, report = _prepare_graph(gm, ctx)
+        gm, assignment = fuse_assigned(gm, ctx, recompile=False)  # prepare recompiles once
+        gm, report = _prepare_graph(gm, ctx, assignment)
     pairs = _insert_equalization(gm, equalization) if equalization is not None else ()
     if pairs:
         gm.recompile()
     label_observers(gm)  # observers' own warnings name their edge
     observe_in_model_mode(gm)  # so each can tell a batch recorded in training mode
     assert ctx.qconfig_mapping is not None  # for_prepare always sets it
+    assert ctx.backend is not None  # the entry points resolve it
     gm.meta = FlowMeta(gm.meta)  # so torch.save of a prepared model works (without the state)
     gm.meta[META_KEY] = FlowState(
         ctx.backend_config,
@@ -105,7 +108,8 @@ def _prepare(
         report,
         ctx.prepare_custom_config,
         graph_mode=None if composed is None else composed.mode,
-        notes=(*ctx.backend_notes, *(() if composed is None else composed.lines())),
+        notes=(*ctx.backend.notes(), *(() if composed is None else composed.lines())),
+        backend=ctx.backend,
     )
     if pairs:
         gm.meta[EQUALIZATION_KEY] = pairs
@@ -119,7 +123,9 @@ def _graph_mode(
 ) -> ComposedMode | None:
     """The backend's mode for this graph merged under the user's mapping and equalization."""
     assert ctx.qconfig_mapping is not None  # for_prepare always sets it
-    answer = backend_graph_mode(ctx.backend_config, gm, ctx.qconfig_mapping, ctx.is_qat)
+    if ctx.backend is None:
+        return None
+    answer = ctx.backend.graph_mode(gm, ctx.qconfig_mapping, ctx.is_qat)
     if answer is None:
         return None
     mode, base = answer
@@ -210,16 +216,15 @@ def prepare_fx(  # noqa: PLR0913  # the seed's six arguments plus keyword-only s
         >>> [n.target for n in gm.graph.nodes if n.op == "call_module"]
         ['activation_post_process_0', '0', 'activation_post_process_1']
     """
-    given = given_backend(backend_config, "prepare_fx")
+    backend = resolve_backend(as_backend_config(backend_config), "prepare_fx")
     ctx = FlowContext.for_prepare(
         qconfig_mapping,
         example_inputs,
         prepare_custom_config,
-        given.config,
+        backend,
         is_qat=False,
         strict=strict,
     ).with_concrete_args(concrete_args)
-    ctx = dataclasses.replace(ctx, backend_notes=given.notes())
     return _prepare(model, ctx, "prepare_fx", _equalization_mapping(_equalization_config))
 
 
@@ -252,16 +257,15 @@ def prepare_qat_fx(  # noqa: PLR0913  # the seed's five arguments plus keyword-o
         >>> type(gm.get_submodule("0")).__module__
         'fxquant.nn.qat'
     """
-    given = given_backend(backend_config, "prepare_qat_fx")
+    backend = resolve_backend(as_backend_config(backend_config), "prepare_qat_fx")
     ctx = FlowContext.for_prepare(
         qconfig_mapping,
         example_inputs,
         prepare_custom_config,
-        given.config,
+        backend,
         is_qat=True,
         strict=strict,
     ).with_concrete_args(concrete_args)
-    ctx = dataclasses.replace(ctx, backend_notes=given.notes())
     return _prepare(model, ctx, "prepare_qat_fx")
 
 

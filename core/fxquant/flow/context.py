@@ -3,11 +3,11 @@
 Built once per public call (``prepare_fx`` ...) from the user's arguments.
 It is also where every config argument's torch.ao dict form (``BackendConfig.
 to_dict()`` output, a qconfig dict, a custom config dict) becomes its class:
-the flow functions keep the seed's signatures and nothing past this
-module sees a dict.
-It asks the registry nothing: the entry points resolve ``backend_config=None``
-to the host's native backend and, for ``convert_fx``, the named backend's lowering rules and
-deployment (``flow/resolve.py``), and hand them in; the steps read them from here.
+the flow functions keep the seed's signatures and nothing past this module sees
+a dict. The backend comes in resolved: the entry point asks the registry once
+(``fxquant.registry.resolve_backend``) and the context holds the answer, a
+``ResolvedBackend`` (the pattern configs, lowering rules, deployment, graph modes
+and how ``None`` was resolved); the steps read it from here and ask nobody.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from typing import Any
 from fxquant.config.backend import BackendConfig
 from fxquant.config.custom import FuseCustomConfig, PrepareCustomConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
-from fxquant.errors import ConfigTypeError
+from fxquant.errors import ConfigError, ConfigTypeError
 from fxquant.lowering import LoweringRule
+from fxquant.registry.resolution import ResolvedBackend
 
 __all__ = ["FlowContext", "as_backend_config", "as_config"]
 
@@ -47,15 +48,10 @@ def as_backend_config(backend_config: object) -> BackendConfig | None:
     raise ConfigTypeError(msg)
 
 
-def _given(backend_config: object) -> BackendConfig:
-    resolved = as_backend_config(backend_config)
-    if resolved is None:
-        msg = (
-            "backend_config is None: the flow's entry points resolve None to the host's "
-            "native backend (fxquant.flow.resolve.given_backend) before building a FlowContext"
-        )
-        raise ConfigTypeError(msg)
-    return resolved
+def _resolved(backend: ResolvedBackend | BackendConfig) -> ResolvedBackend:
+    if isinstance(backend, ResolvedBackend):
+        return backend
+    return ResolvedBackend(backend)  # a config given by hand: no kernels, no graph modes
 
 
 def as_config(value: Any, cls: Any, argument: str) -> Any:
@@ -103,8 +99,8 @@ class FlowContext:
     Example:
         >>> from fxquant.config.backend import BackendConfig
         >>> ctx = FlowContext.for_fuse(None, BackendConfig("mine"))
-        >>> ctx.backend_config.name, ctx.is_qat
-        ('mine', False)
+        >>> ctx.backend_config.name, ctx.is_qat, ctx.lowering_rules
+        ('mine', False, ())
     """
 
     backend_config: BackendConfig
@@ -115,19 +111,35 @@ class FlowContext:
     strict: bool = False
     example_inputs: tuple[Any, ...] = ()
     concrete_args: Mapping[str, Any] | None = None
-    lowering_rules: tuple[LoweringRule, ...] = ()
-    """The rules ``lower`` replaces reference patterns with (``for_convert``)."""
-    deployed: bool = False
-    """The backend runs its models outside PyTorch (a ``Deployment``)."""
-    backend_notes: tuple[str, ...] = ()
-    """What the entry point's resolution of ``backend_config`` tells the report: which
-    backend ``None`` resolved to, and why (``fxquant.flow.resolve.GivenBackend``)."""
+    backend: ResolvedBackend | None = None
+    """What the entry point's one registry call resolved ``backend_config`` to: lowering
+    rules, deployment, graph modes, how ``None`` was resolved. ``None`` in a context built
+    by hand (tests): no kernels, no graph modes."""
+
+    def __post_init__(self) -> None:
+        if self.backend is not None and self.backend.config is not self.backend_config:
+            msg = (
+                f"FlowContext got backend_config {self.backend_config.name!r} and a "
+                f"resolution of another config ({self.backend.name!r}); build it with "
+                "for_fuse / for_prepare / for_convert, which take the resolution alone"
+            )
+            raise ConfigError(msg)
+
+    @property
+    def lowering_rules(self) -> tuple[LoweringRule, ...]:
+        """The rules ``lower`` replaces reference patterns with."""
+        return () if self.backend is None else self.backend.lowering_rules
+
+    @property
+    def deployed(self) -> bool:
+        """The backend runs its models outside PyTorch (a ``Deployment``)."""
+        return self.backend is not None and self.backend.deployed
 
     @classmethod
     def for_fuse(
         cls,
         fuse_custom_config: FuseCustomConfig | Mapping[str, Any] | None,
-        backend_config: BackendConfig | Mapping[str, Any],
+        backend: ResolvedBackend | BackendConfig,
     ) -> FlowContext:
         """The context of ``fuse_fx``.
 
@@ -136,9 +148,11 @@ class FlowContext:
             True
         """
         custom = as_config(fuse_custom_config, FuseCustomConfig, "fuse_custom_config")
+        resolved = _resolved(backend)
         return cls(
-            backend_config=_given(backend_config),
+            backend_config=resolved.config,
             preserved_attributes=tuple(custom.preserved_attributes),
+            backend=resolved,
         )
 
     @classmethod
@@ -147,7 +161,7 @@ class FlowContext:
         qconfig_mapping: QConfigMapping | Mapping[str, Any],
         example_inputs: Any,
         prepare_custom_config: PrepareCustomConfig | Mapping[str, Any] | None,
-        backend_config: BackendConfig | Mapping[str, Any],
+        backend: ResolvedBackend | BackendConfig,
         *,
         is_qat: bool,
         strict: bool,
@@ -167,14 +181,16 @@ class FlowContext:
         custom = as_config(prepare_custom_config, PrepareCustomConfig, "prepare_custom_config")
         if not isinstance(example_inputs, tuple):
             example_inputs = (example_inputs,)  # torch.ao accepts a lone tensor too
+        resolved = _resolved(backend)
         return cls(
-            backend_config=_given(backend_config),
+            backend_config=resolved.config,
             qconfig_mapping=mapping,
             prepare_custom_config=custom,
             preserved_attributes=tuple(custom.preserved_attributes),
             is_qat=bool(is_qat),
             strict=bool(strict),
             example_inputs=example_inputs,
+            backend=resolved,
         )
 
     def with_concrete_args(self, concrete_args: object) -> FlowContext:
@@ -191,31 +207,16 @@ class FlowContext:
         return replace(self, concrete_args=_check_concrete_args(concrete_args))
 
     @classmethod
-    def for_convert(
-        cls,
-        backend_config: BackendConfig | Mapping[str, Any],
-        *,
-        strict: bool,
-        lowering_rules: tuple[LoweringRule, ...] = (),
-        deployed: bool = False,
-    ) -> FlowContext:
+    def for_convert(cls, backend: ResolvedBackend | BackendConfig, *, strict: bool) -> FlowContext:
         """The context of ``convert_fx``: the backend and the kernels it lowers with.
 
-        ``convert_fx`` resolves the rules and the deployment from the registry by
-        ``backend_config.name`` (``fxquant.flow.resolve.backend_kernels``) and passes
-        them in; nothing here looks them up.
-
-        Raises:
-            ConfigTypeError: ``backend_config`` is not a ``BackendConfig`` or its dict form.
+        ``convert_fx`` passes the resolution prepare recorded (or, for a config named
+        after another backend, its own); nothing here looks anything up.
 
         Example:
             >>> ctx = FlowContext.for_convert(BackendConfig("mine"), strict=False)
             >>> ctx.lowering_rules, ctx.deployed
             ((), False)
         """
-        return cls(
-            backend_config=_given(backend_config),
-            strict=bool(strict),
-            lowering_rules=tuple(lowering_rules),
-            deployed=bool(deployed),
-        )
+        resolved = _resolved(backend)
+        return cls(backend_config=resolved.config, strict=bool(strict), backend=resolved)

@@ -51,12 +51,13 @@ from fxquant.flow.equalize import EQUALIZATION_KEY
 from fxquant.flow.equalize_convert import apply_equalization
 from fxquant.flow.kept_reference import release_replaced_weights
 from fxquant.flow.report import NodeStatus, Report, raise_if_skipped
-from fxquant.flow.resolve import backend_kernels
 from fxquant.flow.state import META_KEY, FlowMeta, FlowState, node_info
 from fxquant.flow.trace import drop_string_annotations
 from fxquant.flow.user_model import warn_if_calibrated_in_training, warn_if_converted_in_training
 from fxquant.lowering import DEQUANTIZE_OPS
 from fxquant.lowering.lower import lower
+from fxquant.registry import resolve_backend
+from fxquant.registry.resolution import ResolvedBackend
 
 __all__ = ["convert_fx", "convert_to_reference_fx"]
 
@@ -303,6 +304,21 @@ def convert_to_reference_fx(
     return _finish(gm, graph_module, state, report)
 
 
+def _lowering_backend(state: FlowState, chosen: BackendConfig | None) -> ResolvedBackend:
+    """The kernels of the backend ``convert_fx`` lowers with: what prepare resolved.
+
+    The model records prepare's resolution, so convert asks the registry nothing,
+    even when a plugin was registered in between. Only a config named after another
+    backend than prepare's (the user's choice at this entry point) is resolved here;
+    a config of the same name (a JSON round trip, a copy) keeps prepare's kernels.
+    """
+    config = state.backend_config if chosen is None else chosen
+    recorded = state.backend
+    if recorded is None or recorded.name != config.name:
+        return resolve_backend(config, "convert_fx")
+    return recorded if recorded.config is config else recorded.with_config(config)
+
+
 def convert_fx(
     graph_module: GraphModule,
     convert_custom_config: ConvertCustomConfig | dict[str, Any] | None = None,
@@ -354,15 +370,11 @@ def convert_fx(
     gm, state, report = reference_model(
         graph_module, convert_custom_config, qconfig_mapping, "convert_fx", strict=strict
     )
-    backend = state.backend_config if chosen is None else chosen
-    # the one lookup by name, here at the entry point (CONTRACT): the report says whose
-    kernels = backend_kernels(backend)
-    ctx = FlowContext.for_convert(
-        backend, strict=strict, lowering_rules=kernels.rules, deployed=kernels.deployed
-    )
+    backend = _lowering_backend(state, chosen)
+    ctx = FlowContext.for_convert(backend, strict=strict)
     # the deployment of a backend that also lowers (x86) compiles the reference form
-    reference = _unlowered_copy(gm) if kernels.deployed and kernels.rules else None
-    lowered_report = lower(gm, ctx, report).with_notes([kernels.note()])
+    reference = _unlowered_copy(gm) if backend.deployed and backend.lowering_rules else None
+    lowered_report = lower(gm, ctx, report).with_notes([backend.kernels_note()])
     for model in (gm, reference) if remove else ():
         if model is not None:
             _remove_qconfig_attributes(model)

@@ -31,11 +31,16 @@ from fxquant.config.backend import BackendPatternConfig
 from fxquant.config.pattern import MatchAllNode, is_match_all
 from fxquant.flow.context import FlowContext
 from fxquant.flow.match import Match, PatternIndex, match_graph, module_table
-from fxquant.flow.qconfig_assign import assign_qconfigs, qconfig_mismatch
+from fxquant.flow.qconfig_assign import (
+    QConfigAssignment,
+    assign_qconfigs,
+    qconfig_mismatch,
+    reassign_after_fusion,
+)
 from fxquant.flow.report import Reason, ReasonCode
-from fxquant.flow.state import node_info, update_info
+from fxquant.flow.state import META_KEY, node_info, update_info
 
-__all__ = ["fuse", "fusion_index"]
+__all__ = ["fuse", "fuse_assigned", "fusion_index"]
 
 _RELU_FUNCTIONS = (F.relu, torch.relu)
 
@@ -104,10 +109,10 @@ def _fused_module(
 
 def _apply(
     gm: fx.GraphModule, match: Match[BackendPatternConfig], fused: nn.Module, erased: set[str]
-) -> None:
+) -> fx.Node:
     config = match.payload
     getter = config._root_node_getter or _default_root
-    root: fx.Node = getter(match.structure)
+    root: fx.Node = getter(match.structure)  # returned: it holds the fused module
     extra = (
         list(config._extra_inputs_getter(match.structure)) if config._extra_inputs_getter else []
     )
@@ -132,6 +137,7 @@ def _apply(
         is_root=True,
         call_orders=orders,
     )
+    return root
 
 
 def _trainable_fusions(ctx: FlowContext) -> Callable[[Match[BackendPatternConfig]], Reason | None]:
@@ -180,8 +186,8 @@ def _drop_unused(gm: fx.GraphModule, erased: set[str]) -> None:
 def fuse(gm: fx.GraphModule, ctx: FlowContext, *, recompile: bool = True) -> fx.GraphModule:
     """Fuse every fusion pattern of the backend in ``gm`` (in place) and return it.
 
-    ``recompile=False`` leaves the generated code stale, for a caller (prepare) that
-    edits the graph again and recompiles once at the end.
+    ``recompile=False`` leaves the generated code stale, for a caller that edits the
+    graph again and recompiles once at the end.
 
     Example:
         >>> import fxquant
@@ -191,17 +197,54 @@ def fuse(gm: fx.GraphModule, ctx: FlowContext, *, recompile: bool = True) -> fx.
         >>> [type(m).__name__ for m in fuse(trace(m, ctx), ctx).children()]
         ['ConvReLU2d']
     """
-    index = fusion_index(ctx)
-    if not len(index):
-        return gm
-    modules = module_table(gm)
-    qconfigs: Mapping[fx.Node, Any] = {}
-    assignment = None
-    if ctx.qconfig_mapping is not None:
-        assignment = assign_qconfigs(gm, modules, ctx.qconfig_mapping)
-        qconfigs = assignment.qconfigs
-    refused: dict[fx.Node, tuple[Match[BackendPatternConfig], Reason]] = {}  # by anchor
+    return fuse_assigned(gm, ctx, recompile=recompile)[0]
 
+
+def fuse_assigned(
+    gm: fx.GraphModule, ctx: FlowContext, *, recompile: bool = True
+) -> tuple[fx.GraphModule, QConfigAssignment | None]:
+    """:func:`fuse`, and the qconfig of every node of the fused graph, for prepare.
+
+    Fusion needs the qconfigs of the graph before it; the nodes it changes are
+    resolved again after it (``reassign_after_fusion``), so prepare does not assign
+    the whole graph a second time. ``None`` without a qconfig mapping (``fuse_fx``),
+    or for a graph the flow did not capture (no ``NodeInfo``: prepare assigns it).
+
+    Example:
+        >>> import fxquant
+        >>> m = nn.Sequential(nn.Conv2d(1, 1, 1), nn.ReLU()).eval()
+        >>> from fxquant.flow.trace import trace
+        >>> ctx = FlowContext.for_prepare(fxquant.QConfigMapping(), (), None,
+        ...     fxquant.get_backend_config("reference"), is_qat=False, strict=False)
+        >>> gm, assignment = fuse_assigned(trace(m, ctx), ctx)
+        >>> [n.name for n in assignment.qconfigs]
+        ['_0']
+    """
+    mapping = ctx.qconfig_mapping
+    modules = module_table(gm)
+    captured = any(META_KEY in n.meta for n in gm.graph.nodes)  # order keys in NodeInfo
+    assignment = None if mapping is None else assign_qconfigs(gm, modules, mapping)
+    index = fusion_index(ctx)
+    roots = _fuse_matches(gm, ctx, index, modules, assignment) if len(index) else []
+    if roots and recompile:
+        gm.recompile()
+    if mapping is None or assignment is None or not captured:
+        return gm, None
+    if roots:
+        assignment = reassign_after_fusion(assignment, gm, module_table(gm), mapping, roots)
+    return gm, assignment
+
+
+def _fuse_matches(
+    gm: fx.GraphModule,
+    ctx: FlowContext,
+    index: PatternIndex[BackendPatternConfig],
+    modules: Mapping[str, nn.Module],
+    assignment: QConfigAssignment | None,
+) -> list[fx.Node]:
+    """Fuse what the matcher accepts in ``gm``; return the nodes now holding fused modules."""
+    qconfigs: Mapping[fx.Node, Any] = {} if assignment is None else assignment.qconfigs
+    refused: dict[fx.Node, tuple[Match[BackendPatternConfig], Reason]] = {}  # by anchor
     trainable = _trainable_fusions(ctx)
 
     def one_qconfig(match: Match[BackendPatternConfig]) -> bool:
@@ -219,14 +262,14 @@ def fuse(gm: fx.GraphModule, ctx: FlowContext, *, recompile: bool = True) -> fx.
                 update_info(node, fusion_reason=reason)
     matches = {m.anchor: m for m in claimed.values()}
     if not matches:
-        return gm
+        return []
     erased: set[str] = set()
     calls = Counter(str(n.target) for n in gm.graph.nodes if n.op == "call_module")
     shared = {target for target, count in calls.items() if count > 1}
-    for match in matches.values():
+    roots = [
         _apply(gm, match, _fused_module(match, modules, shared, ctx.is_qat), erased)
+        for match in matches.values()
+    ]
     gm.graph.lint()
     _drop_unused(gm, erased)
-    if recompile:
-        gm.recompile()
-    return gm
+    return roots

@@ -41,7 +41,7 @@ from fxquant.flow.qat_swap import (
     qat_pattern_configs,
     swap_qat_modules,
 )
-from fxquant.flow.qconfig_assign import assign_qconfigs, qconfig_mismatch
+from fxquant.flow.qconfig_assign import QConfigAssignment, assign_qconfigs, qconfig_mismatch
 from fxquant.flow.report import NodeReport, NodeStatus, Reason, ReasonCode, Report
 from fxquant.flow.state import node_info, update_info
 from fxquant.flow.values import ValueKind, computed_from_attributes, node_args, value_kinds
@@ -678,8 +678,13 @@ def observation_index(ctx: FlowContext) -> PatternIndex[BackendPatternConfig]:
     return PatternIndex.build((c.normalized_pattern, c) for c in configs)
 
 
-def prepare(gm: fx.GraphModule, ctx: FlowContext) -> tuple[fx.GraphModule, Report]:
+def prepare(
+    gm: fx.GraphModule, ctx: FlowContext, assignment: QConfigAssignment | None = None
+) -> tuple[fx.GraphModule, Report]:
     """Assign qconfigs, swap QAT modules, match, plan, insert; return gm and its report.
+
+    ``assignment``: the qconfigs fusion already assigned to this graph
+    (``fuse_assigned``); ``None`` assigns them here.
 
     Example:
         >>> import fxquant
@@ -690,7 +695,8 @@ def prepare(gm: fx.GraphModule, ctx: FlowContext) -> tuple[fx.GraphModule, Repor
         []
     """
     modules = module_table(gm)
-    assignment = assign_qconfigs(gm, modules, ctx.qconfig_mapping or QConfigMapping())
+    if assignment is None:
+        assignment = assign_qconfigs(gm, modules, ctx.qconfig_mapping or QConfigMapping())
     if ctx.is_qat:
         swap_qat_modules(gm, modules, assignment.qconfigs, ctx)
     qconfigs = assignment.qconfigs

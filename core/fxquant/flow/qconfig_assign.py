@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +44,13 @@ from fxquant.flow.report import Reason
 from fxquant.flow.state import META_KEY, node_info
 from fxquant.nn.intrinsic import FusedModule
 
-__all__ = ["QConfigAssignment", "assign_qconfigs", "number_calls", "qconfig_mismatch"]
+__all__ = [
+    "QConfigAssignment",
+    "assign_qconfigs",
+    "number_calls",
+    "qconfig_mismatch",
+    "reassign_after_fusion",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,25 +141,72 @@ def assign_qconfigs(
         >>> [n.name for n, v in result.qconfigs.items() if v is q]
         ['_0']
     """
+    fused_types = {
+        t: q
+        for t, q in mapping.object_type_qconfigs.items()
+        if isinstance(t, type) and issubclass(t, FusedModule)
+    }
+    empty = QConfigAssignment({}, (), frozenset(), fused_types)
+    return _assign(gm, modules, mapping, empty, lambda node: True)
+
+
+def reassign_after_fusion(
+    assignment: QConfigAssignment,
+    gm: fx.GraphModule,
+    modules: Mapping[str, nn.Module],
+    mapping: QConfigMapping,
+    roots: Collection[fx.Node],
+) -> QConfigAssignment:
+    """``assignment``, made before fusion, for ``gm`` after it (``modules``: its modules now).
+
+    Only what fusion changed is resolved again: the ``roots`` holding fused modules
+    (which answer to their class and the classes they fused) and any other node
+    reading a module at a root's path; erased nodes drop out, every other node keeps
+    its qconfig (fusion keeps each node's ``NodeInfo``, order keys included), and the
+    entries that name nothing are counted on the fused graph.
+
+    Example:
+        >>> import torch
+        >>> gm = torch.fx.symbolic_trace(torch.nn.Sequential(torch.nn.ReLU()))
+        >>> modules, mapping = dict(gm.named_modules()), QConfigMapping()
+        >>> before = assign_qconfigs(gm, modules, mapping)
+        >>> reassign_after_fusion(before, gm, modules, mapping, ()).qconfigs == before.qconfigs
+        True
+    """
+    changed = {str(root.target) for root in roots}
+
+    def fused(node: fx.Node) -> bool:
+        if node in roots or (node.op == "call_module" and str(node.target) in changed):
+            return True
+        return node.op == "get_attr" and str(node.target).rpartition(".")[0] in changed
+
+    return _assign(gm, modules, mapping, assignment, fused)
+
+
+def _assign(
+    gm: fx.GraphModule,
+    modules: Mapping[str, nn.Module],
+    mapping: QConfigMapping,
+    known: QConfigAssignment,
+    resolve: Callable[[fx.Node], bool],
+) -> QConfigAssignment:
+    """``known``'s qconfigs, but for the nodes ``resolve`` picks, resolved from ``mapping``."""
     orders = _orders(gm, modules)
     qconfigs: dict[fx.Node, QConfig | None] = {}
     named: set[fx.Node] = set()
     for node in gm.graph.nodes:
         if node.op in ("placeholder", "output"):
             continue
-        choice = _resolve(node, modules, mapping, orders.get(node, ()))
-        qconfigs[node] = choice.qconfig
-        if choice.names_module:
+        if resolve(node):
+            choice = _resolve(node, modules, mapping, orders.get(node, ()))
+            qconfigs[node], names_module = choice.qconfig, choice.names_module
+        else:
+            qconfigs[node], names_module = known.qconfigs[node], node in known.named
+        if names_module:
             named.add(node)
-    fused_types = {
-        t: q
-        for t, q in mapping.object_type_qconfigs.items()
-        if isinstance(t, type) and issubclass(t, FusedModule)
-    }
     seen = {key for keys in orders.values() for key in keys}
-    return QConfigAssignment(
-        qconfigs, _unused(gm, modules, mapping, seen), frozenset(named), fused_types
-    )
+    unused = _unused(gm, modules, mapping, seen)
+    return QConfigAssignment(qconfigs, unused, frozenset(named), known.fused_types)
 
 
 def _resolve(

@@ -21,6 +21,7 @@ from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.flow.kept_reference import materialize
 from fxquant.flow.report import Reason, Report
 from fxquant.registry.answers import GraphMode
+from fxquant.registry.resolution import ResolvedBackend
 
 __all__ = [
     "META_KEY",
@@ -86,6 +87,9 @@ class FlowState:
     notes: tuple[str, ...] = ()
     """Lines ``fxquant.explain`` prints first under the table: the backend prepare
     resolved ``backend_config=None`` to, the mode and what of it applied."""
+    backend: ResolvedBackend | None = dataclasses.field(default=None, repr=False, compare=False)
+    """What prepare's entry point resolved ``backend_config`` to (its lowering rules and
+    deployment): ``convert_fx`` lowers with it, asking the registry nothing."""
     reference_model: GraphModule | None = dataclasses.field(default=None, repr=False, compare=False)
     """On ``convert_fx``'s model of a backend that both lowers in PyTorch and deploys
     (x86): the model before lowering, which its deployment compiles (see

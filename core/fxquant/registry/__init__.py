@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from fxquant.config.qconfig import QConfig
     from fxquant.config.qconfig_mapping import QConfigMapping
     from fxquant.registry.manager import Registry
+    from fxquant.registry.resolution import ResolvedBackend
 
 __all__ = [
     "PLUGIN_API_VERSIONS",
@@ -230,6 +231,25 @@ def get_deployment(name: str) -> Deployment | None:
         True
     """
     return default_registry().assembled(name).deployment
+
+
+def resolve_backend(backend_config: BackendConfig | None, step: str) -> ResolvedBackend:
+    """What flow entry point ``step`` needs of ``backend_config``: the one registry call.
+
+    ``None`` is this host's native backend; a config gets the lowering rules,
+    deployment and graph modes of the backend it is named after
+    (``fxquant.registry.resolution``). A ``NativeBackendWarning`` points at the
+    user's call of ``step``, the caller of the function calling this one.
+
+    Raises:
+        PluginError: a plugin of the backend failed.
+
+    Example:
+        >>> from fxquant.config.backend import BackendConfig
+        >>> resolve_backend(BackendConfig("reference"), "prepare_fx").sources
+        ('fxquant',)
+    """
+    return default_registry().resolve(backend_config, step, stacklevel=4)
 
 
 def register_plugin(plugin: object, *, backend: str) -> None:

@@ -116,7 +116,10 @@ def fxquant_lowering_kernels(backend: str) -> list[LoweringRule | Override] | No
 
     Called when the backend is assembled, like ``fxquant_pattern_configs``;
     ``convert_fx`` uses the rules to replace each matched
-    ``dequantize -> float op -> quantize`` pattern with the kernel.
+    ``dequantize -> float op -> quantize`` pattern with the kernel. The rules are
+    those of the backend the flow's entry point resolved: ``prepare_fx`` records
+    them on the prepared model, so a plugin registered after prepare lowers the
+    models prepared after it.
 
     :param backend: the backend being assembled.
 

@@ -43,6 +43,8 @@ from fxquant.registry.loading import (
     scan,
     strict_plugins,
 )
+from fxquant.registry.native import host_native_backend
+from fxquant.registry.resolution import ResolvedBackend
 
 __all__ = ["BackendReport", "Registry"]
 
@@ -85,6 +87,13 @@ def _copy_error(error: PluginError) -> PluginError:
     copy = type(error)(str(error))
     copy.__cause__ = error.__cause__
     return copy
+
+
+def _handed_out(backend: AssembledBackend) -> BackendConfig:
+    # a fresh BackendConfig of copies: a caller's edits must not change the registry (the
+    # assembly's own copy keeps a plugin's later edits out of it: two owners, two copies)
+    configs = backend.config.configs
+    return BackendConfig(backend.name).set_backend_pattern_configs(c.copy() for c in configs)
 
 
 def _backend_name(backend: object) -> str:
@@ -233,9 +242,32 @@ class Registry:
 
     def get_backend_config(self, name: str) -> Any:
         """A new ``BackendConfig`` holding the backend's pattern configs (see the module doc)."""
-        cached = self.assembled(name).config
-        # a fresh BackendConfig of copies: a caller's edits must not change the registry
-        return BackendConfig(name).set_backend_pattern_configs(c.copy() for c in cached.configs)
+        return _handed_out(self.assembled(name))
+
+    def resolve(
+        self, backend_config: BackendConfig | None, step: str, *, stacklevel: int = 2
+    ) -> ResolvedBackend:
+        """What a flow entry point needs of ``backend_config``, asked once (``resolution``).
+
+        ``None`` is this host's native backend among the installed ones (a
+        ``NativeBackendWarning`` naming ``step`` and the plugin to install when there is
+        none, pointing ``stacklevel`` frames up); a config gets the lowering rules,
+        deployment and graph modes of the backend its name names, or none.
+
+        Raises:
+            PluginError: a plugin of the backend failed (the same error on every call).
+        """
+        if backend_config is None:
+            native = host_native_backend(self.list_backends(), step, stacklevel=stacklevel + 1)
+            assembled = self.assembled(native.name)
+            return ResolvedBackend.of(_handed_out(assembled), assembled, native)
+        if not backend_config.name:
+            return ResolvedBackend(backend_config)  # an unnamed config has no plugins
+        try:
+            found: AssembledBackend | None = self.assembled(backend_config.name)
+        except UnknownBackendError:
+            found = None
+        return ResolvedBackend.of(backend_config, found, None)
 
     def get_default_qconfig_mapping(self, name: str, is_qat: bool = False) -> Any:
         """The default ``QConfigMapping`` from the backend's plugins (asked on every call)."""

@@ -98,8 +98,12 @@ def native_backend(installed: Sequence[str], machine: str) -> NativeBackend:
     return NativeBackend("reference", f"{wanted!r} is not installed", missing)
 
 
-def host_native_backend(installed: Sequence[str], step: str) -> NativeBackend:
+def host_native_backend(
+    installed: Sequence[str], step: str, *, stacklevel: int = 2
+) -> NativeBackend:
     """:func:`native_backend` of this host; warns (``NativeBackendWarning``) when none is found.
+
+    The warning points ``stacklevel`` frames up: the user's flow call (``step``).
 
     Example:
         >>> host_native_backend(["x86", "qnnpack"], "prepare_fx").name in ("x86", "qnnpack")
@@ -107,6 +111,5 @@ def host_native_backend(installed: Sequence[str], step: str) -> NativeBackend:
     """
     choice = native_backend(installed, platform.machine())
     if choice.missing is not None:
-        # the user's flow call, past the entry point and its resolver
-        warnings.warn(f"{step}: {choice.missing}", NativeBackendWarning, stacklevel=4)
+        warnings.warn(f"{step}: {choice.missing}", NativeBackendWarning, stacklevel=stacklevel)
     return choice

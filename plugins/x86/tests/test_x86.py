@@ -14,7 +14,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from fxquant.config.pattern import simple_to_complex, validate_complex
+from fxquant.registry.manager import Registry
 from fxquant.torch_ao_names import as_fxquant_class
+from fxquant_x86 import patterns
 from fxquant_x86.patterns import pattern_configs
 from torch import fx, nn
 
@@ -212,3 +214,23 @@ def test_qat_of_a_residual_block_with_batch_norm_trains_and_lowers() -> None:
     assert "QConv" in {type(m).__name__ for m in lowered.modules()}
     last = [n for n in reference.graph.nodes if "dequantize" in str(n.target)][-1]
     assert difference <= float(last.args[1]) * 1.001
+
+
+def test_assembling_x86_builds_its_pattern_list_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pattern hook and the lowering hook answer from one build of the x86 patterns."""
+    builds: list[None] = []
+    build_conv = patterns.conv_configs
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        builds.append(None)
+        return build_conv(*args, **kwargs)
+
+    monkeypatch.setattr(patterns, "conv_configs", counted)
+    patterns.shared_pattern_configs.cache_clear()
+    try:
+        assembled = Registry().assembled(BACKEND)
+    finally:
+        patterns.shared_pattern_configs.cache_clear()  # rebuilt without the counter
+    assert len(builds) == 1
+    assert len(assembled.config.configs) == len(pattern_configs())
+    assert len(assembled.lowering_rules) > 100

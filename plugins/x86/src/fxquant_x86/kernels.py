@@ -5,7 +5,7 @@ from __future__ import annotations
 from fxquant.lowering import LoweringRule
 from fxquant_onednn.kernels import lowering_rules
 
-from fxquant_x86.patterns import pattern_configs
+from fxquant_x86.patterns import shared_pattern_configs
 
 __all__ = ["x86_lowering_rules"]
 
@@ -20,4 +20,4 @@ def x86_lowering_rules() -> list[LoweringRule]:
         >>> len(x86_lowering_rules()) > 100
         True
     """
-    return lowering_rules(pattern_configs(), recurrent_engine="x86")
+    return lowering_rules(shared_pattern_configs(), recurrent_engine="x86")

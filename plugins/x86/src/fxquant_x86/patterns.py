@@ -13,6 +13,8 @@ oneDNN); x86 states only its pattern list:
 
 from __future__ import annotations
 
+import functools
+
 from fxquant.config.backend import BackendPatternConfig
 from fxquant.patterns import (
     binary_op_configs,
@@ -38,19 +40,33 @@ from fxquant_onednn.patterns import (
     WEIGHTED_INT8,
 )
 
-__all__ = ["pattern_configs"]
+__all__ = ["pattern_configs", "shared_pattern_configs"]
 
 
 def pattern_configs() -> list[BackendPatternConfig]:
-    """Every pattern of the x86 backend.
+    """Every pattern of the x86 backend, as configs of the caller's own.
 
     Example:
         >>> len(pattern_configs()) > 200
         True
     """
+    return [config.copy() for config in shared_pattern_configs()]
+
+
+@functools.cache
+def shared_pattern_configs() -> tuple[BackendPatternConfig, ...]:
+    """Every pattern of the x86 backend, built once: the one list both hooks answer from.
+
+    Read-only: the pattern hook hands these to the registry, which keeps copies, and the
+    lowering hook makes a rule per pattern from them (``fxquant_x86.kernels``).
+
+    Example:
+        >>> shared_pattern_configs() is shared_pattern_configs()
+        True
+    """
     static = [STATIC_INT8]
     dynamic = [DYNAMIC_INT8, DYNAMIC_FP16]
-    return [
+    return (
         *conv_configs([WEIGHTED_INT8]),
         *conv_add_configs([WEIGHTED_INT8]),
         *linear_configs([LINEAR_INT8, *dynamic]),
@@ -64,4 +80,4 @@ def pattern_configs() -> list[BackendPatternConfig]:
         *bn_configs(static),
         *rnn_configs(dynamic),
         *embedding_configs(weight_only_dtype_configs()),
-    ]
+    )

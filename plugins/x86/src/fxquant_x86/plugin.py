@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+from fxquant.config.backend import BackendPatternConfig
 from fxquant.registry import Deployment
 from fxquant.registry.backend_hooks import backend_hooks
 
 from fxquant_x86.kernels import x86_lowering_rules
-from fxquant_x86.patterns import pattern_configs
+from fxquant_x86.patterns import shared_pattern_configs
 from fxquant_x86.qconfig import default_qconfig_mapping
 
 fxquant_plugin_api = 1
 
 BACKEND = "x86"
+
+
+def _pattern_configs() -> list[BackendPatternConfig]:
+    """The patterns x86 quantizes (the registry keeps copies of the shared build)."""
+    return list(shared_pattern_configs())
 
 
 def _deployment() -> Deployment:
@@ -25,7 +31,7 @@ def _deployment() -> Deployment:
 # fxquant-onednn's kernels for every x86 pattern
 hooks = backend_hooks(
     BACKEND,
-    pattern_configs=pattern_configs,
+    pattern_configs=_pattern_configs,
     default_qconfig_mapping=default_qconfig_mapping,
     lowering_kernels=x86_lowering_rules,
     deployment=_deployment,
