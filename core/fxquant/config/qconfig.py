@@ -74,7 +74,6 @@ class QConfig:
                 )
                 raise ConfigTypeError(msg)
 
-
     def _check_output_dtype(self) -> None:
         value: Any = self.output_dtype
         if value is None or value in OUTPUT_DTYPES:

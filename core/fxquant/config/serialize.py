@@ -486,7 +486,7 @@ def _encode_qconfig(qconfig: object, path: str) -> Any:
         return None
     if not isinstance(qconfig, QConfig):
         raise unsafe(path, qconfig, "is not a QConfig")
-    encoded = {
+    encoded: dict[str, Any] = {
         "activation": _encode_constructor(qconfig.activation, f"{path}.activation"),
         "weight": _encode_constructor(qconfig.weight, f"{path}.weight"),
     }
