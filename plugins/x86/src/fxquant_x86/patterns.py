@@ -10,11 +10,12 @@ oneDNN); x86 states only its pattern list:
     added                conv2d + add (+ relu) fused into one oneDNN conv (ResNet blocks),
                          torch.matmul / bmm (transformer attention)
     bfloat16 float side  where the CPU computes bfloat16 (AMX-BF16, AVX512-BF16): linear
-                         also uint8 in, bfloat16 out (oneDNN's int8 GEMM writing bf16),
-                         and the float ops between quantize steps (adds, matmuls,
-                         LayerNorm, softmax, GELU, reshapes) also bfloat16 in and out
-                         (:data:`LINEAR_BF16`, :data:`FLOAT_BF16`; a mapping that asks
-                         for them: :func:`fxquant_x86.qconfig.bf16_qconfig_mapping`)
+                         also uint8 in, bfloat16 out (oneDNN's int8 GEMM writing bf16) and
+                         all bfloat16 (a bf16 GEMM); the float ops between quantize steps
+                         (adds, matmuls, LayerNorm, softmax, GELU, reshapes) also bfloat16
+                         in and out (:data:`LINEAR_BF16`, :data:`GEMM_BF16`,
+                         :data:`FLOAT_BF16`; a mapping that asks for them:
+                         :func:`fxquant_x86.qconfig.bf16_qconfig_mapping`)
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from torch import nn
 
 from fxquant_x86 import precision
 
-__all__ = ["FLOAT_BF16", "LINEAR_BF16", "pattern_configs"]
+__all__ = ["FLOAT_BF16", "GEMM_BF16", "LINEAR_BF16", "pattern_configs"]
 
 LINEAR_BF16 = DTypeConfig(
     input_dtype=torch.uint8,
@@ -66,6 +67,16 @@ reference model rounds its float output to bfloat16. Chosen by a qconfig whose
 FLOAT_BF16 = DTypeConfig(input_dtype=torch.bfloat16, output_dtype=torch.bfloat16)
 """A float op in bfloat16: its inputs and output rounded to bf16 in the reference model.
 Chosen by a qconfig observing activations with ``PlaceholderObserver(dtype=torch.bfloat16)``."""
+
+GEMM_BF16 = DTypeConfig(
+    input_dtype=torch.bfloat16,
+    output_dtype=torch.bfloat16,
+    weight_dtype=torch.bfloat16,
+    bias_dtype=torch.float,
+)
+"""A Linear in bfloat16 (AMX's bf16 GEMM): input, weight and output rounded to bf16. Chosen by
+``bfloat16_static_qconfig``, e.g. by ``fxquant.numerics.choose_precision`` for a Linear
+that int8 costs too much accuracy."""
 
 # float ops of a transformer that x86 has no int8 pattern for: bfloat16 only
 _BF16_ONLY_OPS = (nn.GELU, F.gelu, F.softmax, torch.softmax)
@@ -85,7 +96,7 @@ def pattern_configs(*, bf16: bool | None = None) -> list[BackendPatternConfig]:
     bf16 = precision.bf16_accelerated() if bf16 is None else bf16
     static, linear = [STATIC_INT8], [LINEAR_INT8]
     if bf16:
-        static, linear = [STATIC_INT8, FLOAT_BF16], [LINEAR_INT8, LINEAR_BF16]
+        static, linear = [STATIC_INT8, FLOAT_BF16], [LINEAR_INT8, LINEAR_BF16, GEMM_BF16]
     dynamic = [DYNAMIC_INT8, DYNAMIC_FP16]
     return [
         *conv_configs([WEIGHTED_INT8]),
