@@ -569,8 +569,9 @@ class CompiledModel(DeployedModel):
         written_inputs: positions of the inputs the compiled code would change
             (none with the guard of :mod:`fxquant_x86.inputs`); each call copies
             those before it runs, so the caller's tensors are never written.
-        float_dtype: the dtype the float parts between quantize steps run in
-            (``torch.float32``, or ``torch.bfloat16`` on CPUs that compute it).
+        float_dtype: the dtype the float parts between quantize steps run in:
+            ``torch.bfloat16`` where any node does (the config's bfloat16 nodes, or
+            every float part with ``float_dtype=torch.bfloat16``), else ``torch.float32``.
         reference: the graph inductor compiled, as an eager model (the flat
             reference model, with its bfloat16 casts where ``float_dtype`` says so):
             what the compiled model computes, for ``fxquant.numerics`` comparisons.

@@ -122,7 +122,9 @@ BF16_CONFIG_NOTE = (
 def default_float_dtype() -> torch.dtype:
     """The dtype x86's compiled deployment runs the float parts in by default: float32.
 
-    bfloat16 float parts are opt-in (``float_dtype=torch.bfloat16``): on the AMX
+    bfloat16 float parts are opt-in (a bfloat16 ``DTypeConfig`` chosen by the mapping,
+    :func:`fxquant_x86.qconfig.bf16_qconfig_mapping`, or ``float_dtype=torch.bfloat16``
+    for every float part): on the AMX
     Xeon they were measured (plugins/x86/README.md, "bf16 + torch.compile") no faster
     than float32 on the BERT-base-like encoder at batch 1 (0.58x against 0.57x
     bf16 + compile's latency, in one interleaved run) and slower on the quick models,
