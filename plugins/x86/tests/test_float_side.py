@@ -179,3 +179,35 @@ def test_compiled_deployment_follows_the_config_and_stays_near_its_reference(
     # the float_dtype shorthand still turns it off
     off = compile_quantized(reference, (ids(0),), float_dtype=torch.float32)
     assert off.float_dtype == torch.float32
+
+
+class Scores(nn.Module):
+    """Attention's scores: q @ k^T / sqrt(d), softmax, @ v."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(16, 16), nn.Linear(16, 16), nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scores = torch.matmul(self.q(x), self.k(x).transpose(-1, -2)) / 4.0
+        return torch.matmul(torch.softmax(scores, dim=-1), self.v(x))
+
+
+def test_attention_scaling_runs_bf16_so_no_cast_surrounds_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    on_cpu(monkeypatch, AMX)
+    x = torch.randn(2, 8, 16)
+    config = fxquant.get_backend_config(BACKEND)
+    prepared = fxquant.prepare_fx(
+        Scores().eval(), bf16_qconfig_mapping(), (x,), backend_config=config
+    )
+    prepared(x)
+    reference = fxquant.convert_to_reference_fx(prepared)
+    patterns = {row.node: row.pattern for row in fxquant.explain(reference, show=False).entries()}
+    assert patterns["truediv"] == "operator.truediv (bfloat16)"
+    assert patterns["softmax"] == "torch.softmax (bfloat16)"
+    flat = flatten_for_compile(reference)
+    precision.float_side_in(flat, (x,))
+    back = [n for n in flat.graph.nodes if getattr(n.target, "__name__", "") == "to_float32"]
+    assert [str(next(iter(n.users)).op) for n in back] == ["output"]

@@ -20,6 +20,8 @@ oneDNN); x86 states only its pattern list:
 
 from __future__ import annotations
 
+import operator
+
 import torch
 import torch.nn.functional as F
 from fxquant.config.backend import BackendPatternConfig, DTypeConfig, ObservationType
@@ -52,7 +54,7 @@ from torch import nn
 
 from fxquant_x86 import precision
 
-__all__ = ["FLOAT_BF16", "GEMM_BF16", "LINEAR_BF16", "pattern_configs"]
+__all__ = ["BF16_ONLY_OPS", "FLOAT_BF16", "GEMM_BF16", "LINEAR_BF16", "pattern_configs"]
 
 LINEAR_BF16 = DTypeConfig(
     input_dtype=torch.uint8,
@@ -78,8 +80,9 @@ GEMM_BF16 = DTypeConfig(
 ``bfloat16_static_qconfig``, e.g. by ``fxquant.numerics.choose_precision`` for a Linear
 that int8 costs too much accuracy."""
 
-# float ops of a transformer that x86 has no int8 pattern for: bfloat16 only
-_BF16_ONLY_OPS = (nn.GELU, F.gelu, F.softmax, torch.softmax)
+# float ops of a transformer that x86 has no int8 pattern for: bfloat16 only (attention's
+# scores / sqrt(d) among them: left float32, it put two casts around every attention)
+BF16_ONLY_OPS = (nn.GELU, F.gelu, F.softmax, torch.softmax, operator.truediv, torch.div)
 
 
 def pattern_configs(*, bf16: bool | None = None) -> list[BackendPatternConfig]:
@@ -121,5 +124,5 @@ def _bf16_float_op_configs() -> list[BackendPatternConfig]:
     different = ObservationType.OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT
     return [
         *ln_configs([FLOAT_BF16]),
-        *(op_config(op, [FLOAT_BF16], different) for op in _BF16_ONLY_OPS),
+        *(op_config(op, [FLOAT_BF16], different) for op in BF16_ONLY_OPS),
     ]

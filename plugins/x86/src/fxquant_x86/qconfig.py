@@ -23,7 +23,7 @@ from fxquant_onednn.qconfig import FLOAT_OPS, default_qconfig_mapping
 from torch import nn
 
 from fxquant_x86 import precision
-from fxquant_x86.patterns import FLOAT_BF16, pattern_configs
+from fxquant_x86.patterns import BF16_ONLY_OPS, FLOAT_BF16, pattern_configs
 
 __all__ = ["FLOAT_OPS", "bf16_ops", "bf16_qconfig_mapping", "default_qconfig_mapping"]
 
@@ -31,7 +31,8 @@ _LINEARS = (nn.Linear, torch.nn.functional.linear)
 
 
 def bf16_ops() -> list[object]:
-    """The default's float ops that x86 can run in bfloat16 (a :data:`FLOAT_BF16` pattern).
+    """The ops the default leaves float32 that x86 can run in bfloat16 (a :data:`FLOAT_BF16`
+    pattern): the default's float ops, and those x86 has no int8 pattern for.
 
     Example:
         >>> torch.nn.LayerNorm in bf16_ops(), torch.nn.Softmax in bf16_ops()
@@ -42,7 +43,8 @@ def bf16_ops() -> list[object]:
         for config in pattern_configs(bf16=True)
         if FLOAT_BF16 in config.dtype_configs
     }
-    return [op for op in FLOAT_OPS if op in offered]
+    ops = [op for op in FLOAT_OPS if op in offered]
+    return [*ops, *(op for op in BF16_ONLY_OPS if op in offered and op not in ops)]
 
 
 def bf16_qconfig_mapping(is_qat: bool = False) -> QConfigMapping:
