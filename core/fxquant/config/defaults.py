@@ -44,6 +44,7 @@ from fxquant.numerics.observer import (
 )
 
 __all__ = [
+    "bfloat16_static_qconfig",
     "default_activation_only_qconfig",
     "default_debug_qconfig",
     "default_dynamic_qat_qconfig",
@@ -92,6 +93,13 @@ float16_static_qconfig = QConfig(
     weight=PlaceholderObserver.with_args(dtype=torch.float16),
 )
 """float16 activations and weights."""
+
+bfloat16_static_qconfig = QConfig(
+    activation=PlaceholderObserver.with_args(dtype=torch.bfloat16),
+    weight=PlaceholderObserver.with_args(dtype=torch.bfloat16),
+)
+"""A bfloat16 float side: the op's inputs and output rounded to bfloat16 (a backend's
+``DTypeConfig(input_dtype=torch.bfloat16, output_dtype=torch.bfloat16)`` accepts it)."""
 
 per_channel_dynamic_qconfig = QConfig(
     activation=default_dynamic_quant_observer, weight=default_per_channel_weight_observer

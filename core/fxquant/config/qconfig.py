@@ -9,16 +9,19 @@ A constructor is an observer or fake-quantize class, or a factory made by
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from fxquant.errors import ConfigTypeError
+from fxquant.errors import ConfigError, ConfigTypeError
 
-__all__ = ["QConfig", "QConfigAny"]
+__all__ = ["OUTPUT_DTYPES", "QConfig", "QConfigAny"]
 
 Constructor = Callable[..., torch.nn.Module]
+
+OUTPUT_DTYPES: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16, torch.float16)
+"""The float sides a quantized op may hand its output on in (``QConfig.output_dtype``)."""
 
 
 @dataclass(frozen=True)
@@ -28,9 +31,17 @@ class QConfig:
     Args:
         activation: builds the observer or fake-quantize module for activations.
         weight: builds the one for weights.
+        output_dtype: keyword only; ``None`` (default): the output is observed with
+            ``activation``, as in torch.ao. A float dtype (``torch.bfloat16``,
+            ``torch.float16``, ``torch.float32``) asks for an int8-in, float-out kernel
+            whose output is that dtype: the backend must list a ``DTypeConfig`` with a
+            quantized ``input_dtype`` and that ``output_dtype`` for the pattern (the
+            reference model rounds the output to it: ``y.to(bfloat16).to(float32)``).
 
     Raises:
-        ConfigTypeError: when given a module instance or a non-callable.
+        ConfigTypeError: when given a module instance or a non-callable, or an
+            ``output_dtype`` that is not a ``torch.dtype``.
+        ConfigError: an ``output_dtype`` that is not a float dtype.
 
     Example:
         >>> from fxquant.observer import MinMaxObserver, default_weight_observer
@@ -44,8 +55,10 @@ class QConfig:
 
     activation: Constructor
     weight: Constructor
+    output_dtype: torch.dtype | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
+        self._check_output_dtype()
         for field_name in ("activation", "weight"):
             value: Any = getattr(self, field_name)
             if isinstance(value, torch.nn.Module):
@@ -60,6 +73,23 @@ class QConfig:
                     f"of type {type(value).__name__}"
                 )
                 raise ConfigTypeError(msg)
+
+    def _check_output_dtype(self) -> None:
+        value: Any = self.output_dtype
+        if value is None or value in OUTPUT_DTYPES:
+            return
+        choices = ", ".join(str(d) for d in OUTPUT_DTYPES)
+        if not isinstance(value, torch.dtype):
+            msg = (
+                f"QConfig output_dtype must be None or a torch.dtype ({choices}), got "
+                f"{value!r} of type {type(value).__name__}"
+            )
+            raise ConfigTypeError(msg)
+        msg = (
+            f"QConfig output_dtype={value!r} is not a float side fxquant runs; expected None "
+            f"(the output observed by activation) or one of {choices}"
+        )
+        raise ConfigError(msg)
 
 
 QConfigAny = QConfig | None

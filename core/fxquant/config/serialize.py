@@ -492,22 +492,32 @@ def encode_qconfig(qconfig: object, path: str) -> Any:
         return None
     if not isinstance(qconfig, QConfig):
         raise unsafe(path, qconfig, "is not a QConfig")
-    return {
+    encoded: dict[str, Any] = {
         "activation": _encode_constructor(qconfig.activation, f"{path}.activation"),
         "weight": _encode_constructor(qconfig.weight, f"{path}.weight"),
     }
+    if qconfig.output_dtype is not None:  # absent otherwise: the JSON torch.ao users know
+        encoded["output_dtype"] = dtype_name(qconfig.output_dtype)
+    return encoded
 
 
 def decode_qconfig(data: object, path: str) -> QConfig | None:
     """:func:`encode_qconfig`'s JSON back to a QConfig, each constructor checked by building it."""
     if data is None:
         return None
-    if not isinstance(data, Mapping) or set(data) != {"activation", "weight"}:
-        msg = f"{path}: expected null or {{'activation': ..., 'weight': ...}}, got {data!r}"
+    if not isinstance(data, Mapping) or not (
+        {"activation", "weight"} <= set(data) <= {"activation", "weight", "output_dtype"}
+    ):
+        msg = (
+            f"{path}: expected null or {{'activation': ..., 'weight': ...}} (and optionally "
+            f"'output_dtype': 'torch.bfloat16'), got {data!r}"
+        )
         raise ConfigError(msg)
+    output = data.get("output_dtype")
     return QConfig(
         activation=_decode_constructor(data["activation"], f"{path}.activation"),
         weight=_decode_constructor(data["weight"], f"{path}.weight"),
+        output_dtype=None if output is None else decode_dtype(output, f"{path}.output_dtype"),
     )
 
 

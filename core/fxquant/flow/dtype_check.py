@@ -21,9 +21,17 @@ from fxquant.dtypes import canonical_dtype, dtype_name, is_quantized_dtype, qsch
 from fxquant.errors import ConfigError
 from fxquant.flow.report import Reason, ReasonCode
 
-__all__ = ["ObserverFacts", "QConfigProbe", "float_output", "select_dtype_config"]
+__all__ = [
+    "ObserverFacts",
+    "QConfigProbe",
+    "cast_output",
+    "float_output",
+    "float_side",
+    "select_dtype_config",
+]
 
 _FLOAT = torch.float32
+_REDUCED = (torch.bfloat16, torch.float16)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,15 +93,20 @@ class QConfigProbe:
 
     activation: ObserverFacts
     weight: ObserverFacts
+    requested_output: torch.dtype | None = None
+    """``QConfig.output_dtype``: a float output the qconfig asks of an int8-in kernel."""
 
     @classmethod
     def of(cls, qconfig: QConfig) -> QConfigProbe:
         """Build the observers once and read their facts."""
-        return cls(ObserverFacts.of(qconfig.activation()), ObserverFacts.of(qconfig.weight()))
+        activation, weight = qconfig.activation(), qconfig.weight()
+        return cls(ObserverFacts.of(activation), ObserverFacts.of(weight), qconfig.output_dtype)
 
     @property
     def output_dtype(self) -> torch.dtype:
-        """Dynamic quantization leaves the output in float."""
+        """Dynamic quantization leaves the output in float; ``QConfig.output_dtype`` names it."""
+        if self.requested_output is not None:
+            return self.requested_output
         return _FLOAT if self.activation.is_dynamic else self.activation.dtype
 
     @property
@@ -119,6 +132,45 @@ def float_output(config: DTypeConfig | None) -> bool:
     if config.input_dtype is None or not is_quantized_dtype(config.input_dtype):
         return False
     return canonical_dtype(config.output_dtype) == _FLOAT
+
+
+def cast_output(config: DTypeConfig | None) -> torch.dtype | None:
+    """The reduced float dtype (bfloat16, float16) of a static int8-in kernel's output, or None.
+
+    Such a kernel (``DTypeConfig(uint8, bfloat16, int8, float)``: an int8 GEMM writing
+    bfloat16) has its output rounded to that dtype in the reference model.
+
+    Example:
+        >>> cast_output(DTypeConfig(torch.uint8, torch.bfloat16, torch.int8, torch.float))
+        torch.bfloat16
+        >>> cast_output(DTypeConfig(torch.uint8, torch.float, torch.int8, torch.float)) is None
+        True
+    """
+    if config is None or config.is_dynamic or config.output_dtype is None:
+        return None
+    if config.input_dtype is None or not is_quantized_dtype(config.input_dtype):
+        return None
+    out = canonical_dtype(config.output_dtype)
+    return out if out in _REDUCED else None
+
+
+def float_side(config: DTypeConfig | None) -> torch.dtype | None:
+    """The reduced float dtype a node runs its float side in, or None (float32 or integers).
+
+    bfloat16 for an int8-in, bfloat16-out kernel (:func:`cast_output`) and for a float op
+    in bfloat16 (``DTypeConfig(input_dtype=torch.bfloat16, output_dtype=torch.bfloat16)``).
+
+    Example:
+        >>> float_side(DTypeConfig(torch.bfloat16, torch.bfloat16))
+        torch.bfloat16
+        >>> float_side(DTypeConfig(torch.uint8, torch.uint8)) is None
+        True
+    """
+    cast = cast_output(config)
+    if cast is not None or config is None or config.input_dtype is None:
+        return cast
+    side = canonical_dtype(config.input_dtype)
+    return side if side in _REDUCED and not config.is_dynamic else None
 
 
 def _same(a: torch.dtype | None, b: torch.dtype) -> bool:
@@ -148,8 +200,12 @@ def _check_dtypes(config: DTypeConfig, probe: QConfigProbe, label: str) -> Reaso
         )
     if not _same(config.input_dtype, act.dtype):
         return _dtype_reason("activation", act.dtype, config.input_dtype, label)
-    # an int8-in, float-out config takes a static qconfig: its output is not observed
-    if not float_output(config) and not _same(config.output_dtype, probe.output_dtype):
+    # an int8-in, float-out config takes a static qconfig: its output is not observed,
+    # unless the qconfig asks for another float output (QConfig.output_dtype)
+    if float_output(config):
+        if probe.requested_output not in (None, _FLOAT):
+            return _dtype_reason("output", probe.output_dtype, config.output_dtype, label)
+    elif not _same(config.output_dtype, probe.output_dtype):
         return _dtype_reason("output", probe.output_dtype, config.output_dtype, label)
     weight = config.weight_dtype
     # a float weight needs no observer, so any weight observer will do

@@ -32,7 +32,13 @@ from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.dtypes import canonical_dtype, is_quantized_dtype
 from fxquant.factory import factory_parts
 from fxquant.flow.context import FlowContext
-from fxquant.flow.dtype_check import QConfigProbe, float_output, select_dtype_config
+from fxquant.flow.dtype_check import (
+    QConfigProbe,
+    cast_output,
+    float_output,
+    float_side,
+    select_dtype_config,
+)
 from fxquant.flow.match import Match, PatternIndex, match_graph, module_table
 from fxquant.flow.names import unique_name
 from fxquant.flow.qat_swap import (
@@ -169,7 +175,10 @@ def _qconfig_label(qconfig: QConfig | None) -> str | None:
         return None
 
     act, weight = factory_parts(qconfig.activation)[0], factory_parts(qconfig.weight)[0]
-    return f"{act.__name__}/{weight.__name__}"
+    label = f"{act.__name__}/{weight.__name__}"
+    if qconfig.output_dtype is not None:
+        label += f" -> {str(qconfig.output_dtype).removeprefix('torch.')}"
+    return label
 
 
 def _label(node: fx.Node, modules: Mapping[str, nn.Module]) -> str:
@@ -362,7 +371,8 @@ def _roles(
 
 
 def _observable(dtype: torch.dtype) -> bool:
-    return is_quantized_dtype(dtype) or dtype == torch.float16
+    # a reduced float side (static fp16, bf16) is observed by a placeholder: convert rounds it
+    return is_quantized_dtype(dtype) or dtype in (torch.float16, torch.bfloat16)
 
 
 def _edge_request(
@@ -479,14 +489,18 @@ def _plan_node(node: fx.Node, planner: _Planner) -> None:
         return
     if float_output(decision.dtype_config):
         return  # an int8-in, float-out kernel: its consumers quantize what they need
+    ctor = decision.qconfig.activation
+    rounded = cast_output(decision.dtype_config)
+    if rounded is not None:  # int8 in, bf16 out: the output is rounded to bf16, not observed
+        ctor, dtype = PlaceholderObserver.with_args(dtype=rounded), rounded
     if planner.kinds.get(node) != ValueKind.FLOAT or not _observable(dtype):
         return
-    shared = kind is ObservationType.OUTPUT_SHARE_OBSERVER_WITH_INPUT
+    shared = kind is ObservationType.OUTPUT_SHARE_OBSERVER_WITH_INPUT and rounded is None
     if _returns_pieces(node, planner):  # a tuple has no range: observe each tensor piece
         for piece in _pieces(node, planner):
-            _plan_output(piece, node, decision.qconfig.activation, dtype, shared, planner)
+            _plan_output(piece, node, ctor, dtype, shared, planner)
         return
-    _plan_output(node, node, decision.qconfig.activation, dtype, shared, planner)
+    _plan_output(node, node, ctor, dtype, shared, planner)
 
 
 def _returns_pieces(node: fx.Node, planner: _Planner) -> bool:
@@ -596,8 +610,8 @@ def _report(
         pattern = None
         if d is not None and d.match is not None:
             pattern = pattern_str(d.match.payload.pattern or d.match.pattern)
-            if d.quantized and float_output(d.dtype_config):
-                pattern += " (int8 in, float out)"  # the reference and kernel say so
+            if d.quantized:
+                pattern += _precision_label(d.dtype_config)
         entries.append(
             NodeReport(
                 node=node.name,
@@ -610,6 +624,18 @@ def _report(
             )
         )
     return Report(entries)
+
+
+def _precision_label(config: DTypeConfig | None) -> str:
+    """What runs, where the pattern alone does not say it: a float output of an int8 kernel
+    (the reference and the kernel compute it) or a reduced float side."""
+    if float_output(config):
+        return " (int8 in, float out)"
+    side = float_side(config)
+    if side is None:
+        return ""
+    name = str(side).removeprefix("torch.")
+    return f" (int8 in, {name} out)" if cast_output(config) is not None else f" ({name})"
 
 
 def _record(plan: ObserverPlan) -> None:

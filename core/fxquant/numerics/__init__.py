@@ -5,8 +5,9 @@
   ``fxquant.fake_quantize`` are the documented paths of the last two);
 - :mod:`fxquant.numerics.equalization`: ``default_equalization_qconfig`` and its observers,
   for ``prepare_fx(..., _equalization_config=...)``;
-- :func:`compare`, :func:`fallback` (with ``Budget``, ``Comparison``, ``NodeError``,
-  ``FallbackResult``, ``FallbackStep``): the numerics debugger and float fallback, tools that
+- :func:`compare`, :func:`fallback`, :func:`choose_precision` (with ``Budget``,
+  ``Comparison``, ``NodeError``, ``FallbackResult``, ``FallbackStep``, ``PrecisionChoice``,
+  ``PrecisionResult``): the numerics debugger and float fallback, tools that
   live in :mod:`fxquant.tools.debug` and keep this documented path. They load on first
   use, so importing the mechanism never loads the tools.
 
@@ -27,7 +28,18 @@ from fxquant.numerics.equalization import (
 
 # the debugger's names, kept at their documented path; they live in fxquant.tools.debug
 _DEBUG_NAMES = frozenset(
-    {"Budget", "Comparison", "FallbackResult", "FallbackStep", "NodeError", "compare", "fallback"}
+    {
+        "Budget",
+        "Comparison",
+        "FallbackResult",
+        "FallbackStep",
+        "NodeError",
+        "PrecisionChoice",
+        "PrecisionResult",
+        "choose_precision",
+        "compare",
+        "fallback",
+    }
 )
 
 
@@ -55,7 +67,10 @@ __all__ = [
     "FallbackStep",
     "InputEqualizationObserver",
     "NodeError",
+    "PrecisionChoice",
+    "PrecisionResult",
     "WeightEqualizationObserver",
+    "choose_precision",
     "compare",
     "default_equalization_qconfig",
     "fallback",

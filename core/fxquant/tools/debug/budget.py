@@ -11,7 +11,7 @@ from torch import nn
 
 from fxquant.errors import ConfigTypeError
 
-__all__ = ["Budget", "Evaluate", "cosine_score"]
+__all__ = ["Budget", "Evaluate", "as_budget", "cosine_score"]
 
 Evaluate = Callable[[nn.Module], float]
 """Scores a quantized model; higher is better."""
@@ -62,6 +62,24 @@ class Budget:
             0.96
         """
         return cls(round(float_score - max_drop, 12), evaluate)
+
+
+def as_budget(budget: object) -> Budget:
+    """``budget`` as a :class:`Budget`: a number is a minimum cosine to float.
+
+    Example:
+        >>> as_budget(0.99) == Budget.cosine(0.99)
+        True
+    """
+    if isinstance(budget, (int, float)) and not isinstance(budget, bool):
+        return Budget.cosine(float(budget))
+    if not isinstance(budget, Budget):
+        msg = (
+            f"budget must be a fxquant.numerics.Budget or a minimum cosine to float (a number), "
+            f"got {budget!r} of type {type(budget).__name__}"
+        )
+        raise ConfigTypeError(msg)
+    return budget
 
 
 def cosine_score(model: nn.Module, batches: Sequence[tuple[Any, ...]]) -> Evaluate:

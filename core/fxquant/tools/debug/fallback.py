@@ -32,9 +32,9 @@ from torch import fx, nn
 
 from fxquant.config.backend import BackendConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
-from fxquant.errors import ConfigError, ConfigTypeError
+from fxquant.errors import ConfigError
 from fxquant.flow.state import flow_state, node_info
-from fxquant.tools.debug.budget import Budget, Evaluate, cosine_score
+from fxquant.tools.debug.budget import Budget, Evaluate, as_budget, cosine_score
 from fxquant.tools.debug.compare import compare
 from fxquant.tools.debug.fallback_report import FallbackResult, FallbackStep
 
@@ -203,14 +203,7 @@ def fallback(  # noqa: PLR0913  # five positional (the prepare_fx inputs + budge
         >>> result.met, result.float_nodes
         (True, ())
     """
-    if isinstance(budget, (int, float)) and not isinstance(budget, bool):
-        budget = Budget.cosine(float(budget))
-    if not isinstance(budget, Budget):
-        msg = (
-            f"budget must be a fxquant.numerics.Budget or a minimum cosine to float (a number), "
-            f"got {budget!r} of type {type(budget).__name__}"
-        )
-        raise ConfigTypeError(msg)
+    budget = as_budget(budget)
     batches = _batches(calibration_data)
     evaluate = budget.evaluate or cosine_score(model, batches)
     if not isinstance(example_inputs, tuple):

@@ -569,8 +569,9 @@ class CompiledModel(DeployedModel):
         written_inputs: positions of the inputs the compiled code would change
             (none with the guard of :mod:`fxquant_x86.inputs`); each call copies
             those before it runs, so the caller's tensors are never written.
-        float_dtype: the dtype the float parts between quantize steps run in
-            (``torch.float32``, or ``torch.bfloat16`` on CPUs that compute it).
+        float_dtype: the dtype the float parts between quantize steps run in:
+            ``torch.bfloat16`` where any node does (the config's bfloat16 nodes, or
+            every float part with ``float_dtype=torch.bfloat16``), else ``torch.float32``.
         reference: the graph inductor compiled, as an eager model (the flat
             reference model, with its bfloat16 casts where ``float_dtype`` says so):
             what the compiled model computes, for ``fxquant.numerics`` comparisons.
@@ -911,14 +912,17 @@ def compile_quantized(  # noqa: PLR0913  (keyword-only switches of the public en
         cpp_wrapper: inductor's C++ wrapper runs each call (:func:`inductor_options`):
             less per-call overhead and a faster cold compile; ``False`` for the
             Python wrapper (its generated code is easier to read).
-        float_dtype: the dtype of the float parts between the quantize steps
-            (LayerNorm, softmax, GELU, residual adds, attention):
-            ``torch.bfloat16`` runs them in bfloat16 and the int8 GEMMs hand them
-            bfloat16 (:func:`fxquant_x86.precision.float_parts_in`);
-            ``torch.float32`` keeps the reference model's float32; ``None``
-            (default): :func:`fxquant_x86.precision.default_float_dtype` (float32:
-            bfloat16 measured no faster on the AMX Xeon, at 2 dB less SQNR).
-            Needs the flat graph (``flatten``); without one, float32.
+        float_dtype: ``None`` (default): what the config says, node by node: the
+            nodes a bfloat16 ``DTypeConfig`` was chosen for (the reference model
+            rounds them to bfloat16; :func:`fxquant_x86.qconfig.bf16_qconfig_mapping`
+            asks for them) run in bfloat16 (:func:`fxquant_x86.precision.float_side_in`),
+            the rest as the reference does. A shorthand over the whole model:
+            ``torch.bfloat16`` runs every float part between the quantize steps
+            (LayerNorm, softmax, GELU, residual adds, attention) in bfloat16 and the
+            int8 GEMMs hand them bfloat16 (:func:`fxquant_x86.precision.float_parts_in`);
+            ``torch.float32`` runs the reference model as it is (its bfloat16
+            roundings computed in float32). Needs the flat graph (``flatten``);
+            without one, the reference model as it is.
 
     Returns:
         The compiled model (:class:`CompiledModel`).
@@ -936,11 +940,10 @@ def compile_quantized(  # noqa: PLR0913  (keyword-only switches of the public en
         got = type(example_inputs).__name__
         msg = f"example_inputs must be a tuple of the model's positional inputs, got {got}"
         raise ConfigTypeError(msg)
-    chosen = precision.default_float_dtype() if float_dtype is None else float_dtype
-    if chosen not in (torch.float32, torch.bfloat16):
+    if float_dtype not in (None, torch.float32, torch.bfloat16):
         msg = (
-            f"float_dtype must be torch.float32, torch.bfloat16 or None (bfloat16 where the "
-            f"CPU computes it), got {float_dtype!r}"
+            f"float_dtype must be torch.float32, torch.bfloat16 or None (what the config's "
+            f"DTypeConfigs say, node by node), got {float_dtype!r}"
         )
         raise ConfigTypeError(msg)
     copied = copy.deepcopy(model)
@@ -950,12 +953,7 @@ def compile_quantized(  # noqa: PLR0913  (keyword-only switches of the public en
         if not merged:
             copied = copy.deepcopy(model)  # the pass may have touched it before giving up
     flat = _flat_or_not(copied, example_inputs) if flatten else None
-    report = state.report
-    if flat is not None and chosen == torch.bfloat16:
-        precision.float_parts_in(flat, chosen)
-        report = report.with_notes([precision.BF16_NOTE])
-    else:
-        chosen = torch.float32
+    chosen, report = _float_side(flat, float_dtype, example_inputs, state.report)
     options: Mapping[str, Any] = {} if dynamic is None else {"dynamic": dynamic}
     compiled = CompiledModel(
         copied,
@@ -969,6 +967,26 @@ def compile_quantized(  # noqa: PLR0913  (keyword-only switches of the public en
     compiled.float_dtype = chosen
     compiled.reference = flat if flat is not None else copied
     return compiled
+
+
+def _float_side(
+    flat: fx.GraphModule | None,
+    float_dtype: torch.dtype | None,
+    example_inputs: tuple[Any, ...],
+    report: Report,
+) -> tuple[torch.dtype, Report]:
+    """Rewrite ``flat`` for the precision asked (``float_dtype``, else the config's); the
+    dtype the float parts run in and the report with a note saying so."""
+    if flat is None:
+        return torch.float32, report
+    if float_dtype == torch.bfloat16:
+        precision.float_parts_in(flat, float_dtype)
+        return float_dtype, report.with_notes([precision.BF16_NOTE])
+    if float_dtype is None and precision.rounds_to_bf16(flat):
+        count = precision.float_side_in(flat, example_inputs)
+        note = precision.BF16_CONFIG_NOTE.format(count=count)
+        return torch.bfloat16, report.with_notes([note])
+    return precision.default_float_dtype(), report
 
 
 def _flat_or_not(model: fx.GraphModule, example_inputs: tuple[Any, ...]) -> fx.GraphModule | None:

@@ -17,6 +17,13 @@ the form inductor's x86 int8-mixed-bf16 passes match (pt2e's int8-mixed-bf16
 under autocast gives the same casts): ``onednn.qlinear_pointwise`` with a
 bfloat16 output where a float op follows, uint8 where a quantize step does.
 The rewritten graph is itself a runnable model: the reference of what runs.
+
+:func:`float_side_in` does the same node by node, where the reference model says so:
+the nodes whose output it rounds to bfloat16 (``y.to(bfloat16).to(float32)``, written
+by convert for a bfloat16 ``DTypeConfig``) run in bfloat16, the rest stays float32::
+
+    dq -> linear -> to(bf16) -> to(f32) -> layer_norm -> to(bf16) -> to(f32) -> q
+    dq -> to(bf16) -> linear -> layer_norm(w: to(bf16)) -> to_float32 -> q
 """
 
 from __future__ import annotations
@@ -27,17 +34,22 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.fx.passes.shape_prop
 from fxquant.lowering import DEQUANTIZE_OPS, QDQ_OPS, QUANTIZE_OPS
 from torch import fx
 
 __all__ = [
+    "BF16_CONFIG_NOTE",
     "BF16_FLAGS",
     "BF16_NOTE",
     "bf16_accelerated",
+    "bf16_unavailable_reason",
     "cpu_flags",
     "default_float_dtype",
     "float_parts_in",
+    "float_side_in",
     "from_float32",
+    "rounds_to_bf16",
     "to_float32",
 ]
 
@@ -77,6 +89,22 @@ def bf16_accelerated() -> bool:
     return bool(probe()) if probe is not None else False
 
 
+def bf16_unavailable_reason() -> str:
+    """Why x86 offers no bfloat16 float side on this CPU (the words of the fallback).
+
+    Example:
+        >>> "bfloat16" in bf16_unavailable_reason()
+        True
+    """
+    flags = cpu_flags()
+    seen = "none" if not flags else ", ".join(f for f in sorted(flags) if "avx" in f or "amx" in f)
+    return (
+        f"bfloat16 float side not offered: this CPU computes no bfloat16 in hardware (none of "
+        f"{', '.join(BF16_FLAGS)} among its flags: {seen or 'none'}); oneDNN would emulate it, "
+        f"slower than float32, so the float parts stay float32 and Linear int8 in, float32 out"
+    )
+
+
 BF16_NOTE = (
     "float parts in bfloat16: every float op between quantize steps (LayerNorm, softmax, "
     "GELU, residual adds, attention) runs in bfloat16 and the int8 GEMMs/convs feeding them "
@@ -84,10 +112,19 @@ BF16_NOTE = (
 )
 
 
+BF16_CONFIG_NOTE = (
+    "bfloat16 float side as the config says: the {count} ops the reference model rounds to "
+    "bfloat16 (a bfloat16 DTypeConfig: explain names them) run in bfloat16; the rest as "
+    "the reference model does"
+)
+
+
 def default_float_dtype() -> torch.dtype:
     """The dtype x86's compiled deployment runs the float parts in by default: float32.
 
-    bfloat16 float parts are opt-in (``float_dtype=torch.bfloat16``): on the AMX
+    bfloat16 float parts are opt-in (a bfloat16 ``DTypeConfig`` chosen by the mapping,
+    :func:`fxquant_x86.qconfig.bf16_qconfig_mapping`, or ``float_dtype=torch.bfloat16``
+    for every float part): on the AMX
     Xeon they were measured (plugins/x86/README.md, "bf16 + torch.compile") no faster
     than float32 on the BERT-base-like encoder at batch 1 (0.58x against 0.57x
     bf16 + compile's latency, in one interleaved run) and slower on the quick models,
@@ -159,6 +196,104 @@ def _cast_for(graph: fx.Graph, node: fx.Node, users: list[fx.Node], dtype: torch
             cast = graph.call_method("to", (node, dtype))
     for user in users:
         user.replace_input_with(node, cast)
+
+
+def _is_cast(node: object, dtype: torch.dtype) -> bool:
+    return (
+        isinstance(node, fx.Node)
+        and node.op == "call_method"
+        and node.target == "to"
+        and node.args[1:] == (dtype,)
+        and not node.kwargs
+    )
+
+
+def _rounding_pairs(graph: fx.Graph) -> list[tuple[fx.Node, fx.Node]]:
+    """``x.to(bfloat16).to(float32)``: convert's reference form of a bfloat16 value."""
+    pairs = []
+    for node in graph.nodes:
+        low = node.args[0] if _is_cast(node, torch.float32) else None
+        if _is_cast(low, torch.bfloat16) and len(low.users) == 1:  # type: ignore[union-attr]  # a Node when it is a cast
+            pairs.append((low, node))
+    return pairs
+
+
+def rounds_to_bf16(model: fx.GraphModule) -> bool:
+    """Whether the reference model rounds any value to bfloat16 (a bfloat16 float side).
+
+    Example:
+        >>> rounds_to_bf16(fx.symbolic_trace(torch.nn.Linear(2, 2)))
+        False
+    """
+    return bool(_rounding_pairs(model.graph))
+
+
+def _computes(node: fx.Node) -> bool:
+    """An op that computes a value (not an input, a weight or a dequantize step)."""
+    return node.op in ("call_function", "call_method") and node.target not in QDQ_OPS
+
+
+def _is_float32(node: fx.Node) -> bool:
+    meta = node.meta.get("tensor_meta")
+    return getattr(meta, "dtype", None) == torch.float32
+
+
+def _collapse_pairs(graph: fx.Graph) -> tuple[set[fx.Node], set[fx.Node]]:
+    """Drop each rounding pair's ``to(float32)`` (and, after an op every reader of which reads
+    it rounded, its ``to(bfloat16)``: the op itself will compute bfloat16). Returns the ops
+    that run in bfloat16 and every bfloat16 value (those ops, and the casts left: of inputs,
+    weights, dequantize steps and of ops that others read unrounded)."""
+    runs, values = set(), set()
+    for low, high in _rounding_pairs(graph):
+        high.replace_all_uses_with(low)
+        graph.erase_node(high)
+        source = low.args[0]
+        assert isinstance(source, fx.Node)  # the convert wrote x.to(dtype)
+        if _computes(source) and len(source.users) == 1:
+            low.replace_all_uses_with(source)
+            graph.erase_node(low)
+            runs.add(source)
+            values.add(source)
+        else:
+            values.add(low)
+    return runs, values
+
+
+def float_side_in(model: fx.GraphModule, example_inputs: tuple[Any, ...]) -> int:
+    """Run in bfloat16 the ops a flat reference graph rounds to bfloat16; in place.
+
+    Each such op reads bfloat16: the bfloat16 values before it, and a cast of any
+    float32 input (a dequantize step, a weight, an input, a float32 op's output).
+    Every other reader of a bfloat16 value (a quantize step, a float32 op, the
+    model's outputs) gets float32 back (:func:`to_float32`). The graph computes
+    what the reference does, with bfloat16 arithmetic where the reference rounds.
+
+    Returns:
+        How many ops run in bfloat16.
+
+    Example:
+        >>> # flat = flatten_for_compile(reference); float_side_in(flat, (x,))
+    """
+    torch.fx.passes.shape_prop.ShapeProp(model).propagate(*example_inputs)
+    graph = model.graph
+    runs, values = _collapse_pairs(graph)
+    casts: dict[fx.Node, fx.Node] = {}
+    for node in [n for n in graph.nodes if n in runs]:
+        for arg in node.all_input_nodes:
+            if arg in values or not _is_float32(arg):
+                continue
+            if arg not in casts:
+                with graph.inserting_after(arg):
+                    casts[arg] = graph.call_method("to", (arg, torch.bfloat16))
+            node.replace_input_with(arg, casts[arg])
+    for value in values:
+        for user in [u for u in value.users if u not in runs and u not in casts.values()]:
+            with graph.inserting_before(user):
+                back = graph.call_function(to_float32, (value,))
+            user.replace_input_with(value, back)
+    graph.lint()
+    model.recompile()
+    return len(runs)
 
 
 def float_parts_in(model: fx.GraphModule, dtype: torch.dtype = torch.bfloat16) -> int:
