@@ -2,6 +2,9 @@
 
 Beyond the shared builders, oneDNN fuses linear with leaky_relu and tanh
 (``LinearLeakyReLU``, ``LinearTanh``, defined here) and conv2d with add (+ relu).
+``ConvHardtanh2d`` (conv2d (+ bn) + relu6 / hardtanh, observed after the clamp) is
+defined here for x86's pattern list (:func:`conv_hardtanh_configs`); onednn's own list
+keeps torch.ao's onednn patterns, where the clamp shares the conv's qparams.
 
     weighted ops    uint8 activations, int8 weights (symmetric), float bias
     linear          uint8 in, float out (the kernel returns fp32; a quantized consumer's
@@ -20,7 +23,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from fxquant.config.backend import BackendPatternConfig, DTypeConfig, ObservationType
-from fxquant.nn import reference
+from fxquant.errors import ConfigTypeError
+from fxquant.nn import fusers, reference
 from fxquant.nn.intrinsic import FusedModule
 from fxquant.patterns import (
     binary_op_configs,
@@ -37,6 +41,7 @@ from fxquant.patterns import (
     rnn_configs,
     share_qparams_op_configs,
 )
+from fxquant.patterns.builders import fusion_config, module_config
 from torch import nn
 
 __all__ = [
@@ -45,8 +50,11 @@ __all__ = [
     "LINEAR_INT8",
     "STATIC_INT8",
     "WEIGHTED_INT8",
+    "ConvHardtanh2d",
     "LinearLeakyReLU",
     "LinearTanh",
+    "conv_hardtanh_configs",
+    "fuse_conv_hardtanh",
     "linear_eltwise_configs",
     "pattern_configs",
 ]
@@ -131,6 +139,82 @@ class LinearTanh(FusedModule):
         """Linear, then tanh."""
         result: torch.Tensor = self.act(self[0](x))
         return result
+
+
+class ConvHardtanh2d(FusedModule):
+    """``Conv2d`` followed by a clamp: ``ReLU6`` or ``Hardtanh(min_val, max_val)``.
+
+    One node for the flow, so its output is observed after the clamp: a conv + relu6
+    gets uint8 qparams over [0, 6] at most (zero point 0), where a clamp quantized on
+    its own shares the conv's qparams, observed before the clamp (MobileNetV2: zero
+    points near 128, half the codes spent on negatives the clamp removes). oneDNN runs
+    the clamp as the conv's ``hardtanh`` post op; pt2e's X86InductorQuantizer observes
+    conv + relu6 / hardtanh the same way.
+
+    Example:
+        >>> m = ConvHardtanh2d(nn.Conv2d(1, 2, 1), nn.ReLU6())
+        >>> bool(m(torch.full((1, 1, 2, 2), 100.0)).max() <= 6.0)
+        True
+    """
+
+    PARTS = (("conv", nn.Conv2d),)
+
+    def __init__(self, conv: nn.Conv2d, act: nn.Hardtanh) -> None:
+        if not isinstance(act, nn.Hardtanh):  # nn.ReLU6 is a Hardtanh(0, 6)
+            msg = (
+                f"ConvHardtanh2d argument 'act' must be a torch.nn.Hardtanh or "
+                f"torch.nn.ReLU6, got {act!r} of type {type(act).__name__}; pass the clamp "
+                "module that follows the conv"
+            )
+            raise ConfigTypeError(msg)
+        super().__init__(conv)
+        self.act = act
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Conv, then the clamp."""
+        result: torch.Tensor = self.act(self[0](x))
+        return result
+
+
+def fuse_conv_hardtanh(is_qat: bool, conv: nn.Conv2d, *rest: Any) -> nn.Module:
+    """``(conv, clamp)`` or ``(conv, bn, clamp)`` -> ``ConvHardtanh2d``, the BN folded (PTQ).
+
+    ``F.relu6`` fuses as ``nn.ReLU6``. QAT has no trainable module for it: the flow
+    refuses the fusion there (the conv + bn fuse without the clamp), and a direct call
+    with ``is_qat=True`` raises.
+
+    Example:
+        >>> bn = nn.BatchNorm2d(2).eval()
+        >>> type(fuse_conv_hardtanh(False, nn.Conv2d(1, 2, 1), bn, F.relu6).act).__name__
+        'ReLU6'
+    """
+    if is_qat:
+        msg = "ConvHardtanh2d fusion is for post-training quantization only; got is_qat=True"
+        raise NotImplementedError(msg)
+    *bn, act = rest
+    if bn:
+        conv = fusers.fold_bn_into_conv(conv, bn[0])  # type: ignore[assignment]  # Conv2d in, Conv2d out
+    return ConvHardtanh2d(conv, nn.ReLU6() if act is F.relu6 else act)
+
+
+def conv_hardtanh_configs(dtype_configs: list[DTypeConfig]) -> list[BackendPatternConfig]:
+    """Conv2d (+ BatchNorm2d) + ``nn.ReLU6`` / ``nn.Hardtanh`` / ``F.relu6`` fusions into
+    :class:`ConvHardtanh2d`, and the fused module (root ``Conv2d``, reference ``Conv2d``).
+
+    ``F.hardtanh`` is left out: its bounds are arguments of the call, which a fuser
+    does not receive.
+
+    Example:
+        >>> len(conv_hardtanh_configs([WEIGHTED_INT8]))
+        7
+    """
+    configs = [
+        fusion_config(pattern, dtype_configs, fuser=fuse_conv_hardtanh, fused=ConvHardtanh2d)
+        for act in (nn.ReLU6, nn.Hardtanh, F.relu6)
+        for pattern in ((nn.Conv2d, act), (nn.Conv2d, nn.BatchNorm2d, act))
+    ]
+    root = {"root": nn.Conv2d, "reference": reference.Conv2d}
+    return [*configs, module_config(ConvHardtanh2d, dtype_configs, **root)]
 
 
 def _fuser(fused: type[FusedModule]) -> Callable[..., nn.Module]:

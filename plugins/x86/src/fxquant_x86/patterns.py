@@ -8,7 +8,11 @@ oneDNN); x86 states only its pattern list:
                          default, fixed-qparams, share-qparams and tensor-info ops, bn,
                          rnn (dynamic int8/fp16), embedding (weight-only uint8 / 4-bit)
     added                conv2d + add (+ relu) fused into one oneDNN conv (ResNet blocks),
-                         torch.matmul / bmm (transformer attention)
+                         torch.matmul / bmm (transformer attention),
+                         conv2d (+ bn) + relu6 / hardtanh fused and observed after the
+                         clamp (``ConvHardtanh2d``: MobileNetV2), as pt2e's x86 quantizer
+                         does; torch.ao's FX configs quantize the clamp on its own,
+                         sharing the conv's qparams observed before it
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from fxquant_onednn.patterns import (
     LINEAR_INT8,
     STATIC_INT8,
     WEIGHTED_INT8,
+    conv_hardtanh_configs,
 )
 
 __all__ = ["pattern_configs"]
@@ -53,6 +58,7 @@ def pattern_configs() -> list[BackendPatternConfig]:
     return [
         *conv_configs([WEIGHTED_INT8]),
         *conv_add_configs([WEIGHTED_INT8]),
+        *conv_hardtanh_configs([WEIGHTED_INT8]),
         *linear_configs([LINEAR_INT8, *dynamic]),
         *binary_op_configs(static),
         *matmul_configs(static),
