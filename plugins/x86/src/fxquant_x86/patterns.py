@@ -9,10 +9,11 @@ oneDNN); x86 states only its pattern list:
                          rnn (dynamic int8/fp16), embedding (weight-only uint8 / 4-bit)
     added                conv2d + add (+ relu) fused into one oneDNN conv (ResNet blocks),
                          torch.matmul / bmm (transformer attention),
-                         conv2d (+ bn) + relu6 / hardtanh fused and observed after the
-                         clamp (``ConvHardtanh2d``: MobileNetV2), as pt2e's x86 quantizer
-                         does; torch.ao's FX configs quantize the clamp on its own,
-                         sharing the conv's qparams observed before it
+                         conv2d (+ bn) + relu6 / hardtanh / hardswish / SiLU fused and
+                         observed after the activation (``ConvUnary2d``: MobileNetV2/V3,
+                         EfficientNet), as pt2e's x86 quantizer does; torch.ao's FX configs
+                         quantize the activation on its own (a clamp sharing the conv's
+                         qparams, observed before it)
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from fxquant_onednn.patterns import (
     LINEAR_INT8,
     STATIC_INT8,
     WEIGHTED_INT8,
-    conv_hardtanh_configs,
+    conv_unary_configs,
 )
 
 __all__ = ["pattern_configs"]
@@ -58,7 +59,7 @@ def pattern_configs() -> list[BackendPatternConfig]:
     return [
         *conv_configs([WEIGHTED_INT8]),
         *conv_add_configs([WEIGHTED_INT8]),
-        *conv_hardtanh_configs([WEIGHTED_INT8]),
+        *conv_unary_configs([WEIGHTED_INT8]),
         *linear_configs([LINEAR_INT8, *dynamic]),
         *binary_op_configs(static),
         *matmul_configs(static),
