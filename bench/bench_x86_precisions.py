@@ -7,6 +7,7 @@ Same-run columns per row (one thread, the sides interleaved round by round):
     bf16_compile    ``torch.compile(model.bfloat16())``, float inputs in bfloat16
     pt2e_cppw       torchao pt2e, ``X86InductorQuantizer`` default config, ``torch.compile``
                     with freezing and inductor's C++ wrapper
+    pt2e_pyw        the same with inductor's default (Python) wrapper
     fxq_compiled    fxquant's x86 deployment (``get_deployment("x86")``) of the reference model
     fxq_bf16        the same with ``float_dtype=torch.bfloat16``: the float parts between
                     the quantize steps in bfloat16 (the default is float32)
@@ -67,6 +68,7 @@ SIDES = (
     "fp32_compile",
     "bf16_compile",
     "pt2e_cppw",
+    "pt2e_pyw",
     "fxq_compiled",
     "fxq_bf16",
     "fxq_eager",
@@ -124,8 +126,8 @@ def build_side(side: str, model: torch.nn.Module, inputs: tuple[Any, ...]) -> Ca
         run, args = _no_grad(torch.compile(copy.deepcopy(model))), inputs
     elif side == "bf16_compile":
         run, args = _no_grad(torch.compile(copy.deepcopy(model).bfloat16())), _bf16(inputs)
-    elif side == "pt2e_cppw":
-        run, args = _pt2e_cpp_wrapper(model, inputs), inputs
+    elif side.startswith("pt2e"):
+        run, args = _pt2e(model, inputs, cpp_wrapper=side == "pt2e_cppw"), inputs
     elif side.startswith(("fxq_compiled", "fxq_bf16")):
         run, args = _fxquant_compiled(side, model, inputs), inputs
     elif side == "fxq_eager":
@@ -185,9 +187,11 @@ def profile_by_kind(ops: list[list[Any]]) -> list[list[Any]]:
     return [[k, round(v, 3)] for k, v in sorted(kinds.items(), key=lambda i: -i[1])]
 
 
-def _pt2e_cpp_wrapper(model: torch.nn.Module, inputs: tuple[Any, ...]) -> Callable[..., Any]:
+def _pt2e(
+    model: torch.nn.Module, inputs: tuple[Any, ...], *, cpp_wrapper: bool
+) -> Callable[..., Any]:
     """torchao pt2e with X86InductorQuantizer's defaults, compiled with freezing and the C++
-    wrapper (the bench_compiled_x86 flow with ``cpp_wrapper`` on)."""
+    wrapper or inductor's default Python one (the bench_compiled_x86 flow)."""
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
     from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as xiq
 
@@ -198,7 +202,7 @@ def _pt2e_cpp_wrapper(model: torch.nn.Module, inputs: tuple[Any, ...]) -> Callab
     prepared = prepare_pt2e(exported, quantizer)  # type: ignore[arg-type]
     with torch.no_grad():
         prepared(*inputs)
-    return _no_grad(torch.compile(convert_pt2e(prepared)), freezing=True, cpp_wrapper=True)
+    return _no_grad(torch.compile(convert_pt2e(prepared)), freezing=True, cpp_wrapper=cpp_wrapper)
 
 
 def _seconds(run: Callable[[], Any], repeat: int) -> float:

@@ -46,9 +46,9 @@ class ConvNet(nn.Module):
     """conv + relu6 + max pool, a linear int8 -> int8 (with relu), then two linears of that
     one input (int8 in, float out: as attention's query/key/value), added.
 
-    x86's patterns quantize the relu6, the max pool and the functional relu on their own
-    (shared qparams); the compiled model runs the relus as the kernels' post-ops, the max
-    pool on the integers, and fc2 and fc3 as one GEMM."""
+    x86 observes conv + relu6 after the clamp (``ConvUnary2d``) and quantizes the max pool
+    and the functional relu on their own (shared qparams); the compiled model runs the relus
+    as the kernels' post-ops, the max pool on the integers, and fc2 and fc3 as one GEMM."""
 
     def __init__(self) -> None:
         super().__init__()

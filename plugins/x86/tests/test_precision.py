@@ -175,8 +175,8 @@ def _last_input_scale(reference: fx.GraphModule) -> float:
 
 
 def test_ops_between_two_quantize_steps_stay_float32_so_the_int8_patterns_still_match() -> None:
-    # conv -> relu6 -> max pool: each between two quantize steps (x86 quantizes relu6 and the
-    # pool on their own); casting them would hide the clamp post-op and the integer pool
+    # conv + relu6 (one pattern) -> max pool: each between two quantize steps (x86 quantizes
+    # the pool on its own); casting them would hide the clamp post-op and the integer pool
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU6(), nn.MaxPool2d(2)).eval()
     x = torch.randn(2, 3, 8, 8)

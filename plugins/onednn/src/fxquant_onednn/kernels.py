@@ -3,6 +3,7 @@
     reference.Linear, LinearReLU/LeakyReLU/Tanh   QLinear (onednn.qlinear_pointwise + post op),
                                                   DynamicQLinear, Fp16Linear
     reference.Conv1d/2d/3d, ConvReLU1d/2d/3d      QConv (onednn.qconv{1,2,3}d_pointwise)
+    ConvUnary2d (x86's conv + activation)         QConv with a hardtanh / hardswish / swish post op
     ConvAdd2d, ConvAddReLU2d                      QConv with the ``.binary`` "sum" post op
     add (+ relu)                                  QAdd (int arithmetic)
     relu6, hardtanh                               IntegerClamp (absorbed by a conv or linear)
@@ -48,7 +49,7 @@ from fxquant_onednn.modules import (
     explicit_padding,
     symmetric_weight,
 )
-from fxquant_onednn.patterns import LinearLeakyReLU, LinearTanh
+from fxquant_onednn.patterns import ConvUnary2d, LinearLeakyReLU, LinearTanh
 
 __all__ = ["FloatOp", "IntegerOp", "IntegerReLU", "lowering_rules"]
 
@@ -152,7 +153,8 @@ def build_linear(match: LoweringMatch) -> nn.Module | Declined | None:
 
 
 def build_conv(match: LoweringMatch) -> nn.Module | Declined | None:
-    """QConv for a reference conv 1d/2d/3d, conv + relu, or conv + add (+ relu).
+    """QConv for a reference conv 1d/2d/3d, conv + relu, conv + relu6 / hardtanh / hardswish /
+    SiLU (``ConvUnary2d``: the activation as the conv's post op), or conv + add (+ relu).
 
     Declined (with the reason) where oneDNN's products could saturate on this CPU
     (no VNNI, weights beyond +-64); the added tensor of conv + add is only summed.
@@ -186,7 +188,13 @@ def build_conv(match: LoweringMatch) -> nn.Module | Declined | None:
         kernel = QConv(*weight, _tensor(conv.bias), conv, (x, match.output, extra[0]), relu=relu)
         kernel.reuse_accumulate = _last_use_of_accumulate(match)
         return kernel
-    return QConv(*weight, _tensor(conv.bias), conv, (x, match.output), relu=relu)
+    kernel = QConv(*weight, _tensor(conv.bias), conv, (x, match.output), relu=relu)
+    if isinstance(fused, ConvUnary2d) and not kernel.take_post_op(*fused.post_op()):
+        return Declined(
+            f"{type(fused.act).__name__} after a 7-bit output's range clamp: oneDNN's conv "
+            "takes one post op; the conv runs as its reference module"
+        )
+    return kernel
 
 
 def _last_use_of_accumulate(match: LoweringMatch) -> bool:
@@ -521,6 +529,7 @@ _WEIGHTED: tuple[tuple[type[nn.Module], _Build, str], ...] = (
     (intrinsic.ConvReLU1d, build_conv, "onednn.qconv1d_pointwise(relu)"),
     (intrinsic.ConvReLU2d, build_conv, "onednn.qconv2d_pointwise(relu)"),
     (intrinsic.ConvReLU3d, build_conv, "onednn.qconv3d_pointwise(relu)"),
+    (ConvUnary2d, build_conv, "onednn.qconv2d_pointwise(hardtanh / hardswish / swish)"),
     (intrinsic.ConvAdd2d, build_conv, "onednn.qconv2d_pointwise.binary(sum)"),
     (intrinsic.ConvAddReLU2d, build_conv, "onednn.qconv2d_pointwise.binary(sum, relu)"),
     # oneDNN has no int8 transposed conv on plain tensors: reference numerics in one module

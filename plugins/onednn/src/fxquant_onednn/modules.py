@@ -576,6 +576,31 @@ class QConv(_Packed):
         # set by a lowering rule that knows the added tensor has no later reader
         self.reuse_accumulate = False
 
+    def take_post_op(self, unary: str, args: list[float]) -> bool:
+        """Run ``unary`` (``hardtanh`` with its real bounds, ``hardswish``, ``swish``) on the
+        conv's real output before quantizing it: x86's conv + activation observed after the
+        activation. Only a 2-d conv without an add takes one; a 7-bit output's range clamp
+        already there takes a ``hardtanh`` (within it) and nothing else: False then.
+
+        Example:
+            >>> x = QParams(torch.uint8, 0, 255, scale=0.1, zero_point=0)
+            >>> w = torch.ones(1, 1, 1, 1, dtype=torch.int8)
+            >>> kernel = QConv(w, torch.ones(1), None, nn.Conv2d(1, 1, 1), (x, x))
+            >>> kernel.take_post_op("hardtanh", [0.0, 0.6])
+            True
+            >>> int(kernel(torch.full((1, 1, 2, 2), 9, dtype=torch.uint8))[0, 0, 0, 0])
+            6
+        """
+        if self.dims != 2 or self.accumulate is not None:
+            msg = f"QConv.take_post_op({unary!r}): only a 2-d conv without an add takes one"
+            raise ValueError(msg)
+        if self.unary == "hardtanh" and unary == "hardtanh":  # within a 7-bit output's range
+            args = [max(args[0], self.unary_args[0]), min(args[1], self.unary_args[1])]
+        elif self.unary != "none":
+            return False
+        self.unary, self.unary_args = unary, [float(a) for a in args]
+        return True
+
     def _weight(self, qx: torch.Tensor) -> torch.Tensor:
         if self._packed is None:
             # packed for the first input's shape: without it oneDNN reorders the weight on

@@ -2,6 +2,10 @@
 
 Beyond the shared builders, oneDNN fuses linear with leaky_relu and tanh
 (``LinearLeakyReLU``, ``LinearTanh``, defined here) and conv2d with add (+ relu).
+``ConvUnary2d`` (conv2d (+ bn) + relu6 / hardtanh / hardswish / SiLU, observed after the
+activation, as pt2e's x86 quantizer does) is defined here for x86's pattern list
+(:func:`conv_unary_configs`); onednn's own list keeps torch.ao's onednn patterns, where a
+clamp shares the conv's qparams and other activations are quantized on their own.
 
     weighted ops    uint8 activations, int8 weights (symmetric), float bias
     linear          uint8 in, float out (the kernel returns fp32; a quantized consumer's
@@ -20,7 +24,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from fxquant.config.backend import BackendPatternConfig, DTypeConfig, ObservationType
-from fxquant.nn import reference
+from fxquant.errors import ConfigTypeError
+from fxquant.nn import fusers, reference
 from fxquant.nn.intrinsic import FusedModule
 from fxquant.patterns import (
     binary_op_configs,
@@ -37,6 +42,7 @@ from fxquant.patterns import (
     rnn_configs,
     share_qparams_op_configs,
 )
+from fxquant.patterns.builders import fusion_config, module_config
 from torch import nn
 
 __all__ = [
@@ -45,8 +51,11 @@ __all__ = [
     "LINEAR_INT8",
     "STATIC_INT8",
     "WEIGHTED_INT8",
+    "ConvUnary2d",
     "LinearLeakyReLU",
     "LinearTanh",
+    "conv_unary_configs",
+    "fuse_conv_unary",
     "linear_eltwise_configs",
     "pattern_configs",
 ]
@@ -131,6 +140,102 @@ class LinearTanh(FusedModule):
         """Linear, then tanh."""
         result: torch.Tensor = self.act(self[0](x))
         return result
+
+
+# the activations a conv's output is observed after, and oneDNN's post op for each
+_CONV_UNARY: tuple[tuple[type[nn.Module], str], ...] = (
+    (nn.Hardtanh, "hardtanh"),  # nn.ReLU6 is a Hardtanh(0, 6)
+    (nn.Hardswish, "hardswish"),
+    (nn.SiLU, "swish"),
+)
+# functions fused as their modules (F.hardtanh's bounds are call arguments a fuser never sees)
+_AS_MODULE: dict[Any, Callable[[], nn.Module]] = {
+    F.relu6: nn.ReLU6,
+    F.hardswish: nn.Hardswish,
+    F.silu: nn.SiLU,
+}
+
+
+class ConvUnary2d(FusedModule):
+    """``Conv2d`` followed by an activation: relu6 / hardtanh, hardswish or SiLU.
+
+    One node for the flow, so its output is observed after the activation, as pt2e's
+    X86InductorQuantizer observes conv + relu6 / hardtanh / hardswish / silu: a conv +
+    relu6 gets uint8 qparams over [0, 6] at most (zero point 0) where a clamp quantized
+    on its own shares the conv's qparams observed before it (MobileNetV2: zero points
+    near 128, half the codes spent on negatives the clamp removes), and a conv +
+    hardswish / SiLU is quantized once instead of twice. oneDNN runs the activation as
+    the conv's post op (:meth:`post_op`).
+
+    Example:
+        >>> m = ConvUnary2d(nn.Conv2d(1, 2, 1), nn.ReLU6())
+        >>> bool(m(torch.full((1, 1, 2, 2), 100.0)).max() <= 6.0), m.post_op()
+        (True, ('hardtanh', [0.0, 6.0]))
+    """
+
+    PARTS = (("conv", nn.Conv2d),)
+
+    def __init__(self, conv: nn.Conv2d, act: nn.Module) -> None:
+        if not isinstance(act, tuple(cls for cls, _ in _CONV_UNARY)):
+            msg = (
+                f"ConvUnary2d argument 'act' must be a torch.nn.ReLU6, Hardtanh, Hardswish "
+                f"or SiLU module, got {act!r} of type {type(act).__name__}; pass the "
+                "activation module that follows the conv"
+            )
+            raise ConfigTypeError(msg)
+        super().__init__(conv)
+        self.act = act
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Conv, then the activation."""
+        result: torch.Tensor = self.act(self[0](x))
+        return result
+
+    def post_op(self) -> tuple[str, list[float]]:
+        """oneDNN's post op for the activation and its scalars (a clamp's real bounds)."""
+        if isinstance(self.act, nn.Hardtanh):
+            return "hardtanh", [float(self.act.min_val), float(self.act.max_val)]
+        return next(name for cls, name in _CONV_UNARY if isinstance(self.act, cls)), []
+
+
+def fuse_conv_unary(is_qat: bool, conv: nn.Conv2d, *rest: Any) -> nn.Module:
+    """``(conv, act)`` or ``(conv, bn, act)`` -> ``ConvUnary2d``, the BN folded (PTQ).
+
+    ``F.relu6`` / ``F.hardswish`` / ``F.silu`` fuse as their modules. QAT has no
+    trainable module for it: the flow refuses the fusion there (conv + bn fuse without
+    the activation), and a direct call with ``is_qat=True`` raises.
+
+    Example:
+        >>> bn = nn.BatchNorm2d(2).eval()
+        >>> type(fuse_conv_unary(False, nn.Conv2d(1, 2, 1), bn, F.relu6).act).__name__
+        'ReLU6'
+    """
+    if is_qat:
+        msg = "ConvUnary2d fusion is for post-training quantization only; got is_qat=True"
+        raise NotImplementedError(msg)
+    *bn, act = rest
+    if bn:
+        conv = fusers.fold_bn_into_conv(conv, bn[0])  # type: ignore[assignment]  # Conv2d in, Conv2d out
+    return ConvUnary2d(conv, _AS_MODULE[act]() if act in _AS_MODULE else act)
+
+
+def conv_unary_configs(dtype_configs: list[DTypeConfig]) -> list[BackendPatternConfig]:
+    """Conv2d (+ BatchNorm2d) + relu6 / hardtanh / hardswish / SiLU (modules, and
+    ``F.relu6`` / ``F.hardswish`` / ``F.silu``) fused into :class:`ConvUnary2d`, and the
+    fused module (root ``Conv2d``, reference ``Conv2d``).
+
+    Example:
+        >>> len(conv_unary_configs([WEIGHTED_INT8]))
+        15
+    """
+    acts = (nn.ReLU6, nn.Hardtanh, nn.Hardswish, nn.SiLU, *_AS_MODULE)
+    configs = [
+        fusion_config(pattern, dtype_configs, fuser=fuse_conv_unary, fused=ConvUnary2d)
+        for act in acts
+        for pattern in ((nn.Conv2d, act), (nn.Conv2d, nn.BatchNorm2d, act))
+    ]
+    root = {"root": nn.Conv2d, "reference": reference.Conv2d}
+    return [*configs, module_config(ConvUnary2d, dtype_configs, **root)]
 
 
 def _fuser(fused: type[FusedModule]) -> Callable[..., nn.Module]:

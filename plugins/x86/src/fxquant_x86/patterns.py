@@ -8,7 +8,12 @@ oneDNN); x86 states only its pattern list:
                          default, fixed-qparams, share-qparams and tensor-info ops, bn,
                          rnn (dynamic int8/fp16), embedding (weight-only uint8 / 4-bit)
     added                conv2d + add (+ relu) fused into one oneDNN conv (ResNet blocks),
-                         torch.matmul / bmm (transformer attention)
+                         torch.matmul / bmm (transformer attention),
+                         conv2d (+ bn) + relu6 / hardtanh / hardswish / SiLU fused and
+                         observed after the activation (``ConvUnary2d``: MobileNetV2/V3,
+                         EfficientNet), as pt2e's x86 quantizer does; torch.ao's FX configs
+                         quantize the activation on its own (a clamp sharing the conv's
+                         qparams, observed before it)
     bfloat16 float side  where the CPU computes bfloat16 (AMX-BF16, AVX512-BF16): linear
                          also uint8 in, bfloat16 out (oneDNN's int8 GEMM writing bf16) and
                          all bfloat16 (a bf16 GEMM); the float ops between quantize steps
@@ -50,6 +55,7 @@ from fxquant_onednn.patterns import (
     LINEAR_INT8,
     STATIC_INT8,
     WEIGHTED_INT8,
+    conv_unary_configs,
 )
 from torch import nn
 
@@ -130,6 +136,7 @@ def _build(bf16: bool) -> tuple[BackendPatternConfig, ...]:
     return (
         *conv_configs([WEIGHTED_INT8]),
         *conv_add_configs([WEIGHTED_INT8]),
+        *conv_unary_configs([WEIGHTED_INT8]),
         *linear_configs([*linear, *dynamic]),
         *binary_op_configs(static),
         *matmul_configs(static),
