@@ -172,3 +172,31 @@ def test_torchvision_efficientnet_b0_qat_lowered_agrees_with_its_reference(backe
         and reasons.get(row.node) is None
     ]
     assert not far
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["efficientnet", "wav2vec2"])
+def test_zoo_models_with_training_only_branches_run_under_qat(name: str) -> None:
+    """The zoo's EfficientNet (stochastic depth as ``if self.training``: a mask drawn with
+    ``torch.empty(x.shape)``) and transformers' Wav2Vec2 (SpecAugment and layer drop under
+    ``self.training``: "'HFProxy' object cannot be interpreted as an integer") were refused by
+    the training-mode trace. Both train, and convert to the eval-mode network."""
+    from tests.zoo.runner import ZOO, main_output
+
+    zoo = ZOO[name]
+    if zoo.family == "transformers":
+        pytest.importorskip("transformers")
+    model = zoo.build().train()
+    config = fxquant.get_backend_config("x86")
+    mapping = fxquant.get_default_qconfig_mapping("x86", is_qat=True)
+    prepared = fxquant.prepare_qat_fx(model, mapping, zoo.inputs(0), backend_config=config)
+    optimizer = torch.optim.SGD(prepared.parameters(), lr=1e-5)
+    for seed in (1, 2):
+        optimizer.zero_grad()
+        main_output(prepared(*zoo.inputs(seed))).pow(2).mean().backward()
+        optimizer.step()
+    converted = fxquant.convert_fx(prepared.eval(), backend_config=config)
+    with torch.no_grad():
+        first, second = (main_output(converted(*zoo.inputs(9))) for _ in range(2))
+    assert torch.equal(first, second)
+    assert torch.isfinite(first).all()
