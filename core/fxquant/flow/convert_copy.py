@@ -64,6 +64,9 @@ def copy_model(
     # the module tree is deep-copied; the graph is copied node by node with shallow metas
     # (NodeInfo records are immutable): GraphModule's own deepcopy copies every meta deeply
     holder = nn.Module()
+    # the prepared model's own mode (a fresh Module trains): the converted graph module takes
+    # it, and a training-mode trace's graph reads it (flow.mode_flag: dropout calls)
+    holder.training = gm.training
     for slot in ("_modules", "_parameters", "_buffers"):
         setattr(holder, slot, copy.deepcopy(getattr(gm, slot), memo))
     for node in gm.graph.nodes:

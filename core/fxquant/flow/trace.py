@@ -18,6 +18,7 @@ be traced raises :class:`UntraceableModelError` naming the module and the source
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import inspect
@@ -35,6 +36,7 @@ from fxquant.errors import ConfigError, FxquantError, UntraceableModelError
 from fxquant.flow.adopt import adopt
 from fxquant.flow.context import FlowContext
 from fxquant.flow.inplace import InPlaceProxy
+from fxquant.flow.mode_flag import MODE, MODE_ATTRIBUTE, carries_mode, mode_flags
 from fxquant.flow.qconfig_assign import number_calls
 from fxquant.flow.state import META_KEY, NodeInfo, update_info
 from fxquant.flow.transformer import (
@@ -175,6 +177,31 @@ class QuantizationTracer(fx.Tracer):
         proxy = super().proxy(node)
         return InPlaceProxy(node, self) if type(proxy) is fx.Proxy else proxy
 
+    def create_proxy(  # torch.fx's signature
+        self, kind: str, target: Any, args: Any, kwargs: Any, *rest: Any, **options: Any
+    ) -> fx.Proxy:
+        """torch.fx's proxy; a module's ``training`` flag given to the call
+        (``fxquant.flow.mode_flag``) becomes the graph module's ``training``."""
+        if not self.foreign() and carries_mode(args, kwargs):
+            args, kwargs = fx.node.map_aggregate((args, kwargs), self._mode_or_value)
+        return super().create_proxy(kind, target, args, kwargs, *rest, **options)
+
+    def _mode_or_value(self, value: Any) -> Any:
+        return self._mode_proxy() if value is MODE else value
+
+    def _mode_proxy(self) -> fx.Proxy:
+        """One ``get_attr training`` node per graph, made where it is first read."""
+        cached: fx.Proxy | None = getattr(self, "_mode", None)
+        if cached is None or cached.node.graph is not self.graph:
+            cached = super().create_proxy("get_attr", MODE_ATTRIBUTE, (), {})
+            # transformers' proxy: its meta runs take a plain bool (the class's method: a
+            # proxy answers any attribute it is asked for with a new node)
+            install = getattr(type(cached), "install_metadata", None)
+            if install is not None:
+                install(cached, False)
+            self._mode = cached
+        return cached
+
     def create_node(  # torch.fx's signature
         self,
         kind: str,
@@ -247,22 +274,15 @@ def _trace_module(model: nn.Module, ctx: FlowContext) -> fx.GraphModule:
     if root is not model:  # our copy: torch.compile'd submodules become their modules
         _drop_compile_wrappers(root)
     concrete = _check_concrete_args(root, ctx)
-    tracer: fx.Tracer
+    # a training-mode copy: its traced modules' self.training follows the graph module's mode
+    flags = (
+        mode_flags(root, QuantizationTracer(*_leaves(ctx)).is_leaf_module)
+        if root is not model and root.training
+        else contextlib.nullcontext()
+    )
     try:
-        hf_trace = _hf_tracing(root)
-        if hf_trace is not None:
-            tracer, graph = hf_trace.trace_transformers_model(
-                root, ctx, _leaves(ctx), owns_modules=root is not model
-            )
-        else:
-            tracer = QuantizationTracer(*_leaves(ctx))
-            tracer.owns_modules = root is not model  # own_copy returns the model it cannot copy
-            if not tracer.is_leaf_module(root, ""):  # a torch transformer module as the root
-                concrete = root_concrete_args(root, len(ctx.example_inputs), concrete)
-                if tracer.owns_modules:
-                    split_projections(root)
-                root = traceable_root(root)
-            graph = tracer.trace(root, concrete)
+        with flags:
+            tracer, graph = _run_tracer(root, model, ctx, concrete)
     except FxquantError:
         raise
     except Exception as error:  # any failure inside user code while tracing
@@ -271,6 +291,26 @@ def _trace_module(model: nn.Module, ctx: FlowContext) -> fx.GraphModule:
     gm = fx.GraphModule(tracer.root, graph, type(model).__name__)
     gm.train(model.training)
     return gm
+
+
+def _run_tracer(
+    root: nn.Module, model: nn.Module, ctx: FlowContext, concrete: dict[str, Any] | None
+) -> tuple[fx.Tracer, fx.Graph]:
+    """The tracer that fits ``root`` (transformers' for a transformers model), run on it."""
+    hf_trace = _hf_tracing(root)
+    if hf_trace is not None:
+        traced: tuple[fx.Tracer, fx.Graph] = hf_trace.trace_transformers_model(
+            root, ctx, _leaves(ctx), owns_modules=root is not model
+        )
+        return traced
+    tracer = QuantizationTracer(*_leaves(ctx))
+    tracer.owns_modules = root is not model  # own_copy returns the model it cannot copy
+    if not tracer.is_leaf_module(root, ""):  # a torch transformer module as the root
+        concrete = root_concrete_args(root, len(ctx.example_inputs), concrete)
+        if tracer.owns_modules:
+            split_projections(root)
+        root = traceable_root(root)
+    return tracer, tracer.trace(root, concrete)
 
 
 def _compiled_module(module: nn.Module) -> nn.Module | None:

@@ -195,7 +195,9 @@ def split_projections(m: nn.Module) -> list[tuple[str, nn.Module]]:
         m.out_proj.__class__ = nn.Linear  # type: ignore[assignment]  # no state of its own
     added: list[tuple[str, nn.Module]] = []
     if m.dropout > 0.0 and ATTN_DROPOUT not in m._modules:
-        dropout = nn.Dropout(m.dropout).train(m.training)
+        # bool(): while a training-mode model is traced, m.training is the mode flag
+        # (flow.mode_flag); the traced graph module's train() sets the child's mode after
+        dropout = nn.Dropout(m.dropout).train(bool(m.training))
         m.add_module(ATTN_DROPOUT, dropout)
         added.append((ATTN_DROPOUT, dropout))
     if not m._qkv_same_embed_dim or IN_PROJ in m._modules:
