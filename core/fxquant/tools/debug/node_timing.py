@@ -1,4 +1,4 @@
-"""Per-node kernel timings for :func:`fxquant.numerics.choose_precision` (#31).
+"""Per-node kernel timings for :func:`fxquant.numerics.choose_precision`.
 
 Each candidate module's input is captured while the calibration data runs
 through the float model (a forward hook); the module alone then runs on the

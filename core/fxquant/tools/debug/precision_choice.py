@@ -1,4 +1,4 @@
-"""Per node int8, bf16 or fp32 under an accuracy budget and a latency budget at once (#31).
+"""Per node int8, bf16 or fp32 under an accuracy budget and a latency budget at once.
 
 :func:`fxquant.numerics.fallback` keeps nodes float until an accuracy budget holds; on a
 CPU with bfloat16 units a node that int8 costs too much accuracy has a cheaper way out

@@ -1,4 +1,4 @@
-"""What :func:`fxquant.numerics.choose_precision` returns: a precision per node, and why (#31)."""
+"""What :func:`fxquant.numerics.choose_precision` returns: a precision per node, and why."""
 
 from __future__ import annotations
 
