@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from fxquant.config.backend import BackendPatternConfig
+from fxquant.config.backend import BackendPatternConfig, ObservationType
 from fxquant.lowering import Declined, LoweringMatch, LoweringRule, QParams
 from fxquant.lowering.kernels import boundary, cpu
 from fxquant.lowering.kernels.integer import IntegerClamp
@@ -531,9 +531,11 @@ _WEIGHTED: tuple[tuple[type[nn.Module], _Build, str], ...] = (
 
 
 def _in_reference_model(config: BackendPatternConfig) -> bool:
-    """Whether the config's pattern survives to the reference model as ops (not fused away)."""
+    """Whether the config's pattern survives to the reference model as quantized ops (not
+    fused away, not a shape read such as ``x.size()``, which prepare leaves float)."""
     return (
-        config.fuser_method is None
+        config.observation_type is not ObservationType.INPUT_OUTPUT_NOT_OBSERVED
+        and config.fuser_method is None
         and config.reference_quantized_module is None
         and config.fused_module is None
         and config.qat_module is None
