@@ -45,41 +45,27 @@ def _passes_on(gm: fx.GraphModule, node: Node) -> bool:
     return node.op == "call_module" and is_identity(gm.get_submodule(str(node.target)))
 
 
-def _single_user(gm: fx.GraphModule, node: Node) -> Node | None:
-    """The one node that reads ``node``, through identities; None if several or none."""
-    users = list(node.users)
-    while len(users) == 1 and _passes_on(gm, users[0]):
-        users = list(users[0].users)
-    return users[0] if len(users) == 1 else None
-
-
 def _output_chain(gm: fx.GraphModule, node: Node) -> tuple[Node, ...]:
     """The quantize -> dequantize steps that read ``node``'s value, through identities.
 
     An eval-mode dropout between a float-output Linear and the next quantize step is
     no step at all: lowering drops it and the kernel takes the quantize step in, so
-    the reference's value is read after the quantize as the kernel's is. So is a
-    dropout between one dequantize step and a quantize step onto another grid (a relu
-    with its own qconfig before the next Linear): the value the next op reads is the
-    requantized one, which the kernel returns.
+    the reference's value is read after the quantize as the kernel's is.
     """
-    chain: tuple[Node, ...] = ()
-    quantize = _single_user(gm, node)
-    while (
-        quantize is not None
-        and quantize.op == "call_function"
-        and quantize.target in STATIC_QUANTIZE_OPS
+    users = list(node.users)
+    while len(users) == 1 and _passes_on(gm, users[0]):
+        users = list(users[0].users)
+    if (
+        len(users) != 1
+        or users[0].op != "call_function"
+        or users[0].target not in STATIC_QUANTIZE_OPS
     ):
-        dequantize = [
-            u for u in quantize.users if u.op == "call_function" and u.target in DEQUANTIZE_OPS
-        ]
-        if not dequantize:
-            break
-        chain = (*chain, quantize, dequantize[0])
-        if len(quantize.users) != 1:
-            break
-        quantize = _single_user(gm, dequantize[0])
-    return chain
+        return ()
+    quantize = users[0]
+    dequantize = [
+        u for u in quantize.users if u.op == "call_function" and u.target in DEQUANTIZE_OPS
+    ]
+    return (quantize, dequantize[0]) if dequantize else ()
 
 
 def value_sites(gm: fx.GraphModule, names: set[str]) -> dict[Node, Site]:
