@@ -19,6 +19,7 @@ from torch import nn
 
 from tests.zoo.runner import ZOO, main_output, quiet
 
+_LOOKUP_KERNELS = ("x86", "fbgemm", "qnnpack", "onednn")
 _BACKENDS = ("x86", "fbgemm", "qnnpack", "onednn", "executorch", "reference")
 
 
@@ -69,8 +70,13 @@ def test_the_default_qat_mapping_trains_and_converts_a_bert_family_model(backend
             assert _cosine(expected, main_output(ref(*batch))) > 0.98
             assert _cosine(expected, main_output(lowered(*batch))) > 0.98
     with quiet():
-        report = {e.node: e.reason for e in fxquant.explain(lowered, show=False).entries()}
+        entries = fxquant.explain(lowered, show=False).entries()
+        report = {e.node: e.reason for e in entries}
         rows = compare(ref, lowered, inputs)
+    if backend in _LOOKUP_KERNELS:  # the rows are looked up in the integer table
+        lookups = [e for e in entries if e.pattern == "Embedding"]
+        assert lookups, "no embedding in the report"
+        assert {e.status for e in lookups} == {"lowered"}
     for row in rows:
         if row.node != "output" and row.local_steps is not None and row.local_steps > 1.0:
             assert report.get(row.node) is not None, f"{row.node} is {row.local_steps} steps off"

@@ -568,12 +568,14 @@ def lowering_rules(
     """
     # imported here: attention's kernel replays its ops with this module's _Replay
     # torch's quantized recurrent ops, on a quint8 engine (#20)
+    from fxquant_quantized_engine.embedding import embedding_rule
     from fxquant_quantized_engine.recurrent import recurrent_rules
 
     from fxquant_onednn.attention import attention_rules
 
     rules = [LoweringRule(cls, build=build, name=name) for cls, build, name in _WEIGHTED]
     rules += recurrent_rules(recurrent_engine)
+    rules.append(embedding_rule("onednn"))  # weight-only tables: rows gathered, dequantized
     seen = {rule.key for rule in rules}
     for config in configs:
         key = config.normalized_pattern

@@ -18,6 +18,7 @@ from fxquant.nn import reference as reference_modules
 from torch import nn
 
 from fxquant_quantized_engine.conv_add import QuantizedConvAdd
+from fxquant_quantized_engine.embedding import embedding_rule
 from fxquant_quantized_engine.engine import (
     _QINT8,
     _Quiet,
@@ -473,6 +474,8 @@ def lowering_rules(engine: str, configs: Sequence[Any]) -> list[Any]:
         rules[rule.key] = rule
     for rule in recurrent_rules(engine):  # dynamic int8 LSTM / GRU / cells (#20)
         rules[rule.key] = rule
+    lookup = embedding_rule(engine)  # weight-only tables: rows gathered, then dequantized
+    rules[lookup.key] = lookup
     for config in configs:
         pattern = _reference_pattern(config)
         if pattern is None:
