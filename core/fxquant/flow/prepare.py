@@ -239,10 +239,11 @@ def _decide(
     shown = pattern_str(config.pattern or match.pattern)
     if not label.endswith(f"({shown})"):  # "gate (Sigmoid) Sigmoid" said the op twice
         label = f"{label} {shown}"
-    if planner.kinds.get(match.anchor) not in (ValueKind.FLOAT, None) and (
-        config.observation_type is not ObservationType.INPUT_OUTPUT_NOT_OBSERVED
-    ):
+    if planner.kinds.get(match.anchor) not in (ValueKind.FLOAT, None):
+        # a tensor-info pattern (x.size(), x.shape) too: it reads a shape, never a value
         words = f"{label}: computes on shapes or integer tensors, not float tensors"
+        if config.observation_type is ObservationType.INPUT_OUTPUT_NOT_OBSERVED:
+            words = f"{label}: reads the tensor's shape, not its values: nothing to quantize"
         return Decision(
             match, qconfig, None, Reason(ReasonCode.NON_FLOAT_TENSOR, words), NodeStatus.FLOAT
         )

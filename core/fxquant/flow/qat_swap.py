@@ -14,6 +14,10 @@ swapped class is derived with the QAT class in its place::
 A pattern the backend configures itself (torch.ao's own configs list the QAT
 classes) is never derived. A QAT module that still matches nothing is reported
 with the QAT class and the config that would match it (:func:`missing_qat_config`).
+
+A module whose qconfig no pattern naming its class accepts (an embedding under a global
+QAT qconfig with uint8 activations) is not swapped: it stays float, and prepare reports
+it skipped with the dtype reason, as post-training quantization does.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from torch import fx, nn
 from fxquant.config.backend import BackendConfig, BackendPatternConfig
 from fxquant.config.qconfig import QConfig
 from fxquant.flow.context import FlowContext
+from fxquant.flow.dtype_check import QConfigProbe, select_dtype_config
+from fxquant.flow.report import Reason
 from fxquant.flow.state import update_info
 
 __all__ = [
@@ -134,6 +140,22 @@ set_qat_module(fxquant.nn.qat.Linear) (fxquant derives the first from the second
     )
 
 
+def _mentions(pattern: Any, cls: type) -> bool:
+    if isinstance(pattern, tuple):
+        return any(_mentions(p, cls) for p in pattern)
+    return pattern is cls
+
+
+def _accepted(cls: type, qconfig: QConfig, backend_config: BackendConfig) -> bool:
+    """Whether a pattern of the backend that names ``cls`` takes ``qconfig``'s dtypes."""
+    probe = QConfigProbe.of(qconfig)
+    return any(
+        not isinstance(select_dtype_config(config, probe, cls.__name__), Reason)
+        for config in backend_config.configs
+        if config.fuser_method is None and _mentions(config.normalized_pattern, cls)
+    )
+
+
 def swap_qat_modules(
     gm: fx.GraphModule,
     modules: dict[str, nn.Module],
@@ -141,6 +163,8 @@ def swap_qat_modules(
     ctx: FlowContext,
 ) -> None:
     """QAT: swap each module that has a qconfig for the QAT module its pattern config names.
+
+    Only where a pattern naming the module's class accepts the qconfig (module docstring).
 
     Example:
         >>> gm = fx.symbolic_trace(nn.Sequential(nn.Linear(2, 2)))
@@ -155,7 +179,7 @@ def swap_qat_modules(
             continue
         target = str(node.target)
         qat_cls = table.get(type(modules[target]))
-        if qat_cls is None:
+        if qat_cls is None or not _accepted(type(modules[target]), qconfig, ctx.backend_config):
             continue
         module = modules[target]
         # from_float reads it (torch.ao's protocol); torch.ao's fused QAT classes read it on

@@ -65,7 +65,8 @@ def fast_boundaries(gm: GraphModule) -> None:
 _ADDS = (operator.add, torch.add)
 
 OUTPUT_OF_KEY = "fxquant_output_of"
-"""``node.meta`` key on a kernel: the reference node whose value it computes (compare)."""
+"""``node.meta`` key on a kernel: the reference node whose value it computes (compare);
+None where it returns a value no reference node has (requantized for the next op)."""
 
 OUTPUT_QPARAMS_KEY = "fxquant_output_qparams"
 """``node.meta`` key on a kernel: the qparams of its integer output (compare)."""
@@ -76,6 +77,11 @@ def _inherit_output(kernel: Node, follower: Node, step: Any) -> None:
     if isinstance(step, Dequantize):
         return  # the same value, now in float
     if isinstance(step, Quantize):
+        before = kernel.meta.get(OUTPUT_QPARAMS_KEY)
+        if before is not None and before != step.qparams:
+            # integers requantized onto the next op's grid: no node of the reference model
+            # has this value (its node's own is on the first grid), so the kernel names none
+            kernel.meta[OUTPUT_OF_KEY] = None
         kernel.meta[OUTPUT_QPARAMS_KEY] = step.qparams
         return
     kernel.meta[OUTPUT_OF_KEY] = follower.meta.get(OUTPUT_OF_KEY, follower.name)

@@ -289,17 +289,22 @@ class Conv3d(_QATConv, nn.Conv3d):
     _FLOAT_CONV: ClassVar[type[nn.Module]] = nn.Conv3d
 
 
+_PER_ROW = ("per_channel_affine_float_qparams", "per_channel_symmetric", "per_channel_affine")
+
+
 def _embedding_fake_quant(owner: str, qconfig: Any, device: object) -> nn.Module:
-    # embedding rows are quantized one by one with float zero points (the fbgemm
-    # embedding kernels' format); any other scheme has no lowering
+    # a lookup reads whole rows, so a table is quantized row by row (axis 0): float zero
+    # points (torch.ao's embedding qconfigs) or integer ones (ExecuTorch's symmetric int8
+    # embedding_byte); the backend's dtype configs decide which it runs
     fake_quant = build_weight_fake_quant(owner, qconfig, device)
     qscheme = getattr(fake_quant, "qscheme", None)
     name = None if qscheme is None else dtypes.qscheme_name(qscheme)
-    if name != "per_channel_affine_float_qparams":
+    if name not in _PER_ROW or getattr(fake_quant, "ch_axis", 0) != 0:
         msg = (
-            f"{owner} needs a weight fake-quantize with qscheme "
-            f"per_channel_affine_float_qparams, got {qscheme!r}; use a float-qparams "
-            "embedding qconfig"
+            f"{owner} needs a weight fake-quantize per row (qscheme one of {', '.join(_PER_ROW)}, "
+            f"ch_axis 0), got qscheme {qscheme!r}; give embeddings a weight-only qconfig: "
+            "mapping.set_object_type(nn.Embedding, "
+            "fxquant.config.defaults.default_embedding_qat_qconfig)"
         )
         raise ConfigError(msg)
     return fake_quant
@@ -321,7 +326,8 @@ class Embedding(nn.Embedding):
     """``nn.Embedding`` whose lookup uses ``weight_fake_quant(weight)``.
 
     Takes ``nn.Embedding``'s arguments plus a keyword ``qconfig`` whose weight
-    fake-quantize uses ``per_channel_affine_float_qparams``.
+    fake-quantize is per row (``per_channel_affine_float_qparams`` or a per-channel
+    scheme on axis 0).
 
     Example:
         >>> emb = nn.Embedding(10, 4)

@@ -8,6 +8,8 @@ the reference patterns need to accept every op:
     conv_transpose 1d/2d/3d                per-tensor weights (a per-channel observer's
                                            axis 0 is the *input* channel of a transposed conv)
     layer_norm                             float weight (placeholder observer)
+    embedding, embedding_bag (QAT only)    weight-only, per-row fake-quantize
+                                           (:func:`embedding_qat_qconfig`)
 
 QAT uses fake-quantize versions of the same, so a model prepared with
 ``is_qat=True`` converts to the same reference model.
@@ -17,16 +19,20 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 import torch.nn.functional as F
 from torch import nn
 
 from fxquant.config import defaults
 from fxquant.config.qconfig import QConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
+from fxquant.errors import ConfigError
 from fxquant.numerics import fake_quantize, observer
 from fxquant.patterns.fixed_qparams import FixedQParams, fixed_qparams_ops
 
 __all__ = [
+    "EMBEDDING_OPS",
+    "embedding_qat_qconfig",
     "fixed_qparams_qconfig",
     "mapping_with_overrides",
     "reference_default_qconfig_mapping",
@@ -40,6 +46,43 @@ _TRANSPOSED = (
     F.conv_transpose2d,
     F.conv_transpose3d,
 )
+
+
+EMBEDDING_OPS: tuple[Any, ...] = (nn.Embedding, nn.EmbeddingBag, F.embedding)
+"""The lookups whose only quantized tensor is their table (weight-only patterns)."""
+
+
+def embedding_qat_qconfig(dtype: torch.dtype = torch.uint8) -> QConfig:
+    """Weight-only QAT for embeddings: float activations, a per-row fake-quantized table.
+
+    An embedding's input is indices and its output float rows, so a global QAT qconfig
+    (uint8 activations) does not fit its patterns. ``torch.uint8``: torch.ao's
+    ``default_embedding_qat_qconfig`` (float zero points, 0..255); ``torch.int8``:
+    symmetric -127..127 rows, for backends whose embedding patterns take int8 tables
+    (oneDNN's, ExecuTorch's ``embedding_byte``).
+
+    Example:
+        >>> import torch
+        >>> embedding_qat_qconfig().weight().qscheme
+        torch.per_channel_affine_float_qparams
+        >>> embedding_qat_qconfig(torch.int8).weight().quant_min
+        -127
+    """
+    if dtype == torch.uint8:
+        return defaults.default_embedding_qat_qconfig
+    if dtype != torch.int8:
+        msg = f"embedding_qat_qconfig(dtype={dtype!r}): expected torch.uint8 or torch.int8"
+        raise ConfigError(msg)
+    weight = fake_quantize.FakeQuantize.with_args(
+        observer=observer.MovingAveragePerChannelMinMaxObserver,
+        qscheme=torch.per_channel_symmetric,
+        dtype=torch.int8,
+        quant_min=-127,
+        quant_max=127,
+        ch_axis=0,
+        averaging_constant=1,  # the table's current rows, as torch.ao's embedding fake-quant
+    )
+    return QConfig(activation=defaults.default_embedding_qat_qconfig.activation, weight=weight)
 
 
 def fixed_qparams_qconfig(grid: FixedQParams, is_qat: bool) -> QConfig:
@@ -133,4 +176,9 @@ def mapping_with_overrides(base: QConfig, per_tensor_weight: Any, is_qat: bool) 
         # one QConfig per grid: ops on the same grid compare equal, as fusion requires
         qconfig = by_grid.setdefault(grid, fixed_qparams_qconfig(grid, is_qat))
         mapping.set_object_type(op, qconfig)
+    if is_qat:
+        # the QAT swap builds qat.Embedding from the qconfig; PTQ leaves a table the global
+        # qconfig does not fit in float, as torch.ao's default does
+        for lookup in EMBEDDING_OPS:
+            mapping.set_object_type(lookup, embedding_qat_qconfig())
     return mapping

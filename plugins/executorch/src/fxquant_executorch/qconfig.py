@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from fxquant.config.qconfig import QConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.nn import intrinsic
+from fxquant.patterns.qconfigs import embedding_qat_qconfig
 from torch import nn
 
 __all__ = [
@@ -119,9 +120,14 @@ def _qconfigs(is_qat: bool) -> tuple[QConfig, QConfig, QConfig]:
         act = obs.HistogramObserver.with_args(**_ACTIVATION)
         weight = obs.PerChannelMinMaxObserver.with_args(**per_channel)
         tensor_weight = obs.MinMaxObserver.with_args(**per_tensor)
-    embedding = QConfig(
-        activation=obs.PlaceholderObserver.with_args(dtype=torch.float),
-        weight=obs.PerChannelMinMaxObserver.with_args(**per_channel),
+    # QAT: the table's rows fake-quantized on the same symmetric int8 grid
+    embedding = (
+        embedding_qat_qconfig(torch.int8)
+        if is_qat
+        else QConfig(
+            activation=obs.PlaceholderObserver.with_args(dtype=torch.float),
+            weight=obs.PerChannelMinMaxObserver.with_args(**per_channel),
+        )
     )
     return (
         QConfig(activation=act, weight=weight),

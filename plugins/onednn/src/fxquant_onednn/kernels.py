@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from fxquant.config.backend import BackendPatternConfig
+from fxquant.config.backend import BackendPatternConfig, ObservationType
 from fxquant.lowering import Declined, LoweringMatch, LoweringRule, QParams
 from fxquant.lowering.kernels import boundary, cpu
 from fxquant.lowering.kernels.integer import IntegerClamp
@@ -540,9 +540,11 @@ _WEIGHTED: tuple[tuple[type[nn.Module], _Build, str], ...] = (
 
 
 def _in_reference_model(config: BackendPatternConfig) -> bool:
-    """Whether the config's pattern survives to the reference model as ops (not fused away)."""
+    """Whether the config's pattern survives to the reference model as quantized ops (not
+    fused away, not a shape read such as ``x.size()``, which prepare leaves float)."""
     return (
-        config.fuser_method is None
+        config.observation_type is not ObservationType.INPUT_OUTPUT_NOT_OBSERVED
+        and config.fuser_method is None
         and config.reference_quantized_module is None
         and config.fused_module is None
         and config.qat_module is None
@@ -575,12 +577,14 @@ def lowering_rules(
     """
     # imported here: attention's kernel replays its ops with this module's _Replay
     # torch's quantized recurrent ops, on a quint8 engine
+    from fxquant_quantized_engine.embedding import embedding_rule
     from fxquant_quantized_engine.recurrent import recurrent_rules
 
     from fxquant_onednn.attention import attention_rules
 
     rules = [LoweringRule(cls, build=build, name=name) for cls, build, name in _WEIGHTED]
     rules += recurrent_rules(recurrent_engine)
+    rules.append(embedding_rule("onednn"))  # weight-only tables: rows gathered, dequantized
     seen = {rule.key for rule in rules}
     for config in configs:
         key = config.normalized_pattern

@@ -238,6 +238,10 @@ class QLinear(_Packed):
         self.post_op_algorithm = ""
         self.range_only = False  # a "hardtanh" post op that only clamps to the output range
         self.adds_input = False  # a float add absorbed: forward(qx, value) returns out + value
+        # the integer output a dequantize step turned into floats (_to_float), and its grid
+        self._integers: tuple[Any, ...] | None = None
+        # (from, to): integers on one grid requantized onto another's after the kernel
+        self.requantize: tuple[QParams, QParams] | None = None
         # a 7-bit output: clamped by a hardtanh post op, or after the kernel (leaky_relu, tanh)
         self.out_clamp = _narrow_range(out)
         if out is not None and self.out_clamp is not None and post_op in ("none", "relu"):
@@ -289,6 +293,8 @@ class QLinear(_Packed):
     def _to_float(self, q: QParams) -> bool:
         if self.out_dtype is not None or self.post_op not in ("none", "relu", "hardtanh"):
             return False
+        state = (self.out_scale, self.out_zero_point, self.post_op, list(self.post_op_args))
+        self._integers = (*state, self.range_only, q)
         self.post_op_args = _range_clamp(q, self.post_op, self.post_op_args)
         self.range_only = self.post_op == "none" or self.range_only
         self.post_op = "hardtanh"
@@ -298,6 +304,8 @@ class QLinear(_Packed):
     def _to_integers(self, q: QParams) -> bool:
         if self.out_dtype != torch.float32 or q.is_per_channel or q.is_dynamic:
             return False
+        if self._integers is not None and self.post_op == "hardtanh":
+            return self._back_to_integers(q)
         if q.dtype != torch.uint8 or q.scale is None or q.zero_point is None:
             return False
         if (q.quant_min, q.quant_max) != (0, 255):  # oneDNN saturates at 0..255 only
@@ -308,6 +316,38 @@ class QLinear(_Packed):
         self.out_scale, self.out_zero_point = float(q.scale), int(q.zero_point)
         self.out_dtype, self.range_only = None, False
         return True
+
+    def _back_to_integers(self, q: QParams) -> bool:
+        """Dequantize (grid A) then quantize (grid B): the integers on A again, requantized.
+
+        Floats clamped to A's range skip the rounding onto A, within half a step of A; on
+        a finer grid B that is more than one step of B (a linear -> relu -> dropout ->
+        linear whose relu kept a qconfig of its own: 1.5 steps). On A itself, the
+        integers are exactly what the reference model's quantize step gives."""
+        if q.scale is None or q.zero_point is None or q.dtype not in (torch.uint8, torch.int8):
+            return False
+        scale, zero_point, post_op, args, range_only, grid = self._integers  # type: ignore[misc]
+        self.out_scale, self.out_zero_point, self.out_dtype = scale, zero_point, None
+        self.post_op, self.post_op_args, self.range_only = post_op, args, range_only
+        self._integers = None
+        same = (float(q.scale), int(q.zero_point), q.quant_min, q.quant_max, q.dtype) == (
+            float(grid.scale),
+            int(grid.zero_point),
+            grid.quant_min,
+            grid.quant_max,
+            grid.dtype,
+        )
+        self.requantize = None if same else (grid, q)
+        return True
+
+    def _requantized(self, result: torch.Tensor) -> torch.Tensor:
+        grid, q = self.requantize  # type: ignore[misc]  # forward calls it only when set
+        floats = qdq.dequantize_per_tensor(
+            result, grid.scale, grid.zero_point, grid.quant_min, grid.quant_max, grid.dtype
+        )
+        return boundary.quantize_per_tensor(
+            floats, float(q.scale), int(q.zero_point), q.quant_min, q.quant_max, q.dtype
+        )
 
     def forward(self, qx: torch.Tensor, added: torch.Tensor | None = None) -> torch.Tensor:
         """Run the kernel on ``qx`` (uint8, any leading shape); plus ``added`` when it
@@ -323,6 +363,8 @@ class QLinear(_Packed):
         result: torch.Tensor = _LINEAR_OP(qx, *tail)
         if self.out_clamp is not None:
             result.clamp_(*self.out_clamp)
+        if self.requantize is not None:
+            result = self._requantized(result)
         if added is None:
             return result
         return _add(result, added)

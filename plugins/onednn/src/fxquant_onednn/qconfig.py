@@ -21,7 +21,9 @@ cannot fuse while the BatchNorm still trains.
 uint8 activations over the full 0..255 range, int8 weights symmetric per
 output channel (the only weights oneDNN takes; per tensor for transposed
 convs). Activations: HistogramObserver for PTQ (it clips outliers, which
-min/max does not), moving-average min/max fake-quantize for QAT.
+min/max does not), moving-average min/max fake-quantize for QAT. QAT gives
+embedding tables symmetric int8 rows (the weight-only dtype oneDNN's embedding
+patterns take); PTQ leaves them float, as torch.ao's default does.
 
 The weights' range depends on the CPU (``fxquant.lowering.kernels.cpu``, asked when the
 mapping is built): -128..127 with VNNI or AMX, where oneDNN adds each u8 x s8
@@ -49,6 +51,7 @@ from fxquant.lowering.kernels import cpu
 from fxquant.nn import intrinsic
 from fxquant.numerics import fake_quantize, observer
 from fxquant.patterns import reference_default_qconfig_mapping
+from fxquant.patterns.qconfigs import EMBEDDING_OPS, embedding_qat_qconfig
 from torch import nn
 
 __all__ = [
@@ -188,7 +191,10 @@ def default_qconfig_mapping(is_qat: bool) -> QConfigMapping:
         mapping.set_object_type(conv_transpose, QConfig(int8.activation, per_tensor))
     for op in FLOAT_OPS:
         mapping.set_object_type(op, None)
-    if not is_qat:
+    if is_qat:
+        for lookup in EMBEDDING_OPS:
+            mapping.set_object_type(lookup, embedding_qat_qconfig(torch.int8))
+    else:
         # an entry for a fused class outranks its parts' entries: these adds are int8.
         # Not for QAT: conv + bn + add cannot fuse while the BatchNorm still trains
         for fused in (intrinsic.ConvAdd2d, intrinsic.ConvAddReLU2d):

@@ -19,6 +19,7 @@ from torch import nn
 
 from fxquant_quantized_engine.bias import bias_rounding_reason
 from fxquant_quantized_engine.conv_add import QuantizedConvAdd
+from fxquant_quantized_engine.embedding import embedding_rule
 from fxquant_quantized_engine.engine import (
     _QINT8,
     _Quiet,
@@ -476,6 +477,8 @@ def lowering_rules(engine: str, configs: Sequence[Any]) -> list[Any]:
         rules[rule.key] = rule
     for rule in recurrent_rules(engine):  # dynamic int8 LSTM / GRU / cells
         rules[rule.key] = rule
+    lookup = embedding_rule(engine)  # weight-only tables: rows gathered, then dequantized
+    rules[lookup.key] = lookup
     for config in configs:
         pattern = _reference_pattern(config)
         if pattern is None:
