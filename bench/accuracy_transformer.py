@@ -505,7 +505,7 @@ def _tensorrt_transformer(setup: Setup, alpha: float | None = None) -> Row:
     ``alpha``, every Linear's input equalized too (``_equalization_config``, SmoothQuant's
     migration strength ``alpha``; the scales fold into the LayerNorms and weights)."""
     from fxquant.config.qconfig_mapping import QConfigMapping
-    from fxquant.numerics.equalization import (
+    from fxquant.flow.equalization.observers import (
         EqualizationQConfig,
         InputEqualizationObserver,
         WeightEqualizationObserver,

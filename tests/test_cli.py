@@ -298,7 +298,7 @@ def test_demo_with_named_backends_leaves_the_tutorial_backend_out(
 
 
 def _toy_backend(installed: Installed, name: str) -> None:
-    from fxquant.patterns.reference import reference_pattern_configs
+    from fxquant.patterns.generic import reference_pattern_configs
 
     installed.module(
         name,
@@ -399,7 +399,7 @@ class ToyRuntime:
 def test_demo_measures_a_deployed_backend_in_its_runtime(
     installed: Installed, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from fxquant.patterns.reference import reference_pattern_configs
+    from fxquant.patterns.generic import reference_pattern_configs
 
     deployed: list[ToyRuntime] = []
 

@@ -132,12 +132,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("registry", ("fxquant.registry",)),
     (
         "flow",
-        (
-            "fxquant.flow",
-            "fxquant.lowering.lower",
-            "fxquant.lowering.epilogues",
-            "fxquant.numerics.equalization",
-        ),
+        ("fxquant.flow",),
     ),
     (
         "after the flow",

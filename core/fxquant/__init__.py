@@ -62,7 +62,7 @@ _moved.import_tracers()
 # top-level names fxquant keeps in submodules (fxquant.torch_ao_names.TOP_LEVEL_NAMES),
 # the seed's default_equalization_qconfig, and the numerics package
 _LAZY = {
-    "default_equalization_qconfig": "fxquant.numerics.equalization",
+    "default_equalization_qconfig": "fxquant.flow.equalization.observers",
     "numerics": "fxquant.numerics",
 }
 

@@ -51,8 +51,12 @@ __all__ = [
 #: old module (or package) path -> its new path. A package's submodules follow it.
 MOVED: Final[dict[str, str]] = {
     "fxquant.kernels": "fxquant.lowering.kernels",
-    "fxquant.flow.lower": "fxquant.lowering.lower",
-    "fxquant.flow.epilogues": "fxquant.lowering.epilogues",
+    "fxquant.lowering.lower": "fxquant.flow.lower",
+    "fxquant.lowering.epilogues": "fxquant.flow.epilogues",
+    "fxquant.numerics.equalization": "fxquant.flow.equalization.observers",
+    "fxquant.flow.equalize": "fxquant.flow.equalization.prepare",
+    "fxquant.flow.equalize_convert": "fxquant.flow.equalization.convert",
+    "fxquant.patterns.reference": "fxquant.patterns.generic",
     "fxquant.qdq": "fxquant.numerics.qdq",
     "fxquant.patterns._common": "fxquant.patterns.builders",
     "fxquant.calibration": "fxquant.tools.calibration",

@@ -62,7 +62,7 @@ def test_a_pattern_with_different_qconfigs_and_nothing_shorter_says_why() -> Non
     # a backend that runs linear only fused with relu (as the seed tutorial's conv-relu):
     # two different qconfigs leave neither node quantizable, and the report says why
     from fxquant.nn.fusers import fuse_linear_relu
-    from fxquant.patterns.reference import weighted_dtype_configs
+    from fxquant.patterns.generic import weighted_dtype_configs
 
     backend = fxquant.BackendConfig("fused_only").set_backend_pattern_configs(
         [
@@ -91,7 +91,7 @@ def test_a_pattern_with_different_qconfigs_and_nothing_shorter_says_why() -> Non
 
 def test_conv_add_fusion_uses_the_root_and_extra_input_getters() -> None:
     from fxquant.patterns import conv_add_configs
-    from fxquant.patterns.reference import weighted_dtype_configs
+    from fxquant.patterns.generic import weighted_dtype_configs
 
     class M(nn.Module):
         def __init__(self) -> None:
@@ -120,7 +120,7 @@ def test_fused_graph_drops_the_absorbed_modules() -> None:
 
 def _linear_relu_backend() -> fxquant.BackendConfig:
     from fxquant.nn.fusers import fuse_linear_relu
-    from fxquant.patterns.reference import weighted_dtype_configs
+    from fxquant.patterns.generic import weighted_dtype_configs
 
     return fxquant.BackendConfig("fused_only").set_backend_pattern_configs(
         [
@@ -185,7 +185,7 @@ def test_qat_refuses_a_fusion_without_a_qat_module_and_fuses_the_shorter_pattern
     # conv + bn + add fuses into ConvAdd2d for PTQ, which has no QAT module: for QAT the
     # matcher falls back to conv + bn (a QAT ConvBn2d) and the add is observed on its own
     from fxquant.patterns import conv_add_configs, conv_configs
-    from fxquant.patterns.reference import weighted_dtype_configs
+    from fxquant.patterns.generic import weighted_dtype_configs
 
     backend = fxquant.BackendConfig("conv_add").set_backend_pattern_configs(
         [*conv_configs(weighted_dtype_configs()), *conv_add_configs(weighted_dtype_configs())]
@@ -215,7 +215,7 @@ class _Doubled(nn.Module):
 
 def test_a_conv_added_to_itself_is_not_fused_into_a_conv_add_and_stays_right() -> None:
     from fxquant.patterns import conv_add_configs, conv_configs
-    from fxquant.patterns.reference import weighted_dtype_configs
+    from fxquant.patterns.generic import weighted_dtype_configs
 
     backend = fxquant.BackendConfig("conv_add").set_backend_pattern_configs(
         [*conv_configs(weighted_dtype_configs()), *conv_add_configs(weighted_dtype_configs())]

@@ -243,8 +243,8 @@ def test_lowering_match_carries_input_and_output_qparams(testint8: Any) -> None:
     prepared, _ = prepared_residual(testint8)
     received: list[LoweringMatch] = []
     rule = LoweringRule(operator.add, build=lambda m: received.append(m), name="spy")
+    from fxquant.flow.lower import lower
     from fxquant.flow.report import Report
-    from fxquant.lowering.lower import lower
 
     ref = convert_to_reference_fx(prepared)
     lower(ref, context(BACKEND, rule), Report())
@@ -293,7 +293,7 @@ def test_a_declining_rule_leaves_the_pattern_in_reference_form() -> None:
         nn.Sequential(nn.ReLU()), {nn.ReLU: ADD}, STATIC, activation=MinMaxObserver
     )
     calibrate(prepared, torch.randn(8))
-    from fxquant.lowering.lower import lower
+    from fxquant.flow.lower import lower
 
     ref = convert_to_reference_fx(prepared)
     before = ref.code
@@ -314,7 +314,7 @@ def test_a_rule_declining_with_a_reason_leaves_reference_form_and_the_report_say
         nn.Sequential(nn.ReLU()), {nn.ReLU: ADD}, STATIC, activation=MinMaxObserver
     )
     calibrate(prepared, torch.randn(8))
-    from fxquant.lowering.lower import lower
+    from fxquant.flow.lower import lower
 
     ref = convert_to_reference_fx(prepared)
     before = ref.code
@@ -347,7 +347,7 @@ def test_functional_linear_weight_is_quantized_once_into_an_integer_buffer() -> 
 
     prepared = hand_prepare(Functional(), {F.linear: ADD}, PER_CHANNEL)
     calibrate(prepared, torch.randn(3, 8))
-    from fxquant.lowering.lower import lower
+    from fxquant.flow.lower import lower
 
     ref = convert_to_reference_fx(prepared)
     rule = LoweringRule(F.linear, build=build, name="flinear")
@@ -434,7 +434,7 @@ def test_lower_reads_its_rules_from_the_flow_context_never_from_the_registry(
     reference_model = convert_to_reference_fx(prepared)
     ctx = FlowContext.for_convert(resolve(testint8), strict=False)
     expected = convert_fx(prepared)(x)
-    from fxquant.lowering.lower import lower
+    from fxquant.flow.lower import lower
 
     def no_registry() -> None:
         msg = "lower() asked the registry"

@@ -194,7 +194,7 @@ def _lowered_agrees(run: _Run, zoo: ZooModel, out: Outcome) -> None:
 def _explain_is_what_ran(run: _Run, out: Outcome) -> None:
     """A node explain calls lowered runs in no float op of the lowered graph; a node it calls
     reference (quantize, float op, dequantize) is computed by no kernel."""
-    from fxquant.lowering.epilogues import OUTPUT_OF_KEY
+    from fxquant.flow.epilogues import OUTPUT_OF_KEY
 
     graph = run.lowered.graph
     kernels = {n.meta[OUTPUT_OF_KEY] for n in graph.nodes if OUTPUT_OF_KEY in n.meta}

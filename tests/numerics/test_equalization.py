@@ -10,7 +10,7 @@ import pytest
 import torch
 from fxquant.errors import ConfigError, ConfigTypeError
 from fxquant.flow import convert_fx, convert_to_reference_fx, explain, prepare_fx, prepare_qat_fx
-from fxquant.flow.equalize import EQUALIZATION_KEY
+from fxquant.flow.equalization.prepare import EQUALIZATION_KEY
 from fxquant.numerics import (
     EqualizationQConfig,
     InputEqualizationObserver,

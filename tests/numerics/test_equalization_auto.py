@@ -15,15 +15,15 @@ import pytest
 import torch
 from fxquant.errors import CalibrationWarning, ConfigError
 from fxquant.flow import convert_to_reference_fx, explain, prepare_fx
-from fxquant.flow.equalize import EQUALIZATION_KEY
-from fxquant.numerics import EqualizationQConfig, InputEqualizationObserver
-from fxquant.numerics.equalization import (
+from fxquant.flow.equalization.observers import (
     REQUIRED_GAIN,
     WeightEqualizationObserver,
     choose_alpha,
     equalization_scale,
     estimated_noise,
 )
+from fxquant.flow.equalization.prepare import EQUALIZATION_KEY
+from fxquant.numerics import EqualizationQConfig, InputEqualizationObserver
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from fxquant.config import defaults
 from fxquant.flow import convert_to_reference_fx, prepare_fx
-from fxquant.flow.equalize import EQUALIZATION_KEY
+from fxquant.flow.equalization.prepare import EQUALIZATION_KEY
 from fxquant.numerics import default_equalization_qconfig
 from torch import nn
 

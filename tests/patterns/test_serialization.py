@@ -7,7 +7,7 @@ import importlib.util
 import pytest
 from fxquant.config.backend import BackendConfig, BackendPatternConfig
 from fxquant.patterns import conv_add_configs, reference_pattern_configs
-from fxquant.patterns.reference import weighted_dtype_configs
+from fxquant.patterns.generic import weighted_dtype_configs
 
 
 @pytest.fixture(scope="module")

@@ -23,8 +23,8 @@ from fxquant.flow.aliases import alias_module_attributes
 from fxquant.flow.calibrated import label_observers
 from fxquant.flow.context import FlowContext, as_backend_config
 from fxquant.flow.convert import convert_fx, convert_to_reference_fx
-from fxquant.flow.equalize import EQUALIZATION_KEY
-from fxquant.flow.equalize import insert_observers as _insert_equalization
+from fxquant.flow.equalization.prepare import EQUALIZATION_KEY
+from fxquant.flow.equalization.prepare import insert_observers as _insert_equalization
 
 # aliased: a bare `fuse`/`prepare`/`trace` here would hide the submodules of the same name
 from fxquant.flow.fuse import fuse as _fuse

@@ -47,15 +47,15 @@ from fxquant.flow.convert_qconfig import (
     turned_off_nodes,
 )
 from fxquant.flow.convert_qdq import attribute_value, replace_observer
-from fxquant.flow.equalize import EQUALIZATION_KEY
-from fxquant.flow.equalize_convert import apply_equalization
+from fxquant.flow.equalization.convert import apply_equalization
+from fxquant.flow.equalization.prepare import EQUALIZATION_KEY
 from fxquant.flow.kept_reference import release_replaced_weights
+from fxquant.flow.lower import lower
 from fxquant.flow.report import NodeStatus, Report, raise_if_skipped
 from fxquant.flow.state import META_KEY, FlowMeta, FlowState, node_info
 from fxquant.flow.trace import drop_string_annotations
 from fxquant.flow.user_model import warn_if_calibrated_in_training, warn_if_converted_in_training
 from fxquant.lowering import DEQUANTIZE_OPS
-from fxquant.lowering.lower import lower
 from fxquant.registry import resolve_backend
 from fxquant.registry.resolution import ResolvedBackend
 

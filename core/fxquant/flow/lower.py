@@ -1,8 +1,311 @@
-"""Old path of :mod:`fxquant.lowering.lower`.
+"""Lower a reference model: reference patterns -> the backend's kernels on integer tensors.
 
-Importing it warns (DeprecationWarning) and gives that module.
+The lowering rules of the backend (``fxquant_lowering_kernels``, read from the
+flow's context: ``convert_fx`` resolved them by the backend's name) are matched
+with the one matcher; a match is lowered when every node in it was quantized
+at prepare and the rule's ``build`` returns a kernel::
+
+    reference: q_x -> dequantize -> fc (reference.Linear) -> quantize -> q_y -> dequantize
+    lowered:   q_x -> fc (kernel: int in, int out)                     -> q_y -> dequantize
+
+The kernel takes the integers behind each ``dequantize`` input (the float tensor
+behind a dynamic one) and replaces the output ``quantize``. Afterwards the
+weights that feed a kernel through ``quantize(get_attr)`` are quantized once
+and stored as integer buffers, quantize/dequantize steps left without users
+are removed, and :mod:`fxquant.flow.epilogues` tidies the steps between kernels
+(float32 boundary quantize, kernels taking over the steps next to them). The
+report marks lowered nodes ``lowered`` and gives every other quantized node the
+reason ``no_lowering_kernel``, in words that say whether a rule declined it (and
+why: ``Declined``) or the backend has no rule for its pattern.
 """
 
-from fxquant.moved import redirect
+from __future__ import annotations
 
-redirect(__name__)
+import dataclasses
+import operator
+import re
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.fx import GraphModule, Node
+
+from fxquant.config.pattern import pattern_str
+from fxquant.flow import epilogues
+from fxquant.flow.context import FlowContext
+from fxquant.flow.convert_qdq import attribute_value, node_qparams
+from fxquant.flow.epilogues import OUTPUT_OF_KEY, OUTPUT_QPARAMS_KEY
+from fxquant.flow.match import Match, PatternIndex, match_graph
+from fxquant.flow.names import unique_name
+from fxquant.flow.report import NodeStatus, Reason, ReasonCode, Report
+from fxquant.flow.state import META_KEY, NodeInfo
+from fxquant.lowering import (
+    CHOOSE_QPARAMS_OP,
+    CHOOSE_QPARAMS_PER_TOKEN_OP,
+    QDQ_OPS,
+    STATIC_DEQUANTIZE_OPS,
+    STATIC_QUANTIZE_OPS,
+    Declined,
+    LoweringMatch,
+    LoweringRule,
+    QParams,
+)
+
+__all__ = ["lower"]
+
+_DYNAMIC_DEQUANTIZE = torch.ops.fxquant.dequantize_per_tensor.tensor
+
+
+@dataclass(frozen=True, slots=True)
+class _Modules:
+    """The reference model's modules before lowering, and how many nodes call each."""
+
+    by_name: dict[str, nn.Module]
+    uses: Counter[str]
+
+
+def _quantized(node: Node) -> bool:
+    info = node.meta.get(META_KEY)
+    return isinstance(info, NodeInfo) and info.qconfig is not None and info.dtype_config is not None
+
+
+def _input(gm: GraphModule, value: Node) -> tuple[Node, QParams | None]:
+    """What the kernel receives for one external input, and its qparams."""
+    if value.op == "call_function" and value.target in STATIC_DEQUANTIZE_OPS:
+        source = value.args[0]
+        assert isinstance(source, Node)  # convert feeds dequantize from a quantize node
+        return source, node_qparams(gm, value)
+    if value.op == "call_function" and value.target == _DYNAMIC_DEQUANTIZE:
+        q = value.args[0]
+        assert isinstance(q, Node)  # convert feeds dequantize from a quantize node
+        _, scale, _, low, high, dtype = value.args
+        # the range the qparams are chosen for (the observer's: 0..127 with reduce_range), as
+        # the reference does; the values fit it, whatever the stored range (#AVX2: a kernel
+        # choosing over 0..255 instead was more precise than the reference and saturated)
+        choose = scale.args[0] if isinstance(scale, Node) and scale.args else None
+        if isinstance(choose, Node) and choose.target == CHOOSE_QPARAMS_OP:
+            _, low, high, _ = choose.args
+        x = q.args[0]
+        assert isinstance(x, Node)  # the float input of the dynamic quantize
+        return x, QParams(dtype, low, high, is_dynamic=True)  # type: ignore[arg-type]  # convert wrote these
+    return value, None
+
+
+def _external_inputs(nodes: Sequence[Node]) -> list[Node]:
+    inside = set(nodes)
+    found: list[Node] = []
+    for node in nodes:
+        for value in (*node.args, *node.kwargs.values()):
+            for item in _flatten(value):
+                if isinstance(item, Node) and item not in inside:
+                    found.append(item)
+    return found
+
+
+def _flatten(value: object) -> list[object]:
+    if isinstance(value, (list, tuple)):
+        return [leaf for item in value for leaf in _flatten(item)]
+    return [value]
+
+
+def _output_quantize(anchor: Node) -> Node | None:
+    users = list(anchor.users)
+    if len(users) != 1 or users[0].op != "call_function":
+        return None
+    return users[0] if users[0].target in STATIC_QUANTIZE_OPS else None
+
+
+def _kernel_name(gm: GraphModule, match: Match[LoweringRule], modules: _Modules) -> str:
+    node = match.nodes[0]
+    if len(match.nodes) == 1 and node.op == "call_module" and modules.uses[str(node.target)] == 1:
+        return str(node.target)  # the kernel takes the reference module's place
+    return unique_name(gm, re.sub(r"\W", "_", f"{match.anchor.name}_{match.payload.name}"))
+
+
+def _install(
+    gm: GraphModule,
+    match: Match[LoweringRule],
+    kernel: Callable[..., Any],
+    modules: _Modules,
+    args: list[Node],
+    quantize: Node | None,
+) -> None:
+    anchor = match.anchor
+    replaced = quantize or anchor
+    with gm.graph.inserting_after(replaced):
+        if isinstance(kernel, nn.Module):
+            name = _kernel_name(gm, match, modules)
+            gm.set_submodule(name, kernel)
+            new = gm.graph.call_module(name, tuple(args))
+        else:
+            new = gm.graph.call_function(kernel, tuple(args))
+    new.meta = dict(anchor.meta)
+    # for fxquant.numerics.compare: whose value the kernel computes, and its integers' qparams
+    new.meta[OUTPUT_OF_KEY] = anchor.name
+    if quantize is not None:
+        new.meta[OUTPUT_QPARAMS_KEY] = node_qparams(gm, quantize)
+    replaced.replace_all_uses_with(new)
+    # dict.fromkeys: when the output stays float, `replaced` is the anchor, also in nodes
+    for node in dict.fromkeys([replaced, *reversed(match.nodes)]):
+        if not node.users and node is not new and node.graph is gm.graph:
+            gm.graph.erase_node(node)
+
+
+def _fits(match: Match[LoweringRule]) -> bool:
+    """A rule for quantized ops takes only quantized nodes; a float rule only float ones."""
+    quantized = [_quantized(n) for n in match.nodes]
+    return all(quantized) if match.payload.quantized else not any(quantized)
+
+
+def _lower_one(
+    gm: GraphModule, match: Match[LoweringRule], backend: str, modules: _Modules
+) -> str | None:
+    """Lower one match; ``None`` when lowered, else why the rule declined."""
+    external = _external_inputs(match.nodes)
+    if match.payload.quantized:
+        pairs = [_input(gm, value) for value in external]
+        quantize = _output_quantize(match.anchor)
+    else:  # float ops: the kernel takes the float values and returns floats
+        pairs, quantize = [(value, None) for value in external], None
+    lowering = LoweringMatch(
+        rule=match.payload,
+        backend=backend,
+        nodes=match.nodes,
+        modules=tuple(
+            modules.by_name.get(str(n.target)) if n.op == "call_module" else None
+            for n in match.nodes
+        ),
+        inputs=tuple(q for _, q in pairs),
+        output=None if quantize is None else node_qparams(gm, quantize),
+    )
+    kernel = match.payload.build(lowering)
+    if kernel is None:
+        return "its build returned None, without a reason"
+    if isinstance(kernel, Declined):  # the report gives the rule's reason
+        return kernel.reason
+    _install(gm, match, kernel, modules, [node for node, _ in pairs], quantize)
+    return None
+
+
+def _fold_weights(gm: GraphModule) -> None:
+    """``quantize(get_attr)`` feeding anything but a dequantize -> an integer buffer."""
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target not in STATIC_QUANTIZE_OPS:
+            continue
+        inputs = [a for a in node.args if isinstance(a, Node)]
+        if not all(a.op == "get_attr" for a in inputs) or not inputs:
+            continue
+        if all(u.op == "call_function" and u.target in QDQ_OPS for u in node.users):
+            continue  # still reference form: keep the float weight and its quantize
+        args = tuple(attribute_value(gm, a) for a in node.args)
+        with torch.no_grad():
+            value = node.target(*args)
+        name = re.sub(r"\W", "_", f"{node.name}_int")
+        gm.register_buffer(name, value)
+        with gm.graph.inserting_before(node):
+            buffer = gm.graph.get_attr(name)
+        node.replace_all_uses_with(buffer)
+        gm.graph.erase_node(node)
+
+
+_REMOVABLE = frozenset({*QDQ_OPS, CHOOSE_QPARAMS_OP, CHOOSE_QPARAMS_PER_TOKEN_OP, operator.getitem})
+
+
+def _kept_when_unused(node: Node) -> bool:
+    """Only what lowering itself leaves unused goes: a dead op of the user's model stays, as
+    it does in the reference model (torch.fx's default would also drop dead float calls)."""
+    removable = node.op == "call_function" and node.target in _REMOVABLE
+    return not (removable or node.op == "get_attr")
+
+
+def _remove_dead(gm: GraphModule) -> None:
+    gm.graph.eliminate_dead_code(is_impure_node=_kept_when_unused)
+    used = {str(n.target) for n in gm.graph.nodes if n.op == "call_module"}
+    for name, _ in list(gm.named_children()):
+        module = getattr(gm, name)
+        if getattr(module, "_IS_REFERENCE", False) and name not in used:
+            delattr(gm, name)  # a reference module fully replaced by its kernel
+
+
+def _op_texts(gm: GraphModule) -> dict[str, str]:
+    """Each node's op as reports name it: ``Linear``, ``operator.add``, ``'relu'``."""
+    texts = {}
+    for node in gm.graph.nodes:
+        if node.op == "call_module":
+            texts[node.name] = type(gm.get_submodule(str(node.target))).__name__
+        elif node.op in ("call_function", "call_method"):
+            texts[node.name] = pattern_str(node.target)
+    return texts
+
+
+def _update_report(
+    report: Report,
+    lowered: set[str],
+    declined: dict[str, str],
+    ctx: FlowContext,
+    ops: dict[str, str],
+) -> Report:
+    """Lowered nodes -> ``lowered``; other quantized ones say which rule declined, or that none
+    exists for their pattern: a user fixes those two differently."""
+    backend = ctx.backend_config.name
+    quiet = ctx.deployed and not ctx.lowering_rules  # its toolchain takes the reference form
+    entries = []
+    for entry in report.entries():
+        if entry.node in lowered:
+            entry = dataclasses.replace(entry, status=NodeStatus.LOWERED, reason=None)
+        elif entry.status == NodeStatus.REFERENCE and not quiet:
+            why = declined.get(entry.node)
+            if why is None:
+                what = entry.pattern or ops.get(entry.node, entry.op)
+                why = f"no lowering rule in backend {backend!r} for {what}"
+            words = f"{why}; it stays in reference form"
+            entry = dataclasses.replace(entry, reason=Reason(ReasonCode.NO_LOWERING_KERNEL, words))
+        entries.append(entry)
+    return Report(entries, report.unused())
+
+
+def lower(gm: GraphModule, ctx: FlowContext, report: Report) -> Report:
+    """Lower ``gm`` (a reference model) in place with ``ctx.lowering_rules``; return the report.
+
+    ``ctx.deployed``: the backend runs its models outside PyTorch (a
+    ``Deployment``); with no rules, its reference form is the intended result
+    and no node is reported ``no_lowering_kernel``.
+
+    Example:
+        >>> # see tests/flow/test_lower.py: a test backend lowers linear, conv and add
+    """
+    rules, backend = ctx.lowering_rules, ctx.backend_config.name
+    lowered: set[str] = set()
+    declined: dict[str, str] = {}
+    ops = _op_texts(gm)  # before lowering replaces the nodes
+    if rules:
+        by_name = dict(gm.named_modules())
+        uses = Counter(str(n.target) for n in gm.graph.nodes if n.op == "call_module")
+        modules = _Modules(by_name, uses)
+        index: PatternIndex[LoweringRule] = PatternIndex.build((r.key, r) for r in rules)
+        # the veto frees a structural match of the wrong kind for the shorter patterns
+        found = match_graph(gm, index, modules=by_name, accept=_fits)
+        matches = {id(m): m for m in found.values()}
+        for match in matches.values():
+            names = [n.name for n in match.nodes]
+            why = _lower_one(gm, match, backend, modules)
+            if not match.payload.quantized:
+                continue  # float rules leave the report alone: never quantized
+            if why is None:
+                lowered.update(names)
+            else:
+                rule = match.payload.name
+                declined.update(dict.fromkeys(names, f"lowering rule {rule} declined: {why}"))
+        _fold_weights(gm)
+        epilogues.shape_reads_from_integers(gm)
+        _remove_dead(gm)  # first: a dead dequantize would count as a second reader
+        epilogues.fast_boundaries(gm)
+        epilogues.drop_identities(gm)
+        epilogues.absorb_epilogues(gm)
+        epilogues.absorb_inputs(gm)
+        epilogues.merge_siblings(gm)
+        _remove_dead(gm)
+    return _update_report(report, lowered, declined, ctx, ops)

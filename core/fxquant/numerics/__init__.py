@@ -1,32 +1,30 @@
-"""Numerics: q/dq, observers, fake quantize, input-weight equalization.
+"""Numerics: quantize/dequantize on integer tensors, observers, fake quantize, and the debugger.
 
 - :mod:`fxquant.numerics.qdq`, :mod:`~fxquant.numerics.observer`,
   :mod:`~fxquant.numerics.fake_quantize`: the mechanism (``fxquant.observer`` and
   ``fxquant.fake_quantize`` are the documented paths of the last two);
-- :mod:`fxquant.numerics.equalization`: ``default_equalization_qconfig`` and its observers,
-  for ``prepare_fx(..., _equalization_config=...)``;
+- ``EqualizationQConfig``, ``default_equalization_qconfig`` and the two equalization
+  observers, for ``prepare_fx(..., _equalization_config=...)``: they live with the rest of
+  input-weight equalization in :mod:`fxquant.flow.equalization`;
 - :func:`compare`, :func:`fallback`, :func:`choose_precision` (with ``Budget``,
   ``Comparison``, ``NodeError``, ``FallbackResult``, ``FallbackStep``, ``PrecisionChoice``,
-  ``PrecisionResult``): the numerics debugger and float fallback, tools that
-  live in :mod:`fxquant.tools.debug` and keep this documented path. They load on first
-  use, so importing the mechanism never loads the tools.
+  ``PrecisionResult``): the numerics debugger, float fallback and the per-node precision
+  chooser, tools that live in :mod:`fxquant.tools.debug`.
+
+The names that live elsewhere load on first use: the flow imports this package's modules
+(an eager import of the flow here would be a cycle), and importing the mechanism never
+loads the tools.
 
 Example:
-    >>> from fxquant.numerics import compare, fallback
+    >>> from fxquant.numerics import compare, default_equalization_qconfig, fallback
     >>> compare.__module__, fallback.__module__
     ('fxquant.tools.debug.compare', 'fxquant.tools.debug.fallback')
+    >>> type(default_equalization_qconfig).__name__
+    'EqualizationQConfig'
 """
 
 from __future__ import annotations
 
-from fxquant.numerics.equalization import (
-    EqualizationQConfig,
-    InputEqualizationObserver,
-    WeightEqualizationObserver,
-    default_equalization_qconfig,
-)
-
-# the debugger's names, kept at their documented path; they live in fxquant.tools.debug
 _DEBUG_NAMES = frozenset(
     {
         "Budget",
@@ -41,22 +39,36 @@ _DEBUG_NAMES = frozenset(
         "fallback",
     }
 )
+_EQUALIZATION_NAMES = frozenset(
+    {
+        "EqualizationQConfig",
+        "InputEqualizationObserver",
+        "WeightEqualizationObserver",
+        "default_equalization_qconfig",
+    }
+)
 
 
 def __getattr__(name: str) -> object:
-    """The debugger's names (:mod:`fxquant.tools.debug`), loaded on first use (PEP 562)."""
-    if name not in _DEBUG_NAMES:
+    """The names that live in the flow or the tools, loaded on first use (PEP 562)."""
+    value: object
+    if name in _DEBUG_NAMES:
+        from fxquant.tools import debug  # why: a tool above the mechanism, loaded when asked for
+
+        value = getattr(debug, name)
+    elif name in _EQUALIZATION_NAMES:
+        from fxquant.flow import equalization  # why: the flow imports numerics: a cycle if eager
+
+        value = getattr(equalization, name)
+    else:
         msg = f"module 'fxquant.numerics' has no attribute {name!r}"
         raise AttributeError(msg)
-    from fxquant.tools import debug  # why: a tool above the mechanism, loaded only when asked for
-
-    value: object = getattr(debug, name)
     globals()[name] = value  # found once
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_DEBUG_NAMES})
+    return sorted({*globals(), *_DEBUG_NAMES, *_EQUALIZATION_NAMES})
 
 
 __all__ = [

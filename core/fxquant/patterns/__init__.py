@@ -46,6 +46,7 @@ from fxquant.patterns.fixed_qparams import (
     fixed_qparams_ops,
     with_fixed_qparams,
 )
+from fxquant.patterns.generic import reference_pattern_configs
 from fxquant.patterns.linear import linear_configs
 from fxquant.patterns.misc import (
     cat_configs,
@@ -54,7 +55,6 @@ from fxquant.patterns.misc import (
 )
 from fxquant.patterns.norm import bn_configs, ln_configs
 from fxquant.patterns.qconfigs import reference_default_qconfig_mapping
-from fxquant.patterns.reference import reference_pattern_configs
 from fxquant.patterns.rnn import rnn_configs
 from fxquant.patterns.share_qparams import share_qparams_op_configs
 

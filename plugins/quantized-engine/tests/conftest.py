@@ -12,7 +12,7 @@ from fxquant.config.backend import BackendPatternConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.lowering import LoweringRule
 from fxquant.lowering.kernels import cpu
-from fxquant.patterns.reference import dynamic_dtype_configs
+from fxquant.patterns.generic import dynamic_dtype_configs
 from fxquant_quantized_engine import (
     engine_default_qconfig_mapping,
     engine_pattern_configs,

@@ -8,7 +8,7 @@ import types
 import fxquant
 import torch
 from fxquant.config.qconfig_mapping import QConfigMapping
-from fxquant.patterns.reference import dynamic_dtype_configs
+from fxquant.patterns.generic import dynamic_dtype_configs
 from fxquant.tools import testing
 from fxquant_quantized_engine import (
     QuantizedLinear,

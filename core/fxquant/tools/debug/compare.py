@@ -34,6 +34,8 @@ import torch
 from torch import fx, nn
 
 from fxquant.errors import ConfigTypeError
+from fxquant.flow import fuse_fx
+from fxquant.flow.equalization.prepare import EQUALIZATION_KEY
 from fxquant.flow.report import NodeStatus
 from fxquant.flow.state import META_KEY, FlowState
 from fxquant.tools.debug.comparison import Comparison, NodeError
@@ -56,10 +58,6 @@ def _float_graph(model: nn.Module, quantized: nn.Module) -> fx.GraphModule:
     """The float model as a graph with prepare's node names (traced and fused the same way)."""
     if isinstance(model, fx.GraphModule):
         return model
-    # fxquant.flow imports numerics.equalization, whose package (numerics/__init__) imports
-    # this module: a module-level import of the flow would be a cycle at run time
-    from fxquant.flow import fuse_fx  # why: a cycle at run time (above)
-
     state = getattr(quantized, "meta", {}).get(META_KEY)
     backend = state.backend_config if isinstance(state, FlowState) else None
     return fuse_fx(copy.deepcopy(model).eval(), backend_config=backend)
@@ -123,8 +121,6 @@ def _labels(model: nn.Module) -> dict[str, tuple[str, str]]:
 
 def _scaled_by_equalization(model: nn.Module) -> dict[str, torch.Tensor]:
     """Nodes whose values equalization scaled on purpose (a folded scale), and by what."""
-    from fxquant.flow.equalize import EQUALIZATION_KEY  # why: cycle at run time (as above)
-
     scaled: dict[str, torch.Tensor] = {}
     for pair in getattr(model, "meta", {}).get(EQUALIZATION_KEY, ()):
         if pair.scale is not None:

@@ -33,6 +33,7 @@ from torch import fx, nn
 from fxquant.config.backend import BackendConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.errors import ConfigError
+from fxquant.flow import convert_fx, convert_to_reference_fx, prepare_fx
 from fxquant.flow.state import flow_state, node_info
 from fxquant.tools.debug.budget import Budget, Evaluate, as_budget, cosine_score
 from fxquant.tools.debug.compare import compare
@@ -64,10 +65,6 @@ def _batches(data: Iterable[Any]) -> list[tuple[Any, ...]]:
 
 def _quantize(setup: _Setup, mapping: QConfigMapping) -> tuple[fx.GraphModule, fx.GraphModule]:
     """The prepared-and-calibrated model and its converted form."""
-    # fxquant.flow imports numerics.equalization, whose package (numerics/__init__) imports
-    # this module: a module-level import of the flow would be a cycle at run time
-    from fxquant.flow import convert_fx, convert_to_reference_fx, prepare_fx  # why: run-time cycle
-
     prepared = prepare_fx(
         copy.deepcopy(setup.model),
         mapping,

@@ -26,6 +26,7 @@ from torch import nn
 from fxquant.config.backend import BackendConfig
 from fxquant.config.qconfig import QConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
+from fxquant.flow import convert_fx, prepare_fx
 
 __all__ = ["PRECISIONS", "capture_inputs", "median_ms", "time_node"]
 
@@ -76,10 +77,6 @@ def _int8_module(
     inputs: Sequence[torch.Tensor],
     backend: BackendConfig | None,
 ) -> nn.Module:
-    # fxquant.flow imports numerics.equalization, whose package (numerics/__init__) imports
-    # the debugger: a module-level import of the flow would be a cycle at run time
-    from fxquant.flow import convert_fx, prepare_fx  # why: run-time cycle
-
     alone = nn.Sequential(copy.deepcopy(module)).eval()
     mapping = QConfigMapping().set_global(qconfig)
     prepared = prepare_fx(alone, mapping, (inputs[0],), backend_config=backend)

@@ -18,8 +18,8 @@ import torch
 from torch import fx
 from torch.fx import Node
 
+from fxquant.flow.epilogues import OUTPUT_OF_KEY, OUTPUT_QPARAMS_KEY, is_identity
 from fxquant.lowering import DEQUANTIZE_OPS, STATIC_QUANTIZE_OPS, QParams
-from fxquant.lowering.epilogues import OUTPUT_OF_KEY, OUTPUT_QPARAMS_KEY, is_identity
 
 __all__ = ["Site", "ValueRun", "value_sites"]
 

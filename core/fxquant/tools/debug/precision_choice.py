@@ -33,6 +33,7 @@ from fxquant.config.defaults import bfloat16_static_qconfig
 from fxquant.config.qconfig import QConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.errors import ConfigError
+from fxquant.flow import explain, prepare_fx
 from fxquant.tools.debug.budget import Budget, as_budget, cosine_score
 from fxquant.tools.debug.compare import compare
 from fxquant.tools.debug.fallback import _batches, _quantize, _Setup
@@ -60,10 +61,6 @@ class _Search:
 
 def _quantized_modules(setup: _Setup, mapping: QConfigMapping) -> set[str]:
     """The module paths that ``mapping`` quantizes (prepared only, not calibrated)."""
-    # fxquant.flow imports numerics.equalization, whose package (numerics/__init__) imports
-    # the debugger: a module-level import of the flow would be a cycle at run time
-    from fxquant.flow import explain, prepare_fx  # why: run-time cycle
-
     prepared = prepare_fx(
         copy.deepcopy(setup.model),
         mapping,

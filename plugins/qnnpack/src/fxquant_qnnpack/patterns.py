@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 from fxquant.config.backend import BackendPatternConfig, DTypeWithConstraints
-from fxquant.patterns.reference import dynamic_dtype_configs
+from fxquant.patterns.generic import dynamic_dtype_configs
 from fxquant_quantized_engine import engine_pattern_configs
 
 SCALE_MIN = 2**-12

@@ -55,7 +55,7 @@ def engine_plugin(
 
     Example:
         >>> import torch
-        >>> from fxquant.patterns.reference import dynamic_dtype_configs
+        >>> from fxquant.patterns.generic import dynamic_dtype_configs
         >>> from fxquant_quantized_engine import engine_pattern_configs
         >>> hooks = engine_plugin(
         ...     "mine", engine="qnnpack",

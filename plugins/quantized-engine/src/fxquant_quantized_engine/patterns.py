@@ -26,10 +26,10 @@ from fxquant.patterns.conv import conv_configs
 from fxquant.patterns.conv_add import conv_add_configs
 from fxquant.patterns.embedding import embedding_configs
 from fxquant.patterns.fixed_qparams import fixed_qparams_op_configs
+from fxquant.patterns.generic import weight_only_dtype_configs
 from fxquant.patterns.linear import linear_configs
 from fxquant.patterns.misc import cat_configs, default_op_configs, tensor_info_op_configs
 from fxquant.patterns.norm import bn_configs, ln_configs
-from fxquant.patterns.reference import weight_only_dtype_configs
 from fxquant.patterns.rnn import rnn_configs
 from fxquant.patterns.share_qparams import share_qparams_op_configs
 

@@ -36,7 +36,7 @@ __all__ = ["ALPHA", "graph_mode", "residual_blocks"]
 
 ALPHA = "auto"
 """The migration strength the transformer mode equalizes with: chosen per input
-(``fxquant.numerics.equalization.choose_alpha``). A fixed 0.75 was best on
+(``fxquant.flow.equalization.observers.choose_alpha``). A fixed 0.75 was best on
 all-MiniLM-L6-v2 (0.996 cosine in onnxruntime; "auto" 0.996, none 0.983:
 bench/accuracy_transformer.py, tensorrt rows) but cost models without outlier
 channels up to 8 dB (the zoo's Swin 24.2 dB, "auto" 33.6)."""
@@ -114,7 +114,7 @@ def transformer_equalization() -> QConfigMapping:
         >>> transformer_equalization().qconfig_for("", nn.Linear).input_activation().alpha
         'auto'
     """
-    from fxquant.numerics.equalization import (  # heavy: only for a transformer
+    from fxquant.flow.equalization.observers import (  # heavy: only for a transformer
         EqualizationQConfig,
         InputEqualizationObserver,
         WeightEqualizationObserver,

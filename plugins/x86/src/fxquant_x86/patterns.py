@@ -48,7 +48,7 @@ from fxquant.patterns import (
     tensor_info_op_configs,
 )
 from fxquant.patterns.builders import op_config
-from fxquant.patterns.reference import weight_only_dtype_configs
+from fxquant.patterns.generic import weight_only_dtype_configs
 from fxquant_onednn.patterns import (
     DYNAMIC_FP16,
     DYNAMIC_INT8,

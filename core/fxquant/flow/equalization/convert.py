@@ -1,0 +1,332 @@
+"""Convert's part of input-weight equalization: scale weights, fold or insert ``s``.
+
+Run by convert on its copy of the prepared model, before observers become
+quantize/dequantize steps; ``fxquant.flow.equalization.prepare`` says where ``s`` goes::
+
+    prepared:   norm -> obs_1 -> eq_obs -> q        (q reads x)
+    converted:  norm (weight, bias * s) -> obs_1 (range of x * s) -> q (weight / s)
+"""
+
+from __future__ import annotations
+
+import copy
+import operator
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.nn.functional as F  # the usual alias
+from torch import fx, nn
+from torch.fx import Node
+
+from fxquant.flow.equalization.observers import (
+    AUTO,
+    InputEqualizationObserver,
+    WeightEqualizationObserver,
+    choose_alpha,
+    equalization_scale,
+)
+from fxquant.flow.equalization.prepare import (
+    EqualizedPair,
+    is_linear,
+    linear_module,
+    observer_node,
+    reads_shared_weight,
+    unique_name,
+)
+
+__all__ = ["apply_equalization"]
+
+_RELUS = (torch.relu, F.relu, "relu")
+
+
+def _set(root: nn.Module, path: str, value: Any) -> None:
+    owner, _, name = path.rpartition(".")
+    target = root.get_submodule(owner) if owner else root
+    if isinstance(getattr(target, name, None), nn.Parameter):
+        value = nn.Parameter(value, requires_grad=False)
+    setattr(target, name, value)  # a new tensor: the prepared model keeps its own
+
+
+def _constant_path(node: object, modules: Mapping[str, nn.Module], root: nn.Module) -> str | None:
+    """The attribute path of a functional's weight/bias (through its observer, if any)."""
+    observer = observer_node(node, modules)
+    if observer is not None:
+        # convert observes it again on the scaled weight: forget calibration's range
+        fresh = copy.deepcopy(modules[str(observer.target)])
+        reset = getattr(fresh, "reset_min_max_vals", None)
+        if callable(reset):
+            reset()
+        _set(root, str(observer.target), fresh)
+        modules[str(observer.target)] = fresh  # type: ignore[index]
+        node = observer.args[0]
+    if isinstance(node, Node) and node.op == "get_attr":
+        return str(node.target)
+    return None
+
+
+def _weight_and_bias(
+    node: Node, modules: Mapping[str, nn.Module], root: nn.Module
+) -> tuple[str | None, str | None]:
+    """Paths (from ``root``) of a Linear node's weight and bias."""
+    if node.op == "call_module":
+        path = str(node.target)
+        module = modules[path]
+        prefix = f"{path}.0" if not isinstance(module, nn.Linear) else path
+        linear = linear_module(node, modules)
+        bias = f"{prefix}.bias" if linear is not None and linear.bias is not None else None
+        return f"{prefix}.weight", bias
+    weight_arg = node.args[1] if len(node.args) > 1 else node.kwargs.get("weight")
+    bias_arg = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
+    return _constant_path(weight_arg, modules, root), _constant_path(bias_arg, modules, root)
+
+
+def _scale_columns(root: nn.Module, path: str, scale: torch.Tensor) -> None:
+    # times the reciprocal (not a division): torch.ao's rounding, so both quantize alike
+    _set(root, path, operator.attrgetter(path)(root).detach() * torch.reciprocal(scale))
+
+
+def _scale_rows(root: nn.Module, path: str | None, scale: torch.Tensor) -> None:
+    if path is None:
+        return
+    value = operator.attrgetter(path)(root).detach()
+    shape = (-1,) + (1,) * (value.dim() - 1)
+    _set(root, path, value * scale.reshape(shape))
+
+
+def _rescale_observer(
+    root: nn.Module, modules: dict[str, nn.Module], target: str, ranges: tuple[torch.Tensor, ...]
+) -> bool:
+    """Give observer ``target`` the range of the scaled input (a copy: the prepared model's
+    observer keeps its own)."""
+    observer = copy.deepcopy(modules[target])
+    low, high = ranges
+    old_min, old_max = getattr(observer, "min_val", None), getattr(observer, "max_val", None)
+    if not isinstance(old_min, torch.Tensor) or not isinstance(old_max, torch.Tensor):
+        return False
+    observer.min_val = low.reshape(old_min.shape).to(old_min.dtype)
+    observer.max_val = high.reshape(old_max.shape).to(old_max.dtype)
+    _set(root, target, observer)
+    modules[target] = observer
+    return True
+
+
+def _single_user(node: object, user: Node) -> bool:
+    return isinstance(node, Node) and list(node.users) == [user]
+
+
+def _producer(
+    source: object, observer: Node, modules: Mapping[str, nn.Module]
+) -> tuple[str, Node | None]:
+    """Where ``s`` can go: ``("layer_norm", ln)``, ``("rows", linear)`` or ``("mul", None)``."""
+    if not _single_user(source, observer) or not isinstance(source, Node):
+        return "mul", None
+    module = modules.get(str(source.target)) if source.op == "call_module" else None
+    if isinstance(module, nn.LayerNorm) and module.elementwise_affine and module.bias is not None:
+        return "layer_norm", source
+    if is_linear(source, modules):
+        return "rows", source
+    is_relu = isinstance(module, nn.ReLU) or (
+        source.op in ("call_function", "call_method") and source.target in _RELUS
+    )
+    if not is_relu or not source.args or not _single_user(source.args[0], source):
+        return "mul", None
+    before = source.args[0]
+    observed = observer_node(before, modules)
+    linear = observed.args[0] if observed is not None else before
+    if not isinstance(linear, Node) or not is_linear(linear, modules):
+        return "mul", None
+    if observed is not None and not _single_user(linear, observed):
+        return "mul", None
+    return "rows", linear
+
+
+def _nodes_between(start: Node, end: Node) -> list[Node]:
+    """The single-user path from ``start`` (exclusive) to ``end`` (inclusive)."""
+    found, node = [], start
+    while node is not end:
+        node = next(iter(node.users))
+        found.append(node)
+    return found
+
+
+def _observers_between(start: Node, end: Node, modules: Mapping[str, nn.Module]) -> list[Node]:
+    """Observer nodes on the single-user path from ``start`` (exclusive) to ``end`` (inclusive)."""
+    return [n for n in _nodes_between(start, end) if observer_node(n, modules) is not None]
+
+
+def apply_equalization(
+    root: nn.Module, graph: fx.Graph, modules: dict[str, nn.Module]
+) -> tuple[EqualizedPair, ...]:
+    """Convert's step: scale weights, fold or insert the input scale, drop the observers.
+
+    Example:
+        >>> # see tests/numerics/test_equalization.py
+    """
+    pairs = []
+    for node in list(graph.nodes):
+        module = modules.get(str(node.target)) if node.op == "call_module" else None
+        if isinstance(module, InputEqualizationObserver):
+            pairs.append(_apply(root, graph, modules, node))
+    return tuple(pairs)
+
+
+def _apply(
+    root: nn.Module, graph: fx.Graph, modules: dict[str, nn.Module], eq_node: Node
+) -> EqualizedPair:
+    eq: InputEqualizationObserver = modules[str(eq_node.target)]  # type: ignore[assignment]
+    observer = eq_node.args[0]
+    assert isinstance(observer, Node)  # insert_observers put it there
+    linears = list(eq_node.users)
+    names = tuple(n.name for n in linears)
+    eq_node.replace_all_uses_with(observer)
+    graph.erase_node(eq_node)
+    if not torch.all(torch.isfinite(eq.min_val)):
+        return EqualizedPair(
+            str(observer.args[0]), names, eq.alpha, "not equalized: no data observed"
+        )
+    paths = [_weight_and_bias(n, modules, root) for n in linears]
+    weights = []
+    for linear, (weight, _) in zip(linears, paths, strict=True):
+        assert weight is not None, linear.format_node()
+        stored = getattr(eq, "weight_observers", {})
+        w_obs = (
+            copy.deepcopy(stored[linear.name])
+            if linear.name in stored
+            else WeightEqualizationObserver()
+        )
+        w_obs(operator.attrgetter(weight)(root).detach())
+        weights.append(w_obs)
+    source = str(observer.args[0])
+    matrices = [operator.attrgetter(str(weight))(root) for weight, _ in paths]
+    alpha = _strength(eq, modules[str(observer.target)], matrices, weights[0])
+    if alpha is None:
+        return EqualizedPair(source, names, AUTO, "not equalized: less noise estimated unscaled")
+    scale = equalization_scale(eq, weights, alpha)
+    for weight, _ in paths:
+        _scale_columns(root, str(weight), scale)
+    ranges = (torch.min(eq.min_val * scale), torch.max(eq.max_val * scale))
+    applied, scaled = _apply_input_scale(root, graph, modules, (observer, linears), scale, ranges)
+    return EqualizedPair(source, names, alpha, applied, scale.detach().clone(), scaled)
+
+
+def _strength(
+    eq: InputEqualizationObserver,
+    input_observer: nn.Module,
+    matrices: list[torch.Tensor],
+    weight_observer: WeightEqualizationObserver,
+) -> float | None:
+    """The observer's alpha, or with ``"auto"`` the one :func:`choose_alpha` picks for how
+    this input and these weights are quantized (``None``: better left unscaled)."""
+    if eq.alpha != AUTO:
+        return float(eq.alpha)
+    return choose_alpha(
+        eq,
+        matrices,
+        symmetric_input="symmetric" in str(getattr(input_observer, "qscheme", "")),
+        per_channel_weight="per_channel" in str(weight_observer.qscheme),
+    )
+
+
+def _fold_plan(
+    root: nn.Module, graph: fx.Graph, modules: dict[str, nn.Module], site: tuple[Node, list[Node]]
+) -> tuple[str, Node | None, bool]:
+    """Where the input scale goes (pure): ``(kind, producer, exclusive)``; kind ``layer_norm``
+    or ``rows`` folds it into the producer, ``mul`` multiplies the observed input (also when
+    the producer's parameters are read by another call: ALBERT runs one layer twice)."""
+    observer, linears = site
+    sharers = [n for n in graph.nodes if n.op == "call_module" and n.target == observer.target]
+    exclusive = set(observer.users) == set(linears) and sharers == [observer]
+    kind, producer = ("mul", None)
+    if set(observer.users) == set(linears):
+        kind, producer = _producer(observer.args[0], observer, modules)
+    if producer is not None and reads_shared_weight(root, graph, modules, producer):
+        kind, producer = "mul", None
+    if kind == "rows" and producer is not None:
+        path = set(_observers_between(producer, observer, modules))
+        if not all(n in path for n in sharers):  # an observer shared beyond the path
+            kind, producer = "mul", None
+    elif not exclusive:
+        kind, producer = "mul", None
+    return kind, producer, exclusive
+
+
+def _apply_input_scale(
+    root: nn.Module,
+    graph: fx.Graph,
+    modules: dict[str, nn.Module],
+    site: tuple[Node, list[Node]],
+    scale: torch.Tensor,
+    ranges: tuple[torch.Tensor, torch.Tensor],
+) -> tuple[str, tuple[str, ...]]:
+    # plan first, then one edit
+    observer = site[0]
+    kind, producer, exclusive = _fold_plan(root, graph, modules, site)
+    if kind == "layer_norm" and producer is not None:
+        _scale_rows(root, f"{producer.target}.weight", scale)
+        _scale_rows(root, f"{producer.target}.bias", scale)
+        _rescale_observer(root, modules, str(observer.target), ranges)
+        return f"folded into {producer.name}", (producer.name,)
+    if kind == "rows" and producer is not None:
+        return _fold_into_rows(root, modules, (producer, observer), scale, ranges)
+    return _multiply_input(root, graph, modules, site, (scale, ranges), exclusive=exclusive)
+
+
+def _fold_into_rows(
+    root: nn.Module,
+    modules: dict[str, nn.Module],
+    ends: tuple[Node, Node],
+    scale: torch.Tensor,
+    ranges: tuple[torch.Tensor, torch.Tensor],
+) -> tuple[str, tuple[str, ...]]:
+    producer, observer = ends
+    weight, bias = _weight_and_bias(producer, modules, root)
+    _scale_rows(root, weight, scale)
+    _scale_rows(root, bias, scale)
+    chain = [producer, *_nodes_between(producer, observer)]
+    for between in chain:
+        if observer_node(between, modules) is not None:
+            _rescale_observer(root, modules, str(between.target), _with_zero(ranges))
+    scaled = tuple(n.name for n in chain if observer_node(n, modules) is None)
+    return f"folded into rows of {producer.name}", scaled
+
+
+def _multiply_input(
+    root: nn.Module,
+    graph: fx.Graph,
+    modules: dict[str, nn.Module],
+    site: tuple[Node, list[Node]],
+    scaling: tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]],
+    *,
+    exclusive: bool,
+) -> tuple[str, tuple[str, ...]]:
+    (observer, linears), (scale, ranges) = site, scaling
+    source = observer.args[0]
+    name = unique_name(root, f"{observer.name}_equalization_scale")
+    root.register_buffer(name, scale.detach().clone())
+    if exclusive and isinstance(source, Node):
+        with graph.inserting_before(observer):
+            mul = graph.call_function(torch.mul, (source, graph.get_attr(name)))
+        observer.replace_input_with(source, mul)
+        _rescale_observer(root, modules, str(observer.target), ranges)
+        return f"mul node {mul.name}", ()
+    target = unique_name(root, f"{observer.target}_equalized")
+    _set(root, target, modules[str(observer.target)])
+    modules[target] = modules[str(observer.target)]
+    with graph.inserting_after(observer):
+        constant = graph.get_attr(name)
+    with graph.inserting_after(constant):  # from the float value: not quantized twice
+        mul = graph.call_function(torch.mul, (source, constant))
+    with graph.inserting_after(mul):
+        own = graph.call_module(target, (mul,))
+    for linear in linears:
+        linear.replace_input_with(observer, own)
+    _rescale_observer(root, modules, target, ranges)
+    return f"mul node {mul.name} (its input also feeds other nodes)", ()
+
+
+def _with_zero(ranges: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    # an observer before a ReLU: its negative values become 0 anyway, so the ReLU output's
+    # range (widened to hold 0) quantizes what matters exactly
+    low, high = ranges
+    return torch.clamp(low, max=0.0), torch.clamp(high, min=0.0)

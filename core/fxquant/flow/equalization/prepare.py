@@ -1,0 +1,258 @@
+"""Input-weight equalization in the graph: observers at prepare, scales applied at convert.
+
+Prepare puts one :class:`InputEqualizationObserver` between a Linear's input
+observer and the Linears that read it (several when they share the input, as
+query/key/value do; they then share one scale)::
+
+    x -> obs_0 -> fc            becomes      x -> obs_0 -> eq_obs -> fc
+
+Convert (``fxquant.flow.equalization.convert``, on its copy; the prepared model is
+untouched) computes the scale ``s``
+(``fxquant.flow.equalization.observers``), divides the weight columns by ``s`` and
+multiplies the input by ``s`` where that costs nothing at inference:
+
+- into the preceding LayerNorm's weight and bias,
+- into the rows (and bias) of the preceding Linear, through a ReLU if any,
+- else as a ``mul`` node before the input observer (torch.ao's form); when that
+  observer also feeds other nodes, the ``mul`` gets an observer of its own.
+
+The input observers are rescaled from the per-channel ranges, so the reference
+model quantizes the values it now computes.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F  # the usual alias
+from torch import fx, nn
+from torch.fx import Node
+
+from fxquant.config.qconfig_mapping import QConfigMapping
+from fxquant.flow.convert_modules import is_observer
+from fxquant.flow.equalization.observers import (
+    EqualizationQConfig,
+    InputEqualizationObserver,
+)
+from fxquant.flow.names import unique_name
+from fxquant.flow.qconfig_assign import assign_qconfigs
+
+__all__ = [
+    "EQUALIZATION_KEY",
+    "EqualizedPair",
+    "insert_observers",
+    "is_linear",
+    "linear_module",
+    "observer_node",
+    "reads_shared_weight",
+    "unique_name",
+]
+
+EQUALIZATION_KEY = "fxquant.equalization"
+"""``gm.meta`` key of the equalized pairs (read by ``fxquant.explain``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EqualizedPair:
+    """One input and the Linears equalized against it, as ``explain`` lists them.
+
+    Example:
+        >>> EqualizedPair("ln", ("q", "k"), 0.5, "folded into ln").line()
+        'ln -> q, k (alpha 0.5): folded into ln'
+    """
+
+    input: str
+    linears: tuple[str, ...]
+    alpha: float | str
+    """The strength used (``"auto"`` after prepare, or when ``"auto"`` chose no scaling)."""
+    applied: str
+    """``observing`` after prepare; after convert where ``s`` went (``folded into ln``,
+    ``folded into rows of fc1``, ``mul node mul_1``), or why nothing was done."""
+    scale: torch.Tensor | None = None
+    """The input's per-channel multiplier ``s`` (after convert)."""
+    scaled_nodes: tuple[str, ...] = ()
+    """Nodes whose output is now ``s`` times the float model's (where ``s`` was folded)."""
+
+    def line(self) -> str:
+        """One line for the report."""
+        alpha = self.alpha if isinstance(self.alpha, str) else f"{self.alpha:g}"
+        return f"{self.input} -> {', '.join(self.linears)} (alpha {alpha}): {self.applied}"
+
+
+def linear_module(node: Node, modules: Mapping[str, nn.Module]) -> nn.Linear | None:
+    """The ``nn.Linear`` a module call runs (the first of a fused LinearReLU), if any."""
+    if node.op != "call_module":
+        return None
+    module = modules.get(str(node.target))
+    if isinstance(module, nn.Linear):
+        return module
+    if isinstance(module, nn.Sequential) and len(module) and isinstance(module[0], nn.Linear):
+        return module[0]  # a fused LinearReLU
+    return None
+
+
+def is_linear(node: Node, modules: Mapping[str, nn.Module]) -> bool:
+    """A Linear module call (fused or not) or an ``F.linear`` call."""
+    return linear_module(node, modules) is not None or (
+        node.op == "call_function" and node.target is F.linear
+    )
+
+
+_CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
+_NO_CONV = "not equalized: fxquant equalizes Linear and F.linear inputs, not convolutions"
+
+
+def _is_conv(node: Node, modules: Mapping[str, nn.Module]) -> bool:
+    if node.op == "call_module":
+        module = modules.get(str(node.target))
+        first = module[0] if isinstance(module, nn.Sequential) and len(module) else module
+        return isinstance(first, _CONVS)
+    return node.op == "call_function" and node.target in (F.conv1d, F.conv2d, F.conv3d)
+
+
+_SHARED = (
+    "not equalized: its weight is read by {} calls (a shared or tied weight), and each call's"
+    " scale would rescale it"
+)
+_COMPUTED = "not equalized: its weight is computed in forward, not a parameter to scale"
+
+
+def _weight(gm: nn.Module, node: Node, modules: Mapping[str, nn.Module]) -> Any:
+    """A Linear node's weight tensor, or None for an ``F.linear`` whose weight is computed.
+
+    ``nn.MultiheadAttention`` splits its packed in-projection weight in ``forward`` when query
+    and key differ (``nn.Transformer``'s decoder): that weight has no parameter to scale.
+    """
+    linear = linear_module(node, modules)
+    if linear is not None:
+        return linear.weight
+    weight = node.args[1] if len(node.args) > 1 else node.kwargs.get("weight")
+    observer = observer_node(weight, modules)
+    if observer is not None:
+        weight = observer.args[0]
+    if isinstance(weight, Node) and weight.op == "get_attr":
+        return operator.attrgetter(str(weight.target))(gm)
+    return None
+
+
+def reads_shared_weight(
+    root: nn.Module, graph: fx.Graph, modules: Mapping[str, nn.Module], node: Node
+) -> bool:
+    """Whether a parameter ``node`` reads is read by another call too: scaling it for this
+    call (a weight's rows, a LayerNorm's affine) would change the other one.
+
+    Example:
+        >>> gm = torch.fx.symbolic_trace(nn.Sequential(nn.Linear(2, 2)))
+        >>> reads_shared_weight(gm, gm.graph, dict(gm.named_modules()), list(gm.graph.nodes)[1])
+        False
+    """
+    if node.op == "call_module":
+        module = modules.get(str(node.target))
+        tensors = list(module.parameters()) if module is not None else []
+    else:
+        tensors = [_weight(root, node, modules)]
+    uses = _uses(root, graph, modules)
+    return any(uses.get(id(t), 0) > 1 for t in tensors if t is not None)
+
+
+def _uses(root: nn.Module, graph: fx.Graph, modules: Mapping[str, nn.Module]) -> dict[int, int]:
+    """How many graph calls read each parameter tensor (by ``id``): a shared module (ALBERT's
+    layers, run once per layer) or a tied weight is read by more than one."""
+    gm = root
+    uses: dict[int, int] = {}
+    for node in graph.nodes:
+        tensors: list[Any] = []
+        if node.op == "call_module":
+            module = modules.get(str(node.target))
+            if module is not None and not is_observer(module):
+                tensors = list(module.parameters())
+        elif node.op == "get_attr":
+            value = operator.attrgetter(str(node.target))(gm)
+            readers = sum(
+                len(u.users) if observer_node(u, modules) is not None else 1 for u in node.users
+            )
+            tensors = [value] * readers if isinstance(value, torch.Tensor) else []
+        for tensor in tensors:
+            uses[id(tensor)] = uses.get(id(tensor), 0) + 1
+    return uses
+
+
+def observer_node(node: object, modules: Mapping[str, nn.Module]) -> Node | None:
+    """``node`` if it calls an observer, else None."""
+    if isinstance(node, Node) and node.op == "call_module":
+        module = modules.get(str(node.target))
+        if module is not None and is_observer(module):
+            return node
+    return None
+
+
+def insert_observers(gm: fx.GraphModule, mapping: QConfigMapping) -> tuple[EqualizedPair, ...]:
+    """Put an input equalization observer before every Linear ``mapping`` equalizes.
+
+    Only Linears whose input is quantized (read through an observer) are
+    equalized; the others are listed with the reason.
+
+    Example:
+        >>> # see tests/numerics/test_equalization.py
+    """
+    modules = dict(gm.named_modules())
+    qconfigs = assign_qconfigs(gm, modules, mapping).qconfigs
+    groups: dict[Node, list[Node]] = {}
+    pairs: list[EqualizedPair] = []
+    uses = _uses(gm, gm.graph, modules)
+    for node in gm.graph.nodes:
+        qconfig = qconfigs.get(node)
+        if not isinstance(qconfig, EqualizationQConfig):
+            continue
+        if _is_conv(node, modules):  # torch.ao equalizes convolutions too; fxquant not yet
+            pairs.append(EqualizedPair(str(node.args[0]), (node.name,), 0.5, _NO_CONV))
+            continue
+        if not is_linear(node, modules):
+            continue
+        weight = _weight(gm, node, modules)
+        if weight is None or uses.get(id(weight), 0) > 1:
+            reason = _COMPUTED if weight is None else _SHARED.format(uses[id(weight)])
+            pairs.append(EqualizedPair(str(node.args[0]), (node.name,), 0.5, reason))
+            continue
+        observer = observer_node(node.args[0] if node.args else None, modules)
+        if observer is None:
+            pairs.append(
+                EqualizedPair(
+                    str(node.args[0]), (node.name,), 0.5, "not equalized: input not quantized"
+                )
+            )
+            continue
+        groups.setdefault(observer, []).append(node)
+    for observer, linears in groups.items():
+        pairs.append(_insert(gm, observer, linears, qconfigs))
+    if groups:
+        gm.graph.lint()
+    return tuple(pairs)
+
+
+def _insert(
+    gm: fx.GraphModule, observer: Node, linears: list[Node], qconfigs: Mapping[Node, Any]
+) -> EqualizedPair:
+    first: EqualizationQConfig = qconfigs[linears[0]]
+    module = first.input_activation()
+    if not isinstance(module, InputEqualizationObserver):
+        msg = (
+            f"the _equalization_config entry for {linears[0].name!r} builds "
+            f"{type(module).__name__}; input_activation must build an InputEqualizationObserver"
+        )
+        raise TypeError(msg)
+    module.weight_observers = nn.ModuleDict(
+        {n.name: qconfigs[n].weight() for n in linears}  # one per Linear, run at convert
+    )
+    name = unique_name(gm, f"{linears[0].name}_equalization_process")
+    gm.add_submodule(name, module)
+    with gm.graph.inserting_after(observer):
+        eq_node = gm.graph.call_module(name, (observer,))
+    for linear in linears:
+        linear.replace_input_with(observer, eq_node)
+    source = observer.args[0]
+    return EqualizedPair(str(source), tuple(n.name for n in linears), module.alpha, "observing")
