@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 import torch.fx.passes.shape_prop
+import torch.nn.functional as F
 from fxquant.lowering import DEQUANTIZE_OPS, QDQ_OPS, QUANTIZE_OPS
 from torch import fx
 
@@ -168,16 +169,37 @@ def _is_qdq(node: fx.Node) -> bool:
     return node.op == "call_function" and node.target in QDQ_OPS
 
 
+# the activations of x86's conv + activation pattern (ConvUnary2d), as its forward traces
+_CONV_ACTIVATIONS = (F.hardtanh, F.relu6, F.hardswish, F.silu, F.relu, torch.relu)
+
+
+def _quantized_after(node: fx.Node) -> bool:
+    """Whether every path from ``node`` ends at a quantize step, directly or through a
+    conv's activation that reads nothing else (``conv -> hardtanh -> q``: ConvUnary2d)."""
+    return bool(node.users) and all(
+        u.op == "call_function"
+        and (
+            u.target in QUANTIZE_OPS
+            or (
+                u.target in _CONV_ACTIVATIONS
+                and u.all_input_nodes == [node]
+                and _quantized_after(u)
+            )
+        )
+        for u in node.users
+    )
+
+
 def _between_quantize_steps(node: fx.Node) -> bool:
-    """A node read only by quantize steps whose inputs all enter from outside the float parts
-    (dequantize steps, attributes, placeholders): ``dq -> relu6 / max pool / conv -> q``.
+    """A node whose value only quantize steps read (directly, or after ops that read nothing
+    else) and whose inputs all enter from outside the float parts (dequantize steps,
+    attributes, placeholders): ``dq -> relu6 / max pool / conv (-> relu6) -> q``.
 
     It stays float32, as in the reference model: its output is integers anyway, and
     inductor's patterns for it (the clamp as the kernel's post-op, the max pool on the
-    integers, ``dq -> conv -> q`` as one int8 kernel) want no casts in between."""
-    if not node.users or any(
-        not (u.op == "call_function" and u.target in QUANTIZE_OPS) for u in node.users
-    ):
+    integers, ``dq -> conv (-> activation) -> q`` as one int8 kernel) want no casts in
+    between."""
+    if not _quantized_after(node):
         return False
     return all(
         source.op in ("get_attr", "placeholder")
