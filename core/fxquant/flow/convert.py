@@ -165,6 +165,9 @@ def _unlowered_copy(gm: GraphModule) -> GraphModule:
 
 
 def _finish(gm: GraphModule, source: GraphModule, state: FlowState, report: Report) -> GraphModule:
+    # the prepared model's mode, on every module: kernels and containers convert builds are
+    # fresh modules, which start in training mode
+    gm.train(source.training)
     gm.meta = FlowMeta({**source.meta, **gm.meta})  # convert's own entries win
     gm.meta[META_KEY] = dataclasses.replace(state, report=report)
     return gm
