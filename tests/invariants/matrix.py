@@ -5,8 +5,10 @@ with x86's compiled deployment on the default move; a table for docs/guide/matri
         [--backends x86,tensorrt] [--moves default,strict] [--no-compiled]
         [--out docs/guide/matrix.md] [--render]
 
-``nox -s matrix`` runs it. Each cell's outcome is written to bench/results/matrix.json as
-it comes (a rerun of some models keeps the others' rows), then the page is rendered.
+``nox -s matrix`` runs it. Each cell's outcome is appended to bench/results/matrix.jsonl as
+it ends: a killed run started again goes on with the cells not in the file (``--fresh``
+reruns them), and one process per backend can share the file. Then the page is rendered
+from every row in the file (``--render`` alone renders it).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-RESULTS = ROOT / "bench" / "results" / "matrix.json"
+RESULTS = ROOT / "bench" / "results" / "matrix.jsonl"
 PAGE = ROOT / "docs" / "guide" / "matrix.md"
 BACKENDS = ("x86", "onednn", "fbgemm", "qnnpack", "executorch", "tensorrt")
 
@@ -59,16 +61,14 @@ OMP_NUM_THREADS=1 python -m tests.invariants.matrix --models resnet,bert --backe
 """
 
 
-def _run(
-    models: list[str], backends: list[str], moves: list[str], compiled: bool, keep: list[Any]
-) -> list[dict[str, Any]]:
-    """Every cell asked for; the results file rewritten after each (a long run keeps its rows)."""
-    from tests.invariants.cells import every
+def _run(cells: list[Any], done: set[str]) -> list[dict[str, Any]]:
+    """The cells not yet in the results file, each appended to it as it ends (a killed run
+    goes on where it stopped), with its time printed."""
     from tests.invariants.checks import check
 
     rows: list[dict[str, Any]] = []
-    for cell in every(models, backends, compiled=compiled):
-        if cell.move not in moves:
+    for cell in cells:
+        if cell.id in done:
             continue
         outcome = check(cell)
         row = {
@@ -80,11 +80,27 @@ def _run(
             "broken": outcome.broken,
             "forms": outcome.forms,
             "seconds": round(outcome.seconds, 1),
+            "when": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
         }
-        print(json.dumps(row), flush=True)
+        print(
+            f"{outcome.seconds:6.1f} s {cell.id}: " + ("ok" if outcome.ok else "FAIL"), flush=True
+        )
+        with RESULTS.open("a") as file:  # one write per row: processes may share the file
+            file.write(json.dumps(row) + "\n")
         rows.append(row)
-        RESULTS.write_text(json.dumps([*keep, *rows], indent=1))
     return rows
+
+
+def load(path: Path = RESULTS) -> list[dict[str, Any]]:
+    """The rows of the results file, the last row of each cell (a rerun replaces a row)."""
+    if not path.exists():
+        return []
+    rows = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            row = json.loads(line)
+            rows[row["cell"]] = row
+    return list(rows.values())
 
 
 def _known(row: dict[str, Any]) -> str:
@@ -158,26 +174,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--backends", default=",".join(BACKENDS))
     parser.add_argument("--moves", default=",".join(MOVES))
     parser.add_argument("--no-compiled", action="store_true")
+    parser.add_argument("--fresh", action="store_true", help="rerun cells already in the file")
     parser.add_argument("--out", type=Path, default=PAGE)
-    parser.add_argument("--render", action="store_true", help="only the page, from the JSON")
+    parser.add_argument("--render", action="store_true", help="only the page, from the file")
     args = parser.parse_args(argv)
     import fxquant
 
-    backends = [b for b in args.backends.split(",") if b in fxquant.list_backends()]
-    models = args.models.split(",")
-    old = json.loads(RESULTS.read_text()) if RESULTS.exists() else []
     if args.render:
-        args.out.write_text(render(old))
+        args.out.write_text(render(load()))
         return
-    start = time.perf_counter()
+    backends = [b for b in args.backends.split(",") if b in fxquant.list_backends()]
     moves = args.moves.split(",")
-    asked = {
-        c.id for c in every(models, backends, compiled=not args.no_compiled) if c.move in moves
-    }
-    keep = [r for r in old if r["cell"] not in asked]
+    cells = every(args.models.split(","), backends, compiled=not args.no_compiled)
+    cells = [c for c in cells if c.move in moves]
+    done = set() if args.fresh else {r["cell"] for r in load()}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    fresh = _run(models, backends, moves, not args.no_compiled, keep)
-    args.out.write_text(render(keep + fresh))
+    start = time.perf_counter()
+    fresh = _run(cells, done)
+    args.out.write_text(render(load()))
     print(f"{len(fresh)} cells in {time.perf_counter() - start:.0f} s; {args.out}")
 
 
