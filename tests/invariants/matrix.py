@@ -91,8 +91,9 @@ def _run(cells: list[Any], done: set[str]) -> list[dict[str, Any]]:
     return rows
 
 
-def load(path: Path = RESULTS) -> list[dict[str, Any]]:
+def load(path: Path | None = None) -> list[dict[str, Any]]:
     """The rows of the results file, the last row of each cell (a rerun replaces a row)."""
+    path = path or RESULTS
     if not path.exists():
         return []
     rows = {}
