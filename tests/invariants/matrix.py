@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from collections import Counter
@@ -92,7 +93,8 @@ def _run(cells: list[Any], done: set[str]) -> list[dict[str, Any]]:
 
 
 def load(path: Path | None = None) -> list[dict[str, Any]]:
-    """The rows of the results file, the last row of each cell (a rerun replaces a row)."""
+    """The rows of the results file, the last row of each model, backend and move (a rerun
+    replaces a row, a compiled run the row of a run without it)."""
     path = path or RESULTS
     if not path.exists():
         return []
@@ -100,7 +102,7 @@ def load(path: Path | None = None) -> list[dict[str, Any]]:
     for line in path.read_text().splitlines():
         if line.strip():
             row = json.loads(line)
-            rows[row["cell"]] = row
+            rows[row["model"], row["backend"], row["move"]] = row
     return list(rows.values())
 
 
@@ -120,50 +122,94 @@ def _mark(row: dict[str, Any]) -> str:
     return ", ".join(names) + (f" ({known})" if known else "")
 
 
-def _coverage(rows: list[dict[str, Any]]) -> str:
-    """How much of the whole matrix the rows are: models, backends, moves."""
+def _coverage(rows: list[dict[str, Any]]) -> list[str]:
+    """How much of the whole matrix the rows are, per backend: cells run, passed, their time."""
     from tests.invariants.cells import MOVES
     from tests.zoo.runner import ZOO
 
-    backends = sorted({r["backend"] for r in rows})
     whole = len(ZOO) * len(BACKENDS) * len(MOVES)
-    models = len({r["model"] for r in rows})
-    return (
+    column = len(ZOO) * len(MOVES)
+    lines = [
         f"The whole matrix is {whole} cells ({len(ZOO)} models x {len(BACKENDS)} backends x "
-        f"{len(MOVES)} moves); this run covers {models} models on {', '.join(backends)}."
-    )
+        f"{len(MOVES)} moves); {len(rows)} were run, {sum(r['ok'] for r in rows)} pass.",
+        "",
+        "| backend | cells run | of | pass | fail | cell time (h) | run (UTC) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for backend in BACKENDS:
+        mine = [r for r in rows if r["backend"] == backend]
+        if not mine:
+            lines.append(f"| {backend} | 0 | {column} | | | | not run |")
+            continue
+        passed = sum(r["ok"] for r in mine)
+        timed = [r["seconds"] for r in mine if r.get("seconds") is not None]
+        hours = f"{sum(timed) / 3600:.1f}" if timed else "not recorded"
+        when = sorted(r.get("when", "") for r in mine)
+        span = when[0] if when[0] == when[-1] else f"{when[0]} to {when[-1]}"
+        lines.append(
+            f"| {backend} | {len(mine)} | {column} | {passed} | {len(mine) - passed} "
+            f"| {hours} | {span} |"
+        )
+    return lines
+
+
+_NODE_STEPS = re.compile(r"^(?P<form>[\w ()]+): \S+ \((?P<what>[^)]*)\) is [\d.]+ steps")
+
+
+def _cause(invariant: str, words: str) -> str:
+    """What a failure is, without the node, the numbers or the paths that vary by cell: the
+    key failing cells are grouped under."""
+    found = _NODE_STEPS.match(words)
+    if found:
+        return f"{invariant}: {found['form']}: {found['what']}"
+    return f"{invariant}: " + re.sub(r"'[^']*'|\([^)]*\)|/\S+|\d+(\.\d+)?", "_", words)
+
+
+def _failing(rows: list[dict[str, Any]]) -> list[str]:
+    """Every failing cell once under each cause it shows, with the words it printed."""
+    groups: dict[str, dict[str, list[str]]] = {}
+    for r in rows:
+        for name, words in r["broken"]:
+            text = words.replace("|", "/").replace("\n", " ")
+            cell = f"`{r['cell']}`" + (" (noted in FINDINGS)" if _known(r) else "")
+            groups.setdefault(_cause(name, words), {}).setdefault(cell, []).append(text)
+    lines = ["## Failing cells, by cause", ""]
+    for cause, cells in sorted(groups.items(), key=lambda item: -len(item[1])):
+        first = next(iter(cells.values()))[0]
+        name = first if len(first) < 200 else first[:200] + "..."
+        invariant = cause.split(":")[0]
+        lines += [f"### {len(cells)} cell(s), {invariant}: {name}", ""]
+        lines += [f"- {cell}: " + "; ".join(words) for cell, words in cells.items()]
+        lines.append("")
+    return lines
 
 
 def render(rows: list[dict[str, Any]]) -> str:
-    """The page: the counts, a model x backend grid of moves, and every failing cell."""
+    """The page: the counts per backend, a model x backend grid of moves, and every failing
+    cell grouped by cause."""
     from tests.invariants.cells import MOVES
+    from tests.zoo.runner import ZOO
 
-    passed = sum(r["ok"] for r in rows)
     known = sum(1 for r in rows if not r["ok"] and _known(r))
     invariants = Counter(name for r in rows for name in {n for n, _ in r["broken"]})
-    lines = [_HEAD, "## The last run", ""]
-    lines.append(_coverage(rows) + " ")
+    lines = [_HEAD, "## The last run", "", *_coverage(rows), ""]
     lines.append(
-        f"{len(rows)} cells, {passed} pass; {known} of the {len(rows) - passed} failing carry "
-        "a finding noted in tests/invariants/cells.py (FINDINGS). Broken invariants (cells): "
+        f"{known} of the {len(rows) - sum(r['ok'] for r in rows)} failing cells carry a finding "
+        "noted in tests/invariants/cells.py (FINDINGS). Broken invariants (cells): "
         + (", ".join(f"{k} {v}" for k, v in invariants.most_common()) or "none")
         + "."
     )
     lines += ["", "| model | backend | " + " | ".join(MOVES) + " |"]
     lines.append("| --- | --- |" + " --- |" * len(MOVES))
     grid: dict[tuple[str, str], dict[str, str]] = {}
-    for r in rows:
+    order = {name: index for index, name in enumerate(ZOO)}
+    for r in sorted(rows, key=lambda r: (BACKENDS.index(r["backend"]), order.get(r["model"], 0))):
         grid.setdefault((r["model"], r["backend"]), {})[r["move"]] = _mark(r)
     for (model, backend), marks in grid.items():
         lines.append(
             f"| {model} | {backend} | " + " | ".join(marks.get(m, "") for m in MOVES) + " |"
         )
-    lines += ["", "## Failing cells", ""]
-    for r in rows:
-        for name, words in r["broken"]:
-            text = words.replace("|", "/").replace("\n", " ")
-            lines.append(f"- `{r['cell']}` **{name}**: {text}")
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, "", *_failing(rows)])
 
 
 def main(argv: list[str] | None = None) -> None:
