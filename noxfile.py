@@ -247,9 +247,10 @@ def zoo(session: nox.Session) -> None:
 @nox.session(python="3.11")
 def matrix(session: nox.Session) -> None:
     """The whole invariant matrix of issue 30 (tests/invariants/matrix.py): every zoo model x
-    installed backend x user move, x86's compiled deployment on the default move; writes
-    docs/guide/matrix.md and bench/results/matrix.json. Hours on two cores; ``nox -s tests``
-    runs a seeded slice of it. ``nox -s matrix -- --models resnet,bert --backends x86``.
+    installed backend x user move, x86's compiled deployment on the default move; appends each
+    cell to bench/results/matrix.jsonl (a rerun goes on with the cells not there) and writes
+    docs/guide/matrix.md. Hours on two cores; ``nox -s tests`` runs a seeded slice of it.
+    ``nox -s matrix -- --models resnet,bert --backends x86``.
     """
     install_core(session, "test", "bench")
     if PLUGINS:

@@ -5,8 +5,10 @@ with x86's compiled deployment on the default move; a table for docs/guide/matri
         [--backends x86,tensorrt] [--moves default,strict] [--no-compiled]
         [--out docs/guide/matrix.md] [--render]
 
-``nox -s matrix`` runs it. Each cell's outcome is written to bench/results/matrix.json as
-it comes (a rerun of some models keeps the others' rows), then the page is rendered.
+``nox -s matrix`` runs it. Each cell's outcome is appended to bench/results/matrix.jsonl as
+it ends: a killed run started again goes on with the cells not in the file (``--fresh``
+reruns them), and one process per backend can share the file. Then the page is rendered
+from every row in the file (``--render`` alone renders it).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from collections import Counter
@@ -21,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-RESULTS = ROOT / "bench" / "results" / "matrix.json"
+RESULTS = ROOT / "bench" / "results" / "matrix.jsonl"
 PAGE = ROOT / "docs" / "guide" / "matrix.md"
 BACKENDS = ("x86", "onednn", "fbgemm", "qnnpack", "executorch", "tensorrt")
 
@@ -56,19 +59,28 @@ them and writes this page:
 nox -s matrix
 OMP_NUM_THREADS=1 python -m tests.invariants.matrix --models resnet,bert --backends x86
 ```
+
+Each cell's row is appended to `bench/results/matrix.jsonl` as it ends: a run stopped and
+started again goes on with the cells not in the file, and one process per backend
+(`--backends executorch` beside `--backends tensorrt`) can share it; `--render` writes this
+page from the file. Work the moves of one model and backend repeat is done once: the
+default run (the baseline of `module_none`, `object_type` and `strict`, the serial run of
+`threads`, the model `state_dict` saves), and the checks of its output forms where a move
+builds the same models again (same code, state and report), which spares a deployment.
+Most of a cell's time is its backend's deployment: ExecuTorch's XNNPACK lowering and
+tensorrt's ONNX export take 20-80 s a cell for a ResNet on two loaded cores, the
+quantization itself a few seconds.
 """
 
 
-def _run(
-    models: list[str], backends: list[str], moves: list[str], compiled: bool, keep: list[Any]
-) -> list[dict[str, Any]]:
-    """Every cell asked for; the results file rewritten after each (a long run keeps its rows)."""
-    from tests.invariants.cells import every
+def _run(cells: list[Any], done: set[str]) -> list[dict[str, Any]]:
+    """The cells not yet in the results file, each appended to it as it ends (a killed run
+    goes on where it stopped), with its time printed."""
     from tests.invariants.checks import check
 
     rows: list[dict[str, Any]] = []
-    for cell in every(models, backends, compiled=compiled):
-        if cell.move not in moves:
+    for cell in cells:
+        if cell.id in done:
             continue
         outcome = check(cell)
         row = {
@@ -80,11 +92,29 @@ def _run(
             "broken": outcome.broken,
             "forms": outcome.forms,
             "seconds": round(outcome.seconds, 1),
+            "when": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
         }
-        print(json.dumps(row), flush=True)
+        print(
+            f"{outcome.seconds:6.1f} s {cell.id}: " + ("ok" if outcome.ok else "FAIL"), flush=True
+        )
+        with RESULTS.open("a") as file:  # one write per row: processes may share the file
+            file.write(json.dumps(row) + "\n")
         rows.append(row)
-        RESULTS.write_text(json.dumps([*keep, *rows], indent=1))
     return rows
+
+
+def load(path: Path | None = None) -> list[dict[str, Any]]:
+    """The rows of the results file, the last row of each model, backend and move (a rerun
+    replaces a row, a compiled run the row of a run without it)."""
+    path = path or RESULTS
+    if not path.exists():
+        return []
+    rows = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            row = json.loads(line)
+            rows[row["model"], row["backend"], row["move"]] = row
+    return list(rows.values())
 
 
 def _known(row: dict[str, Any]) -> str:
@@ -103,50 +133,94 @@ def _mark(row: dict[str, Any]) -> str:
     return ", ".join(names) + (f" ({known})" if known else "")
 
 
-def _coverage(rows: list[dict[str, Any]]) -> str:
-    """How much of the whole matrix the rows are: models, backends, moves."""
+def _coverage(rows: list[dict[str, Any]]) -> list[str]:
+    """How much of the whole matrix the rows are, per backend: cells run, passed, their time."""
     from tests.invariants.cells import MOVES
     from tests.zoo.runner import ZOO
 
-    backends = sorted({r["backend"] for r in rows})
     whole = len(ZOO) * len(BACKENDS) * len(MOVES)
-    models = len({r["model"] for r in rows})
-    return (
+    column = len(ZOO) * len(MOVES)
+    lines = [
         f"The whole matrix is {whole} cells ({len(ZOO)} models x {len(BACKENDS)} backends x "
-        f"{len(MOVES)} moves); this run covers {models} models on {', '.join(backends)}."
-    )
+        f"{len(MOVES)} moves); {len(rows)} were run, {sum(r['ok'] for r in rows)} pass.",
+        "",
+        "| backend | cells run | of | pass | fail | cell time (h) | run (UTC) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for backend in BACKENDS:
+        mine = [r for r in rows if r["backend"] == backend]
+        if not mine:
+            lines.append(f"| {backend} | 0 | {column} | | | | not run |")
+            continue
+        passed = sum(r["ok"] for r in mine)
+        timed = [r["seconds"] for r in mine if r.get("seconds") is not None]
+        hours = f"{sum(timed) / 3600:.1f}" if timed else "not recorded"
+        when = sorted(r.get("when", "") for r in mine)
+        span = when[0] if when[0] == when[-1] else f"{when[0]} to {when[-1]}"
+        lines.append(
+            f"| {backend} | {len(mine)} | {column} | {passed} | {len(mine) - passed} "
+            f"| {hours} | {span} |"
+        )
+    return lines
+
+
+_NODE_STEPS = re.compile(r"^(?P<form>[\w ()]+): \S+ \((?P<what>[^)]*)\) is [\d.]+ steps")
+
+
+def _cause(invariant: str, words: str) -> str:
+    """What a failure is, without the node, the numbers or the paths that vary by cell: the
+    key failing cells are grouped under."""
+    found = _NODE_STEPS.match(words)
+    if found:
+        return f"{invariant}: {found['form']}: {found['what']}"
+    return f"{invariant}: " + re.sub(r"'[^']*'|\([^)]*\)|/\S+|\d+(\.\d+)?", "_", words)
+
+
+def _failing(rows: list[dict[str, Any]]) -> list[str]:
+    """Every failing cell once under each cause it shows, with the words it printed."""
+    groups: dict[str, dict[str, list[str]]] = {}
+    for r in rows:
+        for name, words in r["broken"]:
+            text = words.replace("|", "/").replace("\n", " ")
+            cell = f"`{r['cell']}`" + (" (noted in FINDINGS)" if _known(r) else "")
+            groups.setdefault(_cause(name, words), {}).setdefault(cell, []).append(text)
+    lines = ["## Failing cells, by cause", ""]
+    for cause, cells in sorted(groups.items(), key=lambda item: -len(item[1])):
+        first = next(iter(cells.values()))[0]
+        name = first if len(first) < 200 else first[:200] + "..."
+        invariant = cause.split(":")[0]
+        lines += [f"### {len(cells)} cell(s), {invariant}: {name}", ""]
+        lines += [f"- {cell}: " + "; ".join(words) for cell, words in cells.items()]
+        lines.append("")
+    return lines
 
 
 def render(rows: list[dict[str, Any]]) -> str:
-    """The page: the counts, a model x backend grid of moves, and every failing cell."""
+    """The page: the counts per backend, a model x backend grid of moves, and every failing
+    cell grouped by cause."""
     from tests.invariants.cells import MOVES
+    from tests.zoo.runner import ZOO
 
-    passed = sum(r["ok"] for r in rows)
     known = sum(1 for r in rows if not r["ok"] and _known(r))
     invariants = Counter(name for r in rows for name in {n for n, _ in r["broken"]})
-    lines = [_HEAD, "## The last run", ""]
-    lines.append(_coverage(rows) + " ")
+    lines = [_HEAD, "## The last run", "", *_coverage(rows), ""]
     lines.append(
-        f"{len(rows)} cells, {passed} pass; {known} of the {len(rows) - passed} failing carry "
-        "a finding noted in tests/invariants/cells.py (FINDINGS). Broken invariants (cells): "
+        f"{known} of the {len(rows) - sum(r['ok'] for r in rows)} failing cells carry a finding "
+        "noted in tests/invariants/cells.py (FINDINGS). Broken invariants (cells): "
         + (", ".join(f"{k} {v}" for k, v in invariants.most_common()) or "none")
         + "."
     )
     lines += ["", "| model | backend | " + " | ".join(MOVES) + " |"]
     lines.append("| --- | --- |" + " --- |" * len(MOVES))
     grid: dict[tuple[str, str], dict[str, str]] = {}
-    for r in rows:
+    order = {name: index for index, name in enumerate(ZOO)}
+    for r in sorted(rows, key=lambda r: (BACKENDS.index(r["backend"]), order.get(r["model"], 0))):
         grid.setdefault((r["model"], r["backend"]), {})[r["move"]] = _mark(r)
     for (model, backend), marks in grid.items():
         lines.append(
             f"| {model} | {backend} | " + " | ".join(marks.get(m, "") for m in MOVES) + " |"
         )
-    lines += ["", "## Failing cells", ""]
-    for r in rows:
-        for name, words in r["broken"]:
-            text = words.replace("|", "/").replace("\n", " ")
-            lines.append(f"- `{r['cell']}` **{name}**: {text}")
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, "", *_failing(rows)])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -158,26 +232,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--backends", default=",".join(BACKENDS))
     parser.add_argument("--moves", default=",".join(MOVES))
     parser.add_argument("--no-compiled", action="store_true")
+    parser.add_argument("--fresh", action="store_true", help="rerun cells already in the file")
     parser.add_argument("--out", type=Path, default=PAGE)
-    parser.add_argument("--render", action="store_true", help="only the page, from the JSON")
+    parser.add_argument("--render", action="store_true", help="only the page, from the file")
     args = parser.parse_args(argv)
     import fxquant
 
-    backends = [b for b in args.backends.split(",") if b in fxquant.list_backends()]
-    models = args.models.split(",")
-    old = json.loads(RESULTS.read_text()) if RESULTS.exists() else []
     if args.render:
-        args.out.write_text(render(old))
+        args.out.write_text(render(load()))
         return
-    start = time.perf_counter()
+    backends = [b for b in args.backends.split(",") if b in fxquant.list_backends()]
     moves = args.moves.split(",")
-    asked = {
-        c.id for c in every(models, backends, compiled=not args.no_compiled) if c.move in moves
-    }
-    keep = [r for r in old if r["cell"] not in asked]
+    cells = every(args.models.split(","), backends, compiled=not args.no_compiled)
+    cells = [c for c in cells if c.move in moves]
+    done = set() if args.fresh else {r["cell"] for r in load()}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    fresh = _run(models, backends, moves, not args.no_compiled, keep)
-    args.out.write_text(render(keep + fresh))
+    start = time.perf_counter()
+    fresh = _run(cells, done)
+    args.out.write_text(render(load()))
     print(f"{len(fresh)} cells in {time.perf_counter() - start:.0f} s; {args.out}")
 
 

@@ -11,13 +11,16 @@ A cell the matrix found failing and left open is ``xfail(strict=True)`` with the
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import fxquant
 import pytest
 
+from tests.invariants import matrix
 from tests.invariants.cells import FAST_MODELS, MOVES, Cell, known_break, sample
 from tests.invariants.checks import check
 from tests.zoo import torchvision_models
+from tests.zoo.runner import ZOO
 
 SEED = int(os.environ.get("FXQUANT_MATRIX_SEED", "30"))
 COUNT = 20
@@ -65,3 +68,35 @@ def test_the_sampler_draws_every_move_and_is_seeded() -> None:
     assert {c.move for c in cells} == set(MOVES)
     assert cells == sample(list(FAST_MODELS), ["x86", "executorch"], COUNT, seed=SEED)
     assert cells != sample(list(FAST_MODELS), ["x86", "executorch"], COUNT, seed=SEED + 1)
+
+
+def test_a_killed_run_goes_on_with_the_cells_not_in_the_results_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(matrix, "RESULTS", tmp_path / "matrix.jsonl")
+    first, second = Cell("resnet", "x86", "threads"), Cell("resnet", "x86", "no_backend_config")
+    matrix._run([first], set())
+    done = {row["cell"] for row in matrix.load()}
+    fresh = matrix._run([first, second], done)
+    assert [row["cell"] for row in fresh] == [second.id]
+    assert [row["cell"] for row in matrix.load()] == [first.id, second.id]
+    # a rerun of a cell replaces its row on the page
+    matrix._run([first], set())
+    assert sorted(row["cell"] for row in matrix.load()) == sorted([first.id, second.id])
+
+
+def test_a_move_sharing_the_default_run_finds_what_it_finds_alone() -> None:
+    from tests.invariants import checks
+
+    strict = Cell("resnet", "x86", "strict")
+    checks._shared.clear()
+    alone = check(strict)
+    check(Cell("resnet", "x86", "default"))
+    shared = check(strict)
+    assert (alone.broken, alone.forms) == (shared.broken, shared.forms)
+    default = checks._shared[0].default
+    assert default is not None
+    other = checks.quantize(
+        Cell("resnet", "x86", "module_none"), ZOO["resnet"].build(), ZOO["resnet"].inputs(0)
+    )
+    assert not checks._same_models(other, default)
