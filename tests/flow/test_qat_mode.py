@@ -222,3 +222,22 @@ def test_a_transformers_bert_converted_after_qat_stops_its_attention_dropout() -
     with torch.no_grad():
         first, second = (main_output(converted(*zoo.inputs(9))) for _ in range(2))
     assert torch.equal(first, second)
+
+
+@pytest.mark.parametrize("backend", ["x86", "reference"])
+@pytest.mark.parametrize("convert", [fxquant.convert_fx, fxquant.convert_to_reference_fx])
+def test_every_module_of_the_converted_model_takes_the_prepared_models_mode(
+    backend: str, convert
+) -> None:
+    # the kernels, reference modules and containers convert builds are fresh modules, which
+    # start in training mode: a float BatchNorm or dropout among them would train at inference
+    converted = convert(_qat(FlagPassed(), backend))
+    assert [name for name, m in converted.named_modules() if m.training] == []
+    ptq = fxquant.prepare_fx(
+        nn.Sequential(nn.Conv2d(4, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten()).eval(),
+        fxquant.get_default_qconfig_mapping(backend),
+        (torch.randn(2, 4, 8, 8),),
+        backend_config=fxquant.get_backend_config(backend),
+    )
+    ptq(torch.randn(2, 4, 8, 8))
+    assert [name for name, m in convert(ptq).named_modules() if m.training] == []
