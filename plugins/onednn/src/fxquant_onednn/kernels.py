@@ -479,7 +479,7 @@ def _same_qparams(match: LoweringMatch) -> bool:
     )
 
 
-def build_op(match: LoweringMatch) -> nn.Module | None:
+def build_op(match: LoweringMatch) -> nn.Module | Declined:
     """The kernel for an op without weights: QAdd, IntegerOp or FloatOp.
 
     Example:
@@ -487,8 +487,14 @@ def build_op(match: LoweringMatch) -> nn.Module | None:
         'build_op'
     """
     static = [q for q in match.inputs if q is not None]
-    if not static or any(q.is_dynamic for q in static):
-        return None  # fp16 / dynamic: stays in reference form
+    if any(q.is_dynamic for q in static):
+        return Declined("its input is quantized per call (dynamic): no static kernel for it")
+    if not static:
+        return Declined(
+            "no integer input: a float op on a reduced float side (bfloat16 or float16 casts "
+            "around it); eager runs the reference form, x86's compiled deployment runs it in "
+            "bfloat16 (fxquant_x86.deploy)"
+        )
     if match.output is None:
         # int8 in, float out (F.linear's config says so): the reference numerics in one module
         return FloatOp(match)
