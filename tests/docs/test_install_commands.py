@@ -85,12 +85,14 @@ def test_the_error_hint_installs_what_a_documented_command_installs(name: str) -
 def test_plugin_readmes_give_the_pattern_count_fxquant_show_prints(readme: Path) -> None:
     # the command itself, in a fresh process: what a reader running it sees (an xdist worker's
     # earlier tests once left executorch one pattern short in-process; cause not found)
-    for name, count in re.findall(r"fxquant show (\w+) .*?\((\d+) patterns\)", readme.read_text()):
+    # "(240 patterns; 248 where the CPU computes bfloat16)": a count that depends on the host
+    pattern = r"fxquant show (\w+) .*?\((\d+) patterns(?:; (\d+) where [^)]*)?\)"
+    for name, *counts in re.findall(pattern, readme.read_text()):
         shown = subprocess.run(
             [sys.executable, "-m", "fxquant", "show", name],
             capture_output=True, text=True, check=True,
         ).stdout.splitlines()[0]  # fmt: skip
-        assert f"({count} patterns," in shown, (readme, name, shown)
+        assert any(f"({count} patterns," in shown for count in counts if count), (readme, shown)
 
 
 def test_plugins_md_shows_fxquant_backends_as_the_table_it_prints(

@@ -226,11 +226,11 @@ def test_assembling_x86_builds_its_pattern_list_once(monkeypatch: pytest.MonkeyP
         return build_conv(*args, **kwargs)
 
     monkeypatch.setattr(patterns, "conv_configs", counted)
-    patterns.shared_pattern_configs.cache_clear()
+    patterns._build.cache_clear()
     try:
         assembled = Registry().assembled(BACKEND)
     finally:
-        patterns.shared_pattern_configs.cache_clear()  # rebuilt without the counter
+        patterns._build.cache_clear()  # rebuilt without the counter
     assert len(builds) == 1
     assert len(assembled.config.configs) == len(pattern_configs())
     assert len(assembled.lowering_rules) > 100
