@@ -74,3 +74,24 @@ def test_without_the_part_a_transformers_model_fails_naming_it(
     with pytest.raises(UntraceableModelError, match="pip install fxquant-transformers"):
         prepare(bert(), ids)
     assert moved.tracer_hint(nn.Linear) == ""
+
+
+def test_gpt2_conv1d_layers_trace_under_qat_and_convert_deterministically() -> None:
+    # QAT traces in training mode, where each traced module's self.training is the flow's
+    # mode flag: the Linear that replaces a GPT-2 Conv1D takes the module's mode from it
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(n_embd=32, n_layer=1, n_head=2, n_positions=16, vocab_size=50)
+    torch.manual_seed(0)
+    model = transformers.GPT2Model(config).train()
+    ids = torch.randint(0, 50, (2, 8))
+    prepared = fxquant.prepare_qat_fx(
+        model,
+        fxquant.get_default_qconfig_mapping("reference", is_qat=True),
+        (ids,),
+        backend_config=fxquant.get_backend_config("reference"),
+    )
+    prepared(ids)
+    converted = fxquant.convert_fx(prepared.eval())
+    first, second = converted(ids), converted(ids)
+    assert torch.equal(first["last_hidden_state"], second["last_hidden_state"])
+    assert not any(m.training for m in converted.modules())

@@ -216,7 +216,8 @@ def linear_for_conv1d(root: nn.Module, leaves: tuple[set[str], tuple[type, ...]]
         linear = nn.Linear(module.nx, module.nf, bias=True, device="meta")
         linear.weight = nn.Parameter(module.weight.detach().t(), module.weight.requires_grad)
         linear.bias = module.bias
-        linear.train(module.training)
+        # a module traced in training mode reads the flow's mode flag (fxquant.flow.mode_flag)
+        linear.train(module.training is not False)
         root.set_submodule(path, linear)
     return swapped
 
