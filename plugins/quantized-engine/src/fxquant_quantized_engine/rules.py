@@ -43,6 +43,7 @@ from fxquant_quantized_engine.ops import (
     _input_qparams,
 )
 from fxquant_quantized_engine.recurrent import recurrent_rules
+from fxquant_quantized_engine.upsample import has_quint8_kernel, interpolate_quint8
 from fxquant_quantized_engine.views import (
     TensorQParams,
     _tensor_qparams,
@@ -166,6 +167,9 @@ def _steps(match: Any) -> tuple[list[Step], list[nn.Module], bool]:
             modules.append(module)
             target = len(modules) - 1
         native = native and _is_native(kind, node.target, module)
+        if node.target is torch.nn.functional.interpolate:  # the kernels' gaps: upsample.py
+            native = native and has_quint8_kernel(args, kwargs)
+            target = interpolate_quint8
         steps.append(Step(kind, target, args, kwargs))
         refs[node] = ("step", index)
     return steps, modules, native
