@@ -41,9 +41,9 @@ def has_quint8_kernel(args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
 
 def _channels_last_strides(x: torch.Tensor) -> torch.Tensor:
     """``x`` with channels_last strides when its spatial sizes are all 1 and channels packed."""
-    if x.dim() < 3 or x.stride(1) != 1 or any(size != 1 for size in x.shape[2:]):
-        return x
     channels = x.shape[1]
+    if x.stride(1) != 1 or x.stride(-1) == channels or any(size != 1 for size in x.shape[2:]):
+        return x  # channels not packed, already channels_last strides, or a real map
     return x.as_strided(x.shape, (x.stride(0), 1, *([channels] * (x.dim() - 2))))
 
 
