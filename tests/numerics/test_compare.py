@@ -165,3 +165,23 @@ def test_plot_draws_both_sqnrs_and_names_matplotlib_when_missing(
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(ImportError, match="pip install matplotlib"):
         Comparison(rows).plot()
+
+
+def test_activations_beyond_float32_squares_give_finite_sqnr() -> None:
+    """A QAT run gone wrong (torchvision's DenseNet-121 after two SGD steps on qnnpack) left
+    activations near 1e20: their squared error overflowed float32 to inf, and ``compare``
+    raised 'math domain error' instead of reporting the nodes."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8)).eval()
+    with torch.no_grad():
+        model[0].weight.mul_(1e20)
+    data = [torch.randn(16, 64) for _ in range(2)]
+    with torch.no_grad():
+        expected = model(data[0])
+    quantized = _converted(model, "reference", data)[0]
+    rows = {row.node: row for row in compare(model, quantized, data[0])}
+    with torch.no_grad():
+        error = (expected.double() - quantized(data[0]).double()).pow(2).sum()
+    wanted = 10 * math.log10(float(expected.double().pow(2).sum() / error))
+    assert rows["output"].sqnr == pytest.approx(wanted, abs=1e-6)
+    assert all(math.isfinite(row.sqnr) for row in rows.values())

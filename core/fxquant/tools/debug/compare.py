@@ -84,25 +84,32 @@ class _Sums:
     local_max_abs: float = 0.0
 
     def add(self, expected: torch.Tensor, actual: torch.Tensor, local: torch.Tensor | None) -> None:
-        self.signal += float(expected.pow(2).sum())
-        self.noise += float((expected - actual).pow(2).sum())
+        self.signal += _power(expected)
+        self.noise += _power(expected - actual)
         self.max_abs = max(
             self.max_abs, float((expected - actual).abs().max()) if expected.numel() else 0.0
         )
         if local is not None and local.shape == expected.shape:
             self.has_local = True
-            self.local_signal += float(expected.pow(2).sum())
-            self.local_noise += float((expected - local).pow(2).sum())
+            self.local_signal += _power(expected)
+            self.local_noise += _power(expected - local)
             if expected.numel():
                 self.local_max_abs = max(self.local_max_abs, float((expected - local).abs().max()))
+
+
+def _power(values: torch.Tensor) -> float:
+    """The sum of squares in float64: float32 overflows past 1.8e19 (a QAT-broken model's
+    activations reach 1e17), and an infinite noise would read as no signal at all."""
+    return float(values.double().pow(2).sum())
 
 
 def _db(signal: float, noise: float) -> float:
     if noise == 0.0:
         return math.inf
-    if signal == 0.0:
+    if signal == 0.0 or math.isinf(noise):
         return -math.inf
-    return 10.0 * math.log10(signal / noise)
+    # the difference of logs: signal / noise underflows to 0 when both are extreme
+    return 10.0 * (math.log10(signal) - math.log10(noise))
 
 
 def _labels(model: nn.Module) -> dict[str, tuple[str, str]]:

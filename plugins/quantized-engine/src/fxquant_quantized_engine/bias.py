@@ -1,4 +1,4 @@
-"""QNNPACK's integer bias: where rounding it costs more than half an output step.
+"""Where the engines' integer arithmetic leaves the reference: bias rounding, int32 overflow.
 
 QNNPACK adds the bias in its int32 accumulator, rounded to the accumulator's step
 ``x_scale * weight_scale[c]``; the reference model adds it in float. The two agree within
@@ -8,6 +8,12 @@ weight scale is huge makes ``a`` coarser than the output's step: after a few QAT
 channel that saw no signal, a BN-folded MobileNetV2 conv had weight scales near 1e4 and its
 bias vanished in the rounding (the lowered conv 160 steps from its reference). FBGEMM adds
 a float bias: it has no such rounding.
+
+Both engines scale the int32 accumulator to output steps and convert that to int32
+before clamping: at 2**31 steps or more the conversion gives the lowest int32, so an
+output the reference saturates at 255 comes out 0. The same collapsed BN channel gets
+there (a ResNet-50 conv after two QAT steps: weight scale 1.2e5, 156,383 output steps per
+accumulator unit); :func:`requantize_overflow_reason` declines such a layer.
 """
 
 from __future__ import annotations
@@ -18,9 +24,15 @@ import torch
 
 from fxquant_quantized_engine.views import TensorQParams
 
-__all__ = ["bias_rounding_reason"]
+__all__ = ["bias_rounding_reason", "requantize_overflow_reason"]
 
 _HALF_STEP = 0.5
+_INT32_STEPS = 2.0**31  # the float-to-int32 conversion's limit, in output steps
+_BN_ADVICE = (
+    "A weight scale this far above the output's is usually a channel whose BN-folded "
+    "weights grew during QAT: train with a lower learning rate, or freeze the BatchNorm "
+    "statistics earlier (freeze_bn_stats)"
+)
 
 
 def bias_rounding_reason(
@@ -57,7 +69,59 @@ def bias_rounding_reason(
         f"QNNPACK rounds the bias to int32 steps of {size:.3g} (input scale x weight scale; "
         f"output channel {worst}), {float(error[worst]):.1f} output steps from its float "
         f"value (output scale {out.scale:.3g}): the layer runs as its reference (float) "
-        "module. A weight scale this far above the output's is usually a channel whose "
-        "BN-folded weights grew during QAT: train with a lower learning rate, or freeze the "
-        "BatchNorm statistics earlier (freeze_bn_stats)"
+        f"module. {_BN_ADVICE}"
+    )
+
+
+def requantize_overflow_reason(
+    engine: str, reference: Any, x: TensorQParams, out: TensorQParams | None
+) -> str | None:
+    """Why ``engine``'s requantization of this layer could pass int32, or None.
+
+    Only the positive side counts: a value below -2**31 steps also becomes the lowest
+    int32, which clamps to the output's lowest integer, as the reference saturates it. The
+    bound: each product at its largest over the input's integer range, in output steps,
+    plus the bias and the output's zero point. Calibrated scales stay below 1e9 steps.
+
+    Args:
+        engine: ``"fbgemm"`` or ``"qnnpack"`` (both convert the scaled sum to int32).
+        reference: the reference Linear / Conv (its int8 weight, qparams and bias).
+        x: the input's qparams; ``out``: the output's (None: a float output, no conversion).
+
+    Example:
+        >>> from fxquant.nn import reference as ref
+        >>> qparams = {"qscheme": torch.per_tensor_symmetric, "dtype": torch.int8,
+        ...            "scale": 1e8, "zero_point": 0}
+        >>> grown = torch.nn.Linear(2, 2)
+        >>> _ = torch.nn.init.constant_(grown.weight, 5e9)  # 50 steps of 1e8
+        >>> linear = ref.Linear.from_float(grown, qparams)
+        >>> x = out = TensorQParams(0.01, 0, 0, 255)
+        >>> requantize_overflow_reason("fbgemm", linear, x, out)[:33]
+        "fbgemm's requantization of output"
+    """
+    if out is None:
+        return None
+    qparams = reference.get_weight_qparams()
+    weight = reference.get_quantized_weight()
+    weight = weight.int_repr() if weight.is_quantized else weight
+    zero_point = torch.as_tensor(qparams["zero_point"], dtype=torch.float64).reshape(-1, 1)
+    weights = weight.flatten(1).to(torch.float64) - zero_point
+    # each product at its largest: the input's highest integer for a positive weight
+    high, low = x.quant_max - x.zero_point, x.quant_min - x.zero_point
+    largest = torch.where(weights > 0, weights * high, weights * low).sum(1)
+    scale = torch.as_tensor(qparams["scale"], dtype=torch.float64).reshape(-1)
+    steps = largest * x.scale * scale / out.scale + out.zero_point
+    bias = getattr(reference, "bias", None)
+    if isinstance(bias, torch.Tensor):
+        steps = steps + bias.detach().to(torch.float64) / out.scale
+    worst = int(steps.argmax())
+    if float(steps[worst]) < _INT32_STEPS:
+        return None
+    multiplier = x.scale * float(scale[worst if scale.numel() > 1 else 0]) / out.scale
+    return (
+        f"{engine}'s requantization of output channel {worst} can reach "
+        f"{float(steps[worst]):.3g} output steps ({multiplier:.3g} per accumulator unit: "
+        f"input scale x weight scale / output scale), past int32: the kernel converts "
+        "such a value to the lowest int32 and outputs 0 where the reference saturates. "
+        f"The layer runs as its reference (float) module. {_BN_ADVICE}"
     )

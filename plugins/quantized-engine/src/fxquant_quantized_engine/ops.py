@@ -81,6 +81,23 @@ def _resolve(value: Any, inputs: Sequence[Any], results: Sequence[Any]) -> Any:
     return value
 
 
+def _standard_strides(quantized: torch.Tensor) -> torch.Tensor:
+    """A contiguous N x C x 1 x 1 tensor viewed with the standard strides (no copy).
+
+    A quint8 conv result keeps channels_last strides; at a 1 x 1 spatial size (a
+    classifier's last conv on small images: ShuffleNetV2's ``conv5`` at 32 x 32) they are
+    ``(C, 1, C, C)``, which read as both formats, and torch's quint8 ``mean`` over the
+    last dims then asks for a channels_last result of the reduced rank ("required rank 4
+    tensor to use channels_last format"). The standard strides address the same memory.
+    """
+    if quantized.dim() != 4 or quantized.size(2) != 1 or quantized.size(3) != 1:
+        return quantized
+    if quantized.stride(3) == 1 or not quantized.is_contiguous():
+        return quantized
+    size = quantized.size()
+    return quantized.as_strided(size, (size[1], 1, 1, 1), quantized.storage_offset())
+
+
 class QuantizedOps(nn.Module):
     """Replays a pattern's ops on quint8 tensors (``native``) or on float values.
 
@@ -164,7 +181,7 @@ class QuantizedOps(nn.Module):
             quantized = _quint8_input(value, template, qparams.scale, qparams.zero_point)
         else:
             quantized = as_quint8(value, qparams.scale, qparams.zero_point)
-        return quantized if self.native else quantized.dequantize()
+        return _standard_strides(quantized) if self.native else quantized.dequantize()
 
     def forward(self, *values: Any) -> torch.Tensor:
         if self.integer:

@@ -17,7 +17,7 @@ from fxquant.nn import intrinsic
 from fxquant.nn import reference as reference_modules
 from torch import nn
 
-from fxquant_quantized_engine.bias import bias_rounding_reason
+from fxquant_quantized_engine.bias import bias_rounding_reason, requantize_overflow_reason
 from fxquant_quantized_engine.conv_add import QuantizedConvAdd
 from fxquant_quantized_engine.embedding import embedding_rule
 from fxquant_quantized_engine.engine import (
@@ -394,6 +394,7 @@ def build_weighted(engine: str, relu: bool) -> Callable[[Any], nn.Module | Decli
         qx, out = _tensor_qparams(x), _tensor_qparams(match.output)
         if qx is None or (out is None and not (is_linear and match.output is None)):
             return None
+        saturation = saturation or requantize_overflow_reason(engine, reference, qx, out)
         saturation = saturation or bias_rounding_reason(engine, reference, qx, out)
         if saturation is not None:
             return Declined(saturation)
@@ -433,6 +434,7 @@ def build_conv_add(engine: str, relu: bool) -> Callable[[Any], nn.Module | Decli
         if x is None or extra is None or out is None:
             return None
         saturation = _fbgemm_saturation(engine, reference, match.inputs[0])
+        saturation = saturation or requantize_overflow_reason(engine, reference, x, out)
         saturation = saturation or bias_rounding_reason(engine, reference, x, out)
         if saturation is not None:
             return Declined(saturation)
