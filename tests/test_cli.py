@@ -19,6 +19,8 @@ from fxquant.registry import Deployment, Override
 from fxquant.registry.install import install_hint
 from fxquant.registry.manager import Registry
 from fxquant.tools.cli import build_parser, main, markdown_table, render_backends
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.registry.conftest import Installed, config
 
@@ -48,6 +50,31 @@ def test_markdown_table_pads_columns_and_escapes_pipes() -> None:
     assert markdown_table(["a", "b"], [["x|y", "1"]]) == (
         "| a    | b |\n| ---- | - |\n| x\\|y | 1 |"
     )
+
+
+@given(
+    st.lists(
+        st.lists(st.text("ab .,", min_size=0, max_size=120), min_size=3, max_size=3),
+        min_size=1,
+        max_size=6,
+    ),
+    st.integers(20, 200),
+)
+def test_markdown_table_wraps_long_cells_to_the_width_keeping_every_word(
+    rows: list[list[str]], width: int
+) -> None:
+    header = ["pattern", "dtypes", "kernel"]
+    lines = markdown_table(header, rows, width).splitlines()
+    assert len({len(line) for line in lines}) == 1  # one width for every line: a table
+    # a line wider than asked only where no column can shrink further: its longest word
+    # and up to 48 characters of a typical cell stay on a line
+    floors = [max([48, *(len(w) for row in rows for w in row[i].split())]) for i in range(3)]
+    assert len(lines[0]) <= max(width, sum(floors) + 3 * 3 + 1)
+    cells = [line[2:-2].split(" | ") for line in lines[2:]]  # with the continuation rows
+    for i in range(3):  # every word kept, in order, none broken
+        assert [w for c in cells for w in c[i].split()] == [
+            w for row in rows for w in row[i].split()
+        ]
 
 
 def test_render_backends_shows_counts_plugins_import_time_and_reasons() -> None:
@@ -458,3 +485,32 @@ def test_check_failures_shows_the_failed_rows_and_counts_every_check(
     count = int(re.search(r"reference: (\d+) checks: (\d+) pass, 0 fail", out).group(1))
     assert count > 0  # "0 checks" told a user nothing ran
     assert "| pass " not in out
+
+
+def test_show_piped_wraps_its_tables_to_the_width_not_to_the_longest_cell() -> None:
+    # `fxquant show x86 | head`: every row of the summary was padded to its longest cell
+    # (the operator mapping, 3,509 characters); no terminal anywhere here: 120 columns
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    shown = subprocess.run(
+        [sys.executable, "-m", "fxquant", "show", "reference"],
+        capture_output=True, text=True, check=True, env=env,
+    ).stdout.splitlines()  # fmt: skip
+    summary = shown[2 : shown.index("", 2)]
+    assert {len(line) for line in summary} == {120}
+    assert summary[0].startswith("|                                           | reference ")
+    patterns = shown[shown.index("", 2) + 1 :]
+    assert max(len(line) for line in patterns) < 300  # nine columns: wider than 120
+    assert len({len(line) for line in patterns}) == 1
+
+
+def test_show_width_option_wraps_to_it_and_zero_keeps_one_line_per_row(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "100")
+    _, narrow, _ = run(capsys, "show", "reference")
+    _, wide, _ = run(capsys, "show", "reference", "--width", "0")
+    assert max(len(line) for line in narrow.splitlines()[2:9]) == 100
+    count = int(re.search(r"\((\d+) patterns", wide).group(1))
+    assert len(wide.splitlines()) == 1 + 1 + 8 + 1 + 2 + count  # title, summary, patterns
+    mapping = next(x for x in wide.splitlines() if x.startswith("| Quantized and Fused"))
+    assert "Linear -> reference.Linear" in mapping

@@ -134,3 +134,50 @@ def test_a_symmetric_weight_constraint_refuses_affine_per_channel_weights() -> N
         ),
     )
     assert isinstance(select_dtype_config(linear, QConfigProbe.of(symmetric), "fc"), DTypeConfig)
+
+
+@pytest.mark.parametrize("reduced", [torch.bfloat16, torch.float16])
+def test_an_int8_qconfig_on_a_reduced_float_only_op_says_it_stays_float_and_the_fix(
+    reduced: torch.dtype,
+) -> None:
+    # x86 offers truediv only as a bfloat16 op: "qconfig activation dtype uint8 is not the
+    # backend's bfloat16" told a user of the int8 mapping nothing they could act on
+    reason = select_dtype_config(config(reduced), probe(dtype=torch.quint8), "truediv")
+    assert not isinstance(reason, DTypeConfig)
+    name = str(reduced)
+    assert reason.code == "dtype_mismatch"
+    assert reason.words == (
+        f"truediv: the backend runs this op only in {name}, with no kernel for the qconfig's "
+        f"torch.uint8 activations, so it stays float32; give it a {name} qconfig to run it "
+        f"in {name}, or qconfig None to keep it float32 without this entry"
+    )
+
+
+def test_an_int8_qconfig_on_a_weight_only_op_asks_for_a_weight_only_qconfig() -> None:
+    weight_only = DTypeConfig(torch.float32, torch.float32, weight_dtype=torch.uint8)
+    pattern = BackendPatternConfig(torch.nn.Embedding).add_dtype_config(weight_only)
+    reason = select_dtype_config(pattern, probe(dtype=torch.quint8), "emb")
+    assert not isinstance(reason, DTypeConfig)
+    assert reason.words.startswith("emb: the backend takes this op's activations in torch.float32")
+    assert "weight-only qconfig (float_qparams_weight_only_qconfig" in reason.words
+
+
+def test_electra_on_x86_says_why_its_attention_truediv_stays_float() -> None:
+    pytest.importorskip("transformers")
+    import fxquant
+
+    from tests.zoo.runner import ZOO
+
+    zoo = ZOO["electra"]
+    x86 = fxquant.get_backend_config("x86")
+    prepared = fxquant.prepare_fx(
+        zoo.build(), fxquant.get_default_qconfig_mapping("x86"), zoo.inputs(0), backend_config=x86
+    )
+    entries = [e for e in fxquant.explain(prepared, show=False).entries() if "truediv" in e.node]
+    assert entries  # the attention scores' division by sqrt(head size)
+    for entry in entries:
+        assert entry.reason is not None
+        assert "is not the backend's" not in entry.reason.words
+        if entry.reason.code == "dtype_mismatch":  # a host whose x86 runs it in bfloat16
+            assert "only in torch.bfloat16" in entry.reason.words
+            assert "qconfig None to keep it float32" in entry.reason.words

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import fxquant
 import torch
+import torch.nn.functional as F
 from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.flow import fuse_fx, prepare_fx
 from fxquant.flow.report import Report
@@ -230,3 +231,91 @@ def test_a_conv_added_to_itself_is_not_fused_into_a_conv_add_and_stays_right() -
     prepared(x)
     reference = fxquant.convert_to_reference_fx(prepared)
     assert torch.allclose(reference(x), model(x), atol=0.1)
+
+
+def _per_tensor(mapping: QConfigMapping) -> fxquant.QConfig:
+    activation = mapping.global_qconfig.activation
+    return fxquant.QConfig(activation=activation, weight=default_weight_observer)
+
+
+def _fused_types(gm: torch.fx.GraphModule) -> list[str]:
+    return [type(m).__name__ for m in gm.modules() if isinstance(m, intrinsic.FusedModule)]
+
+
+def test_an_object_type_qconfig_on_the_conv_is_the_fused_modules_qconfig() -> None:
+    # the user names nn.Conv2d; the BN folds into it and the ReLU is its output: the fused
+    # module takes the conv's qconfig instead of the pattern falling apart
+    mapping = fxquant.get_default_qconfig_mapping("x86")
+    per_tensor = _per_tensor(mapping)
+    mapping.set_object_type(nn.Conv2d, per_tensor)
+    x = torch.randn(2, 2, 6, 6)
+    gm = prepare_fx(cbr().eval(), mapping, (x,), backend_config=fxquant.get_backend_config("x86"))
+    assert _fused_types(gm) == ["ConvReLU2d"]
+    entry = fxquant.flow.explain(gm, show=False).entry("_0")
+    assert entry is not None
+    assert entry.status == "quantized"
+    assert entry.pattern is not None
+    assert entry.pattern.startswith("ConvReLU2d")
+    gm(x)
+    converted = fxquant.convert_to_reference_fx(gm)
+    weight = next(m for m in converted.modules() if hasattr(m, "weight_qscheme"))
+    # the conv's entry, applied (the default is per channel)
+    assert weight.weight_qscheme in (torch.per_tensor_affine, torch.per_tensor_symmetric)
+
+
+def test_a_module_named_part_with_its_own_qconfig_refuses_fusion_and_explain_notes_it() -> None:
+    # an entry naming the ReLU's module is the user speaking for that part: the pattern is
+    # not fused, both parts are quantized on their own, and explain says what was lost
+    mapping = fxquant.get_default_qconfig_mapping("reference")
+    mapping.set_module_name("2", _per_tensor(mapping))
+    gm = prepare_fx(cbr().eval(), mapping, (torch.randn(1, 2, 6, 6),))
+    assert type(gm.get_submodule("0")) is nn.Conv2d
+    report = fxquant.flow.explain(gm, show=False)
+    assert [e.status for e in report.entries() if e.node in ("_0", "_2")] == ["quantized"] * 2
+    [note] = [n for n in report.notes() if n.startswith("not fused")]
+    assert note.startswith("not fused: (Conv2d, BatchNorm2d, ReLU)")
+    assert "(_2 differ)" in note
+
+
+def test_the_batch_norms_qconfig_does_not_stop_fusion_and_a_float_activation_does() -> None:
+    # the BN's qconfig is never observed (folded into the conv's weights), so conv + BN +
+    # ReLU fuse whatever it says; None on the activation keeps it float (the user's intent)
+    mapping = fxquant.get_default_qconfig_mapping("reference").set_object_type(nn.BatchNorm2d, None)
+    gm = prepare_fx(cbr().eval(), mapping, (torch.randn(1, 2, 6, 6),))
+    assert _fused_types(gm) == ["ConvReLU2d"]
+    mapping = fxquant.get_default_qconfig_mapping("reference").set_object_type(nn.ReLU, None)
+    gm = prepare_fx(cbr().eval(), mapping, (torch.randn(1, 2, 6, 6),))
+    assert _fused_types(gm) == []  # the conv, with the BN folded in
+    report = fxquant.flow.explain(gm, show=False)
+    assert report.entry("_0").status == "quantized"
+    assert report.entry("_2").reason.code == "qconfig_none"
+    assert not [n for n in report.notes() if n.startswith("not fused")]
+
+
+def test_a_per_tensor_conv_entry_keeps_mobilenet_v3_fused_and_near_the_default() -> None:
+    # the new-user move on x86: per-tensor weights for nn.Conv2d; every conv + BN (+ act)
+    # of torchvision's MobileNetV3 still fuses, and the output stays near the default's
+    from tests.zoo.runner import ZOO, images
+    from tests.zoo.torchvision_models import require
+
+    require()
+    zoo = ZOO["tv_mobilenet_v3_small"]
+    model, backend = zoo.build(), fxquant.get_backend_config("x86")
+    held = torch.cat([images(seed)[0] for seed in (99, 100)])
+    expected = model(held)
+
+    def cosine(mapping: QConfigMapping) -> tuple[float, torch.fx.GraphModule]:
+        gm = prepare_fx(model, mapping, images(0), backend_config=backend)
+        for seed in (1, 2):
+            gm(*images(seed))
+        got = fxquant.convert_to_reference_fx(gm)(held)
+        return F.cosine_similarity(got.flatten(), expected.flatten(), dim=0).item(), gm
+
+    default_cosine, default = cosine(fxquant.get_default_qconfig_mapping("x86"))
+    mapping = fxquant.get_default_qconfig_mapping("x86")
+    custom_cosine, custom = cosine(mapping.set_object_type(nn.Conv2d, _per_tensor(mapping)))
+    assert _fused_types(custom) == _fused_types(default)
+    assert len(_fused_types(custom)) >= 20
+    assert custom_cosine >= default_cosine - 1e-3
+    report = fxquant.flow.explain(custom, show=False)
+    assert not [n for n in report.notes() if n.startswith("not fused")]

@@ -18,7 +18,7 @@ from typing import Any
 import fxquant
 import pytest
 import torch
-from fxquant.errors import NativeBackendWarning
+from fxquant.errors import ConfigError, NativeBackendWarning
 from fxquant.flow.state import flow_state
 from fxquant.lowering import LoweringRule
 from fxquant.nn import reference
@@ -223,3 +223,23 @@ def test_resolution_of_none_is_the_registrys_one_method(monkeypatch: pytest.Monk
         "backend: reference (backend_config=None: no native backend for a riscv64 CPU)",
     )
     assert resolved.config is not registry.assembled("reference").config  # the caller's copy
+
+
+def test_convert_with_another_backends_config_than_prepares_names_both_and_the_fix() -> None:
+    x = torch.randn(2, 3, 8, 8)
+    prepared = fxquant.prepare_fx(
+        Net().eval(),
+        fxquant.get_default_qconfig_mapping("x86"),
+        (x,),
+        backend_config=fxquant.get_backend_config("x86"),
+    )
+    prepared(x)
+    expected = (
+        "convert_fx: backend_config names backend 'qnnpack', but the model was prepared for "
+        "backend 'x86'; .* Drop backend_config= to lower with 'x86'.s kernels, or prepare the "
+        r"float model again with backend_config=fxquant.get_backend_config\('qnnpack'\)"
+    )
+    with pytest.raises(ConfigError, match=expected):
+        fxquant.convert_fx(prepared, backend_config=fxquant.get_backend_config("qnnpack"))
+    lowered = fxquant.convert_fx(prepared)  # the model is untouched: prepare's backend lowers
+    assert flow_state(lowered).backend.name == "x86"  # type: ignore[union-attr]  # converted

@@ -27,7 +27,7 @@ from torch.fx import GraphModule, Node
 from fxquant.config.backend import BackendConfig
 from fxquant.config.custom import ConvertCustomConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
-from fxquant.errors import ConfigTypeError
+from fxquant.errors import ConfigError, ConfigTypeError
 from fxquant.flow.calibrated import (
     outlier_batches,
     single_valued,
@@ -311,15 +311,34 @@ def _lowering_backend(state: FlowState, chosen: BackendConfig | None) -> Resolve
     """The kernels of the backend ``convert_fx`` lowers with: what prepare resolved.
 
     The model records prepare's resolution, so convert asks the registry nothing,
-    even when a plugin was registered in between. Only a config named after another
-    backend than prepare's (the user's choice at this entry point) is resolved here;
-    a config of the same name (a JSON round trip, a copy) keeps prepare's kernels.
+    even when a plugin was registered in between; a config of the same name (a JSON
+    round trip, a copy) keeps prepare's kernels. A model prepared for ``reference``
+    (the generic patterns, no kernels) may be lowered with any backend's kernels,
+    resolved here; another pair of backends is refused (``_check_same_backend``).
     """
     config = state.backend_config if chosen is None else chosen
     recorded = state.backend
+    if recorded is not None and recorded.name != config.name:
+        _check_same_backend(recorded.name, config.name)
     if recorded is None or recorded.name != config.name:
         return resolve_backend(config, "convert_fx")
     return recorded if recorded.config is config else recorded.with_config(config)
+
+
+def _check_same_backend(prepared: str, chosen: str) -> None:
+    """Refuse kernels of another backend than the one whose observers prepare chose:
+    they may not honour them (fbgemm's kernels saturate on the full-range activations
+    x86 and qnnpack observe; qnnpack's want the ranges it observes)."""
+    if "reference" in (prepared, chosen):  # generic patterns; no kernels to disagree
+        return
+    msg = (
+        f"convert_fx: backend_config names backend {chosen!r}, but the model was prepared "
+        f"for backend {prepared!r}; the backend is resolved once, at prepare, and its "
+        f"observers, dtypes and fusions were chosen for {prepared!r}. Drop backend_config= "
+        f"to lower with {prepared!r}'s kernels, or prepare the float model again with "
+        f"backend_config=fxquant.get_backend_config({chosen!r})."
+    )
+    raise ConfigError(msg)
 
 
 def convert_fx(
@@ -348,7 +367,8 @@ def convert_fx(
         _remove_qconfig: delete the modules' ``qconfig`` attributes (as above).
         qconfig_mapping: optional; ``None`` entries keep nodes float (as above).
         backend_config: whose lowering rules to use (a ``BackendConfig`` or its
-            dict form); default: prepare's.
+            dict form); default: prepare's. Another backend's config is refused,
+            unless the model was prepared for ``reference`` (see Raises).
         strict: raise instead of leaving any pattern skipped or unlowered.
 
     Returns:
@@ -357,6 +377,8 @@ def convert_fx(
     Raises:
         ConfigTypeError: ``graph_module`` is not a prepared model, or an
             argument is not of its type (nor its dict form).
+        ConfigError: ``backend_config`` names another backend than prepare's
+            (neither of them ``reference``); the message names both and the fix.
         QuantizationSkipped: ``strict=True`` and a node was skipped or not lowered.
 
     Example:

@@ -350,4 +350,34 @@ def select_dtype_config(
             field="dtype_configs",
             bound=[],
         )
-    return best
+    return _float_only(pattern_config, probe, label) or best
+
+
+def _float_only(
+    pattern_config: BackendPatternConfig, probe: QConfigProbe, label: str
+) -> Reason | None:
+    """The reason for an integer qconfig on a pattern the backend runs only on float inputs
+    (a bfloat16-only op, a weight-only embedding), or None: "not the backend's bfloat16"
+    read as a bfloat16 problem to a user of an int8 mapping, who can act on this instead."""
+    act = probe.activation
+    inputs = {canonical_dtype(c.input_dtype) for c in pattern_config.dtype_configs if c.input_dtype}
+    if act.is_dynamic or not is_quantized_dtype(act.dtype) or not inputs:
+        return None
+    if any(is_quantized_dtype(dtype) for dtype in inputs):
+        return None
+    names = " or ".join(sorted(dtype_name(dtype) for dtype in inputs))
+    if inputs <= set(_REDUCED):
+        words = (
+            f"{label}: the backend runs this op only in {names}, with no kernel for the "
+            f"qconfig's {act.dtype} activations, so it stays float32; give it a "
+            f"{names} qconfig to run it in {names}, or qconfig None to keep it float32 "
+            "without this entry"
+        )
+    else:
+        words = (
+            f"{label}: the backend takes this op's activations in {names} only (it quantizes "
+            f"at most its weights), not the qconfig's {act.dtype}, so it stays "
+            "float32; give it a weight-only qconfig (float_qparams_weight_only_qconfig for an "
+            "embedding), or qconfig None to keep it float32 without this entry"
+        )
+    return Reason(ReasonCode.DTYPE_MISMATCH, words, field="input_dtype", bound=names)

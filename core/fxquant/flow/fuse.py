@@ -34,7 +34,7 @@ from fxquant.flow.match import Match, PatternIndex, match_graph, module_table
 from fxquant.flow.qconfig_assign import (
     QConfigAssignment,
     assign_qconfigs,
-    qconfig_mismatch,
+    fusion_mismatch,
     reassign_after_fusion,
 )
 from fxquant.flow.report import Reason, ReasonCode
@@ -43,6 +43,7 @@ from fxquant.flow.state import META_KEY, node_info, update_info
 __all__ = ["fuse", "fuse_assigned", "fusion_index"]
 
 _RELU_FUNCTIONS = (F.relu, torch.relu)
+_BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 
 
 def fusion_index(ctx: FlowContext) -> PatternIndex[BackendPatternConfig]:
@@ -107,17 +108,39 @@ def _fused_module(
     return fuser(is_qat, *parts)
 
 
+def _root_of(match: Match[BackendPatternConfig]) -> fx.Node:
+    """The node that takes the fused module (the conv of conv + BN + ReLU)."""
+    getter = match.payload._root_node_getter or _default_root
+    root: fx.Node = getter(match.structure)
+    return root
+
+
+def _is_batch_norm(node: fx.Node, modules: Mapping[str, nn.Module]) -> bool:
+    """Whether ``node`` is a BatchNorm, which fusion folds into the root's weights."""
+    if node.op == "call_module":
+        return isinstance(modules.get(str(node.target)), _BATCH_NORMS)
+    return node.op == "call_function" and node.target is F.batch_norm
+
+
+def _root_first(match: Match[BackendPatternConfig], root: fx.Node) -> tuple[Any, ...]:
+    """The ops of the pattern, the root's first: the fused module answers to its type."""
+    heads = [p[0] if isinstance(p, tuple) else p for p in _chain(match.pattern)]
+    nodes = [s[0] if isinstance(s, tuple) else s for s in _chain(match.structure)]
+    at = next((i for i, node in enumerate(nodes) if node is root), 0)
+    return (heads[at], *heads[:at], *heads[at + 1 :])
+
+
 def _apply(
     gm: fx.GraphModule, match: Match[BackendPatternConfig], fused: nn.Module, erased: set[str]
 ) -> fx.Node:
     config = match.payload
-    getter = config._root_node_getter or _default_root
-    root: fx.Node = getter(match.structure)  # returned: it holds the fused module
+    root = _root_of(match)  # returned: it holds the fused module
     extra = (
         list(config._extra_inputs_getter(match.structure)) if config._extra_inputs_getter else []
     )
     # the fused module answers to the order keys of every call it replaces
     orders = tuple(key for node in match.nodes for key in node_info(node).call_orders)
+    heads = _root_first(match, root)
     gm.set_submodule(str(root.target), fused)
     if root is not match.anchor:
         match.anchor.prepend(root)  # extra inputs may be defined after the root
@@ -128,7 +151,6 @@ def _apply(
             if node.op == "call_module":
                 erased.add(str(node.target))
             node.graph.erase_node(node)
-    heads = tuple(p[0] if isinstance(p, tuple) else p for p in _chain(match.pattern))
     update_info(
         root,
         module_type=type(fused),
@@ -250,7 +272,9 @@ def _fuse_matches(
     def one_qconfig(match: Match[BackendPatternConfig]) -> bool:
         if _reads_itself(match):
             return False  # the shorter patterns fuse what can be
-        reason = qconfig_mismatch(match, qconfigs, assignment) or trainable(match)
+        root = _root_of(match)
+        folded = [n for n in match.nodes if _is_batch_norm(n, modules)]
+        reason = fusion_mismatch(match, root, qconfigs, assignment, folded) or trainable(match)
         if reason is not None:
             refused.setdefault(match.anchor, (match, reason))
         return reason is None

@@ -624,7 +624,19 @@ def _report(
                 source=node_info(node).source,
             )
         )
-    return Report(entries)
+    return Report(entries, notes=_unfused_notes(gm, decisions))
+
+
+def _unfused_notes(gm: fx.GraphModule, decisions: Mapping[fx.Node, Decision]) -> list[str]:
+    """A note per fusion refused for its qconfigs whose parts are quantized anyway: each
+    node's entry is "quantized", so without the note the lost fusion would go unsaid."""
+    notes: dict[str, None] = {}
+    for node in gm.graph.nodes:
+        reason = node_info(node).fusion_reason
+        decision = decisions.get(node)
+        if reason is not None and decision is not None and decision.quantized:
+            notes[f"not fused: {reason.words}"] = None
+    return list(notes)
 
 
 def _precision_label(config: DTypeConfig | None) -> str:

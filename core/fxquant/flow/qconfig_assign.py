@@ -4,7 +4,7 @@ The priority rules are :meth:`QConfigMapping.resolve`'s (the one implementation)
 this module says what each node answers to:
 
     node            module name        object types                    order keys
-    call_module     its target         its class, the classes it fused  NodeInfo.call_orders
+    call_module     its target         its class, a fused one's root    NodeInfo.call_orders
     call_function   owning module      owning module's class, target   NodeInfo.call_orders
     call_method     owning module      owning module's class, name     NodeInfo.call_orders
     get_attr        owning module      owning module's class           -
@@ -20,7 +20,8 @@ An object-type entry for a fused module class (``fxquant.nn.intrinsic.ConvAdd2d`
 gives its qconfig to every node of a pattern that fuses into that class, over
 the object-type and global qconfigs of the parts: a mapping can keep ``add``
 float in general yet quantize the adds a conv absorbs (see ``qconfig_mismatch``).
-Entries naming a module (name, regex, order) still win.
+Entries naming a module (name, regex, order) still win. Otherwise a fused module
+takes its root's qconfig (the conv's, for conv + BN + ReLU; see ``fusion_mismatch``).
 
 Entries naming modules (name, regex, order) that match nothing are returned too.
 """
@@ -47,6 +48,7 @@ from fxquant.nn.intrinsic import FusedModule
 __all__ = [
     "QConfigAssignment",
     "assign_qconfigs",
+    "fusion_mismatch",
     "number_calls",
     "qconfig_mismatch",
     "reassign_after_fusion",
@@ -221,7 +223,9 @@ def _resolve(
         return mapping.resolve(owner, (type(modules.get(owner)),))
     if node.op == "call_module":
         path = str(node.target)
-        return mapping.resolve(path, (type(modules[path]), *info.fused_from), orders)
+        # a fused module answers to its class and its root's (fused_from[0]), whose
+        # qconfig fusion gave it (see fusion_mismatch); the other parts' types do not
+        return mapping.resolve(path, (type(modules[path]), *info.fused_from[:1]), orders)
     return mapping.resolve(info.module_path, (info.module_type, node.target), orders)
 
 
@@ -269,31 +273,75 @@ def _unused(
     return tuple(unused)
 
 
+def _with_fused_type(
+    match: Match[BackendPatternConfig],
+    qconfigs: Mapping[fx.Node, Any],
+    assignment: QConfigAssignment | None,
+) -> dict[fx.Node, Any]:
+    """Each node's qconfig, the fused-class entry standing in for the unnamed ones."""
+    found = {n: qconfigs.get(n) for n in match.nodes}
+    fused = match.payload.fused_module
+    if assignment is not None and fused in assignment.fused_types:
+        entry = assignment.fused_types[fused]
+        found = {n: q if n in assignment.named else entry for n, q in found.items()}
+    return found
+
+
+def _mismatch_reason(match: Match[BackendPatternConfig], odd: Collection[fx.Node]) -> Reason:
+    names = ", ".join(n.name for n in match.nodes)
+    named = ", ".join(n.name for n in odd)
+    return Reason(
+        "fusion_qconfig_mismatch",
+        f"{pattern_str(match.payload.pattern or match.pattern)}: nodes {names} have different "
+        f"qconfigs ({named} differ), so they cannot be fused; give them one qconfig to fuse "
+        "and quantize them",
+        field="qconfig",
+    )
+
+
 def qconfig_mismatch(
     match: Match[BackendPatternConfig],
     qconfigs: Mapping[fx.Node, Any],
     assignment: QConfigAssignment | None = None,
 ) -> Reason | None:
-    """Why the nodes of ``match`` cannot be fused or quantized together, or None.
+    """Why the nodes of ``match`` cannot be quantized together as one pattern, or None.
 
-    All nodes of a pattern must share one qconfig (fusion and observation both
-    refuse a match that breaks this, and the matcher tries shorter patterns).
-    With ``assignment``, a mapping entry for the class the pattern fuses into
-    stands for every node whose qconfig no module-naming entry gave.
+    All nodes of a pattern must share one qconfig (observation refuses a match that
+    breaks this, and the matcher tries shorter patterns). With ``assignment``, a
+    mapping entry for the class the pattern fuses into stands for every node whose
+    qconfig no module-naming entry gave. Fusion asks :func:`fusion_mismatch`.
     """
-    found = [qconfigs.get(n) for n in match.nodes]
-    fused = match.payload.fused_module
-    if assignment is not None and fused in assignment.fused_types:
-        entry = assignment.fused_types[fused]
-        found = [
-            q if n in assignment.named else entry for n, q in zip(match.nodes, found, strict=True)
-        ]
-    if all(q == found[0] for q in found):
-        return None
-    names = ", ".join(n.name for n in match.nodes)
-    return Reason(
-        "fusion_qconfig_mismatch",
-        f"{pattern_str(match.payload.pattern or match.pattern)}: nodes {names} have different "
-        "qconfigs, so they cannot be fused; give them one qconfig to fuse and quantize them",
-        field="qconfig",
-    )
+    found = _with_fused_type(match, qconfigs, assignment)
+    first = found[match.nodes[0]]
+    odd = [n for n, q in found.items() if q != first]
+    return _mismatch_reason(match, odd) if odd else None
+
+
+def fusion_mismatch(
+    match: Match[BackendPatternConfig],
+    root: fx.Node,
+    qconfigs: Mapping[fx.Node, Any],
+    assignment: QConfigAssignment | None,
+    folded: Collection[fx.Node] = (),
+) -> Reason | None:
+    """Why the nodes of fusion ``match`` cannot be fused, or None.
+
+    The fused module takes the qconfig of the pattern's ``root`` (the conv or linear
+    it is built around), as torch.ao's fused modules answer to their first op's
+    entry: a mapping that sets a qconfig on ``nn.Conv2d`` means the conv + BN + ReLU
+    that fuse into it. A part whose qconfig differs refuses the fusion only when the
+    user said so for that part: an entry naming its module (name, regex, order), or
+    None (the part stays float) on a part that is computed after the root, not
+    ``folded`` into its weights as a BatchNorm is (its qconfig is never observed).
+    """
+    found = _with_fused_type(match, qconfigs, assignment)
+    decided = found[root]
+    named = assignment.named if assignment is not None else frozenset()
+
+    def refuses(node: fx.Node, qconfig: Any) -> bool:
+        if qconfig == decided:
+            return False
+        return node in named or (node not in folded and None in (qconfig, decided))
+
+    odd = [n for n, q in found.items() if refuses(n, q)]
+    return _mismatch_reason(match, odd) if odd else None

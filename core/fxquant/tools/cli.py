@@ -5,7 +5,8 @@ argparse only (the core depends on torch, pluggy and importlib-metadata).
 Every subcommand reads the registry and renders plain data (``--json``
 dumps the same data), so a broken plugin shows up as a status line instead
 of a traceback. Tables are Markdown, so a plugin's README can embed the
-output of ``fxquant show NAME`` as it is.
+output of ``fxquant show NAME --width 0`` as it is; by default its long cells wrap
+to the terminal's width (continuation rows).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from fxquant.registry import default_registry
 from fxquant.registry.install import install_hint
 from fxquant.tools.describe import describe
 from fxquant.tools.scaffold import new_backend
-from fxquant.tools.tables import markdown_table
+from fxquant.tools.tables import markdown_table, output_width
 from fxquant.version import VERSION
 
 __all__ = ["main", "markdown_table", "render_backends", "render_show"]
@@ -108,8 +109,10 @@ def render_backends(data: list[dict[str, Any]]) -> str:
     return "\n".join([markdown_table(header, rows), *notes])
 
 
-def render_show(data: dict[str, Any]) -> str:
+def render_show(data: dict[str, Any], width: int | None = None) -> str:
     """The text of ``fxquant show NAME``: the summary table, then every pattern config.
+
+    ``width``: the widest a line may be (long cells wrap); ``None``: as wide as the content.
 
     Example:
         >>> from fxquant.registry import default_registry
@@ -160,9 +163,9 @@ def render_show(data: dict[str, Any]) -> str:
             f"backend {name!r} ({len(data['patterns'])} patterns, "
             f"{len(data['lowering_kernels'])} lowering kernels; plugins: {plugins})",
             "",
-            markdown_table(["", name], rows),
+            markdown_table(["", name], rows, width),
             "",
-            markdown_table(header, patterns),
+            markdown_table(header, patterns, width),
         ]
     )
 
@@ -185,7 +188,8 @@ def _cmd_show(args: argparse.Namespace, out: TextIO) -> int:
     except (UnknownBackendError, PluginError) as error:
         print(f"fxquant: error: {error}", file=sys.stderr)
         return 1
-    _emit(data, render_show(data), args.json, out)
+    width = output_width() if args.width is None else args.width or None
+    _emit(data, render_show(data, width), args.json, out)
     return 0
 
 
@@ -250,6 +254,12 @@ def build_parser() -> argparse.ArgumentParser:
     show = commands.add_parser("show", help="show one backend's summary and pattern table")
     show.add_argument("name", help="the backend, e.g. reference or x86")
     show.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    show.add_argument(
+        "--width",
+        type=int,
+        help="wrap long cells to this many columns (default: the terminal's, else COLUMNS, "
+        "else 120); 0: one line per row, for embedding in Markdown",
+    )
     show.set_defaults(run=_cmd_show)
     demo = commands.add_parser("demo", help="quantize a built-in model with every backend")
     demo.add_argument(
