@@ -179,6 +179,9 @@ def test_compiled_attention_is_one_bf16_flash_attention_call_per_block(
         if "torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default(" in line
     ]
     assert len(calls) == 2, calls  # no bmm / softmax loops left
+    # one merged q/k/v GEMM per block, writing bf16 itself: no float32 output and cast pass
+    gemms = [line for line in compiled.code.splitlines() if "qlinear_pointwise" in line]
+    assert sum("torch.bfloat16" in line for line in gemms) == 2, gemms
     assert "extern_kernels.bmm" not in compiled.code
     assert compiled.float_dtype == torch.bfloat16
     assert sum(compiled.kernels.values()) == compiled.expected_kernels
