@@ -87,10 +87,14 @@ def main() -> None:
         print(f"SQNR fxquant {compiled_bench.sqnr(expected, reference(*inputs)):.3f} dB, "
               f"pt2e {compiled_bench.sqnr(expected, pt2e(*inputs)):.3f} dB")  # fmt: skip
     ours, theirs = _quantize_steps(reference), _quantize_steps(pt2e)
-    same = sum(1 for a, b in zip(ours, theirs) if a[1] == b[1] and abs(a[0] - b[0]) <= 1e-6 * b[0])
+    same = sum(
+        1
+        for a, b in zip(ours, theirs, strict=False)
+        if a[1] == b[1] and abs(a[0] - b[0]) <= 1e-6 * b[0]
+    )
     print(f"activation quantize steps: fxquant {len(ours)}, pt2e {len(theirs)}; "
           f"the first {min(len(ours), len(theirs))} pairwise equal (to 1e-6): {same}")  # fmt: skip
-    for index, (a, b) in enumerate(zip(ours, theirs)):
+    for index, (a, b) in enumerate(zip(ours, theirs, strict=False)):
         if a[1] != b[1] or abs(a[0] - b[0]) > 1e-6 * b[0]:
             print(f"  step {index}: fxquant {a}, pt2e {b}")
     modules = [(n, m) for n, m in reference.named_modules() if hasattr(m, "weight_scale")]
