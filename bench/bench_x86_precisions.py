@@ -9,6 +9,9 @@ Same-run columns per row (one thread, the sides interleaved round by round):
                     with freezing and inductor's C++ wrapper
     pt2e_pyw        the same with inductor's default (Python) wrapper
     fxq_compiled    fxquant's x86 deployment (``get_deployment("x86")``) of the reference model
+    fxq_attn_bf16   the same, prepared with ``attention_bf16_qconfig_mapping(model)``: the
+                    attention blocks in bfloat16 (one bf16 flash-attention kernel each),
+                    the rest as the default
     fxq_bf16        the same with ``float_dtype=torch.bfloat16``: the float parts between
                     the quantize steps in bfloat16 (the default is float32)
     fxq_compiled_pyw, fxq_bf16_pyw   the two above with inductor's Python wrapper and its
@@ -70,6 +73,7 @@ SIDES = (
     "pt2e_cppw",
     "pt2e_pyw",
     "fxq_compiled",
+    "fxq_attn_bf16",
     "fxq_bf16",
     "fxq_eager",
 )
@@ -95,9 +99,13 @@ def load() -> str:
     return f"load {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} CPUs"
 
 
-def _quantized(model: torch.nn.Module, inputs: tuple[Any, ...]) -> Any:
+def _quantized(model: torch.nn.Module, inputs: tuple[Any, ...], *, attention: bool = False) -> Any:
+    from fxquant_x86.qconfig import attention_bf16_qconfig_mapping
+
     config = fxquant.get_backend_config("x86")
     mapping = fxquant.get_default_qconfig_mapping("x86")
+    if attention:
+        mapping = attention_bf16_qconfig_mapping(model)
     prepared = fxquant.prepare_fx(copy.deepcopy(model), mapping, inputs, backend_config=config)
     with torch.no_grad():
         prepared(*inputs)
@@ -128,7 +136,7 @@ def build_side(side: str, model: torch.nn.Module, inputs: tuple[Any, ...]) -> Ca
         run, args = _no_grad(torch.compile(copy.deepcopy(model).bfloat16())), _bf16(inputs)
     elif side.startswith("pt2e"):
         run, args = _pt2e(model, inputs, cpp_wrapper=side == "pt2e_cppw"), inputs
-    elif side.startswith(("fxq_compiled", "fxq_bf16")):
+    elif side.startswith(("fxq_compiled", "fxq_bf16", "fxq_attn_bf16")):
         run, args = _fxquant_compiled(side, model, inputs), inputs
     elif side == "fxq_eager":
         run, args = _no_grad(fxquant.convert_fx(_quantized(model, inputs))), inputs
@@ -144,7 +152,8 @@ def _fxquant_compiled(side: str, model: torch.nn.Module, inputs: tuple[Any, ...]
     is then a ``torch.profiler`` event: the per-op profile the C++ wrapper hides)."""
     from fxquant_x86.compiled import compile_quantized
 
-    reference = fxquant.convert_to_reference_fx(_quantized(model, inputs))
+    attention = side.startswith("fxq_attn_bf16")
+    reference = fxquant.convert_to_reference_fx(_quantized(model, inputs, attention=attention))
     options: dict[str, Any] = {}
     if side.startswith("fxq_bf16"):
         options["float_dtype"] = torch.bfloat16

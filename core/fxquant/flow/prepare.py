@@ -215,6 +215,10 @@ def _decide_unmatched(
     return Decision(None, qconfig, None, Reason(ReasonCode.NO_PATTERN, words), NodeStatus.SKIPPED)
 
 
+def _bfloat16_side(qconfig: QConfig | None, planner: _Planner) -> bool:
+    return qconfig is not None and planner.probe(qconfig).activation.dtype == torch.bfloat16
+
+
 def _decide(
     node: fx.Node,
     match: Match[BackendPatternConfig] | None,
@@ -223,7 +227,10 @@ def _decide(
     label: str,
 ) -> Decision:
     ctx = planner.ctx
-    if any(
+    # a bfloat16 side observes no range (float32's exponent: -1e4 stays -1e4), so a mask
+    # sets nothing there and attention runs in bfloat16 as the mapping asks
+    bfloat16 = _bfloat16_side(qconfig, planner)
+    if not bfloat16 and any(
         planner.kinds.get(n) in (ValueKind.MASK, ValueKind.MASKED) for n in (node, *node_args(node))
     ):
         words = (
@@ -239,7 +246,8 @@ def _decide(
     shown = pattern_str(config.pattern or match.pattern)
     if not label.endswith(f"({shown})"):  # "gate (Sigmoid) Sigmoid" said the op twice
         label = f"{label} {shown}"
-    if planner.kinds.get(match.anchor) not in (ValueKind.FLOAT, None):
+    floats = (ValueKind.FLOAT, None, *((ValueKind.MASKED,) if bfloat16 else ()))
+    if planner.kinds.get(match.anchor) not in floats:
         # a tensor-info pattern (x.size(), x.shape) too: it reads a shape, never a value
         words = f"{label}: computes on shapes or integer tensors, not float tensors"
         if config.observation_type is ObservationType.INPUT_OUTPUT_NOT_OBSERVED:
@@ -433,19 +441,24 @@ def _inputs(node: fx.Node) -> Iterator[tuple[int, fx.Node]]:
             yield from ((position, v) for v in value if isinstance(v, fx.Node))
 
 
+_TENSORS = (ValueKind.FLOAT, ValueKind.MASK, ValueKind.MASKED)
+
+
+def _carries(kind: ValueKind | None, dtype: torch.dtype) -> bool:
+    """Whether a value of ``kind`` gets an observer of ``dtype``: a float tensor does; a mask
+    only as bfloat16, which rounds it without observing a range (float32's exponent)."""
+    return kind is ValueKind.FLOAT or (kind in _TENSORS and dtype == torch.bfloat16)
+
+
 def _plan_inputs(node: fx.Node, decision: Decision, planner: _Planner) -> None:
 
     assert decision.match is not None
     inside = set(decision.match.nodes)
     for position, arg in _inputs(node):
-        if (
-            arg in inside
-            or planner.kinds.get(arg) != ValueKind.FLOAT
-            or _returns_pieces(arg, planner)
-        ):
+        if arg in inside or planner.kinds.get(arg) not in _TENSORS or _returns_pieces(arg, planner):
             continue  # a tuple has no range: its pieces are observed after their getitem
         request = _edge_request(node, position, arg, decision, planner)
-        if request is None:
+        if request is None or not _carries(planner.kinds.get(arg), request[1]):
             continue
         ctor, dtype = request
         key = (arg, factory_parts(ctor)[0], canonical_dtype(dtype))
@@ -494,7 +507,7 @@ def _plan_node(node: fx.Node, planner: _Planner) -> None:
     rounded = cast_output(decision.dtype_config)
     if rounded is not None:  # int8 in, bf16 out: the output is rounded to bf16, not observed
         ctor, dtype = PlaceholderObserver.with_args(dtype=rounded), rounded
-    if planner.kinds.get(node) != ValueKind.FLOAT or not _observable(dtype):
+    if not _carries(planner.kinds.get(node), dtype) or not _observable(dtype):
         return
     shared = kind is ObservationType.OUTPUT_SHARE_OBSERVER_WITH_INPUT and rounded is None
     if _returns_pieces(node, planner):  # a tuple has no range: observe each tensor piece

@@ -295,6 +295,21 @@ def _merged_module(modules: list[Any]) -> Any:
     return merged
 
 
+def _rounded_like(wide: fx.Node, nodes: list[fx.Node]) -> fx.Node:
+    """``wide`` rounded to bfloat16 (``.to(bfloat16).to(float32)``) where every linear it
+    replaces had its output rounded so (int8 in, bfloat16 out: attention's q, k, v), else
+    ``wide``: the merged linear is then one int8 GEMM writing bfloat16
+    (:func:`fxquant_x86.precision.float_side_in`), not a float32 GEMM and a cast after it.
+    The slices' own roundings stay: rounding a bfloat16 value again changes nothing."""
+    if not all(precision.rounded_to_bf16(node) for node in nodes):
+        return wide
+    graph = wide.graph
+    with graph.inserting_after(wide):
+        low = graph.call_method("to", (wide, torch.bfloat16))
+    with graph.inserting_after(low):
+        return graph.call_method("to", (low, torch.float32))
+
+
 def merge_sibling_linears(model: fx.GraphModule) -> dict[str, list[str]]:
     """Linears reading one dequantized input become one wider linear and slices of its output.
 
@@ -342,11 +357,11 @@ def merge_sibling_linears(model: fx.GraphModule) -> dict[str, list[str]]:
             model.add_submodule(target, _merged_module(parts))
             with model.graph.inserting_before(first):
                 wide = model.graph.call_module(target, (source,))
-            start = 0
+            base, start = _rounded_like(wide, nodes), 0
             for same, part in zip(calls.values(), parts, strict=True):
-                with model.graph.inserting_after(wide):
+                with model.graph.inserting_after(base):
                     piece = model.graph.call_function(
-                        torch.narrow, (wide, -1, start, part.out_features)
+                        torch.narrow, (base, -1, start, part.out_features)
                     )
                 start += part.out_features
                 for node in same:

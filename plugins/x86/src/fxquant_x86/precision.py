@@ -50,6 +50,7 @@ __all__ = [
     "float_parts_in",
     "float_side_in",
     "from_float32",
+    "rounded_to_bf16",
     "rounds_to_bf16",
     "to_float32",
 ]
@@ -228,6 +229,21 @@ def _is_cast(node: object, dtype: torch.dtype) -> bool:
         and node.args[1:] == (dtype,)
         and not node.kwargs
     )
+
+
+def rounded_to_bf16(node: fx.Node) -> bool:
+    """Whether ``node``'s one reader rounds it to bfloat16 (``.to(bfloat16).to(float32)``).
+
+    Example:
+        >>> graph = fx.Graph()
+        >>> x = graph.placeholder("x")
+        >>> rounded_to_bf16(x)
+        False
+    """
+    if len(node.users) != 1:
+        return False
+    (low,) = node.users
+    return _is_cast(low, torch.bfloat16) and all(_is_cast(u, torch.float32) for u in low.users)
 
 
 def _rounding_pairs(graph: fx.Graph) -> list[tuple[fx.Node, fx.Node]]:

@@ -20,12 +20,19 @@ from fxquant.config.defaults import bfloat16_static_qconfig
 from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.errors import ConfigWarning
 from fxquant_onednn.qconfig import FLOAT_OPS, default_qconfig_mapping
-from torch import nn
+from torch import fx, nn
 
 from fxquant_x86 import precision
+from fxquant_x86.attention import attention_blocks
 from fxquant_x86.patterns import BF16_ONLY_OPS, FLOAT_BF16, pattern_configs
 
-__all__ = ["FLOAT_OPS", "bf16_ops", "bf16_qconfig_mapping", "default_qconfig_mapping"]
+__all__ = [
+    "FLOAT_OPS",
+    "attention_bf16_qconfig_mapping",
+    "bf16_ops",
+    "bf16_qconfig_mapping",
+    "default_qconfig_mapping",
+]
 
 _LINEARS = (nn.Linear, torch.nn.functional.linear)
 
@@ -73,4 +80,44 @@ def bf16_qconfig_mapping(is_qat: bool = False) -> QConfigMapping:
         mapping.set_object_type(linear, int8_bf16_out)
     for op in bf16_ops():
         mapping.set_object_type(op, bfloat16_static_qconfig)
+    return mapping
+
+
+def attention_bf16_qconfig_mapping(model: nn.Module) -> QConfigMapping:
+    """x86's default mapping with ``model``'s attention blocks in bfloat16, where the CPU has it.
+
+    Each block :func:`fxquant_x86.attention.attention_blocks` finds (a softmax between
+    two matmuls, in a module of its own) gets module-name entries: its query, key and
+    value Linears int8 in, bfloat16 out (``output_dtype``), its other Linears (the
+    output projection) the default int8, and every other op of the module, the
+    additive mask's add included, bfloat16 (``bfloat16_static_qconfig``). The compiled
+    deployment then runs each block as one bfloat16 flash-attention kernel, which on
+    an AMX Xeon takes about 0.7x the float32 one; LayerNorm, GELU and the residual
+    adds stay float32, as in the default (in bfloat16 they cost BERT 2.3 dB).
+
+    Args:
+        model: the float model (traced with ``torch.fx.symbolic_trace``), or a
+            ``GraphModule`` traced already (transformers' ``symbolic_trace``).
+
+    On a CPU without AMX-BF16 or AVX512-BF16 the default mapping is returned, with a
+    :class:`fxquant.errors.ConfigWarning` saying why.
+
+    Example:
+        >>> # mapping = attention_bf16_qconfig_mapping(model); prepare_fx(model, mapping, ...)
+    """
+    mapping = default_qconfig_mapping(False)
+    if not precision.bf16_accelerated():
+        warnings.warn(precision.bf16_unavailable_reason(), ConfigWarning, stacklevel=2)
+        return mapping
+    graph = model if isinstance(model, fx.GraphModule) else fx.symbolic_trace(model)
+    int8 = mapping.global_qconfig
+    assert int8 is not None  # the default quantizes by default
+    int8_bf16_out = dataclasses.replace(int8, output_dtype=torch.bfloat16)
+    for block in attention_blocks(graph):
+        mapping.set_module_name(block.module, bfloat16_static_qconfig)
+        for name, module in graph.get_submodule(block.module).named_modules():
+            if isinstance(module, nn.Linear):
+                mapping.set_module_name(f"{block.module}.{name}", int8)
+        for projection in block.projections:
+            mapping.set_module_name(projection, int8_bf16_out)
     return mapping

@@ -1,0 +1,155 @@
+"""Attention in bfloat16: find a transformer's attention blocks and ask for them in the mapping.
+
+On a CPU with AMX-BF16 the float32 attention is the one part of an int8 BERT that
+runs slower than in ``torch.compile(model.bfloat16())``: inductor fuses the
+matmul / softmax / matmul of both into one flash-attention kernel, 1.4x slower in
+float32 (BERT-base b8: 27% of the int8 model's time). :func:`attention_blocks`
+finds each block in a traced graph::
+
+    Linear q, k, v -> view/permute/transpose -> matmul(q, k^T) -> / sqrt(d) (+ mask)
+        -> softmax (-> dropout) -> matmul(., v) -> permute/view -> Linear output
+
+and :func:`fxquant_x86.qconfig.attention_bf16_qconfig_mapping` asks, in the
+config's vocabulary, for q, k and v as int8 in, bfloat16 out (``LINEAR_BF16``)
+and every op of the block in bfloat16 (``FLOAT_BF16``, the additive mask
+included): ``explain`` names them, and the compiled deployment runs one bfloat16
+flash-attention kernel per block.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import fx, nn
+
+__all__ = ["AttentionBlock", "attention_blocks"]
+
+_MATMULS: tuple[Any, ...] = (torch.matmul, operator.matmul, torch.bmm, "matmul", "bmm")
+_SOFTMAX: tuple[Any, ...] = (F.softmax, torch.softmax, "softmax")
+_RESHAPES: tuple[Any, ...] = (
+    "view", "reshape", "permute", "transpose", "contiguous", "narrow", "unflatten",
+    torch.reshape, torch.permute, torch.transpose, torch.narrow, torch.unflatten,
+)  # fmt: skip
+# between the scores matmul and the softmax: the scaling and the additive mask
+_SCORES: tuple[Any, ...] = (
+    operator.truediv, torch.div, "div", operator.mul, torch.mul, "mul",
+    operator.add, torch.add, "add", operator.sub, "masked_fill", F.dropout,
+)  # fmt: skip
+# what else an attention module may compute: shapes, and the ops above
+_SHAPES: tuple[Any, ...] = ("size", getattr, operator.getitem, F.dropout)
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionBlock:
+    """One attention block: the module running it and its query, key and value Linears.
+
+    Example:
+        >>> AttentionBlock("layers.0.attention", ("q", "k", "v")).module
+        'layers.0.attention'
+    """
+
+    module: str
+    """The module whose ``forward`` calls the block's matmuls and softmax."""
+    projections: tuple[str, str, str]
+    """The ``nn.Linear`` modules whose outputs are the query, key and value."""
+
+
+def _owner(node: fx.Node) -> str:
+    """The innermost module whose forward made the call (torch.fx's ``nn_module_stack``)."""
+    stack = node.meta.get("nn_module_stack") or {}
+    return str(next(reversed(stack.values()))[0]) if stack else ""
+
+
+def _is(node: object, targets: tuple[Any, ...]) -> bool:
+    return (
+        isinstance(node, fx.Node)
+        and node.op in ("call_function", "call_method")
+        and node.target in targets
+    )
+
+
+def _first_tensor(node: fx.Node) -> fx.Node | None:
+    return next((a for a in node.args if isinstance(a, fx.Node)), None)
+
+
+def _projection(node: object, modules: dict[str, nn.Module]) -> fx.Node | None:
+    """The Linear module call whose output ``node`` reshapes (the head split), or None."""
+    while _is(node, _RESHAPES):
+        node = _first_tensor(node)  # type: ignore[arg-type]  # a Node: _is checked it
+    linear = (
+        isinstance(node, fx.Node)
+        and node.op == "call_module"
+        and isinstance(modules.get(str(node.target)), nn.Linear)
+    )
+    return node if linear else None  # type: ignore[return-value]  # a Node when linear
+
+
+def _scores_chain(softmax: fx.Node) -> tuple[fx.Node, list[fx.Node]] | None:
+    """The matmul feeding ``softmax`` through scaling / mask ops, and those ops."""
+    chain, node = [], _first_tensor(softmax)
+    while _is(node, _SCORES):
+        assert node is not None  # _is checked it
+        chain.append(node)
+        node = node.args[0] if isinstance(node.args[0], fx.Node) else _first_tensor(node)
+    return (node, chain) if isinstance(node, fx.Node) and _is(node, _MATMULS) else None
+
+
+def _context(softmax: fx.Node, modules: dict[str, nn.Module]) -> fx.Node | None:
+    """The matmul of the probabilities and the values (through a dropout), or None."""
+    node = softmax
+    while len(node.users) == 1:
+        (user,) = node.users
+        module = modules.get(str(user.target)) if user.op == "call_module" else None
+        if not (_is(user, (F.dropout,)) or isinstance(module, nn.Dropout)):
+            break
+        node = user
+    return next((u for u in node.users if _is(u, _MATMULS) and u.args[0] is node), None)
+
+
+def _block(softmax: fx.Node, modules: dict[str, nn.Module]) -> AttentionBlock | None:
+    found, context = _scores_chain(softmax), _context(softmax, modules)
+    if found is None or context is None:
+        return None
+    scores, chain = found
+    sources = (scores.args[0], scores.args[1], context.args[1])
+    linears = [_projection(source, modules) for source in sources]
+    owner = _owner(softmax)
+    if not owner or any(linear is None for linear in linears):
+        return None
+    allowed = {scores, context, softmax, *chain}
+    for node in softmax.graph.nodes:
+        if _owner(node) != owner or node.op not in ("call_function", "call_method"):
+            continue
+        if node not in allowed and not _is(node, _RESHAPES + _SHAPES):
+            return None  # the module also computes something else (a residual add, a norm)
+    names = tuple(str(linear.target) for linear in linears if linear is not None)
+    return AttentionBlock(owner, (names[0], names[1], names[2]))
+
+
+def attention_blocks(model: fx.GraphModule) -> list[AttentionBlock]:
+    """Every attention block of ``model`` that runs in a module of its own.
+
+    A block is a softmax between two matmuls (scores: ``q @ k^T``, scaled and
+    masked on the way; context: ``probs @ v``) whose q, k and v are reshaped
+    ``nn.Linear`` outputs, inside a module that computes nothing else (its
+    Linears and dropouts aside): a module-name entry for it then covers exactly
+    the block. An attention written inline in a bigger module (with its residual
+    add or LayerNorm) is left out, as is one through
+    ``F.scaled_dot_product_attention`` (already one fused kernel).
+
+    Example:
+        >>> attention_blocks(fx.symbolic_trace(nn.Linear(2, 2)))
+        []
+    """
+    modules = dict(model.named_modules())
+    blocks = []
+    for node in model.graph.nodes:
+        if _is(node, _SOFTMAX):
+            block = _block(node, modules)
+            if block is not None and block not in blocks:
+                blocks.append(block)
+    return blocks

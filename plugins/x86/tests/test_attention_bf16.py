@@ -1,0 +1,200 @@
+"""Attention blocks in bfloat16 by the mapping, one bf16 flash-attention kernel each (#31).
+
+:func:`attention_bf16_qconfig_mapping` asks for a transformer's attention (q, k, v
+Linears int8 in / bf16 out, the matmuls, scaling, additive mask and softmax bf16) and
+nothing else; the compiled deployment then runs one bfloat16 flash-attention call per
+block. The CPU flags are faked (as test_float_side does), so every CPU runs every test.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import fxquant
+import pytest
+import torch
+import torch.nn.functional as F
+from fxquant.errors import ConfigWarning
+from fxquant_x86 import precision
+from fxquant_x86.attention import AttentionBlock, attention_blocks
+from fxquant_x86.compiled import compile_quantized
+from fxquant_x86.qconfig import attention_bf16_qconfig_mapping
+from torch import fx, nn
+
+AMX = frozenset({"avx2", "avx512f", "avx512_vnni", "amx_tile", "amx_int8", "amx_bf16"})
+AVX2 = frozenset({"avx2", "fma"})
+HIDDEN, HEADS, TOKENS = 32, 4, 16
+
+
+class SelfAttention(nn.Module):
+    """BERT's attention: heads split by view/permute, scaled scores plus an additive mask."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.query, self.key, self.value = (nn.Linear(HIDDEN, HIDDEN) for _ in range(3))
+        self.dropout = nn.Dropout(0.1)
+        self.output = nn.Linear(HIDDEN, HIDDEN)
+
+    def heads(self, x: torch.Tensor) -> torch.Tensor:
+        return x.view(x.size(0), x.size(1), HEADS, HIDDEN // HEADS).permute(0, 2, 1, 3)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.heads(self.query(x)), self.heads(self.key(x)), self.heads(self.value(x))
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(HIDDEN // HEADS)
+        probs = self.dropout(F.softmax(scores + mask, dim=-1))
+        context = torch.matmul(probs, v).permute(0, 2, 1, 3).contiguous()
+        return self.output(context.view(context.size(0), context.size(1), -1))
+
+
+class Encoder(nn.Module):
+    """Two layers of attention, residual add, LayerNorm, GELU feed-forward; a padding mask."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attention = nn.ModuleList(SelfAttention() for _ in range(2))
+        self.norm = nn.ModuleList(nn.LayerNorm(HIDDEN) for _ in range(2))
+        self.ffn = nn.ModuleList(
+            nn.Sequential(nn.Linear(HIDDEN, 64), nn.GELU(), nn.Linear(64, HIDDEN)) for _ in range(2)
+        )
+
+    def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        mask = (1.0 - keep[:, None, None, :].to(x.dtype)) * -10000.0
+        for attention, norm, ffn in zip(self.attention, self.norm, self.ffn, strict=True):
+            x = norm(x + attention(x, mask))
+            x = x + ffn(x)
+        return x
+
+
+class Inline(nn.Module):
+    """Attention written inline with its residual add and LayerNorm: no module of its own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q, self.k, self.v = (nn.Linear(HIDDEN, HIDDEN) for _ in range(3))
+        self.norm = nn.LayerNorm(HIDDEN)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scores = torch.matmul(self.q(x), self.k(x).transpose(-1, -2)) / 4.0
+        return self.norm(x + torch.matmul(torch.softmax(scores, dim=-1), self.v(x)))
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Iterator[None]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+    fxquant.refresh()  # the real CPU's x86 backend for the tests after these
+
+
+def on_cpu(monkeypatch: pytest.MonkeyPatch, flags: frozenset[str]) -> None:
+    monkeypatch.setattr(precision, "cpu_flags", lambda: flags)
+    fxquant.refresh()
+
+
+def inputs(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.randn(2, TOKENS, HIDDEN, generator=torch.Generator().manual_seed(seed))
+    keep = torch.ones(2, TOKENS, dtype=torch.int64)
+    keep[1, -4:] = 0  # padding: the additive mask is -1e4 there
+    return x, keep
+
+
+def quantize(model: nn.Module, mapping: fxquant.QConfigMapping) -> fx.GraphModule:
+    config = fxquant.get_backend_config("x86")
+    prepared = fxquant.prepare_fx(model, mapping, inputs(0), backend_config=config)
+    with torch.no_grad():
+        for seed in range(4):
+            prepared(*inputs(seed))
+    return fxquant.convert_to_reference_fx(prepared)
+
+
+def sqnr(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    noise = float((actual - expected).pow(2).mean())
+    return math.inf if noise == 0 else 10 * math.log10(float(expected.pow(2).mean()) / noise)
+
+
+def test_each_attention_module_is_found_with_its_query_key_and_value() -> None:
+    blocks = attention_blocks(fx.symbolic_trace(Encoder()))
+    assert blocks == [
+        AttentionBlock(
+            f"attention.{i}", tuple(f"attention.{i}.{p}" for p in ("query", "key", "value"))
+        )  # type: ignore[arg-type]  # three names
+        for i in range(2)
+    ]
+
+
+def test_attention_inline_with_a_residual_and_a_norm_is_left_out() -> None:
+    # a module-name entry would put the residual add and the LayerNorm in bf16 too
+    assert attention_blocks(fx.symbolic_trace(Inline())) == []
+
+
+def test_explain_names_the_attention_ops_bf16_and_keeps_the_rest_as_the_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    on_cpu(monkeypatch, AMX)
+    torch.manual_seed(0)
+    model = Encoder().eval()
+    reference = quantize(model, attention_bf16_qconfig_mapping(model))
+    rows = {row.node: row for row in fxquant.explain(reference, show=False).entries()}
+    for projection in ("query", "key", "value"):
+        assert rows[f"attention_0_{projection}"].pattern == "Linear (int8 in, bfloat16 out)"
+    assert rows["attention_0_output"].pattern == "Linear (int8 in, float out)"
+    # the additive mask's add runs in bf16 too (float32's exponent: -1e4 keeps its size),
+    # else a cast each side of it keeps inductor from fusing the attention
+    for node, op in (("matmul", "torch.matmul"), ("truediv", "operator.truediv")):
+        assert rows[node].pattern == f"{op} (bfloat16)"
+    assert rows["add"].pattern == "operator.add (bfloat16)", rows["add"]
+    assert rows["softmax"].pattern == "F.softmax (bfloat16)", rows["softmax"]
+    assert rows["mul"].status == "float"  # the mask itself: float32, as the default
+    assert rows["add_1"].status == "float"  # the residual add, as the default
+    assert rows["norm_0"].status == "float"
+
+
+def test_bf16_attention_stays_within_bf16_rounding_of_the_float32_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    on_cpu(monkeypatch, AMX)
+    torch.manual_seed(0)
+    model = Encoder().eval()
+    bf16 = quantize(model, attention_bf16_qconfig_mapping(model))
+    int8 = quantize(model, fxquant.get_default_qconfig_mapping("x86"))
+    with torch.no_grad():
+        want, got_bf16, got_int8 = model(*inputs(9)), bf16(*inputs(9)), int8(*inputs(9))
+    assert sqnr(got_int8, want) >= 30.0
+    assert sqnr(got_bf16, want) >= sqnr(got_int8, want) - 1.0
+
+
+def test_compiled_attention_is_one_bf16_flash_attention_call_per_block(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    on_cpu(monkeypatch, AMX)
+    torch.manual_seed(0)
+    model = Encoder().eval()
+    reference = quantize(model, attention_bf16_qconfig_mapping(model))
+    compiled = compile_quantized(reference, inputs(0), cpp_wrapper=False)
+    calls = [
+        line
+        for line in compiled.code.splitlines()
+        if "torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default(" in line
+    ]
+    assert len(calls) == 2, calls  # no bmm / softmax loops left
+    # one merged q/k/v GEMM per block, writing bf16 itself: no float32 output and cast pass
+    gemms = [line for line in compiled.code.splitlines() if "qlinear_pointwise" in line]
+    assert sum("torch.bfloat16" in line for line in gemms) == 2, gemms
+    assert "extern_kernels.bmm" not in compiled.code
+    assert compiled.float_dtype == torch.bfloat16
+    assert sum(compiled.kernels.values()) == compiled.expected_kernels
+    with torch.no_grad():
+        got, expected = compiled(*inputs(9)), reference(*inputs(9))
+    assert got.dtype == torch.float32
+    assert sqnr(got, expected) >= 35.0  # bf16 arithmetic where the reference rounds
+
+
+def test_on_a_cpu_without_bf16_the_default_mapping_comes_back_saying_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    on_cpu(monkeypatch, AVX2)
+    with pytest.warns(ConfigWarning, match=r"no bfloat16 in hardware"):
+        mapping = attention_bf16_qconfig_mapping(Encoder())
+    assert mapping.to_dict() == fxquant.get_default_qconfig_mapping("x86").to_dict()
