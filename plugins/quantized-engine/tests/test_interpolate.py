@@ -103,3 +103,22 @@ def test_a_pooled_1x1_map_upsampled_to_the_feature_size_keeps_each_channel(
     model = Upsampled(8, 4, False, arguments)
     got, want, step, _ = _lowered_and_reference(backend, model, (2, 8, 1, 1), layout)
     assert float((got - want).abs().max()) <= step * 1.001
+
+
+class Decoder(nn.Module):
+    """A latent vector through a linear, viewed as a 1x1 map, upsampled (a decoder's stem)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(16, 8)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return F.interpolate(self.linear(z).view(-1, 8, 1, 1), size=(4, 4), mode="nearest")
+
+
+def test_a_linear_output_viewed_as_a_1x1_map_upsamples_as_the_reference(backend: str) -> None:
+    # the view hands the kernel contiguous strides: 153 (fbgemm) and 161 (qnnpack) steps off
+    got, want, step, _ = _lowered_and_reference(
+        backend, Decoder(), (2, 16), torch.contiguous_format
+    )
+    assert float((got - want).abs().max()) <= step * 1.001
