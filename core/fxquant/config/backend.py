@@ -27,7 +27,7 @@ from fxquant.config import serialize
 from fxquant.config.checks import check_real
 from fxquant.config.pattern import Pattern
 from fxquant.dtypes import canonical_dtype, dtype_name
-from fxquant.errors import ConfigError, ConfigTypeError
+from fxquant.errors import ConfigError, ConfigTypeError, wrong_type
 
 __all__ = [
     "BackendConfig",
@@ -68,19 +68,15 @@ def _check_observation_type(value: object, argument: str) -> ObservationType:
 def _check_dtype(value: object, argument: str) -> torch.dtype | None:
     if value is None or isinstance(value, torch.dtype):
         return value
-    msg = (
-        f"{argument} must be a torch.dtype or None, got {value!r} of type "
-        f"{type(value).__name__}; e.g. torch.uint8, torch.int8, torch.float16"
-    )
-    raise ConfigTypeError(msg)
+    hint = "; e.g. torch.uint8, torch.int8, torch.float16"
+    raise wrong_type(value, argument, "a torch.dtype or None", hint)
 
 
 def _check_number(value: object, argument: str, kinds: tuple[type, ...]) -> None:
     if value is None or (isinstance(value, kinds) and not isinstance(value, bool)):
         return
     expected = " or ".join(k.__name__ for k in kinds)
-    msg = f"{argument} must be {expected} or None, got {value!r} of type {type(value).__name__}"
-    raise ConfigTypeError(msg)
+    raise wrong_type(value, argument, f"{expected} or None")
 
 
 @dataclass(frozen=True, eq=False)
@@ -176,11 +172,7 @@ class DTypeWithConstraints:
             names = [f.name for f in fields(cls)]
             if all(hasattr(value, n) for n in names):
                 return cls(**{n: getattr(value, n) for n in names})
-        msg = (
-            f"{argument} must be a torch.dtype, a DTypeWithConstraints or None, got {value!r} "
-            f"of type {type(value).__name__}"
-        )
-        raise ConfigTypeError(msg)
+        raise wrong_type(value, argument, "a torch.dtype, a DTypeWithConstraints or None")
 
 
 _DTYPE_CONFIG_KEYS: Final = (
@@ -322,34 +314,25 @@ class DTypeConfig:
             return value
         if isinstance(value, Mapping):
             return cls.from_dict(value)
-        msg = (
-            f"{argument} must be a DTypeConfig (or its dict form), got {value!r} "
-            f"of type {type(value).__name__}"
-        )
-        raise ConfigTypeError(msg)
+        raise wrong_type(value, argument, "a DTypeConfig (or its dict form)")
 
 
 def _check_module_class(value: object, argument: str) -> type[torch.nn.Module] | None:
     if value is None or (isinstance(value, type) and issubclass(value, torch.nn.Module)):
         return value
-    msg = (
-        f"{argument} must be a torch.nn.Module subclass (the class, not an instance) or None, "
-        f"got {value!r} of type {type(value).__name__}"
-    )
-    raise ConfigTypeError(msg)
+    expected = "a torch.nn.Module subclass (the class, not an instance) or None"
+    raise wrong_type(value, argument, expected)
 
 
 def _check_callable(value: object, argument: str) -> Callable[..., Any] | None:
     if value is None or callable(value):
         return value
-    msg = f"{argument} must be a function or None, got {value!r} of type {type(value).__name__}"
-    raise ConfigTypeError(msg)
+    raise wrong_type(value, argument, "a function or None")
 
 
 def _check_index_map(value: object, argument: str, key_type: type) -> dict[Any, Any]:
     if not isinstance(value, Mapping):
-        msg = f"{argument} must be a dict, got {value!r} of type {type(value).__name__}"
-        raise ConfigTypeError(msg)
+        raise wrong_type(value, argument, "a dict")
     for key in value:
         if not isinstance(key, key_type) or isinstance(key, bool):
             msg = (
@@ -535,11 +518,7 @@ class BackendPatternConfig:
         if isinstance(dtype_configs, (str, bytes, Mapping)) or not isinstance(
             dtype_configs, Iterable
         ):
-            msg = (
-                f"dtype_configs must be a list of DTypeConfig, got {dtype_configs!r} "
-                f"of type {type(dtype_configs).__name__}"
-            )
-            raise ConfigTypeError(msg)
+            raise wrong_type(dtype_configs, "dtype_configs", "a list of DTypeConfig")
         checked = [
             DTypeConfig.coerce(c, f"dtype_configs[{i}]") for i, c in enumerate(dtype_configs)
         ]
@@ -754,11 +733,7 @@ class BackendConfig:
             1
         """
         if not isinstance(config, BackendPatternConfig):
-            msg = (
-                f"config must be a BackendPatternConfig, got {config!r} "
-                f"of type {type(config).__name__}"
-            )
-            raise ConfigTypeError(msg)
+            raise wrong_type(config, "config", "a BackendPatternConfig")
         self._pattern_complex_format_to_config[config.normalized_pattern] = config
         return self
 
@@ -823,11 +798,7 @@ class BackendConfig:
             if isinstance(item, Mapping):
                 item = BackendPatternConfig.from_dict(item)
             elif not isinstance(item, BackendPatternConfig):
-                msg = (
-                    f"configs[{i}] must be a BackendPatternConfig or its dict form, "
-                    f"got {item!r} of type {type(item).__name__}"
-                )
-                raise ConfigTypeError(msg)
+                raise wrong_type(item, f"configs[{i}]", "a BackendPatternConfig or its dict form")
             backend.set_backend_pattern_config(item)
         return backend
 
@@ -871,8 +842,7 @@ class BackendConfig:
 def _check_name(name: object) -> str:
     if isinstance(name, str):
         return name
-    msg = f"BackendConfig name must be a str, got {name!r} of type {type(name).__name__}"
-    raise ConfigTypeError(msg)
+    raise wrong_type(name, "BackendConfig name", "a str")
 
 
 # ---------------------------------------------------------------- the JSON form

@@ -22,7 +22,7 @@ import torch
 from fxquant.config.backend import BackendConfig
 from fxquant.config.checks import unknown_keys
 from fxquant.config.qconfig_mapping import QConfigMapping
-from fxquant.errors import ConfigError, ConfigTypeError
+from fxquant.errors import ConfigError, ConfigTypeError, wrong_type
 
 __all__ = [
     "ConvertCustomConfig",
@@ -80,24 +80,18 @@ class QuantType(enum.Enum):
 def _module_class(value: object, argument: str) -> type[torch.nn.Module]:
     if isinstance(value, type) and issubclass(value, torch.nn.Module):
         return value
-    msg = (
-        f"{argument} must be a torch.nn.Module subclass (the class, not an instance), "
-        f"got {value!r} of type {type(value).__name__}"
-    )
-    raise ConfigTypeError(msg)
+    raise wrong_type(value, argument, "a torch.nn.Module subclass (the class, not an instance)")
 
 
 def _str(value: object, argument: str) -> str:
     if isinstance(value, str):
         return value
-    msg = f"{argument} must be a str, got {value!r} of type {type(value).__name__}"
-    raise ConfigTypeError(msg)
+    raise wrong_type(value, argument, "a str")
 
 
 def _index(value: object, argument: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
-        msg = f"{argument} must be an int, got {value!r} of type {type(value).__name__}"
-        raise ConfigTypeError(msg)
+        raise wrong_type(value, argument, "an int")
     if value < 0:
         msg = f"{argument} must be >= 0 (a position in the model's inputs/outputs), got {value!r}"
         raise ConfigError(msg)
@@ -106,8 +100,7 @@ def _index(value: object, argument: str) -> int:
 
 def _list_of(values: object, argument: str, check: Callable[[object, str], T]) -> list[T]:
     if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
-        msg = f"{argument} must be a list, got {values!r} of type {type(values).__name__}"
-        raise ConfigTypeError(msg)
+        raise wrong_type(values, argument, "a list")
     return [check(v, f"{argument}[{i}]") for i, v in enumerate(values)]
 
 
@@ -125,8 +118,7 @@ def _entries(data: Mapping[str, Any], key: str) -> list[Any] | tuple[Any, ...]:
     """The list under ``key`` (empty when absent); a non-list is a ConfigTypeError."""
     entries = data.get(key, [])
     if not isinstance(entries, (list, tuple)):
-        msg = f"{key} must be a list, got {entries!r} of type {type(entries).__name__}"
-        raise ConfigTypeError(msg)
+        raise wrong_type(entries, key, "a list")
     return entries
 
 
@@ -137,11 +129,7 @@ def _optional(value: Any, cls: type[T], argument: str) -> T | None:
     if isinstance(value, Mapping):
         built: T = cls.from_dict(value)  # type: ignore[attr-defined]  # every config class has it
         return built
-    msg = (
-        f"{argument} must be a {cls.__name__}, its dict form, or None, got {value!r} "
-        f"of type {type(value).__name__}"
-    )
-    raise ConfigTypeError(msg)
+    raise wrong_type(value, argument, f"a {cls.__name__}, its dict form, or None")
 
 
 @dataclass(frozen=True)

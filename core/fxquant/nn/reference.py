@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fxquant import dtypes
-from fxquant.errors import ConfigError, ConfigTypeError
+from fxquant.errors import ConfigError, ConfigTypeError, wrong_type
 from fxquant.nn.intrinsic import FusedModule, type_label
 
 # the recurrent reference modules live in fxquant.nn.recurrent; named here too, where
@@ -123,8 +123,7 @@ class ReferenceQuantizedModule(nn.Module):
     def _init_weight_qparams(self, weight_qparams: Mapping[str, Any] | None) -> None:
         params = _default_qparams() if weight_qparams is None else weight_qparams
         if not isinstance(params, Mapping):
-            msg = f"weight_qparams must be a dict, got {params!r} of type {type(params).__name__}"
-            raise ConfigTypeError(msg)
+            raise wrong_type(params, "weight_qparams", "a dict")
         unknown = sorted(set(params) - _KEYS)
         if unknown:
             msg = f"weight_qparams has unknown keys {unknown}; allowed: {sorted(_KEYS)}"
