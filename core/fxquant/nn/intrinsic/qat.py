@@ -71,11 +71,15 @@ class LinearReLU(nnqat.Linear):
 
 
 class _ConvReLU(nnqat._QATConv):
-    """Shared by ``ConvReLU1d/2d/3d``: ReLU after the conv; ``to_float`` rebuilds the container.
+    """QAT conv, then ReLU; ``to_float`` rebuilds the float ``ConvReLUNd`` container.
 
     Example:
-        >>> ConvReLU2d._FUSED_FLOAT is nni.ConvReLU2d
-        True
+        >>> from fxquant.config.qconfig import QConfig
+        >>> fused = nni.ConvReLU2d(nn.Conv2d(2, 3, 3), nn.ReLU())
+        >>> fused.qconfig = QConfig(nn.Identity, nn.Identity)
+        >>> qat = ConvReLU2d.from_float(fused)
+        >>> qat(torch.randn(1, 2, 4, 4)).shape, type(qat.to_float()).__name__
+        (torch.Size([1, 3, 2, 2]), 'ConvReLU2d')
     """
 
     _FUSED_FLOAT: ClassVar[type[nni.FusedModule]]
@@ -89,50 +93,15 @@ class _ConvReLU(nnqat._QATConv):
         return self._FUSED_FLOAT(super().to_float(), nn.ReLU()).train(self.training)
 
 
-class ConvReLU1d(_ConvReLU, nn.Conv1d):
-    """QAT ``Conv1d`` + ReLU; built from ``fxquant.nn.intrinsic.ConvReLU1d``.
-
-    Example:
-        >>> from fxquant.config.qconfig import QConfig
-        >>> m = ConvReLU1d(2, 3, 3, qconfig=QConfig(nn.Identity, nn.Identity))
-        >>> type(m.to_float()).__name__
-        'ConvReLU1d'
-    """
-
-    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nni.ConvReLU1d
-    _FLOAT_CONV: ClassVar[type[nn.Module]] = nn.Conv1d
-    _FUSED_FLOAT = nni.ConvReLU1d
-
-
-class ConvReLU2d(_ConvReLU, nn.Conv2d):
-    """QAT ``Conv2d`` + ReLU; built from ``fxquant.nn.intrinsic.ConvReLU2d``.
-
-    Example:
-        >>> from fxquant.config.qconfig import QConfig
-        >>> fused = nni.ConvReLU2d(nn.Conv2d(2, 3, 3), nn.ReLU())
-        >>> fused.qconfig = QConfig(nn.Identity, nn.Identity)
-        >>> ConvReLU2d.from_float(fused)(torch.randn(1, 2, 4, 4)).shape
-        torch.Size([1, 3, 2, 2])
-    """
-
-    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nni.ConvReLU2d
-    _FLOAT_CONV: ClassVar[type[nn.Module]] = nn.Conv2d
-    _FUSED_FLOAT = nni.ConvReLU2d
-
-
-class ConvReLU3d(_ConvReLU, nn.Conv3d):
-    """QAT ``Conv3d`` + ReLU; built from ``fxquant.nn.intrinsic.ConvReLU3d``.
-
-    Example:
-        >>> from fxquant.config.qconfig import QConfig
-        >>> m = ConvReLU3d(2, 3, 1, qconfig=QConfig(nn.Identity, nn.Identity))
-        >>> m(torch.randn(1, 2, 2, 2, 2)).shape
-        torch.Size([1, 3, 2, 2, 2])
-    """
-
-    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nni.ConvReLU3d
-    _FLOAT_CONV: ClassVar[type[nn.Module]] = nn.Conv3d
-    _FUSED_FLOAT = nni.ConvReLU3d
+ConvReLU1d = nnqat.qat_conv_class(
+    __name__, _ConvReLU, nn.Conv1d, nni.ConvReLU1d, _FUSED_FLOAT=nni.ConvReLU1d
+)
+ConvReLU2d = nnqat.qat_conv_class(
+    __name__, _ConvReLU, nn.Conv2d, nni.ConvReLU2d, _FUSED_FLOAT=nni.ConvReLU2d
+)
+ConvReLU3d = nnqat.qat_conv_class(
+    __name__, _ConvReLU, nn.Conv3d, nni.ConvReLU3d, _FUSED_FLOAT=nni.ConvReLU3d
+)
 
 
 class _BnFolding(nn.Module):
@@ -215,11 +184,22 @@ _BN_FOR_CONV: dict[type[nn.Module], type[BatchNorm]] = {
 
 
 class _ConvBn(_BnFolding, nnqat._QATConv):
-    """Shared by ``ConvBn*``/``ConvBnReLU*``; ``_FUSED_FLOAT`` set means a ReLU follows BN.
+    """QAT conv + BatchNorm (+ ReLU when ``_FUSED_FLOAT`` is set), BN folded into the weight.
+
+    ``ConvBnNd``/``ConvBnReLUNd`` take ``nn.ConvNd``'s arguments plus keywords ``eps``,
+    ``momentum`` (BN's), ``freeze_bn`` and ``qconfig`` (required); ``to_float()`` gives
+    the conv with BN folded in (in a ``ConvReLUNd`` when a ReLU follows).
 
     Example:
-        >>> ConvBn2d._FUSED_FLOAT is None, ConvBnReLU2d._FUSED_FLOAT is nni.ConvReLU2d
-        (True, True)
+        >>> from fxquant.config.qconfig import QConfig
+        >>> fused = nni.ConvBn2d(nn.Conv2d(2, 4, 3), nn.BatchNorm2d(4))
+        >>> fused.qconfig = QConfig(nn.Identity, nn.Identity)
+        >>> qat = ConvBn2d.from_float(fused)
+        >>> qat(torch.randn(2, 2, 5, 5)).shape, qat.freeze_bn_stats().bn.training
+        (torch.Size([2, 4, 3, 3]), False)
+        >>> m = ConvBnReLU1d(2, 4, 3, qconfig=QConfig(nn.Identity, nn.Identity))
+        >>> bool((m(torch.randn(2, 2, 5)) >= 0).all()), type(m.to_float()).__name__
+        (True, 'ConvReLU1d')
     """
 
     _FUSED_FLOAT: ClassVar[type[nni.FusedModule] | None] = None
@@ -266,96 +246,18 @@ class _ConvBn(_BnFolding, nnqat._QATConv):
         return self._FUSED_FLOAT(conv, nn.ReLU()).train(self.training)
 
 
-class ConvBn1d(_ConvBn, nn.Conv1d):
-    """QAT ``Conv1d`` + ``BatchNorm1d`` with BN folded into the fake-quantized weight.
-
-    Takes ``nn.Conv1d``'s arguments plus keywords ``eps``, ``momentum`` (BN's),
-    ``freeze_bn`` and ``qconfig`` (required).
-
-    Example:
-        >>> from fxquant.config.qconfig import QConfig
-        >>> m = ConvBn1d(2, 4, 3, qconfig=QConfig(nn.Identity, nn.Identity))
-        >>> m(torch.randn(5, 2, 8)).shape, type(m.to_float()).__name__
-        (torch.Size([5, 4, 6]), 'Conv1d')
-    """
-
-    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nni.ConvBn1d
-    _FLOAT_CONV: ClassVar[type[nn.Module]] = nn.Conv1d
-
-
-class ConvBn2d(_ConvBn, nn.Conv2d):
-    """QAT ``Conv2d`` + ``BatchNorm2d`` with BN folded into the fake-quantized weight.
-
-    Example:
-        >>> from fxquant.config.qconfig import QConfig
-        >>> fused = nni.ConvBn2d(nn.Conv2d(2, 4, 3), nn.BatchNorm2d(4))
-        >>> fused.qconfig = QConfig(nn.Identity, nn.Identity)
-        >>> qat = ConvBn2d.from_float(fused)
-        >>> qat.freeze_bn_stats().bn.training
-        False
-    """
-
-    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nni.ConvBn2d
-    _FLOAT_CONV: ClassVar[type[nn.Module]] = nn.Conv2d
-
-
-class ConvBn3d(_ConvBn, nn.Conv3d):
-    """QAT ``Conv3d`` + ``BatchNorm3d`` with BN folded into the fake-quantized weight.
-
-    Example:
-        >>> from fxquant.config.qconfig import QConfig
-        >>> m = ConvBn3d(2, 4, 1, qconfig=QConfig(nn.Identity, nn.Identity))
-        >>> m(torch.randn(2, 2, 2, 2, 2)).shape
-        torch.Size([2, 4, 2, 2, 2])
-    """
-
-    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nni.ConvBn3d
-    _FLOAT_CONV: ClassVar[type[nn.Module]] = nn.Conv3d
-
-
-class ConvBnReLU1d(_ConvBn, nn.Conv1d):
-    """QAT ``Conv1d`` + ``BatchNorm1d`` + ReLU; ``to_float()`` gives a ``ConvReLU1d``.
-
-    Example:
-        >>> from fxquant.config.qconfig import QConfig
-        >>> m = ConvBnReLU1d(2, 4, 3, qconfig=QConfig(nn.Identity, nn.Identity))
-        >>> type(m.to_float()).__name__
-        'ConvReLU1d'
-    """
-
-    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nni.ConvBnReLU1d
-    _FLOAT_CONV: ClassVar[type[nn.Module]] = nn.Conv1d
-    _FUSED_FLOAT = nni.ConvReLU1d
-
-
-class ConvBnReLU2d(_ConvBn, nn.Conv2d):
-    """QAT ``Conv2d`` + ``BatchNorm2d`` + ReLU; ``to_float()`` gives a ``ConvReLU2d``.
-
-    Example:
-        >>> from fxquant.config.qconfig import QConfig
-        >>> m = ConvBnReLU2d(2, 4, 3, qconfig=QConfig(nn.Identity, nn.Identity))
-        >>> bool((m(torch.randn(2, 2, 5, 5)) >= 0).all())
-        True
-    """
-
-    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nni.ConvBnReLU2d
-    _FLOAT_CONV: ClassVar[type[nn.Module]] = nn.Conv2d
-    _FUSED_FLOAT = nni.ConvReLU2d
-
-
-class ConvBnReLU3d(_ConvBn, nn.Conv3d):
-    """QAT ``Conv3d`` + ``BatchNorm3d`` + ReLU; ``to_float()`` gives a ``ConvReLU3d``.
-
-    Example:
-        >>> from fxquant.config.qconfig import QConfig
-        >>> m = ConvBnReLU3d(2, 4, 1, qconfig=QConfig(nn.Identity, nn.Identity))
-        >>> type(m.to_float()).__name__
-        'ConvReLU3d'
-    """
-
-    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nni.ConvBnReLU3d
-    _FLOAT_CONV: ClassVar[type[nn.Module]] = nn.Conv3d
-    _FUSED_FLOAT = nni.ConvReLU3d
+ConvBn1d = nnqat.qat_conv_class(__name__, _ConvBn, nn.Conv1d, nni.ConvBn1d)
+ConvBn2d = nnqat.qat_conv_class(__name__, _ConvBn, nn.Conv2d, nni.ConvBn2d)
+ConvBn3d = nnqat.qat_conv_class(__name__, _ConvBn, nn.Conv3d, nni.ConvBn3d)
+ConvBnReLU1d = nnqat.qat_conv_class(
+    __name__, _ConvBn, nn.Conv1d, nni.ConvBnReLU1d, _FUSED_FLOAT=nni.ConvReLU1d
+)
+ConvBnReLU2d = nnqat.qat_conv_class(
+    __name__, _ConvBn, nn.Conv2d, nni.ConvBnReLU2d, _FUSED_FLOAT=nni.ConvReLU2d
+)
+ConvBnReLU3d = nnqat.qat_conv_class(
+    __name__, _ConvBn, nn.Conv3d, nni.ConvBnReLU3d, _FUSED_FLOAT=nni.ConvReLU3d
+)
 
 
 class LinearBn1d(_BnFolding, nnqat.Linear):
