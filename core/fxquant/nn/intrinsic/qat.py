@@ -82,26 +82,18 @@ class _ConvReLU(nnqat._QATConv):
         (torch.Size([1, 3, 2, 2]), 'ConvReLU2d')
     """
 
-    _FUSED_FLOAT: ClassVar[type[nni.FusedModule]]
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Fake-quantized convolution, then ReLU."""
         return F.relu(super().forward(x))
 
     def to_float(self) -> nn.Module:
         """The float ``ConvReLUNd`` container of a plain conv and ``nn.ReLU``."""
-        return self._FUSED_FLOAT(super().to_float(), nn.ReLU()).train(self.training)
+        return self._FLOAT_MODULE(super().to_float(), nn.ReLU()).train(self.training)
 
 
-ConvReLU1d = nnqat.qat_conv_class(
-    __name__, _ConvReLU, nn.Conv1d, nni.ConvReLU1d, _FUSED_FLOAT=nni.ConvReLU1d
-)
-ConvReLU2d = nnqat.qat_conv_class(
-    __name__, _ConvReLU, nn.Conv2d, nni.ConvReLU2d, _FUSED_FLOAT=nni.ConvReLU2d
-)
-ConvReLU3d = nnqat.qat_conv_class(
-    __name__, _ConvReLU, nn.Conv3d, nni.ConvReLU3d, _FUSED_FLOAT=nni.ConvReLU3d
-)
+ConvReLU1d = nnqat.qat_conv_class(__name__, _ConvReLU, nn.Conv1d, nni.ConvReLU1d)
+ConvReLU2d = nnqat.qat_conv_class(__name__, _ConvReLU, nn.Conv2d, nni.ConvReLU2d)
+ConvReLU3d = nnqat.qat_conv_class(__name__, _ConvReLU, nn.Conv3d, nni.ConvReLU3d)
 
 
 class _BnFolding(nn.Module):
