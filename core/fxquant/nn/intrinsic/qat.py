@@ -137,6 +137,13 @@ class _BnFolding(nn.Module):
         result: torch.Tensor = self.bn(out)
         return result
 
+    @classmethod
+    def from_float(cls, mod: nn.Module) -> Any:
+        """Build from the float container (layer, BN), sharing its layer and its BN."""
+        qat = super().from_float(mod)  # type: ignore[misc]  # the QAT layer class mixed in
+        qat._attach_bn(mod.get_submodule("1"), freeze_bn=False)
+        return qat
+
     def _folded_params(self) -> tuple[torch.Tensor, torch.Tensor]:
         return fold_bn_weights(self.weight.detach(), _detach(getattr(self, "bias", None)), self.bn)
 
@@ -216,16 +223,6 @@ class _ConvBn(_BnFolding, nnqat._QATConv):
         out = self._folded_forward(x, lambda inp, weight: conv(inp, weight, None))
         return F.relu(out) if self._FUSED_FLOAT is not None else out
 
-    @classmethod
-    def from_float(cls, mod: nn.Module) -> Any:
-        """Build from the float ``ConvBnNd``/``ConvBnReLUNd``, sharing its conv and BN."""
-        qconfig = nnqat.qconfig_of(cls, mod)
-        conv, bn = nnqat.root_of(mod), mod.get_submodule("1")
-        qat = cls(**nnqat.conv_kwargs(conv), qconfig=qconfig, device=conv.weight.device)
-        nnqat.share_params(qat, conv)
-        qat._attach_bn(bn, freeze_bn=False)  # type: ignore[arg-type]  # checked by qconfig_of
-        return qat
-
     def to_float(self) -> nn.Module:
         """The float conv with BN folded in (wrapped with ReLU for ``ConvBnReLUNd``)."""
         conv = self._FLOAT_CONV(**nnqat.conv_kwargs(self))
@@ -285,22 +282,6 @@ class LinearBn1d(_BnFolding, nnqat.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Linear with the BN-scaled fake-quantized weight, unscaled, then BN."""
         return self._folded_forward(x, lambda inp, weight: F.linear(inp, weight))
-
-    @classmethod
-    def from_float(cls, mod: nn.Module) -> Any:
-        """Build from the float ``LinearBn1d``, sharing its linear and BN."""
-        qconfig = nnqat.qconfig_of(cls, mod)
-        linear, bn = nnqat.root_of(mod), mod.get_submodule("1")
-        qat = cls(
-            linear.in_features,
-            linear.out_features,
-            linear.bias is not None,
-            qconfig=qconfig,
-            device=linear.weight.device,
-        )
-        nnqat.share_params(qat, linear)
-        qat._attach_bn(bn, freeze_bn=False)  # type: ignore[arg-type]  # checked by qconfig_of
-        return qat
 
     def to_float(self) -> nn.Module:
         """A plain ``nn.Linear`` with BN folded in."""
