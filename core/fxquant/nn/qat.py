@@ -305,10 +305,23 @@ def _embedding_fake_quant(owner: str, qconfig: Any, device: object) -> nn.Module
     return fake_quant
 
 
+_EMBEDDING_ARGS = ("padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "sparse")
+_BAG_ARGS = (*_EMBEDDING_ARGS[1:], "mode", "include_last_offset", "padding_idx")
+
+
+def embedding_settings(table: nn.Module) -> dict[str, Any]:
+    """A table's constructor arguments besides its size: F.embedding(_bag)'s keywords too.
+
+    Example:
+        >>> sorted(embedding_settings(nn.EmbeddingBag(3, 2)))[:3]
+        ['include_last_offset', 'max_norm', 'mode']
+    """
+    names = _BAG_ARGS if isinstance(table, nn.EmbeddingBag) else _EMBEDDING_ARGS
+    return {name: getattr(table, name) for name in names}
+
+
 class _QATEmbedding(nn.Module):
     """Shared by the QAT embeddings: the per-row weight fake-quantize and the float round trip.
-
-    ``_ARGS`` are the float class's constructor arguments after the table's size.
 
     Example:
         >>> bag = nn.EmbeddingBag(10, 4)
@@ -319,7 +332,6 @@ class _QATEmbedding(nn.Module):
     """
 
     _FLOAT_MODULE: ClassVar[type[nn.Module]]
-    _ARGS: ClassVar[tuple[str, ...]]
     weight: torch.Tensor
     num_embeddings: int
     embedding_dim: int
@@ -334,15 +346,15 @@ class _QATEmbedding(nn.Module):
     def from_float(cls, mod: nn.Module) -> Any:
         """Build from the float table with ``mod.qconfig``, sharing its weight."""
         qconfig = qconfig_of(cls, mod)
-        kwargs = {name: getattr(mod, name) for name in cls._ARGS}
         source = root_of(mod)
+        kwargs = embedding_settings(source)
         qat = cls(source.num_embeddings, source.embedding_dim, **kwargs, qconfig=qconfig)
         qat.weight = source.weight
         return qat
 
     def to_float(self) -> nn.Module:
         """The plain float table with this module's (detached) weight."""
-        kwargs = {name: getattr(self, name) for name in self._ARGS}
+        kwargs = embedding_settings(self)
         table = self._FLOAT_MODULE(self.num_embeddings, self.embedding_dim, **kwargs)
         return detached_copy(self, table)
 
@@ -364,34 +376,17 @@ class Embedding(_QATEmbedding, nn.Embedding):
     """
 
     _FLOAT_MODULE: ClassVar[type[nn.Module]] = nn.Embedding
-    _ARGS = ("padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "sparse")
 
     def forward(self, indices: torch.Tensor) -> torch.Tensor:
         """Look up rows of the fake-quantized table."""
-        return F.embedding(
-            indices,
-            self.weight_fake_quant(self.weight),
-            self.padding_idx,
-            self.max_norm,
-            self.norm_type,
-            self.scale_grad_by_freq,
-            self.sparse,
-        )
+        weight = self.weight_fake_quant(self.weight)
+        return F.embedding(indices, weight, **embedding_settings(self))
 
 
 class EmbeddingBag(_QATEmbedding, nn.EmbeddingBag):
     """``nn.EmbeddingBag`` whose pooling uses ``weight_fake_quant(weight)``."""
 
     _FLOAT_MODULE: ClassVar[type[nn.Module]] = nn.EmbeddingBag
-    _ARGS = (
-        "max_norm",
-        "norm_type",
-        "scale_grad_by_freq",
-        "mode",
-        "sparse",
-        "include_last_offset",
-        "padding_idx",
-    )
 
     def forward(
         self,
@@ -400,16 +395,8 @@ class EmbeddingBag(_QATEmbedding, nn.EmbeddingBag):
         per_sample_weights: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Pool rows of the fake-quantized table."""
+        weight = self.weight_fake_quant(self.weight)
+        settings = embedding_settings(self)
         return F.embedding_bag(
-            indices,
-            self.weight_fake_quant(self.weight),
-            offsets,
-            self.max_norm,
-            self.norm_type,
-            self.scale_grad_by_freq,
-            self.mode,
-            self.sparse,
-            per_sample_weights,
-            self.include_last_offset,
-            self.padding_idx,
+            indices, weight, offsets, per_sample_weights=per_sample_weights, **settings
         )

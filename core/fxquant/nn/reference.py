@@ -28,6 +28,7 @@ from torch import nn
 from fxquant import dtypes
 from fxquant.errors import ConfigError, ConfigTypeError, wrong_type
 from fxquant.nn.intrinsic import FusedModule, type_label
+from fxquant.nn.qat import embedding_settings
 
 # the recurrent reference modules live in fxquant.nn.recurrent; named here too, where
 # the seed's reference namespace has them, so a config naming that class finds fxquant's
@@ -635,15 +636,7 @@ class Embedding(_Reference, nn.Embedding):
 
     def forward(self, indices: torch.Tensor) -> torch.Tensor:
         """Look up rows of the quantize->dequantized table."""
-        return F.embedding(
-            indices,
-            self.get_weight(),
-            self.padding_idx,
-            self.max_norm,
-            self.norm_type,
-            self.scale_grad_by_freq,
-            self.sparse,
-        )
+        return F.embedding(indices, self.get_weight(), **embedding_settings(self))
 
     @classmethod
     def from_float(
@@ -651,9 +644,8 @@ class Embedding(_Reference, nn.Embedding):
     ) -> Embedding:
         """Copy a ``nn.Embedding``."""
         mod = _root(cls, float_module, nn.Embedding)
-        names = ("num_embeddings", "embedding_dim", "padding_idx", "max_norm", "norm_type")
-        kwargs = {name: getattr(mod, name) for name in names}
-        kwargs.update(scale_grad_by_freq=mod.scale_grad_by_freq, sparse=mod.sparse)
+        kwargs = {"num_embeddings": mod.num_embeddings, "embedding_dim": mod.embedding_dim}
+        kwargs |= embedding_settings(mod)
         ref: Embedding = _build(cls, mod, kwargs, weight_qparams)
         return ref
 
@@ -680,18 +672,9 @@ class EmbeddingBag(_Reference, nn.EmbeddingBag):
         per_sample_weights: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Pool rows of the quantize->dequantized table."""
+        weight, settings = self.get_weight(), embedding_settings(self)
         return F.embedding_bag(
-            indices,
-            self.get_weight(),
-            offsets,
-            self.max_norm,
-            self.norm_type,
-            self.scale_grad_by_freq,
-            self.mode,
-            self.sparse,
-            per_sample_weights,
-            self.include_last_offset,
-            self.padding_idx,
+            indices, weight, offsets, per_sample_weights=per_sample_weights, **settings
         )
 
     @classmethod
@@ -700,13 +683,7 @@ class EmbeddingBag(_Reference, nn.EmbeddingBag):
     ) -> EmbeddingBag:
         """Copy a ``nn.EmbeddingBag``."""
         mod = _root(cls, float_module, nn.EmbeddingBag)
-        names = ("num_embeddings", "embedding_dim", "max_norm", "norm_type", "scale_grad_by_freq")
-        kwargs = {name: getattr(mod, name) for name in names}
-        kwargs.update(
-            mode=mod.mode,
-            sparse=mod.sparse,
-            include_last_offset=mod.include_last_offset,
-            padding_idx=mod.padding_idx,
-        )
+        kwargs = {"num_embeddings": mod.num_embeddings, "embedding_dim": mod.embedding_dim}
+        kwargs |= embedding_settings(mod)
         ref: EmbeddingBag = _build(cls, mod, kwargs, weight_qparams)
         return ref
