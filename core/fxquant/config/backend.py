@@ -894,31 +894,28 @@ def _decode_constrained(data: object, path: str) -> Any:
     raise ConfigError(msg)
 
 
-def _encode_dtype_config(data: Mapping[str, Any], path: str) -> dict[str, Any]:
-    encoded: dict[str, Any] = {}
-    for key, value in data.items():
-        if key in _CONSTRAINED_KEYS:
-            encoded[key] = _encode_constrained(value, f"{path}.{key}")
-        elif key == "bias_dtype":
-            encoded[key] = dtype_name(value)
-        else:
-            encoded[key] = value
-    return encoded
+def _dtype_config_codecs() -> dict[str, serialize.Codec]:
+    constrained = (_encode_constrained, _decode_constrained)
+    return {
+        "input_dtype": constrained,
+        "output_dtype": constrained,
+        "weight_dtype": constrained,
+        "bias_dtype": (lambda value, _: dtype_name(value), serialize.decode_dtype),
+    }
 
 
-def _decode_dtype_config(data: object, path: str) -> Any:
+def _coded(data: object, path: str, codecs: dict[str, serialize.Codec], side: int) -> Any:
+    """``data``'s values through their key's encoder (``side`` 0) or decoder (1).
+
+    Keys without a codec pass through as they are (``from_dict`` names unknown ones).
+    """
     if not isinstance(data, Mapping):
         msg = f"{path}: expected an object, got {data!r}"
         raise ConfigError(msg)
-    decoded: dict[str, Any] = {}
-    for key, value in data.items():
-        if key in _CONSTRAINED_KEYS:
-            decoded[key] = _decode_constrained(value, f"{path}.{key}")
-        elif key == "bias_dtype":
-            decoded[key] = serialize.decode_dtype(value, f"{path}.{key}")
-        else:
-            decoded[key] = value
-    return decoded
+    return {
+        key: codecs[key][side](value, f"{path}.{key}") if key in codecs else value
+        for key, value in data.items()
+    }
 
 
 def _observation_type_name(value: object, path: str) -> str:
@@ -958,16 +955,16 @@ def _identity(value: Any, path: str) -> Any:
 
 def _pattern_config_codecs() -> dict[str, serialize.Codec]:
     modules = serialize.name_codec(serialize.MODULE_CLASS)
+    dtypes = _dtype_config_codecs()
     patterns_codec = (serialize.encode_pattern, serialize.decode_pattern)
     return {
         "pattern": patterns_codec,
         "pattern_complex_format": patterns_codec,
         "observation_type": (_observation_type_name, _observation_type),
         "dtype_configs": (
-            lambda v, p: [_encode_dtype_config(c, f"{p}[{i}]") for i, c in enumerate(v)],
+            lambda v, p: [_coded(c, f"{p}[{i}]", dtypes, 0) for i, c in enumerate(v)],
             lambda d, p: [
-                _decode_dtype_config(c, f"{p}[{i}]")
-                for i, c in enumerate(serialize.json_list(d, p))
+                _coded(c, f"{p}[{i}]", dtypes, 1) for i, c in enumerate(serialize.json_list(d, p))
             ],
         ),
         "root_module": modules,
@@ -983,20 +980,12 @@ def _pattern_config_codecs() -> dict[str, serialize.Codec]:
 
 
 def _encode_pattern_config(config: BackendPatternConfig, path: str) -> dict[str, Any]:
-    codecs = _pattern_config_codecs()
-    return {key: codecs[key][0](value, f"{path}.{key}") for key, value in config.to_dict().items()}
+    encoded: dict[str, Any] = _coded(config.to_dict(), path, _pattern_config_codecs(), 0)
+    return encoded
 
 
 def _decode_pattern_config(data: object, path: str) -> BackendPatternConfig:
-    if not isinstance(data, Mapping):
-        msg = f"{path}: expected an object, got {data!r}"
-        raise ConfigError(msg)
-    codecs = _pattern_config_codecs()
-    # unknown keys pass through undecoded: from_dict names them and lists the valid keys
-    decoded = {
-        key: codecs[key][1](value, f"{path}.{key}") if key in codecs else value
-        for key, value in data.items()
-    }
+    decoded = _coded(data, path, _pattern_config_codecs(), 1)
     config: BackendPatternConfig = serialize.with_path(
         path, BackendPatternConfig.from_dict, decoded
     )
