@@ -505,7 +505,16 @@ class GRU(_Sequence, nn.GRU):
 
 
 class _Cell(RecurrentReference):
-    """The cells: one step, ``linear_ih(x) + linear_hh(h)``, each quantized dynamically."""
+    """The cells: one step, ``linear_ih(x) + linear_hh(h)``, each quantized dynamically.
+
+    Example:
+        >>> qparams = {"qscheme": torch.per_tensor_affine, "dtype": torch.qint8,
+        ...            "scale": 0.01, "zero_point": 0}
+        >>> both = {"weight_ih": qparams, "weight_hh": qparams}
+        >>> [cls.from_float(cls._float_class(4, 8), both)(torch.randn(3, 4)).shape
+        ...  for cls in (GRUCell, RNNCell)]
+        [torch.Size([3, 8]), torch.Size([3, 8])]
+    """
 
     hidden_size: int
     bias: bool
@@ -565,42 +574,33 @@ class LSTMCell(_Cell, nn.LSTMCell):
         return _lstm_cell(ih + hh, c)
 
 
-class GRUCell(_Cell, nn.GRUCell):
-    """Reference dynamic int8 ``nn.GRUCell``.
+class _StateCell(_Cell):
+    """The cells whose state is ``h`` alone (GRU, RNN): ``_step`` makes ``h_1``."""
 
-    Example:
-        >>> qparams = {"qscheme": torch.per_tensor_affine, "dtype": torch.qint8,
-        ...            "scale": 0.01, "zero_point": 0}
-        >>> ref = GRUCell.from_float(nn.GRUCell(4, 8), {"weight_ih": qparams, "weight_hh": qparams})
-        >>> ref(torch.randn(3, 4)).shape
-        torch.Size([3, 8])
-    """
+    def forward(self, input: torch.Tensor, hx: torch.Tensor | None = None) -> torch.Tensor:
+        """``h_1`` as the float cell returns it."""
+        h = self._zeros(input) if hx is None else hx
+        ih, hh = self._gates(input, h)
+        return self._step(ih, hh, h)
+
+    def _step(self, ih: torch.Tensor, hh: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class GRUCell(_StateCell, nn.GRUCell):
+    """Reference dynamic int8 ``nn.GRUCell`` (example: see ``_Cell``)."""
 
     _float_class = nn.GRUCell
 
-    def forward(self, input: torch.Tensor, hx: torch.Tensor | None = None) -> torch.Tensor:
-        """``h_1`` as ``nn.GRUCell`` returns it."""
-        h = self._zeros(input) if hx is None else hx
-        ih, hh = self._gates(input, h)
+    def _step(self, ih: torch.Tensor, hh: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         return _gru_cell(ih, hh, h)
 
 
-class RNNCell(_Cell, nn.RNNCell):
-    """Reference dynamic int8 ``nn.RNNCell`` (tanh or relu).
-
-    Example:
-        >>> qparams = {"qscheme": torch.per_tensor_affine, "dtype": torch.qint8,
-        ...            "scale": 0.01, "zero_point": 0}
-        >>> ref = RNNCell.from_float(nn.RNNCell(4, 8), {"weight_ih": qparams, "weight_hh": qparams})
-        >>> ref(torch.randn(3, 4)).shape
-        torch.Size([3, 8])
-    """
+class RNNCell(_StateCell, nn.RNNCell):
+    """Reference dynamic int8 ``nn.RNNCell``, tanh or relu (example: see ``_Cell``)."""
 
     _float_class = nn.RNNCell
 
-    def forward(self, input: torch.Tensor, hx: torch.Tensor | None = None) -> torch.Tensor:
-        """``h_1`` as ``nn.RNNCell`` returns it."""
-        h = self._zeros(input) if hx is None else hx
-        ih, hh = self._gates(input, h)
+    def _step(self, ih: torch.Tensor, hh: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         gates = ih + hh
         return torch.tanh(gates) if self.nonlinearity == "tanh" else torch.relu(gates)
