@@ -391,7 +391,7 @@ _PATTERN_CONFIG_SETTERS: Final = {
 }
 
 
-class BackendPatternConfig:
+class BackendPatternConfig(serialize.DictForm):
     """How a backend quantizes one pattern: observers, dtypes, fusion, module swaps.
 
     Set the pattern with :meth:`set_pattern` (simple format) or
@@ -678,18 +678,11 @@ class BackendPatternConfig:
                 getattr(config, setter)(data[key])
         return config
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, BackendPatternConfig):
-            return NotImplemented
-        return self.to_dict() == other.to_dict()
-
-    __hash__ = None  # type: ignore[assignment]  # mutable builder: equal configs may change
-
     def __repr__(self) -> str:
         return f"BackendPatternConfig({self.to_dict()!r})"
 
 
-class BackendConfig:
+class BackendConfig(serialize.DictForm):
     """The patterns a backend can quantize, one :class:`BackendPatternConfig` each.
 
     Configs are keyed by their ``normalized_pattern``: setting a config for a
@@ -827,13 +820,6 @@ class BackendConfig:
             'b'
         """
         return cls.from_dict(_backend_config_data_from_json(text))
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, BackendConfig):
-            return NotImplemented
-        return self.to_dict() == other.to_dict()
-
-    __hash__ = None  # type: ignore[assignment]  # mutable builder
 
     def __repr__(self) -> str:
         return f"BackendConfig(name={self.name!r}, configs={self.configs!r})"

@@ -22,6 +22,7 @@ import torch
 from fxquant.config.backend import BackendConfig
 from fxquant.config.checks import unknown_keys
 from fxquant.config.qconfig_mapping import QConfigMapping
+from fxquant.config.serialize import DictForm
 from fxquant.errors import ConfigError, ConfigTypeError, wrong_type
 
 __all__ = [
@@ -166,7 +167,7 @@ class StandaloneModuleConfigEntry:
         )
 
 
-class _Preserved:
+class _Preserved(DictForm):
     """Shared by the three custom configs: preserved attributes, the dict form, equality.
 
     ``from_dict`` takes torch.ao's dicts unchanged; an unknown key raises ``ConfigError``
@@ -212,13 +213,6 @@ class _Preserved:
         config = cls()
         config._load(data)
         return config
-
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not type(self):
-            return NotImplemented
-        return self.to_dict() == other.to_dict()
-
-    __hash__ = None  # type: ignore[assignment]  # mutable builder
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.to_dict()!r})"

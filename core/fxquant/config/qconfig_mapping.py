@@ -161,7 +161,7 @@ class QConfigChoice:
         )
 
 
-class QConfigMapping:
+class QConfigMapping(serialize.DictForm):
     """Map model parts to QConfigs at five levels of priority (see the module docstring).
 
     Setting a key that is already there replaces its QConfig; regexes keep the
@@ -418,13 +418,6 @@ class QConfigMapping:
             True
         """
         return cls.from_dict(_from_json(text))
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, QConfigMapping):
-            return NotImplemented
-        return self.to_dict() == other.to_dict()
-
-    __hash__ = None  # type: ignore[assignment]  # mutable builder
 
     def __repr__(self) -> str:
         entries = {k: v for k, v in self.to_dict().items() if v}
