@@ -410,24 +410,27 @@ class _Sequence(RecurrentReference):
             output = output.transpose(0, 1)
         return output, hidden
 
-
-def _from_float_sequence(
-    cls: type[Any],
-    mod: Any,
-    weight_qparams_dict: Mapping[str, Any] | None,
-    activation: tuple[int, int],
-) -> Any:
-    cls._check_float(mod)
-    extra = {"proj_size": mod.proj_size} if getattr(mod, "proj_size", 0) else {}
-    ref = cls(
-        mod.input_size, mod.hidden_size, mod.num_layers, mod.bias, mod.batch_first,
-        float(mod.dropout), mod.bidirectional, **extra,
-        device=mod._flat_weights[0].device, dtype=mod._flat_weights[0].dtype,
-        weight_qparams_dict=weight_qparams_dict, activation=activation,
-    )  # fmt: skip
-    for name in mod._flat_weights_names:
-        setattr(ref, name, nn.Parameter(getattr(mod, name).detach().clone()))
-    return ref
+    @classmethod
+    def from_float(
+        cls,
+        mod: nn.Module,
+        weight_qparams_dict: Mapping[str, Any] | None = None,
+        activation: tuple[int, int] = (0, 255),
+    ) -> Any:
+        """The reference module of float ``mod`` (its parameters copied)."""
+        cls._check_float(mod)
+        rnn: Any = mod  # an nn.LSTM or nn.GRU: checked just above
+        extra = {"proj_size": rnn.proj_size} if getattr(rnn, "proj_size", 0) else {}
+        weights = rnn._flat_weights
+        ref = cls(
+            rnn.input_size, rnn.hidden_size, rnn.num_layers, rnn.bias, rnn.batch_first,
+            float(rnn.dropout), rnn.bidirectional, **extra,
+            device=weights[0].device, dtype=weights[0].dtype,
+            weight_qparams_dict=weight_qparams_dict, activation=activation,
+        )  # fmt: skip
+        for name in rnn._flat_weights_names:
+            setattr(ref, name, nn.Parameter(getattr(rnn, name).detach().clone()))
+        return ref
 
 
 class LSTM(_Sequence, nn.LSTM):
@@ -458,17 +461,6 @@ class LSTM(_Sequence, nn.LSTM):
         output, (h, c) = self._run(self._check_input(input), hx)
         return output, (h, c)
 
-    @classmethod
-    def from_float(
-        cls,
-        mod: nn.Module,
-        weight_qparams_dict: Mapping[str, Any] | None = None,
-        activation: tuple[int, int] = (0, 255),
-    ) -> LSTM:
-        """The reference module of float ``mod`` (its parameters copied)."""
-        ref: LSTM = _from_float_sequence(cls, mod, weight_qparams_dict, activation)
-        return ref
-
 
 class GRU(_Sequence, nn.GRU):
     """Reference dynamic int8 ``nn.GRU`` (see the module docstring).
@@ -491,17 +483,6 @@ class GRU(_Sequence, nn.GRU):
         """``output, h_n`` as ``nn.GRU`` returns them."""
         output, (h,) = self._run(self._check_input(input), None if hx is None else (hx,))
         return output, h
-
-    @classmethod
-    def from_float(
-        cls,
-        mod: nn.Module,
-        weight_qparams_dict: Mapping[str, Any] | None = None,
-        activation: tuple[int, int] = (0, 255),
-    ) -> GRU:
-        """The reference module of float ``mod`` (its parameters copied)."""
-        ref: GRU = _from_float_sequence(cls, mod, weight_qparams_dict, activation)
-        return ref
 
 
 class _Cell(RecurrentReference):
