@@ -620,7 +620,18 @@ class ConvTranspose3d(_TransposedConv, nn.ConvTranspose3d):
     _SPATIAL_DIMS = 3
 
 
-class Embedding(_Reference, nn.Embedding):
+class _Table(_Reference):
+    """The reference embeddings: ``from_float`` copies the float table's settings."""
+
+    @classmethod
+    def from_float(cls, float_module: nn.Module, weight_qparams: Mapping[str, Any] | None) -> Any:
+        """Copy a ``nn.Embedding`` / ``nn.EmbeddingBag`` (``_float_class``)."""
+        mod = _root(cls, float_module, cls._float_class)
+        kwargs = {"num_embeddings": mod.num_embeddings, "embedding_dim": mod.embedding_dim}
+        return _build(cls, mod, kwargs | embedding_settings(mod), weight_qparams)
+
+
+class Embedding(_Table, nn.Embedding):
     """Reference quantized ``nn.Embedding`` (usually per-channel float qparams, axis 0).
 
     Example:
@@ -638,19 +649,8 @@ class Embedding(_Reference, nn.Embedding):
         """Look up rows of the quantize->dequantized table."""
         return F.embedding(indices, self.get_weight(), **embedding_settings(self))
 
-    @classmethod
-    def from_float(
-        cls, float_module: nn.Module, weight_qparams: Mapping[str, Any] | None
-    ) -> Embedding:
-        """Copy a ``nn.Embedding``."""
-        mod = _root(cls, float_module, nn.Embedding)
-        kwargs = {"num_embeddings": mod.num_embeddings, "embedding_dim": mod.embedding_dim}
-        kwargs |= embedding_settings(mod)
-        ref: Embedding = _build(cls, mod, kwargs, weight_qparams)
-        return ref
 
-
-class EmbeddingBag(_Reference, nn.EmbeddingBag):
+class EmbeddingBag(_Table, nn.EmbeddingBag):
     """Reference quantized ``nn.EmbeddingBag``.
 
     Example:
@@ -676,14 +676,3 @@ class EmbeddingBag(_Reference, nn.EmbeddingBag):
         return F.embedding_bag(
             indices, weight, offsets, per_sample_weights=per_sample_weights, **settings
         )
-
-    @classmethod
-    def from_float(
-        cls, float_module: nn.Module, weight_qparams: Mapping[str, Any] | None
-    ) -> EmbeddingBag:
-        """Copy a ``nn.EmbeddingBag``."""
-        mod = _root(cls, float_module, nn.EmbeddingBag)
-        kwargs = {"num_embeddings": mod.num_embeddings, "embedding_dim": mod.embedding_dim}
-        kwargs |= embedding_settings(mod)
-        ref: EmbeddingBag = _build(cls, mod, kwargs, weight_qparams)
-        return ref
