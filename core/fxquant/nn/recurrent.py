@@ -311,6 +311,32 @@ class RecurrentReference(nn.Module):
         return f"Reference{type(self).__name__}"
 
     @classmethod
+    def from_float(
+        cls,
+        mod: nn.Module,
+        weight_qparams_dict: Mapping[str, Any] | None = None,
+        activation: tuple[int, int] = (0, 255),
+    ) -> Any:
+        """The reference module of float ``mod`` (its parameters copied)."""
+        cls._check_float(mod)
+        args, kwargs, names = cls._float_arguments(mod)
+        weight = getattr(mod, names[0])
+        ref = cls(
+            *args, **kwargs, device=weight.device, dtype=weight.dtype,
+            weight_qparams_dict=weight_qparams_dict, activation=activation,
+        )  # fmt: skip
+        for name in names:
+            value = getattr(mod, name, None)
+            if isinstance(value, torch.Tensor):  # a cell without bias has None there
+                setattr(ref, name, nn.Parameter(value.detach().clone()))
+        return ref
+
+    @classmethod
+    def _float_arguments(cls, mod: nn.Module) -> tuple[tuple[Any, ...], dict[str, Any], list[str]]:
+        """The float module's constructor arguments (positional, keyword) and its weights."""
+        raise NotImplementedError
+
+    @classmethod
     def _check_float(cls, mod: nn.Module) -> None:
         if type(mod) is not cls._float_class and not isinstance(mod, cls):
             msg = (
@@ -411,26 +437,11 @@ class _Sequence(RecurrentReference):
         return output, hidden
 
     @classmethod
-    def from_float(
-        cls,
-        mod: nn.Module,
-        weight_qparams_dict: Mapping[str, Any] | None = None,
-        activation: tuple[int, int] = (0, 255),
-    ) -> Any:
-        """The reference module of float ``mod`` (its parameters copied)."""
-        cls._check_float(mod)
-        rnn: Any = mod  # an nn.LSTM or nn.GRU: checked just above
+    def _float_arguments(cls, mod: nn.Module) -> tuple[tuple[Any, ...], dict[str, Any], list[str]]:
+        rnn: Any = mod
         extra = {"proj_size": rnn.proj_size} if getattr(rnn, "proj_size", 0) else {}
-        weights = rnn._flat_weights
-        ref = cls(
-            rnn.input_size, rnn.hidden_size, rnn.num_layers, rnn.bias, rnn.batch_first,
-            float(rnn.dropout), rnn.bidirectional, **extra,
-            device=weights[0].device, dtype=weights[0].dtype,
-            weight_qparams_dict=weight_qparams_dict, activation=activation,
-        )  # fmt: skip
-        for name in rnn._flat_weights_names:
-            setattr(ref, name, nn.Parameter(getattr(rnn, name).detach().clone()))
-        return ref
+        args = (rnn.input_size, rnn.hidden_size, rnn.num_layers, rnn.bias, rnn.batch_first)
+        return (*args, float(rnn.dropout), rnn.bidirectional), extra, rnn._flat_weights_names
 
 
 class LSTM(_Sequence, nn.LSTM):
@@ -508,28 +519,11 @@ class _Cell(RecurrentReference):
         return self._linear(x, "", "ih"), self._linear(h, "", "hh")
 
     @classmethod
-    def from_float(
-        cls,
-        mod: nn.Module,
-        weight_qparams_dict: Mapping[str, Any] | None = None,
-        activation: tuple[int, int] = (0, 255),
-    ) -> Any:
-        """The reference cell of float ``mod`` (its parameters copied)."""
-        cls._check_float(mod)
-        kwargs: dict[str, Any] = {}
-        if isinstance(mod, nn.RNNCell):
-            kwargs["nonlinearity"] = mod.nonlinearity
-        weight: torch.Tensor = mod.weight_ih  # type: ignore[assignment]  # a cell
-        ref = cls(
-            mod.input_size, mod.hidden_size, mod.bias, **kwargs,
-            device=weight.device, dtype=weight.dtype,
-            weight_qparams_dict=weight_qparams_dict, activation=activation,
-        )  # fmt: skip
-        for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
-            value = getattr(mod, name, None)
-            if isinstance(value, torch.Tensor):
-                setattr(ref, name, nn.Parameter(value.detach().clone()))
-        return ref
+    def _float_arguments(cls, mod: nn.Module) -> tuple[tuple[Any, ...], dict[str, Any], list[str]]:
+        cell: Any = mod
+        extra = {"nonlinearity": cell.nonlinearity} if isinstance(cell, nn.RNNCell) else {}
+        names = ["weight_ih", "weight_hh", "bias_ih", "bias_hh"]
+        return (cell.input_size, cell.hidden_size, cell.bias), extra, names
 
 
 class LSTMCell(_Cell, nn.LSTMCell):
