@@ -214,26 +214,19 @@ class ReferenceQuantizedModule(nn.Module):
             return self.weight
         if self._float_qparams():
             return self._quantize_float_qparams()
-        storage = _storage_dtype(self.weight_dtype)
+        quantize = qdq.quantize_per_channel if self._per_channel() else qdq.quantize_per_tensor
+        return quantize(self.weight, *self._weight_qparams())
+
+    def _weight_qparams(self) -> tuple[Any, ...]:
+        """The q/dq ops' arguments after the tensor: per channel ones carry the axis.
+
+        Tensors, not ``.item()``: the qparams stay graph inputs when traced or exported.
+        """
+        scale, zero_point = self.weight_scale, self.weight_zero_point
+        bounds = (self.weight_quant_min, self.weight_quant_max, _storage_dtype(self.weight_dtype))
         if self._per_channel():
-            return qdq.quantize_per_channel(
-                self.weight,
-                self.weight_scale,
-                self.weight_zero_point,
-                self.weight_axis_int,
-                self.weight_quant_min,
-                self.weight_quant_max,
-                storage,
-            )
-        # tensors, not .item(): keeps the qparams as graph inputs when traced or exported
-        return qdq.quantize_per_tensor(
-            self.weight,
-            self.weight_scale,
-            self.weight_zero_point,
-            self.weight_quant_min,
-            self.weight_quant_max,
-            storage,
-        )
+            return (scale, zero_point, self.weight_axis_int, *bounds)
+        return (scale, zero_point, *bounds)
 
     def get_weight(self) -> torch.Tensor:
         """The float weight after quantize -> dequantize: what the quantized kernel computes with.
@@ -250,27 +243,10 @@ class ReferenceQuantizedModule(nn.Module):
             return quantized.to(self.weight.dtype)
         if self._float_qparams():
             return self._dequantize_float_qparams(quantized)
-        storage = _storage_dtype(self.weight_dtype)
-        if self._per_channel():
-            return qdq.dequantize_per_channel(
-                quantized,
-                self.weight_scale,
-                self.weight_zero_point,
-                self.weight_axis_int,
-                self.weight_quant_min,
-                self.weight_quant_max,
-                storage,
-                out_dtype=self.weight.dtype,
-            )
-        return qdq.dequantize_per_tensor(
-            quantized,
-            self.weight_scale,
-            self.weight_zero_point,
-            self.weight_quant_min,
-            self.weight_quant_max,
-            storage,
-            out_dtype=self.weight.dtype,
-        )
+        per_channel = self._per_channel()
+        dequantize = qdq.dequantize_per_channel if per_channel else qdq.dequantize_per_tensor
+        qparams = self._weight_qparams()
+        return dequantize(quantized, *qparams, out_dtype=self.weight.dtype)
 
     def _channel_shape(self) -> list[int]:
         shape = [1] * self.weight.dim()
