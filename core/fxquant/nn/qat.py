@@ -320,6 +320,36 @@ def embedding_settings(table: nn.Module) -> dict[str, Any]:
     return {name: getattr(table, name) for name in names}
 
 
+class Lookup(nn.Module):
+    """``nn.Embedding``'s forward over ``table_weight()``: the QAT and reference tables'."""
+
+    def table_weight(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, indices: torch.Tensor) -> torch.Tensor:
+        """Look up rows of the table the subclass computes with."""
+        return F.embedding(indices, self.table_weight(), **embedding_settings(self))
+
+
+class Pool(nn.Module):
+    """``nn.EmbeddingBag``'s forward over ``table_weight()``: the QAT and reference bags'."""
+
+    def table_weight(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(
+        self,
+        indices: torch.Tensor,
+        offsets: torch.Tensor | None = None,
+        per_sample_weights: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Pool rows of the table the subclass computes with."""
+        weight, settings = self.table_weight(), embedding_settings(self)
+        return F.embedding_bag(
+            indices, weight, offsets, per_sample_weights=per_sample_weights, **settings
+        )
+
+
 class _QATEmbedding(nn.Module):
     """Shared by the QAT embeddings: the per-row weight fake-quantize and the float round trip.
 
@@ -352,6 +382,12 @@ class _QATEmbedding(nn.Module):
         qat.weight = source.weight
         return qat
 
+    def table_weight(self) -> torch.Tensor:
+        """The fake-quantized table."""
+        fake_quant: nn.Module = self.weight_fake_quant
+        weight: torch.Tensor = fake_quant(self.weight)
+        return weight
+
     def to_float(self) -> nn.Module:
         """The plain float table with this module's (detached) weight."""
         kwargs = embedding_settings(self)
@@ -359,7 +395,7 @@ class _QATEmbedding(nn.Module):
         return detached_copy(self, table)
 
 
-class Embedding(_QATEmbedding, nn.Embedding):
+class Embedding(_QATEmbedding, Lookup, nn.Embedding):
     """``nn.Embedding`` whose lookup uses ``weight_fake_quant(weight)``.
 
     Takes ``nn.Embedding``'s arguments plus a keyword ``qconfig`` whose weight
@@ -377,26 +413,8 @@ class Embedding(_QATEmbedding, nn.Embedding):
 
     _FLOAT_MODULE: ClassVar[type[nn.Module]] = nn.Embedding
 
-    def forward(self, indices: torch.Tensor) -> torch.Tensor:
-        """Look up rows of the fake-quantized table."""
-        weight = self.weight_fake_quant(self.weight)
-        return F.embedding(indices, weight, **embedding_settings(self))
 
-
-class EmbeddingBag(_QATEmbedding, nn.EmbeddingBag):
+class EmbeddingBag(_QATEmbedding, Pool, nn.EmbeddingBag):
     """``nn.EmbeddingBag`` whose pooling uses ``weight_fake_quant(weight)``."""
 
     _FLOAT_MODULE: ClassVar[type[nn.Module]] = nn.EmbeddingBag
-
-    def forward(
-        self,
-        indices: torch.Tensor,
-        offsets: torch.Tensor | None = None,
-        per_sample_weights: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Pool rows of the fake-quantized table."""
-        weight = self.weight_fake_quant(self.weight)
-        settings = embedding_settings(self)
-        return F.embedding_bag(
-            indices, weight, offsets, per_sample_weights=per_sample_weights, **settings
-        )

@@ -28,7 +28,7 @@ from torch import nn
 from fxquant import dtypes
 from fxquant.errors import ConfigError, ConfigTypeError, wrong_type
 from fxquant.nn.intrinsic import FusedModule, type_label
-from fxquant.nn.qat import embedding_settings
+from fxquant.nn.qat import Lookup, Pool, embedding_settings
 
 # the recurrent reference modules live in fxquant.nn.recurrent; named here too, where
 # the seed's reference namespace has them, so a config naming that class finds fxquant's
@@ -599,6 +599,10 @@ class ConvTranspose3d(_TransposedConv, nn.ConvTranspose3d):
 class _Table(_Reference):
     """The reference embeddings: ``from_float`` copies the float table's settings."""
 
+    def table_weight(self) -> torch.Tensor:
+        """The quantize->dequantized table."""
+        return self.get_weight()
+
     @classmethod
     def from_float(cls, float_module: nn.Module, weight_qparams: Mapping[str, Any] | None) -> Any:
         """Copy a ``nn.Embedding`` / ``nn.EmbeddingBag`` (``_float_class``)."""
@@ -607,7 +611,7 @@ class _Table(_Reference):
         return _build(cls, mod, kwargs | embedding_settings(mod), weight_qparams)
 
 
-class Embedding(_Table, nn.Embedding):
+class Embedding(_Table, Lookup, nn.Embedding):
     """Reference quantized ``nn.Embedding`` (usually per-channel float qparams, axis 0).
 
     Example:
@@ -621,12 +625,8 @@ class Embedding(_Table, nn.Embedding):
 
     _float_class = nn.Embedding
 
-    def forward(self, indices: torch.Tensor) -> torch.Tensor:
-        """Look up rows of the quantize->dequantized table."""
-        return F.embedding(indices, self.get_weight(), **embedding_settings(self))
 
-
-class EmbeddingBag(_Table, nn.EmbeddingBag):
+class EmbeddingBag(_Table, Pool, nn.EmbeddingBag):
     """Reference quantized ``nn.EmbeddingBag``.
 
     Example:
@@ -640,15 +640,3 @@ class EmbeddingBag(_Table, nn.EmbeddingBag):
     """
 
     _float_class = nn.EmbeddingBag
-
-    def forward(
-        self,
-        indices: torch.Tensor,
-        offsets: torch.Tensor | None = None,
-        per_sample_weights: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Pool rows of the quantize->dequantized table."""
-        weight, settings = self.get_weight(), embedding_settings(self)
-        return F.embedding_bag(
-            indices, weight, offsets, per_sample_weights=per_sample_weights, **settings
-        )
