@@ -50,7 +50,7 @@ from fxquant.registry import (
     register_plugin,
     unregister_plugin,
 )
-from fxquant.torch_ao_names import TOP_LEVEL_NAMES as _TOP_LEVEL_NAMES
+from fxquant.torch_ao_names import top_level_names as _top_level_names
 from fxquant.version import VERSION
 
 __version__ = VERSION
@@ -59,7 +59,7 @@ __version__ = VERSION
 _moved.import_tracers()
 
 # importable from the top level without joining the contract's __all__: torch.ao.quantization's
-# top-level names fxquant keeps in submodules (fxquant.torch_ao_names.TOP_LEVEL_NAMES),
+# top-level names fxquant keeps in submodules (fxquant.torch_ao_names.top_level_names),
 # the seed's default_equalization_qconfig, and the numerics package
 _LAZY = {
     "default_equalization_qconfig": "fxquant.flow.equalization.observers",
@@ -71,7 +71,7 @@ def __getattr__(name: str) -> object:
     """torch.ao.quantization's top-level names, from the submodule that has them (PEP 562)."""
     import importlib
 
-    module = _LAZY.get(name) or _TOP_LEVEL_NAMES.get(name)
+    module = _LAZY.get(name) or _top_level_names().get(name)
     if module is None and f"fxquant.{name}" in {**_moved.MOVED, **_moved.CONTRACT_PATHS}:
         # ``import fxquant; fxquant.observer.MinMaxObserver`` worked while the package
         # imported its submodules itself, so the attribute still answers
@@ -87,7 +87,7 @@ def __getattr__(name: str) -> object:
 
 def __dir__() -> list[str]:
 
-    return sorted({*globals(), *_LAZY, *_TOP_LEVEL_NAMES})
+    return sorted({*globals(), *_LAZY, *_top_level_names()})
 
 
 __all__ = [

@@ -47,6 +47,7 @@ __all__ = [
     "UnsafeNameError",
     "UntraceableModelError",
     "extension_skipped_warning",
+    "wrong_type",
 ]
 
 
@@ -60,6 +61,17 @@ class ConfigError(FxquantError, ValueError):
 
 class ConfigTypeError(FxquantError, TypeError):
     """A config argument has the wrong type."""
+
+
+def wrong_type(value: object, argument: str, expected: str, hint: str = "") -> ConfigTypeError:
+    """The error for ``value`` of the wrong type: it names the argument, what it must be, the value.
+
+    Example:
+        >>> print(wrong_type(3, "name", "a str", "; e.g. 'x86'"))
+        name must be a str, got 3 of type int; e.g. 'x86'
+    """
+    msg = f"{argument} must be {expected}, got {value!r} of type {type(value).__name__}{hint}"
+    return ConfigTypeError(msg)
 
 
 class CheckpointError(FxquantError, ValueError):

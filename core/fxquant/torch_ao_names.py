@@ -8,112 +8,57 @@ the one place that knows torch.ao's module names; nothing here imports torch.ao.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any
 
 __all__ = [
-    "TOP_LEVEL_NAMES",
     "as_fxquant_class",
     "is_torch_ao_match_all",
     "is_torch_ao_module_class",
+    "top_level_names",
 ]
 
 # The names a torch.ao script imports from `torch.ao.quantization` itself that fxquant keeps in
 # a submodule: `from fxquant import default_dynamic_qconfig` works as the torch.ao import did,
 # without these names joining the contract's `fxquant.__all__` (resolved lazily by
-# `fxquant.__getattr__`). tests/docs/test_migration.py checks the list against torch.ao.
-_TOP_LEVEL = {
-    "fxquant.fake_quantize": (
-        "FakeQuantize",
-        "FakeQuantizeBase",
-        "FixedQParamsFakeQuantize",
-        "FusedMovingAvgObsFakeQuantize",
-        "default_affine_fixed_qparams_fake_quant",
-        "default_dynamic_fake_quant",
-        "default_embedding_fake_quant",
-        "default_fake_quant",
-        "default_fixed_qparams_range_0to1_fake_quant",
-        "default_fixed_qparams_range_neg1to1_fake_quant",
-        "default_fused_act_fake_quant",
-        "default_fused_per_channel_wt_fake_quant",
-        "default_fused_wt_fake_quant",
-        "default_histogram_fake_quant",
-        "default_per_channel_weight_fake_quant",
-        "default_symmetric_fixed_qparams_fake_quant",
-        "default_weight_fake_quant",
-        "disable_fake_quant",
-        "disable_observer",
-        "enable_fake_quant",
-        "enable_observer",
-        "fused_per_channel_wt_fake_quant_range_neg_127_to_127",
-        "fused_wt_fake_quant_range_neg_127_to_127",
-    ),
-    "fxquant.observer": (
-        "FixedQParamsObserver",
-        "HistogramObserver",
-        "MinMaxObserver",
-        "MovingAverageMinMaxObserver",
-        "MovingAveragePerChannelMinMaxObserver",
-        "NoopObserver",
-        "ObserverBase",
-        "PerChannelMinMaxObserver",
-        "PlaceholderObserver",
-        "RecordingObserver",
-        "ReuseInputObserver",
-        "UniformQuantizationObserverBase",
-        "default_affine_fixed_qparams_observer",
-        "default_debug_observer",
-        "default_dynamic_quant_observer",
-        "default_fixed_qparams_range_0to1_observer",
-        "default_fixed_qparams_range_neg1to1_observer",
-        "default_float_qparams_observer",
-        "default_histogram_observer",
-        "default_observer",
-        "default_per_channel_weight_observer",
-        "default_placeholder_observer",
-        "default_reuse_input_observer",
-        "default_symmetric_fixed_qparams_observer",
-        "default_weight_observer",
-        "per_channel_weight_observer_range_neg_127_to_127",
-        "weight_observer_range_neg_127_to_127",
-    ),
-    "fxquant.config": (
-        "QConfigAny",
-        "QuantType",
-    ),
-    "fxquant.config.defaults": (
-        "default_activation_only_qconfig",
-        "default_debug_qconfig",
-        "default_dynamic_qat_qconfig",
-        "default_dynamic_qconfig",
-        "default_embedding_qat_qconfig",
-        "default_per_channel_qconfig",
-        "default_per_channel_symmetric_qnnpack_qat_qconfig",
-        "default_per_channel_symmetric_qnnpack_qconfig",
-        "default_qat_qconfig",
-        "default_qat_qconfig_v2",
-        "default_qconfig",
-        "default_reuse_input_qconfig",
-        "default_symmetric_qnnpack_qat_qconfig",
-        "default_symmetric_qnnpack_qconfig",
-        "default_weight_only_qconfig",
-        "float16_dynamic_qconfig",
-        "float16_static_qconfig",
-        "float_qparams_weight_only_qconfig",
-        "per_channel_dynamic_qconfig",
-    ),
+# `fxquant.__getattr__`). tests/docs/test_migration.py checks them against torch.ao.
+# Modules whose whole `__all__` torch.ao has too, but for the names fxquant added:
+_ALL_BUT = {
+    "fxquant.fake_quantize": (),
+    "fxquant.observer": ("BatchReducer", "PerTokenObserver", "is_calibrated"),
+    "fxquant.config.defaults": ("bfloat16_static_qconfig",),
+}
+# Modules of which torch.ao has a few names only:
+_ONLY = {
+    "fxquant.config": ("QConfigAny", "QuantType"),
     "fxquant.registry": (
         "get_default_qat_qconfig",
         "get_default_qat_qconfig_mapping",
         "get_default_qconfig",
     ),
 }
-TOP_LEVEL_NAMES: Final[Mapping[str, str]] = MappingProxyType(
-    {name: module for module, names in _TOP_LEVEL.items() for name in names}
-)
-"""torch.ao.quantization's top-level name -> the fxquant module that has it."""
+
+
+@functools.cache
+def top_level_names() -> Mapping[str, str]:
+    """torch.ao.quantization's top-level name -> the fxquant module that has it.
+
+    Imports the modules it reads (by name: they sit above this one), so ``fxquant``
+    calls it only when an attribute it lacks is asked for.
+
+    Example:
+        >>> top_level_names()["MinMaxObserver"]
+        'fxquant.observer'
+    """
+    names = {name: module for module, kept in _ONLY.items() for name in kept}
+    for module, added in _ALL_BUT.items():
+        public = importlib.import_module(module).__all__
+        names.update((name, module) for name in public if name not in added)
+    return MappingProxyType(names)
+
 
 # torch.ao module prefix -> the fxquant module with the class of the same name (longest first)
 _AO_TO_FXQUANT = (

@@ -41,6 +41,7 @@ def test_an_unknown_key_warns_once_naming_it_and_the_rest_loads(
     message = str(caught[0].message)
     assert message.startswith(f"{owner}: unknown key(s) 'stray' at {owner}['stray'] ignored")
     assert "strict=True" in message
+    assert caught[0].filename == __file__  # the warning points at the caller's line
     known = {k: v for k, v in data.items() if k != "stray"}
     assert loaded == cls.from_dict(known)
 

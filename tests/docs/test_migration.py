@@ -19,7 +19,7 @@ import pytest
 import torch
 from fxquant.errors import ConfigTypeError
 from fxquant.registry.install import install_command
-from fxquant.torch_ao_names import TOP_LEVEL_NAMES
+from fxquant.torch_ao_names import top_level_names
 
 from tests import oracle
 from tests.docs import torch_ao_scripts
@@ -265,9 +265,9 @@ def test_without_x86_the_no_name_default_says_how_to_install_it_or_to_name_refer
 
 
 def test_torch_ao_quantization_top_level_names_import_from_fxquant_outside_all() -> None:
-    missing = [n for n in TOP_LEVEL_NAMES if getattr(fxquant, n, None) is None]
+    missing = [n for n in top_level_names() if getattr(fxquant, n, None) is None]
     assert missing == []
-    assert set(TOP_LEVEL_NAMES).isdisjoint(fxquant.__all__)
+    assert set(top_level_names()).isdisjoint(fxquant.__all__)
     namespace: dict[str, object] = {}
     exec("from fxquant import default_dynamic_qconfig, MinMaxObserver", namespace)
     assert namespace["default_dynamic_qconfig"] is fxquant.config.defaults.default_dynamic_qconfig
@@ -278,11 +278,11 @@ def test_torch_ao_quantization_top_level_names_import_from_fxquant_outside_all()
 def test_the_top_level_names_are_torch_aos_and_all_of_those_fxquant_has() -> None:
     ao = oracle.load()
     public = {n for n in dir(ao) if not n.startswith("_")}
-    assert set(TOP_LEVEL_NAMES) <= public
+    assert set(top_level_names()) <= public
     ours: set[str] = set()
-    for module in set(TOP_LEVEL_NAMES.values()):
+    for module in set(top_level_names().values()):
         ours |= set(importlib.import_module(module).__all__)
-    assert (public & ours) - set(fxquant.__all__) == set(TOP_LEVEL_NAMES)
+    assert (public & ours) - set(fxquant.__all__) == set(top_level_names())
 
 
 def test_the_deliberate_differences_behave_as_the_page_says() -> None:

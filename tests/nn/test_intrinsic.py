@@ -158,3 +158,18 @@ def test_fused_modules_share_a_base_class() -> None:
 def test_conv_add_relu_accepts_functional_relu() -> None:
     fused = nni.ConvAddReLU2d(nn.Conv2d(1, 1, 1), torch.add, torch.nn.functional.relu)  # type: ignore[arg-type]
     assert type(fused.relu) is nn.ReLU
+
+
+@pytest.mark.parametrize("cls", list(CASES), ids=lambda c: c.__name__)
+def test_fused_module_takes_its_parts_by_name_as_well_as_by_position(cls: type) -> None:
+    module, parts, x = _build(cls)
+    names = [arg for arg, _ in cls.PARTS]
+    by_name = cls(parts[0], **dict(zip(names[1:], parts[1:], strict=True)))
+    assert torch.equal(by_name.eval()(x), module.eval()(x))
+
+
+def test_a_missing_or_unknown_part_names_the_parts_the_module_takes() -> None:
+    with pytest.raises(TypeError, match="ConvBnReLU2d takes its parts conv, bn, relu"):
+        nni.ConvBnReLU2d(nn.Conv2d(2, 3, 3), nn.BatchNorm2d(3))
+    with pytest.raises(TypeError, match=r"got 1 by position and \['rleu'\] by name"):
+        nni.ConvReLU2d(nn.Conv2d(2, 3, 3), rleu=nn.ReLU())

@@ -27,7 +27,7 @@ from fxquant.config import serialize
 from fxquant.config.checks import check_real
 from fxquant.config.pattern import Pattern
 from fxquant.dtypes import canonical_dtype, dtype_name
-from fxquant.errors import ConfigError, ConfigTypeError
+from fxquant.errors import ConfigError, ConfigTypeError, wrong_type
 
 __all__ = [
     "BackendConfig",
@@ -68,19 +68,15 @@ def _check_observation_type(value: object, argument: str) -> ObservationType:
 def _check_dtype(value: object, argument: str) -> torch.dtype | None:
     if value is None or isinstance(value, torch.dtype):
         return value
-    msg = (
-        f"{argument} must be a torch.dtype or None, got {value!r} of type "
-        f"{type(value).__name__}; e.g. torch.uint8, torch.int8, torch.float16"
-    )
-    raise ConfigTypeError(msg)
+    hint = "; e.g. torch.uint8, torch.int8, torch.float16"
+    raise wrong_type(value, argument, "a torch.dtype or None", hint)
 
 
 def _check_number(value: object, argument: str, kinds: tuple[type, ...]) -> None:
     if value is None or (isinstance(value, kinds) and not isinstance(value, bool)):
         return
     expected = " or ".join(k.__name__ for k in kinds)
-    msg = f"{argument} must be {expected} or None, got {value!r} of type {type(value).__name__}"
-    raise ConfigTypeError(msg)
+    raise wrong_type(value, argument, f"{expected} or None")
 
 
 @dataclass(frozen=True, eq=False)
@@ -176,11 +172,7 @@ class DTypeWithConstraints:
             names = [f.name for f in fields(cls)]
             if all(hasattr(value, n) for n in names):
                 return cls(**{n: getattr(value, n) for n in names})
-        msg = (
-            f"{argument} must be a torch.dtype, a DTypeWithConstraints or None, got {value!r} "
-            f"of type {type(value).__name__}"
-        )
-        raise ConfigTypeError(msg)
+        raise wrong_type(value, argument, "a torch.dtype, a DTypeWithConstraints or None")
 
 
 _DTYPE_CONFIG_KEYS: Final = (
@@ -322,34 +314,25 @@ class DTypeConfig:
             return value
         if isinstance(value, Mapping):
             return cls.from_dict(value)
-        msg = (
-            f"{argument} must be a DTypeConfig (or its dict form), got {value!r} "
-            f"of type {type(value).__name__}"
-        )
-        raise ConfigTypeError(msg)
+        raise wrong_type(value, argument, "a DTypeConfig (or its dict form)")
 
 
 def _check_module_class(value: object, argument: str) -> type[torch.nn.Module] | None:
     if value is None or (isinstance(value, type) and issubclass(value, torch.nn.Module)):
         return value
-    msg = (
-        f"{argument} must be a torch.nn.Module subclass (the class, not an instance) or None, "
-        f"got {value!r} of type {type(value).__name__}"
-    )
-    raise ConfigTypeError(msg)
+    expected = "a torch.nn.Module subclass (the class, not an instance) or None"
+    raise wrong_type(value, argument, expected)
 
 
 def _check_callable(value: object, argument: str) -> Callable[..., Any] | None:
     if value is None or callable(value):
         return value
-    msg = f"{argument} must be a function or None, got {value!r} of type {type(value).__name__}"
-    raise ConfigTypeError(msg)
+    raise wrong_type(value, argument, "a function or None")
 
 
 def _check_index_map(value: object, argument: str, key_type: type) -> dict[Any, Any]:
     if not isinstance(value, Mapping):
-        msg = f"{argument} must be a dict, got {value!r} of type {type(value).__name__}"
-        raise ConfigTypeError(msg)
+        raise wrong_type(value, argument, "a dict")
     for key in value:
         if not isinstance(key, key_type) or isinstance(key, bool):
             msg = (
@@ -408,7 +391,7 @@ _PATTERN_CONFIG_SETTERS: Final = {
 }
 
 
-class BackendPatternConfig:
+class BackendPatternConfig(serialize.DictForm):
     """How a backend quantizes one pattern: observers, dtypes, fusion, module swaps.
 
     Set the pattern with :meth:`set_pattern` (simple format) or
@@ -535,11 +518,7 @@ class BackendPatternConfig:
         if isinstance(dtype_configs, (str, bytes, Mapping)) or not isinstance(
             dtype_configs, Iterable
         ):
-            msg = (
-                f"dtype_configs must be a list of DTypeConfig, got {dtype_configs!r} "
-                f"of type {type(dtype_configs).__name__}"
-            )
-            raise ConfigTypeError(msg)
+            raise wrong_type(dtype_configs, "dtype_configs", "a list of DTypeConfig")
         checked = [
             DTypeConfig.coerce(c, f"dtype_configs[{i}]") for i, c in enumerate(dtype_configs)
         ]
@@ -699,18 +678,11 @@ class BackendPatternConfig:
                 getattr(config, setter)(data[key])
         return config
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, BackendPatternConfig):
-            return NotImplemented
-        return self.to_dict() == other.to_dict()
-
-    __hash__ = None  # type: ignore[assignment]  # mutable builder: equal configs may change
-
     def __repr__(self) -> str:
         return f"BackendPatternConfig({self.to_dict()!r})"
 
 
-class BackendConfig:
+class BackendConfig(serialize.DictForm):
     """The patterns a backend can quantize, one :class:`BackendPatternConfig` each.
 
     Configs are keyed by their ``normalized_pattern``: setting a config for a
@@ -754,11 +726,7 @@ class BackendConfig:
             1
         """
         if not isinstance(config, BackendPatternConfig):
-            msg = (
-                f"config must be a BackendPatternConfig, got {config!r} "
-                f"of type {type(config).__name__}"
-            )
-            raise ConfigTypeError(msg)
+            raise wrong_type(config, "config", "a BackendPatternConfig")
         self._pattern_complex_format_to_config[config.normalized_pattern] = config
         return self
 
@@ -823,11 +791,7 @@ class BackendConfig:
             if isinstance(item, Mapping):
                 item = BackendPatternConfig.from_dict(item)
             elif not isinstance(item, BackendPatternConfig):
-                msg = (
-                    f"configs[{i}] must be a BackendPatternConfig or its dict form, "
-                    f"got {item!r} of type {type(item).__name__}"
-                )
-                raise ConfigTypeError(msg)
+                raise wrong_type(item, f"configs[{i}]", "a BackendPatternConfig or its dict form")
             backend.set_backend_pattern_config(item)
         return backend
 
@@ -857,13 +821,6 @@ class BackendConfig:
         """
         return cls.from_dict(_backend_config_data_from_json(text))
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, BackendConfig):
-            return NotImplemented
-        return self.to_dict() == other.to_dict()
-
-    __hash__ = None  # type: ignore[assignment]  # mutable builder
-
     def __repr__(self) -> str:
         return f"BackendConfig(name={self.name!r}, configs={self.configs!r})"
 
@@ -871,8 +828,7 @@ class BackendConfig:
 def _check_name(name: object) -> str:
     if isinstance(name, str):
         return name
-    msg = f"BackendConfig name must be a str, got {name!r} of type {type(name).__name__}"
-    raise ConfigTypeError(msg)
+    raise wrong_type(name, "BackendConfig name", "a str")
 
 
 # ---------------------------------------------------------------- the JSON form
@@ -924,31 +880,28 @@ def _decode_constrained(data: object, path: str) -> Any:
     raise ConfigError(msg)
 
 
-def _encode_dtype_config(data: Mapping[str, Any], path: str) -> dict[str, Any]:
-    encoded: dict[str, Any] = {}
-    for key, value in data.items():
-        if key in _CONSTRAINED_KEYS:
-            encoded[key] = _encode_constrained(value, f"{path}.{key}")
-        elif key == "bias_dtype":
-            encoded[key] = dtype_name(value)
-        else:
-            encoded[key] = value
-    return encoded
+def _dtype_config_codecs() -> dict[str, serialize.Codec]:
+    constrained = (_encode_constrained, _decode_constrained)
+    return {
+        "input_dtype": constrained,
+        "output_dtype": constrained,
+        "weight_dtype": constrained,
+        "bias_dtype": (lambda value, _: dtype_name(value), serialize.decode_dtype),
+    }
 
 
-def _decode_dtype_config(data: object, path: str) -> Any:
+def _coded(data: object, path: str, codecs: dict[str, serialize.Codec], side: int) -> Any:
+    """``data``'s values through their key's encoder (``side`` 0) or decoder (1).
+
+    Keys without a codec pass through as they are (``from_dict`` names unknown ones).
+    """
     if not isinstance(data, Mapping):
         msg = f"{path}: expected an object, got {data!r}"
         raise ConfigError(msg)
-    decoded: dict[str, Any] = {}
-    for key, value in data.items():
-        if key in _CONSTRAINED_KEYS:
-            decoded[key] = _decode_constrained(value, f"{path}.{key}")
-        elif key == "bias_dtype":
-            decoded[key] = serialize.decode_dtype(value, f"{path}.{key}")
-        else:
-            decoded[key] = value
-    return decoded
+    return {
+        key: codecs[key][side](value, f"{path}.{key}") if key in codecs else value
+        for key, value in data.items()
+    }
 
 
 def _observation_type_name(value: object, path: str) -> str:
@@ -988,16 +941,16 @@ def _identity(value: Any, path: str) -> Any:
 
 def _pattern_config_codecs() -> dict[str, serialize.Codec]:
     modules = serialize.name_codec(serialize.MODULE_CLASS)
+    dtypes = _dtype_config_codecs()
     patterns_codec = (serialize.encode_pattern, serialize.decode_pattern)
     return {
         "pattern": patterns_codec,
         "pattern_complex_format": patterns_codec,
         "observation_type": (_observation_type_name, _observation_type),
         "dtype_configs": (
-            lambda v, p: [_encode_dtype_config(c, f"{p}[{i}]") for i, c in enumerate(v)],
+            lambda v, p: [_coded(c, f"{p}[{i}]", dtypes, 0) for i, c in enumerate(v)],
             lambda d, p: [
-                _decode_dtype_config(c, f"{p}[{i}]")
-                for i, c in enumerate(serialize.json_list(d, p))
+                _coded(c, f"{p}[{i}]", dtypes, 1) for i, c in enumerate(serialize.json_list(d, p))
             ],
         ),
         "root_module": modules,
@@ -1013,20 +966,12 @@ def _pattern_config_codecs() -> dict[str, serialize.Codec]:
 
 
 def _encode_pattern_config(config: BackendPatternConfig, path: str) -> dict[str, Any]:
-    codecs = _pattern_config_codecs()
-    return {key: codecs[key][0](value, f"{path}.{key}") for key, value in config.to_dict().items()}
+    encoded: dict[str, Any] = _coded(config.to_dict(), path, _pattern_config_codecs(), 0)
+    return encoded
 
 
 def _decode_pattern_config(data: object, path: str) -> BackendPatternConfig:
-    if not isinstance(data, Mapping):
-        msg = f"{path}: expected an object, got {data!r}"
-        raise ConfigError(msg)
-    codecs = _pattern_config_codecs()
-    # unknown keys pass through undecoded: from_dict names them and lists the valid keys
-    decoded = {
-        key: codecs[key][1](value, f"{path}.{key}") if key in codecs else value
-        for key, value in data.items()
-    }
+    decoded = _coded(data, path, _pattern_config_codecs(), 1)
     config: BackendPatternConfig = serialize.with_path(
         path, BackendPatternConfig.from_dict, decoded
     )

@@ -15,14 +15,15 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar
+from typing import Any, ClassVar, Final, TypeVar
 
 import torch
 
 from fxquant.config.backend import BackendConfig
 from fxquant.config.checks import unknown_keys
 from fxquant.config.qconfig_mapping import QConfigMapping
-from fxquant.errors import ConfigError, ConfigTypeError
+from fxquant.config.serialize import DictForm
+from fxquant.errors import ConfigError, ConfigTypeError, wrong_type
 
 __all__ = [
     "ConvertCustomConfig",
@@ -43,6 +44,7 @@ OUTPUT_QUANTIZED_INDEXES_KEY: Final = "output_quantized_idxs"
 PRESERVED_ATTRIBUTES_KEY: Final = "preserved_attributes"
 
 T = TypeVar("T")
+P = TypeVar("P", bound="_Preserved")
 
 
 class QuantType(enum.Enum):
@@ -80,24 +82,18 @@ class QuantType(enum.Enum):
 def _module_class(value: object, argument: str) -> type[torch.nn.Module]:
     if isinstance(value, type) and issubclass(value, torch.nn.Module):
         return value
-    msg = (
-        f"{argument} must be a torch.nn.Module subclass (the class, not an instance), "
-        f"got {value!r} of type {type(value).__name__}"
-    )
-    raise ConfigTypeError(msg)
+    raise wrong_type(value, argument, "a torch.nn.Module subclass (the class, not an instance)")
 
 
 def _str(value: object, argument: str) -> str:
     if isinstance(value, str):
         return value
-    msg = f"{argument} must be a str, got {value!r} of type {type(value).__name__}"
-    raise ConfigTypeError(msg)
+    raise wrong_type(value, argument, "a str")
 
 
 def _index(value: object, argument: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
-        msg = f"{argument} must be an int, got {value!r} of type {type(value).__name__}"
-        raise ConfigTypeError(msg)
+        raise wrong_type(value, argument, "an int")
     if value < 0:
         msg = f"{argument} must be >= 0 (a position in the model's inputs/outputs), got {value!r}"
         raise ConfigError(msg)
@@ -106,27 +102,15 @@ def _index(value: object, argument: str) -> int:
 
 def _list_of(values: object, argument: str, check: Callable[[object, str], T]) -> list[T]:
     if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
-        msg = f"{argument} must be a list, got {values!r} of type {type(values).__name__}"
-        raise ConfigTypeError(msg)
+        raise wrong_type(values, argument, "a list")
     return [check(v, f"{argument}[{i}]") for i, v in enumerate(values)]
-
-
-def _check_keys(
-    data: object, valid: tuple[str, ...], owner: str, strict: bool
-) -> Mapping[str, Any]:
-    if not isinstance(data, Mapping):
-        msg = f"{owner}.from_dict expects a dict, got {data!r} of type {type(data).__name__}"
-        raise ConfigTypeError(msg)
-    unknown_keys(data, valid, f"{owner}.from_dict", strict)  # warns, as torch.ao ignores
-    return data
 
 
 def _entries(data: Mapping[str, Any], key: str) -> list[Any] | tuple[Any, ...]:
     """The list under ``key`` (empty when absent); a non-list is a ConfigTypeError."""
     entries = data.get(key, [])
     if not isinstance(entries, (list, tuple)):
-        msg = f"{key} must be a list, got {entries!r} of type {type(entries).__name__}"
-        raise ConfigTypeError(msg)
+        raise wrong_type(entries, key, "a list")
     return entries
 
 
@@ -137,11 +121,7 @@ def _optional(value: Any, cls: type[T], argument: str) -> T | None:
     if isinstance(value, Mapping):
         built: T = cls.from_dict(value)  # type: ignore[attr-defined]  # every config class has it
         return built
-    msg = (
-        f"{argument} must be a {cls.__name__}, its dict form, or None, got {value!r} "
-        f"of type {type(value).__name__}"
-    )
-    raise ConfigTypeError(msg)
+    raise wrong_type(value, argument, f"a {cls.__name__}, its dict form, or None")
 
 
 @dataclass(frozen=True)
@@ -187,8 +167,15 @@ class StandaloneModuleConfigEntry:
         )
 
 
-class _Preserved:
-    """Shared ``set_preserved_attributes`` and equality of the three custom configs."""
+class _Preserved(DictForm):
+    """Shared by the three custom configs: preserved attributes, the dict form, equality.
+
+    ``from_dict`` takes torch.ao's dicts unchanged; an unknown key raises ``ConfigError``
+    with ``strict=True``, and otherwise gives one ``ConfigWarning`` naming it (torch.ao
+    ignores it).
+    """
+
+    _KEYS: ClassVar[tuple[str, ...]] = (PRESERVED_ATTRIBUTES_KEY,)
 
     def __init__(self) -> None:
         self.preserved_attributes: list[str] = []
@@ -204,15 +191,28 @@ class _Preserved:
         self.preserved_attributes = checked  # type: ignore[attr-defined]  # T is a _Preserved
         return self
 
+    def _settings(self) -> dict[str, Any]:
+        """Every setting under its torch.ao key, empty ones too."""
+        return {PRESERVED_ATTRIBUTES_KEY: list(self.preserved_attributes)}
+
+    def _load(self, data: Mapping[str, Any]) -> None:
+        self.set_preserved_attributes(data.get(PRESERVED_ATTRIBUTES_KEY, []))
+
     def to_dict(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """The dict form with torch.ao's keys; empty settings are left out."""
+        return {key: value for key, value in self._settings().items() if value}
 
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not type(self):
-            return NotImplemented
-        return self.to_dict() == other.to_dict()
-
-    __hash__ = None  # type: ignore[assignment]  # mutable builder
+    @classmethod
+    def _build(cls: type[P], data: object, strict: bool) -> P:
+        if not isinstance(data, Mapping):
+            owner, kind = cls.__name__, type(data).__name__
+            msg = f"{owner}.from_dict expects a dict, got {data!r} of type {kind}"
+            raise ConfigTypeError(msg)
+        # the warning's stacklevel points at the caller of from_dict, two frames up
+        unknown_keys(data, cls._KEYS, f"{cls.__name__}.from_dict", strict)
+        config = cls()
+        config._load(data)
+        return config
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.to_dict()!r})"
@@ -226,14 +226,6 @@ class FuseCustomConfig(_Preserved):
         {'preserved_attributes': ['attr1']}
     """
 
-    def to_dict(self) -> dict[str, Any]:
-        """The dict form; empty settings are left out."""
-        return (
-            {PRESERVED_ATTRIBUTES_KEY: list(self.preserved_attributes)}
-            if self.preserved_attributes
-            else {}
-        )
-
     @classmethod
     def from_dict(
         cls, fuse_custom_config_dict: Mapping[str, Any], *, strict: bool = False
@@ -244,10 +236,7 @@ class FuseCustomConfig(_Preserved):
             >>> FuseCustomConfig.from_dict({}).preserved_attributes
             []
         """
-        data = _check_keys(
-            fuse_custom_config_dict, (PRESERVED_ATTRIBUTES_KEY,), cls.__name__, strict
-        )
-        return cls().set_preserved_attributes(data.get(PRESERVED_ATTRIBUTES_KEY, []))
+        return cls._build(fuse_custom_config_dict, strict)
 
 
 def _class_mappings_to_dict(
@@ -269,18 +258,6 @@ def _class_mappings_from_dict(value: object, key: str) -> list[tuple[QuantType, 
     return entries
 
 
-_PREPARE_KEYS: Final = (
-    STANDALONE_MODULE_NAME_KEY,
-    STANDALONE_MODULE_CLASS_KEY,
-    FLOAT_TO_OBSERVED_KEY,
-    NON_TRACEABLE_MODULE_NAME_KEY,
-    NON_TRACEABLE_MODULE_CLASS_KEY,
-    INPUT_QUANTIZED_INDEXES_KEY,
-    OUTPUT_QUANTIZED_INDEXES_KEY,
-    PRESERVED_ATTRIBUTES_KEY,
-)
-
-
 class PrepareCustomConfig(_Preserved):
     """Custom settings for ``prepare_fx`` / ``prepare_qat_fx``.
 
@@ -292,6 +269,17 @@ class PrepareCustomConfig(_Preserved):
         >>> sorted(config.to_dict())
         ['input_quantized_idxs', 'non_traceable_module_name', 'preserved_attributes']
     """
+
+    _KEYS = (
+        STANDALONE_MODULE_NAME_KEY,
+        STANDALONE_MODULE_CLASS_KEY,
+        FLOAT_TO_OBSERVED_KEY,
+        NON_TRACEABLE_MODULE_NAME_KEY,
+        NON_TRACEABLE_MODULE_CLASS_KEY,
+        INPUT_QUANTIZED_INDEXES_KEY,
+        OUTPUT_QUANTIZED_INDEXES_KEY,
+        PRESERVED_ATTRIBUTES_KEY,
+    )
 
     def __init__(self) -> None:
         super().__init__()
@@ -423,48 +411,35 @@ class PrepareCustomConfig(_Preserved):
         self.output_quantized_indexes = _list_of(indexes, "indexes", _index)
         return self
 
-    def to_dict(self) -> dict[str, Any]:
-        """The dict form with torch.ao's keys; empty settings are left out."""
-        result: dict[str, Any] = {}
-        if self.standalone_module_names:
-            result[STANDALONE_MODULE_NAME_KEY] = [
-                e.as_tuple(k) for k, e in self.standalone_module_names.items()
-            ]
-        if self.standalone_module_classes:
-            result[STANDALONE_MODULE_CLASS_KEY] = [
-                e.as_tuple(k) for k, e in self.standalone_module_classes.items()
-            ]
-        if self.float_to_observed_mapping:
-            result[FLOAT_TO_OBSERVED_KEY] = _class_mappings_to_dict(self.float_to_observed_mapping)
-        lists: dict[str, list[Any]] = {
-            NON_TRACEABLE_MODULE_NAME_KEY: self.non_traceable_module_names,
-            NON_TRACEABLE_MODULE_CLASS_KEY: self.non_traceable_module_classes,
-            INPUT_QUANTIZED_INDEXES_KEY: self.input_quantized_indexes,
-            OUTPUT_QUANTIZED_INDEXES_KEY: self.output_quantized_indexes,
-            PRESERVED_ATTRIBUTES_KEY: self.preserved_attributes,
+    def _settings(self) -> dict[str, Any]:
+        names, classes = self.standalone_module_names, self.standalone_module_classes
+        return {
+            STANDALONE_MODULE_NAME_KEY: [e.as_tuple(k) for k, e in names.items()],
+            STANDALONE_MODULE_CLASS_KEY: [e.as_tuple(k) for k, e in classes.items()],
+            FLOAT_TO_OBSERVED_KEY: _class_mappings_to_dict(self.float_to_observed_mapping),
+            NON_TRACEABLE_MODULE_NAME_KEY: list(self.non_traceable_module_names),
+            NON_TRACEABLE_MODULE_CLASS_KEY: list(self.non_traceable_module_classes),
+            INPUT_QUANTIZED_INDEXES_KEY: list(self.input_quantized_indexes),
+            OUTPUT_QUANTIZED_INDEXES_KEY: list(self.output_quantized_indexes),
+            **super()._settings(),
         }
-        result.update({key: list(value) for key, value in lists.items() if value})
-        return result
 
     @classmethod
     def from_dict(
         cls, prepare_custom_config_dict: Mapping[str, Any], *, strict: bool = False
     ) -> PrepareCustomConfig:
-        """Build from the dict form (see :meth:`to_dict`; torch.ao's dicts load unchanged).
-
-        Raises:
-            ConfigError: for an unknown key with ``strict=True`` (without it: one
-                ``ConfigWarning`` naming the key, as torch.ao ignores it).
+        """Build from the dict form (see :meth:`to_dict` and the class's base).
 
         Example:
             >>> PrepareCustomConfig.from_dict({"input_quantized_idxs": [0]}).input_quantized_indexes
             [0]
         """
-        data = _check_keys(prepare_custom_config_dict, _PREPARE_KEYS, cls.__name__, strict)
-        config = cls()
+        return cls._build(prepare_custom_config_dict, strict)
+
+    def _load(self, data: Mapping[str, Any]) -> None:
         for key, setter in (
-            (STANDALONE_MODULE_NAME_KEY, config.set_standalone_module_name),
-            (STANDALONE_MODULE_CLASS_KEY, config.set_standalone_module_class),
+            (STANDALONE_MODULE_NAME_KEY, self.set_standalone_module_name),
+            (STANDALONE_MODULE_CLASS_KEY, self.set_standalone_module_class),
         ):
             for i, entry in enumerate(_entries(data, key)):
                 if not isinstance(entry, (tuple, list)) or len(entry) != 5:
@@ -477,12 +452,12 @@ class PrepareCustomConfig(_Preserved):
         for quant_type, float_cls, observed_cls in _class_mappings_from_dict(
             data.get(FLOAT_TO_OBSERVED_KEY, {}), FLOAT_TO_OBSERVED_KEY
         ):
-            config.set_float_to_observed_mapping(float_cls, observed_cls, quant_type)
-        config.set_non_traceable_module_names(data.get(NON_TRACEABLE_MODULE_NAME_KEY, []))
-        config.set_non_traceable_module_classes(data.get(NON_TRACEABLE_MODULE_CLASS_KEY, []))
-        config.set_input_quantized_indexes(data.get(INPUT_QUANTIZED_INDEXES_KEY, []))
-        config.set_output_quantized_indexes(data.get(OUTPUT_QUANTIZED_INDEXES_KEY, []))
-        return config.set_preserved_attributes(data.get(PRESERVED_ATTRIBUTES_KEY, []))
+            self.set_float_to_observed_mapping(float_cls, observed_cls, quant_type)
+        self.set_non_traceable_module_names(data.get(NON_TRACEABLE_MODULE_NAME_KEY, []))
+        self.set_non_traceable_module_classes(data.get(NON_TRACEABLE_MODULE_CLASS_KEY, []))
+        self.set_input_quantized_indexes(data.get(INPUT_QUANTIZED_INDEXES_KEY, []))
+        self.set_output_quantized_indexes(data.get(OUTPUT_QUANTIZED_INDEXES_KEY, []))
+        super()._load(data)
 
 
 class ConvertCustomConfig(_Preserved):
@@ -494,6 +469,8 @@ class ConvertCustomConfig(_Preserved):
         >>> list(config.to_dict()["observed_to_quantized_custom_module_class"])
         ['static']
     """
+
+    _KEYS = (OBSERVED_TO_QUANTIZED_KEY, PRESERVED_ATTRIBUTES_KEY)
 
     def __init__(self) -> None:
         super().__init__()
@@ -519,36 +496,25 @@ class ConvertCustomConfig(_Preserved):
         self.observed_to_quantized_mapping.setdefault(kind, {})[observed_cls] = quantized_cls
         return self
 
-    def to_dict(self) -> dict[str, Any]:
-        """The dict form with torch.ao's keys; empty settings are left out."""
-        result: dict[str, Any] = {}
-        if self.observed_to_quantized_mapping:
-            result[OBSERVED_TO_QUANTIZED_KEY] = _class_mappings_to_dict(
-                self.observed_to_quantized_mapping
-            )
-        if self.preserved_attributes:
-            result[PRESERVED_ATTRIBUTES_KEY] = list(self.preserved_attributes)
-        return result
+    def _settings(self) -> dict[str, Any]:
+        mapping = _class_mappings_to_dict(self.observed_to_quantized_mapping)
+        return {OBSERVED_TO_QUANTIZED_KEY: mapping, **super()._settings()}
 
     @classmethod
     def from_dict(
         cls, convert_custom_config_dict: Mapping[str, Any], *, strict: bool = False
     ) -> ConvertCustomConfig:
-        """Build from the dict form (see :meth:`to_dict`).
-
-        Raises:
-            ConfigError: for an unknown key with ``strict=True`` (without it: one
-                ``ConfigWarning`` naming the key, as torch.ao ignores it).
+        """Build from the dict form (see :meth:`to_dict` and the class's base).
 
         Example:
             >>> ConvertCustomConfig.from_dict({"preserved_attributes": ["a"]}).preserved_attributes
             ['a']
         """
-        valid = (OBSERVED_TO_QUANTIZED_KEY, PRESERVED_ATTRIBUTES_KEY)
-        data = _check_keys(convert_custom_config_dict, valid, cls.__name__, strict)
-        config = cls()
+        return cls._build(convert_custom_config_dict, strict)
+
+    def _load(self, data: Mapping[str, Any]) -> None:
         for quant_type, observed_cls, quantized_cls in _class_mappings_from_dict(
             data.get(OBSERVED_TO_QUANTIZED_KEY, {}), OBSERVED_TO_QUANTIZED_KEY
         ):
-            config.set_observed_to_quantized_mapping(observed_cls, quantized_cls, quant_type)
-        return config.set_preserved_attributes(data.get(PRESERVED_ATTRIBUTES_KEY, []))
+            self.set_observed_to_quantized_mapping(observed_cls, quantized_cls, quant_type)
+        super()._load(data)

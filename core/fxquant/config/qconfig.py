@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from fxquant.errors import ConfigError, ConfigTypeError
+from fxquant.errors import ConfigError, ConfigTypeError, wrong_type
 
 __all__ = ["OUTPUT_DTYPES", "QConfig", "QConfigAny"]
 
@@ -68,11 +68,7 @@ class QConfig:
                 )
                 raise ConfigTypeError(msg)
             if not callable(value):
-                msg = (
-                    f"QConfig {field_name} must be an observer class or factory, got {value!r} "
-                    f"of type {type(value).__name__}"
-                )
-                raise ConfigTypeError(msg)
+                raise wrong_type(value, f"QConfig {field_name}", "an observer class or factory")
 
     def _check_output_dtype(self) -> None:
         value: Any = self.output_dtype
@@ -80,11 +76,8 @@ class QConfig:
             return
         choices = ", ".join(str(d) for d in OUTPUT_DTYPES)
         if not isinstance(value, torch.dtype):
-            msg = (
-                f"QConfig output_dtype must be None or a torch.dtype ({choices}), got "
-                f"{value!r} of type {type(value).__name__}"
-            )
-            raise ConfigTypeError(msg)
+            expected = f"None or a torch.dtype ({choices})"
+            raise wrong_type(value, "QConfig output_dtype", expected)
         msg = (
             f"QConfig output_dtype={value!r} is not a float side fxquant runs; expected None "
             f"(the output observed by activation) or one of {choices}"

@@ -36,7 +36,7 @@ import torch
 from fxquant.config import serialize
 from fxquant.config.checks import unknown_keys
 from fxquant.config.qconfig import QConfig, QConfigAny
-from fxquant.errors import ConfigError, ConfigTypeError
+from fxquant.errors import ConfigError, ConfigTypeError, wrong_type
 
 __all__ = ["ObjectType", "OrderKey", "QConfigChoice", "QConfigMapping", "order_key", "order_scope"]
 
@@ -63,11 +63,7 @@ DICT_KEYS: Final = (
 def _check_qconfig(qconfig: object, argument: str) -> QConfigAny:
     if qconfig is None or isinstance(qconfig, QConfig):
         return qconfig
-    msg = (
-        f"{argument} must be a QConfig or None (None leaves the match in float), "
-        f"got {qconfig!r} of type {type(qconfig).__name__}"
-    )
-    raise ConfigTypeError(msg)
+    raise wrong_type(qconfig, argument, "a QConfig or None (None leaves the match in float)")
 
 
 def _check_object_type(object_type: object, argument: str) -> ObjectType:
@@ -79,19 +75,14 @@ def _check_object_type(object_type: object, argument: str) -> ObjectType:
             return object_type
     elif callable(object_type) and not isinstance(object_type, torch.nn.Module):
         return object_type
-    msg = (
-        f"{argument} must be a module class, a function or a method name, got "
-        f"{object_type!r} of type {type(object_type).__name__}; e.g. torch.nn.Linear, "
-        "torch.add, 'relu'"
-    )
-    raise ConfigTypeError(msg)
+    expected = "a module class, a function or a method name"
+    raise wrong_type(object_type, argument, expected, "; e.g. torch.nn.Linear, torch.add, 'relu'")
 
 
 def _check_str(value: object, argument: str) -> str:
     if isinstance(value, str):
         return value
-    msg = f"{argument} must be a str, got {value!r} of type {type(value).__name__}"
-    raise ConfigTypeError(msg)
+    raise wrong_type(value, argument, "a str")
 
 
 def _compile(regex: object) -> re.Pattern[str]:
@@ -170,7 +161,7 @@ class QConfigChoice:
         )
 
 
-class QConfigMapping:
+class QConfigMapping(serialize.DictForm):
     """Map model parts to QConfigs at five levels of priority (see the module docstring).
 
     Setting a key that is already there replaces its QConfig; regexes keep the
@@ -397,11 +388,8 @@ class QConfigMapping:
         for key, (setter, size) in setters.items():
             entries = qconfig_dict.get(key, [])
             if not isinstance(entries, (list, tuple)):
-                msg = (
-                    f"QConfigMapping.from_dict: {key} must be a list of tuples of {size} items, "
-                    f"got {entries!r} of type {type(entries).__name__}"
-                )
-                raise ConfigTypeError(msg)
+                expected = f"a list of tuples of {size} items"
+                raise wrong_type(entries, f"QConfigMapping.from_dict: {key}", expected)
             for i, entry in enumerate(entries):
                 if not isinstance(entry, (tuple, list)) or len(entry) != size:
                     msg = (
@@ -430,13 +418,6 @@ class QConfigMapping:
             True
         """
         return cls.from_dict(_from_json(text))
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, QConfigMapping):
-            return NotImplemented
-        return self.to_dict() == other.to_dict()
-
-    __hash__ = None  # type: ignore[assignment]  # mutable builder
 
     def __repr__(self) -> str:
         entries = {k: v for k, v in self.to_dict().items() if v}

@@ -51,6 +51,7 @@ from fxquant.factory import ModuleFactory
 
 __all__ = [
     "Codec",
+    "DictForm",
     "decode_dtype",
     "decode_op",
     "decode_pattern",
@@ -68,6 +69,30 @@ __all__ = [
     "unsafe",
     "with_path",
 ]
+
+
+class DictForm:
+    """Equality by ``to_dict()`` for the mutable config builders, which are therefore unhashable.
+
+    Configs of unrelated classes are never equal, even with equal dicts.
+
+    Example:
+        >>> from fxquant.config import FuseCustomConfig, ConvertCustomConfig
+        >>> FuseCustomConfig() == FuseCustomConfig(), FuseCustomConfig() == ConvertCustomConfig()
+        (True, False)
+    """
+
+    def to_dict(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def __eq__(self, other: object) -> bool:
+        if not (isinstance(other, type(self)) or isinstance(self, type(other))):
+            return NotImplemented
+        assert isinstance(other, DictForm)  # one class is the other's subclass
+        return self.to_dict() == other.to_dict()
+
+    # mutable builders: two configs equal now may differ after the next set_* call
+    __hash__ = None  # type: ignore[assignment]
 
 
 # what a name is used for -> the roots it may live under (plugins are added to each)

@@ -62,25 +62,15 @@ _CONV_DIM: dict[type[nn.Module], int] = {
 }
 _BN_FOR_DIM: dict[int, type[nn.Module]] = {1: nn.BatchNorm1d, 2: nn.BatchNorm2d, 3: nn.BatchNorm3d}
 
-_CONV_BN: dict[type[nn.Module], type[nni.FusedModule]] = {
-    nn.Conv1d: nni.ConvBn1d,
-    nn.Conv2d: nni.ConvBn2d,
-    nn.Conv3d: nni.ConvBn3d,
-}
-_CONV_BN_RELU: dict[type[nn.Module], type[nni.FusedModule]] = {
-    nn.Conv1d: nni.ConvBnReLU1d,
-    nn.Conv2d: nni.ConvBnReLU2d,
-    nn.Conv3d: nni.ConvBnReLU3d,
-}
-_CONV_RELU: dict[type[nn.Module], type[nni.FusedModule]] = {
-    nn.Conv1d: nni.ConvReLU1d,
-    nn.Conv2d: nni.ConvReLU2d,
-    nn.Conv3d: nni.ConvReLU3d,
-}
-_BN_RELU: dict[type[nn.Module], type[nni.FusedModule]] = {
-    nn.BatchNorm2d: nni.BNReLU2d,
-    nn.BatchNorm3d: nni.BNReLU3d,
-}
+
+def _by_first_part(*classes: type[nni.FusedModule]) -> dict[type[nn.Module], type[nni.FusedModule]]:
+    return {cls.PARTS[0][1]: cls for cls in classes}
+
+
+_CONV_BN = _by_first_part(nni.ConvBn1d, nni.ConvBn2d, nni.ConvBn3d)
+_CONV_BN_RELU = _by_first_part(nni.ConvBnReLU1d, nni.ConvBnReLU2d, nni.ConvBnReLU3d)
+_CONV_RELU = _by_first_part(nni.ConvReLU1d, nni.ConvReLU2d, nni.ConvReLU3d)
+_BN_RELU = _by_first_part(nni.BNReLU2d, nni.BNReLU3d)
 
 
 # ---------------------------------------------------------------- folding math

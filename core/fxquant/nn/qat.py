@@ -208,9 +208,15 @@ class Linear(nn.Linear):
 
 
 class _QATConv(nn.modules.conv._ConvNd):
-    """Shared by the QAT convolutions: ``_FLOAT_CONV`` is the float class mixed in.
+    """The convolution with ``weight_fake_quant(weight)``; ``nn.ConvNd``'s arguments and a
+    keyword ``qconfig`` (required). ``_FLOAT_CONV`` is the float class mixed in.
 
     Example:
+        >>> from fxquant.config.qconfig import QConfig
+        >>> conv = nn.Conv2d(2, 4, 3)
+        >>> conv.qconfig = QConfig(nn.Identity, nn.Identity)
+        >>> Conv2d.from_float(conv)(torch.randn(1, 2, 5, 5)).shape
+        torch.Size([1, 4, 3, 3])
         >>> issubclass(Conv2d, _QATConv), Conv2d._FLOAT_CONV.__name__
         (True, 'Conv2d')
     """
@@ -244,49 +250,38 @@ class _QATConv(nn.modules.conv._ConvNd):
         return detached_copy(self, self._FLOAT_CONV(**conv_kwargs(self)))
 
 
-class Conv1d(_QATConv, nn.Conv1d):
-    """``nn.Conv1d`` whose forward uses ``weight_fake_quant(weight)``.
+def qat_conv_class(
+    module: str,
+    base: type,
+    float_conv: type[nn.Module],
+    float_module: type[nn.Module],
+    **extra: Any,
+) -> Any:
+    """The QAT class ``base`` mixed with ``float_conv``, built from ``float_module`` (its name).
 
-    Takes ``nn.Conv1d``'s arguments plus a keyword ``qconfig`` (required).
-
-    Example:
-        >>> from fxquant.config.qconfig import QConfig
-        >>> conv = Conv1d(2, 4, 3, qconfig=QConfig(nn.Identity, nn.Identity))
-        >>> conv(torch.randn(1, 2, 8)).shape
-        torch.Size([1, 4, 6])
-    """
-
-    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nn.Conv1d
-    _FLOAT_CONV: ClassVar[type[nn.Module]] = nn.Conv1d
-
-
-class Conv2d(_QATConv, nn.Conv2d):
-    """``nn.Conv2d`` whose forward uses ``weight_fake_quant(weight)``.
+    Args:
+        module: the module the class is defined in (``__name__``), for pickle and messages.
+        base: the shared QAT behaviour, a :class:`_QATConv` subclass.
+        float_conv: the plain convolution class mixed in (``nn.Conv2d``).
+        float_module: what ``from_float`` takes (``nn.Conv2d``, a fused ``ConvReLU2d``...).
+        extra: more class attributes (``_FUSED_FLOAT``).
 
     Example:
-        >>> from fxquant.config.qconfig import QConfig
-        >>> conv = nn.Conv2d(2, 4, 3)
-        >>> conv.qconfig = QConfig(nn.Identity, nn.Identity)
-        >>> Conv2d.from_float(conv)(torch.randn(1, 2, 5, 5)).shape
-        torch.Size([1, 4, 3, 3])
+        >>> cls = qat_conv_class(__name__, _QATConv, nn.Conv2d, nn.Conv2d)
+        >>> cls.__mro__[1:3] == (_QATConv, nn.Conv2d), cls._FLOAT_MODULE is nn.Conv2d
+        (True, True)
     """
+    name = float_module.__name__
+    origin = f"{float_module.__module__}.{name}"
+    doc = f"QAT ``{name}``, built from ``{origin}``: see :class:`{base.__qualname__}`."
+    namespace = {"__doc__": doc, "__module__": module, "__qualname__": name, **extra}
+    namespace |= {"_FLOAT_MODULE": float_module, "_FLOAT_CONV": float_conv}
+    return type(name, (base, float_conv), namespace)
 
-    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nn.Conv2d
-    _FLOAT_CONV: ClassVar[type[nn.Module]] = nn.Conv2d
 
-
-class Conv3d(_QATConv, nn.Conv3d):
-    """``nn.Conv3d`` whose forward uses ``weight_fake_quant(weight)``.
-
-    Example:
-        >>> from fxquant.config.qconfig import QConfig
-        >>> conv = Conv3d(2, 4, 1, qconfig=QConfig(nn.Identity, nn.Identity))
-        >>> type(conv.to_float()).__name__
-        'Conv3d'
-    """
-
-    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nn.Conv3d
-    _FLOAT_CONV: ClassVar[type[nn.Module]] = nn.Conv3d
+Conv1d = qat_conv_class(__name__, _QATConv, nn.Conv1d, nn.Conv1d)
+Conv2d = qat_conv_class(__name__, _QATConv, nn.Conv2d, nn.Conv2d)
+Conv3d = qat_conv_class(__name__, _QATConv, nn.Conv3d, nn.Conv3d)
 
 
 _PER_ROW = ("per_channel_affine_float_qparams", "per_channel_symmetric", "per_channel_affine")
@@ -311,18 +306,96 @@ def _embedding_fake_quant(owner: str, qconfig: Any, device: object) -> nn.Module
 
 
 _EMBEDDING_ARGS = ("padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "sparse")
-_BAG_ARGS = (
-    "max_norm",
-    "norm_type",
-    "scale_grad_by_freq",
-    "mode",
-    "sparse",
-    "include_last_offset",
-    "padding_idx",
-)
+_BAG_ARGS = (*_EMBEDDING_ARGS[1:], "mode", "include_last_offset", "padding_idx")
 
 
-class Embedding(nn.Embedding):
+def embedding_settings(table: nn.Module) -> dict[str, Any]:
+    """A table's constructor arguments besides its size: F.embedding(_bag)'s keywords too.
+
+    Example:
+        >>> sorted(embedding_settings(nn.EmbeddingBag(3, 2)))[:3]
+        ['include_last_offset', 'max_norm', 'mode']
+    """
+    names = _BAG_ARGS if isinstance(table, nn.EmbeddingBag) else _EMBEDDING_ARGS
+    return {name: getattr(table, name) for name in names}
+
+
+class Lookup(nn.Module):
+    """``nn.Embedding``'s forward over ``table_weight()``: the QAT and reference tables'."""
+
+    def table_weight(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, indices: torch.Tensor) -> torch.Tensor:
+        """Look up rows of the table the subclass computes with."""
+        return F.embedding(indices, self.table_weight(), **embedding_settings(self))
+
+
+class Pool(nn.Module):
+    """``nn.EmbeddingBag``'s forward over ``table_weight()``: the QAT and reference bags'."""
+
+    def table_weight(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(
+        self,
+        indices: torch.Tensor,
+        offsets: torch.Tensor | None = None,
+        per_sample_weights: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Pool rows of the table the subclass computes with."""
+        weight, settings = self.table_weight(), embedding_settings(self)
+        return F.embedding_bag(
+            indices, weight, offsets, per_sample_weights=per_sample_weights, **settings
+        )
+
+
+class _QATEmbedding(nn.Module):
+    """Shared by the QAT embeddings: the per-row weight fake-quantize and the float round trip.
+
+    Example:
+        >>> bag = nn.EmbeddingBag(10, 4)
+        >>> EmbeddingBag.from_float(bag)
+        Traceback (most recent call last):
+        ...
+        fxquant.errors.ConfigError: qat.EmbeddingBag.from_float needs mod.qconfig ...
+    """
+
+    _FLOAT_MODULE: ClassVar[type[nn.Module]]
+    weight: torch.Tensor
+    num_embeddings: int
+    embedding_dim: int
+
+    def __init__(self, *args: Any, qconfig: Any = None, **kwargs: Any) -> None:
+        self._FLOAT_MODULE.__init__(self, *args, **kwargs)
+        owner = f"qat.{type(self).__name__}"
+        self.qconfig = require_qconfig(owner, qconfig)
+        self.weight_fake_quant = _embedding_fake_quant(owner, self.qconfig, kwargs.get("device"))
+
+    @classmethod
+    def from_float(cls, mod: nn.Module) -> Any:
+        """Build from the float table with ``mod.qconfig``, sharing its weight."""
+        qconfig = qconfig_of(cls, mod)
+        source = root_of(mod)
+        kwargs = embedding_settings(source)
+        qat = cls(source.num_embeddings, source.embedding_dim, **kwargs, qconfig=qconfig)
+        qat.weight = source.weight
+        return qat
+
+    def table_weight(self) -> torch.Tensor:
+        """The fake-quantized table."""
+        fake_quant: nn.Module = self.weight_fake_quant
+        weight: torch.Tensor = fake_quant(self.weight)
+        return weight
+
+    def to_float(self) -> nn.Module:
+        """The plain float table with this module's (detached) weight."""
+        kwargs = embedding_settings(self)
+        table = self._FLOAT_MODULE(self.num_embeddings, self.embedding_dim, **kwargs)
+        return detached_copy(self, table)
+
+
+class Embedding(_QATEmbedding, Lookup, nn.Embedding):
     """``nn.Embedding`` whose lookup uses ``weight_fake_quant(weight)``.
 
     Takes ``nn.Embedding``'s arguments plus a keyword ``qconfig`` whose weight
@@ -340,92 +413,8 @@ class Embedding(nn.Embedding):
 
     _FLOAT_MODULE: ClassVar[type[nn.Module]] = nn.Embedding
 
-    def __init__(self, *args: Any, qconfig: Any = None, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        owner = f"qat.{type(self).__name__}"
-        self.qconfig = require_qconfig(owner, qconfig)
-        self.weight_fake_quant = _embedding_fake_quant(owner, self.qconfig, kwargs.get("device"))
 
-    def forward(self, indices: torch.Tensor) -> torch.Tensor:
-        """Look up rows of the fake-quantized table."""
-        return F.embedding(
-            indices,
-            self.weight_fake_quant(self.weight),
-            self.padding_idx,
-            self.max_norm,
-            self.norm_type,
-            self.scale_grad_by_freq,
-            self.sparse,
-        )
-
-    @classmethod
-    def from_float(cls, mod: nn.Module) -> Embedding:
-        """Build from a ``nn.Embedding`` with ``mod.qconfig``, sharing its weight."""
-        qconfig = qconfig_of(cls, mod)
-        kwargs = {name: getattr(mod, name) for name in _EMBEDDING_ARGS}
-        source = root_of(mod)
-        qat = cls(source.num_embeddings, source.embedding_dim, **kwargs, qconfig=qconfig)
-        qat.weight = source.weight
-        return qat
-
-    def to_float(self) -> nn.Module:
-        """A plain ``nn.Embedding`` with this module's (detached) weight."""
-        kwargs = {name: getattr(self, name) for name in _EMBEDDING_ARGS}
-        return detached_copy(self, nn.Embedding(self.num_embeddings, self.embedding_dim, **kwargs))
-
-
-class EmbeddingBag(nn.EmbeddingBag):
-    """``nn.EmbeddingBag`` whose pooling uses ``weight_fake_quant(weight)``.
-
-    Example:
-        >>> bag = nn.EmbeddingBag(10, 4)
-        >>> EmbeddingBag.from_float(bag)
-        Traceback (most recent call last):
-        ...
-        fxquant.errors.ConfigError: qat.EmbeddingBag.from_float needs mod.qconfig ...
-    """
+class EmbeddingBag(_QATEmbedding, Pool, nn.EmbeddingBag):
+    """``nn.EmbeddingBag`` whose pooling uses ``weight_fake_quant(weight)``."""
 
     _FLOAT_MODULE: ClassVar[type[nn.Module]] = nn.EmbeddingBag
-
-    def __init__(self, *args: Any, qconfig: Any = None, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        owner = f"qat.{type(self).__name__}"
-        self.qconfig = require_qconfig(owner, qconfig)
-        self.weight_fake_quant = _embedding_fake_quant(owner, self.qconfig, kwargs.get("device"))
-
-    def forward(
-        self,
-        indices: torch.Tensor,
-        offsets: torch.Tensor | None = None,
-        per_sample_weights: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Pool rows of the fake-quantized table."""
-        return F.embedding_bag(
-            indices,
-            self.weight_fake_quant(self.weight),
-            offsets,
-            self.max_norm,
-            self.norm_type,
-            self.scale_grad_by_freq,
-            self.mode,
-            self.sparse,
-            per_sample_weights,
-            self.include_last_offset,
-            self.padding_idx,
-        )
-
-    @classmethod
-    def from_float(cls, mod: nn.Module) -> EmbeddingBag:
-        """Build from a ``nn.EmbeddingBag`` with ``mod.qconfig``, sharing its weight."""
-        qconfig = qconfig_of(cls, mod)
-        kwargs = {name: getattr(mod, name) for name in _BAG_ARGS}
-        source = root_of(mod)
-        qat = cls(source.num_embeddings, source.embedding_dim, **kwargs, qconfig=qconfig)
-        qat.weight = source.weight
-        return qat
-
-    def to_float(self) -> nn.Module:
-        """A plain ``nn.EmbeddingBag`` with this module's (detached) weight."""
-        kwargs = {name: getattr(self, name) for name in _BAG_ARGS}
-        bag = nn.EmbeddingBag(self.num_embeddings, self.embedding_dim, **kwargs)
-        return detached_copy(self, bag)

@@ -311,6 +311,32 @@ class RecurrentReference(nn.Module):
         return f"Reference{type(self).__name__}"
 
     @classmethod
+    def from_float(
+        cls,
+        mod: nn.Module,
+        weight_qparams_dict: Mapping[str, Any] | None = None,
+        activation: tuple[int, int] = (0, 255),
+    ) -> Any:
+        """The reference module of float ``mod`` (its parameters copied)."""
+        cls._check_float(mod)
+        args, kwargs, names = cls._float_arguments(mod)
+        weight = getattr(mod, names[0])
+        ref = cls(
+            *args, **kwargs, device=weight.device, dtype=weight.dtype,
+            weight_qparams_dict=weight_qparams_dict, activation=activation,
+        )  # fmt: skip
+        for name in names:
+            value = getattr(mod, name, None)
+            if isinstance(value, torch.Tensor):  # a cell without bias has None there
+                setattr(ref, name, nn.Parameter(value.detach().clone()))
+        return ref
+
+    @classmethod
+    def _float_arguments(cls, mod: nn.Module) -> tuple[tuple[Any, ...], dict[str, Any], list[str]]:
+        """The float module's constructor arguments (positional, keyword) and its weights."""
+        raise NotImplementedError
+
+    @classmethod
     def _check_float(cls, mod: nn.Module) -> None:
         if type(mod) is not cls._float_class and not isinstance(mod, cls):
             msg = (
@@ -410,24 +436,12 @@ class _Sequence(RecurrentReference):
             output = output.transpose(0, 1)
         return output, hidden
 
-
-def _from_float_sequence(
-    cls: type[Any],
-    mod: Any,
-    weight_qparams_dict: Mapping[str, Any] | None,
-    activation: tuple[int, int],
-) -> Any:
-    cls._check_float(mod)
-    extra = {"proj_size": mod.proj_size} if getattr(mod, "proj_size", 0) else {}
-    ref = cls(
-        mod.input_size, mod.hidden_size, mod.num_layers, mod.bias, mod.batch_first,
-        float(mod.dropout), mod.bidirectional, **extra,
-        device=mod._flat_weights[0].device, dtype=mod._flat_weights[0].dtype,
-        weight_qparams_dict=weight_qparams_dict, activation=activation,
-    )  # fmt: skip
-    for name in mod._flat_weights_names:
-        setattr(ref, name, nn.Parameter(getattr(mod, name).detach().clone()))
-    return ref
+    @classmethod
+    def _float_arguments(cls, mod: nn.Module) -> tuple[tuple[Any, ...], dict[str, Any], list[str]]:
+        rnn: Any = mod
+        extra = {"proj_size": rnn.proj_size} if getattr(rnn, "proj_size", 0) else {}
+        args = (rnn.input_size, rnn.hidden_size, rnn.num_layers, rnn.bias, rnn.batch_first)
+        return (*args, float(rnn.dropout), rnn.bidirectional), extra, rnn._flat_weights_names
 
 
 class LSTM(_Sequence, nn.LSTM):
@@ -458,17 +472,6 @@ class LSTM(_Sequence, nn.LSTM):
         output, (h, c) = self._run(self._check_input(input), hx)
         return output, (h, c)
 
-    @classmethod
-    def from_float(
-        cls,
-        mod: nn.Module,
-        weight_qparams_dict: Mapping[str, Any] | None = None,
-        activation: tuple[int, int] = (0, 255),
-    ) -> LSTM:
-        """The reference module of float ``mod`` (its parameters copied)."""
-        ref: LSTM = _from_float_sequence(cls, mod, weight_qparams_dict, activation)
-        return ref
-
 
 class GRU(_Sequence, nn.GRU):
     """Reference dynamic int8 ``nn.GRU`` (see the module docstring).
@@ -492,20 +495,18 @@ class GRU(_Sequence, nn.GRU):
         output, (h,) = self._run(self._check_input(input), None if hx is None else (hx,))
         return output, h
 
-    @classmethod
-    def from_float(
-        cls,
-        mod: nn.Module,
-        weight_qparams_dict: Mapping[str, Any] | None = None,
-        activation: tuple[int, int] = (0, 255),
-    ) -> GRU:
-        """The reference module of float ``mod`` (its parameters copied)."""
-        ref: GRU = _from_float_sequence(cls, mod, weight_qparams_dict, activation)
-        return ref
-
 
 class _Cell(RecurrentReference):
-    """The cells: one step, ``linear_ih(x) + linear_hh(h)``, each quantized dynamically."""
+    """The cells: one step, ``linear_ih(x) + linear_hh(h)``, each quantized dynamically.
+
+    Example:
+        >>> qparams = {"qscheme": torch.per_tensor_affine, "dtype": torch.qint8,
+        ...            "scale": 0.01, "zero_point": 0}
+        >>> both = {"weight_ih": qparams, "weight_hh": qparams}
+        >>> [cls.from_float(cls._float_class(4, 8), both)(torch.randn(3, 4)).shape
+        ...  for cls in (GRUCell, RNNCell)]
+        [torch.Size([3, 8]), torch.Size([3, 8])]
+    """
 
     hidden_size: int
     bias: bool
@@ -518,28 +519,11 @@ class _Cell(RecurrentReference):
         return self._linear(x, "", "ih"), self._linear(h, "", "hh")
 
     @classmethod
-    def from_float(
-        cls,
-        mod: nn.Module,
-        weight_qparams_dict: Mapping[str, Any] | None = None,
-        activation: tuple[int, int] = (0, 255),
-    ) -> Any:
-        """The reference cell of float ``mod`` (its parameters copied)."""
-        cls._check_float(mod)
-        kwargs: dict[str, Any] = {}
-        if isinstance(mod, nn.RNNCell):
-            kwargs["nonlinearity"] = mod.nonlinearity
-        weight: torch.Tensor = mod.weight_ih  # type: ignore[assignment]  # a cell
-        ref = cls(
-            mod.input_size, mod.hidden_size, mod.bias, **kwargs,
-            device=weight.device, dtype=weight.dtype,
-            weight_qparams_dict=weight_qparams_dict, activation=activation,
-        )  # fmt: skip
-        for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
-            value = getattr(mod, name, None)
-            if isinstance(value, torch.Tensor):
-                setattr(ref, name, nn.Parameter(value.detach().clone()))
-        return ref
+    def _float_arguments(cls, mod: nn.Module) -> tuple[tuple[Any, ...], dict[str, Any], list[str]]:
+        cell: Any = mod
+        extra = {"nonlinearity": cell.nonlinearity} if isinstance(cell, nn.RNNCell) else {}
+        names = ["weight_ih", "weight_hh", "bias_ih", "bias_hh"]
+        return (cell.input_size, cell.hidden_size, cell.bias), extra, names
 
 
 class LSTMCell(_Cell, nn.LSTMCell):
@@ -565,42 +549,33 @@ class LSTMCell(_Cell, nn.LSTMCell):
         return _lstm_cell(ih + hh, c)
 
 
-class GRUCell(_Cell, nn.GRUCell):
-    """Reference dynamic int8 ``nn.GRUCell``.
+class _StateCell(_Cell):
+    """The cells whose state is ``h`` alone (GRU, RNN): ``_step`` makes ``h_1``."""
 
-    Example:
-        >>> qparams = {"qscheme": torch.per_tensor_affine, "dtype": torch.qint8,
-        ...            "scale": 0.01, "zero_point": 0}
-        >>> ref = GRUCell.from_float(nn.GRUCell(4, 8), {"weight_ih": qparams, "weight_hh": qparams})
-        >>> ref(torch.randn(3, 4)).shape
-        torch.Size([3, 8])
-    """
+    def forward(self, input: torch.Tensor, hx: torch.Tensor | None = None) -> torch.Tensor:
+        """``h_1`` as the float cell returns it."""
+        h = self._zeros(input) if hx is None else hx
+        ih, hh = self._gates(input, h)
+        return self._step(ih, hh, h)
+
+    def _step(self, ih: torch.Tensor, hh: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class GRUCell(_StateCell, nn.GRUCell):
+    """Reference dynamic int8 ``nn.GRUCell`` (example: see ``_Cell``)."""
 
     _float_class = nn.GRUCell
 
-    def forward(self, input: torch.Tensor, hx: torch.Tensor | None = None) -> torch.Tensor:
-        """``h_1`` as ``nn.GRUCell`` returns it."""
-        h = self._zeros(input) if hx is None else hx
-        ih, hh = self._gates(input, h)
+    def _step(self, ih: torch.Tensor, hh: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         return _gru_cell(ih, hh, h)
 
 
-class RNNCell(_Cell, nn.RNNCell):
-    """Reference dynamic int8 ``nn.RNNCell`` (tanh or relu).
-
-    Example:
-        >>> qparams = {"qscheme": torch.per_tensor_affine, "dtype": torch.qint8,
-        ...            "scale": 0.01, "zero_point": 0}
-        >>> ref = RNNCell.from_float(nn.RNNCell(4, 8), {"weight_ih": qparams, "weight_hh": qparams})
-        >>> ref(torch.randn(3, 4)).shape
-        torch.Size([3, 8])
-    """
+class RNNCell(_StateCell, nn.RNNCell):
+    """Reference dynamic int8 ``nn.RNNCell``, tanh or relu (example: see ``_Cell``)."""
 
     _float_class = nn.RNNCell
 
-    def forward(self, input: torch.Tensor, hx: torch.Tensor | None = None) -> torch.Tensor:
-        """``h_1`` as ``nn.RNNCell`` returns it."""
-        h = self._zeros(input) if hx is None else hx
-        ih, hh = self._gates(input, h)
+    def _step(self, ih: torch.Tensor, hh: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         gates = ih + hh
         return torch.tanh(gates) if self.nonlinearity == "tanh" else torch.relu(gates)

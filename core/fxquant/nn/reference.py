@@ -26,8 +26,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from fxquant import dtypes
-from fxquant.errors import ConfigError, ConfigTypeError
+from fxquant.errors import ConfigError, ConfigTypeError, wrong_type
 from fxquant.nn.intrinsic import FusedModule, type_label
+from fxquant.nn.qat import Lookup, Pool, embedding_settings
 
 # the recurrent reference modules live in fxquant.nn.recurrent; named here too, where
 # the seed's reference namespace has them, so a config naming that class finds fxquant's
@@ -123,8 +124,7 @@ class ReferenceQuantizedModule(nn.Module):
     def _init_weight_qparams(self, weight_qparams: Mapping[str, Any] | None) -> None:
         params = _default_qparams() if weight_qparams is None else weight_qparams
         if not isinstance(params, Mapping):
-            msg = f"weight_qparams must be a dict, got {params!r} of type {type(params).__name__}"
-            raise ConfigTypeError(msg)
+            raise wrong_type(params, "weight_qparams", "a dict")
         unknown = sorted(set(params) - _KEYS)
         if unknown:
             msg = f"weight_qparams has unknown keys {unknown}; allowed: {sorted(_KEYS)}"
@@ -214,26 +214,19 @@ class ReferenceQuantizedModule(nn.Module):
             return self.weight
         if self._float_qparams():
             return self._quantize_float_qparams()
-        storage = _storage_dtype(self.weight_dtype)
+        quantize = qdq.quantize_per_channel if self._per_channel() else qdq.quantize_per_tensor
+        return quantize(self.weight, *self._weight_qparams())
+
+    def _weight_qparams(self) -> tuple[Any, ...]:
+        """The q/dq ops' arguments after the tensor: per channel ones carry the axis.
+
+        Tensors, not ``.item()``: the qparams stay graph inputs when traced or exported.
+        """
+        scale, zero_point = self.weight_scale, self.weight_zero_point
+        bounds = (self.weight_quant_min, self.weight_quant_max, _storage_dtype(self.weight_dtype))
         if self._per_channel():
-            return qdq.quantize_per_channel(
-                self.weight,
-                self.weight_scale,
-                self.weight_zero_point,
-                self.weight_axis_int,
-                self.weight_quant_min,
-                self.weight_quant_max,
-                storage,
-            )
-        # tensors, not .item(): keeps the qparams as graph inputs when traced or exported
-        return qdq.quantize_per_tensor(
-            self.weight,
-            self.weight_scale,
-            self.weight_zero_point,
-            self.weight_quant_min,
-            self.weight_quant_max,
-            storage,
-        )
+            return (scale, zero_point, self.weight_axis_int, *bounds)
+        return (scale, zero_point, *bounds)
 
     def get_weight(self) -> torch.Tensor:
         """The float weight after quantize -> dequantize: what the quantized kernel computes with.
@@ -250,27 +243,10 @@ class ReferenceQuantizedModule(nn.Module):
             return quantized.to(self.weight.dtype)
         if self._float_qparams():
             return self._dequantize_float_qparams(quantized)
-        storage = _storage_dtype(self.weight_dtype)
-        if self._per_channel():
-            return qdq.dequantize_per_channel(
-                quantized,
-                self.weight_scale,
-                self.weight_zero_point,
-                self.weight_axis_int,
-                self.weight_quant_min,
-                self.weight_quant_max,
-                storage,
-                out_dtype=self.weight.dtype,
-            )
-        return qdq.dequantize_per_tensor(
-            quantized,
-            self.weight_scale,
-            self.weight_zero_point,
-            self.weight_quant_min,
-            self.weight_quant_max,
-            storage,
-            out_dtype=self.weight.dtype,
-        )
+        per_channel = self._per_channel()
+        dequantize = qdq.dequantize_per_channel if per_channel else qdq.dequantize_per_tensor
+        qparams = self._weight_qparams()
+        return dequantize(quantized, *qparams, out_dtype=self.weight.dtype)
 
     def _channel_shape(self) -> list[int]:
         shape = [1] * self.weight.dim()
@@ -620,7 +596,22 @@ class ConvTranspose3d(_TransposedConv, nn.ConvTranspose3d):
     _SPATIAL_DIMS = 3
 
 
-class Embedding(_Reference, nn.Embedding):
+class _Table(_Reference):
+    """The reference embeddings: ``from_float`` copies the float table's settings."""
+
+    def table_weight(self) -> torch.Tensor:
+        """The quantize->dequantized table."""
+        return self.get_weight()
+
+    @classmethod
+    def from_float(cls, float_module: nn.Module, weight_qparams: Mapping[str, Any] | None) -> Any:
+        """Copy a ``nn.Embedding`` / ``nn.EmbeddingBag`` (``_float_class``)."""
+        mod = _root(cls, float_module, cls._float_class)
+        kwargs = {"num_embeddings": mod.num_embeddings, "embedding_dim": mod.embedding_dim}
+        return _build(cls, mod, kwargs | embedding_settings(mod), weight_qparams)
+
+
+class Embedding(_Table, Lookup, nn.Embedding):
     """Reference quantized ``nn.Embedding`` (usually per-channel float qparams, axis 0).
 
     Example:
@@ -634,32 +625,8 @@ class Embedding(_Reference, nn.Embedding):
 
     _float_class = nn.Embedding
 
-    def forward(self, indices: torch.Tensor) -> torch.Tensor:
-        """Look up rows of the quantize->dequantized table."""
-        return F.embedding(
-            indices,
-            self.get_weight(),
-            self.padding_idx,
-            self.max_norm,
-            self.norm_type,
-            self.scale_grad_by_freq,
-            self.sparse,
-        )
 
-    @classmethod
-    def from_float(
-        cls, float_module: nn.Module, weight_qparams: Mapping[str, Any] | None
-    ) -> Embedding:
-        """Copy a ``nn.Embedding``."""
-        mod = _root(cls, float_module, nn.Embedding)
-        names = ("num_embeddings", "embedding_dim", "padding_idx", "max_norm", "norm_type")
-        kwargs = {name: getattr(mod, name) for name in names}
-        kwargs.update(scale_grad_by_freq=mod.scale_grad_by_freq, sparse=mod.sparse)
-        ref: Embedding = _build(cls, mod, kwargs, weight_qparams)
-        return ref
-
-
-class EmbeddingBag(_Reference, nn.EmbeddingBag):
+class EmbeddingBag(_Table, Pool, nn.EmbeddingBag):
     """Reference quantized ``nn.EmbeddingBag``.
 
     Example:
@@ -673,41 +640,3 @@ class EmbeddingBag(_Reference, nn.EmbeddingBag):
     """
 
     _float_class = nn.EmbeddingBag
-
-    def forward(
-        self,
-        indices: torch.Tensor,
-        offsets: torch.Tensor | None = None,
-        per_sample_weights: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Pool rows of the quantize->dequantized table."""
-        return F.embedding_bag(
-            indices,
-            self.get_weight(),
-            offsets,
-            self.max_norm,
-            self.norm_type,
-            self.scale_grad_by_freq,
-            self.mode,
-            self.sparse,
-            per_sample_weights,
-            self.include_last_offset,
-            self.padding_idx,
-        )
-
-    @classmethod
-    def from_float(
-        cls, float_module: nn.Module, weight_qparams: Mapping[str, Any] | None
-    ) -> EmbeddingBag:
-        """Copy a ``nn.EmbeddingBag``."""
-        mod = _root(cls, float_module, nn.EmbeddingBag)
-        names = ("num_embeddings", "embedding_dim", "max_norm", "norm_type", "scale_grad_by_freq")
-        kwargs = {name: getattr(mod, name) for name in names}
-        kwargs.update(
-            mode=mod.mode,
-            sparse=mod.sparse,
-            include_last_offset=mod.include_last_offset,
-            padding_idx=mod.padding_idx,
-        )
-        ref: EmbeddingBag = _build(cls, mod, kwargs, weight_qparams)
-        return ref

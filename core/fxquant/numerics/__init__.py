@@ -25,52 +25,6 @@ Example:
 
 from __future__ import annotations
 
-_DEBUG_NAMES = frozenset(
-    {
-        "Budget",
-        "Comparison",
-        "FallbackResult",
-        "FallbackStep",
-        "NodeError",
-        "PrecisionChoice",
-        "PrecisionResult",
-        "choose_precision",
-        "compare",
-        "fallback",
-    }
-)
-_EQUALIZATION_NAMES = frozenset(
-    {
-        "EqualizationQConfig",
-        "InputEqualizationObserver",
-        "WeightEqualizationObserver",
-        "default_equalization_qconfig",
-    }
-)
-
-
-def __getattr__(name: str) -> object:
-    """The names that live in the flow or the tools, loaded on first use (PEP 562)."""
-    value: object
-    if name in _DEBUG_NAMES:
-        from fxquant.tools import debug  # why: a tool above the mechanism, loaded when asked for
-
-        value = getattr(debug, name)
-    elif name in _EQUALIZATION_NAMES:
-        from fxquant.flow import equalization  # why: the flow imports numerics: a cycle if eager
-
-        value = getattr(equalization, name)
-    else:
-        msg = f"module 'fxquant.numerics' has no attribute {name!r}"
-        raise AttributeError(msg)
-    globals()[name] = value  # found once
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_DEBUG_NAMES, *_EQUALIZATION_NAMES})
-
-
 __all__ = [
     "Budget",
     "Comparison",
@@ -87,3 +41,34 @@ __all__ = [
     "default_equalization_qconfig",
     "fallback",
 ]
+# of __all__, the names input-weight equalization owns; the rest are fxquant.tools.debug's
+_EQUALIZATION_NAMES = frozenset(
+    {
+        "EqualizationQConfig",
+        "InputEqualizationObserver",
+        "WeightEqualizationObserver",
+        "default_equalization_qconfig",
+    }
+)
+
+
+def __getattr__(name: str) -> object:
+    """The names that live in the flow or the tools, loaded on first use (PEP 562)."""
+    value: object
+    if name in _EQUALIZATION_NAMES:
+        from fxquant.flow import equalization  # why: the flow imports numerics: a cycle if eager
+
+        value = getattr(equalization, name)
+    elif name in __all__:
+        from fxquant.tools import debug  # why: a tool above the mechanism, loaded when asked for
+
+        value = getattr(debug, name)
+    else:
+        msg = f"module 'fxquant.numerics' has no attribute {name!r}"
+        raise AttributeError(msg)
+    globals()[name] = value  # found once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -458,14 +458,16 @@ disable_observer = _switch("disable_observer")
 enable_observer = _switch("enable_observer")
 
 
-default_fake_quant = FakeQuantize.with_args(
-    observer=MovingAverageMinMaxObserver,
-    quant_min=0,
-    quant_max=255,
-    dtype=torch.uint8,
-    qscheme="per_tensor_affine",
-    reduce_range=True,
-)
+# uint8 affine activations, the range halved to 0..127
+_ACTIVATION = {
+    "quant_min": 0,
+    "quant_max": 255,
+    "dtype": torch.uint8,
+    "qscheme": "per_tensor_affine",
+    "reduce_range": True,
+}
+
+default_fake_quant = FakeQuantize.with_args(observer=MovingAverageMinMaxObserver, **_ACTIVATION)
 """Activation fake-quant: uint8 affine, range halved to 0..127."""
 
 
@@ -538,14 +540,7 @@ default_embedding_fake_quant = FakeQuantize.with_args(
 )
 """Embedding weights: per-row uint8 with float zero points."""
 
-default_histogram_fake_quant = FakeQuantize.with_args(
-    observer=HistogramObserver,
-    quant_min=0,
-    quant_max=255,
-    dtype=torch.uint8,
-    qscheme="per_tensor_affine",
-    reduce_range=True,
-)
+default_histogram_fake_quant = FakeQuantize.with_args(observer=HistogramObserver, **_ACTIVATION)
 """Activation fake-quant with a histogram observer."""
 
 default_fused_act_fake_quant = FusedMovingAvgObsFakeQuantize.with_args(

@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -112,17 +114,17 @@ def _quantize_per_tensor_impl(
     return y.clamp_(quant_min, quant_max).to(plain)
 
 
-def _quantize_per_tensor_tensor_impl(
-    x: torch.Tensor,
-    scale: torch.Tensor,
-    zero_point: torch.Tensor,
-    quant_min: int,
-    quant_max: int,
-    dtype: torch.dtype,
-) -> torch.Tensor:
-    scale_value = float(_scalar(scale, "scale").item())
-    zero_point_value = int(_scalar(zero_point, "zero_point").item())
-    return _quantize_per_tensor_impl(x, scale_value, zero_point_value, quant_min, quant_max, dtype)
+def _with_tensor_qparams(kernel: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """The ``.tensor`` overload of a per-tensor kernel: one-element scale and zero point."""
+
+    def run(
+        x: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> torch.Tensor:
+        scale_value = float(_scalar(scale, "scale").item())
+        zero_point_value = int(_scalar(zero_point, "zero_point").item())
+        return kernel(x, scale_value, zero_point_value, *args, **kwargs)
+
+    return run
 
 
 def _dequantize_per_tensor_impl(  # noqa: PLR0913  # the op's schema
@@ -143,23 +145,6 @@ def _dequantize_per_tensor_impl(  # noqa: PLR0913  # the op's schema
         # 8-bit integers and their differences are exact in float32: one pass fewer (4x faster)
         y = q.to(torch.float32).sub_(zero_point).mul_(_f32(scale))
     return y if out_dtype in (None, torch.float32) else y.to(out_dtype)
-
-
-def _dequantize_per_tensor_tensor_impl(  # noqa: PLR0913  # the op's schema
-    q: torch.Tensor,
-    scale: torch.Tensor,
-    zero_point: torch.Tensor,
-    quant_min: int,
-    quant_max: int,
-    dtype: torch.dtype,
-    *,
-    out_dtype: torch.dtype | None = None,
-) -> torch.Tensor:
-    scale_value = float(_scalar(scale, "scale").item())
-    zero_point_value = int(_scalar(zero_point, "zero_point").item())
-    return _dequantize_per_tensor_impl(
-        q, scale_value, zero_point_value, quant_min, quant_max, dtype, out_dtype=out_dtype
-    )
 
 
 def _channel_view(values: torch.Tensor, x: torch.Tensor, axis: int, name: str) -> torch.Tensor:
@@ -407,9 +392,15 @@ def _register() -> torch.library.Library:
     lib = torch.library.Library("fxquant", "IMPL")  # type: ignore[no-untyped-call]  # untyped
     kernels = {
         "quantize_per_tensor": (_quantize_per_tensor_impl, _quantize_fake),
-        "quantize_per_tensor.tensor": (_quantize_per_tensor_tensor_impl, _quantize_fake),
+        "quantize_per_tensor.tensor": (
+            _with_tensor_qparams(_quantize_per_tensor_impl),
+            _quantize_fake,
+        ),
         "dequantize_per_tensor": (_dequantize_per_tensor_impl, _dequantize_fake),
-        "dequantize_per_tensor.tensor": (_dequantize_per_tensor_tensor_impl, _dequantize_fake),
+        "dequantize_per_tensor.tensor": (
+            _with_tensor_qparams(_dequantize_per_tensor_impl),
+            _dequantize_fake,
+        ),
         "quantize_per_channel": (_quantize_per_channel_impl, _quantize_fake),
         "dequantize_per_channel": (_dequantize_per_channel_impl, _dequantize_fake),
         "choose_qparams_per_tensor": (_choose_qparams_per_tensor_impl, _choose_qparams_fake),

@@ -85,21 +85,17 @@ def dynamic_dtype_configs() -> list[DTypeConfig]:
         >>> [c.is_dynamic for c in dynamic_dtype_configs()]
         [True, True]
     """
+    # (activation dtype, weight dtype): int8 weights with uint8 activations, or both fp16
+    pairs = ((torch.uint8, torch.int8), (torch.float16, torch.float16))
     return [
         DTypeConfig(
-            input_dtype=torch.uint8,
+            input_dtype=activation,
             output_dtype=torch.float,
-            weight_dtype=torch.int8,
+            weight_dtype=weight,
             bias_dtype=torch.float,
             is_dynamic=True,
-        ),
-        DTypeConfig(
-            input_dtype=torch.float16,
-            output_dtype=torch.float,
-            weight_dtype=torch.float16,
-            bias_dtype=torch.float,
-            is_dynamic=True,
-        ),
+        )
+        for activation, weight in pairs
     ]
 
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
-from fxquant.errors import ConfigError, ConfigTypeError
+from fxquant.errors import ConfigError, ConfigTypeError, wrong_type
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -157,8 +157,7 @@ class Deployment:
 
 def _check_words(value: object, field: str, example: str) -> None:
     if not isinstance(value, str):
-        msg = f"GraphMode {field} must be a str, got {value!r} of type {type(value).__name__}"
-        raise ConfigTypeError(msg)
+        raise wrong_type(value, f"GraphMode {field}", "a str")
     if not value.strip():
         msg = f"GraphMode {field} must not be empty; e.g. {example!r}"
         raise ConfigError(msg)
@@ -170,8 +169,7 @@ def _check_mapping(value: object, field: str, allow_none: bool) -> None:
     if isinstance(value, QConfigMapping) or (allow_none and value is None):
         return
     expected = "a fxquant.QConfigMapping" + (" or None" if allow_none else "")
-    msg = f"GraphMode {field} must be {expected}, got {value!r} of type {type(value).__name__}"
-    raise ConfigTypeError(msg)
+    raise wrong_type(value, f"GraphMode {field}", expected)
 
 
 @dataclass(frozen=True, slots=True)

@@ -117,219 +117,62 @@ def relu_module(owner: str, relu: object) -> nn.ReLU:
 class FusedModule(nn.Sequential):
     """Base of every fused float module; the flow treats instances as one leaf node.
 
-    Subclasses list their parts in ``PARTS`` as ``(argument name, module type)``.
+    Subclasses list their parts in ``PARTS`` as ``(argument name, module type)``; the
+    constructor takes them by position or by that name, and checks each one's type.
 
     Example:
         >>> m = ConvReLU2d(nn.Conv2d(1, 2, 3), nn.ReLU())
         >>> isinstance(m, FusedModule), len(m)
         (True, 2)
+        >>> ConvBnReLU2d(nn.Conv2d(2, 4, 3), nn.BatchNorm2d(4), relu=nn.ReLU())(
+        ...     torch.randn(2, 2, 8, 8)
+        ... ).shape
+        torch.Size([2, 4, 6, 6])
     """
 
     PARTS: ClassVar[tuple[tuple[str, type[nn.Module]], ...]] = ()
 
-    def __init__(self, *modules: nn.Module) -> None:
-        for (arg, expected), module in zip(self.PARTS, modules, strict=True):
-            check_module_type(type(self).__name__, arg, module, expected)
-        super().__init__(*modules)
+    def __init__(self, *modules: nn.Module, **named: nn.Module) -> None:
+        names = [arg for arg, _ in self.PARTS]
+        given = dict(zip(names, modules, strict=False)) | named
+        if len(modules) > len(names) or sorted(given) != sorted(names):
+            msg = (
+                f"{type(self).__name__} takes its parts {', '.join(names)} (by position or "
+                f"name), got {len(modules)} by position and {sorted(named)} by name"
+            )
+            raise TypeError(msg)
+        for arg, expected in self.PARTS:
+            check_module_type(type(self).__name__, arg, given[arg], expected)
+        super().__init__(*(given[arg] for arg in names))
 
 
 # torch.ao spells the base with an underscore; keep that name working for ported code.
 _FusedModule = FusedModule
 
 
-class ConvReLU1d(FusedModule):
-    """``Conv1d`` followed by ``ReLU``.
-
-    Example:
-        >>> m = ConvReLU1d(nn.Conv1d(2, 4, 3), nn.ReLU())
-        >>> m(torch.randn(1, 2, 8)).min() >= 0
-        tensor(True)
-    """
-
-    PARTS = (("conv", nn.Conv1d), ("relu", nn.ReLU))
-
-    def __init__(self, conv: nn.Conv1d, relu: nn.ReLU) -> None:
-        super().__init__(conv, relu)
+def _fused(name: str, *parts: tuple[str, type[nn.Module]]) -> type[FusedModule]:
+    """A :class:`FusedModule` subclass named ``name`` that holds ``parts``, in order."""
+    doc = " then ".join(f"``{cls.__name__}``" for _, cls in parts) + ", fused into one node."
+    namespace = {"__doc__": doc, "__module__": __name__, "__qualname__": name, "PARTS": parts}
+    return type(name, (FusedModule,), namespace)
 
 
-class ConvReLU2d(FusedModule):
-    """``Conv2d`` followed by ``ReLU``.
+_RELU = ("relu", nn.ReLU)
 
-    Example:
-        >>> m = ConvReLU2d(nn.Conv2d(2, 4, 3), nn.ReLU())
-        >>> m(torch.randn(1, 2, 8, 8)).shape
-        torch.Size([1, 4, 6, 6])
-    """
-
-    PARTS = (("conv", nn.Conv2d), ("relu", nn.ReLU))
-
-    def __init__(self, conv: nn.Conv2d, relu: nn.ReLU) -> None:
-        super().__init__(conv, relu)
-
-
-class ConvReLU3d(FusedModule):
-    """``Conv3d`` followed by ``ReLU``.
-
-    Example:
-        >>> m = ConvReLU3d(nn.Conv3d(2, 4, 3), nn.ReLU())
-        >>> m(torch.randn(1, 2, 4, 4, 4)).shape
-        torch.Size([1, 4, 2, 2, 2])
-    """
-
-    PARTS = (("conv", nn.Conv3d), ("relu", nn.ReLU))
-
-    def __init__(self, conv: nn.Conv3d, relu: nn.ReLU) -> None:
-        super().__init__(conv, relu)
-
-
-class ConvBn1d(FusedModule):
-    """``Conv1d`` followed by ``BatchNorm1d`` (kept apart for QAT; folded for PTQ).
-
-    Example:
-        >>> m = ConvBn1d(nn.Conv1d(2, 4, 3), nn.BatchNorm1d(4))
-        >>> m(torch.randn(2, 2, 8)).shape
-        torch.Size([2, 4, 6])
-    """
-
-    PARTS = (("conv", nn.Conv1d), ("bn", nn.BatchNorm1d))
-
-    def __init__(self, conv: nn.Conv1d, bn: nn.BatchNorm1d) -> None:
-        super().__init__(conv, bn)
-
-
-class ConvBn2d(FusedModule):
-    """``Conv2d`` followed by ``BatchNorm2d``.
-
-    Example:
-        >>> m = ConvBn2d(nn.Conv2d(2, 4, 3), nn.BatchNorm2d(4))
-        >>> m(torch.randn(2, 2, 8, 8)).shape
-        torch.Size([2, 4, 6, 6])
-    """
-
-    PARTS = (("conv", nn.Conv2d), ("bn", nn.BatchNorm2d))
-
-    def __init__(self, conv: nn.Conv2d, bn: nn.BatchNorm2d) -> None:
-        super().__init__(conv, bn)
-
-
-class ConvBn3d(FusedModule):
-    """``Conv3d`` followed by ``BatchNorm3d``.
-
-    Example:
-        >>> m = ConvBn3d(nn.Conv3d(2, 4, 3), nn.BatchNorm3d(4))
-        >>> m(torch.randn(2, 2, 4, 4, 4)).shape
-        torch.Size([2, 4, 2, 2, 2])
-    """
-
-    PARTS = (("conv", nn.Conv3d), ("bn", nn.BatchNorm3d))
-
-    def __init__(self, conv: nn.Conv3d, bn: nn.BatchNorm3d) -> None:
-        super().__init__(conv, bn)
-
-
-class ConvBnReLU1d(FusedModule):
-    """``Conv1d``, ``BatchNorm1d`` and ``ReLU``.
-
-    Example:
-        >>> m = ConvBnReLU1d(nn.Conv1d(2, 4, 3), nn.BatchNorm1d(4), nn.ReLU())
-        >>> m(torch.randn(2, 2, 8)).shape
-        torch.Size([2, 4, 6])
-    """
-
-    PARTS = (("conv", nn.Conv1d), ("bn", nn.BatchNorm1d), ("relu", nn.ReLU))
-
-    def __init__(self, conv: nn.Conv1d, bn: nn.BatchNorm1d, relu: nn.ReLU) -> None:
-        super().__init__(conv, bn, relu)
-
-
-class ConvBnReLU2d(FusedModule):
-    """``Conv2d``, ``BatchNorm2d`` and ``ReLU``.
-
-    Example:
-        >>> m = ConvBnReLU2d(nn.Conv2d(2, 4, 3), nn.BatchNorm2d(4), nn.ReLU())
-        >>> m(torch.randn(2, 2, 8, 8)).shape
-        torch.Size([2, 4, 6, 6])
-    """
-
-    PARTS = (("conv", nn.Conv2d), ("bn", nn.BatchNorm2d), ("relu", nn.ReLU))
-
-    def __init__(self, conv: nn.Conv2d, bn: nn.BatchNorm2d, relu: nn.ReLU) -> None:
-        super().__init__(conv, bn, relu)
-
-
-class ConvBnReLU3d(FusedModule):
-    """``Conv3d``, ``BatchNorm3d`` and ``ReLU``.
-
-    Example:
-        >>> m = ConvBnReLU3d(nn.Conv3d(2, 4, 3), nn.BatchNorm3d(4), nn.ReLU())
-        >>> m(torch.randn(2, 2, 4, 4, 4)).shape
-        torch.Size([2, 4, 2, 2, 2])
-    """
-
-    PARTS = (("conv", nn.Conv3d), ("bn", nn.BatchNorm3d), ("relu", nn.ReLU))
-
-    def __init__(self, conv: nn.Conv3d, bn: nn.BatchNorm3d, relu: nn.ReLU) -> None:
-        super().__init__(conv, bn, relu)
-
-
-class LinearReLU(FusedModule):
-    """``Linear`` followed by ``ReLU``.
-
-    Example:
-        >>> m = LinearReLU(nn.Linear(4, 3), nn.ReLU())
-        >>> m(torch.randn(2, 4)).shape
-        torch.Size([2, 3])
-    """
-
-    PARTS = (("linear", nn.Linear), ("relu", nn.ReLU))
-
-    def __init__(self, linear: nn.Linear, relu: nn.ReLU) -> None:
-        super().__init__(linear, relu)
-
-
-class LinearBn1d(FusedModule):
-    """``Linear`` followed by ``BatchNorm1d``.
-
-    Example:
-        >>> m = LinearBn1d(nn.Linear(4, 3), nn.BatchNorm1d(3))
-        >>> m(torch.randn(2, 4)).shape
-        torch.Size([2, 3])
-    """
-
-    PARTS = (("linear", nn.Linear), ("bn", nn.BatchNorm1d))
-
-    def __init__(self, linear: nn.Linear, bn: nn.BatchNorm1d) -> None:
-        super().__init__(linear, bn)
-
-
-class BNReLU2d(FusedModule):
-    """``BatchNorm2d`` followed by ``ReLU``.
-
-    Example:
-        >>> m = BNReLU2d(nn.BatchNorm2d(3), nn.ReLU())
-        >>> m(torch.randn(2, 3, 4, 4)).shape
-        torch.Size([2, 3, 4, 4])
-    """
-
-    PARTS = (("batch_norm", nn.BatchNorm2d), ("relu", nn.ReLU))
-
-    def __init__(self, batch_norm: nn.BatchNorm2d, relu: nn.ReLU) -> None:
-        super().__init__(batch_norm, relu)
-
-
-class BNReLU3d(FusedModule):
-    """``BatchNorm3d`` followed by ``ReLU``.
-
-    Example:
-        >>> m = BNReLU3d(nn.BatchNorm3d(3), nn.ReLU())
-        >>> m(torch.randn(2, 3, 2, 2, 2)).shape
-        torch.Size([2, 3, 2, 2, 2])
-    """
-
-    PARTS = (("batch_norm", nn.BatchNorm3d), ("relu", nn.ReLU))
-
-    def __init__(self, batch_norm: nn.BatchNorm3d, relu: nn.ReLU) -> None:
-        super().__init__(batch_norm, relu)
+ConvReLU1d = _fused("ConvReLU1d", ("conv", nn.Conv1d), _RELU)
+ConvReLU2d = _fused("ConvReLU2d", ("conv", nn.Conv2d), _RELU)
+ConvReLU3d = _fused("ConvReLU3d", ("conv", nn.Conv3d), _RELU)
+# kept apart for QAT (fxquant.nn.intrinsic.qat folds BN into the weight as it trains)
+ConvBn1d = _fused("ConvBn1d", ("conv", nn.Conv1d), ("bn", nn.BatchNorm1d))
+ConvBn2d = _fused("ConvBn2d", ("conv", nn.Conv2d), ("bn", nn.BatchNorm2d))
+ConvBn3d = _fused("ConvBn3d", ("conv", nn.Conv3d), ("bn", nn.BatchNorm3d))
+ConvBnReLU1d = _fused("ConvBnReLU1d", ("conv", nn.Conv1d), ("bn", nn.BatchNorm1d), _RELU)
+ConvBnReLU2d = _fused("ConvBnReLU2d", ("conv", nn.Conv2d), ("bn", nn.BatchNorm2d), _RELU)
+ConvBnReLU3d = _fused("ConvBnReLU3d", ("conv", nn.Conv3d), ("bn", nn.BatchNorm3d), _RELU)
+LinearReLU = _fused("LinearReLU", ("linear", nn.Linear), _RELU)
+LinearBn1d = _fused("LinearBn1d", ("linear", nn.Linear), ("bn", nn.BatchNorm1d))
+BNReLU2d = _fused("BNReLU2d", ("batch_norm", nn.BatchNorm2d), _RELU)
+BNReLU3d = _fused("BNReLU3d", ("batch_norm", nn.BatchNorm3d), _RELU)
 
 
 def _check_add(owner: str, add: object) -> None:

@@ -71,14 +71,16 @@ class LinearReLU(nnqat.Linear):
 
 
 class _ConvReLU(nnqat._QATConv):
-    """Shared by ``ConvReLU1d/2d/3d``: ReLU after the conv; ``to_float`` rebuilds the container.
+    """QAT conv, then ReLU; ``to_float`` rebuilds the float ``ConvReLUNd`` container.
 
     Example:
-        >>> ConvReLU2d._FUSED_FLOAT is nni.ConvReLU2d
-        True
+        >>> from fxquant.config.qconfig import QConfig
+        >>> fused = nni.ConvReLU2d(nn.Conv2d(2, 3, 3), nn.ReLU())
+        >>> fused.qconfig = QConfig(nn.Identity, nn.Identity)
+        >>> qat = ConvReLU2d.from_float(fused)
+        >>> qat(torch.randn(1, 2, 4, 4)).shape, type(qat.to_float()).__name__
+        (torch.Size([1, 3, 2, 2]), 'ConvReLU2d')
     """
-
-    _FUSED_FLOAT: ClassVar[type[nni.FusedModule]]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Fake-quantized convolution, then ReLU."""
@@ -86,53 +88,12 @@ class _ConvReLU(nnqat._QATConv):
 
     def to_float(self) -> nn.Module:
         """The float ``ConvReLUNd`` container of a plain conv and ``nn.ReLU``."""
-        return self._FUSED_FLOAT(super().to_float(), nn.ReLU()).train(self.training)
+        return self._FLOAT_MODULE(super().to_float(), nn.ReLU()).train(self.training)
 
 
-class ConvReLU1d(_ConvReLU, nn.Conv1d):
-    """QAT ``Conv1d`` + ReLU; built from ``fxquant.nn.intrinsic.ConvReLU1d``.
-
-    Example:
-        >>> from fxquant.config.qconfig import QConfig
-        >>> m = ConvReLU1d(2, 3, 3, qconfig=QConfig(nn.Identity, nn.Identity))
-        >>> type(m.to_float()).__name__
-        'ConvReLU1d'
-    """
-
-    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nni.ConvReLU1d
-    _FLOAT_CONV: ClassVar[type[nn.Module]] = nn.Conv1d
-    _FUSED_FLOAT = nni.ConvReLU1d
-
-
-class ConvReLU2d(_ConvReLU, nn.Conv2d):
-    """QAT ``Conv2d`` + ReLU; built from ``fxquant.nn.intrinsic.ConvReLU2d``.
-
-    Example:
-        >>> from fxquant.config.qconfig import QConfig
-        >>> fused = nni.ConvReLU2d(nn.Conv2d(2, 3, 3), nn.ReLU())
-        >>> fused.qconfig = QConfig(nn.Identity, nn.Identity)
-        >>> ConvReLU2d.from_float(fused)(torch.randn(1, 2, 4, 4)).shape
-        torch.Size([1, 3, 2, 2])
-    """
-
-    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nni.ConvReLU2d
-    _FLOAT_CONV: ClassVar[type[nn.Module]] = nn.Conv2d
-    _FUSED_FLOAT = nni.ConvReLU2d
-
-
-class ConvReLU3d(_ConvReLU, nn.Conv3d):
-    """QAT ``Conv3d`` + ReLU; built from ``fxquant.nn.intrinsic.ConvReLU3d``.
-
-    Example:
-        >>> from fxquant.config.qconfig import QConfig
-        >>> m = ConvReLU3d(2, 3, 1, qconfig=QConfig(nn.Identity, nn.Identity))
-        >>> m(torch.randn(1, 2, 2, 2, 2)).shape
-        torch.Size([1, 3, 2, 2, 2])
-    """
-
-    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nni.ConvReLU3d
-    _FLOAT_CONV: ClassVar[type[nn.Module]] = nn.Conv3d
-    _FUSED_FLOAT = nni.ConvReLU3d
+ConvReLU1d = nnqat.qat_conv_class(__name__, _ConvReLU, nn.Conv1d, nni.ConvReLU1d)
+ConvReLU2d = nnqat.qat_conv_class(__name__, _ConvReLU, nn.Conv2d, nni.ConvReLU2d)
+ConvReLU3d = nnqat.qat_conv_class(__name__, _ConvReLU, nn.Conv3d, nni.ConvReLU3d)
 
 
 class _BnFolding(nn.Module):
@@ -176,6 +137,13 @@ class _BnFolding(nn.Module):
         result: torch.Tensor = self.bn(out)
         return result
 
+    @classmethod
+    def from_float(cls, mod: nn.Module) -> Any:
+        """Build from the float container (layer, BN), sharing its layer and its BN."""
+        qat = super().from_float(mod)  # type: ignore[misc]  # the QAT layer class mixed in
+        qat._attach_bn(mod.get_submodule("1"), freeze_bn=False)
+        return qat
+
     def _folded_params(self) -> tuple[torch.Tensor, torch.Tensor]:
         return fold_bn_weights(self.weight.detach(), _detach(getattr(self, "bias", None)), self.bn)
 
@@ -215,11 +183,22 @@ _BN_FOR_CONV: dict[type[nn.Module], type[BatchNorm]] = {
 
 
 class _ConvBn(_BnFolding, nnqat._QATConv):
-    """Shared by ``ConvBn*``/``ConvBnReLU*``; ``_FUSED_FLOAT`` set means a ReLU follows BN.
+    """QAT conv + BatchNorm (+ ReLU when ``_FUSED_FLOAT`` is set), BN folded into the weight.
+
+    ``ConvBnNd``/``ConvBnReLUNd`` take ``nn.ConvNd``'s arguments plus keywords ``eps``,
+    ``momentum`` (BN's), ``freeze_bn`` and ``qconfig`` (required); ``to_float()`` gives
+    the conv with BN folded in (in a ``ConvReLUNd`` when a ReLU follows).
 
     Example:
-        >>> ConvBn2d._FUSED_FLOAT is None, ConvBnReLU2d._FUSED_FLOAT is nni.ConvReLU2d
-        (True, True)
+        >>> from fxquant.config.qconfig import QConfig
+        >>> fused = nni.ConvBn2d(nn.Conv2d(2, 4, 3), nn.BatchNorm2d(4))
+        >>> fused.qconfig = QConfig(nn.Identity, nn.Identity)
+        >>> qat = ConvBn2d.from_float(fused)
+        >>> qat(torch.randn(2, 2, 5, 5)).shape, qat.freeze_bn_stats().bn.training
+        (torch.Size([2, 4, 3, 3]), False)
+        >>> m = ConvBnReLU1d(2, 4, 3, qconfig=QConfig(nn.Identity, nn.Identity))
+        >>> bool((m(torch.randn(2, 2, 5)) >= 0).all()), type(m.to_float()).__name__
+        (True, 'ConvReLU1d')
     """
 
     _FUSED_FLOAT: ClassVar[type[nni.FusedModule] | None] = None
@@ -244,16 +223,6 @@ class _ConvBn(_BnFolding, nnqat._QATConv):
         out = self._folded_forward(x, lambda inp, weight: conv(inp, weight, None))
         return F.relu(out) if self._FUSED_FLOAT is not None else out
 
-    @classmethod
-    def from_float(cls, mod: nn.Module) -> Any:
-        """Build from the float ``ConvBnNd``/``ConvBnReLUNd``, sharing its conv and BN."""
-        qconfig = nnqat.qconfig_of(cls, mod)
-        conv, bn = nnqat.root_of(mod), mod.get_submodule("1")
-        qat = cls(**nnqat.conv_kwargs(conv), qconfig=qconfig, device=conv.weight.device)
-        nnqat.share_params(qat, conv)
-        qat._attach_bn(bn, freeze_bn=False)  # type: ignore[arg-type]  # checked by qconfig_of
-        return qat
-
     def to_float(self) -> nn.Module:
         """The float conv with BN folded in (wrapped with ReLU for ``ConvBnReLUNd``)."""
         conv = self._FLOAT_CONV(**nnqat.conv_kwargs(self))
@@ -266,96 +235,18 @@ class _ConvBn(_BnFolding, nnqat._QATConv):
         return self._FUSED_FLOAT(conv, nn.ReLU()).train(self.training)
 
 
-class ConvBn1d(_ConvBn, nn.Conv1d):
-    """QAT ``Conv1d`` + ``BatchNorm1d`` with BN folded into the fake-quantized weight.
-
-    Takes ``nn.Conv1d``'s arguments plus keywords ``eps``, ``momentum`` (BN's),
-    ``freeze_bn`` and ``qconfig`` (required).
-
-    Example:
-        >>> from fxquant.config.qconfig import QConfig
-        >>> m = ConvBn1d(2, 4, 3, qconfig=QConfig(nn.Identity, nn.Identity))
-        >>> m(torch.randn(5, 2, 8)).shape, type(m.to_float()).__name__
-        (torch.Size([5, 4, 6]), 'Conv1d')
-    """
-
-    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nni.ConvBn1d
-    _FLOAT_CONV: ClassVar[type[nn.Module]] = nn.Conv1d
-
-
-class ConvBn2d(_ConvBn, nn.Conv2d):
-    """QAT ``Conv2d`` + ``BatchNorm2d`` with BN folded into the fake-quantized weight.
-
-    Example:
-        >>> from fxquant.config.qconfig import QConfig
-        >>> fused = nni.ConvBn2d(nn.Conv2d(2, 4, 3), nn.BatchNorm2d(4))
-        >>> fused.qconfig = QConfig(nn.Identity, nn.Identity)
-        >>> qat = ConvBn2d.from_float(fused)
-        >>> qat.freeze_bn_stats().bn.training
-        False
-    """
-
-    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nni.ConvBn2d
-    _FLOAT_CONV: ClassVar[type[nn.Module]] = nn.Conv2d
-
-
-class ConvBn3d(_ConvBn, nn.Conv3d):
-    """QAT ``Conv3d`` + ``BatchNorm3d`` with BN folded into the fake-quantized weight.
-
-    Example:
-        >>> from fxquant.config.qconfig import QConfig
-        >>> m = ConvBn3d(2, 4, 1, qconfig=QConfig(nn.Identity, nn.Identity))
-        >>> m(torch.randn(2, 2, 2, 2, 2)).shape
-        torch.Size([2, 4, 2, 2, 2])
-    """
-
-    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nni.ConvBn3d
-    _FLOAT_CONV: ClassVar[type[nn.Module]] = nn.Conv3d
-
-
-class ConvBnReLU1d(_ConvBn, nn.Conv1d):
-    """QAT ``Conv1d`` + ``BatchNorm1d`` + ReLU; ``to_float()`` gives a ``ConvReLU1d``.
-
-    Example:
-        >>> from fxquant.config.qconfig import QConfig
-        >>> m = ConvBnReLU1d(2, 4, 3, qconfig=QConfig(nn.Identity, nn.Identity))
-        >>> type(m.to_float()).__name__
-        'ConvReLU1d'
-    """
-
-    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nni.ConvBnReLU1d
-    _FLOAT_CONV: ClassVar[type[nn.Module]] = nn.Conv1d
-    _FUSED_FLOAT = nni.ConvReLU1d
-
-
-class ConvBnReLU2d(_ConvBn, nn.Conv2d):
-    """QAT ``Conv2d`` + ``BatchNorm2d`` + ReLU; ``to_float()`` gives a ``ConvReLU2d``.
-
-    Example:
-        >>> from fxquant.config.qconfig import QConfig
-        >>> m = ConvBnReLU2d(2, 4, 3, qconfig=QConfig(nn.Identity, nn.Identity))
-        >>> bool((m(torch.randn(2, 2, 5, 5)) >= 0).all())
-        True
-    """
-
-    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nni.ConvBnReLU2d
-    _FLOAT_CONV: ClassVar[type[nn.Module]] = nn.Conv2d
-    _FUSED_FLOAT = nni.ConvReLU2d
-
-
-class ConvBnReLU3d(_ConvBn, nn.Conv3d):
-    """QAT ``Conv3d`` + ``BatchNorm3d`` + ReLU; ``to_float()`` gives a ``ConvReLU3d``.
-
-    Example:
-        >>> from fxquant.config.qconfig import QConfig
-        >>> m = ConvBnReLU3d(2, 4, 1, qconfig=QConfig(nn.Identity, nn.Identity))
-        >>> type(m.to_float()).__name__
-        'ConvReLU3d'
-    """
-
-    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nni.ConvBnReLU3d
-    _FLOAT_CONV: ClassVar[type[nn.Module]] = nn.Conv3d
-    _FUSED_FLOAT = nni.ConvReLU3d
+ConvBn1d = nnqat.qat_conv_class(__name__, _ConvBn, nn.Conv1d, nni.ConvBn1d)
+ConvBn2d = nnqat.qat_conv_class(__name__, _ConvBn, nn.Conv2d, nni.ConvBn2d)
+ConvBn3d = nnqat.qat_conv_class(__name__, _ConvBn, nn.Conv3d, nni.ConvBn3d)
+ConvBnReLU1d = nnqat.qat_conv_class(
+    __name__, _ConvBn, nn.Conv1d, nni.ConvBnReLU1d, _FUSED_FLOAT=nni.ConvReLU1d
+)
+ConvBnReLU2d = nnqat.qat_conv_class(
+    __name__, _ConvBn, nn.Conv2d, nni.ConvBnReLU2d, _FUSED_FLOAT=nni.ConvReLU2d
+)
+ConvBnReLU3d = nnqat.qat_conv_class(
+    __name__, _ConvBn, nn.Conv3d, nni.ConvBnReLU3d, _FUSED_FLOAT=nni.ConvReLU3d
+)
 
 
 class LinearBn1d(_BnFolding, nnqat.Linear):
@@ -391,22 +282,6 @@ class LinearBn1d(_BnFolding, nnqat.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Linear with the BN-scaled fake-quantized weight, unscaled, then BN."""
         return self._folded_forward(x, lambda inp, weight: F.linear(inp, weight))
-
-    @classmethod
-    def from_float(cls, mod: nn.Module) -> Any:
-        """Build from the float ``LinearBn1d``, sharing its linear and BN."""
-        qconfig = nnqat.qconfig_of(cls, mod)
-        linear, bn = nnqat.root_of(mod), mod.get_submodule("1")
-        qat = cls(
-            linear.in_features,
-            linear.out_features,
-            linear.bias is not None,
-            qconfig=qconfig,
-            device=linear.weight.device,
-        )
-        nnqat.share_params(qat, linear)
-        qat._attach_bn(bn, freeze_bn=False)  # type: ignore[arg-type]  # checked by qconfig_of
-        return qat
 
     def to_float(self) -> nn.Module:
         """A plain ``nn.Linear`` with BN folded in."""

@@ -29,94 +29,16 @@ and ``loader`` (a Python file imported by path). Their names are all here.
 
 from __future__ import annotations
 
-from fxquant.tools.testing.cases import (
-    LOWERING_CASES,
-    SIZE_BOUNDS,
-    Binary,
-    Case,
-    Cat,
-    Function,
-    FunctionalLinear,
-    OpFamilies,
-    Sizes,
-    lowering_statuses,
-    output_scale,
-    quantize_case,
-    quantize_model,
-    tolerance,
-)
-from fxquant.tools.testing.checks import (
-    NamedCheck,
-    backend_checks,
-    check_deepcopy_and_pickle,
-    check_default_mapping_lowers_every_op,
-    check_deployed,
-    check_engine_restored,
-    check_fixed_qparams_grid,
-    check_forward_warns_nothing,
-    check_fully_lowered,
-    check_hooks_answer_only_for,
-    check_inference_mode,
-    check_listed_by_cli,
-    check_lowering,
-    check_no_warning_in_fresh_process,
-    check_quantize_warns_nothing,
-    check_state_dict_round_trip,
-    lowering_checks,
-)
-from fxquant.tools.testing.digits import (
-    Digits,
-    digits_accuracy,
-    load_digits,
-    train_digits_classifier,
-)
-from fxquant.tools.testing.loader import (
-    load_module_from_path,
-)
-from fxquant.tools.testing.oracle import (
-    ao_normalized_pattern,
-    ao_op_as_fxquant,
-    check_covers_ao_patterns,
-)
+from fxquant.tools.testing import cases, checks, digits, loader, oracle
+from fxquant.tools.testing.cases import *  # noqa: F403 (the kit's names, each module's __all__)
+from fxquant.tools.testing.checks import *  # noqa: F403
+from fxquant.tools.testing.digits import *  # noqa: F403
+from fxquant.tools.testing.loader import *  # noqa: F403
+from fxquant.tools.testing.oracle import *  # noqa: F403
 
-__all__ = [
-    "LOWERING_CASES",
-    "SIZE_BOUNDS",
-    "Binary",
-    "Case",
-    "Cat",
-    "Digits",
-    "Function",
-    "FunctionalLinear",
-    "NamedCheck",
-    "OpFamilies",
-    "Sizes",
-    "ao_normalized_pattern",
-    "ao_op_as_fxquant",
-    "backend_checks",
-    "check_covers_ao_patterns",
-    "check_deepcopy_and_pickle",
-    "check_default_mapping_lowers_every_op",
-    "check_deployed",
-    "check_engine_restored",
-    "check_fixed_qparams_grid",
-    "check_forward_warns_nothing",
-    "check_fully_lowered",
-    "check_hooks_answer_only_for",
-    "check_inference_mode",
-    "check_listed_by_cli",
-    "check_lowering",
-    "check_no_warning_in_fresh_process",
-    "check_quantize_warns_nothing",
-    "check_state_dict_round_trip",
-    "digits_accuracy",
-    "load_digits",
-    "load_module_from_path",
-    "lowering_checks",
-    "lowering_statuses",
-    "output_scale",
-    "quantize_case",
-    "quantize_model",
-    "tolerance",
-    "train_digits_classifier",
-]
+__all__: list[str] = []
+__all__ += cases.__all__
+__all__ += checks.__all__
+__all__ += digits.__all__
+__all__ += loader.__all__
+__all__ += oracle.__all__
