@@ -250,38 +250,25 @@ class _QATConv(nn.modules.conv._ConvNd):
         return detached_copy(self, self._FLOAT_CONV(**conv_kwargs(self)))
 
 
-def qat_conv_class(
-    module: str,
-    base: type,
-    float_conv: type[nn.Module],
-    float_module: type[nn.Module],
-    **extra: Any,
-) -> Any:
-    """The QAT class ``base`` mixed with ``float_conv``, built from ``float_module`` (its name).
+class Conv1d(_QATConv, nn.Conv1d):
+    """QAT ``Conv1d``, built from ``nn.Conv1d``: see :class:`_QATConv`."""
 
-    Args:
-        module: the module the class is defined in (``__name__``), for pickle and messages.
-        base: the shared QAT behaviour, a :class:`_QATConv` subclass.
-        float_conv: the plain convolution class mixed in (``nn.Conv2d``).
-        float_module: what ``from_float`` takes (``nn.Conv2d``, a fused ``ConvReLU2d``...).
-        extra: more class attributes (``_FUSED_FLOAT``).
-
-    Example:
-        >>> cls = qat_conv_class(__name__, _QATConv, nn.Conv2d, nn.Conv2d)
-        >>> cls.__mro__[1:3] == (_QATConv, nn.Conv2d), cls._FLOAT_MODULE is nn.Conv2d
-        (True, True)
-    """
-    name = float_module.__name__
-    origin = f"{float_module.__module__}.{name}"
-    doc = f"QAT ``{name}``, built from ``{origin}``: see :class:`{base.__qualname__}`."
-    namespace = {"__doc__": doc, "__module__": module, "__qualname__": name, **extra}
-    namespace |= {"_FLOAT_MODULE": float_module, "_FLOAT_CONV": float_conv}
-    return type(name, (base, float_conv), namespace)
+    _FLOAT_MODULE = nn.Conv1d
+    _FLOAT_CONV = nn.Conv1d
 
 
-Conv1d = qat_conv_class(__name__, _QATConv, nn.Conv1d, nn.Conv1d)
-Conv2d = qat_conv_class(__name__, _QATConv, nn.Conv2d, nn.Conv2d)
-Conv3d = qat_conv_class(__name__, _QATConv, nn.Conv3d, nn.Conv3d)
+class Conv2d(_QATConv, nn.Conv2d):
+    """QAT ``Conv2d``, built from ``nn.Conv2d``: see :class:`_QATConv`."""
+
+    _FLOAT_MODULE = nn.Conv2d
+    _FLOAT_CONV = nn.Conv2d
+
+
+class Conv3d(_QATConv, nn.Conv3d):
+    """QAT ``Conv3d``, built from ``nn.Conv3d``: see :class:`_QATConv`."""
+
+    _FLOAT_MODULE = nn.Conv3d
+    _FLOAT_CONV = nn.Conv3d
 
 
 _PER_ROW = ("per_channel_affine_float_qparams", "per_channel_symmetric", "per_channel_affine")

@@ -150,29 +150,86 @@ class FusedModule(nn.Sequential):
 _FusedModule = FusedModule
 
 
-def _fused(name: str, *parts: tuple[str, type[nn.Module]]) -> type[FusedModule]:
-    """A :class:`FusedModule` subclass named ``name`` that holds ``parts``, in order."""
-    doc = " then ".join(f"``{cls.__name__}``" for _, cls in parts) + ", fused into one node."
-    namespace = {"__doc__": doc, "__module__": __name__, "__qualname__": name, "PARTS": parts}
-    return type(name, (FusedModule,), namespace)
-
-
 _RELU = ("relu", nn.ReLU)
 
-ConvReLU1d = _fused("ConvReLU1d", ("conv", nn.Conv1d), _RELU)
-ConvReLU2d = _fused("ConvReLU2d", ("conv", nn.Conv2d), _RELU)
-ConvReLU3d = _fused("ConvReLU3d", ("conv", nn.Conv3d), _RELU)
+
+class ConvReLU1d(FusedModule):
+    """``Conv1d`` then ``ReLU``, fused into one node."""
+
+    PARTS = (("conv", nn.Conv1d), _RELU)
+
+
+class ConvReLU2d(FusedModule):
+    """``Conv2d`` then ``ReLU``, fused into one node."""
+
+    PARTS = (("conv", nn.Conv2d), _RELU)
+
+
+class ConvReLU3d(FusedModule):
+    """``Conv3d`` then ``ReLU``, fused into one node."""
+
+    PARTS = (("conv", nn.Conv3d), _RELU)
+
+
 # kept apart for QAT (fxquant.nn.intrinsic.qat folds BN into the weight as it trains)
-ConvBn1d = _fused("ConvBn1d", ("conv", nn.Conv1d), ("bn", nn.BatchNorm1d))
-ConvBn2d = _fused("ConvBn2d", ("conv", nn.Conv2d), ("bn", nn.BatchNorm2d))
-ConvBn3d = _fused("ConvBn3d", ("conv", nn.Conv3d), ("bn", nn.BatchNorm3d))
-ConvBnReLU1d = _fused("ConvBnReLU1d", ("conv", nn.Conv1d), ("bn", nn.BatchNorm1d), _RELU)
-ConvBnReLU2d = _fused("ConvBnReLU2d", ("conv", nn.Conv2d), ("bn", nn.BatchNorm2d), _RELU)
-ConvBnReLU3d = _fused("ConvBnReLU3d", ("conv", nn.Conv3d), ("bn", nn.BatchNorm3d), _RELU)
-LinearReLU = _fused("LinearReLU", ("linear", nn.Linear), _RELU)
-LinearBn1d = _fused("LinearBn1d", ("linear", nn.Linear), ("bn", nn.BatchNorm1d))
-BNReLU2d = _fused("BNReLU2d", ("batch_norm", nn.BatchNorm2d), _RELU)
-BNReLU3d = _fused("BNReLU3d", ("batch_norm", nn.BatchNorm3d), _RELU)
+class ConvBn1d(FusedModule):
+    """``Conv1d`` then ``BatchNorm1d``, fused into one node."""
+
+    PARTS = (("conv", nn.Conv1d), ("bn", nn.BatchNorm1d))
+
+
+class ConvBn2d(FusedModule):
+    """``Conv2d`` then ``BatchNorm2d``, fused into one node."""
+
+    PARTS = (("conv", nn.Conv2d), ("bn", nn.BatchNorm2d))
+
+
+class ConvBn3d(FusedModule):
+    """``Conv3d`` then ``BatchNorm3d``, fused into one node."""
+
+    PARTS = (("conv", nn.Conv3d), ("bn", nn.BatchNorm3d))
+
+
+class ConvBnReLU1d(FusedModule):
+    """``Conv1d`` then ``BatchNorm1d`` then ``ReLU``, fused into one node."""
+
+    PARTS = (("conv", nn.Conv1d), ("bn", nn.BatchNorm1d), _RELU)
+
+
+class ConvBnReLU2d(FusedModule):
+    """``Conv2d`` then ``BatchNorm2d`` then ``ReLU``, fused into one node."""
+
+    PARTS = (("conv", nn.Conv2d), ("bn", nn.BatchNorm2d), _RELU)
+
+
+class ConvBnReLU3d(FusedModule):
+    """``Conv3d`` then ``BatchNorm3d`` then ``ReLU``, fused into one node."""
+
+    PARTS = (("conv", nn.Conv3d), ("bn", nn.BatchNorm3d), _RELU)
+
+
+class LinearReLU(FusedModule):
+    """``Linear`` then ``ReLU``, fused into one node."""
+
+    PARTS = (("linear", nn.Linear), _RELU)
+
+
+class LinearBn1d(FusedModule):
+    """``Linear`` then ``BatchNorm1d``, fused into one node."""
+
+    PARTS = (("linear", nn.Linear), ("bn", nn.BatchNorm1d))
+
+
+class BNReLU2d(FusedModule):
+    """``BatchNorm2d`` then ``ReLU``, fused into one node."""
+
+    PARTS = (("batch_norm", nn.BatchNorm2d), _RELU)
+
+
+class BNReLU3d(FusedModule):
+    """``BatchNorm3d`` then ``ReLU``, fused into one node."""
+
+    PARTS = (("batch_norm", nn.BatchNorm3d), _RELU)
 
 
 def _check_add(owner: str, add: object) -> None:

@@ -91,9 +91,25 @@ class _ConvReLU(nnqat._QATConv):
         return self._FLOAT_MODULE(super().to_float(), nn.ReLU()).train(self.training)
 
 
-ConvReLU1d = nnqat.qat_conv_class(__name__, _ConvReLU, nn.Conv1d, nni.ConvReLU1d)
-ConvReLU2d = nnqat.qat_conv_class(__name__, _ConvReLU, nn.Conv2d, nni.ConvReLU2d)
-ConvReLU3d = nnqat.qat_conv_class(__name__, _ConvReLU, nn.Conv3d, nni.ConvReLU3d)
+class ConvReLU1d(_ConvReLU, nn.Conv1d):
+    """QAT ``ConvReLU1d``, built from ``nni.ConvReLU1d``: see :class:`_ConvReLU`."""
+
+    _FLOAT_MODULE = nni.ConvReLU1d
+    _FLOAT_CONV = nn.Conv1d
+
+
+class ConvReLU2d(_ConvReLU, nn.Conv2d):
+    """QAT ``ConvReLU2d``, built from ``nni.ConvReLU2d``: see :class:`_ConvReLU`."""
+
+    _FLOAT_MODULE = nni.ConvReLU2d
+    _FLOAT_CONV = nn.Conv2d
+
+
+class ConvReLU3d(_ConvReLU, nn.Conv3d):
+    """QAT ``ConvReLU3d``, built from ``nni.ConvReLU3d``: see :class:`_ConvReLU`."""
+
+    _FLOAT_MODULE = nni.ConvReLU3d
+    _FLOAT_CONV = nn.Conv3d
 
 
 class _BnFolding(nn.Module):
@@ -235,18 +251,49 @@ class _ConvBn(_BnFolding, nnqat._QATConv):
         return self._FUSED_FLOAT(conv, nn.ReLU()).train(self.training)
 
 
-ConvBn1d = nnqat.qat_conv_class(__name__, _ConvBn, nn.Conv1d, nni.ConvBn1d)
-ConvBn2d = nnqat.qat_conv_class(__name__, _ConvBn, nn.Conv2d, nni.ConvBn2d)
-ConvBn3d = nnqat.qat_conv_class(__name__, _ConvBn, nn.Conv3d, nni.ConvBn3d)
-ConvBnReLU1d = nnqat.qat_conv_class(
-    __name__, _ConvBn, nn.Conv1d, nni.ConvBnReLU1d, _FUSED_FLOAT=nni.ConvReLU1d
-)
-ConvBnReLU2d = nnqat.qat_conv_class(
-    __name__, _ConvBn, nn.Conv2d, nni.ConvBnReLU2d, _FUSED_FLOAT=nni.ConvReLU2d
-)
-ConvBnReLU3d = nnqat.qat_conv_class(
-    __name__, _ConvBn, nn.Conv3d, nni.ConvBnReLU3d, _FUSED_FLOAT=nni.ConvReLU3d
-)
+class ConvBn1d(_ConvBn, nn.Conv1d):
+    """QAT ``ConvBn1d``, built from ``nni.ConvBn1d``: see :class:`_ConvBn`."""
+
+    _FLOAT_MODULE = nni.ConvBn1d
+    _FLOAT_CONV = nn.Conv1d
+
+
+class ConvBn2d(_ConvBn, nn.Conv2d):
+    """QAT ``ConvBn2d``, built from ``nni.ConvBn2d``: see :class:`_ConvBn`."""
+
+    _FLOAT_MODULE = nni.ConvBn2d
+    _FLOAT_CONV = nn.Conv2d
+
+
+class ConvBn3d(_ConvBn, nn.Conv3d):
+    """QAT ``ConvBn3d``, built from ``nni.ConvBn3d``: see :class:`_ConvBn`."""
+
+    _FLOAT_MODULE = nni.ConvBn3d
+    _FLOAT_CONV = nn.Conv3d
+
+
+class ConvBnReLU1d(_ConvBn, nn.Conv1d):
+    """QAT ``ConvBnReLU1d``, built from ``nni.ConvBnReLU1d``: see :class:`_ConvBn`."""
+
+    _FLOAT_MODULE = nni.ConvBnReLU1d
+    _FLOAT_CONV = nn.Conv1d
+    _FUSED_FLOAT = nni.ConvReLU1d
+
+
+class ConvBnReLU2d(_ConvBn, nn.Conv2d):
+    """QAT ``ConvBnReLU2d``, built from ``nni.ConvBnReLU2d``: see :class:`_ConvBn`."""
+
+    _FLOAT_MODULE = nni.ConvBnReLU2d
+    _FLOAT_CONV = nn.Conv2d
+    _FUSED_FLOAT = nni.ConvReLU2d
+
+
+class ConvBnReLU3d(_ConvBn, nn.Conv3d):
+    """QAT ``ConvBnReLU3d``, built from ``nni.ConvBnReLU3d``: see :class:`_ConvBn`."""
+
+    _FLOAT_MODULE = nni.ConvBnReLU3d
+    _FLOAT_CONV = nn.Conv3d
+    _FUSED_FLOAT = nni.ConvReLU3d
 
 
 class LinearBn1d(_BnFolding, nnqat.Linear):
