@@ -319,3 +319,15 @@ def test_a_per_tensor_conv_entry_keeps_mobilenet_v3_fused_and_near_the_default()
     assert custom_cosine >= default_cosine - 1e-3
     report = fxquant.flow.explain(custom, show=False)
     assert not [n for n in report.notes() if n.startswith("not fused")]
+
+
+def test_an_object_type_entry_for_a_part_is_the_user_speaking_for_it_and_refuses() -> None:
+    # the global qconfig of a part defers to the conv's; an entry for the part's own type
+    # does not (torch.ao raises here): both are quantized on their own, and explain says so
+    mapping = fxquant.get_default_qconfig_mapping("reference")
+    mapping.set_object_type(nn.ReLU, _per_tensor(mapping))
+    gm = prepare_fx(cbr().eval(), mapping, (torch.randn(1, 2, 6, 6),))
+    assert _fused_types(gm) == []
+    report = fxquant.flow.explain(gm, show=False)
+    [note] = [n for n in report.notes() if n.startswith("not fused")]
+    assert "(_2 differ)" in note

@@ -21,7 +21,8 @@ gives its qconfig to every node of a pattern that fuses into that class, over
 the object-type and global qconfigs of the parts: a mapping can keep ``add``
 float in general yet quantize the adds a conv absorbs (see ``qconfig_mismatch``).
 Entries naming a module (name, regex, order) still win. Otherwise a fused module
-takes its root's qconfig (the conv's, for conv + BN + ReLU; see ``fusion_mismatch``).
+takes its root's qconfig (the conv's, for conv + BN + ReLU), over the global qconfig
+of its parts (see ``fusion_mismatch``).
 
 Entries naming modules (name, regex, order) that match nothing are returned too.
 """
@@ -39,7 +40,13 @@ from torch import fx, nn
 from fxquant.config.backend import BackendPatternConfig
 from fxquant.config.pattern import pattern_str
 from fxquant.config.qconfig import QConfig
-from fxquant.config.qconfig_mapping import OrderKey, QConfigChoice, QConfigMapping, order_scope
+from fxquant.config.qconfig_mapping import (
+    GLOBAL_KEY,
+    OrderKey,
+    QConfigChoice,
+    QConfigMapping,
+    order_scope,
+)
 from fxquant.flow.match import Match
 from fxquant.flow.report import Reason
 from fxquant.flow.state import META_KEY, node_info
@@ -68,6 +75,7 @@ class QConfigAssignment:
     unused: tuple[Reason, ...]
     named: frozenset[fx.Node] = frozenset()  # nodes whose qconfig a module-naming entry gave
     fused_types: Mapping[Any, QConfig | None] = dataclasses.field(default_factory=dict)
+    defaulted: frozenset[fx.Node] = frozenset()  # nodes whose qconfig is the global one
 
 
 def _scopes(node: fx.Node, modules: Mapping[str, nn.Module]) -> tuple[tuple[str, ...], Any]:
@@ -196,19 +204,26 @@ def _assign(
     orders = _orders(gm, modules)
     qconfigs: dict[fx.Node, QConfig | None] = {}
     named: set[fx.Node] = set()
+    defaulted: set[fx.Node] = set()
     for node in gm.graph.nodes:
         if node.op in ("placeholder", "output"):
             continue
         if resolve(node):
             choice = _resolve(node, modules, mapping, orders.get(node, ()))
             qconfigs[node], names_module = choice.qconfig, choice.names_module
+            by_global = choice.level == GLOBAL_KEY
         else:
             qconfigs[node], names_module = known.qconfigs[node], node in known.named
+            by_global = node in known.defaulted
         if names_module:
             named.add(node)
+        if by_global:
+            defaulted.add(node)
     seen = {key for keys in orders.values() for key in keys}
     unused = _unused(gm, modules, mapping, seen)
-    return QConfigAssignment(qconfigs, unused, frozenset(named), known.fused_types)
+    return QConfigAssignment(
+        qconfigs, unused, frozenset(named), known.fused_types, frozenset(defaulted)
+    )
 
 
 def _resolve(
@@ -329,19 +344,24 @@ def fusion_mismatch(
     The fused module takes the qconfig of the pattern's ``root`` (the conv or linear
     it is built around), as torch.ao's fused modules answer to their first op's
     entry: a mapping that sets a qconfig on ``nn.Conv2d`` means the conv + BN + ReLU
-    that fuse into it. A part whose qconfig differs refuses the fusion only when the
-    user said so for that part: an entry naming its module (name, regex, order), or
-    None (the part stays float) on a part that is computed after the root, not
-    ``folded`` into its weights as a BatchNorm is (its qconfig is never observed).
+    that fuse into it. A part whose qconfig differs refuses the fusion only where a
+    mapping entry speaks for that part (its module, its type), or where one of the
+    two is None (that op is kept float), not where the global qconfig does; a part
+    ``folded`` into the root's weights (a BatchNorm, never observed) refuses only
+    when an entry names its module.
     """
     found = _with_fused_type(match, qconfigs, assignment)
     decided = found[root]
     named = assignment.named if assignment is not None else frozenset()
+    defaulted = assignment.defaulted if assignment is not None else frozenset()
 
     def refuses(node: fx.Node, qconfig: Any) -> bool:
         if qconfig == decided:
             return False
-        return node in named or (node not in folded and None in (qconfig, decided))
+        if node in named:
+            return True
+        spoken = node not in defaulted or None in (qconfig, decided)  # None: kept float
+        return node not in folded and spoken
 
     odd = [n for n, q in found.items() if refuses(n, q)]
     return _mismatch_reason(match, odd) if odd else None
