@@ -30,7 +30,7 @@ from torch import fx, nn
 from fxquant.config.backend import BackendPatternConfig
 from fxquant.config.pattern import MatchAllNode, is_match_all
 from fxquant.flow.context import FlowContext
-from fxquant.flow.match import Match, PatternIndex, match_graph, module_table
+from fxquant.flow.match import Match, PatternIndex, match_graph, module_table, root_node
 from fxquant.flow.qconfig_assign import (
     QConfigAssignment,
     assign_qconfigs,
@@ -55,12 +55,6 @@ def fusion_index(ctx: FlowContext) -> PatternIndex[BackendPatternConfig]:
     """
     configs = ctx.backend_config.configs
     return PatternIndex.build((c.normalized_pattern, c) for c in configs if c.fuser_method)
-
-
-def _default_root(structure: Any) -> Any:
-    while isinstance(structure, tuple):
-        structure = structure[-1]
-    return structure
 
 
 def _as_modules(
@@ -111,8 +105,7 @@ def _apply(
     gm: fx.GraphModule, match: Match[BackendPatternConfig], fused: nn.Module, erased: set[str]
 ) -> fx.Node:
     config = match.payload
-    getter = config._root_node_getter or _default_root
-    root: fx.Node = getter(match.structure)  # returned: it holds the fused module
+    root = root_node(match)  # returned: it holds the fused module
     extra = (
         list(config._extra_inputs_getter(match.structure)) if config._extra_inputs_getter else []
     )

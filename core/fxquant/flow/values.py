@@ -78,6 +78,7 @@ __all__ = [
     "computed_from_attributes",
     "fills_a_mask",
     "node_args",
+    "positioned_args",
     "value_kinds",
 ]
 
@@ -215,11 +216,22 @@ def node_args(node: fx.Node) -> Iterator[fx.Node]:
         >>> [n.name for n in node_args(list(gm.graph.nodes)[1])]
         ['input_1']
     """
-    for value in (*node.args, *node.kwargs.values()):
+    return (value for _, value in positioned_args(node))
+
+
+def positioned_args(node: fx.Node) -> Iterator[tuple[int, fx.Node]]:
+    """:func:`node_args` with each node's position among the args and kwargs.
+
+    Example:
+        >>> g = fx.Graph(); x = g.placeholder("x")
+        >>> list(positioned_args(g.call_function(torch.cat, ([x, x], 1))))
+        [(0, x), (0, x)]
+    """
+    for position, value in enumerate((*node.args, *node.kwargs.values())):
         if isinstance(value, fx.Node):
-            yield value
+            yield position, value
         elif isinstance(value, (list, tuple)):
-            yield from (v for v in value if isinstance(v, fx.Node))
+            yield from ((position, v) for v in value if isinstance(v, fx.Node))
 
 
 def computed_from_attributes(node: fx.Node) -> bool:
