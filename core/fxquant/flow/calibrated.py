@@ -142,17 +142,20 @@ def warn_uncalibrated(found: Mapping[str, list[str]], step: str) -> None:
     Example:
         >>> warn_uncalibrated({}, "convert_fx")  # nothing to say
     """
-    if not found:
-        return
-    listed = "; ".join(f"{obs} -> {', '.join(nodes)}" for obs, nodes in found.items())
-    msg = (
+    _warn(
         f"{step}: {len(found)} activation observer(s) saw no finite value, so their nodes "
-        f"stay float in the converted model (reason not_calibrated): {listed}. Run the "
-        "prepared model on representative data before converting (fxquant.tools.calibration."
-        f"calibrate), or pass strict=True to make this an error"
+        "stay float in the converted model (reason not_calibrated)",
+        [f"{obs} -> {', '.join(nodes)}" for obs, nodes in found.items()],
+        "Run the prepared model on representative data before converting (fxquant.tools."
+        "calibration.calibrate), or pass strict=True to make this an error",
     )
-    # 4: the user's call of convert_fx / convert_to_reference_fx (through reference_model)
-    warnings.warn(msg, CalibrationWarning, stacklevel=4)
+
+
+def _warn(what: str, listed: list[str], advice: str) -> None:
+    """One :class:`CalibrationWarning`: ``what``, then every observer listed, then ``advice``."""
+    if listed:
+        # 5: the user's call of convert_fx / convert_to_reference_fx (through reference_model)
+        warnings.warn(f"{what}: {'; '.join(listed)}. {advice}", CalibrationWarning, stacklevel=5)
 
 
 # Calls whose output values do not depend on their tensor inputs' values (shape, dtype only)
@@ -229,16 +232,13 @@ def warn_single_valued(found: Mapping[str, float], step: str) -> None:
     Example:
         >>> warn_single_valued({}, "convert_fx")  # nothing to say
     """
-    if not found:
-        return
-    listed = "; ".join(f"{obs} saw only {value:g}" for obs, value in found.items())
-    msg = (
+    _warn(
         f"{step}: {len(found)} activation observer(s) saw a single value during "
-        f"calibration, so every other value on their edge is clamped to it: {listed}. "
+        "calibration, so every other value on their edge is clamped to it",
+        [f"{obs} saw only {value:g}" for obs, value in found.items()],
         "Calibrate on representative data (inputs that vary), or keep those nodes float "
-        "(QConfigMapping().set_module_name(name, None))"
+        "(QConfigMapping().set_module_name(name, None))",
     )
-    warnings.warn(msg, CalibrationWarning, stacklevel=4)
 
 
 def outlier_batches(
@@ -267,17 +267,14 @@ def warn_outlier_batches(found: Mapping[str, tuple[float, float]], step: str) ->
     Example:
         >>> warn_outlier_batches({}, "convert_fx")  # nothing to say
     """
-    if not found:
-        return
-    listed = "; ".join(
-        f"{obs}: one batch reached {peak:.3g}, every other at most {other:.3g}"
-        for obs, (peak, other) in found.items()
-    )
-    msg = (
+    _warn(
         f"{step}: the range of {len(found)} activation observer(s) was set by a single "
-        f"calibration batch, {OUTLIER_RATIO:g} times or more beyond every other: {listed}. "
+        f"calibration batch, {OUTLIER_RATIO:g} times or more beyond every other",
+        [
+            f"{obs}: one batch reached {peak:.3g}, every other at most {other:.3g}"
+            for obs, (peak, other) in found.items()
+        ],
         "Every other value on those edges quantizes into a few steps (near 0 dB). Check the "
         "calibration data for a corrupt or unnormalized batch, then calibrate again without "
-        "it (prepare anew, or reset_min_max_vals() on those observers)"
+        "it (prepare anew, or reset_min_max_vals() on those observers)",
     )
-    warnings.warn(msg, CalibrationWarning, stacklevel=4)

@@ -22,6 +22,7 @@ from torch.fx import Node
 
 from fxquant import dtypes
 from fxquant.errors import ConfigTypeError
+from fxquant.flow.convert_qdq import observer_range
 from fxquant.flow.state import NodeInfo
 from fxquant.nn import recurrent
 from fxquant.nn.intrinsic import FusedModule
@@ -132,16 +133,6 @@ def _root_of(module: nn.Module) -> nn.Module:
     return module
 
 
-def _reference_class(cls: type) -> type:
-    """fxquant's reference class for a torch.ao one named in a user's config.
-
-    torch.ao's reference modules compute with ``torch.quint8``/``qint8`` tensors,
-    which fxquant never creates; fxquant's have the same names and numerics.
-    """
-    found: type = as_fxquant_class(cls)
-    return found
-
-
 def _weight_observer(
     info: NodeInfo, module: nn.Module, qat_fake_quant: nn.Module | None, path: str
 ) -> Any:
@@ -193,7 +184,9 @@ def swap_weighted_module(
     observer(float_root.weight)
     declared = info.pattern_config.reference_quantized_module
     assert declared is not None  # checked by will_swap
-    reference_cls = _reference_class(declared)
+    # a torch.ao class named in a user's config computes with torch.quint8/qint8 tensors,
+    # which fxquant never creates: fxquant's class of the same name has its numerics
+    reference_cls = as_fxquant_class(declared)
     from_float = getattr(reference_cls, "from_float", None)
     if not callable(from_float):
         msg = (
@@ -227,15 +220,9 @@ def _swap_recurrent(root: nn.Module, path: str, module: nn.Module, info: NodeInf
             observer(weight)
         qparams[name] = qparams_dict(observer)
     activation = info.qconfig.activation()
-    low, high = dtypes.quant_range(torch.uint8)
-    quant_min = getattr(activation, "quant_min", None)
-    quant_max = getattr(activation, "quant_max", None)
-    act_range = (
-        low if quant_min is None else int(quant_min),
-        high if quant_max is None else int(quant_max),
-    )
-    if not dtypes.is_quantized_dtype(getattr(activation, "dtype", None)):
-        act_range = (low, high)  # fp16 weights: activations stay float
+    act_range = dtypes.quant_range(torch.uint8)  # fp16 weights: activations stay float
+    if dtypes.is_quantized_dtype(getattr(activation, "dtype", None)):
+        act_range = observer_range(activation, torch.uint8)
     reference_cls = getattr(recurrent, type(module).__name__)
     reference = reference_cls.from_float(module, qparams, activation=act_range)
     root.set_submodule(path, reference)

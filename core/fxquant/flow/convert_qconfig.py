@@ -10,6 +10,7 @@ quantize/dequantize pair. Other qconfigs stay those chosen at prepare.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
 from torch import nn
 from torch.fx import Graph, GraphModule, Node
@@ -91,14 +92,20 @@ def report_turned_off(report: Report, turned_off: set[str]) -> Report:
         >>> report_turned_off(Report(), set()).entries()
         []
     """
-    entries = []
-    for entry in report.entries():
-        if entry.node in turned_off:
-            words = f"{entry.node}: the qconfig_mapping given to convert sets its qconfig to None"
-            entry = dataclasses.replace(
-                entry, status=NodeStatus.SKIPPED, reason=Reason(ReasonCode.QCONFIG_NONE, words)
-            )
-        entries.append(entry)
+    words = "the qconfig_mapping given to convert sets its qconfig to None"
+    return _skipped(
+        report, {n: Reason(ReasonCode.QCONFIG_NONE, f"{n}: {words}") for n in turned_off}
+    )
+
+
+def _skipped(report: Report, reasons: Mapping[str, Reason]) -> Report:
+    """The report with the entry of every node in ``reasons`` skipped for its reason."""
+    entries = [
+        dataclasses.replace(e, status=NodeStatus.SKIPPED, reason=reasons[e.node])
+        if e.node in reasons
+        else e
+        for e in report.entries()
+    ]
     return Report(entries, report.unused())
 
 
@@ -116,15 +123,9 @@ def report_not_calibrated(
     for observer, nodes in observers.items():
         for node in nodes:
             by_node.setdefault(node, observer)
-    entries = []
-    for entry in report.entries():
-        if entry.node in stays_float:
-            words = (
-                f"{entry.node}: observer {by_node[entry.node]} saw no finite value "
-                "(the model was not calibrated, or not on this path): kept float"
-            )
-            entry = dataclasses.replace(
-                entry, status=NodeStatus.SKIPPED, reason=Reason(ReasonCode.NOT_CALIBRATED, words)
-            )
-        entries.append(entry)
-    return Report(entries, report.unused())
+    words = "saw no finite value (the model was not calibrated, or not on this path): kept float"
+    reasons = {
+        n: Reason(ReasonCode.NOT_CALIBRATED, f"{n}: observer {by_node[n]} {words}")
+        for n in stays_float
+    }
+    return _skipped(report, reasons)

@@ -25,18 +25,25 @@ from torch.fx import Graph, GraphModule, Node
 
 from fxquant import dtypes
 from fxquant.flow.names import unique_name
-from fxquant.lowering import PER_CHANNEL_OPS, QParams
+from fxquant.lowering import DEQUANTIZE_OF, PER_CHANNEL_OPS, QParams
 from fxquant.numerics import qdq as _qdq  # noqa: F401  # the kernels of torch.ops.fxquant.*
 
-__all__ = ["attribute_value", "node_qparams", "replace_observer"]
+__all__ = ["attribute_value", "node_qparams", "observer_range", "replace_observer"]
 
 _OPS = torch.ops.fxquant
 
 _FLOAT_CASTS = (torch.float16, torch.bfloat16)
 
 
-def _observer_range(observer: nn.Module, dtype: torch.dtype) -> tuple[int, int]:
-    """The range the observer chooses qparams for (dynamic quantization reads it)."""
+def observer_range(observer: nn.Module, dtype: torch.dtype) -> tuple[int, int]:
+    """The range ``observer`` chooses qparams for (dynamic quantization reads it); the
+    ``dtype``'s full range where it names no ``quant_min``/``quant_max``.
+
+    Example:
+        >>> from fxquant.observer import MinMaxObserver
+        >>> observer_range(MinMaxObserver(quant_min=0, quant_max=127), torch.uint8)
+        (0, 127)
+    """
     low, high = dtypes.quant_range(dtype)
     quant_min = getattr(observer, "quant_min", None)
     quant_max = getattr(observer, "quant_max", None)
@@ -48,7 +55,6 @@ def _observer_range(observer: nn.Module, dtype: torch.dtype) -> tuple[int, int]:
 
 def _static(root: nn.Module, graph: Graph, node: Node, observer: nn.Module) -> Node:
     dtype: torch.dtype = observer.dtype  # type: ignore[assignment]  # checked by the caller
-    x = node.args[0]
     plain = dtypes.canonical_dtype(dtype)
     # the observer's quant_min/quant_max shaped the qparams; the stored integers use the
     # dtype's full range, as the 8-bit kernels and torch.ao's reference models do (a value
@@ -57,49 +63,54 @@ def _static(root: nn.Module, graph: Graph, node: Node, observer: nn.Module) -> N
     scale, zero_point = observer.calculate_qparams()  # type: ignore[operator]  # duck-typed
     if dtypes.is_per_channel(getattr(observer, "qscheme", None)):
         axis = int(observer.ch_axis)  # type: ignore[arg-type]  # per-channel observers have it
-        scale_name = unique_name(root, f"{node.name}_scale")
-        root.register_buffer(scale_name, scale.detach().clone())
-        zero_point_name = unique_name(root, f"{node.name}_zero_point")
-        root.register_buffer(zero_point_name, zero_point.detach().clone())
-        scales, zero_points = graph.get_attr(scale_name), graph.get_attr(zero_point_name)
+        buffers = []
+        for value, what in ((scale, "scale"), (zero_point, "zero_point")):
+            name = unique_name(root, f"{node.name}_{what}")
+            root.register_buffer(name, value.detach().clone())
+            buffers.append(name)
+        attributes = tuple(graph.get_attr(name) for name in buffers)
         tail = (axis, quant_min, quant_max, plain)
-        q = graph.call_function(_OPS.quantize_per_channel.default, (x, scales, zero_points, *tail))
-        return graph.call_function(
-            _OPS.dequantize_per_channel.default, (q, scales, zero_points, *tail)
-        )
-    args = (float(scale), int(zero_point), quant_min, quant_max, plain)
-    q = graph.call_function(_OPS.quantize_per_tensor.default, (x, *args))
-    return graph.call_function(_OPS.dequantize_per_tensor.default, (q, *args))
+        op = _OPS.quantize_per_channel.default
+        return _quantize_dequantize(graph, op, node, attributes, tail)
+    qparams = (float(scale), int(zero_point))
+    op = _OPS.quantize_per_tensor.default
+    return _quantize_dequantize(graph, op, node, qparams, (quant_min, quant_max, plain))
+
+
+def _quantize_dequantize(
+    graph: Graph, op: Any, node: Node, qparams: tuple[Any, ...], tail: tuple[Any, ...]
+) -> Node:
+    """``op`` on the observer's input, then the dequantize op of the same arguments."""
+    q = graph.call_function(op, (node.args[0], *qparams, *tail))
+    dequantize = DEQUANTIZE_OF[op]
+    out = (torch.float32,) if dequantize is _OPS.dequantize_per_token.default else ()
+    return graph.call_function(dequantize, (q, *qparams, *tail, *out))
+
+
+def _chosen(graph: Graph, choose: Any, args: tuple[Any, ...]) -> tuple[Node, Node]:
+    """The ``(scale, zero_point)`` a dynamic quantization chooses at run time."""
+    chosen = graph.call_function(choose, args)
+    scale = graph.call_function(operator.getitem, (chosen, 0))
+    return scale, graph.call_function(operator.getitem, (chosen, 1))
 
 
 def _dynamic(graph: Graph, node: Node, observer: nn.Module) -> Node:
     dtype: torch.dtype = observer.dtype  # type: ignore[assignment]  # checked by the caller
-    x = node.args[0]
     plain = dtypes.canonical_dtype(dtype)
-    choose_min, choose_max = _observer_range(observer, plain)
-    quant_min, quant_max = dtypes.quant_range(plain)  # stored integers: as in _static
-    choose = graph.call_function(
-        _OPS.choose_qparams_per_tensor.default, (x, choose_min, choose_max, plain)
-    )
-    scale = graph.call_function(operator.getitem, (choose, 0))
-    zero_point = graph.call_function(operator.getitem, (choose, 1))
-    tail = (quant_min, quant_max, plain)
-    q = graph.call_function(_OPS.quantize_per_tensor.tensor, (x, scale, zero_point, *tail))
-    return graph.call_function(_OPS.dequantize_per_tensor.tensor, (q, scale, zero_point, *tail))
+    choose_min, choose_max = observer_range(observer, plain)
+    choose = (node.args[0], choose_min, choose_max, plain)
+    qparams = _chosen(graph, _OPS.choose_qparams_per_tensor.default, choose)
+    tail = (*dtypes.quant_range(plain), plain)  # stored integers: as in _static
+    return _quantize_dequantize(graph, _OPS.quantize_per_tensor.tensor, node, qparams, tail)
 
 
 def _per_token(graph: Graph, node: Node, observer: nn.Module) -> Node:
     dtype: torch.dtype = observer.dtype  # type: ignore[assignment]  # checked by the caller
-    x = node.args[0]
     plain = dtypes.canonical_dtype(dtype)
-    choose = graph.call_function(_OPS.choose_qparams_per_token_asymmetric.default, (x, plain))
-    scales = graph.call_function(operator.getitem, (choose, 0))
-    zero_points = graph.call_function(operator.getitem, (choose, 1))
+    choose = _OPS.choose_qparams_per_token_asymmetric.default
+    qparams = _chosen(graph, choose, (node.args[0], plain))
     tail = (*dtypes.quant_range(plain), plain)
-    q = graph.call_function(_OPS.quantize_per_token.default, (x, scales, zero_points, *tail))
-    return graph.call_function(
-        _OPS.dequantize_per_token.default, (q, scales, zero_points, *tail, torch.float32)
-    )
+    return _quantize_dequantize(graph, _OPS.quantize_per_token.default, node, qparams, tail)
 
 
 def _cast(graph: Graph, node: Node, dtype: torch.dtype) -> Node:
@@ -144,10 +155,7 @@ def attribute_value(root: nn.Module, value: object) -> Any:
     """
     if not isinstance(value, Node) or value.op != "get_attr":
         return value
-    result: Any = root
-    for part in str(value.target).split("."):
-        result = getattr(result, part)
-    return result
+    return operator.attrgetter(str(value.target))(root)
 
 
 def node_qparams(gm: GraphModule, node: Node) -> QParams:

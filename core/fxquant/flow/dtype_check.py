@@ -127,11 +127,7 @@ def float_output(config: DTypeConfig | None) -> bool:
         >>> float_output(DTypeConfig(torch.uint8, torch.uint8, torch.int8, torch.float))
         False
     """
-    if config is None or config.is_dynamic or config.output_dtype is None:
-        return False
-    if config.input_dtype is None or not is_quantized_dtype(config.input_dtype):
-        return False
-    return canonical_dtype(config.output_dtype) == _FLOAT
+    return _static_output(config) == _FLOAT
 
 
 def cast_output(config: DTypeConfig | None) -> torch.dtype | None:
@@ -146,12 +142,17 @@ def cast_output(config: DTypeConfig | None) -> torch.dtype | None:
         >>> cast_output(DTypeConfig(torch.uint8, torch.float, torch.int8, torch.float)) is None
         True
     """
+    out = _static_output(config)
+    return out if out in _REDUCED else None
+
+
+def _static_output(config: DTypeConfig | None) -> torch.dtype | None:
+    """The output dtype of a static kernel taking quantized inputs, else None."""
     if config is None or config.is_dynamic or config.output_dtype is None:
         return None
     if config.input_dtype is None or not is_quantized_dtype(config.input_dtype):
         return None
-    out = canonical_dtype(config.output_dtype)
-    return out if out in _REDUCED else None
+    return canonical_dtype(config.output_dtype)
 
 
 def float_side(config: DTypeConfig | None) -> torch.dtype | None:
@@ -303,19 +304,17 @@ def check_dtype_config(config: DTypeConfig, probe: QConfigProbe, label: str) -> 
     reason = _check_dtypes(config, probe, label)
     if reason is not None:
         return reason
-    act = config.input_dtype_with_constraints
-    if is_quantized_dtype(act.dtype) and not probe.activation.is_dynamic:
-        reason = _check_constraints(act, probe.activation, "activation", label)
-        if reason is not None:
-            return reason
-    out = config.output_dtype_with_constraints
-    if is_quantized_dtype(out.dtype) and out != act:
-        reason = _check_constraints(out, probe.activation, "activation", label)
-        if reason is not None:
-            return reason
-    weight = config.weight_dtype_with_constraints
-    if is_quantized_dtype(weight.dtype):
-        return _check_constraints(weight, probe.weight, "weight", label)
+    act, out = config.input_dtype_with_constraints, config.output_dtype_with_constraints
+    checks = (
+        (act, probe.activation, "activation", not probe.activation.is_dynamic),
+        (out, probe.activation, "activation", out != act),  # the same bounds checked once
+        (config.weight_dtype_with_constraints, probe.weight, "weight", True),
+    )
+    for constraints, facts, what, applies in checks:
+        if applies and is_quantized_dtype(constraints.dtype):
+            reason = _check_constraints(constraints, facts, what, label)
+            if reason is not None:
+                return reason
     return None
 
 

@@ -30,7 +30,7 @@ from torch import fx, nn
 from fxquant.config.backend import BackendPatternConfig
 from fxquant.config.pattern import MatchAllNode, is_match_all
 from fxquant.flow.context import FlowContext
-from fxquant.flow.match import Match, PatternIndex, match_graph, module_table
+from fxquant.flow.match import Match, PatternIndex, match_graph, module_table, root_node
 from fxquant.flow.qconfig_assign import (
     QConfigAssignment,
     assign_qconfigs,
@@ -56,12 +56,6 @@ def fusion_index(ctx: FlowContext) -> PatternIndex[BackendPatternConfig]:
     """
     configs = ctx.backend_config.configs
     return PatternIndex.build((c.normalized_pattern, c) for c in configs if c.fuser_method)
-
-
-def _default_root(structure: Any) -> Any:
-    while isinstance(structure, tuple):
-        structure = structure[-1]
-    return structure
 
 
 def _as_modules(
@@ -108,13 +102,6 @@ def _fused_module(
     return fuser(is_qat, *parts)
 
 
-def _root_of(match: Match[BackendPatternConfig]) -> fx.Node:
-    """The node that takes the fused module (the conv of conv + BN + ReLU)."""
-    getter = match.payload._root_node_getter or _default_root
-    root: fx.Node = getter(match.structure)
-    return root
-
-
 def _is_batch_norm(node: fx.Node, modules: Mapping[str, nn.Module]) -> bool:
     """Whether ``node`` is a BatchNorm, which fusion folds into the root's weights."""
     if node.op == "call_module":
@@ -134,7 +121,7 @@ def _apply(
     gm: fx.GraphModule, match: Match[BackendPatternConfig], fused: nn.Module, erased: set[str]
 ) -> fx.Node:
     config = match.payload
-    root = _root_of(match)  # returned: it holds the fused module
+    root = root_node(match)  # returned: it holds the fused module
     extra = (
         list(config._extra_inputs_getter(match.structure)) if config._extra_inputs_getter else []
     )
@@ -272,7 +259,7 @@ def _fuse_matches(
     def one_qconfig(match: Match[BackendPatternConfig]) -> bool:
         if _reads_itself(match):
             return False  # the shorter patterns fuse what can be
-        root = _root_of(match)
+        root = root_node(match)
         folded = [n for n in match.nodes if _is_batch_norm(n, modules)]
         reason = fusion_mismatch(match, root, qconfigs, assignment, folded) or trainable(match)
         if reason is not None:

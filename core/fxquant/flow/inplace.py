@@ -212,57 +212,36 @@ def _inplace_param(target: Callable[..., Any]) -> int | None:
     return parameters.index("inplace") if "inplace" in parameters else None
 
 
-def _functional_form(node: fx.Node, modules: dict[str, nn.Module]) -> bool | None:
-    """Rewrite ``node`` into its out-of-place form; True when the node mutated its first
-    argument, None when it is no in-place op. A call_module stays (see the module doc)."""
+def _functional_form(node: fx.Node) -> None:
+    """Rewrite ``node``, an in-place op (:func:`_mutates`), into its out-of-place form.
+    A call_module stays (see the module doc)."""
+    target = node.target
     if node.op == "call_method":
-        name = str(node.target)
-        if not name.endswith("_") or name.startswith("_") or name in _NOT_MUTATING:
-            return None
-        plain = getattr(torch.Tensor, name[:-1], None)
-        if callable(plain) and not name.endswith("__"):
+        name = str(target)
+        if callable(getattr(torch.Tensor, name[:-1], None)) and not name.endswith("__"):
             node.target = name[:-1]
         else:  # fill_, zero_, copy_, normal_...: no out-of-place method of that name
             node.op, node.target = "call_function", on_copy
             node.args = (name, *node.args)
-        return True
-    if node.op == "call_function":
-        target = node.target
-        if target in _OPERATORS:
-            node.target = _OPERATORS[target]
-            return True
-        if target is operator.setitem:
-            node.target = setitem_copy
-            return True
-        plain = _out_of_place_function(target)
-        if plain is not None:
-            node.target = plain
-            return True
-        position = _inplace_param(target) if callable(target) else None
-        if position is None:
-            return None
-        given = node.kwargs.get(
-            "inplace", node.args[position] if len(node.args) > position else False
-        )
-        if given is not True:
-            return None
-        node.args = node.args[:position]
-        node.kwargs = {**node.kwargs, "inplace": False}
-        return True
-    if node.op == "call_module":
-        module = modules.get(str(node.target))
-        return True if getattr(module, "inplace", False) is True else None
-    return None
+        return
+    if node.op != "call_function":
+        return
+    plain = _OPERATORS.get(target) or _out_of_place_function(target)  # type: ignore[arg-type]  # a call_function's target is callable
+    if target is operator.setitem:
+        plain = setitem_copy
+    if plain is not None:
+        node.target = plain
+        return
+    position = _inplace_param(target)  # type: ignore[arg-type]  # as above
+    node.args = node.args[:position]
+    node.kwargs = {**node.kwargs, "inplace": False}
 
 
 def _is_view(node: fx.Node, modules: dict[str, nn.Module]) -> bool:
-    if node.op == "call_method":
-        return str(node.target) in _VIEW_METHODS
-    if node.op == "call_function":
-        return node.target in _VIEW_FUNCTIONS
     if node.op == "call_module":
         return isinstance(modules.get(str(node.target)), _VIEW_MODULES)
-    return False
+    views = {"call_method": _VIEW_METHODS, "call_function": _VIEW_FUNCTIONS}.get(node.op, ())
+    return node.target in views
 
 
 def _base(node: fx.Node, modules: dict[str, nn.Module]) -> fx.Node:
@@ -305,8 +284,7 @@ def functionalize(gm: fx.GraphModule) -> int:
         if not isinstance(mutated, fx.Node) or not _mutates(node, modules):
             continue
         _check(node, mutated, modules, position)
-        if _functional_form(node, modules) is None:
-            continue
+        _functional_form(node)
         changed += 1
         for user in list(mutated.users):
             if user is not node and position[user] > position[node]:

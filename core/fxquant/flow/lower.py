@@ -95,14 +95,10 @@ def _input(gm: GraphModule, value: Node) -> tuple[Node, QParams | None]:
 
 
 def _external_inputs(nodes: Sequence[Node]) -> list[Node]:
+    """Every read of a value from outside ``nodes``, in argument order (repeats kept)."""
     inside = set(nodes)
-    found: list[Node] = []
-    for node in nodes:
-        for value in (*node.args, *node.kwargs.values()):
-            for item in _flatten(value):
-                if isinstance(item, Node) and item not in inside:
-                    found.append(item)
-    return found
+    values = [_flatten((*n.args, *n.kwargs.values())) for n in nodes]
+    return [v for vs in values for v in vs if isinstance(v, Node) and v not in inside]
 
 
 def _flatten(value: object) -> list[object]:

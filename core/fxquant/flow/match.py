@@ -58,6 +58,28 @@ class Match(Generic[T]):
     structure: Any = None
 
 
+def root_node(match: Match[Any]) -> fx.Node:
+    """The node the pattern's config calls its root (the conv of conv -> bn -> relu): its
+    ``_root_node_getter``'s answer, else the pattern's first op.
+
+    Example:
+        >>> import torch
+        >>> m = torch.nn.Sequential(torch.nn.Conv2d(1, 1, 1), torch.nn.ReLU())
+        >>> gm = torch.fx.symbolic_trace(m)
+        >>> index = PatternIndex.build([((torch.nn.ReLU, torch.nn.Conv2d), "conv-relu")])
+        >>> root_node(next(iter(match_graph(gm, index).values()))).name
+        '_0'
+    """
+    getter = getattr(match.payload, "_root_node_getter", None)
+    if getter is not None:
+        root: fx.Node = getter(match.structure)
+        return root
+    structure = match.structure
+    while isinstance(structure, tuple):
+        structure = structure[-1]
+    return structure if isinstance(structure, fx.Node) else match.anchor
+
+
 def module_table(gm: nn.Module) -> dict[str, nn.Module]:
     """Every submodule by every path it has (a module used twice keeps both paths).
 

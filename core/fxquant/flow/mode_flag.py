@@ -67,15 +67,9 @@ def carries_mode(args: Any, kwargs: Any) -> bool:
         >>> carries_mode((1, [MODE]), {}), carries_mode((True,), {"training": False})
         (True, False)
     """
-    found = False
-
-    def look(value: Any) -> Any:
-        nonlocal found
-        found = found or value is MODE
-        return value
-
-    fx.node.map_aggregate((args, kwargs), look)
-    return found
+    values: list[Any] = []
+    fx.node.map_aggregate((args, kwargs), values.append)
+    return any(value is MODE for value in values)
 
 
 @contextlib.contextmanager

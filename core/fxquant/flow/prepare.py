@@ -17,7 +17,7 @@ carrying an additive attention mask stay in float (their -1e4s would set the ran
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from operator import getitem
 from typing import Any
@@ -39,7 +39,7 @@ from fxquant.flow.dtype_check import (
     float_side,
     select_dtype_config,
 )
-from fxquant.flow.match import Match, PatternIndex, match_graph, module_table
+from fxquant.flow.match import Match, PatternIndex, match_graph, module_table, root_node
 from fxquant.flow.names import unique_name
 from fxquant.flow.qat_swap import (
     float_class_of,
@@ -50,7 +50,13 @@ from fxquant.flow.qat_swap import (
 from fxquant.flow.qconfig_assign import QConfigAssignment, assign_qconfigs, qconfig_mismatch
 from fxquant.flow.report import NodeReport, NodeStatus, Reason, ReasonCode, Report
 from fxquant.flow.state import node_info, update_info
-from fxquant.flow.values import ValueKind, computed_from_attributes, node_args, value_kinds
+from fxquant.flow.values import (
+    ValueKind,
+    computed_from_attributes,
+    node_args,
+    positioned_args,
+    value_kinds,
+)
 from fxquant.numerics.fake_quantize import FakeQuantize, FixedQParamsFakeQuantize
 from fxquant.numerics.observer import (
     FixedQParamsObserver,
@@ -323,17 +329,6 @@ def _name_unmatched_chains(
             planner.decisions[node] = dataclasses.replace(old, reason=reason)
 
 
-def _root(match: Match[BackendPatternConfig]) -> fx.Node:
-    getter = match.payload._root_node_getter
-    if getter is not None:
-        root: fx.Node = getter(match.structure)
-        return root
-    structure = match.structure
-    while isinstance(structure, tuple):
-        structure = structure[-1]
-    return structure if isinstance(structure, fx.Node) else match.anchor
-
-
 def _observation_type(
     match: Match[BackendPatternConfig], kinds: Mapping[fx.Node, ValueKind]
 ) -> ObservationType:
@@ -341,7 +336,7 @@ def _observation_type(
     table = config._num_tensor_args_to_observation_type
     if not table:
         return config.observation_type
-    root = _root(match)
+    root = root_node(match)
     count = sum(1 for a in root.args if isinstance(a, fx.Node) and kinds.get(a) == ValueKind.FLOAT)
     kind = table.get(count, config.observation_type)
     if count == 1 and kind is ObservationType.OUTPUT_SHARE_OBSERVER_WITH_INPUT:
@@ -376,7 +371,7 @@ def _roles(
     own = planner.input_roles.get(node.target)
     if own is not None:
         return own
-    return match.payload._input_type_to_index if node is _root(match) else {}
+    return match.payload._input_type_to_index if node is root_node(match) else {}
 
 
 def _observable(dtype: torch.dtype) -> bool:
@@ -433,14 +428,6 @@ def _grid(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     return {k: kwargs[k] for k in ("dtype", "quant_min", "quant_max") if k in kwargs}
 
 
-def _inputs(node: fx.Node) -> Iterator[tuple[int, fx.Node]]:
-    for position, value in enumerate((*node.args, *node.kwargs.values())):
-        if isinstance(value, fx.Node):
-            yield position, value
-        elif isinstance(value, (list, tuple)):
-            yield from ((position, v) for v in value if isinstance(v, fx.Node))
-
-
 _TENSORS = (ValueKind.FLOAT, ValueKind.MASK, ValueKind.MASKED)
 
 
@@ -454,7 +441,7 @@ def _plan_inputs(node: fx.Node, decision: Decision, planner: _Planner) -> None:
 
     assert decision.match is not None
     inside = set(decision.match.nodes)
-    for position, arg in _inputs(node):
+    for position, arg in positioned_args(node):
         if arg in inside or planner.kinds.get(arg) not in _TENSORS or _returns_pieces(arg, planner):
             continue  # a tuple has no range: its pieces are observed after their getitem
         request = _edge_request(node, position, arg, decision, planner)
@@ -674,7 +661,7 @@ def _record(plan: ObserverPlan) -> None:
             pattern_config=d.match.payload,
             dtype_config=d.dtype_config,
             anchor=d.match.anchor.name,
-            is_root=node is _root(d.match),
+            is_root=node is root_node(d.match),
         )
 
 

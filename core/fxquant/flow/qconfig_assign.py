@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -253,39 +253,33 @@ def _unused(
     # object-type entries are exempt: default mappings list every op type a backend has
     paths = set(modules) | {node_info(n).module_path for n in gm.graph.nodes}
     prefixes = {p.rsplit(".", i)[0] for p in paths for i in range(p.count(".") + 1)}
-    unused = [
-        Reason(
-            "unused_qconfig_entry",
-            f"module_name {name!r} names no module of the model",
-            field="module_name",
-            bound=name,
-        )
-        for name in mapping.module_name_qconfigs
-        if name not in prefixes
-    ]
-    unused += [
-        Reason(
-            "unused_qconfig_entry",
-            f"module_name_regex {regex!r} matches no module path of the model",
-            field="module_name_regex",
-            bound=regex,
-        )
-        for regex in mapping.module_name_regex_qconfigs
-        if not any(re.match(regex, p) for p in paths)
-    ]
-    unused += [
-        Reason(
-            "unused_qconfig_entry",
-            f"module_name_object_type_order {key!r} matches no call in the model "
-            "(the index counts calls of that type made by that module's forward; a module "
-            "is counted in its parent)",
-            field="module_name_object_type_order",
-            bound=key,
-        )
-        for key in mapping.module_name_object_type_order_qconfigs
-        if key not in seen
-    ]
-    return tuple(unused)
+    entries: tuple[tuple[str, Iterable[Any], Callable[[Any], bool], str], ...] = (
+        (
+            "module_name",
+            mapping.module_name_qconfigs,
+            prefixes.__contains__,
+            "names no module of the model",
+        ),
+        (
+            "module_name_regex",
+            mapping.module_name_regex_qconfigs,
+            lambda regex: any(re.match(regex, p) for p in paths),
+            "matches no module path of the model",
+        ),
+        (
+            "module_name_object_type_order",
+            mapping.module_name_object_type_order_qconfigs,
+            seen.__contains__,
+            "matches no call in the model (the index counts calls of that type made by that "
+            "module's forward; a module is counted in its parent)",
+        ),
+    )
+    return tuple(
+        Reason("unused_qconfig_entry", f"{field} {key!r} {words}", field=field, bound=key)
+        for field, keys, used, words in entries
+        for key in keys
+        if not used(key)
+    )
 
 
 def _with_fused_type(

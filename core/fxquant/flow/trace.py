@@ -354,11 +354,7 @@ MODEL_TRACERS: list[Callable[[nn.Module], types.ModuleType | None]] = []
 
 def _hf_tracing(root: nn.Module) -> types.ModuleType | None:
     """The registered tracer for ``root`` (transformers' for a transformers model), or None."""
-    for find in MODEL_TRACERS:
-        found = find(root)
-        if found is not None:
-            return found
-    return None
+    return next((found for find in MODEL_TRACERS if (found := find(root)) is not None), None)
 
 
 def drop_string_annotations(graph: fx.Graph) -> None:

@@ -264,6 +264,26 @@ def multihead_attention(  # noqa: PLR0913, PLR0917 (torch's forward signature)
     return out, weights
 
 
+def _residuals(norm_first: bool, x: Any, blocks: tuple[tuple[Any, Rewrite], ...]) -> Any:
+    """Each ``(norm, block)`` of a layer around its residual add, pre-norm or post-norm."""
+    for norm, block in blocks:
+        x = x + block(norm(x)) if norm_first else norm(x + block(x))
+    return x
+
+
+def _attend(attention: nn.Module, dropout: nn.Module, x: Any, memory: Any, masks: Any) -> Any:
+    """One attention block of a layer: ``dropout(attention(x, memory, memory))``."""
+    mask, padding = masks
+    out = attention(
+        x, memory, memory, attn_mask=mask, key_padding_mask=padding, need_weights=False
+    )[0]
+    return dropout(out)
+
+
+def _feed_forward(m: Any, dropout: nn.Module, x: Any) -> Any:
+    return dropout(m.linear2(m.dropout(m.activation(m.linear1(x)))))
+
+
 def encoder_layer(
     m: nn.TransformerEncoderLayer,
     src: Any,
@@ -272,22 +292,15 @@ def encoder_layer(
     is_causal: bool = False,
 ) -> Any:
     """``nn.TransformerEncoderLayer.forward`` without its fast-path checks."""
-
-    def attend(x: Any) -> Any:
-        out = m.self_attn(
-            x, x, x, attn_mask=src_mask, key_padding_mask=src_key_padding_mask, need_weights=False
-        )[0]
-        return m.dropout1(out)
-
-    def feed_forward(x: Any) -> Any:
-        return m.dropout2(m.linear2(m.dropout(m.activation(m.linear1(x)))))
-
-    x = src
-    if m.norm_first:
-        x = x + attend(m.norm1(x))
-        return x + feed_forward(m.norm2(x))
-    x = m.norm1(x + attend(x))
-    return m.norm2(x + feed_forward(x))
+    masks = (src_mask, src_key_padding_mask)
+    return _residuals(
+        m.norm_first,
+        src,
+        (
+            (m.norm1, lambda x: _attend(m.self_attn, m.dropout1, x, x, masks)),
+            (m.norm2, lambda x: _feed_forward(m, m.dropout2, x)),
+        ),
+    )
 
 
 def decoder_layer(  # noqa: PLR0913, PLR0917 (torch's forward signature)
@@ -302,35 +315,16 @@ def decoder_layer(  # noqa: PLR0913, PLR0917 (torch's forward signature)
     memory_is_causal: bool = False,
 ) -> Any:
     """``nn.TransformerDecoderLayer.forward`` (self-attention, cross-attention, feed-forward)."""
-
-    def self_attend(x: Any) -> Any:
-        out = m.self_attn(
-            x, x, x, attn_mask=tgt_mask, key_padding_mask=tgt_key_padding_mask, need_weights=False
-        )[0]
-        return m.dropout1(out)
-
-    def cross_attend(x: Any) -> Any:
-        out = m.multihead_attn(
-            x,
-            memory,
-            memory,
-            attn_mask=memory_mask,
-            key_padding_mask=memory_key_padding_mask,
-            need_weights=False,
-        )[0]
-        return m.dropout2(out)
-
-    def feed_forward(x: Any) -> Any:
-        return m.dropout3(m.linear2(m.dropout(m.activation(m.linear1(x)))))
-
-    x = tgt
-    if m.norm_first:
-        x = x + self_attend(m.norm1(x))
-        x = x + cross_attend(m.norm2(x))
-        return x + feed_forward(m.norm3(x))
-    x = m.norm1(x + self_attend(x))
-    x = m.norm2(x + cross_attend(x))
-    return m.norm3(x + feed_forward(x))
+    own, cross = (tgt_mask, tgt_key_padding_mask), (memory_mask, memory_key_padding_mask)
+    return _residuals(
+        m.norm_first,
+        tgt,
+        (
+            (m.norm1, lambda x: _attend(m.self_attn, m.dropout1, x, x, own)),
+            (m.norm2, lambda x: _attend(m.multihead_attn, m.dropout2, x, memory, cross)),
+            (m.norm3, lambda x: _feed_forward(m, m.dropout3, x)),
+        ),
+    )
 
 
 def encoder(

@@ -78,6 +78,7 @@ __all__ = [
     "computed_from_attributes",
     "fills_a_mask",
     "node_args",
+    "positioned_args",
     "value_kinds",
 ]
 
@@ -131,30 +132,10 @@ _FILLED: Final[dict[object, int]] = {  # the ops making a tensor of one value: i
     "new_tensor": 1,
 }
 _SCALAR_METHODS = frozenset({"size", "dim", "numel", "nelement", "tolist", "item", "__len__"})
+_COMPARED = ("eq", "ne", "lt", "gt", "le", "ge")
 _INT_METHODS = frozenset(
-    {
-        "long",
-        "int",
-        "bool",
-        "byte",
-        "short",
-        "char",
-        "eq",
-        "ne",
-        "lt",
-        "gt",
-        "le",
-        "ge",
-        "argmax",
-        "argmin",
-        "nonzero",
-        "__eq__",
-        "__ne__",
-        "__lt__",
-        "__gt__",
-        "__le__",
-        "__ge__",
-    }
+    {"long", "int", "bool", "byte", "short", "char", "argmax", "argmin", "nonzero"}
+    | {*_COMPARED, *(f"__{name}__" for name in _COMPARED)}
 )
 _TYPE_INFO = (torch.finfo, torch.iinfo)
 # checks the tracer writes (a specialized ``None`` argument) or a model makes: they return
@@ -167,59 +148,42 @@ _SPLITTING = frozenset(
 )
 _FLOAT_METHODS = frozenset({"float", "half", "double", "bfloat16"})
 _COMPARISONS = frozenset(
-    {
-        operator.eq,
-        operator.ne,
-        operator.lt,
-        operator.gt,
-        operator.le,
-        operator.ge,
-        operator.not_,
-        torch.eq,
-        torch.ne,
-        torch.lt,
-        torch.gt,
-        torch.le,
-        torch.ge,
-        torch.logical_not,
-        torch.logical_and,
-        torch.logical_or,
-        torch.argmax,
-        torch.argmin,
-        torch.isnan,
-        torch.isinf,
-    }
+    {getattr(namespace, name) for namespace in (operator, torch) for name in _COMPARED}
+    | {operator.not_, torch.logical_not, torch.logical_and, torch.logical_or}
+    | {torch.argmax, torch.argmin, torch.isnan, torch.isinf}
 )
 _ADDITIVE = frozenset({operator.add, operator.sub, torch.add, torch.sub, "add", "sub", "__add__"})
-_BOUNDED = frozenset(
-    {
-        torch.softmax,
-        torch.nn.functional.softmax,
-        "softmax",
-        torch.sigmoid,
-        "sigmoid",
-        torch.tanh,
-        "tanh",
-        nn.Softmax,
-        nn.Sigmoid,
-        nn.Tanh,
-    }
+_BOUNDED = frozenset(  # the functions, the modules, the method names
+    {torch.softmax, torch.nn.functional.softmax, torch.sigmoid, torch.tanh}
+    | {nn.Softmax, nn.Sigmoid, nn.Tanh}
+    | {"softmax", "sigmoid", "tanh"}
 )
 
 
 def node_args(node: fx.Node) -> Iterator[fx.Node]:
-    """The nodes among ``node``'s direct args and kwargs (not inside lists).
+    """The nodes among ``node``'s args and kwargs, and in their lists and tuples (one level).
 
     Example:
         >>> gm = fx.symbolic_trace(nn.ReLU())
         >>> [n.name for n in node_args(list(gm.graph.nodes)[1])]
         ['input_1']
     """
-    for value in (*node.args, *node.kwargs.values()):
+    return (value for _, value in positioned_args(node))
+
+
+def positioned_args(node: fx.Node) -> Iterator[tuple[int, fx.Node]]:
+    """:func:`node_args` with each node's position among the args and kwargs.
+
+    Example:
+        >>> g = fx.Graph(); x = g.placeholder("x")
+        >>> list(positioned_args(g.call_function(torch.cat, ([x, x], 1))))
+        [(0, x), (0, x)]
+    """
+    for position, value in enumerate((*node.args, *node.kwargs.values())):
         if isinstance(value, fx.Node):
-            yield value
+            yield position, value
         elif isinstance(value, (list, tuple)):
-            yield from (v for v in value if isinstance(v, fx.Node))
+            yield from ((position, v) for v in value if isinstance(v, fx.Node))
 
 
 def computed_from_attributes(node: fx.Node) -> bool:

@@ -93,24 +93,22 @@ def _declare() -> torch.library.Library:
 _LIBRARY: Final = _declare()
 _OPS = torch.ops.fxquant
 
-QUANTIZE_OPS: Final[frozenset[torch._ops.OpOverload]] = frozenset(
+DEQUANTIZE_OF: Final[Mapping[torch._ops.OpOverload, torch._ops.OpOverload]] = MappingProxyType(
     {
-        _OPS.quantize_per_tensor.default,
-        _OPS.quantize_per_tensor.tensor,  # scale/zero point as tensors: dynamic quantization
-        _OPS.quantize_per_channel.default,
-        _OPS.quantize_per_token.default,  # dynamic: one scale and zero point per row
+        _OPS.quantize_per_tensor.default: _OPS.dequantize_per_tensor.default,
+        # scale/zero point as tensors: dynamic quantization
+        _OPS.quantize_per_tensor.tensor: _OPS.dequantize_per_tensor.tensor,
+        _OPS.quantize_per_channel.default: _OPS.dequantize_per_channel.default,
+        # dynamic: one scale and zero point per row
+        _OPS.quantize_per_token.default: _OPS.dequantize_per_token.default,
     }
 )
+"""Each quantize op -> the dequantize op with the same qparams arguments."""
+
+QUANTIZE_OPS: Final[frozenset[torch._ops.OpOverload]] = frozenset(DEQUANTIZE_OF)
 """Every fxquant quantize op (float -> integers): what convert writes and export keeps."""
 
-DEQUANTIZE_OPS: Final[frozenset[torch._ops.OpOverload]] = frozenset(
-    {
-        _OPS.dequantize_per_tensor.default,
-        _OPS.dequantize_per_tensor.tensor,
-        _OPS.dequantize_per_channel.default,
-        _OPS.dequantize_per_token.default,
-    }
-)
+DEQUANTIZE_OPS: Final[frozenset[torch._ops.OpOverload]] = frozenset(DEQUANTIZE_OF.values())
 """Every fxquant dequantize op (integers -> float)."""
 
 QDQ_OPS: Final = QUANTIZE_OPS | DEQUANTIZE_OPS
@@ -121,9 +119,7 @@ STATIC_QUANTIZE_OPS: Final[frozenset[torch._ops.OpOverload]] = frozenset(
 )
 """The quantize ops whose qparams are constants of the graph (observed at calibration)."""
 
-STATIC_DEQUANTIZE_OPS: Final[frozenset[torch._ops.OpOverload]] = frozenset(
-    {_OPS.dequantize_per_tensor.default, _OPS.dequantize_per_channel.default}
-)
+STATIC_DEQUANTIZE_OPS: Final = frozenset(DEQUANTIZE_OF[op] for op in STATIC_QUANTIZE_OPS)
 """The dequantize ops whose qparams are constants of the graph."""
 
 PER_CHANNEL_OPS: Final[frozenset[torch._ops.OpOverload]] = frozenset(
@@ -137,16 +133,6 @@ PER_TOKEN_OPS: Final[frozenset[torch._ops.OpOverload]] = frozenset(
 """The ops with one scale and zero point per row over the last dimension (a token), chosen
 at run time by :data:`CHOOSE_QPARAMS_PER_TOKEN_OP` (``scales, zero_points`` of shape
 ``input.shape[:-1] + (1,)``)."""
-
-DEQUANTIZE_OF: Final[Mapping[torch._ops.OpOverload, torch._ops.OpOverload]] = MappingProxyType(
-    {
-        _OPS.quantize_per_tensor.default: _OPS.dequantize_per_tensor.default,
-        _OPS.quantize_per_tensor.tensor: _OPS.dequantize_per_tensor.tensor,
-        _OPS.quantize_per_channel.default: _OPS.dequantize_per_channel.default,
-        _OPS.quantize_per_token.default: _OPS.dequantize_per_token.default,
-    }
-)
-"""Each quantize op -> the dequantize op with the same qparams arguments."""
 
 CHOOSE_QPARAMS_OP: Final[torch._ops.OpOverload] = _OPS.choose_qparams_per_tensor.default
 """Dynamic quantization's first step: ``(scale, zero_point)`` of a tensor at run time."""

@@ -205,33 +205,39 @@ def insert_observers(gm: fx.GraphModule, mapping: QConfigMapping) -> tuple[Equal
     pairs: list[EqualizedPair] = []
     uses = _uses(gm, gm.graph, modules)
     for node in gm.graph.nodes:
-        qconfig = qconfigs.get(node)
-        if not isinstance(qconfig, EqualizationQConfig):
+        if not isinstance(qconfigs.get(node), EqualizationQConfig):
             continue
-        if _is_conv(node, modules):  # torch.ao equalizes convolutions too; fxquant not yet
-            pairs.append(EqualizedPair(str(node.args[0]), (node.name,), 0.5, _NO_CONV))
-            continue
-        if not is_linear(node, modules):
-            continue
-        weight = _weight(gm, node, modules)
-        if weight is None or uses.get(id(weight), 0) > 1:
-            reason = _COMPUTED if weight is None else _SHARED.format(uses[id(weight)])
-            pairs.append(EqualizedPair(str(node.args[0]), (node.name,), 0.5, reason))
+        if not _is_conv(node, modules) and not is_linear(node, modules):
             continue
         observer = observer_node(node.args[0] if node.args else None, modules)
-        if observer is None:
-            pairs.append(
-                EqualizedPair(
-                    str(node.args[0]), (node.name,), 0.5, "not equalized: input not quantized"
-                )
-            )
-            continue
-        groups.setdefault(observer, []).append(node)
+        reason = _not_equalized(gm, node, modules, uses, observer)
+        if reason is not None:
+            pairs.append(EqualizedPair(str(node.args[0]), (node.name,), 0.5, reason))
+        elif observer is not None:  # always, when there is no reason
+            groups.setdefault(observer, []).append(node)
     for observer, linears in groups.items():
         pairs.append(_insert(gm, observer, linears, qconfigs))
     if groups:
         gm.graph.lint()
     return tuple(pairs)
+
+
+def _not_equalized(
+    gm: fx.GraphModule,
+    node: Node,
+    modules: Mapping[str, nn.Module],
+    uses: Mapping[int, int],
+    observer: Node | None,
+) -> str | None:
+    """Why the Linear (or convolution) ``node`` is not equalized, or None."""
+    if _is_conv(node, modules):  # torch.ao equalizes convolutions too; fxquant not yet
+        return _NO_CONV
+    weight = _weight(gm, node, modules)
+    if weight is None:
+        return _COMPUTED
+    if uses.get(id(weight), 0) > 1:
+        return _SHARED.format(uses[id(weight)])
+    return "not equalized: input not quantized" if observer is None else None
 
 
 def _insert(
