@@ -51,10 +51,11 @@ class EngineBackend:
         if backend != self.name:
             return None
         # 7-bit activations: fbgemm's int16 accumulation pairs cannot saturate on calibrated
-        # values; on CPUs without VNNI 7-bit weights too (fxquant.lowering.kernels.cpu), or
-        # its rules decline: values beyond the calibrated range still reach 255
+        # values; 7-bit weights too where it sums pairs in int16 (CPUs without VNNI, see
+        # fxquant.lowering.kernels.cpu, and its depthwise conv on every CPU), or its rules
+        # decline: values beyond the calibrated range still reach 255
         activation: dict[str, Any] = {"dtype": torch.uint8, "quant_min": 0, "quant_max": 127}
-        exact = self.engine != "fbgemm" or cpu.has_vnni()
+        exact = self.engine != "fbgemm"
         low, high = (-127, 127) if exact else cpu.SEVEN_BIT_WEIGHT
         weight: dict[str, Any] = {"dtype": torch.int8, "quant_min": low, "quant_max": high}
         return engine_default_qconfig_mapping(is_qat, activation=activation, weight=weight)

@@ -14,6 +14,10 @@ before clamping: at 2**31 steps or more the conversion gives the lowest int32, s
 output the reference saturates at 255 comes out 0. The same collapsed BN channel gets
 there (a ResNet-50 conv after two QAT steps: weight scale 1.2e5, 156,383 output steps per
 accumulator unit); :func:`requantize_overflow_reason` declines such a layer.
+
+FBGEMM's depthwise conv adds pairs of uint8 x int8 products in int16 with saturation on
+every CPU, VNNI and AMX too (its other GEMMs use VNNI's int32 sums there): 8-bit weights on
+inputs above 127 come out 13-33 steps off (:func:`depthwise_saturation_reason`).
 """
 
 from __future__ import annotations
@@ -21,12 +25,14 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from fxquant.lowering.kernels import cpu
 
 from fxquant_quantized_engine.views import TensorQParams
 
-__all__ = ["bias_rounding_reason", "requantize_overflow_reason"]
+__all__ = ["bias_rounding_reason", "depthwise_saturation_reason", "requantize_overflow_reason"]
 
 _HALF_STEP = 0.5
+_INT16_MAX = 32767
 _INT32_STEPS = 2.0**31  # the float-to-int32 conversion's limit, in output steps
 _BN_ADVICE = (
     "A weight scale this far above the output's is usually a channel whose BN-folded "
@@ -124,4 +130,43 @@ def requantize_overflow_reason(
         f"input scale x weight scale / output scale), past int32: the kernel converts "
         "such a value to the lowest int32 and outputs 0 where the reference saturates. "
         f"The layer runs as its reference (float) module. {_BN_ADVICE}"
+    )
+
+
+def depthwise_saturation_reason(reference: Any, weight: torch.Tensor, x: Any) -> str | None:
+    """Why FBGEMM's depthwise kernel would saturate on this conv, or None.
+
+    Its depthwise path (one input channel per group, a kernel of more than one tap;
+    measured on torch 2.13's fbgemm) sums pairs of products in int16 on every CPU: exact
+    while two of the largest input integer times the largest |weight| fit in 32767.
+
+    Args:
+        reference: the reference conv (its groups and weight shape).
+        weight: its int8 weight, as plain integers.
+        x: the input's qparams (``quant_max``: the largest integer a kernel stores).
+
+    Example:
+        >>> from fxquant.nn import reference as ref
+        >>> qparams = {"qscheme": torch.per_tensor_affine, "dtype": torch.int8,
+        ...            "scale": 0.01, "zero_point": 0}
+        >>> conv = ref.Conv2d.from_float(torch.nn.Conv2d(8, 8, 3, groups=8), qparams)
+        >>> x = TensorQParams(0.1, 0, 0, 255)
+        >>> depthwise_saturation_reason(conv, torch.full((8, 1, 3, 3), 127), x)[:31]
+        "FBGEMM's depthwise conv adds pa"
+    """
+    groups = int(getattr(reference, "groups", 1))
+    taps = weight[0, 0].numel() if weight.dim() > 2 else 1
+    if groups == 1 or weight.shape[1] != 1 or taps == 1:
+        return None
+    largest = int(weight.abs().max()) if weight.numel() else 0
+    if 2 * int(x.quant_max) * largest <= _INT16_MAX:
+        return None
+    low, high = cpu.SEVEN_BIT_WEIGHT
+    return (
+        "FBGEMM's depthwise conv adds pairs of uint8 x int8 products in int16 with "
+        "saturation on every CPU (VNNI too): exact while 2 x the largest input integer "
+        f"({int(x.quant_max)}) x the largest |weight| ({largest}) <= {_INT16_MAX}. The conv runs "
+        f"as its reference (float) module; quantize its weights to {low}..{high} "
+        f"(quant_min={low}, quant_max={high}, as the fbgemm default mapping does) or its "
+        "input to 0..127"
     )

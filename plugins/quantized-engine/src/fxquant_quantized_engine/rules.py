@@ -17,7 +17,11 @@ from fxquant.nn import intrinsic
 from fxquant.nn import reference as reference_modules
 from torch import nn
 
-from fxquant_quantized_engine.bias import bias_rounding_reason, requantize_overflow_reason
+from fxquant_quantized_engine.bias import (
+    bias_rounding_reason,
+    depthwise_saturation_reason,
+    requantize_overflow_reason,
+)
 from fxquant_quantized_engine.conv_add import QuantizedConvAdd
 from fxquant_quantized_engine.embedding import embedding_rule
 from fxquant_quantized_engine.engine import (
@@ -354,12 +358,17 @@ def _fbgemm_saturation(engine: str, reference: Any, x: Any) -> str | None:
 
     FBGEMM adds pairs of products in int16 on CPUs without VNNI, as oneDNN does
     (``fxquant.lowering.kernels.cpu``: exact for weights within +-64, or a dynamic input
-    within 7 bits). QNNPACK's kernels widen every product first: never.
+    within 7 bits), and its depthwise conv on every CPU. QNNPACK's kernels widen every
+    product first: never.
     """
     if engine != "fbgemm" or x is None:
         return None
     weight = reference.get_quantized_weight()
     weight = weight.int_repr() if weight.dtype == _QINT8 else weight
+    if not x.is_dynamic and not isinstance(reference, nn.Linear):
+        depthwise = depthwise_saturation_reason(reference, weight, x)
+        if depthwise is not None:
+            return depthwise
     return cpu.saturation_reason("FBGEMM", weight, x)
 
 
