@@ -146,15 +146,3 @@ _BOUNDARY_STEP = (
 )
 for _model in ("tv_lraspp_mobilenet_v3", "tv_fcn_resnet50"):
     FINDINGS[f"{_model}-qnnpack-object_type"] = _BOUNDARY_STEP
-
-# QAT traces a transformers model in training mode, where its attention calls the dropout
-# functions with the training flag as a constant (T5: F.dropout(training=True); BERT, GPT-2:
-# scaled_dot_product_attention(dropout_p=0.1)): the converted models keep dropping attention
-# weights at inference, so two calls differ and lowered vs reference is 60+ steps apart on T5's
-# feed-forward. Found once QAT stopped refusing models with embeddings.
-for _backend in ("x86", "onednn"):
-    FINDINGS[f"t5_encoder-{_backend}-qat"] = (
-        "found by the matrix, not fixed: the QAT trace keeps T5's attention dropout active "
-        "after convert (F.dropout(training=True) traced as a constant); the converted model "
-        "is random, 60+ steps from its reference"
-    )
