@@ -146,3 +146,15 @@ _BOUNDARY_STEP = (
 )
 for _model in ("tv_lraspp_mobilenet_v3", "tv_fcn_resnet50"):
     FINDINGS[f"{_model}-qnnpack-object_type"] = _BOUNDARY_STEP
+
+# The QAT-converted ViT's program partitions and serializes, then fails when ExecuTorch's
+# runtime loads it: XNNPACK's compiler rejects a transpose node the partitioner took
+# ("Failed to create static transpose node 9 with code: xnn_status_invalid_parameter"). The
+# default move's program of the same model loads and runs, with the same ops left outside
+# XNNPACK, so the difference is inside the delegated graph; which transpose, and why QAT's
+# graph gives it parameters XNNPACK refuses, is not found yet.
+FINDINGS["vit-executorch-qat"] = (
+    "found by the matrix, not fixed: ExecuTorch's runtime cannot load the QAT program's "
+    "forward (XNNPACK's compiler: 'Failed to create static transpose node ... "
+    "xnn_status_invalid_parameter'); the default move's program loads and runs"
+)

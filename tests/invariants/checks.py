@@ -217,7 +217,7 @@ def _lowered_agrees(run: _Run, zoo: ZooModel, out: Outcome) -> None:
 
     batches = [zoo.inputs(seed) for seed in EVAL]
     reasons = {e.node: e.reason for e in run.report.entries()}
-    for row in compare(run.reference, run.lowered, batches):
+    for row in compare(run.reference, run.lowered, batches, gains=False):
         if row.node == "output" or row.local_steps is None or row.local_steps <= STEP_SLACK:
             continue
         if reasons.get(row.node) is None:
@@ -380,10 +380,11 @@ def _custom_cost(cell: Cell, run: _Run, model: nn.Module, out: Outcome) -> None:
     if shared.graph is None:
         shared.graph = float_graph(zoo.build(), zoo.inputs(EXAMPLE), run.lowered)
     graph = shared.graph
-    ours = {r.node: r.local_sqnr for r in compare(graph, run.lowered, batches)}
+    ours = {r.node: r.local_sqnr for r in compare(graph, run.lowered, batches, gains=False)}
     if shared.base_sqnr is None:
         default = _default_run(cell).lowered
-        shared.base_sqnr = {r.node: r.local_sqnr for r in compare(graph, default, batches)}
+        rows = compare(graph, default, batches, gains=False)
+        shared.base_sqnr = {r.node: r.local_sqnr for r in rows}
     base = shared.base_sqnr
     untouched = _untouched_layers(cell, model, run.prepared)
     worse = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
@@ -101,6 +102,17 @@ def test_rows_cover_the_quantized_nodes_then_the_output() -> None:
         result.worst(1, by="max_abs")
     with pytest.raises(KeyError, match="no row for node 'nope'"):
         result["nope"]
+
+
+@pytest.mark.parametrize(("backend", "name"), [("reference", "planted"), ("fbgemm", "cnn")])
+def test_compare_without_gains_gives_the_same_errors_and_no_gain(backend: str, name: str) -> None:
+    model, data = _case(name)
+    reference, lowered = _converted(model, backend, data)
+    assert any(row.gain is not None for row in compare(model, lowered, data))
+    for float_model, quantized in ((model, reference), (model, lowered), (reference, lowered)):
+        full = compare(float_model, quantized, data)
+        errors_only = compare(float_model, quantized, data, gains=False)
+        assert [dataclasses.replace(row, gain=None) for row in full] == list(errors_only)
 
 
 def _case(name: str) -> tuple[nn.Module, list[Any]]:

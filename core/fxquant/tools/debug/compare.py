@@ -136,7 +136,9 @@ def _scaled_by_equalization(model: nn.Module) -> dict[str, torch.Tensor]:
     return scaled
 
 
-def compare(float_model: nn.Module, quantized_model: nn.Module, inputs: Any) -> Comparison:
+def compare(
+    float_model: nn.Module, quantized_model: nn.Module, inputs: Any, *, gains: bool = True
+) -> Comparison:
     """Per quantized node, the SQNR of ``quantized_model``'s value against ``float_model``'s.
 
     Args:
@@ -146,6 +148,9 @@ def compare(float_model: nn.Module, quantized_model: nn.Module, inputs: Any) -> 
             other callable (a deployed program) is compared at its output only.
         inputs: the positional inputs of one call (a tensor or a tuple), or a
             list of them (batches; errors are summed over all of them).
+        gains: measure each node's output gain (one more run of the model per
+            quantized node, most of the time ``compare`` takes); ``False`` leaves
+            every row's ``gain`` None, for a caller that reads only the errors.
 
     Returns:
         A :class:`Comparison`: one row per quantized node (``explain``'s
@@ -188,12 +193,12 @@ def compare(float_model: nn.Module, quantized_model: nn.Module, inputs: Any) -> 
             actual_out = _node_errors(quantized_model, labels, batch, expected, (sums, steps))
             for want, got in zip(expected_outs[-1], actual_out, strict=False):
                 sums.setdefault("output", _Sums()).add(want, got, None)
-        gains = {}
-        if isinstance(quantized_model, fx.GraphModule):
+        found: dict[str, float] = {}
+        if gains and isinstance(quantized_model, fx.GraphModule):
             names = [name for name in labels if name in sums]
             runs = _GainRuns(float_gm, quantized_model, scaled, _outputs)
-            gains = output_gains(runs, names, batches, expected_outs)
-    return Comparison(tuple(_rows(sums, labels, steps, float_gm, gains)))
+            found = output_gains(runs, names, batches, expected_outs)
+    return Comparison(tuple(_rows(sums, labels, steps, float_gm, found)))
 
 
 def _node_errors(
