@@ -159,7 +159,7 @@ def test_show_prints_the_summary_then_every_pattern_with_its_origin(
     better = config(torch.nn.Linear).set_root_module(torch.nn.Linear)
     installed.module("better", fxquant_pattern_configs=lambda backend: [Override(better)])
     installed.add("mine", "better", dist="fxquant-mine-better", version="2.0")
-    code, out, _ = run(capsys, "show", "mine")
+    code, out, _ = run(capsys, "show", "mine", "--width", "0")  # one line per row
     assert code == 0
     lines = out.splitlines()
     assert lines[0] == (
@@ -514,3 +514,27 @@ def test_show_width_option_wraps_to_it_and_zero_keeps_one_line_per_row(
     assert len(wide.splitlines()) == 1 + 1 + 8 + 1 + 2 + count  # title, summary, patterns
     mapping = next(x for x in wide.splitlines() if x.startswith("| Quantized and Fused"))
     assert "Linear -> reference.Linear" in mapping
+
+
+def test_show_width_wraps_the_pattern_table_too_down_to_its_longest_words(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # nine columns do not fit in 60: each narrows to its longest word (never broken), where
+    # it stayed at its typical cell (30-48 characters) and the table 254 wide
+    _, narrow, _ = run(capsys, "show", "fbgemm", "--width", "60")
+    _, wide, _ = run(capsys, "show", "fbgemm", "--width", "0")
+
+    def pattern_table(text: str) -> list[str]:
+        lines = text.splitlines()
+        return lines[lines.index("", 2) + 1 :]
+
+    def columns(table: list[str]) -> list[list[str]]:
+        rows = [line[2:-2].split(" | ") for line in table if not line.startswith("| ---")]
+        return [list(column) for column in zip(*rows, strict=True)]
+
+    table, whole = pattern_table(narrow), pattern_table(wide)
+    assert len({len(line) for line in table}) == 1  # one width: still a table
+    longest = [max(len(w) for cell in column for w in cell.split()) for column in columns(whole)]
+    assert len(table[0]) == sum(longest) + 3 * len(longest) + 1 < len(whole[0])
+    for narrow_column, whole_column in zip(columns(table), columns(whole), strict=True):
+        assert " ".join(narrow_column).split() == " ".join(whole_column).split()  # every word

@@ -184,3 +184,26 @@ def test_an_int8_qconfig_never_gets_the_bf16_output_kernel() -> None:
     assert [dtype for _, dtype in casts(reference)] == []
     rows = {row.node: row for row in fxquant.explain(reference).entries()}
     assert rows["fc1"].pattern == "Linear (int8 in, float out)"
+
+
+def test_strict_convert_lists_the_int8_nodes_without_kernel_but_not_the_bf16_float_ops() -> None:
+    # a float op asked in bf16 has no integer to compute: its reference form is what was asked;
+    # an int8 Linear without a kernel is a real miss (the backend here lowers nothing)
+    config = backend([INT8_BF16_OUT])
+    torch.manual_seed(0)
+    prepared = fxquant.prepare_fx(
+        Block().eval(), bf16_mapping(), (torch.randn(8, 32),), backend_config=config
+    )
+    prepared(torch.randn(8, 32))
+    with pytest.raises(fxquant.QuantizationSkipped) as raised:
+        fxquant.convert_fx(prepared, strict=True)
+    lines = str(raised.value).splitlines()
+    assert lines[0].startswith(
+        "convert_fx(strict=True): 2 pattern(s) would not run as the qconfig mapping asks"
+    )
+    assert [line.split(":")[0].strip() for line in lines[1:3]] == ["fc1", "fc2"]
+    report = fxquant.explain(fxquant.convert_fx(prepared), show=False)
+    rows = {row.node: row for row in report.entries()}
+    for node in ("add", "norm"):
+        assert (rows[node].status, rows[node].reason) == ("reference", None), rows[node]
+    assert "2 node(s) run as float ops in bfloat16, as their qconfig asks" in report.notes()[0]

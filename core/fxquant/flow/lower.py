@@ -37,6 +37,7 @@ from fxquant.config.pattern import pattern_str
 from fxquant.flow import epilogues
 from fxquant.flow.context import FlowContext
 from fxquant.flow.convert_qdq import attribute_value, node_qparams
+from fxquant.flow.dtype_check import cast_output, float_side
 from fxquant.flow.epilogues import OUTPUT_OF_KEY, OUTPUT_QPARAMS_KEY
 from fxquant.flow.match import Match, PatternIndex, match_graph
 from fxquant.flow.names import unique_name
@@ -263,6 +264,42 @@ def _update_report(
     return Report(entries, report.unused())
 
 
+def _reduced_float_ops(gm: GraphModule) -> dict[str, str]:
+    """Nodes whose dtype config asks for a float op in bfloat16 or float16 (no integer side),
+    by name, with that dtype's name."""
+    sides = {}
+    for node in gm.graph.nodes:
+        info = node.meta.get(META_KEY)
+        config = info.dtype_config if isinstance(info, NodeInfo) else None
+        side = float_side(config)
+        if side is not None and cast_output(config) is None:
+            sides[node.name] = str(side).removeprefix("torch.")
+    return sides
+
+
+def _as_asked(report: Report, sides: dict[str, str]) -> Report:
+    """A float op on a reduced float side has no integer to compute: its reference form (the
+    op between casts to that dtype) is what its qconfig asks, not a miss for strict mode."""
+    kept = [
+        e.node
+        for e in report.entries()
+        if e.node in sides and e.status == NodeStatus.REFERENCE and e.reason is not None
+    ]
+    if not kept:
+        return report
+    entries = [
+        dataclasses.replace(e, reason=None) if e.node in kept else e for e in report.entries()
+    ]
+    dtypes = " / ".join(sorted({sides[node] for node in kept}))
+    note = (
+        f"{len(kept)} node(s) run as float ops in {dtypes}, as their qconfig asks: no integer "
+        f"kernel applies to them, so they keep their reference form (eager computes them "
+        f"between casts to {dtypes}; a deployment that compiles the reference form runs them "
+        "in that dtype)"
+    )
+    return Report(entries, report.unused(), report.notes()).with_notes([note])
+
+
 def lower(gm: GraphModule, ctx: FlowContext, report: Report) -> Report:
     """Lower ``gm`` (a reference model) in place with ``ctx.lowering_rules``; return the report.
 
@@ -277,6 +314,7 @@ def lower(gm: GraphModule, ctx: FlowContext, report: Report) -> Report:
     lowered: set[str] = set()
     declined: dict[str, str] = {}
     ops = _op_texts(gm)  # before lowering replaces the nodes
+    sides = _reduced_float_ops(gm)
     if rules:
         by_name = dict(gm.named_modules())
         uses = Counter(str(n.target) for n in gm.graph.nodes if n.op == "call_module")
@@ -304,4 +342,4 @@ def lower(gm: GraphModule, ctx: FlowContext, report: Report) -> Report:
         epilogues.absorb_inputs(gm)
         epilogues.merge_siblings(gm)
         _remove_dead(gm)
-    return _update_report(report, lowered, declined, ctx, ops)
+    return _as_asked(_update_report(report, lowered, declined, ctx, ops), sides)

@@ -337,7 +337,8 @@ def raise_if_skipped(report: Report, step: str) -> None:
     ]
     lines += [f"  qconfig mapping: [{r.code}] {r.words}" for r in report.unused()]
     msg = (
-        f"{step}(strict=True): {len(skipped)} pattern(s) would be left in float:\n"
+        f"{step}(strict=True): {len(skipped)} pattern(s) would not run as the qconfig mapping "
+        "asks (left in float, or kept in reference form with no kernel):\n"
         + "\n".join(lines)
         + "\nfix the qconfig mapping or backend config, or pass strict=False to skip them"
     )

@@ -2,7 +2,8 @@
 
 A table is as wide as its content; given a ``width`` (the terminal's), its widest columns
 shrink until a row fits and their cells wrap onto continuation rows (the other cells
-blank), which Markdown still reads as a table.
+blank), which Markdown still reads as a table. A column shrinks to its typical cell
+first, and only where the row still does not fit down to its longest word.
 
 Its own module: the demo and the conformance checks borrowed it from the command line
 module, which imports them (a cycle).
@@ -42,13 +43,17 @@ def output_width() -> int:
     return shutil.get_terminal_size((_FALLBACK, 24)).columns
 
 
+def _longest_word(column: Sequence[str]) -> int:
+    """The narrowest a column can get: a word is never broken."""
+    return max(len(word) for cell in column for word in cell.split() or [""])
+
+
 def _floor(column: Sequence[str]) -> int:
-    """How narrow a column may get: its longest word (never broken), else its median
-    cell within 30 to 48 characters, so most cells of a column keep one line."""
+    """How narrow a column gets first: its longest word, else its median cell within 30
+    to 48 characters, so most cells of a column keep one line."""
     lengths = sorted(len(cell) for cell in column)
     typical = min(max(lengths[len(lengths) // 2], _NARROWEST), _TYPICAL)
-    word = max(len(word) for cell in column for word in cell.split() or [""])
-    return max(word, min(lengths[-1], typical))
+    return max(_longest_word(column), min(lengths[-1], typical))
 
 
 def _fit(widths: list[int], floors: list[int], width: int) -> list[int]:
@@ -92,8 +97,8 @@ def markdown_table(
         rows: the cells, as text.
         width: the widest a line may be (``None``: as wide as the content); the widest
             columns wrap their cells to fit, down to their median cell (within 30 to
-            48 characters) or their longest word (a table of many columns may stay
-            wider than ``width``).
+            48 characters), then where that is not enough down to their longest word
+            (a table whose longest words are wider stays wider than ``width``).
 
     Example:
         >>> print(markdown_table(["a", "bb"], [["1", "2"]]))
@@ -110,8 +115,10 @@ def markdown_table(
     cells = [[str(c).replace("|", "\\|") for c in row] for row in [header, *rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     if width is not None:
-        floors = [_floor([row[i] for row in cells]) for i in range(len(header))]
-        widths = _fit(widths, floors, width)
+        columns = [[row[i] for row in cells] for i in range(len(header))]
+        widths = _fit(widths, [_floor(column) for column in columns], width)
+        # still too wide (many columns): wrap further, down to each column's longest word
+        widths = _fit(widths, [_longest_word(column) for column in columns], width)
     lines = [line for row in cells for line in _lines(row, widths)]
     lines.insert(1, "| " + " | ".join("-" * w for w in widths) + " |")
     return "\n".join(lines)

@@ -9,6 +9,7 @@ block. The CPU flags are faked (as test_float_side does), so every CPU runs ever
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator
 
 import fxquant
@@ -198,3 +199,107 @@ def test_on_a_cpu_without_bf16_the_default_mapping_comes_back_saying_why(
     with pytest.warns(ConfigWarning, match=r"no bfloat16 in hardware"):
         mapping = attention_bf16_qconfig_mapping(Encoder())
     assert mapping.to_dict() == fxquant.get_default_qconfig_mapping("x86").to_dict()
+
+
+class Wrapped(nn.Module):
+    """A model around one submodule (torch.nn's encoder layer, or the inline attention)."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x)
+
+
+class Fused(nn.Module):
+    """Attention already one fused call: F.scaled_dot_product_attention."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.query, self.key, self.value = (nn.Linear(HIDDEN, HIDDEN) for _ in range(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(self.query(x), self.key(x), self.value(x))
+
+
+@pytest.mark.parametrize(
+    ("model", "why"),
+    [
+        (
+            lambda: Wrapped(nn.TransformerEncoderLayer(HIDDEN, HEADS, 64, batch_first=True)),
+            r"inside TransformerEncoderLayer 'inner', a torch\.nn module the tracer keeps whole",
+        ),
+        (Inline, r"softmax 'softmax' runs in the model's own forward, not in a submodule"),
+        (lambda: Wrapped(Inline()), r"module 'inner' computes 'add' \(add\) beside its attention"),
+        (Fused, r"calls F\.scaled_dot_product_attention \(1 call\(s\)\)"),
+    ],
+    ids=["torch_nn_encoder_layer", "inline", "inline_in_a_module", "sdpa"],
+)
+def test_a_model_without_an_attention_block_gets_the_default_mapping_and_a_warning_why(
+    monkeypatch: pytest.MonkeyPatch, model: type[nn.Module], why: str
+) -> None:
+    on_cpu(monkeypatch, AMX)
+    built = model()
+    with pytest.warns(ConfigWarning) as caught:
+        mapping = attention_bf16_qconfig_mapping(built)
+    (warning,) = caught
+    message = str(warning.message)
+    assert message.startswith(
+        f"attention_bf16_qconfig_mapping: no attention block found in {type(built).__name__}: "
+    )
+    assert re.search(why, message), message
+    assert "softmax sits between two matmuls fed by reshaped nn.Linear outputs" in message
+    assert mapping.to_dict() == fxquant.get_default_qconfig_mapping("x86").to_dict()
+
+
+def test_strict_convert_accepts_the_bf16_ops_the_mapping_asked_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    on_cpu(monkeypatch, AMX)
+    torch.manual_seed(0)
+    model = Encoder().eval()
+    config = fxquant.get_backend_config("x86")
+    prepared = fxquant.prepare_fx(
+        model, attention_bf16_qconfig_mapping(model), inputs(0), backend_config=config, strict=True
+    )
+    with torch.no_grad():
+        for seed in range(4):
+            prepared(*inputs(seed))
+    converted = fxquant.convert_fx(prepared, strict=True)  # no QuantizationSkipped
+    report = fxquant.explain(converted, show=False)
+    rows = {row.node: row for row in report.entries()}
+    # bf16 as asked: the reference form (the op between bf16 casts), no reason to list
+    for node in ("matmul", "softmax", "add", "view", "attention_0_dropout"):
+        assert (rows[node].status, rows[node].reason) == ("reference", None), rows[node]
+    assert rows["attention_0_query"].status == "lowered"
+    assert report.skipped() == []
+    (note,) = [n for n in report.notes() if "bfloat16" in n]
+    assert note.startswith("32 node(s) run as float ops in bfloat16, as their qconfig asks")
+    with torch.no_grad():
+        got, want = converted(*inputs(9)), model(*inputs(9))
+    assert sqnr(got, want) >= 30.0
+
+
+def test_transformers_bert_eager_attention_is_found_and_its_sdpa_form_is_warned_about(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    transformers = pytest.importorskip("transformers")
+    hf_fx = pytest.importorskip("transformers.utils.fx")
+    on_cpu(monkeypatch, AMX)
+
+    def bert(attention: str) -> fx.GraphModule:
+        config = transformers.BertConfig(
+            hidden_size=HIDDEN, num_hidden_layers=2, num_attention_heads=HEADS,
+            intermediate_size=64, attn_implementation=attention, use_cache=False,
+        )  # fmt: skip
+        model = transformers.BertModel(config).eval()
+        return hf_fx.symbolic_trace(model, input_names=["input_ids", "attention_mask"])
+
+    # its head merge computes a shape (size()[:-2] + (hidden,)): not a value beside attention
+    blocks = attention_blocks(bert("eager"))
+    assert [block.module for block in blocks] == [
+        f"encoder.layer.{i}.attention.self" for i in range(2)
+    ]
+    with pytest.warns(ConfigWarning, match=r"attn_implementation='eager'"):
+        attention_bf16_qconfig_mapping(bert("sdpa"))

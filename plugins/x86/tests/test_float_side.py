@@ -104,8 +104,9 @@ def test_on_an_amx_cpu_explain_names_the_nodes_that_run_bf16(
 def test_eager_convert_says_why_a_bf16_node_keeps_its_reference_form(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # eager convert_fx has no bf16 kernel for a float op: the report says so and where it runs
-    # bf16, not that a rule "declined without a reason"
+    # eager convert_fx has no bf16 kernel for a float op: the node did what its qconfig asked
+    # (bf16, in its reference form), so no reason strict mode would count; a note says where
+    # it runs bf16
     on_cpu(monkeypatch, AMX)
     torch.manual_seed(0)
     config = fxquant.get_backend_config(BACKEND)
@@ -113,13 +114,14 @@ def test_eager_convert_says_why_a_bf16_node_keeps_its_reference_form(
         Block().eval(), bf16_qconfig_mapping(), (ids(0),), backend_config=config
     )
     prepared(ids(1))
-    rows = {row.node: row for row in fxquant.explain(fxquant.convert_fx(prepared)).entries()}
+    report = fxquant.explain(fxquant.convert_fx(prepared))
+    rows = {row.node: row for row in report.entries()}
     for node in ("norm", "gelu"):
-        assert rows[node].status == "reference", rows[node]
-        said = rows[node].reason.words if rows[node].reason else ""
-        assert "without a reason" not in said, said
-        assert "bfloat16" in said, said
-        assert "compiled deployment" in said, said
+        assert (rows[node].status, rows[node].reason) == ("reference", None), rows[node]
+        assert rows[node].pattern.endswith(" (bfloat16)"), rows[node]
+    (note,) = [note for note in report.notes() if "bfloat16" in note]
+    assert note.startswith("3 node(s) run as float ops in bfloat16, as their qconfig asks"), note
+    assert "a deployment that compiles the reference form runs them in that dtype" in note
 
 
 def test_bf16_reference_stays_within_bf16_rounding_of_the_int8_float32_one(

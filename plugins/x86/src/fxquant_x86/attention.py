@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
-__all__ = ["AttentionBlock", "attention_blocks"]
+__all__ = ["AttentionBlock", "attention_blocks", "why_no_blocks"]
 
 _MATMULS: tuple[Any, ...] = (torch.matmul, operator.matmul, torch.bmm, "matmul", "bmm")
 _SOFTMAX: tuple[Any, ...] = (F.softmax, torch.softmax, "softmax")
@@ -40,7 +40,16 @@ _SCORES: tuple[Any, ...] = (
     operator.add, torch.add, "add", operator.sub, "masked_fill", F.dropout,
 )  # fmt: skip
 # what else an attention module may compute: shapes, and the ops above
+# torch.nn modules the tracer keeps whole (leaves): their attention is not in the graph
+_LEAF_ATTENTION = (
+    nn.MultiheadAttention, nn.Transformer, nn.TransformerEncoder, nn.TransformerDecoder,
+    nn.TransformerEncoderLayer, nn.TransformerDecoderLayer,
+)  # fmt: skip
 _SHAPES: tuple[Any, ...] = ("size", getattr, operator.getitem, F.dropout)
+# the new shape of the heads' merge (transformers: ``context.size()[:-2] + (hidden,)``)
+_SHAPE_ARITHMETIC: tuple[Any, ...] = (
+    operator.getitem, operator.add, operator.mul, operator.floordiv,
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,22 +119,42 @@ def _context(softmax: fx.Node, modules: dict[str, nn.Module]) -> fx.Node | None:
     return next((u for u in node.users if _is(u, _MATMULS) and u.args[0] is node), None)
 
 
-def _block(softmax: fx.Node, modules: dict[str, nn.Module]) -> AttentionBlock | None:
+def _on_shapes(node: fx.Node) -> bool:
+    """Whether ``node`` computes on shapes only (``x.size()[:-2] + (d,)``), never on values."""
+    if _is(node, ("size", getattr)):
+        return True
+    inputs = node.all_input_nodes
+    return (
+        _is(node, _SHAPE_ARITHMETIC)
+        and bool(inputs)
+        and all(isinstance(i, fx.Node) and _on_shapes(i) for i in inputs)
+    )
+
+
+def _block(softmax: fx.Node, modules: dict[str, nn.Module]) -> AttentionBlock | str:
+    """The block around ``softmax``, or why there is none (the finder's words for a user)."""
     found, context = _scores_chain(softmax), _context(softmax, modules)
     if found is None or context is None:
-        return None
+        side = "no matmul feeds it" if found is None else "no matmul takes its output"
+        return f"softmax {softmax.name!r} is not between two matmuls ({side})"
     scores, chain = found
     sources = (scores.args[0], scores.args[1], context.args[1])
     linears = [_projection(source, modules) for source in sources]
     owner = _owner(softmax)
-    if not owner or any(linear is None for linear in linears):
-        return None
+    if not owner:
+        return f"softmax {softmax.name!r} runs in the model's own forward, not in a submodule"
+    if any(linear is None for linear in linears):
+        return f"softmax {softmax.name!r}: its query, key or value is no reshaped nn.Linear output"
     allowed = {scores, context, softmax, *chain}
     for node in softmax.graph.nodes:
         if _owner(node) != owner or node.op not in ("call_function", "call_method"):
             continue
-        if node not in allowed and not _is(node, _RESHAPES + _SHAPES):
-            return None  # the module also computes something else (a residual add, a norm)
+        if node not in allowed and not _is(node, _RESHAPES + _SHAPES) and not _on_shapes(node):
+            op = getattr(node.target, "__name__", node.target)
+            return (
+                f"module {owner!r} computes {node.name!r} ({op}) beside its attention: a "
+                "module-name entry would put that in bfloat16 too"
+            )
     names = tuple(str(linear.target) for linear in linears if linear is not None)
     return AttentionBlock(owner, (names[0], names[1], names[2]))
 
@@ -150,6 +179,36 @@ def attention_blocks(model: fx.GraphModule) -> list[AttentionBlock]:
     for node in model.graph.nodes:
         if _is(node, _SOFTMAX):
             block = _block(node, modules)
-            if block is not None and block not in blocks:
+            if isinstance(block, AttentionBlock) and block not in blocks:
                 blocks.append(block)
     return blocks
+
+
+def why_no_blocks(model: fx.GraphModule) -> str:
+    """Why :func:`attention_blocks` finds nothing in ``model``, in words for its user.
+
+    Example:
+        >>> why_no_blocks(fx.symbolic_trace(nn.Linear(2, 2)))
+        'its graph has no softmax'
+    """
+    nodes = list(model.graph.nodes)
+    fused = [n for n in nodes if _is(n, (F.scaled_dot_product_attention,))]
+    if fused:
+        return (
+            f"it calls F.scaled_dot_product_attention ({len(fused)} call(s)), one fused "
+            "float32 kernel that inductor compiles as it is (a transformers model loaded "
+            "with attn_implementation='eager' shows the finder its matmuls and softmax)"
+        )
+    modules = dict(model.named_modules())
+    for node in nodes:
+        leaf = modules.get(str(node.target)) if node.op == "call_module" else None
+        if isinstance(leaf, _LEAF_ATTENTION):
+            return (
+                f"its attention runs inside {type(leaf).__name__} {node.target!r}, a torch.nn "
+                "module the tracer keeps whole: no matmul or softmax of it is in the graph"
+            )
+    softmaxes = [n for n in nodes if _is(n, _SOFTMAX)]
+    if not softmaxes:
+        return "its graph has no softmax"
+    reason = _block(softmaxes[0], modules)
+    return str(reason) if len(softmaxes) == 1 else f"{reason} (and {len(softmaxes) - 1} more)"

@@ -23,7 +23,7 @@ from fxquant_onednn.qconfig import FLOAT_OPS, default_qconfig_mapping
 from torch import fx, nn
 
 from fxquant_x86 import precision
-from fxquant_x86.attention import attention_blocks
+from fxquant_x86.attention import attention_blocks, why_no_blocks
 from fxquant_x86.patterns import BF16_ONLY_OPS, FLOAT_BF16, pattern_configs
 
 __all__ = [
@@ -83,6 +83,16 @@ def bf16_qconfig_mapping(is_qat: bool = False) -> QConfigMapping:
     return mapping
 
 
+def _no_blocks_message(model: nn.Module, graph: fx.GraphModule) -> str:
+    return (
+        f"attention_bf16_qconfig_mapping: no attention block found in "
+        f"{type(model).__name__}: {why_no_blocks(graph)}. The finder needs a module of its "
+        "own whose softmax sits between two matmuls fed by reshaped nn.Linear outputs "
+        "(transformers' BertSelfAttention); the default mapping comes back, its attention "
+        "in float32"
+    )
+
+
 def attention_bf16_qconfig_mapping(model: nn.Module) -> QConfigMapping:
     """x86's default mapping with ``model``'s attention blocks in bfloat16, where the CPU has it.
 
@@ -99,8 +109,9 @@ def attention_bf16_qconfig_mapping(model: nn.Module) -> QConfigMapping:
         model: the float model (traced with ``torch.fx.symbolic_trace``), or a
             ``GraphModule`` traced already (transformers' ``symbolic_trace``).
 
-    On a CPU without AMX-BF16 or AVX512-BF16 the default mapping is returned, with a
-    :class:`fxquant.errors.ConfigWarning` saying why.
+    On a CPU without AMX-BF16 or AVX512-BF16, and on a model where no block is found
+    (:func:`fxquant_x86.attention.why_no_blocks` says why), the default mapping is
+    returned, with a :class:`fxquant.errors.ConfigWarning` saying why.
 
     Example:
         >>> # mapping = attention_bf16_qconfig_mapping(model); prepare_fx(model, mapping, ...)
@@ -113,7 +124,10 @@ def attention_bf16_qconfig_mapping(model: nn.Module) -> QConfigMapping:
     int8 = mapping.global_qconfig
     assert int8 is not None  # the default quantizes by default
     int8_bf16_out = dataclasses.replace(int8, output_dtype=torch.bfloat16)
-    for block in attention_blocks(graph):
+    blocks = attention_blocks(graph)
+    if not blocks:
+        warnings.warn(_no_blocks_message(model, graph), ConfigWarning, stacklevel=2)
+    for block in blocks:
         mapping.set_module_name(block.module, bfloat16_static_qconfig)
         for name, module in graph.get_submodule(block.module).named_modules():
             if isinstance(module, nn.Linear):
