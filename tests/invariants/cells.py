@@ -135,18 +135,6 @@ FINDINGS = {
 }
 """Cells the matrix found failing for reasons outside issue 30's breaks, not fixed yet."""
 
-# The object_type move's per-tensor Conv2d weights reach -128, below qnnpack's -127, so the
-# conv before these BN + ReLU nodes stays float and the BN reads the float32 boundary
-# quantize (lowering/kernels/boundary.py, documented as within one step of the reference's):
-# it differs on 1 of 32,768 values, and compare charges that input step to the BN, whose input
-# step is 1.3-1.4x its output step. The BN kernel fed the reference's input is exact.
-_BOUNDARY_STEP = (
-    "found by the matrix: one input step from the float32 boundary quantize (1 value in "
-    "32,768), scaled by the BN's input/output step ratio (1.3-1.4x); the kernel is exact"
-)
-for _model in ("tv_lraspp_mobilenet_v3", "tv_fcn_resnet50"):
-    FINDINGS[f"{_model}-qnnpack-object_type"] = _BOUNDARY_STEP
-
 # The QAT-converted ViT's program partitions and serializes, then fails when ExecuTorch's
 # runtime loads it: XNNPACK's compiler rejects a transpose node the partitioner took
 # ("Failed to create static transpose node 9 with code: xnn_status_invalid_parameter"). The
