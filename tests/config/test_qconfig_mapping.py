@@ -139,7 +139,7 @@ def test_qconfig_must_be_a_qconfig_or_none() -> None:
     with pytest.raises(ConfigTypeError) as info:
         QConfigMapping().set_object_type(Linear, "int8")  # type: ignore[arg-type]  # tested
     assert str(info.value) == (
-        "qconfig must be a QConfig or None (None leaves the match in float), got 'int8' of type str"
+        "qconfig must be a fxquant.QConfig or None (None leaves the match in float), got 'int8' of type str"
     )
 
 

@@ -246,6 +246,7 @@ def test_convert_with_another_backends_config_than_prepares_names_both_and_the_f
     with pytest.raises(ConfigError, match=expected):
         convert(prepared, backend_config=fxquant.get_backend_config("qnnpack"))
     converted = convert(prepared)  # the model is untouched: prepare's backend converts
+    convert(prepared, backend_config=fxquant.get_backend_config("x86"))  # its own: accepted
     assert flow_state(converted).backend.name == "x86"  # type: ignore[union-attr]  # converted
     # the generic patterns go with any backend, either side
     reference = convert(prepared, backend_config=fxquant.get_backend_config("reference"))

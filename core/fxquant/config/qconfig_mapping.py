@@ -63,7 +63,7 @@ DICT_KEYS: Final = (
 def _check_qconfig(qconfig: object, argument: str) -> QConfigAny:
     if qconfig is None or isinstance(qconfig, QConfig):
         return qconfig
-    raise wrong_type(qconfig, argument, "a QConfig or None (None leaves the match in float)")
+    raise wrong_type(qconfig, argument, "a fxquant.QConfig or None (None leaves the match in float)")
 
 
 def _check_object_type(object_type: object, argument: str) -> ObjectType:

@@ -306,7 +306,7 @@ def convert_to_reference_fx(
     remove = _check_remove_qconfig(_remove_qconfig, step)
     chosen = as_backend_config(backend_config)  # the patterns were decided at prepare; see Args
     recorded = _flow_state(graph_module, step).backend
-    if chosen is not None and recorded is not None:
+    if chosen is not None and recorded is not None and recorded.name != chosen.name:
         _check_same_backend(recorded.name, chosen.name, step)
     gm, state, report = reference_model(graph_module, convert_custom_config, qconfig_mapping, step)
     if remove:
