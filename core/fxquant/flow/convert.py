@@ -52,7 +52,7 @@ from fxquant.flow.equalization.prepare import EQUALIZATION_KEY
 from fxquant.flow.kept_reference import release_replaced_weights
 from fxquant.flow.lower import lower
 from fxquant.flow.report import NodeStatus, Report, raise_if_skipped
-from fxquant.flow.state import META_KEY, FlowMeta, FlowState, node_info
+from fxquant.flow.state import META_KEY, FlowMeta, FlowState, is_converted, node_info
 from fxquant.flow.trace import drop_string_annotations
 from fxquant.flow.user_model import warn_if_calibrated_in_training, warn_if_converted_in_training
 from fxquant.lowering import DEQUANTIZE_OPS
@@ -70,6 +70,13 @@ def _flow_state(graph_module: object, step: str) -> FlowState:
             f"{step} expects a model returned by fxquant.prepare_fx or prepare_qat_fx, got "
             f"{type(graph_module).__name__}; prepare (and calibrate) the model first "
             "(a model saved with torch.save loses its flow state: convert before saving)"
+        )
+        raise ConfigTypeError(msg)
+    if is_converted(state):
+        msg = (
+            f"{step} expects a prepared model, got one that convert_fx or "
+            "convert_to_reference_fx already converted; pass the prepared model (convert "
+            "leaves it unchanged, so it converts again) or use the converted model as it is"
         )
         raise ConfigTypeError(msg)
     return state
