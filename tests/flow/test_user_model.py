@@ -15,7 +15,7 @@ from collections.abc import Callable
 import fxquant
 import pytest
 import torch
-from fxquant.errors import CalibrationWarning, ConfigTypeError
+from fxquant.errors import CalibrationWarning, ConfigError, ConfigTypeError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import fx, nn
@@ -294,3 +294,31 @@ def test_converting_a_converted_model_says_to_pass_the_prepared_one(
             "leaves it unchanged, so it converts again) or use the converted model as it is"
         )
     assert fxquant.explain(convert(prepared), show=False).entries()  # the prepared one converts
+
+
+@pytest.mark.parametrize(
+    ("modules", "phrase"),
+    [
+        ((nn.Dropout(),), "where Dropout computes differently"),
+        ((nn.BatchNorm1d(3), nn.Dropout()), "where BatchNorm1d, Dropout compute differently"),
+    ],
+)
+def test_the_training_mode_warning_names_the_modules_in_a_sentence(
+    modules: tuple[nn.Module, ...], phrase: str
+) -> None:
+    model = nn.Sequential(nn.Linear(3, 3), nn.ReLU(), *modules)  # no BatchNorm to fold
+    mapping = fxquant.get_default_qconfig_mapping("x86")
+    with pytest.warns(CalibrationWarning, match=f"in training mode, {phrase} "):
+        fxquant.prepare_fx(model, mapping, (torch.randn(4, 3),))
+
+
+def test_a_conv_bn_model_in_training_mode_is_refused_as_the_ptq_guide_says() -> None:
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU())
+    mapping = fxquant.get_default_qconfig_mapping("x86")
+    config = fxquant.get_backend_config("x86")
+    x = (torch.randn(2, 3, 8, 8),)
+    with (
+        pytest.warns(CalibrationWarning, match="in training mode"),
+        pytest.raises(ConfigError, match=r"^fold_bn_into_conv: BatchNorm2d\(.* call model.eval"),
+    ):
+        fxquant.prepare_fx(model, mapping, x, backend_config=config)
