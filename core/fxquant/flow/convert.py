@@ -153,7 +153,7 @@ def _mark_reference(report: Report) -> Report:
         else e
         for e in report.entries()
     ]
-    return Report(entries, report.unused())
+    return Report(entries, report.unused(), report.notes())
 
 
 def _tidy(graph: fx.Graph) -> None:
