@@ -27,6 +27,8 @@ code written against torch.ao, while ``FxquantError`` catches everything of ours
 
 from __future__ import annotations
 
+from fxquant.torch_ao_names import torch_ao_hint
+
 __all__ = [
     "CalibrationWarning",
     "CheckpointError",
@@ -63,14 +65,31 @@ class ConfigTypeError(FxquantError, TypeError):
     """A config argument has the wrong type."""
 
 
+_REPR_LIMIT = 120  # a whole mapping's repr runs to thousands of characters
+
+
+def _short_repr(value: object) -> str:
+    text = repr(value)
+    if len(text) <= _REPR_LIMIT:
+        return text
+    return f"{text[:_REPR_LIMIT]}... ({len(text)} characters)"
+
+
 def wrong_type(value: object, argument: str, expected: str, hint: str = "") -> ConfigTypeError:
     """The error for ``value`` of the wrong type: it names the argument, what it must be, the value.
+
+    The value's repr is cut to a readable length; a torch.ao object (a migrating
+    user's ``QConfig``, ``QConfigMapping``...) is named as torch.ao's, with the
+    fxquant class to use instead.
 
     Example:
         >>> print(wrong_type(3, "name", "a str", "; e.g. 'x86'"))
         name must be a str, got 3 of type int; e.g. 'x86'
     """
-    msg = f"{argument} must be {expected}, got {value!r} of type {type(value).__name__}{hint}"
+    msg = (
+        f"{argument} must be {expected}, got {_short_repr(value)} of type "
+        f"{type(value).__name__}{torch_ao_hint(value) or hint}"
+    )
     return ConfigTypeError(msg)
 
 

@@ -19,6 +19,7 @@ __all__ = [
     "is_torch_ao_match_all",
     "is_torch_ao_module_class",
     "top_level_names",
+    "torch_ao_hint",
 ]
 
 # The names a torch.ao script imports from `torch.ao.quantization` itself that fxquant keeps in
@@ -124,3 +125,36 @@ def as_fxquant_class(op: Any, extra_modules: Sequence[str] = ()) -> Any:
                     return found
             break
     return op
+
+
+_AO = "torch.ao."
+_EXAMPLES = {
+    "BackendConfig": "fxquant.get_backend_config('x86')",
+    "QConfig": "fxquant.get_default_qconfig('x86')",
+}
+
+
+def torch_ao_hint(value: object) -> str:
+    """For a torch.ao object given where fxquant wants its own: what it is and what to pass.
+
+    ``""`` for anything else. fxquant reads torch.ao's classes in patterns and
+    models, but not its configs: their observers are torch.ao's, which make the
+    deprecated quantized tensors. Recognised by module name, without importing torch.ao.
+
+    Example:
+        >>> torch_ao_hint(3)
+        ''
+    """
+    cls = value if isinstance(value, type) else type(value)
+    module = str(getattr(cls, "__module__", ""))
+    if not module.startswith(_AO):
+        return ""
+    name = cls.__name__
+    fxquant = importlib.import_module("fxquant")
+    ours = f"fxquant.{name}" if hasattr(fxquant, name) else "fxquant's namesake"
+    example = _EXAMPLES.get(name, "fxquant.get_default_qconfig_mapping('x86')")
+    return (
+        f"; that is torch.ao's {module}.{name}, and fxquant does not take torch.ao's config "
+        f"objects: build it with {ours} (import from fxquant what you imported from "
+        f"torch.ao.quantization, e.g. {example}; see docs/migration.md)"
+    )

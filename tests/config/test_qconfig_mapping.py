@@ -1,14 +1,16 @@
 from __future__ import annotations
 
 import importlib
+from types import ModuleType
 from typing import Any
 
 import pytest
 import torch
 from fxquant.config import QConfig, QConfigMapping
 from fxquant.errors import ConfigError, ConfigTypeError
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch import nn
 
 from tests import oracle
 from tests.config.fake_plugin import TinyObserver
@@ -139,7 +141,8 @@ def test_qconfig_must_be_a_qconfig_or_none() -> None:
     with pytest.raises(ConfigTypeError) as info:
         QConfigMapping().set_object_type(Linear, "int8")  # type: ignore[arg-type]  # tested
     assert str(info.value) == (
-        "qconfig must be a QConfig or None (None leaves the match in float), got 'int8' of type str"
+        "qconfig must be a fxquant.QConfig or None (None leaves the match in float), "
+        "got 'int8' of type str"
     )
 
 
@@ -215,3 +218,43 @@ def test_qconfig_for_agrees_with_torch_ao(
                 mapping, scope, object_type, index, expected
             )
     assert mapping.qconfig_for(name, object_type, index) is expected
+
+
+_NN_CLASS_NAMES = sorted(
+    name
+    for name in dir(torch.nn)
+    if isinstance(getattr(torch.nn, name), type) and issubclass(getattr(torch.nn, name), nn.Module)
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.sampled_from(_NN_CLASS_NAMES))
+def test_a_module_class_given_by_its_name_is_refused_with_the_class_to_pass(name: str) -> None:
+    # torch.ao stores the string, which then matches no node, without a word
+    expected = (
+        f"object_type {name!r} is the name of a module class, and a string object type matches "
+        f"method calls only (e.g. 'relu' for x.relu()): pass the class, torch.nn.{name}, not "
+        f"the string {name!r}"
+    )
+    with pytest.raises(ConfigTypeError) as info:
+        QConfigMapping().set_object_type(name, Q1)
+    assert str(info.value) == expected
+    with pytest.raises(ConfigTypeError, match="is the name of a module class"):
+        QConfigMapping().set_module_name_object_type_order("", name, 0, Q1)
+    with pytest.raises(ConfigTypeError, match=f"pass the class, torch.nn.{name},"):
+        QConfigMapping.from_dict({"object_type": [(name, Q1)]})
+
+
+def test_torch_aos_method_names_stay_accepted(ao: ModuleType) -> None:
+    with oracle.quiet():
+        names = {
+            key
+            for backend in ("x86", "fbgemm", "qnnpack", "onednn")
+            for key in ao.get_default_qconfig_mapping(backend).object_type_qconfigs
+            if isinstance(key, str)
+        }
+    assert names  # e.g. 'hardsigmoid', 'reshape': not all of them are torch.Tensor methods
+    mapping = QConfigMapping()
+    for name in sorted(names):
+        mapping.set_object_type(name, Q1)
+    assert set(mapping.object_type_qconfigs) == names

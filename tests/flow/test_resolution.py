@@ -225,7 +225,10 @@ def test_resolution_of_none_is_the_registrys_one_method(monkeypatch: pytest.Monk
     assert resolved.config is not registry.assembled("reference").config  # the caller's copy
 
 
-def test_convert_with_another_backends_config_than_prepares_names_both_and_the_fix() -> None:
+@pytest.mark.parametrize("convert", [fxquant.convert_fx, fxquant.convert_to_reference_fx])
+def test_convert_with_another_backends_config_than_prepares_names_both_and_the_fix(
+    convert: Callable[..., torch.fx.GraphModule],
+) -> None:
     x = torch.randn(2, 3, 8, 8)
     prepared = fxquant.prepare_fx(
         Net().eval(),
@@ -235,11 +238,16 @@ def test_convert_with_another_backends_config_than_prepares_names_both_and_the_f
     )
     prepared(x)
     expected = (
-        "convert_fx: backend_config names backend 'qnnpack', but the model was prepared for "
-        "backend 'x86'; .* Drop backend_config= to lower with 'x86'.s kernels, or prepare the "
-        r"float model again with backend_config=fxquant.get_backend_config\('qnnpack'\)"
+        f"{convert.__name__}: backend_config names backend 'qnnpack', but the model was "
+        "prepared for backend 'x86'; .* Drop backend_config= to keep backend 'x86' \\(and its "
+        r"kernels\), or prepare the float model again with "
+        r"backend_config=fxquant.get_backend_config\('qnnpack'\)"
     )
     with pytest.raises(ConfigError, match=expected):
-        fxquant.convert_fx(prepared, backend_config=fxquant.get_backend_config("qnnpack"))
-    lowered = fxquant.convert_fx(prepared)  # the model is untouched: prepare's backend lowers
-    assert flow_state(lowered).backend.name == "x86"  # type: ignore[union-attr]  # converted
+        convert(prepared, backend_config=fxquant.get_backend_config("qnnpack"))
+    converted = convert(prepared)  # the model is untouched: prepare's backend converts
+    convert(prepared, backend_config=fxquant.get_backend_config("x86"))  # its own: accepted
+    assert flow_state(converted).backend.name == "x86"  # type: ignore[union-attr]  # converted
+    # the generic patterns go with any backend, either side
+    reference = convert(prepared, backend_config=fxquant.get_backend_config("reference"))
+    assert flow_state(reference).backend is not None

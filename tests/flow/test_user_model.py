@@ -10,14 +10,15 @@ one ``CalibrationWarning`` naming the fix (``model.eval()``).
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 import fxquant
 import pytest
 import torch
-from fxquant.errors import CalibrationWarning
+from fxquant.errors import CalibrationWarning, ConfigError, ConfigTypeError
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch import nn
+from torch import fx, nn
 
 
 def _model() -> nn.Module:
@@ -247,3 +248,77 @@ def _prepare_linear(model: nn.Module, backend: str) -> torch.fx.GraphModule:
         (torch.randn(2, 4),),
         backend_config=fxquant.get_backend_config(backend),
     )
+
+
+def _prepared_and_converted() -> tuple[nn.Module, fx.GraphModule, fx.GraphModule]:
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()).eval()
+    x = torch.randn(2, 3, 8, 8)
+    prepared = fxquant.prepare_fx(model, fxquant.get_default_qconfig_mapping("x86"), (x,))
+    prepared(x)
+    return model, prepared, fxquant.convert_fx(prepared)
+
+
+@pytest.mark.parametrize("step", ["prepare_fx", "prepare_qat_fx"])
+def test_preparing_a_prepared_or_converted_model_says_what_it_is_and_what_to_pass(
+    step: str,
+) -> None:
+    model, prepared, converted = _prepared_and_converted()
+    prepare = getattr(fxquant, step)
+    x = (torch.randn(2, 3, 8, 8),)
+    mapping = fxquant.get_default_qconfig_mapping("x86", is_qat=step == "prepare_qat_fx")
+    expected = {
+        prepared: f"^{step}: the model is already prepared \\(prepare_fx or prepare_qat_fx "
+        "returned it, with its observers\\); .* or calibrate the prepared model and pass it "
+        "to convert_fx$",
+        converted: f"^{step}: the model is already converted \\(convert_fx or "
+        f"convert_to_reference_fx returned it\\); {step} takes the float model. Pass the "
+        "float model to prepare it again .* or use the converted model as it is$",
+    }
+    for flow_model, message in expected.items():
+        with pytest.raises(ConfigTypeError, match=message):
+            prepare(flow_model.train() if step == "prepare_qat_fx" else flow_model, mapping, x)
+    assert prepare(model.train() if step == "prepare_qat_fx" else model, mapping, x) is not None
+
+
+@pytest.mark.parametrize("convert", [fxquant.convert_fx, fxquant.convert_to_reference_fx])
+def test_converting_a_converted_model_says_to_pass_the_prepared_one(
+    convert: Callable[..., fx.GraphModule],
+) -> None:
+    _, prepared, converted = _prepared_and_converted()
+    for done in (converted, fxquant.convert_to_reference_fx(prepared)):
+        with pytest.raises(ConfigTypeError) as info:
+            convert(done)
+        assert str(info.value) == (
+            f"{convert.__name__} expects a prepared model, got one that convert_fx or "
+            "convert_to_reference_fx already converted; pass the prepared model (convert "
+            "leaves it unchanged, so it converts again) or use the converted model as it is"
+        )
+    assert fxquant.explain(convert(prepared), show=False).entries()  # the prepared one converts
+
+
+@pytest.mark.parametrize(
+    ("modules", "phrase"),
+    [
+        ((nn.Dropout(),), "where Dropout computes differently"),
+        ((nn.BatchNorm1d(3), nn.Dropout()), "where BatchNorm1d, Dropout compute differently"),
+    ],
+)
+def test_the_training_mode_warning_names_the_modules_in_a_sentence(
+    modules: tuple[nn.Module, ...], phrase: str
+) -> None:
+    model = nn.Sequential(nn.Linear(3, 3), nn.ReLU(), *modules)  # no BatchNorm to fold
+    mapping = fxquant.get_default_qconfig_mapping("x86")
+    with pytest.warns(CalibrationWarning, match=f"in training mode, {phrase} "):
+        fxquant.prepare_fx(model, mapping, (torch.randn(4, 3),))
+
+
+def test_a_conv_bn_model_in_training_mode_is_refused_as_the_ptq_guide_says() -> None:
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU())
+    mapping = fxquant.get_default_qconfig_mapping("x86")
+    config = fxquant.get_backend_config("x86")
+    x = (torch.randn(2, 3, 8, 8),)
+    with (
+        pytest.warns(CalibrationWarning, match="in training mode"),
+        pytest.raises(ConfigError, match=r"^fold_bn_into_conv: BatchNorm2d\(.* call model.eval"),
+    ):
+        fxquant.prepare_fx(model, mapping, x, backend_config=config)

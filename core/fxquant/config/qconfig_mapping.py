@@ -63,12 +63,28 @@ DICT_KEYS: Final = (
 def _check_qconfig(qconfig: object, argument: str) -> QConfigAny:
     if qconfig is None or isinstance(qconfig, QConfig):
         return qconfig
-    raise wrong_type(qconfig, argument, "a QConfig or None (None leaves the match in float)")
+    raise wrong_type(
+        qconfig, argument, "a fxquant.QConfig or None (None leaves the match in float)"
+    )
+
+
+def _module_class_name(name: str, argument: str) -> None:
+    """A string object type matches ``call_method`` nodes (``x.relu()``); a torch.nn class
+    name would match nothing, silently in torch.ao, where the user meant the class."""
+    found = getattr(torch.nn, name, None)
+    if isinstance(found, type) and issubclass(found, torch.nn.Module):
+        msg = (
+            f"{argument} {name!r} is the name of a module class, and a string object type "
+            f"matches method calls only (e.g. 'relu' for x.relu()): pass the class, "
+            f"torch.nn.{name}, not the string {name!r}"
+        )
+        raise ConfigTypeError(msg)
 
 
 def _check_object_type(object_type: object, argument: str) -> ObjectType:
     if isinstance(object_type, str):
         if object_type.isidentifier():
+            _module_class_name(object_type, argument)
             return object_type
     elif isinstance(object_type, type):
         if issubclass(object_type, torch.nn.Module):

@@ -33,7 +33,7 @@ from fxquant.flow.graph_mode import ComposedMode, compose, warn_composed
 from fxquant.flow.inplace import functionalize
 from fxquant.flow.prepare import prepare as _prepare_graph
 from fxquant.flow.report import Report, raise_if_skipped
-from fxquant.flow.state import META_KEY, FlowMeta, FlowState, flow_state
+from fxquant.flow.state import META_KEY, FlowMeta, FlowState, flow_state, raise_if_flow_model
 from fxquant.flow.trace import TRACING_LOCK
 from fxquant.flow.trace import trace as _trace
 from fxquant.flow.user_model import observe_in_model_mode, raise_if_not_float32, warn_if_training
@@ -81,6 +81,7 @@ def fuse_fx(
 def _prepare(
     model: nn.Module, ctx: FlowContext, step: str, equalization: QConfigMapping | None = None
 ) -> fx.GraphModule:
+    raise_if_flow_model(model, step)  # observers observed twice, or no float ops left
     raise_if_not_float32(model, step)  # not a run-time dtype error after convert
     if not ctx.is_qat:
         warn_if_training(model, step)

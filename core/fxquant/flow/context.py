@@ -19,7 +19,7 @@ from typing import Any
 from fxquant.config.backend import BackendConfig
 from fxquant.config.custom import FuseCustomConfig, PrepareCustomConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
-from fxquant.errors import ConfigError, ConfigTypeError
+from fxquant.errors import ConfigError, ConfigTypeError, wrong_type
 from fxquant.lowering import LoweringRule
 from fxquant.registry.resolution import ResolvedBackend
 
@@ -40,12 +40,11 @@ def as_backend_config(backend_config: object) -> BackendConfig | None:
         return backend_config
     if isinstance(backend_config, Mapping):
         return BackendConfig.from_dict(backend_config)  # torch.ao's dict form
-    msg = (
-        "backend_config must be a fxquant.BackendConfig, its dict form (BackendConfig.to_dict()) "
-        f"or None (this host's native backend), got {backend_config!r} of type "
-        f"{type(backend_config).__name__}"
+    expected = (
+        "a fxquant.BackendConfig, its dict form (BackendConfig.to_dict()) "
+        "or None (this host's native backend)"
     )
-    raise ConfigTypeError(msg)
+    raise wrong_type(backend_config, "backend_config", expected)
 
 
 def _resolved(backend: ResolvedBackend | BackendConfig) -> ResolvedBackend:
@@ -71,11 +70,7 @@ def as_config(value: Any, cls: Any, argument: str) -> Any:
     if isinstance(value, Mapping) and not isinstance(value, cls):
         return cls.from_dict(value)  # torch.ao's dict form
     if not isinstance(value, cls):
-        msg = (
-            f"{argument} must be a fxquant.{cls.__name__}, its dict form or None, "
-            f"got {value!r} of type {type(value).__name__}"
-        )
-        raise ConfigTypeError(msg)
+        raise wrong_type(value, argument, f"a fxquant.{cls.__name__}, its dict form or None")
     return value
 
 

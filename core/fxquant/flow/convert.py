@@ -52,7 +52,7 @@ from fxquant.flow.equalization.prepare import EQUALIZATION_KEY
 from fxquant.flow.kept_reference import release_replaced_weights
 from fxquant.flow.lower import lower
 from fxquant.flow.report import NodeStatus, Report, raise_if_skipped
-from fxquant.flow.state import META_KEY, FlowMeta, FlowState, node_info
+from fxquant.flow.state import META_KEY, FlowMeta, FlowState, is_converted, node_info
 from fxquant.flow.trace import drop_string_annotations
 from fxquant.flow.user_model import warn_if_calibrated_in_training, warn_if_converted_in_training
 from fxquant.lowering import DEQUANTIZE_OPS
@@ -70,6 +70,13 @@ def _flow_state(graph_module: object, step: str) -> FlowState:
             f"{step} expects a model returned by fxquant.prepare_fx or prepare_qat_fx, got "
             f"{type(graph_module).__name__}; prepare (and calibrate) the model first "
             "(a model saved with torch.save loses its flow state: convert before saving)"
+        )
+        raise ConfigTypeError(msg)
+    if is_converted(state):
+        msg = (
+            f"{step} expects a prepared model, got one that convert_fx or "
+            "convert_to_reference_fx already converted; pass the prepared model (convert "
+            "leaves it unchanged, so it converts again) or use the converted model as it is"
         )
         raise ConfigTypeError(msg)
     return state
@@ -146,7 +153,7 @@ def _mark_reference(report: Report) -> Report:
         else e
         for e in report.entries()
     ]
-    return Report(entries, report.unused())
+    return Report(entries, report.unused(), report.notes())
 
 
 def _tidy(graph: fx.Graph) -> None:
@@ -281,6 +288,8 @@ def convert_to_reference_fx(
             (reported ``qconfig_none``); other qconfigs are prepare's.
         backend_config: accepted for torch.ao compatibility (a ``BackendConfig``
             or its dict form); the prepare backend's pattern configs are used.
+            Another backend's config is refused, as by ``convert_fx``, unless
+            either of them is ``reference``.
 
     Returns:
         The reference model (a new ``GraphModule``).
@@ -288,6 +297,8 @@ def convert_to_reference_fx(
     Raises:
         ConfigTypeError: ``graph_module`` is not a prepared model, or an
             argument is not of its type (nor its dict form).
+        ConfigError: ``backend_config`` names another backend than prepare's
+            (neither of them ``reference``); the message names both and the fix.
 
     Example:
         >>> import torch, fxquant
@@ -300,7 +311,10 @@ def convert_to_reference_fx(
     """
     step = "convert_to_reference_fx"
     remove = _check_remove_qconfig(_remove_qconfig, step)
-    as_backend_config(backend_config)  # checked, then unused: decided at prepare; see Args
+    chosen = as_backend_config(backend_config)  # the patterns were decided at prepare; see Args
+    recorded = _flow_state(graph_module, step).backend
+    if chosen is not None and recorded is not None and recorded.name != chosen.name:
+        _check_same_backend(recorded.name, chosen.name, step)
     gm, state, report = reference_model(graph_module, convert_custom_config, qconfig_mapping, step)
     if remove:
         _remove_qconfig_attributes(gm)
@@ -319,23 +333,23 @@ def _lowering_backend(state: FlowState, chosen: BackendConfig | None) -> Resolve
     config = state.backend_config if chosen is None else chosen
     recorded = state.backend
     if recorded is not None and recorded.name != config.name:
-        _check_same_backend(recorded.name, config.name)
+        _check_same_backend(recorded.name, config.name, "convert_fx")
     if recorded is None or recorded.name != config.name:
         return resolve_backend(config, "convert_fx")
     return recorded if recorded.config is config else recorded.with_config(config)
 
 
-def _check_same_backend(prepared: str, chosen: str) -> None:
+def _check_same_backend(prepared: str, chosen: str, step: str) -> None:
     """Refuse kernels of another backend than the one whose observers prepare chose:
     they may not honour them (fbgemm's kernels saturate on the full-range activations
     x86 and qnnpack observe; qnnpack's want the ranges it observes)."""
     if "reference" in (prepared, chosen):  # generic patterns; no kernels to disagree
         return
     msg = (
-        f"convert_fx: backend_config names backend {chosen!r}, but the model was prepared "
+        f"{step}: backend_config names backend {chosen!r}, but the model was prepared "
         f"for backend {prepared!r}; the backend is resolved once, at prepare, and its "
         f"observers, dtypes and fusions were chosen for {prepared!r}. Drop backend_config= "
-        f"to lower with {prepared!r}'s kernels, or prepare the float model again with "
+        f"to keep backend {prepared!r} (and its kernels), or prepare the float model again with "
         f"backend_config=fxquant.get_backend_config({chosen!r})."
     )
     raise ConfigError(msg)

@@ -106,7 +106,7 @@ def _skipped(report: Report, reasons: Mapping[str, Reason]) -> Report:
         else e
         for e in report.entries()
     ]
-    return Report(entries, report.unused())
+    return Report(entries, report.unused(), report.notes())
 
 
 def report_not_calibrated(

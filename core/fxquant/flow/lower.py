@@ -261,7 +261,7 @@ def _update_report(
             words = f"{why}; it stays in reference form"
             entry = dataclasses.replace(entry, reason=Reason(ReasonCode.NO_LOWERING_KERNEL, words))
         entries.append(entry)
-    return Report(entries, report.unused())
+    return Report(entries, report.unused(), report.notes())
 
 
 def _reduced_float_ops(gm: GraphModule) -> dict[str, str]:

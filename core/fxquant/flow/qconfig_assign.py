@@ -299,10 +299,11 @@ def _with_fused_type(
 def _mismatch_reason(match: Match[BackendPatternConfig], odd: Collection[fx.Node]) -> Reason:
     names = ", ".join(n.name for n in match.nodes)
     named = ", ".join(n.name for n in odd)
+    differ = "differs" if len(odd) == 1 else "differ"
     return Reason(
         "fusion_qconfig_mismatch",
         f"{pattern_str(match.payload.pattern or match.pattern)}: nodes {names} have different "
-        f"qconfigs ({named} differ), so they cannot be fused; give them one qconfig to fuse "
+        f"qconfigs ({named} {differ}), so they cannot be fused; give them one qconfig to fuse "
         "and quantize them",
         field="qconfig",
     )

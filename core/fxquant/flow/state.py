@@ -18,8 +18,9 @@ from fxquant.config.backend import BackendConfig, BackendPatternConfig, DTypeCon
 from fxquant.config.custom import PrepareCustomConfig
 from fxquant.config.qconfig import QConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
+from fxquant.errors import ConfigTypeError
 from fxquant.flow.kept_reference import materialize
-from fxquant.flow.report import Reason, Report
+from fxquant.flow.report import NodeStatus, Reason, Report
 from fxquant.registry.answers import GraphMode
 from fxquant.registry.resolution import ResolvedBackend
 
@@ -29,7 +30,9 @@ __all__ = [
     "FlowState",
     "NodeInfo",
     "flow_state",
+    "is_converted",
     "node_info",
+    "raise_if_flow_model",
     "reference_form",
     "update_info",
 ]
@@ -114,6 +117,51 @@ def flow_state(model: object) -> FlowState | None:
         return None
     state = model.meta.get(META_KEY)
     return state if isinstance(state, FlowState) else None
+
+
+def is_converted(state: FlowState) -> bool:
+    """True for the state of a model convert_fx or convert_to_reference_fx returned:
+    its report has reference or lowered nodes, where a prepared model's has quantized ones.
+
+    Example:
+        >>> from fxquant.flow.report import Report
+        >>> is_converted(FlowState(BackendConfig("b"), QConfigMapping(), False, Report(),
+        ...                        PrepareCustomConfig()))
+        False
+    """
+    done = (NodeStatus.REFERENCE, NodeStatus.LOWERED)
+    return any(entry.status in done for entry in state.report.entries())
+
+
+def raise_if_flow_model(model: object, step: str) -> None:
+    """Refuse a model prepare or convert already returned: ``step`` wants the float model.
+
+    Preparing a prepared model again would observe every value twice (the old
+    observers are ops of its graph), and a converted one has no float ops left.
+
+    Raises:
+        ConfigTypeError: ``model`` carries fxquant's flow state; the message says
+            what it is and what to pass instead.
+
+    Example:
+        >>> import torch
+        >>> raise_if_flow_model(torch.nn.ReLU(), "prepare_fx")
+    """
+    state = flow_state(model)
+    if state is None:
+        return
+    if is_converted(state):
+        what = "converted (convert_fx or convert_to_reference_fx returned it)"
+        other = "use the converted model as it is"
+    else:
+        what = "prepared (prepare_fx or prepare_qat_fx returned it, with its observers)"
+        other = "calibrate the prepared model and pass it to convert_fx"
+    msg = (
+        f"{step}: the model is already {what}; {step} takes the float model. Pass the "
+        "float model to prepare it again (prepare leaves it unchanged, so another mapping "
+        f"or backend can prepare it too), or {other}"
+    )
+    raise ConfigTypeError(msg)
 
 
 def reference_form(model: object) -> GraphModule | None:

@@ -122,13 +122,18 @@ def warn_if_training(model: nn.Module, step: str) -> None:
     if not trained:
         return  # torch's other modules compute the same in both modes: no number changes
     msg = (
-        f"{step} got {type(model).__name__} in training mode, where {', '.join(trained)} "
-        "compute differently (batch statistics, dropped values): calibration would record "
+        f"{step} got {type(model).__name__} in training mode, where {_compute(trained)} "
+        "differently (batch statistics, dropped values): calibration would record "
         "ranges the model in eval mode never produces. Call model.eval() before "
         f"{step} (prepare_qat_fx is the flow for training). The prepared model works on its "
         "own copy of every buffer: your model's BatchNorm statistics are not changed"
     )
     warnings.warn(msg, CalibrationWarning, stacklevel=3)
+
+
+def _compute(names: list[str]) -> str:
+    """``"Dropout computes"``, ``"BatchNorm2d, Dropout compute"``: the verb agrees."""
+    return f"{', '.join(names)} {'computes' if len(names) == 1 else 'compute'}"
 
 
 def _changes_in_training(module: nn.Module) -> bool:
@@ -199,7 +204,7 @@ def warn_if_calibrated_in_training(prepared: nn.Module, step: str) -> None:
     msg = (
         f"{step}: the prepared model was calibrated in training mode ({len(observed)} "
         f"observer(s) recorded batches while training); in training mode "
-        f"{', '.join(changed)} compute differently: dropout scales the values it keeps "
+        f"{_compute(changed)} differently: dropout scales the values it keeps "
         "by 1/(1-p), BatchNorm normalizes with each batch's statistics and moves its "
         "running statistics toward the calibration batches'. The recorded ranges (and "
         "those statistics) are not the eval-mode model's, even after .eval(). Prepare "

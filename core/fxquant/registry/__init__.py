@@ -210,7 +210,7 @@ def _global_qconfig(mapping: QConfigMapping, backend: str) -> QConfig:
 
     if mapping.global_qconfig is None:
         msg = (
-            f"backend {backend!r}'s default QConfigMapping sets no global qconfig; "
+            f"the default QConfigMapping of backend {backend!r} sets no global qconfig; "
             f"use get_default_qconfig_mapping({backend!r}) itself"
         )
         raise MissingDefaultQConfigError(msg)
