@@ -2,7 +2,9 @@
 
 A node's value is what the next op reads: a reference model's node through its
 output quantize/dequantize steps; a lowered kernel's integers, dequantized with
-the output qparams lowering recorded on it (``flow/epilogues.py``'s keys). A run
+the output qparams lowering recorded on it (``flow/epilogues.py``'s keys), or its
+float output where it took that dequantize in (still on that grid: steps are counted
+on it). Values are copies: an in-place reader must not rewrite what was read. A run
 can also replace each value by a given one before the next node reads it: fed
 the float model's values, each node then shows its own (local) error.
 """
