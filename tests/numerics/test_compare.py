@@ -197,3 +197,99 @@ def test_activations_beyond_float32_squares_give_finite_sqnr() -> None:
     wanted = 10 * math.log10(float(expected.double().pow(2).sum() / error))
     assert rows["output"].sqnr == pytest.approx(wanted, abs=1e-6)
     assert all(math.isfinite(row.sqnr) for row in rows.values())
+
+
+def _lowered_pair(
+    model: nn.Module, backend: str, data: list[torch.Tensor]
+) -> tuple[nn.Module, ...]:
+    return _converted(model.eval(), backend, data)
+
+
+@pytest.mark.parametrize("seed", [0, 2, 3])
+def test_a_kernel_that_takes_in_its_dequantize_reports_steps_on_its_output_grid(
+    seed: int,
+) -> None:
+    """The last conv's dequantize is folded into the qnnpack kernel (the model output is
+    float): its values still lie on the conv's output grid, and a one-step difference
+    must read as one step, not as a 55 dB float row that fails the docs' 100 dB check."""
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Conv2d(3, 16, 3), nn.ReLU(), nn.Conv2d(16, 8, 1))
+    data = [torch.randn(2, 3, 8, 8) for _ in range(4)]
+    reference, lowered = _lowered_pair(model, "qnnpack", data)
+    result = compare(reference, lowered, data)
+    last = result["_2"]
+    assert last.steps is not None, result.to_markdown()
+    assert last.local_steps is not None
+    with torch.no_grad():
+        diffs = [float((reference(x) - lowered(x)).abs().max()) for x in data]
+    assert last.max_abs == pytest.approx(max(diffs))
+    assert last.steps == pytest.approx(round(last.steps), abs=1e-3)  # whole steps apart
+    assert last.local_steps <= 1.0 + 1e-4, result.to_markdown()
+    assert all(r.local_steps is not None for r in result if r.node != "output")
+
+
+class _SqueezeExcitation(nn.Module):
+    """EfficientNet's block around its squeeze-excitation, with torchvision's in-place SiLUs."""
+
+    def __init__(self, channels: int = 16, squeezed: int = 4) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, channels, 3, padding=1)
+        self.bn = nn.BatchNorm2d(channels)
+        self.act = nn.SiLU(inplace=True)
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc1 = nn.Conv2d(channels, squeezed, 1)
+        self.activation = nn.SiLU(inplace=True)
+        self.fc2 = nn.Conv2d(squeezed, channels, 1)
+        self.scale_activation = nn.Sigmoid()
+        self.project = nn.Conv2d(channels, 8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.act(self.bn(self.conv(x)))
+        scale = self.fc1(self.avgpool(x))
+        scale = self.scale_activation(self.fc2(self.activation(scale)))
+        return self.project(scale * x)
+
+
+def test_a_node_identical_to_its_reference_reads_infinite_local_sqnr() -> None:
+    """fc1's output (a float, its dequantize folded in) is read by an in-place SiLU:
+    compare kept that very tensor, so the SiLU rewrote the recorded and the expected values
+    and a node identical to its reference read -16 dB locally (EfficientNet-B1, fbgemm)."""
+    torch.manual_seed(0)
+    data = [torch.randn(2, 3, 8, 8) for _ in range(3)]
+    reference, lowered = _lowered_pair(_SqueezeExcitation(), "fbgemm", data)
+    result = compare(reference, lowered, data)
+    assert all(row.max_abs == 0.0 for row in result), result.to_markdown()  # the premise
+    assert all(row.local_sqnr == math.inf for row in result if row.node != "output"), (
+        result.to_markdown()
+    )
+
+
+@settings(max_examples=3, deadline=None)
+@given(seed=st.integers(0, 2**16), backend=st.sampled_from(["fbgemm", "qnnpack", "x86"]))
+def test_a_squeeze_excitation_block_is_within_one_local_step_of_its_reference(
+    seed: int, backend: str
+) -> None:
+    torch.manual_seed(seed)
+    data = [torch.randn(2, 3, 8, 8) for _ in range(3)]
+    reference, lowered = _lowered_pair(_SqueezeExcitation(), backend, data)
+    result = compare(reference, lowered, data)
+    assert result["fc1"].steps is not None, result.to_markdown()  # on fc1's output grid
+    for row in result:
+        if row.local_steps is not None:
+            assert row.local_steps <= 1.0 + 1e-4, result.to_markdown()
+
+
+def test_an_in_place_op_after_a_node_leaves_its_float_value_as_computed() -> None:
+    """Against the float model: the value compare reads for ``act``'s input is the conv's
+    output, not what an in-place SiLU made of it afterwards."""
+    torch.manual_seed(0)
+    model = _SqueezeExcitation().eval()
+    data = [torch.randn(2, 3, 8, 8) for _ in range(2)]
+    reference, _ = _lowered_pair(model, "reference", data)
+    result = compare(model, reference, data)
+    assert result["output"].sqnr > 25.0
+    assert all(
+        row.local_sqnr is not None and row.local_sqnr > 20.0
+        for row in result
+        if row.node != "output"
+    ), result.to_markdown()

@@ -2,7 +2,9 @@
 
 A node's value is what the next op reads: a reference model's node through its
 output quantize/dequantize steps; a lowered kernel's integers, dequantized with
-the output qparams lowering recorded on it (``flow/epilogues.py``'s keys). A run
+the output qparams lowering recorded on it (``flow/epilogues.py``'s keys), or its
+float output where it took that dequantize in (still on that grid: steps are counted
+on it). Values are copies: an in-place reader must not rewrite what was read. A run
 can also replace each value by a given one before the next node reads it: fed
 the float model's values, each node then shows its own (local) error.
 """
@@ -84,6 +86,13 @@ def value_sites(gm: fx.GraphModule, names: set[str]) -> dict[Node, Site]:
     return sites
 
 
+def _grid(qparams: QParams | None) -> tuple[float, float] | None:
+    """(scale, zero point) of a per-tensor output grid, or None where there is none."""
+    if qparams is None or qparams.scale is None or qparams.is_per_channel:
+        return None
+    return float(qparams.scale), float(qparams.zero_point or 0)
+
+
 class ValueRun(fx.Interpreter):
     """Runs ``gm``, reading every site's value; replaces it by ``forced[name]`` if given."""
 
@@ -114,13 +123,17 @@ class ValueRun(fx.Interpreter):
             scale = _static_step(step)
             if scale is not None:
                 self.steps[site.name] = scale
+        grid = _grid(site.qparams)
+        if grid is not None:
+            # a kernel's integers, or its float output with the dequantize taken in:
+            # either way the values lie on its output grid, so steps can be counted
+            self.steps[site.name] = grid[0]
         if out.is_floating_point():
-            return out.detach().float()
-        qparams = site.qparams
-        if qparams is None or qparams.scale is None or qparams.is_per_channel:
+            # a copy: an in-place op reading the node (SiLU(inplace=True)) would rewrite it
+            return out.detach().float().clone()
+        if grid is None:
             return None
-        self.steps[site.name] = float(qparams.scale)
-        return (out.float() - float(qparams.zero_point or 0)) * float(qparams.scale)
+        return (out.float() - grid[1]) * grid[0]
 
     def _constant(self, arg: Any) -> Any:
         if isinstance(arg, Node) and arg.op == "get_attr":
@@ -133,7 +146,8 @@ class ValueRun(fx.Interpreter):
         if value.shape != out.shape:
             return out
         if out.is_floating_point():
-            return value.to(out.dtype)
+            # a copy: an in-place op reading it would rewrite the expected value
+            return value.to(out.dtype, copy=True)
         qparams = site.qparams
         if qparams is None or qparams.scale is None or qparams.is_per_channel:
             return out
