@@ -253,6 +253,35 @@ def test_a_model_without_an_attention_block_gets_the_default_mapping_and_a_warni
     assert mapping.to_dict() == fxquant.get_default_qconfig_mapping("x86").to_dict()
 
 
+@pytest.mark.parametrize(
+    "model",
+    [
+        lambda: nn.TransformerEncoderLayer(HIDDEN, HEADS, 64, batch_first=True).eval(),
+        lambda: nn.TransformerEncoder(
+            nn.TransformerEncoderLayer(HIDDEN, HEADS, 64, batch_first=True),
+            2,
+            enable_nested_tensor=False,
+        ).eval(),
+    ],
+    ids=["encoder_layer", "encoder"],
+)
+def test_a_model_plain_fx_cannot_trace_gets_the_default_mapping_and_how_to_pass_its_graph(
+    monkeypatch: pytest.MonkeyPatch, model: type[nn.Module]
+) -> None:
+    on_cpu(monkeypatch, AMX)
+    built = model()
+    with pytest.warns(ConfigWarning) as caught:
+        mapping = attention_bf16_qconfig_mapping(built)
+    (warning,) = caught
+    message = str(warning.message)
+    assert message.startswith(
+        "attention_bf16_qconfig_mapping: torch.fx.symbolic_trace could not trace "
+        f"{type(built).__name__} to look for attention blocks ("
+    ), message
+    assert "Pass a GraphModule traced already" in message
+    assert mapping.to_dict() == fxquant.get_default_qconfig_mapping("x86").to_dict()
+
+
 def test_strict_convert_accepts_the_bf16_ops_the_mapping_asked_for(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

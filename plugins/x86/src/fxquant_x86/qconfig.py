@@ -93,6 +93,27 @@ def _no_blocks_message(model: nn.Module, graph: fx.GraphModule) -> str:
     )
 
 
+def _traced(model: nn.Module) -> fx.GraphModule | None:
+    """``model``'s graph, or ``None`` with a warning saying how to hand one over: the finder
+    reads a plain ``torch.fx`` graph, which models with Python control flow on their inputs
+    (``nn.TransformerEncoderLayer``'s fast path, transformers' models) do not give."""
+    if isinstance(model, fx.GraphModule):
+        return model
+    try:
+        return fx.symbolic_trace(model)
+    except Exception as error:  # any tracing failure: the mapping still works, without blocks
+        reason = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+    msg = (
+        f"attention_bf16_qconfig_mapping: torch.fx.symbolic_trace could not trace "
+        f"{type(model).__name__} to look for attention blocks ({reason}). Pass a GraphModule "
+        "traced already (a transformers model: transformers.utils.fx.symbolic_trace(model, "
+        "input_names=[...]); a torch.nn layer: wrap it in a module of your own); the default "
+        "mapping comes back, its attention in float32"
+    )
+    warnings.warn(msg, ConfigWarning, stacklevel=3)
+    return None
+
+
 def attention_bf16_qconfig_mapping(model: nn.Module) -> QConfigMapping:
     """x86's default mapping with ``model``'s attention blocks in bfloat16, where the CPU has it.
 
@@ -107,7 +128,9 @@ def attention_bf16_qconfig_mapping(model: nn.Module) -> QConfigMapping:
 
     Args:
         model: the float model (traced with ``torch.fx.symbolic_trace``), or a
-            ``GraphModule`` traced already (transformers' ``symbolic_trace``).
+            ``GraphModule`` traced already (transformers' ``symbolic_trace``). A model
+            that plain ``torch.fx`` cannot trace gets the default mapping and a warning
+            saying how to pass its graph.
 
     On a CPU without AMX-BF16 or AVX512-BF16, and on a model where no block is found
     (:func:`fxquant_x86.attention.why_no_blocks` says why), the default mapping is
@@ -120,7 +143,9 @@ def attention_bf16_qconfig_mapping(model: nn.Module) -> QConfigMapping:
     if not precision.bf16_accelerated():
         warnings.warn(precision.bf16_unavailable_reason(), ConfigWarning, stacklevel=2)
         return mapping
-    graph = model if isinstance(model, fx.GraphModule) else fx.symbolic_trace(model)
+    graph = _traced(model)
+    if graph is None:
+        return mapping
     int8 = mapping.global_qconfig
     assert int8 is not None  # the default quantizes by default
     int8_bf16_out = dataclasses.replace(int8, output_dtype=torch.bfloat16)
