@@ -241,13 +241,16 @@ def test_convert_fx_model_deploys_as_its_reference_form(
         assert float((deployed(x) - reference(x)).abs().max()) <= one_step(reference)
 
 
-def test_a_model_lowered_to_another_backend_is_refused_naming_what_to_pass(
-    prepared: fx.GraphModule,
-) -> None:
+def test_a_model_lowered_to_another_backend_is_refused_naming_what_to_pass() -> None:
     deployment = get_deployment(BACKEND)
     assert deployment is not None
+    x = torch.randn(4, 3, 8, 8)
     onednn = fxquant.get_backend_config("onednn")
-    lowered = fxquant.convert_fx(prepared, backend_config=onednn)
+    mapping = fxquant.get_default_qconfig_mapping("onednn")
+    prepared = fxquant.prepare_fx(ConvNet().eval(), mapping, (x,), backend_config=onednn)
+    with torch.no_grad():
+        prepared(x)
+    lowered = fxquant.convert_fx(prepared)
     with pytest.raises(
         ConfigTypeError, match=r"lowered to kernels.*only for backend x86.*convert_to_reference"
     ):
