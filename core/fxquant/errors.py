@@ -27,8 +27,6 @@ code written against torch.ao, while ``FxquantError`` catches everything of ours
 
 from __future__ import annotations
 
-from fxquant.torch_ao_names import torch_ao_hint
-
 __all__ = [
     "CalibrationWarning",
     "CheckpointError",
@@ -218,3 +216,43 @@ class CalibrationWarning(UserWarning):
     ``prepare_fx`` got a model in training mode. ``warnings.simplefilter("error",
     CalibrationWarning)`` turns them into errors.
     """
+
+
+_AO = "torch.ao."
+# The config classes fxquant keeps under torch.ao's names (fxquant.QConfig...), and the
+# call that builds each; this module imports nothing, so they are listed, not looked up.
+_OURS = {
+    "BackendConfig": "fxquant.get_backend_config('x86')",
+    "BackendPatternConfig": "fxquant.get_default_qconfig_mapping('x86')",
+    "DTypeConfig": "fxquant.get_default_qconfig_mapping('x86')",
+    "QConfig": "fxquant.get_default_qconfig('x86')",
+    "QConfigMapping": "fxquant.get_default_qconfig_mapping('x86')",
+    "PrepareCustomConfig": "fxquant.PrepareCustomConfig()",
+    "ConvertCustomConfig": "fxquant.ConvertCustomConfig()",
+    "FuseCustomConfig": "fxquant.FuseCustomConfig()",
+}
+
+
+def torch_ao_hint(value: object) -> str:
+    """For a torch.ao object given where fxquant wants its own: what it is and what to pass.
+
+    ``""`` for anything else. fxquant reads torch.ao's classes in patterns and
+    models, but not its configs: their observers are torch.ao's, which make the
+    deprecated quantized tensors. Recognised by module name, without importing torch.ao.
+
+    Example:
+        >>> torch_ao_hint(3)
+        ''
+    """
+    cls = value if isinstance(value, type) else type(value)
+    module = str(getattr(cls, "__module__", ""))
+    if not module.startswith(_AO):
+        return ""
+    name = cls.__name__
+    ours = f"fxquant.{name}" if name in _OURS else "fxquant's namesake"
+    example = _OURS.get(name, "fxquant.get_default_qconfig_mapping('x86')")
+    return (
+        f"; that is torch.ao's {module}.{name}, and fxquant does not take torch.ao's config "
+        f"objects: build it with {ours} (import from fxquant what you imported from "
+        f"torch.ao.quantization, e.g. {example}; see docs/migration.md)"
+    )

@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
+from fxquant.errors import torch_ao_hint
+
 __all__ = [
     "as_fxquant_class",
     "is_torch_ao_match_all",
@@ -125,36 +127,3 @@ def as_fxquant_class(op: Any, extra_modules: Sequence[str] = ()) -> Any:
                     return found
             break
     return op
-
-
-_AO = "torch.ao."
-_EXAMPLES = {
-    "BackendConfig": "fxquant.get_backend_config('x86')",
-    "QConfig": "fxquant.get_default_qconfig('x86')",
-}
-
-
-def torch_ao_hint(value: object) -> str:
-    """For a torch.ao object given where fxquant wants its own: what it is and what to pass.
-
-    ``""`` for anything else. fxquant reads torch.ao's classes in patterns and
-    models, but not its configs: their observers are torch.ao's, which make the
-    deprecated quantized tensors. Recognised by module name, without importing torch.ao.
-
-    Example:
-        >>> torch_ao_hint(3)
-        ''
-    """
-    cls = value if isinstance(value, type) else type(value)
-    module = str(getattr(cls, "__module__", ""))
-    if not module.startswith(_AO):
-        return ""
-    name = cls.__name__
-    fxquant = importlib.import_module("fxquant")
-    ours = f"fxquant.{name}" if hasattr(fxquant, name) else "fxquant's namesake"
-    example = _EXAMPLES.get(name, "fxquant.get_default_qconfig_mapping('x86')")
-    return (
-        f"; that is torch.ao's {module}.{name}, and fxquant does not take torch.ao's config "
-        f"objects: build it with {ours} (import from fxquant what you imported from "
-        f"torch.ao.quantization, e.g. {example}; see docs/migration.md)"
-    )

@@ -107,10 +107,11 @@ def markdown_table(
         | 1 | 2  |
         >>> cell = "one two three four five six seven eight nine ten eleven twelve"
         >>> print(markdown_table(["k", "v"], [["x", cell]], width=40))
-        | k | v                                                |
-        | - | ------------------------------------------------ |
-        | x | one two three four five six seven eight nine ten |
-        |   | eleven twelve                                    |
+        | k | v                                |
+        | - | -------------------------------- |
+        | x | one two three four five six      |
+        |   | seven eight nine ten eleven      |
+        |   | twelve                           |
     """
     cells = [[str(c).replace("|", "\\|") for c in row] for row in [header, *rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
