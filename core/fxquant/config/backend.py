@@ -391,6 +391,17 @@ _PATTERN_CONFIG_SETTERS: Final = {
 }
 
 
+def _refuse_second_format(given: tuple[str, Pattern], held: tuple[str, Pattern | None]) -> None:
+    """A config holds its pattern in one format: refuse setting ``given`` over ``held``."""
+    if held[1] is not None:
+        msg = (
+            f"cannot set {given[0]} {patterns.pattern_str(given[1])}: this config already has "
+            f"{held[0]} {patterns.pattern_str(held[1])}; "
+            "only one of 'pattern' or 'pattern_complex_format' can be set"
+        )
+        raise ConfigError(msg)
+
+
 class BackendPatternConfig(serialize.DictForm):
     """How a backend quantizes one pattern: observers, dtypes, fusion, module swaps.
 
@@ -457,13 +468,9 @@ class BackendPatternConfig(serialize.DictForm):
             >>> BackendPatternConfig().set_pattern((torch.nn.Linear, torch.nn.ReLU)).pattern[1]
             <class 'torch.nn.modules.activation.ReLU'>
         """
-        if self._pattern_complex_format is not None:
-            msg = (
-                f"cannot set pattern {patterns.pattern_str(pattern)}: this config already has "
-                f"pattern_complex_format {patterns.pattern_str(self._pattern_complex_format)}; "
-                "only one of 'pattern' or 'pattern_complex_format' can be set"
-            )
-            raise ConfigError(msg)
+        _refuse_second_format(
+            ("pattern", pattern), ("pattern_complex_format", self._pattern_complex_format)
+        )
         self.pattern = patterns.validate_simple(pattern)
         return self
 
@@ -476,13 +483,7 @@ class BackendPatternConfig(serialize.DictForm):
             >>> c.pattern is None
             True
         """
-        if self.pattern is not None:
-            msg = (
-                f"cannot set pattern_complex_format {patterns.pattern_str(pattern)}: this "
-                f"config already has pattern {patterns.pattern_str(self.pattern)}; "
-                "only one of 'pattern' or 'pattern_complex_format' can be set"
-            )
-            raise ConfigError(msg)
+        _refuse_second_format(("pattern_complex_format", pattern), ("pattern", self.pattern))
         self._pattern_complex_format = patterns.validate_complex(pattern)
         return self
 
