@@ -170,6 +170,11 @@ class ObserverBase(torch.nn.Module):
             )
             warnings.warn(msg, CalibrationWarning, stacklevel=2)
 
+    def _forget_batches(self) -> None:
+        """Forget what the recorded batches said beyond the range (peaks, training mode)."""
+        self.batch_peaks = (0.0, 0.0)
+        self.observed_in_training = False
+
     def _note_peak(self, low: torch.Tensor, high: torch.Tensor) -> None:
         """Fold one batch's (finite) min and max into :attr:`batch_peaks`; note the mode."""
         if self.training:
@@ -574,7 +579,38 @@ def _float_qparams(
     return scale, zero_point
 
 
-class MinMaxObserver(UniformQuantizationObserverBase):
+class _RunningRange(UniformQuantizationObserverBase):
+    """The min/max observers' round: measure a batch, fold it into ``min_val``/``max_val``.
+
+    Subclasses register the two buffers and say how a batch is folded in (:meth:`_fold`)
+    and along which axis its channels lie (:meth:`_channel_axis`, None per tensor).
+    """
+
+    min_val: torch.Tensor
+    max_val: torch.Tensor
+
+    def forward(self, x_orig: torch.Tensor) -> torch.Tensor:
+        """Fold ``x``'s min and max (per channel for per-channel observers) in; return ``x``."""
+        found = self._batch_min_max(x_orig, self.min_val.dtype, self._channel_axis())
+        if found is not None:
+            self._fold(*found)
+        return x_orig
+
+    def _channel_axis(self) -> int | None:
+        return None
+
+    def _fold(self, batch_min: torch.Tensor, batch_max: torch.Tensor) -> None:
+        raise NotImplementedError
+
+    def calculate_qparams(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(scale, zero_point)``: shape ``[1]`` per tensor, one entry per channel otherwise."""
+        return self._calculate_qparams(self.min_val, self.max_val)
+
+    def extra_repr(self) -> str:
+        return f"min_val={self.min_val}, max_val={self.max_val}"
+
+
+class MinMaxObserver(_RunningRange):
     """Per-tensor observer of the running minimum and maximum.
 
     ``scale = (max(max_val, 0) - min(min_val, 0)) / (quant_max - quant_min)`` (affine) or
@@ -588,9 +624,6 @@ class MinMaxObserver(UniformQuantizationObserverBase):
         >>> obs.calculate_qparams()
         (tensor([0.0157]), tensor([64], dtype=torch.int32))
     """
-
-    min_val: torch.Tensor
-    max_val: torch.Tensor
 
     def __init__(  # noqa: PLR0913, PLR0917  # torch.ao's constructor signature, kept for users
         self,
@@ -612,29 +645,15 @@ class MinMaxObserver(UniformQuantizationObserverBase):
         self.register_buffer("max_val", torch.tensor(float("-inf"), **kwargs))
         self._check_symmetric_reduce_range()
 
-    def forward(self, x_orig: torch.Tensor) -> torch.Tensor:
-        """Record ``x``'s minimum and maximum; return ``x`` unchanged."""
-        found = self._batch_min_max(x_orig, self.min_val.dtype)
-        if found is None:
-            return x_orig
-        batch_min, batch_max = found
+    def _fold(self, batch_min: torch.Tensor, batch_max: torch.Tensor) -> None:
         self.min_val.copy_(torch.min(batch_min, self.min_val))
         self.max_val.copy_(torch.max(batch_max, self.max_val))
-        return x_orig
-
-    def calculate_qparams(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(scale, zero_point)``, each of shape ``[1]``."""
-        return self._calculate_qparams(self.min_val, self.max_val)
-
-    def extra_repr(self) -> str:
-        return f"min_val={self.min_val}, max_val={self.max_val}"
 
     def reset_min_max_vals(self) -> None:
         """Forget the recorded range."""
         self.min_val.fill_(float("inf"))
         self.max_val.fill_(float("-inf"))
-        self.batch_peaks = (0.0, 0.0)
-        self.observed_in_training = False
+        self._forget_batches()
 
 
 def _require_per_tensor(owner: str, qscheme: object) -> None:
@@ -706,12 +725,7 @@ class MovingAverageMinMaxObserver(MinMaxObserver):
         )
         self.averaging_constant = averaging_constant
 
-    def forward(self, x_orig: torch.Tensor) -> torch.Tensor:
-        """Fold ``x``'s min and max into the moving averages; return ``x`` unchanged."""
-        found = self._batch_min_max(x_orig, self.min_val.dtype)
-        if found is None:
-            return x_orig
-        batch_min, batch_max = found
+    def _fold(self, batch_min: torch.Tensor, batch_max: torch.Tensor) -> None:
         if bool(self.min_val == float("inf")) and bool(self.max_val == float("-inf")):
             new_min, new_max = batch_min, batch_max
         else:
@@ -720,7 +734,6 @@ class MovingAverageMinMaxObserver(MinMaxObserver):
             new_max = self.max_val + c * (batch_max - self.max_val)
         self.min_val.copy_(new_min)
         self.max_val.copy_(new_max)
-        return x_orig
 
 
 def _aminmax(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -738,7 +751,7 @@ def _per_channel_aminmax(x: torch.Tensor, ch_axis: int) -> tuple[torch.Tensor, t
     return torch.amin(rows, dim=1), torch.amax(rows, dim=1)
 
 
-class PerChannelMinMaxObserver(UniformQuantizationObserverBase):
+class PerChannelMinMaxObserver(_RunningRange):
     """Observer of the running min and max of every slice along ``ch_axis`` (weights).
 
     Args:
@@ -758,9 +771,6 @@ class PerChannelMinMaxObserver(UniformQuantizationObserverBase):
         >>> obs.calculate_qparams()[0]
         tensor([0.0157, 0.0039])
     """
-
-    min_val: torch.Tensor
-    max_val: torch.Tensor
 
     def __init__(  # noqa: PLR0913, PLR0917  # torch.ao's constructor signature, kept for users
         self,
@@ -786,35 +796,24 @@ class PerChannelMinMaxObserver(UniformQuantizationObserverBase):
         self.register_buffer("max_val", torch.tensor([], **kwargs))
         self._check_symmetric_reduce_range()
 
+    def _channel_axis(self) -> int:
+        return self.ch_axis
+
     def _store(self, new_min: torch.Tensor, new_max: torch.Tensor) -> None:
         self.min_val.resize_(new_min.shape).copy_(new_min)
         self.max_val.resize_(new_max.shape).copy_(new_max)
 
-    def forward(self, x_orig: torch.Tensor) -> torch.Tensor:
-        """Record each channel's min and max; return ``x`` unchanged."""
-        found = self._batch_min_max(x_orig, self.min_val.dtype, self.ch_axis)
-        if found is None:
-            return x_orig
-        batch_min, batch_max = found
+    def _fold(self, batch_min: torch.Tensor, batch_max: torch.Tensor) -> None:
         if self.min_val.numel() == 0 or self.max_val.numel() == 0:
             self._store(batch_min, batch_max)
         else:
             self._store(torch.min(batch_min, self.min_val), torch.max(batch_max, self.max_val))
-        return x_orig
-
-    def calculate_qparams(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(scales, zero_points)``, one entry per channel."""
-        return self._calculate_qparams(self.min_val, self.max_val)
-
-    def extra_repr(self) -> str:
-        return f"min_val={self.min_val}, max_val={self.max_val}"
 
     def reset_min_max_vals(self) -> None:
         """Forget the recorded ranges (the channel count too)."""
         self.min_val.resize_(0)
         self.max_val.resize_(0)
-        self.batch_peaks = (0.0, 0.0)
-        self.observed_in_training = False
+        self._forget_batches()
 
 
 class MovingAveragePerChannelMinMaxObserver(PerChannelMinMaxObserver):
@@ -866,12 +865,7 @@ class MovingAveragePerChannelMinMaxObserver(PerChannelMinMaxObserver):
         )
         self.averaging_constant = averaging_constant
 
-    def forward(self, x_orig: torch.Tensor) -> torch.Tensor:
-        """Fold each channel's min and max into the moving averages; return ``x``."""
-        found = self._batch_min_max(x_orig, self.min_val.dtype, self.ch_axis)
-        if found is None:
-            return x_orig
-        batch_min, batch_max = found
+    def _fold(self, batch_min: torch.Tensor, batch_max: torch.Tensor) -> None:
         if self.min_val.numel() == 0 or self.max_val.numel() == 0:
             self._store(batch_min, batch_max)
         else:
@@ -885,7 +879,6 @@ class MovingAveragePerChannelMinMaxObserver(PerChannelMinMaxObserver):
                 new_min = torch.where(got, torch.where(seen, new_min, batch_min), self.min_val)
                 new_max = torch.where(got, torch.where(seen, new_max, batch_max), self.max_val)
             self._store(new_min, new_max)
-        return x_orig
 
 
 class FixedQParamsObserver(ObserverBase):
@@ -1364,8 +1357,7 @@ class HistogramObserver(UniformQuantizationObserverBase):
         self.min_val.fill_(float("inf"))
         self.max_val.fill_(float("-inf"))
         self.histogram.zero_()
-        self.batch_peaks = (0.0, 0.0)
-        self.observed_in_training = False
+        self._forget_batches()
 
 
 default_observer = MinMaxObserver.with_args(quant_min=0, quant_max=127)
