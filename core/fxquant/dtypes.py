@@ -18,6 +18,8 @@ Qschemes get the same treatment: ``torch.per_tensor_affine`` and the string
 
 from __future__ import annotations
 
+import struct
+
 import torch
 
 from fxquant.errors import ConfigError, ConfigTypeError
@@ -29,6 +31,7 @@ __all__ = [
     "dtype_from_name",
     "dtype_name",
     "dtypes_match",
+    "float32_value",
     "is_float_dtype",
     "is_per_channel",
     "is_quantized_dtype",
@@ -115,6 +118,17 @@ def is_quantized_dtype(dtype: torch.dtype | None) -> bool:
 def is_float_dtype(dtype: torch.dtype | None) -> bool:
     """True for float16/bfloat16/float32/float64."""
     return dtype in FLOAT_DTYPES
+
+
+def float32_value(value: float) -> float:
+    """``value`` rounded to the nearest float32, as a Python float: what a float32 kernel
+    (or a float32 tensor compared with a Python float) sees.
+
+    Example:
+        >>> float32_value(0.1)
+        0.10000000149011612
+    """
+    return float(struct.unpack("f", struct.pack("f", value))[0])
 
 
 def quant_range(dtype: torch.dtype) -> tuple[int, int]:

@@ -28,7 +28,6 @@ process seeing all the peers' batches at once would make.
 from __future__ import annotations
 
 import math
-import struct
 import warnings
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -39,6 +38,7 @@ from fxquant.config.checks import check_flag, check_integer, check_real, check_u
 from fxquant.dtypes import (
     canonical_dtype,
     dtypes_match,
+    float32_value,
     is_per_channel,
     is_quantized_dtype,
     is_symmetric,
@@ -1111,11 +1111,6 @@ class ReuseInputObserver(ObserverBase):
         return x
 
 
-def _f32(value: float) -> float:
-    """``value`` rounded to float32: torch compares a float32 tensor with a Python float so."""
-    return float(struct.unpack("f", struct.pack("f", value))[0])
-
-
 def _finite_with_range(
     x: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
@@ -1314,7 +1309,8 @@ class HistogramObserver(UniformQuantizationObserverBase):
         constants = self._search_constants()  # one per search, not one per candidate
         while alpha < beta:
             next_alpha, next_beta = alpha + step, beta - step
-            low_mass, high_mass = _f32(next_alpha * total), _f32(next_beta * total)
+            low_mass = float32_value(next_alpha * total)
+            high_mass = float32_value(next_beta * total)
             left, right = start, end
             while left < end and cumulative[left] < low_mass:
                 left += 1

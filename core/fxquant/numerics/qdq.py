@@ -33,7 +33,6 @@ declared in ``fxquant.lowering``; this module registers their kernels.
 from __future__ import annotations
 
 import math
-import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -41,6 +40,7 @@ import torch
 
 from fxquant import lowering as _lowering  # noqa: F401  # declares the ops given kernels here
 from fxquant.dtypes import canonical_dtype, quant_range
+from fxquant.dtypes import float32_value as _f32
 from fxquant.errors import ConfigError, ConfigTypeError
 
 __all__ = [
@@ -56,12 +56,7 @@ __all__ = [
 ]
 
 _FLOAT32_EPS = float(torch.finfo(torch.float32).eps)
-_FBGEMM_SMALL_SCALE = struct.unpack("f", struct.pack("f", 6.1e-5))[0]
-
-
-def _f32(value: float) -> float:
-    """``value`` rounded to the nearest float32, as a Python float."""
-    return float(struct.unpack("f", struct.pack("f", value))[0])
+_FBGEMM_SMALL_SCALE = _f32(6.1e-5)
 
 
 def _check_range(quant_min: int, quant_max: int, dtype: torch.dtype) -> torch.dtype:
@@ -429,6 +424,25 @@ def _as_tensor(value: float | torch.Tensor) -> torch.Tensor:
     return value if isinstance(value, torch.Tensor) else torch.tensor(value)
 
 
+def _per_tensor(
+    op: Any,
+    x: torch.Tensor,
+    scale: float | torch.Tensor,
+    zero_point: int | torch.Tensor,
+    *rest: Any,
+    **kwargs: Any,
+) -> torch.Tensor:
+    """Run a per-tensor op: its ``.tensor`` overload when a qparam is a tensor (a graph's
+    values), its default one for Python numbers."""
+    if isinstance(scale, torch.Tensor) or isinstance(zero_point, torch.Tensor):
+        result: torch.Tensor = op.tensor(
+            x, _as_tensor(scale), _as_tensor(zero_point), *rest, **kwargs
+        )
+    else:
+        result = op.default(x, float(scale), int(zero_point), *rest, **kwargs)
+    return result
+
+
 def quantize_per_tensor(
     x: torch.Tensor,
     scale: float | torch.Tensor,
@@ -458,16 +472,8 @@ def quantize_per_tensor(
         >>> quantize_per_tensor(torch.tensor([0.0, 0.5, 9.0]), 0.1, 3, 0, 255, torch.uint8)
         tensor([ 3,  8, 93], dtype=torch.uint8)
     """
-    plain = canonical_dtype(dtype)
-    if isinstance(scale, torch.Tensor) or isinstance(zero_point, torch.Tensor):
-        result: torch.Tensor = torch.ops.fxquant.quantize_per_tensor.tensor(
-            x, _as_tensor(scale), _as_tensor(zero_point), quant_min, quant_max, plain
-        )
-        return result
-    result = torch.ops.fxquant.quantize_per_tensor.default(
-        x, float(scale), int(zero_point), quant_min, quant_max, plain
-    )
-    return result
+    op = torch.ops.fxquant.quantize_per_tensor
+    return _per_tensor(op, x, scale, zero_point, quant_min, quant_max, canonical_dtype(dtype))
 
 
 def dequantize_per_tensor(  # noqa: PLR0913  # the op's schema
@@ -499,22 +505,8 @@ def dequantize_per_tensor(  # noqa: PLR0913  # the op's schema
         >>> dequantize_per_tensor(q, 0.1, 3, 0, 255, torch.uint8)
         tensor([0.0000, 0.5000, 9.0000])
     """
-    plain = canonical_dtype(dtype)
-    if isinstance(scale, torch.Tensor) or isinstance(zero_point, torch.Tensor):
-        result: torch.Tensor = torch.ops.fxquant.dequantize_per_tensor.tensor(
-            q,
-            _as_tensor(scale),
-            _as_tensor(zero_point),
-            quant_min,
-            quant_max,
-            plain,
-            out_dtype=out_dtype,
-        )
-        return result
-    result = torch.ops.fxquant.dequantize_per_tensor.default(
-        q, float(scale), int(zero_point), quant_min, quant_max, plain, out_dtype=out_dtype
-    )
-    return result
+    op, plain = torch.ops.fxquant.dequantize_per_tensor, canonical_dtype(dtype)
+    return _per_tensor(op, q, scale, zero_point, quant_min, quant_max, plain, out_dtype=out_dtype)
 
 
 def quantize_per_channel(  # noqa: PLR0913, PLR0917  # the op's schema: one argument per qparam
