@@ -283,8 +283,8 @@ class FixedQParamsFakeQuantize(FakeQuantize):
 class FusedMovingAvgObsFakeQuantize(FakeQuantize):
     """:class:`FakeQuantize` with a moving-average min/max observer, run as one fused op.
 
-    Uses ``torch.fused_moving_avg_obs_fake_quant`` where torch has it, else the
-    unfused :class:`FakeQuantize` steps (same results).
+    Runs ``torch.fused_moving_avg_obs_fake_quant``; a batch holding NaN or inf takes the
+    unfused :class:`FakeQuantize` steps, whose observer leaves such values out.
 
     Example:
         >>> fq = FusedMovingAvgObsFakeQuantize()
@@ -316,9 +316,6 @@ class FusedMovingAvgObsFakeQuantize(FakeQuantize):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Observe and fake-quantize ``x`` in one kernel call."""
-        fused = getattr(torch, "fused_moving_avg_obs_fake_quant", None)
-        if fused is None:
-            return super().forward(x)
         observer_enabled = self.observer_enabled
         observing = bool(observer_enabled[0] == 1)
         saved = self._state() if observing else None
@@ -398,32 +395,34 @@ class FusedMovingAvgObsFakeQuantize(FakeQuantize):
         post = self.activation_post_process
         ch_axis = self.ch_axis if self.is_per_channel else None
         found = post._batch_min_max(x, post.min_val.dtype, ch_axis)
-        if found is None:
-            return
-        extremes = self._extremes_tensor(*found)
+        if found is not None:
+            self._run_on_extremes(
+                *found, observe=True, quantize=bool(self.fake_quant_enabled[0] == 1)
+            )
+
+    def _run_on_extremes(
+        self, low: torch.Tensor, high: torch.Tensor, *, observe: bool, quantize: bool
+    ) -> None:
+        """Run the kernel on a tensor holding just ``low`` and ``high`` (per channel along
+        ``ch_axis``): observing them when ``observe``, then computing qparams when ``quantize``."""
+        pairs = torch.stack([low, high], dim=-1)  # (2,) per tensor, (C, 2) per channel
+        extremes = _channels_along(pairs, self.ch_axis) if self.is_per_channel else pairs
         on, off = torch.ones_like(self.observer_enabled), torch.zeros_like(self.observer_enabled)
         with torch.no_grad():
-            self._run_fused(extremes, on, off)
-            if self.fake_quant_enabled[0] == 1:
+            if observe:
+                self._run_fused(extremes, on, off)
+            if quantize:
                 self._run_fused(extremes, off, on)
-
-    def _extremes_tensor(self, low: torch.Tensor, high: torch.Tensor) -> torch.Tensor:
-        """A tensor holding just ``low`` and ``high`` (per channel along ``ch_axis``)."""
-        pairs = torch.stack([low, high], dim=-1)  # (2,) per tensor, (C, 2) per channel
-        return _channels_along(pairs, self.ch_axis) if self.is_per_channel else pairs
 
     def _refresh_qparams(self) -> None:
         """``scale`` and ``zero_point`` recomputed from the running min and max, by the kernel."""
         post = self.activation_post_process
-        if getattr(torch, "fused_moving_avg_obs_fake_quant", None) is None or (
-            post.min_val.numel() == 0 or bool(torch.any(post.min_val > post.max_val))
-        ):
+        if post.min_val.numel() == 0 or bool(torch.any(post.min_val > post.max_val)):
             super()._refresh_qparams()
             return
-        extremes = self._extremes_tensor(post.min_val.clone(), post.max_val.clone())
-        on, off = torch.ones_like(self.observer_enabled), torch.zeros_like(self.observer_enabled)
-        with torch.no_grad():
-            self._run_fused(extremes, off, on)
+        self._run_on_extremes(
+            post.min_val.clone(), post.max_val.clone(), observe=False, quantize=True
+        )
 
 
 def _channels_along(pairs: torch.Tensor, ch_axis: int) -> torch.Tensor:
