@@ -207,9 +207,14 @@ class Linear(nn.Linear):
         return detached_copy(self, linear)
 
 
+_FLOAT_CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
+
+
 class _QATConv(nn.modules.conv._ConvNd):
     """The convolution with ``weight_fake_quant(weight)``; ``nn.ConvNd``'s arguments and a
-    keyword ``qconfig`` (required). ``_FLOAT_CONV`` is the float class mixed in.
+    keyword ``qconfig`` (required). ``_FLOAT_CONV`` is the float class mixed in, read off
+    the class's bases; ``_FLOAT_MODULE``, the class ``from_float`` takes, is that same
+    class unless the subclass names another (a fused module).
 
     Example:
         >>> from fxquant.config.qconfig import QConfig
@@ -223,6 +228,14 @@ class _QATConv(nn.modules.conv._ConvNd):
 
     _FLOAT_MODULE: ClassVar[type[nn.Module]]
     _FLOAT_CONV: ClassVar[type[nn.Module]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        float_conv = next((b for b in cls.__bases__ if b in _FLOAT_CONVS), None)
+        if float_conv is not None:  # a concrete class, not a family's base such as _ConvBn
+            cls._FLOAT_CONV = float_conv
+            if "_FLOAT_MODULE" not in vars(cls):
+                cls._FLOAT_MODULE = float_conv
 
     def __init__(self, *args: Any, qconfig: Any = None, **kwargs: Any) -> None:
         self._FLOAT_CONV.__init__(self, *args, **kwargs)
@@ -253,22 +266,13 @@ class _QATConv(nn.modules.conv._ConvNd):
 class Conv1d(_QATConv, nn.Conv1d):
     """QAT ``Conv1d``, built from ``nn.Conv1d``: see :class:`_QATConv`."""
 
-    _FLOAT_MODULE = nn.Conv1d
-    _FLOAT_CONV = nn.Conv1d
-
 
 class Conv2d(_QATConv, nn.Conv2d):
     """QAT ``Conv2d``, built from ``nn.Conv2d``: see :class:`_QATConv`."""
 
-    _FLOAT_MODULE = nn.Conv2d
-    _FLOAT_CONV = nn.Conv2d
-
 
 class Conv3d(_QATConv, nn.Conv3d):
     """QAT ``Conv3d``, built from ``nn.Conv3d``: see :class:`_QATConv`."""
-
-    _FLOAT_MODULE = nn.Conv3d
-    _FLOAT_CONV = nn.Conv3d
 
 
 _PER_ROW = ("per_channel_affine_float_qparams", "per_channel_symmetric", "per_channel_affine")

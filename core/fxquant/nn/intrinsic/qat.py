@@ -95,21 +95,18 @@ class ConvReLU1d(_ConvReLU, nn.Conv1d):
     """QAT ``ConvReLU1d``, built from ``nni.ConvReLU1d``: see :class:`_ConvReLU`."""
 
     _FLOAT_MODULE = nni.ConvReLU1d
-    _FLOAT_CONV = nn.Conv1d
 
 
 class ConvReLU2d(_ConvReLU, nn.Conv2d):
     """QAT ``ConvReLU2d``, built from ``nni.ConvReLU2d``: see :class:`_ConvReLU`."""
 
     _FLOAT_MODULE = nni.ConvReLU2d
-    _FLOAT_CONV = nn.Conv2d
 
 
 class ConvReLU3d(_ConvReLU, nn.Conv3d):
     """QAT ``ConvReLU3d``, built from ``nni.ConvReLU3d``: see :class:`_ConvReLU`."""
 
     _FLOAT_MODULE = nni.ConvReLU3d
-    _FLOAT_CONV = nn.Conv3d
 
 
 class _BnFolding(nn.Module):
@@ -255,28 +252,24 @@ class ConvBn1d(_ConvBn, nn.Conv1d):
     """QAT ``ConvBn1d``, built from ``nni.ConvBn1d``: see :class:`_ConvBn`."""
 
     _FLOAT_MODULE = nni.ConvBn1d
-    _FLOAT_CONV = nn.Conv1d
 
 
 class ConvBn2d(_ConvBn, nn.Conv2d):
     """QAT ``ConvBn2d``, built from ``nni.ConvBn2d``: see :class:`_ConvBn`."""
 
     _FLOAT_MODULE = nni.ConvBn2d
-    _FLOAT_CONV = nn.Conv2d
 
 
 class ConvBn3d(_ConvBn, nn.Conv3d):
     """QAT ``ConvBn3d``, built from ``nni.ConvBn3d``: see :class:`_ConvBn`."""
 
     _FLOAT_MODULE = nni.ConvBn3d
-    _FLOAT_CONV = nn.Conv3d
 
 
 class ConvBnReLU1d(_ConvBn, nn.Conv1d):
     """QAT ``ConvBnReLU1d``, built from ``nni.ConvBnReLU1d``: see :class:`_ConvBn`."""
 
     _FLOAT_MODULE = nni.ConvBnReLU1d
-    _FLOAT_CONV = nn.Conv1d
     _FUSED_FLOAT = nni.ConvReLU1d
 
 
@@ -284,7 +277,6 @@ class ConvBnReLU2d(_ConvBn, nn.Conv2d):
     """QAT ``ConvBnReLU2d``, built from ``nni.ConvBnReLU2d``: see :class:`_ConvBn`."""
 
     _FLOAT_MODULE = nni.ConvBnReLU2d
-    _FLOAT_CONV = nn.Conv2d
     _FUSED_FLOAT = nni.ConvReLU2d
 
 
@@ -292,7 +284,6 @@ class ConvBnReLU3d(_ConvBn, nn.Conv3d):
     """QAT ``ConvBnReLU3d``, built from ``nni.ConvBnReLU3d``: see :class:`_ConvBn`."""
 
     _FLOAT_MODULE = nni.ConvBnReLU3d
-    _FLOAT_CONV = nn.Conv3d
     _FUSED_FLOAT = nni.ConvReLU3d
 
 
