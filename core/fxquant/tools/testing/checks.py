@@ -104,14 +104,7 @@ def check_lowering(backend: str, case: Case, sizes: Sizes, *, seed: int = 0) -> 
     if "reference" in lowering_statuses(lowered).values():
         msg = f"{case.name}: not lowered on backend {backend!r}\n{_report(lowered)}"
         raise AssertionError(msg)
-    with torch.no_grad():
-        expected = reference(*inputs)
-        difference = float((lowered(*inputs) - expected).abs().max())
-    bound = tolerance(case, expected, output_scale(reference))
-    if difference > bound:
-        msg = f"{case.name}: the lowered output is {difference} off the reference, over {bound}"
-        raise AssertionError(msg)
-    return difference
+    return _within_one_step(case, lowered, reference, inputs, "the lowered output")
 
 
 def check_deployed(backend: str, case: Case, sizes: Sizes, *, seed: int = 0) -> float:
@@ -148,12 +141,20 @@ def check_deployed(backend: str, case: Case, sizes: Sizes, *, seed: int = 0) -> 
     if outside:
         msg = f"{case.name}: not all in {deployment.name}\n{report.table()}"
         raise AssertionError(msg)
+    return _within_one_step(case, deployed, reference, inputs, deployment.name)
+
+
+def _within_one_step(
+    case: Case, run: Callable[..., Any], reference: fx.GraphModule, inputs: Sequence[Any], what: str
+) -> float:
+    """The largest difference of ``run``'s output from the reference model's; raises when
+    it is over the case's tolerance (one quantization step of the output)."""
     with torch.no_grad():
         expected = reference(*inputs)
-        difference = float((deployed(*inputs) - expected).abs().max())
+        difference = float((run(*inputs) - expected).abs().max())
     bound = tolerance(case, expected, output_scale(reference))
     if difference > bound:
-        msg = f"{case.name}: {deployment.name} is {difference} off the reference, over {bound}"
+        msg = f"{case.name}: {what} is {difference} off the reference, over {bound}"
         raise AssertionError(msg)
     return difference
 
