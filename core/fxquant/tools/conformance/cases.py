@@ -14,31 +14,14 @@ from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.numerics import observer
 from fxquant.tools import testing
 
+# the kit's own input shapes (image, two images, sequence, vector) and function wrapper
+from fxquant.tools.testing.cases import _fn, _img, _img2, _seq, _vec
+
 __all__ = ["DEPLOYED_CASES", "VARIANT_CASES"]
-
-
-def _img(b: int, c: int, s: int) -> list[tuple[int, ...]]:
-    return [(b, c, s, s)]
-
-
-def _img2(b: int, c: int, s: int) -> list[tuple[int, ...]]:
-    return [(b, c, s, s), (b, c, s, s)]
-
-
-def _seq(b: int, c: int, s: int) -> list[tuple[int, ...]]:
-    return [(b, c, s)]
-
-
-def _vec(b: int, c: int, s: int) -> list[tuple[int, ...]]:
-    return [(b, c)]
 
 
 def _vol(b: int, c: int, s: int) -> list[tuple[int, ...]]:
     return [(b, c, 2, s, s)]
-
-
-def _fn(fn: Callable[..., torch.Tensor]) -> Callable[[int, int], nn.Module]:
-    return lambda i, o: testing.Function(fn)
 
 
 def _rnn_sequence(b: int, c: int, s: int) -> list[tuple[int, ...]]:
