@@ -28,6 +28,7 @@ __all__ = [
     "FLOAT_DTYPES",
     "QSCHEMES",
     "canonical_dtype",
+    "check_fits",
     "dtype_from_name",
     "dtype_name",
     "dtypes_match",
@@ -118,6 +119,23 @@ def is_quantized_dtype(dtype: torch.dtype | None) -> bool:
 def is_float_dtype(dtype: torch.dtype | None) -> bool:
     """True for float16/bfloat16/float32/float64."""
     return dtype in FLOAT_DTYPES
+
+
+def check_fits(quant_min: int, quant_max: int, dtype: torch.dtype) -> None:
+    """Raise :class:`ConfigError` unless ``quant_min..quant_max`` lies within ``dtype``'s range.
+
+    Example:
+        >>> check_fits(0, 255, torch.int8)
+        Traceback (most recent call last):
+        fxquant.errors.ConfigError: quant_min=0, quant_max=255 do not fit dtype torch.int8 ...
+    """
+    low, high = quant_range(dtype)
+    if quant_min < low or quant_max > high:
+        msg = (
+            f"quant_min={quant_min!r}, quant_max={quant_max!r} do not fit dtype {dtype!r} "
+            f"({low}..{high}); narrow the range or pick a wider dtype"
+        )
+        raise ConfigError(msg)
 
 
 def float32_value(value: float) -> float:

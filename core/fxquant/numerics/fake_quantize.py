@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from fxquant.config.checks import check_flag, check_integer
-from fxquant.dtypes import is_per_channel, is_symmetric, qscheme_name, quant_range
+from fxquant.dtypes import check_fits, is_per_channel, is_symmetric, qscheme_name
 from fxquant.errors import ConfigError, ConfigTypeError
 from fxquant.factory import ModuleFactory
 from fxquant.numerics.observer import (
@@ -237,13 +237,7 @@ def _check_fake_quant_range(quant_min: int, quant_max: int, dtype: torch.dtype) 
     if quant_min > quant_max:
         msg = f"quant_min={quant_min!r} must not exceed quant_max={quant_max!r}"
         raise ConfigError(msg)
-    low, high = quant_range(dtype)
-    if quant_min < low or quant_max > high:
-        msg = (
-            f"quant_min={quant_min!r}, quant_max={quant_max!r} do not fit dtype {dtype!r} "
-            f"({low}..{high}); narrow the range or pick a wider dtype"
-        )
-        raise ConfigError(msg)
+    check_fits(quant_min, quant_max, dtype)
 
 
 class FixedQParamsFakeQuantize(FakeQuantize):

@@ -37,6 +37,7 @@ import torch
 from fxquant.config.checks import check_flag, check_integer, check_real, check_unit_interval
 from fxquant.dtypes import (
     canonical_dtype,
+    check_fits,
     dtypes_match,
     float32_value,
     is_per_channel,
@@ -292,19 +293,13 @@ def _check_uniform_arguments(
 def _custom_range(
     quant_min: int, quant_max: int, dtype: torch.dtype, reduce_range: bool
 ) -> tuple[int, int]:
-    low, high = quant_range(dtype)
     if not (quant_min <= 0 <= quant_max and quant_min < quant_max):
         msg = (
             f"quant_min={quant_min!r}, quant_max={quant_max!r}: the range must include 0 "
             "and quant_min must be below quant_max"
         )
         raise ConfigError(msg)
-    if quant_min < low or quant_max > high:
-        msg = (
-            f"quant_min={quant_min!r}, quant_max={quant_max!r} do not fit dtype {dtype!r} "
-            f"({low}..{high}); narrow the range or pick a wider dtype"
-        )
-        raise ConfigError(msg)
+    check_fits(quant_min, quant_max, dtype)
     if not reduce_range:
         return quant_min, quant_max
     halved = (quant_min // 2, quant_max // 2)
