@@ -279,31 +279,28 @@ class RecurrentReference(nn.Module):
         """``(activation_quant_min, activation_quant_max)``."""
         return self.activation_quant_min, self.activation_quant_max
 
-    def get_weight(self, name: str) -> torch.Tensor:
-        """The weight ``name`` after quantize -> dequantize."""
+    def _qparams(self, name: str) -> WeightQParams:
         qparams = self.weight_qparams[name]
         assert isinstance(qparams, WeightQParams)  # built by _init_qparams
-        return qparams.fake_quantize(getattr(self, name))
+        return qparams
+
+    def get_weight(self, name: str) -> torch.Tensor:
+        """The weight ``name`` after quantize -> dequantize."""
+        return self._qparams(name).fake_quantize(getattr(self, name))
 
     def get_quantized_weight(self, name: str) -> torch.Tensor:
         """The weight ``name`` as a plain integer tensor (float when not quantized)."""
-        qparams = self.weight_qparams[name]
-        assert isinstance(qparams, WeightQParams)  # built by _init_qparams
-        return qparams.quantize(getattr(self, name))
+        return self._qparams(name).quantize(getattr(self, name))
 
     def get_weight_qparams(self, name: str) -> dict[str, Any]:
         """The ``from_float`` qparams dict of the weight ``name``."""
-        qparams = self.weight_qparams[name]
-        assert isinstance(qparams, WeightQParams)  # built by _init_qparams
-        return qparams.as_dict()
+        return self._qparams(name).as_dict()
 
     def _linear(self, x: torch.Tensor, suffix: str, kind: str) -> torch.Tensor:
         bias = getattr(self, f"bias_{kind}{suffix}", None) if self.bias and kind != "hr" else None
         name = f"weight_{kind}{suffix}"
         weight = self.get_weight(name)
-        qparams = self.weight_qparams[name]
-        assert isinstance(qparams, WeightQParams)  # built by _init_qparams
-        if not qparams.quantized:  # fp16 (or float) weights: float activations
+        if not self._qparams(name).quantized:  # fp16 (or float) weights: float activations
             return F.linear(x, weight, bias)
         return dynamic_linear(x, weight, bias, self.activation_range)
 
