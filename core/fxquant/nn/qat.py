@@ -14,6 +14,7 @@ optimizer built before the swap keeps training the same tensors.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
@@ -103,8 +104,22 @@ def root_of(mod: nn.Module) -> Any:
     return mod[0] if isinstance(mod, FusedModule) else mod
 
 
+def linear_kwargs(mod: nn.Module) -> dict[str, Any]:
+    """Constructor arguments that rebuild the linear layer ``mod``.
+
+    Example:
+        >>> linear_kwargs(nn.Linear(2, 3, bias=False))
+        {'in_features': 2, 'out_features': 3, 'bias': False}
+    """
+    return {
+        "in_features": mod.in_features,
+        "out_features": mod.out_features,
+        "bias": mod.bias is not None,
+    }
+
+
 def conv_kwargs(mod: nn.Module) -> dict[str, Any]:
-    """Constructor arguments that rebuild the (non-transposed) convolution ``mod``.
+    """Constructor arguments that rebuild the convolution ``mod`` (transposed ones too).
 
     Example:
         >>> conv_kwargs(nn.Conv1d(2, 3, 5, bias=False))["bias"]
@@ -113,19 +128,31 @@ def conv_kwargs(mod: nn.Module) -> dict[str, Any]:
     names = ("in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation")
     kwargs = {name: getattr(mod, name) for name in names}
     kwargs.update(groups=mod.groups, bias=mod.bias is not None, padding_mode=mod.padding_mode)
+    if isinstance(mod, nn.modules.conv._ConvTransposeNd):
+        kwargs["output_padding"] = mod.output_padding
     return kwargs
 
 
-def share_params(target: nn.Module, source: nn.Module) -> None:
-    """Make ``target`` use ``source``'s weight and bias Parameters (not copies).
+def built_sharing_params(
+    cls: type, mod: nn.Module, arguments: Callable[[nn.Module], dict[str, Any]]
+) -> Any:
+    """``from_float``: ``cls`` built with ``arguments`` of ``mod``'s weighted module and
+    ``mod.qconfig`` (checked by :func:`qconfig_of`), using that module's weight and bias
+    Parameters (not copies).
 
     Example:
-        >>> a, b = nn.Linear(2, 2), nn.Linear(2, 2)
-        >>> share_params(a, b); a.weight is b.weight
+        >>> from fxquant.config.qconfig import QConfig
+        >>> float_linear = nn.Linear(2, 2)
+        >>> float_linear.qconfig = QConfig(nn.Identity, nn.Identity)
+        >>> built_sharing_params(Linear, float_linear, linear_kwargs).weight is float_linear.weight
         True
     """
-    target.weight = source.weight
-    target.bias = source.bias
+    qconfig = qconfig_of(cls, mod)
+    root = root_of(mod)
+    qat = cls(**arguments(root), qconfig=qconfig, device=root.weight.device)
+    qat.weight = root.weight
+    qat.bias = root.bias
+    return qat
 
 
 def detached_copy(module: nn.Module, target: nn.Module) -> nn.Module:
@@ -189,22 +216,11 @@ class Linear(nn.Linear):
     @classmethod
     def from_float(cls, mod: nn.Module) -> Any:
         """Build from ``mod`` (of type ``_FLOAT_MODULE``, with ``mod.qconfig``), sharing params."""
-        qconfig = qconfig_of(cls, mod)
-        root = root_of(mod)
-        qat = cls(
-            root.in_features,
-            root.out_features,
-            root.bias is not None,
-            qconfig=qconfig,
-            device=root.weight.device,
-        )
-        share_params(qat, root)
-        return qat
+        return built_sharing_params(cls, mod, linear_kwargs)
 
     def to_float(self) -> nn.Module:
         """A plain ``nn.Linear`` with this module's (detached) weight and bias."""
-        linear = nn.Linear(self.in_features, self.out_features, self.bias is not None)
-        return detached_copy(self, linear)
+        return detached_copy(self, nn.Linear(**linear_kwargs(self)))
 
 
 _FLOAT_CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
@@ -252,11 +268,7 @@ class _QATConv(nn.modules.conv._ConvNd):
     @classmethod
     def from_float(cls, mod: nn.Module) -> Any:
         """Build from ``mod`` (of type ``_FLOAT_MODULE``, with ``mod.qconfig``), sharing params."""
-        qconfig = qconfig_of(cls, mod)
-        root = root_of(mod)
-        qat = cls(**conv_kwargs(root), qconfig=qconfig, device=root.weight.device)
-        share_params(qat, root)
-        return qat
+        return built_sharing_params(cls, mod, conv_kwargs)
 
     def to_float(self) -> nn.Module:
         """The plain float convolution with this module's (detached) weight and bias."""

@@ -28,7 +28,7 @@ from torch import nn
 from fxquant import dtypes
 from fxquant.errors import ConfigError, ConfigTypeError, wrong_type
 from fxquant.nn.intrinsic import FusedModule, type_label
-from fxquant.nn.qat import Lookup, Pool, embedding_settings
+from fxquant.nn.qat import Lookup, Pool, conv_kwargs, embedding_settings, linear_kwargs
 
 # the recurrent reference modules live in fxquant.nn.recurrent; named here too, where
 # the seed's reference namespace has them, so a config naming that class finds fxquant's
@@ -414,22 +414,8 @@ class Linear(_Reference, nn.Linear):
     ) -> Linear:
         """Copy ``float_module`` (a ``nn.Linear`` or a fused module rooted at one)."""
         mod = _root(cls, float_module, nn.Linear)
-        kwargs = {
-            "in_features": mod.in_features,
-            "out_features": mod.out_features,
-            "bias": mod.bias is not None,
-        }
-        ref: Linear = _build(cls, mod, kwargs, weight_qparams)
+        ref: Linear = _build(cls, mod, linear_kwargs(mod), weight_qparams)
         return ref
-
-
-def _conv_kwargs(mod: nn.Module) -> dict[str, Any]:
-    names = ("in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation")
-    kwargs = {name: getattr(mod, name) for name in names}
-    kwargs.update(groups=mod.groups, bias=mod.bias is not None, padding_mode=mod.padding_mode)
-    if isinstance(mod, nn.modules.conv._ConvTransposeNd):
-        kwargs["output_padding"] = mod.output_padding
-    return kwargs
 
 
 class _ConvMixin(_Reference):
@@ -447,7 +433,7 @@ class _ConvMixin(_Reference):
     def from_float(cls, float_module: nn.Module, weight_qparams: Mapping[str, Any] | None) -> Any:
         """Copy ``float_module`` (the float conv, or a fused module rooted at one)."""
         mod = _root(cls, float_module, cls._float_class)
-        return _build(cls, mod, _conv_kwargs(mod), weight_qparams)
+        return _build(cls, mod, conv_kwargs(mod), weight_qparams)
 
 
 class _PlainConv(_ConvMixin):
