@@ -80,11 +80,6 @@ def _flow_state(graph_module: object, step: str) -> FlowState:
     return state
 
 
-def _custom_config(value: object) -> ConvertCustomConfig:
-    config: ConvertCustomConfig = as_config(value, ConvertCustomConfig, "convert_custom_config")
-    return config
-
-
 def _swap_custom_modules(
     root: nn.Module, graph: fx.Graph, modules: dict[str, nn.Module], config: ConvertCustomConfig
 ) -> None:
@@ -178,13 +173,6 @@ def _finish(gm: GraphModule, source: GraphModule, state: FlowState, report: Repo
     return gm
 
 
-def _mapping(value: object) -> QConfigMapping | None:
-    if value is None:
-        return None
-    mapping: QConfigMapping = as_config(value, QConfigMapping, "qconfig_mapping")
-    return mapping
-
-
 def _check_remove_qconfig(value: object, step: str) -> bool:
     if isinstance(value, bool):
         return value
@@ -221,8 +209,10 @@ def reference_model(
         >>> # see convert_to_reference_fx
     """
     state = _flow_state(graph_module, step)
-    config = _custom_config(convert_custom_config)
-    mapping = _mapping(qconfig_mapping)
+    config = as_config(convert_custom_config, ConvertCustomConfig, "convert_custom_config")
+    mapping: QConfigMapping | None = None  # None: prepare's qconfigs stand
+    if qconfig_mapping is not None:
+        mapping = as_config(qconfig_mapping, QConfigMapping, "qconfig_mapping")
     source_modules = dict(graph_module.named_modules())
     turned_off = turned_off_nodes(graph_module, source_modules, mapping)
     # never-calibrated observers: their nodes stay float, reported and warned about
