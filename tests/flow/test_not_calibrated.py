@@ -138,6 +138,7 @@ def test_calibration_data_of_one_value_warns_naming_the_observer(backend: str) -
     with pytest.warns(CalibrationWarning, match="saw a single value") as caught:
         converted = fxquant.convert_fx(prepared)
     assert len(caught) == 1
+    assert caught[0].filename == __file__  # the user's convert_fx call
     words = str(caught[0].message)
     assert "activation_post_process_0 saw only 0" in words
     assert "representative data" in words

@@ -65,7 +65,7 @@ def test_lowering_rule_keys_simple_and_complex_patterns_alike() -> None:
         (
             {"pattern": linear, "build": build, "name": 7},
             ConfigTypeError,
-            "LoweringRule name must be a str, got 7",
+            "LoweringRule name must be a str, got 7 of type int",
         ),
     ],
 )

@@ -38,6 +38,7 @@ from fxquant.flow.trace import TRACING_LOCK
 from fxquant.flow.trace import trace as _trace
 from fxquant.flow.user_model import observe_in_model_mode, raise_if_not_float32, warn_if_training
 from fxquant.registry import resolve_backend
+from fxquant.registry.resolution import ResolvedBackend
 
 __all__ = [
     "convert_fx",
@@ -76,6 +77,32 @@ def fuse_fx(
     ctx = FlowContext.for_fuse(fuse_custom_config, backend)
     with TRACING_LOCK:  # tracing patches torch.nn.Module process-wide
         return _fuse(_capture(model, ctx), ctx)
+
+
+def _prepare_context(
+    seed: tuple[Any, Any, Any],
+    backend: ResolvedBackend,
+    *,
+    is_qat: bool,
+    strict: bool,
+    concrete: object,
+) -> FlowContext:
+    """The checked context of a prepare entry point, for the backend it resolved.
+
+    ``seed`` is the seed's ``(qconfig_mapping, example_inputs, prepare_custom_config)``,
+    as the user passed them. The entry point resolves the backend itself: a warning
+    of the resolution names the user's call.
+    """
+    qconfig_mapping, example_inputs, prepare_custom_config = seed
+    ctx = FlowContext.for_prepare(
+        qconfig_mapping,
+        example_inputs,
+        prepare_custom_config,
+        backend,
+        is_qat=is_qat,
+        strict=strict,
+    )
+    return ctx.with_concrete_args(concrete)
 
 
 def _prepare(
@@ -218,14 +245,8 @@ def prepare_fx(  # noqa: PLR0913  # the seed's six arguments plus keyword-only s
         ['activation_post_process_0', '0', 'activation_post_process_1']
     """
     backend = resolve_backend(as_backend_config(backend_config), "prepare_fx")
-    ctx = FlowContext.for_prepare(
-        qconfig_mapping,
-        example_inputs,
-        prepare_custom_config,
-        backend,
-        is_qat=False,
-        strict=strict,
-    ).with_concrete_args(concrete_args)
+    seed = (qconfig_mapping, example_inputs, prepare_custom_config)
+    ctx = _prepare_context(seed, backend, is_qat=False, strict=strict, concrete=concrete_args)
     return _prepare(model, ctx, "prepare_fx", _equalization_mapping(_equalization_config))
 
 
@@ -259,14 +280,8 @@ def prepare_qat_fx(  # noqa: PLR0913  # the seed's five arguments plus keyword-o
         'fxquant.nn.qat'
     """
     backend = resolve_backend(as_backend_config(backend_config), "prepare_qat_fx")
-    ctx = FlowContext.for_prepare(
-        qconfig_mapping,
-        example_inputs,
-        prepare_custom_config,
-        backend,
-        is_qat=True,
-        strict=strict,
-    ).with_concrete_args(concrete_args)
+    seed = (qconfig_mapping, example_inputs, prepare_custom_config)
+    ctx = _prepare_context(seed, backend, is_qat=True, strict=strict, concrete=concrete_args)
     return _prepare(model, ctx, "prepare_qat_fx")
 
 

@@ -53,9 +53,7 @@ __all__ = [
     "outlier_batches",
     "single_valued",
     "uncalibrated",
-    "warn_outlier_batches",
-    "warn_single_valued",
-    "warn_uncalibrated",
+    "warn_calibration",
 ]
 
 OUTLIER_RATIO = 1000.0
@@ -136,28 +134,6 @@ def uncalibrated(gm: GraphModule, modules: Mapping[str, nn.Module]) -> dict[str,
     return found
 
 
-def warn_uncalibrated(found: Mapping[str, list[str]], step: str) -> None:
-    """One :class:`CalibrationWarning` naming every never-calibrated observer and its nodes.
-
-    Example:
-        >>> warn_uncalibrated({}, "convert_fx")  # nothing to say
-    """
-    _warn(
-        f"{step}: {len(found)} activation observer(s) saw no finite value, so their nodes "
-        "stay float in the converted model (reason not_calibrated)",
-        [f"{obs} -> {', '.join(nodes)}" for obs, nodes in found.items()],
-        "Run the prepared model on representative data before converting (fxquant.tools."
-        "calibration.calibrate), or pass strict=True to make this an error",
-    )
-
-
-def _warn(what: str, listed: list[str], advice: str) -> None:
-    """One :class:`CalibrationWarning`: ``what``, then every observer listed, then ``advice``."""
-    if listed:
-        # 5: the user's call of convert_fx / convert_to_reference_fx (through reference_model)
-        warnings.warn(f"{what}: {'; '.join(listed)}. {advice}", CalibrationWarning, stacklevel=5)
-
-
 # Calls whose output values do not depend on their tensor inputs' values (shape, dtype only)
 _FACTORIES = frozenset(
     {"zeros", "ones", "full", "empty", "zeros_like", "ones_like", "full_like", "empty_like"}
@@ -226,21 +202,6 @@ def single_valued(gm: GraphModule, modules: Mapping[str, nn.Module]) -> dict[str
     return found
 
 
-def warn_single_valued(found: Mapping[str, float], step: str) -> None:
-    """One :class:`CalibrationWarning` naming every observer that saw a single value.
-
-    Example:
-        >>> warn_single_valued({}, "convert_fx")  # nothing to say
-    """
-    _warn(
-        f"{step}: {len(found)} activation observer(s) saw a single value during "
-        "calibration, so every other value on their edge is clamped to it",
-        [f"{obs} saw only {value:g}" for obs, value in found.items()],
-        "Calibrate on representative data (inputs that vary), or keep those nodes float "
-        "(QConfigMapping().set_module_name(name, None))",
-    )
-
-
 def outlier_batches(
     gm: GraphModule, modules: Mapping[str, nn.Module]
 ) -> dict[str, tuple[float, float]]:
@@ -261,20 +222,59 @@ def outlier_batches(
     return found
 
 
-def warn_outlier_batches(found: Mapping[str, tuple[float, float]], step: str) -> None:
-    """One :class:`CalibrationWarning` naming every observer one outlier batch ranged.
+# what each finding says, then its advice; {n}: how many observers, {ratio}: OUTLIER_RATIO
+_NOT_CALIBRATED = (
+    "{n} activation observer(s) saw no finite value, so their nodes stay float in the "
+    "converted model (reason not_calibrated)",
+    "Run the prepared model on representative data before converting (fxquant.tools."
+    "calibration.calibrate), or pass strict=True to make this an error",
+)
+_SINGLE_VALUED = (
+    "{n} activation observer(s) saw a single value during calibration, so every other value "
+    "on their edge is clamped to it",
+    "Calibrate on representative data (inputs that vary), or keep those nodes float "
+    "(QConfigMapping().set_module_name(name, None))",
+)
+_OUTLIER_BATCHES = (
+    "the range of {n} activation observer(s) was set by a single calibration batch, "
+    "{ratio:g} times or more beyond every other",
+    "Every other value on those edges quantizes into a few steps (near 0 dB). Check the "
+    "calibration data for a corrupt or unnormalized batch, then calibrate again without "
+    "it (prepare anew, or reset_min_max_vals() on those observers)",
+)
+
+
+def warn_calibration(
+    step: str,
+    not_calibrated: Mapping[str, list[str]],
+    single: Mapping[str, float],
+    outliers: Mapping[str, tuple[float, float]],
+) -> None:
+    """One :class:`CalibrationWarning` per kind of finding, naming every observer concerned.
+
+    The findings are those of :func:`uncalibrated` (with the nodes kept float),
+    :func:`single_valued` (with the value) and :func:`outlier_batches` (with both peaks).
 
     Example:
-        >>> warn_outlier_batches({}, "convert_fx")  # nothing to say
+        >>> warn_calibration("convert_fx", {}, {}, {})  # nothing to say
     """
-    _warn(
-        f"{step}: the range of {len(found)} activation observer(s) was set by a single "
-        f"calibration batch, {OUTLIER_RATIO:g} times or more beyond every other",
-        [
-            f"{obs}: one batch reached {peak:.3g}, every other at most {other:.3g}"
-            for obs, (peak, other) in found.items()
-        ],
-        "Every other value on those edges quantizes into a few steps (near 0 dB). Check the "
-        "calibration data for a corrupt or unnormalized batch, then calibrate again without "
-        "it (prepare anew, or reset_min_max_vals() on those observers)",
+    findings = (
+        (
+            _NOT_CALIBRATED,
+            [f"{obs} -> {', '.join(nodes)}" for obs, nodes in not_calibrated.items()],
+        ),
+        (_SINGLE_VALUED, [f"{obs} saw only {value:g}" for obs, value in single.items()]),
+        (
+            _OUTLIER_BATCHES,
+            [
+                f"{obs}: one batch reached {peak:.3g}, every other at most {other:.3g}"
+                for obs, (peak, other) in outliers.items()
+            ],
+        ),
     )
+    for (what, advice), listed in findings:
+        if listed:
+            said = what.format(n=len(listed), ratio=OUTLIER_RATIO)
+            # 4: the user's call of convert_fx / convert_to_reference_fx (through reference_model)
+            message = f"{step}: {said}: {'; '.join(listed)}. {advice}"
+            warnings.warn(message, CalibrationWarning, stacklevel=4)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from fxquant.config.backend import BackendConfig
 from fxquant.config.custom import FuseCustomConfig, PrepareCustomConfig
@@ -53,7 +53,10 @@ def _resolved(backend: ResolvedBackend | BackendConfig) -> ResolvedBackend:
     return ResolvedBackend(backend)  # a config given by hand: no kernels, no graph modes
 
 
-def as_config(value: Any, cls: Any, argument: str) -> Any:
+_Config = TypeVar("_Config")
+
+
+def as_config(value: object, cls: type[_Config], argument: str) -> _Config:
     """``value`` as a ``cls`` (a config class with ``from_dict``); ``None`` gives ``cls()``.
 
     Raises:
@@ -68,7 +71,9 @@ def as_config(value: Any, cls: Any, argument: str) -> Any:
     if value is None:
         return cls()
     if isinstance(value, Mapping) and not isinstance(value, cls):
-        return cls.from_dict(value)  # torch.ao's dict form
+        # torch.ao's dict form; every config class has from_dict
+        config: _Config = cls.from_dict(value)  # type: ignore[attr-defined]
+        return config
     if not isinstance(value, cls):
         raise wrong_type(value, argument, f"a fxquant.{cls.__name__}, its dict form or None")
     return value

@@ -32,9 +32,7 @@ from fxquant.flow.calibrated import (
     outlier_batches,
     single_valued,
     uncalibrated,
-    warn_outlier_batches,
-    warn_single_valued,
-    warn_uncalibrated,
+    warn_calibration,
 )
 from fxquant.flow.context import FlowContext, as_backend_config, as_config
 from fxquant.flow.convert_copy import copy_model, observed_constant, preserve
@@ -80,11 +78,6 @@ def _flow_state(graph_module: object, step: str) -> FlowState:
         )
         raise ConfigTypeError(msg)
     return state
-
-
-def _custom_config(value: object) -> ConvertCustomConfig:
-    config: ConvertCustomConfig = as_config(value, ConvertCustomConfig, "convert_custom_config")
-    return config
 
 
 def _swap_custom_modules(
@@ -180,13 +173,6 @@ def _finish(gm: GraphModule, source: GraphModule, state: FlowState, report: Repo
     return gm
 
 
-def _mapping(value: object) -> QConfigMapping | None:
-    if value is None:
-        return None
-    mapping: QConfigMapping = as_config(value, QConfigMapping, "qconfig_mapping")
-    return mapping
-
-
 def _check_remove_qconfig(value: object, step: str) -> bool:
     if isinstance(value, bool):
         return value
@@ -223,16 +209,20 @@ def reference_model(
         >>> # see convert_to_reference_fx
     """
     state = _flow_state(graph_module, step)
-    config = _custom_config(convert_custom_config)
-    mapping = _mapping(qconfig_mapping)
+    config = as_config(convert_custom_config, ConvertCustomConfig, "convert_custom_config")
+    mapping: QConfigMapping | None = None  # None: prepare's qconfigs stand
+    if qconfig_mapping is not None:
+        mapping = as_config(qconfig_mapping, QConfigMapping, "qconfig_mapping")
     source_modules = dict(graph_module.named_modules())
     turned_off = turned_off_nodes(graph_module, source_modules, mapping)
     # never-calibrated observers: their nodes stay float, reported and warned about
     not_calibrated = uncalibrated(graph_module, source_modules)
-    if not strict:
-        warn_uncalibrated(not_calibrated, step)
-    warn_single_valued(single_valued(graph_module, source_modules), step)
-    warn_outlier_batches(outlier_batches(graph_module, source_modules), step)
+    warn_calibration(
+        step,
+        {} if strict else not_calibrated,  # strict raises naming them instead
+        single_valued(graph_module, source_modules),
+        outlier_batches(graph_module, source_modules),
+    )
     if not state.is_qat:  # QAT observes in training mode by design
         warn_if_calibrated_in_training(graph_module, step)
     stays_float = {n for nodes in not_calibrated.values() for n in nodes} - turned_off
@@ -389,20 +379,18 @@ def convert_fx(
         The lowered model (a new ``GraphModule``).
 
     Raises:
-        ConfigTypeError: ``graph_module`` is not a prepared model, or an
-            argument is not of its type (nor its dict form).
-        ConfigError: ``backend_config`` names another backend than prepare's
-            (neither of them ``reference``); the message names both and the fix.
+        ConfigTypeError: as :func:`convert_to_reference_fx`.
+        ConfigError: as :func:`convert_to_reference_fx`.
         QuantizationSkipped: ``strict=True`` and a node was skipped or not lowered.
 
     Example:
         >>> import torch, fxquant
-        >>> from fxquant.flow import convert_fx, prepare_fx
-        >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4)).eval()
+        >>> model, x = torch.nn.Sequential(torch.nn.Linear(4, 4)).eval(), torch.randn(2, 4)
         >>> mapping = fxquant.get_default_qconfig_mapping("reference")
-        >>> prepared = prepare_fx(model, mapping, (torch.randn(2, 4),))
-        >>> _ = prepared(torch.randn(2, 4))
-        >>> lowered = convert_fx(prepared)
+        >>> prepared = fxquant.prepare_fx(model, mapping, (x,))
+        >>> _ = prepared(x)  # calibration
+        >>> torch.allclose(convert_fx(prepared)(x), model(x), atol=0.05)
+        True
     """
     remove = _check_remove_qconfig(_remove_qconfig, "convert_fx")
     chosen = as_backend_config(backend_config)  # before any work: a bad argument changes nothing

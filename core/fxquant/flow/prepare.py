@@ -144,7 +144,8 @@ class _Planner:
 
     ctx: FlowContext
     kinds: Mapping[fx.Node, ValueKind]
-    decisions: dict[fx.Node, Decision]
+    modules: Mapping[str, nn.Module]
+    decisions: dict[fx.Node, Decision] = field(default_factory=dict)
     input_roles: Mapping[object, Mapping[str, int]] = field(default_factory=dict)
     probes: dict[int, QConfigProbe] = field(default_factory=dict)
     out_site: dict[fx.Node, int] = field(default_factory=dict)
@@ -275,7 +276,6 @@ def _decide_all(
     gm: fx.GraphModule,
     matches: Mapping[fx.Node, Match[BackendPatternConfig]],
     qconfigs: Mapping[fx.Node, QConfig | None],
-    modules: Mapping[str, nn.Module],
     planner: _Planner,
 ) -> None:
     for node in gm.graph.nodes:
@@ -283,10 +283,11 @@ def _decide_all(
             continue
         match = matches.get(node)
         anchor = match.anchor if match is not None else node
-        decision = _decide(anchor, match, qconfigs.get(anchor), planner, _label(anchor, modules))
+        label = _label(anchor, planner.modules)
+        decision = _decide(anchor, match, qconfigs.get(anchor), planner, label)
         for covered in match.nodes if match is not None else (node,):
             planner.decisions[covered] = decision
-    _name_unmatched_chains(gm, modules, planner)
+    _name_unmatched_chains(gm, planner)
 
 
 def _op_name(node: fx.Node, modules: Mapping[str, nn.Module]) -> str:
@@ -297,9 +298,7 @@ def _op_name(node: fx.Node, modules: Mapping[str, nn.Module]) -> str:
     return pattern_str(node.target)
 
 
-def _name_unmatched_chains(
-    gm: fx.GraphModule, modules: Mapping[str, nn.Module], planner: _Planner
-) -> None:
+def _name_unmatched_chains(gm: fx.GraphModule, planner: _Planner) -> None:
     """Say ``conv -> bn -> relu: ... matches (Conv2d, BatchNorm2d, ReLU)`` for unmatched chains.
 
     A chain links an unmatched node to its first input when that input is unmatched
@@ -313,7 +312,7 @@ def _name_unmatched_chains(
         first = next(iter(node_args(node)), None)
         chain = chains.pop(first, None) if first is not None and len(first.users) == 1 else None
         chains[node] = [*(chain or []), node]
-    name = planner.ctx.backend_config.name
+    name, modules = planner.ctx.backend_config.name, planner.modules
     for chain in chains.values():
         ops = [_op_name(n, modules) for n in chain]
         shown = f"({', '.join(ops)})" if len(ops) > 1 else ops[0]
@@ -583,13 +582,13 @@ def plan_observers(
         ()
     """
     kinds = value_kinds(gm, modules, ctx.example_inputs)
-    planner = _Planner(ctx, kinds, {}, input_roles_by_op(ctx.backend_config))
+    planner = _Planner(ctx, kinds, modules, input_roles=input_roles_by_op(ctx.backend_config))
     planner.tuple_modules = frozenset(
         n
         for n in gm.graph.nodes
         if n.op == "call_module" and isinstance(modules.get(str(n.target)), _TUPLE_MODULES)
     )
-    _decide_all(gm, matches, qconfigs, modules, planner)
+    _decide_all(gm, matches, qconfigs, planner)
     _plan_boundaries(gm, planner)
     for node in gm.graph.nodes:
         _plan_node(node, planner)

@@ -43,9 +43,10 @@ Rules a user relies on:
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -68,6 +69,7 @@ __all__ = [
 ]
 
 Rewrite = Callable[..., Any]
+Arguments = Mapping[str, Any]  # a call's arguments by parameter name
 
 
 def _call(fn: Callable[..., Any], *args: Any) -> Any:
@@ -284,18 +286,36 @@ def _feed_forward(m: Any, dropout: nn.Module, x: Any) -> Any:
     return dropout(m.linear2(m.dropout(m.activation(m.linear1(x)))))
 
 
-def encoder_layer(
-    m: nn.TransformerEncoderLayer,
-    src: Any,
-    src_mask: Any = None,
-    src_key_padding_mask: Any = None,
-    is_causal: bool = False,
-) -> Any:
+def _rewrite_of(cls: type[nn.Module]) -> Callable[[Callable[[Any, Arguments], Any]], Rewrite]:
+    """Make ``body(m, arguments)`` a rewrite taking the arguments of ``cls.forward``.
+
+    The rewrite binds what it is given by torch's own signature (defaults applied), so
+    ``body`` reads each argument by its name; its ``__wrapped__`` is ``cls.forward``,
+    whose parameters torch.fx (``inspect.unwrap``) and :func:`root_concrete_args`
+    read, so a rewritten root gets the placeholders of torch's signature.
+    """
+    signature = inspect.signature(cls.forward)
+
+    def decorate(body: Callable[[Any, Arguments], Any]) -> Rewrite:
+        def rewrite(m: Any, *args: Any, **kwargs: Any) -> Any:
+            bound = signature.bind(m, *args, **kwargs)
+            bound.apply_defaults()
+            return body(m, bound.arguments)
+
+        functools.update_wrapper(rewrite, body)
+        rewrite.__wrapped__ = cls.forward  # type: ignore[attr-defined]  # read by inspect.unwrap
+        return rewrite
+
+    return decorate
+
+
+@_rewrite_of(nn.TransformerEncoderLayer)
+def encoder_layer(m: nn.TransformerEncoderLayer, a: Arguments) -> Any:
     """``nn.TransformerEncoderLayer.forward`` without its fast-path checks."""
-    masks = (src_mask, src_key_padding_mask)
+    masks = (a["src_mask"], a["src_key_padding_mask"])
     return _residuals(
         m.norm_first,
-        src,
+        a["src"],
         (
             (m.norm1, lambda x: _attend(m.self_attn, m.dropout1, x, x, masks)),
             (m.norm2, lambda x: _feed_forward(m, m.dropout2, x)),
@@ -303,93 +323,49 @@ def encoder_layer(
     )
 
 
-def decoder_layer(  # noqa: PLR0913, PLR0917 (torch's forward signature)
-    m: nn.TransformerDecoderLayer,
-    tgt: Any,
-    memory: Any,
-    tgt_mask: Any = None,
-    memory_mask: Any = None,
-    tgt_key_padding_mask: Any = None,
-    memory_key_padding_mask: Any = None,
-    tgt_is_causal: bool = False,
-    memory_is_causal: bool = False,
-) -> Any:
+@_rewrite_of(nn.TransformerDecoderLayer)
+def decoder_layer(m: nn.TransformerDecoderLayer, a: Arguments) -> Any:
     """``nn.TransformerDecoderLayer.forward`` (self-attention, cross-attention, feed-forward)."""
-    own, cross = (tgt_mask, tgt_key_padding_mask), (memory_mask, memory_key_padding_mask)
+    own = (a["tgt_mask"], a["tgt_key_padding_mask"])
+    cross = (a["memory_mask"], a["memory_key_padding_mask"])
     return _residuals(
         m.norm_first,
-        tgt,
+        a["tgt"],
         (
             (m.norm1, lambda x: _attend(m.self_attn, m.dropout1, x, x, own)),
-            (m.norm2, lambda x: _attend(m.multihead_attn, m.dropout2, x, memory, cross)),
+            (m.norm2, lambda x: _attend(m.multihead_attn, m.dropout2, x, a["memory"], cross)),
             (m.norm3, lambda x: _feed_forward(m, m.dropout3, x)),
         ),
     )
 
 
-def encoder(
-    m: nn.TransformerEncoder,
-    src: Any,
-    mask: Any = None,
-    src_key_padding_mask: Any = None,
-    is_causal: bool | None = None,
-) -> Any:
+@_rewrite_of(nn.TransformerEncoder)
+def encoder(m: nn.TransformerEncoder, a: Arguments) -> Any:
     """``nn.TransformerEncoder.forward``: the layers in turn (no nested-tensor shortcut)."""
-    out = src
+    out = a["src"]
     for layer in m.layers:
-        out = layer(out, src_mask=mask, src_key_padding_mask=src_key_padding_mask)
+        out = layer(out, src_mask=a["mask"], src_key_padding_mask=a["src_key_padding_mask"])
     return out if m.norm is None else m.norm(out)
 
 
-def decoder(  # noqa: PLR0913, PLR0917 (torch's forward signature)
-    m: nn.TransformerDecoder,
-    tgt: Any,
-    memory: Any,
-    tgt_mask: Any = None,
-    memory_mask: Any = None,
-    tgt_key_padding_mask: Any = None,
-    memory_key_padding_mask: Any = None,
-    tgt_is_causal: bool | None = None,
-    memory_is_causal: bool = False,
-) -> Any:
+# the masks torch's decoders pass on by keyword (a custom layer may take more)
+_DECODER_MASKS = ("tgt_mask", "memory_mask", "tgt_key_padding_mask", "memory_key_padding_mask")
+
+
+@_rewrite_of(nn.TransformerDecoder)
+def decoder(m: nn.TransformerDecoder, a: Arguments) -> Any:
     """``nn.TransformerDecoder.forward``: the layers in turn, then ``norm``."""
-    out = tgt
+    out = a["tgt"]
     for layer in m.layers:
-        out = layer(
-            out,
-            memory,
-            tgt_mask=tgt_mask,
-            memory_mask=memory_mask,
-            tgt_key_padding_mask=tgt_key_padding_mask,
-            memory_key_padding_mask=memory_key_padding_mask,
-        )
+        out = layer(out, a["memory"], **{name: a[name] for name in _DECODER_MASKS})
     return out if m.norm is None else m.norm(out)
 
 
-def transformer(  # noqa: PLR0913, PLR0917 (torch's forward signature)
-    m: nn.Transformer,
-    src: Any,
-    tgt: Any,
-    src_mask: Any = None,
-    tgt_mask: Any = None,
-    memory_mask: Any = None,
-    src_key_padding_mask: Any = None,
-    tgt_key_padding_mask: Any = None,
-    memory_key_padding_mask: Any = None,
-    src_is_causal: bool | None = None,
-    tgt_is_causal: bool | None = None,
-    memory_is_causal: bool = False,
-) -> Any:
+@_rewrite_of(nn.Transformer)
+def transformer(m: nn.Transformer, a: Arguments) -> Any:
     """``nn.Transformer.forward``: ``encoder(src)`` then ``decoder(tgt, memory)``."""
-    memory = m.encoder(src, mask=src_mask, src_key_padding_mask=src_key_padding_mask)
-    return m.decoder(
-        tgt,
-        memory,
-        tgt_mask=tgt_mask,
-        memory_mask=memory_mask,
-        tgt_key_padding_mask=tgt_key_padding_mask,
-        memory_key_padding_mask=memory_key_padding_mask,
-    )
+    memory = m.encoder(a["src"], mask=a["src_mask"], src_key_padding_mask=a["src_key_padding_mask"])
+    return m.decoder(a["tgt"], memory, **{name: a[name] for name in _DECODER_MASKS})
 
 
 # the hints (is_causal...) are not passed on: the mask they describe is always applied,

@@ -103,13 +103,7 @@ class ValueKind(StrEnum):
     """A float tensor carrying an additive attention mask (rules 2 to 4)."""
 
 
-FLOAT, INT, SCALAR, MASK, MASKED = (
-    ValueKind.FLOAT,
-    ValueKind.INT,
-    ValueKind.SCALAR,
-    ValueKind.MASK,
-    ValueKind.MASKED,
-)
+FLOAT, INT, SCALAR, MASK, MASKED = tuple(ValueKind)  # the order of their declaration
 
 MASK_FILL_MAX: Final = -1e3
 """The largest ``masked_fill`` value that stands for minus infinity (rule 3)."""
@@ -153,6 +147,8 @@ _COMPARISONS = frozenset(
     | {torch.argmax, torch.argmin, torch.isnan, torch.isinf}
 )
 _ADDITIVE = frozenset({operator.add, operator.sub, torch.add, torch.sub, "add", "sub", "__add__"})
+# Python's own functions on numbers (operator.mul of two sizes, math.sqrt of a dim)
+_PYTHON_NUMBERS = frozenset({"_operator", "operator", "builtins", "math"})
 _BOUNDED = frozenset(  # the functions, the modules, the method names
     {torch.softmax, torch.nn.functional.softmax, torch.sigmoid, torch.tanh}
     | {nn.Softmax, nn.Sigmoid, nn.Tanh}
@@ -355,17 +351,8 @@ def _mix(node: fx.Node, args: list[ValueKind], kinds: Mapping[fx.Node, ValueKind
         # rule 1: an int tensor combined with a float constant is a float mask in the making
         has_float_const = any(isinstance(c, float) for c in _constants(node))
         return MASK if has_float_const or node.target is operator.truediv else INT
-    if (
-        args
-        and node.op == "call_function"
-        and getattr(node.target, "__module__", "")
-        in (
-            "_operator",
-            "operator",
-            "builtins",
-            "math",
-        )
-    ):
+    python = getattr(node.target, "__module__", "") in _PYTHON_NUMBERS
+    if args and node.op == "call_function" and python:
         return SCALAR
     return FLOAT if node.target is not torch.arange else INT
 

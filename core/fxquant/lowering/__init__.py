@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Final
 import torch
 
 from fxquant.config.pattern import simple_to_complex, validate_complex
-from fxquant.errors import ConfigError, ConfigTypeError
+from fxquant.errors import ConfigError, wrong_type
 
 if TYPE_CHECKING:
     from torch import fx, nn
@@ -338,20 +338,15 @@ class LoweringRule:
             msg = f"LoweringRule {self.name!r} needs a pattern, got None; pass e.g. torch.nn.Linear"
             raise ConfigError(msg)
         if not callable(self.build):
-            msg = (
-                f"LoweringRule build must be callable, got {self.build!r} of type "
-                f"{type(self.build).__name__}; pass a function that builds the kernel"
-            )
-            raise ConfigTypeError(msg)
+            hint = "; pass a function that builds the kernel"
+            raise wrong_type(self.build, "LoweringRule build", "callable", hint)
         if not isinstance(self.name, str):
-            msg = f"LoweringRule name must be a str, got {self.name!r}"
-            raise ConfigTypeError(msg)
+            raise wrong_type(self.name, "LoweringRule name", "a str")
         if not self.name:
             msg = "LoweringRule name must not be empty; give the kernel a short name"
             raise ConfigError(msg)
         if not isinstance(self.tolerance, (int, float)) or isinstance(self.tolerance, bool):
-            msg = f"LoweringRule tolerance must be a number of output steps, got {self.tolerance!r}"
-            raise ConfigTypeError(msg)
+            raise wrong_type(self.tolerance, "LoweringRule tolerance", "a number of output steps")
         if not self.tolerance >= 0:  # also refuses NaN
             msg = f"LoweringRule tolerance must be >= 0 output steps, got {self.tolerance!r}"
             raise ConfigError(msg)

@@ -18,6 +18,7 @@ of a half-integer, by one step.
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 
 from fxquant.dtypes import canonical_dtype
 
@@ -27,13 +28,8 @@ _UNSIGNED = (torch.uint8,)
 
 
 def quantize_per_tensor(  # the qdq op's schema
-    x: torch.Tensor,
-    scale: float,
-    zero_point: int,
-    quant_min: int,
-    quant_max: int,
-    dtype: torch.dtype,
-) -> torch.Tensor:
+    x: Tensor, scale: float, zero_point: int, quant_min: int, quant_max: int, dtype: torch.dtype
+) -> Tensor:
     """``clamp(round(x / scale) + zero_point)`` as ``dtype``, within one step of the reference op.
 
     Args:
@@ -59,7 +55,7 @@ def quantize_per_tensor(  # the qdq op's schema
     return _to_integers(y.clamp_(quant_min, quant_max), plain)
 
 
-def _to_integers(y: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def _to_integers(y: Tensor, dtype: torch.dtype) -> Tensor:
     """``y.to(dtype)`` (truncating) for a fresh float32 ``y`` in ``dtype``'s range, via int32
     written in place: ``y`` is a temporary the caller made, read once per element."""
     as_int32 = y.view(torch.int32)
