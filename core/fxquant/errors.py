@@ -7,6 +7,7 @@
     ├── CheckpointError (ValueError)        a checkpoint file is corrupt, changed or does not fit
     ├── UntraceableModelError (TypeError)   symbolic tracing failed inside the user's model
     ├── ExportError (RuntimeError)          torch.export could not capture a converted model
+    ├── KernelCallError (RuntimeError)      a lowered model's node failed on the inputs it got
     ├── UnknownBackendError (KeyError)      no installed plugin provides that backend
     ├── MissingDefaultQConfigError (LookupError)  a backend has no default qconfig mapping
     ├── PluginError (RuntimeError)          a plugin failed to load or answered wrongly
@@ -36,6 +37,7 @@ __all__ = [
     "ExportError",
     "FxquantError",
     "GraphModeWarning",
+    "KernelCallError",
     "MissingDefaultQConfigError",
     "NativeBackendWarning",
     "PluginAPIVersionError",
@@ -114,6 +116,12 @@ class ExportError(FxquantError, RuntimeError):
     The message names the node of the converted model that failed, its module
     path and the user's source line; torch's exception is chained as ``__cause__``.
     """
+
+
+class KernelCallError(FxquantError, RuntimeError):
+    """A node of a model ``convert_fx`` returned failed when called (a kernel given an input
+    of another shape than its weights take...). The message names the node, its module path
+    and the shapes it got; the kernel's own error is the ``__cause__``."""
 
 
 class UnknownBackendError(FxquantError, KeyError):
