@@ -79,16 +79,19 @@ def wrong_type(value: object, argument: str, expected: str, hint: str = "") -> C
     """The error for ``value`` of the wrong type: it names the argument, what it must be, the value.
 
     The value's repr is cut to a readable length; a torch.ao object (a migrating
-    user's ``QConfig``, ``QConfigMapping``...) is named as torch.ao's, with the
-    fxquant class to use instead.
+    user's ``QConfig``, ``QConfigMapping``...) is named as torch.ao's first, with the
+    fxquant class to use instead, and no repr (its type says it all).
 
     Example:
         >>> print(wrong_type(3, "name", "a str", "; e.g. 'x86'"))
         name must be a str, got 3 of type int; e.g. 'x86'
     """
+    ao = torch_ao_hint(value)
+    if ao:
+        return ConfigTypeError(f"{argument} is {ao}; {argument} must be {expected}")
     msg = (
         f"{argument} must be {expected}, got {_short_repr(value)} of type "
-        f"{type(value).__name__}{torch_ao_hint(value) or hint}"
+        f"{type(value).__name__}{hint}"
     )
     return ConfigTypeError(msg)
 
@@ -260,7 +263,7 @@ def torch_ao_hint(value: object) -> str:
     ours = f"fxquant.{name}" if name in _OURS else "fxquant's namesake"
     example = _OURS.get(name, "fxquant.get_default_qconfig_mapping('x86')")
     return (
-        f"; that is torch.ao's {module}.{name}, and fxquant does not take torch.ao's config "
-        f"objects: build it with {ours} (import from fxquant what you imported from "
+        f"torch.ao's {module}.{name}, and fxquant does not take torch.ao's config objects: "
+        f"build it with {ours} (import from fxquant what you imported from "
         f"torch.ao.quantization, e.g. {example}; see docs/migration.md)"
     )
