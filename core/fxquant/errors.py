@@ -7,6 +7,7 @@
     ├── CheckpointError (ValueError)        a checkpoint file is corrupt, changed or does not fit
     ├── UntraceableModelError (TypeError)   symbolic tracing failed inside the user's model
     ├── ExportError (RuntimeError)          torch.export could not capture a converted model
+    ├── KernelCallError (RuntimeError)      a lowered model's node failed on the inputs it got
     ├── UnknownBackendError (KeyError)      no installed plugin provides that backend
     ├── MissingDefaultQConfigError (LookupError)  a backend has no default qconfig mapping
     ├── PluginError (RuntimeError)          a plugin failed to load or answered wrongly
@@ -36,6 +37,7 @@ __all__ = [
     "ExportError",
     "FxquantError",
     "GraphModeWarning",
+    "KernelCallError",
     "MissingDefaultQConfigError",
     "NativeBackendWarning",
     "PluginAPIVersionError",
@@ -77,16 +79,19 @@ def wrong_type(value: object, argument: str, expected: str, hint: str = "") -> C
     """The error for ``value`` of the wrong type: it names the argument, what it must be, the value.
 
     The value's repr is cut to a readable length; a torch.ao object (a migrating
-    user's ``QConfig``, ``QConfigMapping``...) is named as torch.ao's, with the
-    fxquant class to use instead.
+    user's ``QConfig``, ``QConfigMapping``...) is named as torch.ao's first, with the
+    fxquant class to use instead, and no repr (its type says it all).
 
     Example:
         >>> print(wrong_type(3, "name", "a str", "; e.g. 'x86'"))
         name must be a str, got 3 of type int; e.g. 'x86'
     """
+    ao = torch_ao_hint(value)
+    if ao:
+        return ConfigTypeError(f"{argument} is {ao}; {argument} must be {expected}")
     msg = (
         f"{argument} must be {expected}, got {_short_repr(value)} of type "
-        f"{type(value).__name__}{torch_ao_hint(value) or hint}"
+        f"{type(value).__name__}{hint}"
     )
     return ConfigTypeError(msg)
 
@@ -114,6 +119,12 @@ class ExportError(FxquantError, RuntimeError):
     The message names the node of the converted model that failed, its module
     path and the user's source line; torch's exception is chained as ``__cause__``.
     """
+
+
+class KernelCallError(FxquantError, RuntimeError):
+    """A node of a model ``convert_fx`` returned failed when called (a kernel given an input
+    of another shape than its weights take...). The message names the node, its module path
+    and the shapes it got; the kernel's own error is the ``__cause__``."""
 
 
 class UnknownBackendError(FxquantError, KeyError):
@@ -252,7 +263,7 @@ def torch_ao_hint(value: object) -> str:
     ours = f"fxquant.{name}" if name in _OURS else "fxquant's namesake"
     example = _OURS.get(name, "fxquant.get_default_qconfig_mapping('x86')")
     return (
-        f"; that is torch.ao's {module}.{name}, and fxquant does not take torch.ao's config "
-        f"objects: build it with {ours} (import from fxquant what you imported from "
+        f"torch.ao's {module}.{name}, and fxquant does not take torch.ao's config objects: "
+        f"build it with {ours} (import from fxquant what you imported from "
         f"torch.ao.quantization, e.g. {example}; see docs/migration.md)"
     )

@@ -68,3 +68,40 @@ def test_a_layer_with_a_grown_but_bounded_weight_still_lowers(backend: str) -> N
     lowered, reference, batches = _quantize(3.0, backend)
     assert _entry(lowered, "_0").status == "lowered"
     assert not _far(lowered, reference, batches)
+
+
+def _transposed(grow: float, groups: int) -> tuple[nn.Module, nn.Module, list]:
+    """A transposed conv whose output channel 0 grows ``grow`` times after calibration."""
+    torch.manual_seed(0)
+    conv = nn.ConvTranspose2d(4, 4, 2, groups=groups)
+    model = nn.Sequential(conv, nn.ReLU(), nn.Conv2d(4, 2, 1)).eval()
+    batches = [
+        (torch.randn(2, 4, 6, 6, generator=torch.Generator().manual_seed(s)),) for s in range(3)
+    ]
+    config = fxquant.get_backend_config("qnnpack")
+    mapping = fxquant.get_default_qconfig_mapping("qnnpack")
+    prepared = fxquant.prepare_fx(model, mapping, batches[0], backend_config=config)
+    with torch.no_grad():
+        for batch in batches:
+            prepared(*batch)
+        # (in, out / groups, kh, kw): output channel 0 reads the first group's inputs only
+        prepared.get_parameter("0.weight")[: 4 // groups, 0].mul_(grow)
+    lowered = fxquant.convert_fx(prepared, backend_config=config)
+    reference = fxquant.convert_to_reference_fx(prepared, backend_config=config)
+    return lowered, reference, batches
+
+
+@pytest.mark.parametrize("groups", [1, 2])
+def test_a_transposed_conv_whose_requantization_passes_int32_agrees_with_its_reference(
+    groups: int,
+) -> None:
+    if "qnnpack" not in fxquant.list_backends():
+        pytest.skip("qnnpack (the engine that lowers transposed convs) is not installed")
+    lowered, reference, batches = _transposed(1e8, groups)
+    assert not _far(lowered, reference, batches)
+    entry = _entry(lowered, "_0")
+    assert entry.status == "reference"
+    assert "qnnpack's requantization of output channel 0" in entry.reason.words
+    bounded, reference, batches = _transposed(3.0, groups)
+    assert _entry(bounded, "_0").status == "lowered"
+    assert not _far(bounded, reference, batches)

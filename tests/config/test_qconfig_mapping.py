@@ -258,3 +258,31 @@ def test_torch_aos_method_names_stay_accepted(ao: ModuleType) -> None:
     for name in sorted(names):
         mapping.set_object_type(name, Q1)
     assert set(mapping.object_type_qconfigs) == names
+
+
+def test_a_function_given_by_its_name_is_refused_with_the_functions_to_pass() -> None:
+    # 'conv2d' is no torch.Tensor method: the entry would match no node, without a word
+    with pytest.raises(ConfigTypeError) as info:
+        QConfigMapping().set_object_type("conv2d", Q1)
+    assert str(info.value) == (
+        "object_type 'conv2d' names no torch.Tensor method, and a string object type matches "
+        "method calls only (e.g. 'relu' for x.relu(), 'add' for x.add(y)), so it would match "
+        "nothing; pass the object itself: torch.nn.functional.conv2d, torch.conv2d, "
+        "torch.nn.Conv2d"
+    )
+    with pytest.raises(ConfigTypeError, match=r"'typo_op' names no torch\.Tensor method"):
+        QConfigMapping().set_module_name_object_type_order("", "typo_op", 0, Q1)
+    with pytest.raises(ConfigTypeError, match=r"torch\.nn\.functional\.linear, torch\.nn\.Linear$"):
+        QConfigMapping.from_dict({"object_type": [("linear", Q1)]})
+
+
+_TENSOR_METHOD_NAMES = sorted(
+    name for name in dir(torch.Tensor) if name.isidentifier() and not hasattr(torch.nn, name)
+)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.sampled_from(_TENSOR_METHOD_NAMES))
+def test_every_tensor_method_name_is_accepted(name: str) -> None:
+    mapping = QConfigMapping().set_object_type(name, Q1)
+    assert mapping.qconfig_for("", name) is Q1

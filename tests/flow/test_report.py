@@ -89,3 +89,16 @@ def test_an_unknown_code_or_status_names_every_valid_choice(build: object, messa
         from fxquant.flow.report import CODES
 
         assert str(caught.value).endswith(", ".join(CODES))
+
+
+def test_the_table_ends_with_each_statuss_count_and_its_reasons(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(144, 2)).eval()
+    x = torch.randn(2, 3, 8, 8)
+    mapping = fxquant.get_default_qconfig_mapping("x86").set_module_name("3", None)
+    prepared = prepare_fx(model, mapping, (x,), backend_config=fxquant.get_backend_config("x86"))
+    prepared(x)
+    explain(fxquant.convert_fx(prepared))
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last == "summary: 2 lowered, 1 float (qconfig_none 1)"

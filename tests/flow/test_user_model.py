@@ -280,6 +280,22 @@ def test_preparing_a_prepared_or_converted_model_says_what_it_is_and_what_to_pas
     assert prepare(model.train() if step == "prepare_qat_fx" else model, mapping, x) is not None
 
 
+def test_fusing_a_prepared_or_converted_model_says_what_it_is_and_what_to_pass() -> None:
+    model, prepared, converted = _prepared_and_converted()
+    expected = {
+        prepared: "^fuse_fx: the model is already prepared \\(prepare_fx or prepare_qat_fx "
+        "returned it, with its observers\\); fuse_fx takes the float model. Pass the float "
+        "model to fuse it again .* or calibrate the prepared model and pass it to convert_fx$",
+        converted: "^fuse_fx: the model is already converted \\(convert_fx or "
+        "convert_to_reference_fx returned it\\); fuse_fx takes the float model. .* or use "
+        "the converted model as it is$",
+    }
+    for flow_model, message in expected.items():
+        with pytest.raises(ConfigTypeError, match=message):
+            fxquant.fuse_fx(flow_model)
+    assert type(fxquant.fuse_fx(model).get_submodule("0")).__name__ == "ConvReLU2d"
+
+
 @pytest.mark.parametrize("convert", [fxquant.convert_fx, fxquant.convert_to_reference_fx])
 def test_converting_a_converted_model_says_to_pass_the_prepared_one(
     convert: Callable[..., fx.GraphModule],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 
+import fxquant
 import pytest
 from fxquant.config.backend import BackendConfig, BackendPatternConfig
 from fxquant.patterns import conv_add_configs, reference_pattern_configs
@@ -31,6 +32,16 @@ def test_every_config_round_trips_through_its_dict(backend: BackendConfig) -> No
 def test_the_backend_round_trips_through_json(backend: BackendConfig) -> None:
     if importlib.util.find_spec("fxquant.config.serialize") is None:
         pytest.skip("fxquant.config.serialize is not written yet")
+    text = backend.to_json()
+    again = BackendConfig.from_json(text)
+    assert again == backend
+    assert again.to_json() == text
+
+
+@pytest.mark.parametrize("name", fxquant.list_backends())
+def test_every_installed_backend_round_trips_through_json(name: str) -> None:
+    """A user saves any backend they can get by name, and reads the same config back."""
+    backend = fxquant.get_backend_config(name)
     text = backend.to_json()
     again = BackendConfig.from_json(text)
     assert again == backend

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import torch
+import torch.nn.functional as F
 
 from fxquant.config import serialize
 from fxquant.config.checks import unknown_keys
@@ -68,9 +69,34 @@ def _check_qconfig(qconfig: object, argument: str) -> QConfigAny:
     )
 
 
-def _module_class_name(name: str, argument: str) -> None:
-    """A string object type matches ``call_method`` nodes (``x.relu()``); a torch.nn class
-    name would match nothing, silently in torch.ao, where the user meant the class."""
+# torch.ao's default mappings list these method names, which torch.Tensor has no method
+# for; a torch.ao mapping or qconfig dict carrying them must keep loading.
+_TORCH_AO_METHOD_NAMES: Final = frozenset({"hardsigmoid", "hardsigmoid_"})
+
+
+def _functions_named(name: str) -> list[str]:
+    """What the user may have meant by a string naming no tensor method, as they write it."""
+    found = [
+        f"{prefix}.{name}"
+        for prefix, namespace in (("torch.nn.functional", F), ("torch", torch))
+        if callable(getattr(namespace, name, None))
+        and not isinstance(getattr(namespace, name), type)
+    ]
+    lowered = name.lower().replace("_", "")
+    found += [
+        f"torch.nn.{attr}"
+        for attr, value in vars(torch.nn).items()
+        if attr.lower() == lowered
+        and isinstance(value, type)
+        and issubclass(value, torch.nn.Module)
+    ]
+    return found
+
+
+def _check_method_name(name: str, argument: str) -> None:
+    """A string object type matches ``call_method`` nodes (``x.relu()``) only: a module class
+    name, or a function's name that no tensor method has, would match nothing, silently in
+    torch.ao, where the user meant the class or the function."""
     found = getattr(torch.nn, name, None)
     if isinstance(found, type) and issubclass(found, torch.nn.Module):
         msg = (
@@ -79,12 +105,22 @@ def _module_class_name(name: str, argument: str) -> None:
             f"torch.nn.{name}, not the string {name!r}"
         )
         raise ConfigTypeError(msg)
+    if hasattr(torch.Tensor, name) or name in _TORCH_AO_METHOD_NAMES:
+        return
+    meant = _functions_named(name)
+    hint = f"pass the object itself: {', '.join(meant)}" if meant else "pass the function or class"
+    msg = (
+        f"{argument} {name!r} names no torch.Tensor method, and a string object type matches "
+        f"method calls only (e.g. 'relu' for x.relu(), 'add' for x.add(y)), so it would match "
+        f"nothing; {hint}"
+    )
+    raise ConfigTypeError(msg)
 
 
 def _check_object_type(object_type: object, argument: str) -> ObjectType:
     if isinstance(object_type, str):
         if object_type.isidentifier():
-            _module_class_name(object_type, argument)
+            _check_method_name(object_type, argument)
             return object_type
     elif isinstance(object_type, type):
         if issubclass(object_type, torch.nn.Module):

@@ -72,7 +72,11 @@ def fuse_fx(
         >>> m = torch.nn.Sequential(torch.nn.Conv2d(1, 1, 1), torch.nn.ReLU()).eval()
         >>> type(fuse_fx(m).get_submodule("0")).__name__
         'ConvReLU2d'
+
+    Raises:
+        ConfigTypeError: ``model`` is one prepare or convert returned.
     """
+    raise_if_flow_model(model, "fuse_fx")  # its observers or kernels are no float ops to fuse
     backend = resolve_backend(as_backend_config(backend_config), "fuse_fx")
     ctx = FlowContext.for_fuse(fuse_custom_config, backend)
     with TRACING_LOCK:  # tracing patches torch.nn.Module process-wide

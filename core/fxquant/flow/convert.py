@@ -49,6 +49,7 @@ from fxquant.flow.equalization.convert import apply_equalization
 from fxquant.flow.equalization.prepare import EQUALIZATION_KEY
 from fxquant.flow.kept_reference import release_replaced_weights
 from fxquant.flow.lower import lower
+from fxquant.flow.lowered_model import as_lowered
 from fxquant.flow.report import NodeStatus, Report, raise_if_skipped
 from fxquant.flow.state import META_KEY, FlowMeta, FlowState, is_converted, node_info
 from fxquant.flow.trace import drop_string_annotations
@@ -406,7 +407,7 @@ def convert_fx(
         if model is not None:
             _remove_qconfig_attributes(model)
     gm.graph.lint()
-    gm.recompile()
+    gm = as_lowered(gm)  # recompiles; a node that fails when called names itself
     if reference is not None:
         release_replaced_weights(reference, gm)  # the kernels hold them: no float copy kept
         kept = _finish(reference, graph_module, state, report)

@@ -8,6 +8,7 @@ returns it; ``str(report)`` is the table.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Final
@@ -102,6 +103,7 @@ class NodeStatus(StrEnum):
 
 
 CODES: Final = tuple(code.value for code in ReasonCode)
+_STATUS_ORDER: Final = ("quantized", "lowered", "reference", "float", "skipped")
 """Every reason code's string; the words may change, the codes do not."""
 
 STATUSES: Final = tuple(status.value for status in NodeStatus)
@@ -264,7 +266,32 @@ class Report:
         ]
         lines += [f"unused qconfig entry: {r.words}" for r in self._unused]
         lines += list(self._notes)
-        return "\n".join(lines)
+        summary = self.summary()
+        return "\n".join([*lines, summary] if summary else lines)
+
+    def summary(self) -> str:
+        """One line: how many op nodes have each status, with the reasons' codes counted.
+
+        Example:
+            >>> why = Reason("qconfig_none", "fc: qconfig is None")
+            >>> fc = NodeReport("fc", "call_module", "Linear", None, "float", why)
+            >>> relu = NodeReport("relu", "call_function", "F.relu", None, "lowered")
+            >>> print(Report([fc, relu]).summary())
+            summary: 1 lowered, 1 float (qconfig_none 1)
+        """
+        totals: Counter[str] = Counter()
+        codes: dict[str, Counter[str]] = {}
+        for entry in self._entries.values():
+            if entry.op not in ("placeholder", "output"):
+                totals[str(entry.status)] += 1
+                reasons = codes.setdefault(str(entry.status), Counter())
+                reasons.update([str(entry.reason.code)] if entry.reason else [])
+        order = [status for status in _STATUS_ORDER if status in totals]
+        parts = []
+        for status in order + sorted(set(totals) - set(order)):
+            words = ", ".join(f"{code} {n}" for code, n in codes[status].most_common())
+            parts.append(f"{totals[status]} {status}" + (f" ({words})" if words else ""))
+        return f"summary: {', '.join(parts)}" if parts else ""
 
     __str__ = table
 

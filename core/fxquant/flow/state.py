@@ -137,7 +137,8 @@ def raise_if_flow_model(model: object, step: str) -> None:
     """Refuse a model prepare or convert already returned: ``step`` wants the float model.
 
     Preparing a prepared model again would observe every value twice (the old
-    observers are ops of its graph), and a converted one has no float ops left.
+    observers are ops of its graph), and a converted one has no float ops left;
+    fusing either would hand prepare such a model.
 
     Raises:
         ConfigTypeError: ``model`` carries fxquant's flow state; the message says
@@ -156,10 +157,11 @@ def raise_if_flow_model(model: object, step: str) -> None:
     else:
         what = "prepared (prepare_fx or prepare_qat_fx returned it, with its observers)"
         other = "calibrate the prepared model and pass it to convert_fx"
+    verb = step.split("_")[0]  # prepare, fuse
     msg = (
         f"{step}: the model is already {what}; {step} takes the float model. Pass the "
-        "float model to prepare it again (prepare leaves it unchanged, so another mapping "
-        f"or backend can prepare it too), or {other}"
+        f"float model to {verb} it again (the flow leaves it unchanged, so another mapping "
+        f"or backend can {verb} it too), or {other}"
     )
     raise ConfigTypeError(msg)
 

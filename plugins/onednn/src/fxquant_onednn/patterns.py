@@ -56,6 +56,8 @@ __all__ = [
     "LinearTanh",
     "conv_unary_configs",
     "fuse_conv_unary",
+    "fuse_linear_leaky_relu",
+    "fuse_linear_tanh",
     "linear_eltwise_configs",
     "pattern_configs",
 ]
@@ -238,17 +240,38 @@ def conv_unary_configs(dtype_configs: list[DTypeConfig]) -> list[BackendPatternC
     return [*configs, module_config(ConvUnary2d, dtype_configs, **root)]
 
 
-def _fuser(fused: type[FusedModule]) -> Callable[..., nn.Module]:
-    def fuse(is_qat: bool, *modules: Any) -> nn.Module:
-        if is_qat:
-            msg = f"{fused.__name__} fusion is for post-training quantization only; got is_qat=True"
-            raise NotImplementedError(msg)
-        linear, *rest = modules
-        if len(rest) == 2:  # (linear, bn, act): fold the batch norm first
-            linear = nn.utils.fusion.fuse_linear_bn_eval(linear, rest[0])
-        return fused(linear, rest[-1])
+def _fuse_linear_eltwise(
+    fused: type[FusedModule], is_qat: bool, modules: tuple[Any, ...]
+) -> nn.Module:
+    if is_qat:
+        msg = f"{fused.__name__} fusion is for post-training quantization only; got is_qat=True"
+        raise NotImplementedError(msg)
+    linear, *rest = modules
+    if len(rest) == 2:  # (linear, bn, act): fold the batch norm first
+        linear = nn.utils.fusion.fuse_linear_bn_eval(linear, rest[0])
+    return fused(linear, rest[-1])
 
-    return fuse
+
+# Module-level fusers (not closures): a BackendConfig's JSON names its fuser methods by
+# their qualified names, so ``to_json`` needs each one importable.
+def fuse_linear_leaky_relu(is_qat: bool, *modules: Any) -> nn.Module:
+    """``(linear, leaky_relu)`` or ``(linear, bn, leaky_relu)`` -> ``LinearLeakyReLU`` (PTQ).
+
+    Example:
+        >>> type(fuse_linear_leaky_relu(False, nn.Linear(2, 2), nn.LeakyReLU())).__name__
+        'LinearLeakyReLU'
+    """
+    return _fuse_linear_eltwise(LinearLeakyReLU, is_qat, modules)
+
+
+def fuse_linear_tanh(is_qat: bool, *modules: Any) -> nn.Module:
+    """``(linear, tanh)`` -> ``LinearTanh`` (PTQ).
+
+    Example:
+        >>> type(fuse_linear_tanh(False, nn.Linear(2, 2), nn.Tanh())).__name__
+        'LinearTanh'
+    """
+    return _fuse_linear_eltwise(LinearTanh, is_qat, modules)
 
 
 def linear_eltwise_configs(dtype_configs: list[DTypeConfig]) -> list[BackendPatternConfig]:
@@ -260,15 +283,15 @@ def linear_eltwise_configs(dtype_configs: list[DTypeConfig]) -> list[BackendPatt
     """
     observed = ObservationType.OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT
     configs: list[BackendPatternConfig] = []
-    for fused, module, function in (
-        (LinearLeakyReLU, nn.LeakyReLU, F.leaky_relu),
-        (LinearTanh, nn.Tanh, torch.tanh),
+    for fused, fuser, module, function in (
+        (LinearLeakyReLU, fuse_linear_leaky_relu, nn.LeakyReLU, F.leaky_relu),
+        (LinearTanh, fuse_linear_tanh, nn.Tanh, torch.tanh),
     ):
         for post in (module, function):
             configs.append(
                 BackendPatternConfig((nn.Linear, post))
                 .set_dtype_configs(dtype_configs)
-                .set_fuser_method(_fuser(fused))
+                .set_fuser_method(fuser)
                 .set_fused_module(fused)
             )
             configs.append(
@@ -286,7 +309,7 @@ def linear_eltwise_configs(dtype_configs: list[DTypeConfig]) -> list[BackendPatt
     configs.append(
         BackendPatternConfig((nn.Linear, nn.BatchNorm1d, nn.LeakyReLU))
         .set_dtype_configs(dtype_configs)
-        .set_fuser_method(_fuser(LinearLeakyReLU))
+        .set_fuser_method(fuse_linear_leaky_relu)
         .set_fused_module(LinearLeakyReLU)
     )
     return configs

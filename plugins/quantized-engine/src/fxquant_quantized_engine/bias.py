@@ -91,7 +91,8 @@ def requantize_overflow_reason(
 
     Args:
         engine: ``"fbgemm"`` or ``"qnnpack"`` (both convert the scaled sum to int32).
-        reference: the reference Linear / Conv (its int8 weight, qparams and bias).
+        reference: the reference Linear / Conv / ConvTranspose (its int8 weight, qparams
+            and bias).
         x: the input's qparams; ``out``: the output's (None: a float output, no conversion).
 
     Example:
@@ -111,7 +112,7 @@ def requantize_overflow_reason(
     weight = reference.get_quantized_weight()
     weight = weight.int_repr() if weight.is_quantized else weight
     zero_point = torch.as_tensor(qparams["zero_point"], dtype=torch.float64).reshape(-1, 1)
-    weights = weight.flatten(1).to(torch.float64) - zero_point
+    weights = _per_output_channel(reference, weight.to(torch.float64)) - zero_point
     # each product at its largest: the input's highest integer for a positive weight
     high, low = x.quant_max - x.zero_point, x.quant_min - x.zero_point
     largest = torch.where(weights > 0, weights * high, weights * low).sum(1)
@@ -131,6 +132,17 @@ def requantize_overflow_reason(
         "such a value to the lowest int32 and outputs 0 where the reference saturates. "
         f"The layer runs as its reference (float) module. {_BN_ADVICE}"
     )
+
+
+def _per_output_channel(reference: Any, weight: torch.Tensor) -> torch.Tensor:
+    """One row per output channel: the weights that feed it. A transposed conv's weight is
+    ``(in, out / groups, *kernel)``; each output channel reads its group's inputs, every
+    tap (an upper bound where the stride skips taps)."""
+    if not isinstance(reference, torch.nn.modules.conv._ConvTransposeNd):
+        return weight.flatten(1)
+    groups = reference.groups
+    grouped = weight.reshape(groups, weight.shape[0] // groups, weight.shape[1], -1)
+    return grouped.permute(0, 2, 1, 3).reshape(groups * weight.shape[1], -1)
 
 
 def depthwise_saturation_reason(reference: Any, weight: torch.Tensor, x: Any) -> str | None:

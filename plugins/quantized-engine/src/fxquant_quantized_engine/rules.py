@@ -56,7 +56,7 @@ from fxquant_quantized_engine.views import (
 )
 
 
-def build_conv_transpose(engine: str) -> Callable[[Any], nn.Module | None]:
+def build_conv_transpose(engine: str) -> Callable[[Any], nn.Module | Declined | None]:
     """A rule builder for reference transposed convs: per-tensor weights -> the quint8 kernel.
 
     Per-channel weights (not supported by the engines' transposed kernels) are replayed
@@ -66,14 +66,15 @@ def build_conv_transpose(engine: str) -> Callable[[Any], nn.Module | None]:
     lowering shows the same error), which the hypothesis test of the fbgemm plugin found.
     QNNPACK's ``quantized::conv_transpose3d`` is wrong for every shape (a 1x1x1 kernel is
     3.3 off a 0.02 step; -4.6 dB against the reference's 36.7, lowered without a word):
-    a 3-d transposed conv on qnnpack is replayed too.
+    a 3-d transposed conv on qnnpack is replayed too. A kernel whose requantization could
+    pass int32 is declined, as for a conv (:func:`requantize_overflow_reason`).
 
     Example:
         >>> callable(build_conv_transpose("fbgemm"))
         True
     """
 
-    def build(match: Any) -> nn.Module | None:
+    def build(match: Any) -> nn.Module | Declined | None:
         reference = match.module
         qx, out = _tensor_qparams(match.inputs[0]), _tensor_qparams(match.output)
         if qx is None or out is None:
@@ -81,6 +82,9 @@ def build_conv_transpose(engine: str) -> Callable[[Any], nn.Module | None]:
         per_tensor = torch.as_tensor(reference.get_weight_qparams()["scale"]).numel() == 1
         broken = engine == "fbgemm" or (engine == "qnnpack" and reference.weight.dim() == 5)
         if per_tensor and not broken:
+            overflow = requantize_overflow_reason(engine, reference, qx, out)
+            if overflow is not None:
+                return Declined(overflow)
             return QuantizedConvTranspose(engine, reference, qx, out)
         step = Step("module", 0, (("input", 0),), {})
         return QuantizedOps(engine, [step], [qx], out, native=False, modules=[reference])

@@ -1,0 +1,93 @@
+"""The model ``convert_fx`` returns: a GraphModule whose failing node names itself.
+
+A kernel given an input it cannot take (another shape than the one its weights were
+packed for) raises from oneDNN or FBGEMM with no word of the model. The call is wrapped
+once, at the model: when a node raises, the generated ``forward``'s frame in the
+traceback gives the line, torch.fx's line map the node, and the frame's locals the
+shapes of the node's inputs. Nothing runs per node, and nothing on a call that succeeds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import fx
+
+from fxquant.errors import KernelCallError
+from fxquant.flow.state import node_info
+
+__all__ = ["LoweredGraphModule", "as_lowered"]
+
+
+class LoweredGraphModule(fx.GraphModule):
+    """A ``GraphModule`` whose call names the node that raised (:class:`KernelCallError`)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().__call__(*args, **kwargs)
+        except KernelCallError:
+            raise  # an inner lowered model named its node already
+        except RuntimeError as error:
+            raise _naming_node(self, error, args) from error
+
+
+def as_lowered(gm: fx.GraphModule) -> LoweredGraphModule:
+    """``gm`` itself, its class turned into a :class:`LoweredGraphModule` (code regenerated).
+
+    Example:
+        >>> gm = fx.symbolic_trace(torch.nn.ReLU())
+        >>> isinstance(as_lowered(gm), LoweredGraphModule), gm(torch.ones(1)).tolist()
+        (True, [1.0])
+    """
+    # fx gives each GraphModule a class of its own (its forward lives there); this one
+    # derives from LoweredGraphModule, as fx's own __new__ would make it, so copies keep it
+    gm.__class__ = type("GraphModuleImpl", (LoweredGraphModule,), {})
+    gm.recompile()
+    return gm  # type: ignore[return-value]  # its class was just set
+
+
+def _failing_node(
+    gm: fx.GraphModule, error: BaseException
+) -> tuple[fx.Node, dict[str, Any]] | None:
+    """The node whose line of the generated ``forward`` raised, and that frame's locals."""
+    code = type(gm).forward.__code__
+    tb = error.__traceback__
+    while tb is not None and tb.tb_frame.f_code is not code:
+        tb = tb.tb_next
+    lines = getattr(gm, "_lineno_map", None)  # torch.fx's generated line -> node index
+    if tb is None or not lines:
+        return None
+    index = lines.get(tb.tb_lineno - code.co_firstlineno)
+    if index is None:
+        return None
+    return list(gm.graph.nodes)[index], tb.tb_frame.f_locals
+
+
+def _shape(value: object) -> str:
+    return str(tuple(value.shape)) if isinstance(value, torch.Tensor) else type(value).__name__
+
+
+def _naming_node(gm: fx.GraphModule, error: RuntimeError, args: tuple[Any, ...]) -> Exception:
+    found = _failing_node(gm, error)
+    call = ", ".join(_shape(a) for a in args)
+    words = str(error).strip()
+    first_line = words.splitlines()[0] if words else type(error).__name__
+    if found is None:
+        return KernelCallError(f"the lowered model failed on inputs of shape {call}: {first_line}")
+    node, frame_locals = found
+    got = ", ".join(_shape(frame_locals.get(n.name)) for n in node.all_input_nodes)
+    info = node_info(node)
+    what = node.target
+    if node.op == "call_module":
+        what = type(gm.get_submodule(str(node.target))).__name__
+    where = f"module path {info.module_path!r}" if info.module_path else "the root module"
+    if info.source:
+        where += f", {info.source}"
+    msg = (
+        f"node {node.name!r} ({node.op} {what}, {where}) of the lowered model failed "
+        f"on inputs of shape {got} (the model was called with {call}): {first_line.rstrip('.')}. "
+        "A kernel takes the shapes its weights were packed for: check the call's inputs "
+        "against the example inputs given to prepare_fx"
+    )
+    return KernelCallError(msg)

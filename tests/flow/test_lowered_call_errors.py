@@ -1,0 +1,57 @@
+"""A lowered model called with an input its kernels cannot take names the failing node."""
+
+from __future__ import annotations
+
+import copy
+import re
+
+import fxquant
+import pytest
+import torch
+from fxquant.errors import KernelCallError
+from torch import nn
+
+BACKENDS = [b for b in ("x86", "fbgemm", "onednn", "reference") if b in fxquant.list_backends()]
+
+
+def _lowered(backend: str) -> torch.fx.GraphModule:
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(144, 5)).eval()
+    x = torch.randn(2, 3, 8, 8)
+    mapping = fxquant.get_default_qconfig_mapping(backend)
+    config = fxquant.get_backend_config(backend)
+    prepared = fxquant.prepare_fx(model, mapping, (x,), backend_config=config)
+    prepared(x)
+    return fxquant.convert_fx(prepared)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_wrong_input_shape_names_the_node_its_module_and_the_shapes(backend: str) -> None:
+    lowered = _lowered(backend)
+    for model in (lowered, copy.deepcopy(lowered)):
+        with pytest.raises(KernelCallError) as channels:
+            model(torch.randn(2, 4, 8, 8))
+        assert re.match(
+            r"node '_0\w*' \(call_module \w+, module path '0', \S+\.py:\d+\) "
+            r"of the lowered model failed on inputs of shape \(2, 4, 8, 8\)",
+            str(channels.value),
+        )
+        with pytest.raises(KernelCallError) as features:
+            model(torch.randn(2, 3, 10, 10))
+        words = str(features.value)
+        assert re.search(
+            r"module path '3', \S+\) of the lowered model failed on inputs of shape \(2, 256\) ",
+            words,
+        )
+        assert "(the model was called with (2, 3, 10, 10))" in words
+        assert "check the call's inputs against the example inputs given to prepare_fx" in words
+        assert isinstance(features.value, RuntimeError)  # what torch.ao's callers catch
+        assert isinstance(features.value.__cause__, RuntimeError)  # the kernel's own words
+    assert lowered(torch.randn(2, 3, 8, 8)).shape == (2, 5)
+
+
+def test_an_inner_lowered_models_error_is_not_wrapped_twice() -> None:
+    inner = _lowered(BACKENDS[0])
+    outer = nn.Sequential(inner)
+    with pytest.raises(KernelCallError) as info:
+        outer(torch.randn(2, 4, 8, 8))
+    assert not isinstance(info.value.__cause__, KernelCallError)
