@@ -82,6 +82,8 @@ def duplicate_dequantize(graph: fx.Graph) -> int:
     """Give every reader of a shared dequantize step its own copy; return the copies made.
 
     Example:
+        >>> from fxquant_executorch.edge_ops import qdq_targets
+        >>> _ = qdq_targets()  # ExecuTorch registers the quantized_decomposed ops
         >>> g = fx.Graph(); q = g.placeholder("q")
         >>> dq = g.call_function(torch.ops.quantized_decomposed.dequantize_per_tensor.default,
         ...                      (q, 0.1, 0, -128, 127, torch.int8))
@@ -362,6 +364,8 @@ def moves_on_one_grid(graph: fx.Graph) -> int:
     """Requantize to the output's grid before a move between two grids; return how many.
 
     Example:
+        >>> from fxquant_executorch.edge_ops import qdq_targets
+        >>> _ = qdq_targets()  # ExecuTorch registers the quantized_decomposed ops
         >>> qd, int8 = torch.ops.quantized_decomposed, torch.int8
         >>> g = fx.Graph(); x = g.placeholder("x")
         >>> dq = g.call_function(qd.dequantize_per_tensor.default, (x, 0.1, 0, -128, 127, int8))
