@@ -134,15 +134,3 @@ FINDINGS = {
     "tv_efficientnet_b0-onednn-qat": _FLOAT32_REFERENCE,
 }
 """Cells the matrix found failing for reasons outside issue 30's breaks, not fixed yet."""
-
-# The QAT-converted ViT's program partitions and serializes, then fails when ExecuTorch's
-# runtime loads it: XNNPACK's compiler rejects a transpose node the partitioner took
-# ("Failed to create static transpose node 9 with code: xnn_status_invalid_parameter"). The
-# default move's program of the same model loads and runs, with the same ops left outside
-# XNNPACK, so the difference is inside the delegated graph; which transpose, and why QAT's
-# graph gives it parameters XNNPACK refuses, is not found yet.
-FINDINGS["vit-executorch-qat"] = (
-    "found by the matrix, not fixed: ExecuTorch's runtime cannot load the QAT program's "
-    "forward (XNNPACK's compiler: 'Failed to create static transpose node ... "
-    "xnn_status_invalid_parameter'); the default move's program loads and runs"
-)

@@ -304,11 +304,14 @@ def _sqnr(expected: torch.Tensor, got: torch.Tensor) -> float:
 
 def _forms(cell: Cell, run: _Run, zoo: ZooModel, out: Outcome) -> None:
     """Every output form checked; a run that built the default move's models again (strict
-    raising nothing, state_dict) gets the default run's findings, not a second deployment."""
+    raising nothing, state_dict) gets the default run's findings, checked once per process
+    whichever move comes first, not a second deployment."""
     shared = _shared_for(cell)
+    if shared.default is not None and _same_models(run, shared.default):
+        run = shared.default  # the same code, state and report: the same findings
     start, named = len(out.broken), len(out.forms)
     reuse = shared.forms is not None and shared.compiled == cell.compiled
-    if reuse and shared.default is not None and _same_models(run, shared.default):
+    if reuse and run is shared.default:
         out.forms.extend(shared.form_names)
         out.broken.extend(shared.forms or [])
         return

@@ -102,6 +102,32 @@ def test_a_move_sharing_the_default_run_finds_what_it_finds_alone() -> None:
     assert not checks._same_models(other, default)
 
 
+def test_strict_then_state_dict_check_the_default_models_forms_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """strict (raising nothing) and state_dict both build the default move's models: the
+    second reuses the first's findings, so an executorch model costs one XNNPACK lowering
+    for the two, and each finds what it finds alone."""
+    from tests.invariants import checks
+
+    cells = [Cell("resnet", "executorch", move) for move in ("strict", "state_dict")]
+    alone = []
+    for cell in cells:
+        checks._shared.clear()
+        outcome = check(cell)
+        alone.append((outcome.ok, outcome.broken, outcome.forms))
+    checked = []
+    real = checks._check_forms
+    monkeypatch.setattr(
+        checks, "_check_forms", lambda *args: checked.append(args[0]) or real(*args)
+    )
+    checks._shared.clear()
+    together = [check(cell) for cell in cells]
+    assert [(o.ok, o.broken, o.forms) for o in together] == alone
+    assert [c.move for c in checked] == ["strict"]
+    assert "deployed (ExecuTorch XNNPACK)" in together[1].forms
+
+
 def test_a_cell_measures_local_errors_without_the_output_gains_it_never_reads(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

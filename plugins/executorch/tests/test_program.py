@@ -329,3 +329,30 @@ def test_making_and_running_a_program_leaves_stderr_to_the_user() -> None:
     )
     assert result.stdout.splitlines() == ["torch.Size([1, 8, 14, 14])"]
     assert result.stderr.splitlines() == ["a line of the user's own"]
+
+
+class PatchTokens(nn.Module):
+    """ViT's stem: patches as tokens (``flatten(2).transpose(1, 2)``) beside a class token."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.patch = nn.Conv2d(3, 8, 4, stride=4)
+        self.cls = nn.Parameter(torch.full((1, 1, 8), 6.0))  # wider than the patches' range
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tokens = self.patch(x).flatten(2).transpose(1, 2)
+        return torch.cat([self.cls.expand(x.shape[0], -1, -1), tokens], dim=1)
+
+
+def test_a_transpose_between_two_grids_loads_and_runs_within_one_step() -> None:
+    # the transpose's output shares the cat's observer, so its input and output grids differ;
+    # XNNPACK's runtime refused the program at load ("Failed to create static transpose node")
+    torch.manual_seed(0)
+    model = PatchTokens().eval()
+    x = torch.randn(2, 3, 16, 16)
+    converted, _ = testing.quantize_model(BACKEND, model, [[x]])
+    result = to_executorch(converted, (x,))
+    with torch.no_grad():
+        expected = converted(x)
+    step = testing.output_scale(converted)
+    assert float((result(x) - expected).abs().max()) <= step * 1.001

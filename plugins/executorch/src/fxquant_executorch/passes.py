@@ -44,6 +44,17 @@ head becomes that mean followed by a reshape (on the same quantization grid,
 so both stay int8 in XNNPACK)::
 
     dq -> mean(x, [2, 3]) -> q      dq -> mean(x, [2, 3], keepdim=True) -> q -> dq -> view -> q
+
+Moves on one grid. XNNPACK's transpose, reshape, slice and copy take their
+input and output on the same quantization grid: its runtime refuses the whole
+program at load ("Failed to create static transpose node ...
+xnn_status_invalid_parameter") when they differ. They differ where the moved
+value is read by a ``cat``, whose inputs share the cat's observer: ViT's patch
+tokens (``transpose(1, 2)``) beside its class token, apart after QAT's moving
+averages (in PTQ the two ranges happen to coincide). A move copies values, so
+requantizing before it gives the same integers::
+
+    dq(s1) -> transpose -> q(s2)         dq(s1) -> q(s2) -> dq(s2) -> transpose -> q(s2)
 """
 
 from __future__ import annotations
@@ -59,6 +70,7 @@ __all__ = [
     "double_scales",
     "duplicate_dequantize",
     "keepdim_means",
+    "moves_on_one_grid",
     "quantized_embeddings",
     "scalar_qparams",
 ]
@@ -70,6 +82,8 @@ def duplicate_dequantize(graph: fx.Graph) -> int:
     """Give every reader of a shared dequantize step its own copy; return the copies made.
 
     Example:
+        >>> from fxquant_executorch.edge_ops import qdq_targets
+        >>> _ = qdq_targets()  # ExecuTorch registers the quantized_decomposed ops
         >>> g = fx.Graph(); q = g.placeholder("q")
         >>> dq = g.call_function(torch.ops.quantized_decomposed.dequantize_per_tensor.default,
         ...                      (q, 0.1, 0, -128, 127, torch.int8))
@@ -307,3 +321,69 @@ def double_scales(program: ExportedProgram) -> int:
     if changed:
         program.graph_module.recompile()
     return changed
+
+
+_MOVES = frozenset(
+    {
+        _ATEN.transpose.int,
+        _ATEN.permute.default,
+        _ATEN.view.default,
+        _ATEN.reshape.default,
+        _ATEN._unsafe_view.default,
+        _ATEN.flatten.using_ints,
+        _ATEN.squeeze.dim,
+        _ATEN.squeeze.dims,
+        _ATEN.unsqueeze.default,
+        _ATEN.slice.Tensor,
+        _ATEN.select.int,
+        _ATEN.expand.default,
+        _ATEN.clone.default,
+    }
+)
+"""Ops whose every output element is one of the input's: requantizing before them or
+after gives the same integers."""
+
+
+def _regridded(node: fx.Node) -> tuple[fx.Node, fx.Node] | None:
+    """``(dequantize, quantize)`` around a move whose output grid differs from its input's."""
+    source = node.args[0] if node.args else None
+    if node.target not in _MOVES or not isinstance(source, fx.Node):
+        return None
+    if not is_dequantize(source) or len(node.users) != 1:
+        return None
+    (reader,) = node.users
+    # per-tensor steps with their qparams as numbers (scalar_qparams made them so)
+    if not is_quantize(reader) or not all(isinstance(a, (int, float)) for a in reader.args[1:3]):
+        return None
+    if source.target is not dequantize_for(reader.target):
+        return None
+    return None if tuple(source.args[1:]) == tuple(reader.args[1:]) else (source, reader)
+
+
+def moves_on_one_grid(graph: fx.Graph) -> int:
+    """Requantize to the output's grid before a move between two grids; return how many.
+
+    Example:
+        >>> from fxquant_executorch.edge_ops import qdq_targets
+        >>> _ = qdq_targets()  # ExecuTorch registers the quantized_decomposed ops
+        >>> qd, int8 = torch.ops.quantized_decomposed, torch.int8
+        >>> g = fx.Graph(); x = g.placeholder("x")
+        >>> dq = g.call_function(qd.dequantize_per_tensor.default, (x, 0.1, 0, -128, 127, int8))
+        >>> t = g.call_function(torch.ops.aten.transpose.int, (dq, 0, 1))
+        >>> q = g.call_function(qd.quantize_per_tensor.default, (t, 0.2, 3, -128, 127, int8))
+        >>> _ = g.output(q)
+        >>> moves_on_one_grid(g)
+        1
+    """
+    moved = 0
+    for node in list(graph.nodes):
+        found = _regridded(node)
+        if found is None:
+            continue
+        source, reader = found
+        with graph.inserting_before(node):
+            requantized = graph.call_function(reader.target, (source, *reader.args[1:]))
+            on_grid = graph.call_function(source.target, (requantized, *reader.args[1:]))
+        node.replace_input_with(source, on_grid)
+        moved += 1
+    return moved

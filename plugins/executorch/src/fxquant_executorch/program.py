@@ -7,7 +7,8 @@ pt2e annotation: fxquant's own converted model is the input::
       -> fxquant.tools.export.export_quantized     torch.export; weights folded into int8 constants
       -> edge_ops.rewrite_qdq                fxquant q/dq -> quantized_decomposed q/dq
       -> passes                              scalar qparams; one dequantize per reader;
-                                             keep-dim means; int8 embedding lookups
+                                             keep-dim means; int8 embedding lookups;
+                                             moves on one grid
       -> to_edge_transform_and_lower         XnnpackPartitioner takes dq -> op -> q groups
       -> .to_executorch()                    the .pte bytes
       -> delegation.placements               what XNNPACK took, what it left, and why
@@ -44,6 +45,7 @@ from fxquant_executorch.passes import (
     double_scales,
     duplicate_dequantize,
     keepdim_means,
+    moves_on_one_grid,
     quantized_embeddings,
     scalar_qparams,
 )
@@ -173,6 +175,7 @@ def _edge_ready(
     constant_scalars(program)
     duplicate_dequantize(program.graph)
     keepdim_means(program.graph)
+    moves_on_one_grid(program.graph)
     quantized_embeddings(program)
     program.graph_module.recompile()
     return program
