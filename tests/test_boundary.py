@@ -29,8 +29,27 @@ def test_boundary_quantize_is_within_one_step_of_the_reference_op(
     assert int((fast.int() - exact.int()).abs().max()) <= 1
 
 
-def test_boundary_quantize_rounds_halves_up_where_the_reference_rounds_to_even() -> None:
-    x = torch.tensor([0.75, 1.0, 500.0, -500.0])  # 0.75 / 0.5 + 3 = 4.5 exactly
-    fast = boundary.quantize_per_tensor(x, 0.5, 3, 0, 255, torch.uint8)
-    assert fast.tolist() == [5, 5, 255, 0]
-    assert qdq.quantize_per_tensor(x, 0.5, 3, 0, 255, torch.uint8).tolist() == [4, 5, 255, 0]
+@given(
+    dtype_range=RANGES,
+    exponent=st.integers(-23, 3),
+    zero_point=st.integers(-128, 255),
+    halves=st.lists(st.integers(-700, 700), min_size=1, max_size=64),
+    nudge=st.sampled_from([0.0, 2.0**-24, -(2.0**-24), 2.0**-22, -(2.0**-22)]),
+)
+def test_boundary_quantize_rounds_values_on_a_half_step_to_even_as_the_reference_does(
+    dtype_range: tuple[torch.dtype, int, int],
+    exponent: int,
+    zero_point: int,
+    halves: list[int],
+    nudge: float,
+) -> None:
+    """An SE gate of 0.5 times a dequantized value lands exactly on half steps (an untrained
+    DeepLabV3-MobileNetV3: a quarter of one conv's inputs); rounding them all up shifted the
+    conv reading them 5 steps from its reference."""
+    dtype, low, high = dtype_range
+    zero_point = min(max(zero_point, low), high)
+    scale = 2.0**exponent  # x / scale is then exact: every value sits on its half step
+    # on a half step, or within float32 rounding of one (an SE gate of 0.5 plus a few ulps)
+    x = ((torch.tensor(halves, dtype=torch.float64) + 0.5) * (1 + nudge)).float() * scale
+    fast = boundary.quantize_per_tensor(x, scale, zero_point, low, high, dtype)
+    assert fast.tolist() == qdq.quantize_per_tensor(x, scale, zero_point, low, high, dtype).tolist()

@@ -6,7 +6,9 @@ and float rounding where it is float. On a stock ``nn.TransformerEncoder`` the
 float-output ``linear1`` reported 22 steps on x86: lowering drops the eval-mode dropout
 after it and the kernel takes the next quantize step in, while the debugger read the
 reference's ``linear1`` before that step (the dropout hid it). Models: a CNN, the stock
-encoder (torch's default feed-forward width), a BERT built from its config.
+encoder (torch's default feed-forward width), a BERT built from its config, and a
+squeeze-and-excitation gate of exactly 0.5 (its values on half steps: the boundary
+quantize rounding them up put the next conv 5-8 steps from its reference).
 """
 
 from __future__ import annotations
@@ -58,7 +60,34 @@ def _bert() -> tuple[nn.Module, list[tuple[Any, ...]]]:
     return model, [(torch.randint(0, 100, (2, 16)),) for _ in range(3)]
 
 
-MODELS = {"cnn": _cnn, "encoder": _encoder, "bert": _bert}
+class _HalfGate(nn.Module):
+    """Squeeze-and-excitation with most gates 0.5 exactly (hardsigmoid of a zero projection)
+    on activations under 255 float32 eps, as in an untrained torchvision
+    DeepLabV3-MobileNetV3: the conv's output and the gated value share the eps-floored
+    step, so every gated value lies on a half step of the grid it is quantized to."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 128, 1, bias=False)
+        self.squeeze = nn.Conv2d(128, 128, 1)
+        nn.init.zeros_(self.squeeze.weight)
+        with torch.no_grad():  # gates of 0.5 exactly, and a few others for the observers
+            self.squeeze.bias.copy_(torch.randn(128) * 1e-3 * (torch.arange(128) % 8 == 0))
+        self.gate = nn.Hardsigmoid()
+        self.project = nn.Conv2d(128, 16, 1, bias=False)
+        with torch.no_grad():  # one sign: the next conv sums a one-sided rounding bias
+            self.project.weight.abs_()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.conv(x)
+        return self.project(x * self.gate(self.squeeze(x.mean((2, 3), keepdim=True))))
+
+
+def _half_gate() -> tuple[nn.Module, list[tuple[Any, ...]]]:
+    return _HalfGate(), [(torch.randn(2, 3, 8, 8) * 2e-6,) for _ in range(3)]
+
+
+MODELS = {"cnn": _cnn, "encoder": _encoder, "bert": _bert, "half_gate": _half_gate}
 
 
 def _per_tensor_linears(backend: str) -> fxquant.QConfigMapping:

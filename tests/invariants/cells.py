@@ -10,7 +10,8 @@ in the full matrix: inductor's compile takes minutes). The moves:
 - ``object_type``: the default with Linear (or Conv2d) given per-tensor weights;
 - ``no_backend_config``: the default mapping, no ``backend_config`` (torch.ao's script);
 - ``strict``: ``strict=True`` in prepare and convert;
-- ``qat``: ``prepare_qat_fx``, two training steps, then convert;
+- ``qat``: ``prepare_qat_fx``, two training steps (``checks.train``: torchvision's QAT
+  reference recipe, BatchNorm statistics frozen), then convert;
 - ``state_dict``: the converted model's state_dict saved and loaded into a freshly
   prepared and converted model;
 - ``threads``: three threads quantizing at once, against the serial result.
@@ -120,17 +121,5 @@ def known_break(cell: Cell) -> str | None:
     return FINDINGS.get(cell.id)
 
 
-_FLOAT32_REFERENCE = (
-    "found by the matrix, not a lowering error: the move's two SGD steps (lr 1e-4, 2 images "
-    "of 32 x 32) diverge (EfficientNet's last BatchNorms normalize 2 values at 1 x 1: "
-    "torch.ao's QAT gets gamma gradients near 1e10 on the first step too), and "
-    "features_0_0's BN-folded weights reach 1e5 against a bias of 1.5e5; the reference "
-    "model's float32 conv loses 3 output steps cancelling them, while the int32 kernel "
-    "gives the float64 value exactly (lowered = float64; the reference 3 steps off)"
-)
-
-FINDINGS = {
-    "tv_efficientnet_b0-x86-qat": _FLOAT32_REFERENCE,
-    "tv_efficientnet_b0-onednn-qat": _FLOAT32_REFERENCE,
-}
+FINDINGS: dict[str, str] = {}
 """Cells the matrix found failing for reasons outside issue 30's breaks, not fixed yet."""

@@ -51,7 +51,8 @@ of issue 30 (`tests/invariants/checks.py`):
 
 The moves: `default`, `module_none` (the last Linear or Conv set to None), `object_type`
 (Linear, else Conv2d, with per-tensor weights), `no_backend_config`, `strict`, `qat`
-(`prepare_qat_fx`, two SGD steps, convert), `state_dict`, `threads`. `nox -s tests` runs a
+(`prepare_qat_fx`, two steps of torchvision's QAT recipe distilling the float model,
+BatchNorm statistics frozen, convert), `state_dict`, `threads`. `nox -s tests` runs a
 seeded slice of 24 cells (`tests/invariants/test_matrix.py`); `nox -s matrix` runs all of
 them and writes this page:
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import fxquant
 import pytest
+import torch
 
 from tests.invariants import matrix
 from tests.invariants.cells import FAST_MODELS, MOVES, Cell, known_break, sample
@@ -148,3 +149,23 @@ def test_a_cell_measures_local_errors_without_the_output_gains_it_never_reads(
     checks._shared.clear()  # the default run custom_cost compares against is built here
     outcome = check(Cell("resnet", "x86", "module_none"))
     assert outcome.ok, outcome.broken
+
+
+def test_the_qat_move_trains_efficientnet_without_leaving_its_float_model() -> None:
+    """EfficientNet-b0 runs its last stages at 1 x 1 on the zoo's 32 x 32 images: two steps
+    of the qat move's training at lr 1e-4 keep the model near its float self (training
+    BatchNorms over 2 values per channel blew the weights up to 1e6)."""
+    torchvision_models.require()
+    from tests.invariants import checks
+    from tests.zoo.runner import HELD_OUT, main_output, pooled_sqnr
+
+    cell = Cell("tv_efficientnet_b0", "x86", "qat")
+    zoo = ZOO[cell.model]
+    run = checks.quantize(cell, zoo.build().train(), zoo.inputs(0))
+    teacher = zoo.build()
+    with torch.no_grad():
+        batches = [zoo.inputs(seed) for seed in HELD_OUT[:2]]
+        expected = [main_output(teacher(*x)) for x in batches]
+        got = [main_output(run.lowered(*x)) for x in batches]
+    pooled, _ = pooled_sqnr(expected, got)
+    assert pooled >= 20, f"{pooled:.1f} dB from the float model after the qat move"

@@ -1,18 +1,19 @@
 """The quantize step at a float boundary of a lowered model, in fewer passes.
 
 ``fxquant.numerics.qdq.quantize_per_tensor`` is bit-identical to torch: it rounds the
-fused multiply-add ``x * inv_scale + zero_point`` once, which plain tensor ops
-can only reproduce through float64 (seven passes over the data). A lowered
-model only has to stay within one quantization step of the reference model, so
-its boundaries use float32 arithmetic instead: one pass for the affine map, one
-clamp, one conversion (about 2x faster on a 128x768 activation). The conversion
-goes through int32, written over the float32 values it converts (same size, one
-element per element): torch 2.13 converts float32 to int32 and int32 to uint8 in
-22 us on a 128x768 activation, float32 to uint8 directly in 39 us, and a new
-int32 tensor of a batch-8 activation (3 MB) can cost a page fault per page.
-The results
-differ from the reference only where ``x / scale`` lies within float32 rounding
-of a half-integer, by one step.
+fused multiply-add ``x * inv_scale + zero_point`` to float32 once, then to an integer
+half to even, which plain tensor ops can only reproduce through float64 (seven passes
+over the data). A lowered model only has to stay within one quantization step of the
+reference model, so its boundaries use float32 arithmetic instead: one pass for the
+affine map, one round, one clamp, one conversion. The round is the reference's, half
+to even on the float32 value: values on a half step are common (a dequantized value
+times an SE gate of 0.5, a mean of two), and rounding them all up moves a conv that
+sums hundreds of them several of its steps from the reference. The conversion goes
+through int32, written over the float32 values it converts (same size, one element per
+element): torch 2.13 converts float32 to int32 and int32 to uint8 in 22 us on a
+128x768 activation, float32 to uint8 directly in 39 us, and a new int32 tensor of a
+batch-8 activation (3 MB) can cost a page fault per page. The results differ from the
+reference only where the unfused multiply-add rounds across a half-integer, by one step.
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ from torch import Tensor
 from fxquant.dtypes import canonical_dtype
 
 __all__ = ["quantize_per_tensor"]
-
-_UNSIGNED = (torch.uint8,)
 
 
 def quantize_per_tensor(  # the qdq op's schema
@@ -46,11 +45,9 @@ def quantize_per_tensor(  # the qdq op's schema
     """
     plain = canonical_dtype(dtype)
     x = x.float()  # no copy for float32; no branch on x, so the step traces and exports
-    if plain in _UNSIGNED:
-        # + 0.5 and truncation round halves up; every value is >= 0 after the clamp
-        offset = torch.tensor(zero_point + 0.5)
-        y = torch.add(offset, x, alpha=1.0 / scale).clamp_(quant_min, quant_max + 0.49)
-        return _to_integers(y, plain)
+    # x * (1 / scale) + zero_point rounded to float32 first, then to an integer half to
+    # even: the reference op's two roundings, so a value on (or within float32 rounding of)
+    # a half step goes the same way in both
     y = torch.add(torch.tensor(float(zero_point)), x, alpha=1.0 / scale).round_()
     return _to_integers(y.clamp_(quant_min, quant_max), plain)
 
