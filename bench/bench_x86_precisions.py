@@ -25,9 +25,11 @@ without bf16 acceleration: fxq_compiled at most 0.5x fp32_compile.
 
 ``--isa-cap avx512_vnni`` / ``avx2`` emulates such a CPU on this one (bench/isa_cap.py: the
 run goes on in a child process with oneDNN, ATen, inductor and MKL capped to that ISA);
-its default columns are fp32_eager, fp32_compile, pt2e_cppw and fxq_compiled, its ratios
-"x fp32c" (to fp32_compile), and its table starts with the kernels a probe saw run under
+its table starts with the kernels a probe saw run under
 the cap (oneDNN's ``ONEDNN_VERBOSE``, MKL's) and fxquant's bfloat16 and VNNI answers.
+Where fxquant sees no bfloat16 arithmetic (``fxquant_x86.precision.bf16_accelerated``: a
+CPU without AMX-BF16 / AVX512-BF16, or a cap), the default columns are fp32_eager,
+fp32_compile, pt2e_cppw and fxq_compiled, with ratios "x fp32c" and the 0.5x target.
 
 How: ``torch.set_num_threads(1)``; each side's first call compiles (inductor's caches stay
 on: set ``TORCHINDUCTOR_CACHE_DIR`` to keep them between runs, so "compile s" is a cold
@@ -71,6 +73,7 @@ import fxquant
 import harness
 import isa_cap
 import torch
+from fxquant_x86.precision import bf16_accelerated
 from models import main_output
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -86,28 +89,9 @@ SIDES = (
     "fxq_eager",
 )
 TARGETS = {"bert_base": 0.67, "hf_bert": 0.67, "mobilenet_v2": 0.80, "resnet50": 0.80}
-CAPPED_SIDES = ("fp32_eager", "fp32_compile", "pt2e_cppw", "fxq_compiled")
-CAPPED_TARGET = 0.5  # x fp32_compile: "at least 2x fp32 torch.compile" without bfloat16
+NO_BF16_SIDES = ("fp32_eager", "fp32_compile", "pt2e_cppw", "fxq_compiled")
+NO_BF16_TARGET = 0.5  # x fp32_compile: "at least 2x fp32 torch.compile" without bfloat16
 BASELINES = {"bf16_compile": "bf16c", "fp32_compile": "fp32c"}
-ISA_FLAGS = ("amx_int8", "amx_bf16", "avx512_bf16", "avx512_vnni", "avx_vnni", "avx2")
-
-
-def isa_flags() -> dict[str, bool]:
-    """The x86 ISA extensions the targets depend on, from /proc/cpuinfo (all False elsewhere)."""
-    flags: set[str] = set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-                break
-    except OSError:
-        pass
-    return {flag: flag in flags for flag in ISA_FLAGS}
-
-
-def load() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"load {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} CPUs"
 
 
 def _quantized(model: torch.nn.Module, inputs: tuple[Any, ...], *, attention: bool = False) -> Any:
@@ -251,9 +235,9 @@ def interleaved(runs: dict[str, Callable[[], Any]], rounds: int) -> dict[str, li
 def bench_row(name: str, batch: int, args: argparse.Namespace, sides: list[str]) -> dict[str, Any]:
     spec = compiled_bench.BUILDERS[name](quick=args.quick, batch=batch)
     model, inputs = spec.build().eval(), spec.inputs()
-    target = CAPPED_TARGET if os.environ.get(isa_cap.MARKER) else TARGETS[name]
+    target = TARGETS[name] if bf16_accelerated() else NO_BF16_TARGET
     row: dict[str, Any] = {"model": name, "batch": batch, "target": target}
-    row["load_before"], row["errors"] = load(), {}
+    row["load_before"], row["errors"] = harness.load(), {}
     with torch.no_grad():
         expected = main_output(model(*inputs))
     runs: dict[str, Callable[[], Any]] = {}
@@ -280,12 +264,14 @@ def bench_row(name: str, batch: int, args: argparse.Namespace, sides: list[str])
         chosen = {side: runs[side] for side in args.profile.split(",") if side in runs}
         for side, ops in compiled_bench.interleaved_top_ops(chosen, count=400).items():
             row[f"profile_{side}"] = profile_by_kind(ops)
-    row["load_after"] = load()
+    row["load_after"] = harness.load()
     return row
 
 
 def print_rows(rows: list[dict[str, Any]], sides: list[str], probe: str) -> None:
-    print("ISA: " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in isa_flags().items()))
+    print(
+        "ISA: " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in harness.isa_flags().items())
+    )
     print(probe)
     base = next((short for b, short in BASELINES.items() if b in sides), "bf16c")
     header = ["model", "batch", *(f"{s} ms (x {base}, dB)" for s in sides), "target", "load"]
@@ -328,14 +314,14 @@ def main() -> None:
     stem = "x86_precisions_quick" if args.quick else "x86_precisions"
     stem += f"_cap_{args.isa_cap}" if args.isa_cap else ""
     path = RESULTS / (args.output or f"{stem}.json")
-    sides = (args.sides or ",".join(CAPPED_SIDES if args.isa_cap else SIDES)).split(",")
+    sides = (args.sides or ",".join(SIDES if bf16_accelerated() else NO_BF16_SIDES)).split(",")
     info = harness.machine(("fxquant", "torchao", "fxquant-x86"), quick=args.quick)
-    info["isa"], info["isa_cap"], info["probe"] = isa_flags(), args.isa_cap, isa_cap.probe()
+    info["isa"], info["isa_cap"], info["probe"] = harness.isa_flags(), args.isa_cap, isa_cap.probe()
     probe = isa_cap.describe(info["probe"])
     rows = []
     for name in args.models.split(","):
         for batch in (int(b) for b in args.batches.split(",")):
-            print(f"{name} b{batch} ({load()}) ...", flush=True)
+            print(f"{name} b{batch} ({harness.load()}) ...", flush=True)
             rows.append(bench_row(name, batch, args, sides))
             print_rows(rows[-1:], sides, probe)
             path.write_text(json.dumps({"machine": info, "results": rows}, indent=2) + "\n")
