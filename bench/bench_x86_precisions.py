@@ -5,8 +5,8 @@ Same-run columns per row (one thread, the sides interleaved round by round):
     fp32_eager      the float model
     fp32_compile    ``torch.compile(model)``
     bf16_compile    ``torch.compile(model.bfloat16())``, float inputs in bfloat16
-    pt2e_cppw       torchao pt2e, ``X86InductorQuantizer`` default config, ``torch.compile``
-                    with freezing and inductor's C++ wrapper
+    pt2e_cppw       torchao pt2e, ``X86InductorQuantizer`` default config (``reduce_range``
+                    without VNNI), ``torch.compile`` with freezing and inductor's C++ wrapper
     pt2e_pyw        the same with inductor's default (Python) wrapper
     fxq_compiled    fxquant's x86 deployment (``get_deployment("x86")``) of the reference model
     fxq_attn_bf16   the same, prepared with ``attention_bf16_qconfig_mapping(model)``: the
@@ -195,13 +195,16 @@ def _pt2e(
     model: torch.nn.Module, inputs: tuple[Any, ...], *, cpp_wrapper: bool
 ) -> Callable[..., Any]:
     """torchao pt2e with X86InductorQuantizer's defaults, compiled with freezing and the C++
-    wrapper or inductor's default Python one (the bench_compiled_x86 flow)."""
+    wrapper or inductor's default Python one (the bench_compiled_x86 flow). Without VNNI
+    (fxquant's answer, ``FXQUANT_CPU_VNNI``) with ``reduce_range``, as torchao advises there:
+    oneDNN's AVX2 int8 kernels saturate u8 x s8 pairs in int16 on full-range activations."""
+    from fxquant.lowering.kernels import cpu
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
     from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as xiq
 
     exported = torch.export.export(copy.deepcopy(model), inputs).module()
     quantizer = xiq.X86InductorQuantizer().set_global(
-        xiq.get_default_x86_inductor_quantization_config()
+        xiq.get_default_x86_inductor_quantization_config(reduce_range=not cpu.has_vnni())
     )
     prepared = prepare_pt2e(exported, quantizer)  # type: ignore[arg-type]
     with torch.no_grad():
