@@ -211,7 +211,10 @@ def demo(session: nox.Session) -> None:
 @nox.session(python="3.11")
 def bench(session: nox.Session) -> None:
     """Benchmarks: a table per benchmark and JSON under bench/results/, then one summary table
-    (bench/summary.py) and its plot, docs/img/benchmarks.png. Not part of ``tests``.
+    (bench/summary.py) and its plot, docs/img/benchmarks.png. Not part of ``tests``. Each table
+    follows a line with the CPU's ISA flags and the load (bench/harness.py); the x86 precision
+    table (bench/bench_x86_precisions.py) runs twice: as the CPU is, and with its ISA capped to
+    AVX2 (``--isa-cap avx2``: issue 31's target against fp32 ``torch.compile`` without bf16).
 
     ``nox -s bench -- --quick`` is a smoke run (small models; the summary reads only full runs).
     """
@@ -220,8 +223,13 @@ def bench(session: nox.Session) -> None:
         session.install(*(f"-e./plugins/{name}" for name in dependencies_first()))
         session.install("-e./plugins/x86[pt2e]")  # torchao: bench_compiled_x86.py's pt2e side
     env = {"OMP_NUM_THREADS": "1", "PYTHONPATH": os.fspath(ROOT)}
+    machine = os.fspath(ROOT / "bench" / "harness.py")  # the ISA flags and load before each table
     for script in sorted((ROOT / "bench").glob("bench_*.py")):
+        session.run("python", machine, env=env)
         session.run("python", os.fspath(script), *session.posargs, env=env)
+    # issue 31's no-bfloat16 target, on this CPU with oneDNN, ATen, inductor and MKL held to AVX2
+    precisions = os.fspath(ROOT / "bench" / "bench_x86_precisions.py")
+    session.run("python", precisions, "--isa-cap", "avx2", *session.posargs, env=env)
     # the real pretrained transformer of issue 23, every backend's deployment (offline weights)
     accuracy = ROOT / "bench" / "accuracy_transformer.py"
     session.run("python", os.fspath(accuracy), *session.posargs, env={**env, "HF_HUB_OFFLINE": "1"})

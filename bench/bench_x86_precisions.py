@@ -5,8 +5,8 @@ Same-run columns per row (one thread, the sides interleaved round by round):
     fp32_eager      the float model
     fp32_compile    ``torch.compile(model)``
     bf16_compile    ``torch.compile(model.bfloat16())``, float inputs in bfloat16
-    pt2e_cppw       torchao pt2e, ``X86InductorQuantizer`` default config, ``torch.compile``
-                    with freezing and inductor's C++ wrapper
+    pt2e_cppw       torchao pt2e, ``X86InductorQuantizer`` default config (``reduce_range``
+                    without VNNI), ``torch.compile`` with freezing and inductor's C++ wrapper
     pt2e_pyw        the same with inductor's default (Python) wrapper
     fxq_compiled    fxquant's x86 deployment (``get_deployment("x86")``) of the reference model
     fxq_attn_bf16   the same, prepared with ``attention_bf16_qconfig_mapping(model)``: the
@@ -22,6 +22,14 @@ Targets (issue 31, on a CPU with AMX-BF16 or AVX512-BF16): fxq_compiled at most 
 bf16_compile's latency on the BERT-base-like encoder and 0.80x on MobileNetV2 and
 ResNet-50 (b1, b8), at most pt2e_cppw's; SQNR at least pt2e's, 35 dB on BERT. On a CPU
 without bf16 acceleration: fxq_compiled at most 0.5x fp32_compile.
+
+``--isa-cap avx512_vnni`` / ``avx2`` emulates such a CPU on this one (bench/isa_cap.py: the
+run goes on in a child process with oneDNN, ATen, inductor and MKL capped to that ISA);
+its table starts with the kernels a probe saw run under
+the cap (oneDNN's ``ONEDNN_VERBOSE``, MKL's) and fxquant's bfloat16 and VNNI answers.
+Where fxquant sees no bfloat16 arithmetic (``fxquant_x86.precision.bf16_accelerated``: a
+CPU without AMX-BF16 / AVX512-BF16, or a cap), the default columns are fp32_eager,
+fp32_compile, pt2e_cppw and fxq_compiled, with ratios "x fp32c" and the 0.5x target.
 
 How: ``torch.set_num_threads(1)``; each side's first call compiles (inductor's caches stay
 on: set ``TORCHINDUCTOR_CACHE_DIR`` to keep them between runs, so "compile s" is a cold
@@ -39,7 +47,7 @@ the run goes on.
 
     python bench/bench_x86_precisions.py [--quick] [--models bert_base,mobilenet_v2,resnet50]
         [--batches 1,8] [--rounds 5] [--sides ...] [--profile fxq_compiled,bf16_compile]
-        [--output x86_precisions.json]
+        [--output x86_precisions.json] [--isa-cap avx512_vnni|avx2]
 
 ``--quick``: the small models of bench/models.py (BERT hidden 192 at 32 tokens,
 MobileNetV2 width 0.25 and ResNet-50 width 16 at 64x64).
@@ -53,6 +61,7 @@ import json
 import logging
 import os
 import statistics
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -62,7 +71,9 @@ from typing import Any
 import bench_compiled_x86 as compiled_bench
 import fxquant
 import harness
+import isa_cap
 import torch
+from fxquant_x86.precision import bf16_accelerated
 from models import main_output
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -78,25 +89,9 @@ SIDES = (
     "fxq_eager",
 )
 TARGETS = {"bert_base": 0.67, "hf_bert": 0.67, "mobilenet_v2": 0.80, "resnet50": 0.80}
-ISA_FLAGS = ("amx_int8", "amx_bf16", "avx512_bf16", "avx512_vnni", "avx_vnni", "avx2")
-
-
-def isa_flags() -> dict[str, bool]:
-    """The x86 ISA extensions the targets depend on, from /proc/cpuinfo (all False elsewhere)."""
-    flags: set[str] = set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-                break
-    except OSError:
-        pass
-    return {flag: flag in flags for flag in ISA_FLAGS}
-
-
-def load() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"load {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} CPUs"
+NO_BF16_SIDES = ("fp32_eager", "fp32_compile", "pt2e_cppw", "fxq_compiled")
+NO_BF16_TARGET = 0.5  # x fp32_compile: "at least 2x fp32 torch.compile" without bfloat16
+BASELINES = {"bf16_compile": "bf16c", "fp32_compile": "fp32c"}
 
 
 def _quantized(model: torch.nn.Module, inputs: tuple[Any, ...], *, attention: bool = False) -> Any:
@@ -200,13 +195,16 @@ def _pt2e(
     model: torch.nn.Module, inputs: tuple[Any, ...], *, cpp_wrapper: bool
 ) -> Callable[..., Any]:
     """torchao pt2e with X86InductorQuantizer's defaults, compiled with freezing and the C++
-    wrapper or inductor's default Python one (the bench_compiled_x86 flow)."""
+    wrapper or inductor's default Python one (the bench_compiled_x86 flow). Without VNNI
+    (fxquant's answer, ``FXQUANT_CPU_VNNI``) with ``reduce_range``, as torchao advises there:
+    oneDNN's AVX2 int8 kernels saturate u8 x s8 pairs in int16 on full-range activations."""
+    from fxquant.lowering.kernels import cpu
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
     from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as xiq
 
     exported = torch.export.export(copy.deepcopy(model), inputs).module()
     quantizer = xiq.X86InductorQuantizer().set_global(
-        xiq.get_default_x86_inductor_quantization_config()
+        xiq.get_default_x86_inductor_quantization_config(reduce_range=not cpu.has_vnni())
     )
     prepared = prepare_pt2e(exported, quantizer)  # type: ignore[arg-type]
     with torch.no_grad():
@@ -240,8 +238,9 @@ def interleaved(runs: dict[str, Callable[[], Any]], rounds: int) -> dict[str, li
 def bench_row(name: str, batch: int, args: argparse.Namespace, sides: list[str]) -> dict[str, Any]:
     spec = compiled_bench.BUILDERS[name](quick=args.quick, batch=batch)
     model, inputs = spec.build().eval(), spec.inputs()
-    row: dict[str, Any] = {"model": name, "batch": batch, "target": TARGETS[name]}
-    row["load_before"], row["errors"] = load(), {}
+    target = TARGETS[name] if bf16_accelerated() else NO_BF16_TARGET
+    row: dict[str, Any] = {"model": name, "batch": batch, "target": target}
+    row["load_before"], row["errors"] = harness.load(), {}
     with torch.no_grad():
         expected = main_output(model(*inputs))
     runs: dict[str, Callable[[], Any]] = {}
@@ -261,20 +260,24 @@ def bench_row(name: str, batch: int, args: argparse.Namespace, sides: list[str])
     row["rounds_ms"] = {side: [round(t * 1e3, 3) for t in ts] for side, ts in times.items()}
     for side, seconds in times.items():
         row[f"ms_{side}"] = round(statistics.median(seconds) * 1e3, 3)
-        if "bf16_compile" in times:
-            ratios = [a / b for a, b in zip(seconds, times["bf16_compile"], strict=True)]
-            row[f"x_bf16c_{side}"] = round(statistics.median(ratios), 3)
+        for base, short in ((b, s) for b, s in BASELINES.items() if b in times):
+            ratios = [a / b for a, b in zip(seconds, times[base], strict=True)]
+            row[f"x_{short}_{side}"] = round(statistics.median(ratios), 3)
     if args.profile:
         chosen = {side: runs[side] for side in args.profile.split(",") if side in runs}
         for side, ops in compiled_bench.interleaved_top_ops(chosen, count=400).items():
             row[f"profile_{side}"] = profile_by_kind(ops)
-    row["load_after"] = load()
+    row["load_after"] = harness.load()
     return row
 
 
-def print_rows(rows: list[dict[str, Any]], sides: list[str]) -> None:
-    print("ISA: " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in isa_flags().items()))
-    header = ["model", "batch", *(f"{s} ms (x bf16c, dB)" for s in sides), "target", "load"]
+def print_rows(rows: list[dict[str, Any]], sides: list[str], probe: str) -> None:
+    print(
+        "ISA: " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in harness.isa_flags().items())
+    )
+    print(probe)
+    base = next((short for b, short in BASELINES.items() if b in sides), "bf16c")
+    header = ["model", "batch", *(f"{s} ms (x {base}, dB)" for s in sides), "target", "load"]
     print("| " + " | ".join(header) + " |")
     print("|" + " --- |" * len(header))
     for r in rows:
@@ -283,8 +286,8 @@ def print_rows(rows: list[dict[str, Any]], sides: list[str]) -> None:
             if f"ms_{side}" not in r:
                 cells.append("error" if side in r["errors"] else "-")
                 continue
-            cells.append(f"{r[f'ms_{side}']} ({r.get(f'x_bf16c_{side}')}x, {r[f'sqnr_{side}']})")
-        cells += [f"<= {r['target']}x bf16c", f"{r['load_before']} / {r['load_after']}"]
+            cells.append(f"{r[f'ms_{side}']} ({r.get(f'x_{base}_{side}')}x, {r[f'sqnr_{side}']})")
+        cells += [f"<= {r['target']}x {base}", f"{r['load_before']} / {r['load_after']}"]
         print("| " + " | ".join(str(c) for c in cells) + " |")
         for side, error in r["errors"].items():
             print(f"    {r['model']} b{r['batch']} {side}: {error}")
@@ -298,10 +301,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small models (a smoke run)")
     parser.add_argument("--models", default="bert_base,mobilenet_v2,resnet50")
     parser.add_argument("--batches", default="1,8", help="comma-separated batch sizes")
-    parser.add_argument("--sides", default=",".join(SIDES), help="comma-separated columns")
+    parser.add_argument("--sides", default=None, help="comma-separated columns")
     parser.add_argument("--profile", default="", help="sides to profile, comma-separated")
     parser.add_argument("--output", default=None, help="file name under bench/results/")
+    parser.add_argument("--isa-cap", choices=sorted(isa_cap.CAPS), default=None, help="emulate")
     args = parser.parse_args()
+    if args.isa_cap and os.environ.get(isa_cap.MARKER) != args.isa_cap:
+        sys.exit(isa_cap.rerun_capped(args.isa_cap))
     torch.set_num_threads(1)
     torch.manual_seed(0)
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -309,18 +315,20 @@ def main() -> None:
     logging.getLogger("torchao").setLevel(logging.ERROR)
     RESULTS.mkdir(exist_ok=True)
     stem = "x86_precisions_quick" if args.quick else "x86_precisions"
+    stem += f"_cap_{args.isa_cap}" if args.isa_cap else ""
     path = RESULTS / (args.output or f"{stem}.json")
-    sides = args.sides.split(",")
+    sides = (args.sides or ",".join(SIDES if bf16_accelerated() else NO_BF16_SIDES)).split(",")
     info = harness.machine(("fxquant", "torchao", "fxquant-x86"), quick=args.quick)
-    info["isa"] = isa_flags()
+    info["isa"], info["isa_cap"], info["probe"] = harness.isa_flags(), args.isa_cap, isa_cap.probe()
+    probe = isa_cap.describe(info["probe"])
     rows = []
     for name in args.models.split(","):
         for batch in (int(b) for b in args.batches.split(",")):
-            print(f"{name} b{batch} ({load()}) ...", flush=True)
+            print(f"{name} b{batch} ({harness.load()}) ...", flush=True)
             rows.append(bench_row(name, batch, args, sides))
-            print_rows(rows[-1:], sides)
+            print_rows(rows[-1:], sides, probe)
             path.write_text(json.dumps({"machine": info, "results": rows}, indent=2) + "\n")
-    print_rows(rows, sides)
+    print_rows(rows, sides, probe)
     print(f"wrote {path}")
 
 

@@ -80,6 +80,44 @@ def test_bf16_arithmetic_is_read_from_the_cpu_flags_and_the_default_stays_float3
     assert precision.default_float_dtype() == torch.float32
 
 
+AMX_FLAGS = frozenset({"avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8"})
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "capped"),
+    [
+        ("ONEDNN_MAX_CPU_ISA", "AVX2", True),
+        ("ONEDNN_MAX_CPU_ISA", "avx512_core_vnni", True),
+        ("DNNL_MAX_CPU_ISA", "AVX2_VNNI", True),
+        ("ATEN_CPU_CAPABILITY", "avx2", True),
+        ("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_BF16", False),
+        ("ONEDNN_MAX_CPU_ISA", "AVX10_1_512_AMX", False),
+        ("ONEDNN_MAX_CPU_ISA", "ALL", False),
+        ("ATEN_CPU_CAPABILITY", "avx512", False),
+    ],
+)
+def test_an_isa_cap_below_bf16_turns_x86s_bf16_choices_off_on_an_amx_cpu(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, capped: bool
+) -> None:
+    from fxquant.errors import ConfigWarning
+    from fxquant_x86.qconfig import bf16_qconfig_mapping
+
+    for name in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(precision, "cpu_flags", lambda: AMX_FLAGS)
+    monkeypatch.setenv(variable, value)
+    assert precision.bf16_accelerated() is not capped
+    if not capped:
+        assert precision.isa_cap_without_bf16() is None
+        return
+    # the benchmark's ISA-capped rows rely on this: no bfloat16 mapping under the cap,
+    # and the warning names the setting to unset
+    with pytest.warns(ConfigWarning, match=f"{variable}={value} caps oneDNN"):
+        mapping = bf16_qconfig_mapping()
+    expected = fxquant.get_default_qconfig_mapping(BACKEND).to_dict()
+    assert mapping.to_dict() == expected
+
+
 @pytest.mark.parametrize("probe", [True, False])
 def test_without_cpuinfo_flags_torchs_avx512_bf16_probe_decides(
     monkeypatch: pytest.MonkeyPatch, probe: bool

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import os
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,7 @@ __all__ = [
     "float_parts_in",
     "float_side_in",
     "from_float32",
+    "isa_cap_without_bf16",
     "rounded_to_bf16",
     "rounds_to_bf16",
     "to_float32",
@@ -74,16 +76,52 @@ def cpu_flags() -> frozenset[str]:
     return frozenset()
 
 
+ONEDNN_ISAS_WITHOUT_BF16 = frozenset(
+    {"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI"}
+)
+"""``ONEDNN_MAX_CPU_ISA`` values that keep oneDNN off every bfloat16 dot-product ISA
+(AVX512-BF16, AMX): under such a cap bfloat16 GEMMs and convs are emulated."""
+
+ATEN_CAPABILITIES_WITHOUT_BF16 = frozenset({"default", "avx2"})
+"""``ATEN_CPU_CAPABILITY`` values that keep ATen's kernels and inductor's C++ loops
+(``torch._inductor.cpu_vec_isa.pick_vec_isa`` reads the same variable) off AVX-512."""
+
+
+def isa_cap_without_bf16() -> str | None:
+    """The environment setting that caps the ISA below bfloat16 arithmetic, or ``None``.
+
+    oneDNN honours ``ONEDNN_MAX_CPU_ISA`` (or its older name ``DNNL_MAX_CPU_ISA``) and
+    ATen with inductor ``ATEN_CPU_CAPABILITY``: a process capped this way runs bfloat16
+    as emulation even where /proc/cpuinfo lists AMX-BF16, so x86's bfloat16 choices must
+    not fire there (how a CPU without bfloat16 is benchmarked on one that has it).
+
+    Example:
+        >>> isa_cap_without_bf16() is None or "=" in isa_cap_without_bf16()
+        True
+    """
+    for name in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
+        value = os.environ.get(name, "").strip()
+        if value.upper() in ONEDNN_ISAS_WITHOUT_BF16:
+            return f"{name}={value}"
+    value = os.environ.get("ATEN_CPU_CAPABILITY", "").strip()
+    if value.lower() in ATEN_CAPABILITIES_WITHOUT_BF16:
+        return f"ATEN_CPU_CAPABILITY={value}"
+    return None
+
+
 def bf16_accelerated() -> bool:
     """Whether this CPU computes bfloat16 in hardware (AMX-BF16 or AVX512-BF16).
 
     /proc/cpuinfo's flags where Linux has them; elsewhere torch's own probe of
-    AVX512-BF16 (``torch.cpu._is_avx512_bf16_supported``).
+    AVX512-BF16 (``torch.cpu._is_avx512_bf16_supported``). False, whatever the CPU
+    has, in a process whose ISA is capped below bfloat16 (:func:`isa_cap_without_bf16`).
 
     Example:
         >>> isinstance(bf16_accelerated(), bool)
         True
     """
+    if isa_cap_without_bf16() is not None:
+        return False
     flags = cpu_flags()
     if flags:
         return any(flag in flags for flag in BF16_FLAGS)
@@ -98,6 +136,13 @@ def bf16_unavailable_reason() -> str:
         >>> "bfloat16" in bf16_unavailable_reason()
         True
     """
+    cap = isa_cap_without_bf16()
+    if cap is not None:
+        return (
+            f"bfloat16 float side not offered: {cap} caps oneDNN, ATen and inductor below "
+            f"bfloat16 arithmetic (whatever /proc/cpuinfo lists), so bfloat16 would be "
+            f"emulated, slower than float32; unset it to let x86 choose bfloat16"
+        )
     flags = cpu_flags()
     seen = "none" if not flags else ", ".join(f for f in sorted(flags) if "avx" in f or "amx" in f)
     return (
