@@ -17,6 +17,7 @@ Same-run columns per row (one thread, the sides interleaved round by round):
     fxq_compiled_pyw, fxq_bf16_pyw   the two above with inductor's Python wrapper and its
                     kernel profiling (for ``--profile``; not in the default columns)
     fxq_eager       fxquant's ``convert_fx`` model (oneDNN int8 kernels, eager)
+    fxq_eager_attn_bf16   the same, prepared with ``attention_bf16_qconfig_mapping(model)``
 
 Targets (issue 31, on a CPU with AMX-BF16 or AVX512-BF16): fxq_compiled at most 0.67x
 bf16_compile's latency on the BERT-base-like encoder and 0.80x on MobileNetV2 and
@@ -76,6 +77,7 @@ SIDES = (
     "fxq_attn_bf16",
     "fxq_bf16",
     "fxq_eager",
+    "fxq_eager_attn_bf16",
 )
 TARGETS = {"bert_base": 0.67, "hf_bert": 0.67, "mobilenet_v2": 0.80, "resnet50": 0.80}
 ISA_FLAGS = ("amx_int8", "amx_bf16", "avx512_bf16", "avx512_vnni", "avx_vnni", "avx2")
@@ -138,8 +140,9 @@ def build_side(side: str, model: torch.nn.Module, inputs: tuple[Any, ...]) -> Ca
         run, args = _pt2e(model, inputs, cpp_wrapper=side == "pt2e_cppw"), inputs
     elif side.startswith(("fxq_compiled", "fxq_bf16", "fxq_attn_bf16")):
         run, args = _fxquant_compiled(side, model, inputs), inputs
-    elif side == "fxq_eager":
-        run, args = _no_grad(fxquant.convert_fx(_quantized(model, inputs))), inputs
+    elif side.startswith("fxq_eager"):
+        prepared = _quantized(model, inputs, attention=side.endswith("attn_bf16"))
+        run, args = _no_grad(fxquant.convert_fx(prepared)), inputs
     else:
         msg = f"side {side!r} is not one of {', '.join(SIDES)}"
         raise ValueError(msg)
