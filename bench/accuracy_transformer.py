@@ -130,14 +130,34 @@ def model_dir() -> Path:
     return Path(package.get_model_path())
 
 
-def load_model() -> tuple[nn.Module, Any]:
-    """The float ``BertModel`` (eval) and its tokenizer, offline."""
+_SCHEMA_LIBRARIES: list[torch.library.Library] = []  # a freed Library drops its schemas
+
+
+def define_torchvision_schemas() -> None:
+    """The two torchvision op schemas its meta registrations name, defined where missing:
+    ``import torchvision`` (which transformers' ``BertModel`` import reaches) fails on this
+    CPU torch without them (issue 30; tests/zoo/torchvision_models.py does the same)."""
+    for name in ("nms", "qnms"):
+        if torch._C._jit_get_schemas_for_operator(f"torchvision::{name}"):
+            continue
+        library = torch.library.Library("torchvision", "FRAGMENT")
+        library.define(f"{name}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+        _SCHEMA_LIBRARIES.append(library)
+
+
+def load_model(attention: str | None = None) -> tuple[nn.Module, Any]:
+    """The float ``BertModel`` (eval) and its tokenizer, offline; ``attention``: transformers'
+    ``attn_implementation`` (``None``: its default, SDPA; ``"eager"``: matmuls and softmax
+    in the graph, where x86's attention-in-bf16 mode finds them)."""
+    define_torchvision_schemas()
     transformers = importlib.import_module("transformers")
     path = model_dir()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         tokenizer = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
-        model = transformers.BertModel.from_pretrained(path, local_files_only=True)
+        model = transformers.BertModel.from_pretrained(
+            path, local_files_only=True, attn_implementation=attention
+        )
     return model.eval(), tokenizer
 
 
@@ -523,9 +543,10 @@ def _tensorrt_transformer(setup: Setup, alpha: float | None = None) -> Row:
     return fxquant_row(setup, "tensorrt", transformer_qconfig_mapping(), label, equalization)
 
 
-def setup(quick: bool, reduce_range: bool) -> Setup:
-    """Load the model, tokenize, and compute the float embeddings."""
-    model, tokenizer = load_model()
+def setup(quick: bool, reduce_range: bool, attention: str | None = None) -> Setup:
+    """Load the model (``attention``: see :func:`load_model`), tokenize, and compute the float
+    embeddings."""
+    model, tokenizer = load_model(attention)
     data = batches(tokenizer)
     held_out = data[CALIBRATION_BATCHES:]
     if quick:

@@ -24,7 +24,12 @@ interleaved) and oneDNN int8 kernel counts. A side that fails is recorded with i
 the run goes on.
 
     python bench/bench_compiled_minilm.py [--batches 1,8] [--rounds 5] [--quick]
-        [--output compiled_minilm.json]
+        [--output compiled_minilm.json] [--attention eager] [--sides fxquant,pt2e,fp32]
+
+``--attention eager`` loads the model with transformers' eager attention (matmuls and
+softmax in the graph): on a CPU with bfloat16 arithmetic x86's default then runs each
+attention block in bfloat16 (the ``attention_bf16`` graph mode); with SDPA (the default)
+there is no block to find.
 
 ``--quick``: 16 held-out sentences instead of 40 (the model is the real one either way),
 written to compiled_minilm_quick.json.
@@ -153,7 +158,19 @@ def main() -> None:
     parser.add_argument("--batches", default="1,8", help="comma-separated: 1, 2, 4 or 8")
     parser.add_argument("--quick", action="store_true", help="16 held-out sentences")
     parser.add_argument("--output", default=None, help="file name under bench/results/")
+    parser.add_argument(
+        "--attention",
+        default=None,
+        choices=("sdpa", "eager"),
+        help="transformers' attn_implementation (default: its own, SDPA); eager: x86's "
+        "attention_bf16 mode finds the blocks (on a bfloat16 CPU)",
+    )
+    parser.add_argument(
+        "--sides", default=",".join(SIDES), help="comma-separated: " + ", ".join(SIDES)
+    )
     args = parser.parse_args()
+    for side in set(SIDES) - set(args.sides.split(",")):
+        del SIDES[side]
     torch.set_num_threads(1)
     torch.manual_seed(0)
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -163,7 +180,7 @@ def main() -> None:
     stem = "compiled_minilm_quick" if args.quick else "compiled_minilm"
     path = cx.RESULTS / (args.output or f"{stem}.json")
     info = harness.machine(("fxquant", "torchao", "fxquant-x86", "transformers"), quick=args.quick)
-    state = at.setup(quick=args.quick, reduce_range=False)
+    state = at.setup(quick=args.quick, reduce_range=False, attention=args.attention)
     print(f"warm-up compile: {cx.warm_up():.1f} s", flush=True)
     rows = []
     for batch in (int(b) for b in args.batches.split(",")):

@@ -9,6 +9,10 @@ Same-run columns per row (one thread, the sides interleaved round by round):
                     without VNNI), ``torch.compile`` with freezing and inductor's C++ wrapper
     pt2e_pyw        the same with inductor's default (Python) wrapper
     fxq_compiled    fxquant's x86 deployment (``get_deployment("x86")``) of the reference model
+                    (on a CPU with bf16 arithmetic x86's default runs attention blocks in
+                    bfloat16: its ``attention_bf16`` graph mode)
+    fxq_fp32_attn   the same with the attention float32 (prepared under ``FXQUANT_X86_BF16=0``,
+                    as on a CPU without bf16 arithmetic)
     fxq_attn_bf16   the same, prepared with ``attention_bf16_qconfig_mapping(model)``: the
                     attention blocks in bfloat16 (one bf16 flash-attention kernel each),
                     the rest as the default
@@ -17,6 +21,8 @@ Same-run columns per row (one thread, the sides interleaved round by round):
     fxq_compiled_pyw, fxq_bf16_pyw   the two above with inductor's Python wrapper and its
                     kernel profiling (for ``--profile``; not in the default columns)
     fxq_eager       fxquant's ``convert_fx`` model (oneDNN int8 kernels, eager)
+    fxq_eager_attn_bf16   the same, prepared with ``attention_bf16_qconfig_mapping(model)``
+    fxq_eager_fp32_attn   the same, prepared under ``FXQUANT_X86_BF16=0`` (attention float32)
 
 Targets (issue 31, on a CPU with AMX-BF16 or AVX512-BF16): fxq_compiled at most 0.67x
 bf16_compile's latency on the BERT-base-like encoder and 0.80x on MobileNetV2 and
@@ -84,9 +90,12 @@ SIDES = (
     "pt2e_cppw",
     "pt2e_pyw",
     "fxq_compiled",
+    "fxq_fp32_attn",
     "fxq_attn_bf16",
     "fxq_bf16",
     "fxq_eager",
+    "fxq_eager_attn_bf16",
+    "fxq_eager_fp32_attn",
 )
 TARGETS = {"bert_base": 0.67, "hf_bert": 0.67, "mobilenet_v2": 0.80, "resnet50": 0.80}
 NO_BF16_SIDES = ("fp32_eager", "fp32_compile", "pt2e_cppw", "fxq_compiled")
@@ -94,14 +103,25 @@ NO_BF16_TARGET = 0.5  # x fp32_compile: "at least 2x fp32 torch.compile" without
 BASELINES = {"bf16_compile": "bf16c", "fp32_compile": "fp32c"}
 
 
-def _quantized(model: torch.nn.Module, inputs: tuple[Any, ...], *, attention: bool = False) -> Any:
+def _quantized(model: torch.nn.Module, inputs: tuple[Any, ...], side: str) -> Any:
+    """``side``'s prepared model: ``attn_bf16`` in its name, the explicit attention mapping;
+    ``fp32_attn``, the default with the bf16 graph mode off (``FXQUANT_X86_BF16=0``)."""
+    from fxquant_x86.precision import BF16_ENV
     from fxquant_x86.qconfig import attention_bf16_qconfig_mapping
 
     config = fxquant.get_backend_config("x86")
     mapping = fxquant.get_default_qconfig_mapping("x86")
-    if attention:
+    if "attn_bf16" in side:
         mapping = attention_bf16_qconfig_mapping(model)
-    prepared = fxquant.prepare_fx(copy.deepcopy(model), mapping, inputs, backend_config=config)
+    before = os.environ.pop(BF16_ENV, None)
+    if "fp32_attn" in side:
+        os.environ[BF16_ENV] = "0"
+    try:
+        prepared = fxquant.prepare_fx(copy.deepcopy(model), mapping, inputs, backend_config=config)
+    finally:
+        os.environ.pop(BF16_ENV, None)
+        if before is not None:
+            os.environ[BF16_ENV] = before
     with torch.no_grad():
         prepared(*inputs)
     return prepared
@@ -131,10 +151,11 @@ def build_side(side: str, model: torch.nn.Module, inputs: tuple[Any, ...]) -> Ca
         run, args = _no_grad(torch.compile(copy.deepcopy(model).bfloat16())), _bf16(inputs)
     elif side.startswith("pt2e"):
         run, args = _pt2e(model, inputs, cpp_wrapper=side == "pt2e_cppw"), inputs
-    elif side.startswith(("fxq_compiled", "fxq_bf16", "fxq_attn_bf16")):
+    elif side.startswith(("fxq_compiled", "fxq_bf16", "fxq_attn_bf16", "fxq_fp32_attn")):
         run, args = _fxquant_compiled(side, model, inputs), inputs
-    elif side == "fxq_eager":
-        run, args = _no_grad(fxquant.convert_fx(_quantized(model, inputs))), inputs
+    elif side.startswith("fxq_eager"):
+        prepared = _quantized(model, inputs, side)
+        run, args = _no_grad(fxquant.convert_fx(prepared)), inputs
     else:
         msg = f"side {side!r} is not one of {', '.join(SIDES)}"
         raise ValueError(msg)
@@ -147,8 +168,7 @@ def _fxquant_compiled(side: str, model: torch.nn.Module, inputs: tuple[Any, ...]
     is then a ``torch.profiler`` event: the per-op profile the C++ wrapper hides)."""
     from fxquant_x86.compiled import compile_quantized
 
-    attention = side.startswith("fxq_attn_bf16")
-    reference = fxquant.convert_to_reference_fx(_quantized(model, inputs, attention=attention))
+    reference = fxquant.convert_to_reference_fx(_quantized(model, inputs, side))
     options: dict[str, Any] = {}
     if side.startswith("fxq_bf16"):
         options["float_dtype"] = torch.bfloat16

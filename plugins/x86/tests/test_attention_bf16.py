@@ -303,8 +303,12 @@ def test_strict_convert_accepts_the_bf16_ops_the_mapping_asked_for(
         assert (rows[node].status, rows[node].reason) == ("reference", None), rows[node]
     assert rows["attention_0_query"].status == "lowered"
     assert report.skipped() == []
-    (note,) = [n for n in report.notes() if "bfloat16" in n]
+    (note,) = [n for n in report.notes() if n.startswith("32 node(s) run as float ops in")]
     assert note.startswith("32 node(s) run as float ops in bfloat16, as their qconfig asks")
+    # x86's graph mode agrees with the mapping the user passed: nothing left to them
+    (mode,) = [n for n in report.notes() if n.startswith("mode: attention_bf16")]
+    assert "2 of 2 attention block(s) in bfloat16" in mode
+    assert "left as your mapping says" not in mode
     with torch.no_grad():
         got, want = converted(*inputs(9)), model(*inputs(9))
     assert sqnr(got, want) >= 30.0

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
-__all__ = ["AttentionBlock", "attention_blocks", "why_no_blocks"]
+__all__ = ["AttentionBlock", "attention_blocks", "block_nodes", "why_no_blocks"]
 
 _MATMULS: tuple[Any, ...] = (torch.matmul, operator.matmul, torch.bmm, "matmul", "bmm")
 _SOFTMAX: tuple[Any, ...] = (F.softmax, torch.softmax, "softmax")
@@ -182,6 +182,25 @@ def attention_blocks(model: fx.GraphModule) -> list[AttentionBlock]:
             if isinstance(block, AttentionBlock) and block not in blocks:
                 blocks.append(block)
     return blocks
+
+
+def block_nodes(model: fx.GraphModule, block: AttentionBlock) -> list[fx.Node]:
+    """The nodes ``block``'s module-name entries cover: its module's calls and submodules.
+
+    Example:
+        >>> block_nodes(fx.symbolic_trace(nn.Linear(2, 2)), AttentionBlock("x", ("a", "b", "c")))
+        []
+    """
+
+    def inside(name: str) -> bool:
+        return name == block.module or name.startswith(f"{block.module}.")
+
+    return [
+        node
+        for node in model.graph.nodes
+        if (node.op == "call_module" and inside(str(node.target)))
+        or (node.op in ("call_function", "call_method") and inside(_owner(node)))
+    ]
 
 
 def why_no_blocks(model: fx.GraphModule) -> str:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from fxquant.config.backend import BackendPatternConfig
-from fxquant.registry import Deployment
+from fxquant.config.qconfig_mapping import QConfigMapping
+from fxquant.registry import Deployment, GraphMode, hookimpl, only_for
 from fxquant.registry.backend_hooks import backend_hooks
+from torch import fx
 
+from fxquant_x86.graph_mode import graph_mode
 from fxquant_x86.kernels import x86_lowering_rules
 from fxquant_x86.patterns import shared_pattern_configs
 from fxquant_x86.qconfig import default_qconfig_mapping
@@ -40,3 +43,13 @@ fxquant_pattern_configs = hooks.fxquant_pattern_configs
 fxquant_lowering_kernels = hooks.fxquant_lowering_kernels
 fxquant_default_qconfig_mapping = hooks.fxquant_default_qconfig_mapping
 fxquant_deployment = hooks.fxquant_deployment
+
+
+@hookimpl
+@only_for(BACKEND)
+def fxquant_graph_mode(
+    backend: str, model: fx.GraphModule, qconfig_mapping: QConfigMapping, is_qat: bool
+) -> GraphMode | None:
+    """Attention in bfloat16 on a bfloat16 CPU (``fxquant_x86.graph_mode``), except in the
+    blocks where the user's mapping sets a node its own way (so it reads the mapping)."""
+    return graph_mode(model, qconfig_mapping, is_qat)

@@ -37,11 +37,13 @@ from typing import Any
 import torch
 import torch.fx.passes.shape_prop
 import torch.nn.functional as F
+from fxquant.errors import ConfigError
 from fxquant.lowering import DEQUANTIZE_OPS, QDQ_OPS, QUANTIZE_OPS
 from torch import fx
 
 __all__ = [
     "BF16_CONFIG_NOTE",
+    "BF16_ENV",
     "BF16_FLAGS",
     "BF16_NOTE",
     "bf16_accelerated",
@@ -56,6 +58,9 @@ __all__ = [
     "rounds_to_bf16",
     "to_float32",
 ]
+
+BF16_ENV = "FXQUANT_X86_BF16"
+"""Set to ``0`` or ``1``: whether x86 treats this CPU as computing bfloat16, whatever its flags."""
 
 BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 """The /proc/cpuinfo flags of x86 bfloat16 arithmetic in hardware (AMX tiles, AVX-512
@@ -113,13 +118,29 @@ def bf16_accelerated() -> bool:
     """Whether this CPU computes bfloat16 in hardware (AMX-BF16 or AVX512-BF16).
 
     /proc/cpuinfo's flags where Linux has them; elsewhere torch's own probe of
-    AVX512-BF16 (``torch.cpu._is_avx512_bf16_supported``). False, whatever the CPU
-    has, in a process whose ISA is capped below bfloat16 (:func:`isa_cap_without_bf16`).
+    AVX512-BF16 (``torch.cpu._is_avx512_bf16_supported``). The environment variable
+    :data:`BF16_ENV` overrides the probe: ``0`` treats the CPU as one without
+    (x86's defaults then keep every float part float32: the attention too), ``1`` as one
+    with. Unset, it is False, whatever the CPU has, in a process whose ISA is capped below
+    bfloat16 (:func:`isa_cap_without_bf16`).
+
+    Raises:
+        ConfigError: :data:`BF16_ENV` is set to something else than ``0`` or ``1``.
 
     Example:
         >>> isinstance(bf16_accelerated(), bool)
         True
     """
+    override = os.environ.get(BF16_ENV, "")
+    if override:
+        if override not in ("0", "1"):
+            msg = (
+                f"environment variable {BF16_ENV}={override!r}: expected '0' (float32 float "
+                "parts, as on a CPU without bfloat16 arithmetic) or '1' (bfloat16 where x86 "
+                "offers it); unset it to read the CPU's flags"
+            )
+            raise ConfigError(msg)
+        return override == "1"
     if isa_cap_without_bf16() is not None:
         return False
     flags = cpu_flags()
@@ -136,6 +157,11 @@ def bf16_unavailable_reason() -> str:
         >>> "bfloat16" in bf16_unavailable_reason()
         True
     """
+    if os.environ.get(BF16_ENV) == "0":
+        return (
+            f"bfloat16 float side not offered: {BF16_ENV}=0 in the environment says this CPU "
+            "computes none, so the float parts stay float32 and Linear int8 in, float32 out"
+        )
     cap = isa_cap_without_bf16()
     if cap is not None:
         return (

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from collections.abc import Iterable
 
 import torch
 from fxquant.config.defaults import bfloat16_static_qconfig
@@ -23,7 +24,7 @@ from fxquant_onednn.qconfig import FLOAT_OPS, default_qconfig_mapping
 from torch import fx, nn
 
 from fxquant_x86 import precision
-from fxquant_x86.attention import attention_blocks, why_no_blocks
+from fxquant_x86.attention import AttentionBlock, attention_blocks, why_no_blocks
 from fxquant_x86.patterns import BF16_ONLY_OPS, FLOAT_BF16, pattern_configs
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "bf16_ops",
     "bf16_qconfig_mapping",
     "default_qconfig_mapping",
+    "with_bf16_attention",
 ]
 
 _LINEARS = (nn.Linear, torch.nn.functional.linear)
@@ -146,15 +148,30 @@ def attention_bf16_qconfig_mapping(model: nn.Module) -> QConfigMapping:
     graph = _traced(model)
     if graph is None:
         return mapping
-    int8 = mapping.global_qconfig
-    assert int8 is not None  # the default quantizes by default
-    int8_bf16_out = dataclasses.replace(int8, output_dtype=torch.bfloat16)
     blocks = attention_blocks(graph)
     if not blocks:
         warnings.warn(_no_blocks_message(model, graph), ConfigWarning, stacklevel=2)
+    return with_bf16_attention(mapping, graph, blocks)
+
+
+def with_bf16_attention(
+    mapping: QConfigMapping, model: nn.Module, blocks: Iterable[AttentionBlock]
+) -> QConfigMapping:
+    """``mapping`` with module-name entries putting each of ``blocks`` in bfloat16: the
+    block's module ``bfloat16_static_qconfig``, its query, key and value Linears int8 in,
+    bfloat16 out, its other Linears ``mapping``'s global int8 qconfig.
+
+    Example:
+        >>> m = with_bf16_attention(default_qconfig_mapping(False), nn.Linear(2, 2), [])
+        >>> m.module_name_qconfigs
+        {}
+    """
+    int8 = mapping.global_qconfig
+    assert int8 is not None  # x86's default quantizes by default
+    int8_bf16_out = dataclasses.replace(int8, output_dtype=torch.bfloat16)
     for block in blocks:
         mapping.set_module_name(block.module, bfloat16_static_qconfig)
-        for name, module in graph.get_submodule(block.module).named_modules():
+        for name, module in model.get_submodule(block.module).named_modules():
             if isinstance(module, nn.Linear):
                 mapping.set_module_name(f"{block.module}.{name}", int8)
         for projection in block.projections:
