@@ -1329,8 +1329,8 @@ class HistogramObserver(UniformQuantizationObserverBase):
     def calculate_qparams(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(scale, zero_point)`` of shape ``[1]`` for the error-minimizing range."""
         if bool(self.min_val == float("inf")) and bool(self.max_val == float("-inf")):
-            device = self.min_val.device.type
-            return torch.tensor([1.0], device=device), torch.tensor([0], device=device)
+            # no data: the range's qparams are those of any observer that saw none
+            return self._calculate_qparams(self.min_val, self.max_val)
         if self.histogram.numel() != self.bins:
             msg = (
                 f"HistogramObserver has a histogram of {self.histogram.numel()} bins but "
