@@ -140,13 +140,8 @@ def _quantized_outputs(graph: fx.Graph, indexes: list[int]) -> None:
 
 
 def _mark_reference(report: Report) -> Report:
-    entries = [
-        dataclasses.replace(e, status=NodeStatus.REFERENCE)
-        if e.status == NodeStatus.QUANTIZED
-        else e
-        for e in report.entries()
-    ]
-    return Report(entries, report.unused(), report.notes())
+    quantized = [e.node for e in report.entries() if e.status == NodeStatus.QUANTIZED]
+    return report.with_changes({node: {"status": NodeStatus.REFERENCE} for node in quantized})
 
 
 def _tidy(graph: fx.Graph) -> None:
