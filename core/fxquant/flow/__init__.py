@@ -311,23 +311,20 @@ def explain(model: object, *, show: bool = True) -> Report:
         ['float', 'quantized', 'float']
     """
     state = flow_state(model)
-    deployed = getattr(model, "report", None)  # a deployed model (Deployed): its own report
-    if state is None and isinstance(deployed, Report):
-        if show:
-            print(deployed.table())  # printing the table is the point
-        return deployed
-    if state is None:
+    report = getattr(model, "report", None)  # a deployed model (Deployed): its own report
+    if state is None and not isinstance(report, Report):
         msg = (
             f"explain(model) needs a model returned by prepare_fx, prepare_qat_fx or "
             f"convert_fx, or a deployed one; got {type(model).__name__} without a report"
         )
         raise ConfigTypeError(msg)
-    report = state.report
-    if state.notes:  # from the flow state: convert rebuilds the report
-        report = Report(report.entries(), report.unused(), (*state.notes, *report.notes()))
-    pairs = getattr(model, "meta", {}).get(EQUALIZATION_KEY, ())
-    if pairs:
+    if state is not None:
+        # the flow state's notes first: convert rebuilds the report
+        report = Report(state.report.entries(), state.report.unused(), state.notes)
+        report = report.with_notes(state.report.notes())
+        pairs = getattr(model, "meta", {}).get(EQUALIZATION_KEY, ())
         report = report.with_notes(f"equalized: {pair.line()}" for pair in pairs)
+    assert isinstance(report, Report)  # the flow state's or the deployed model's
     if show:
         print(report.table())  # printing the table is the point
     return report

@@ -51,7 +51,7 @@ from fxquant.flow.kept_reference import release_replaced_weights
 from fxquant.flow.lower import lower
 from fxquant.flow.lowered_model import as_lowered
 from fxquant.flow.report import NodeStatus, Report, raise_if_skipped
-from fxquant.flow.state import META_KEY, FlowMeta, FlowState, is_converted, node_info
+from fxquant.flow.state import META_KEY, FlowMeta, FlowState, flow_state, is_converted, node_info
 from fxquant.flow.trace import drop_string_annotations
 from fxquant.flow.user_model import warn_if_calibrated_in_training, warn_if_converted_in_training
 from fxquant.lowering import DEQUANTIZE_OPS
@@ -62,9 +62,8 @@ __all__ = ["convert_fx", "convert_to_reference_fx"]
 
 
 def _flow_state(graph_module: object, step: str) -> FlowState:
-    meta = getattr(graph_module, "meta", None)
-    state = meta.get(META_KEY) if isinstance(meta, dict) else None
-    if not isinstance(graph_module, GraphModule) or not isinstance(state, FlowState):
+    state = flow_state(graph_module)
+    if state is None:
         msg = (
             f"{step} expects a model returned by fxquant.prepare_fx or prepare_qat_fx, got "
             f"{type(graph_module).__name__}; prepare (and calibrate) the model first "
@@ -141,13 +140,8 @@ def _quantized_outputs(graph: fx.Graph, indexes: list[int]) -> None:
 
 
 def _mark_reference(report: Report) -> Report:
-    entries = [
-        dataclasses.replace(e, status=NodeStatus.REFERENCE)
-        if e.status == NodeStatus.QUANTIZED
-        else e
-        for e in report.entries()
-    ]
-    return Report(entries, report.unused(), report.notes())
+    quantized = [e.node for e in report.entries() if e.status == NodeStatus.QUANTIZED]
+    return report.with_changes({node: {"status": NodeStatus.REFERENCE} for node in quantized})
 
 
 def _tidy(graph: fx.Graph) -> None:

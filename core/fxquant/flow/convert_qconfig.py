@@ -100,13 +100,9 @@ def report_turned_off(report: Report, turned_off: set[str]) -> Report:
 
 def _skipped(report: Report, reasons: Mapping[str, Reason]) -> Report:
     """The report with the entry of every node in ``reasons`` skipped for its reason."""
-    entries = [
-        dataclasses.replace(e, status=NodeStatus.SKIPPED, reason=reasons[e.node])
-        if e.node in reasons
-        else e
-        for e in report.entries()
-    ]
-    return Report(entries, report.unused(), report.notes())
+    return report.with_changes(
+        {node: {"status": NodeStatus.SKIPPED, "reason": why} for node, why in reasons.items()}
+    )
 
 
 def report_not_calibrated(

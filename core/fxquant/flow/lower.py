@@ -21,7 +21,6 @@ why: ``Declined``) or the backend has no rule for its pattern.
 
 from __future__ import annotations
 
-import dataclasses
 import operator
 import re
 from collections import Counter
@@ -249,19 +248,18 @@ def _update_report(
     exists for their pattern: a user fixes those two differently."""
     backend = ctx.backend_config.name
     quiet = ctx.deployed and not ctx.lowering_rules  # its toolchain takes the reference form
-    entries = []
+    changes: dict[str, dict[str, Any]] = {}
     for entry in report.entries():
         if entry.node in lowered:
-            entry = dataclasses.replace(entry, status=NodeStatus.LOWERED, reason=None)
+            changes[entry.node] = {"status": NodeStatus.LOWERED, "reason": None}
         elif entry.status == NodeStatus.REFERENCE and not quiet:
             why = declined.get(entry.node)
             if why is None:
                 what = entry.pattern or ops.get(entry.node, entry.op)
                 why = f"no lowering rule in backend {backend!r} for {what}"
             words = f"{why}; it stays in reference form"
-            entry = dataclasses.replace(entry, reason=Reason(ReasonCode.NO_LOWERING_KERNEL, words))
-        entries.append(entry)
-    return Report(entries, report.unused(), report.notes())
+            changes[entry.node] = {"reason": Reason(ReasonCode.NO_LOWERING_KERNEL, words)}
+    return report.with_changes(changes)
 
 
 def _reduced_float_ops(gm: GraphModule) -> dict[str, str]:
@@ -287,9 +285,6 @@ def _as_asked(report: Report, sides: dict[str, str]) -> Report:
     ]
     if not kept:
         return report
-    entries = [
-        dataclasses.replace(e, reason=None) if e.node in kept else e for e in report.entries()
-    ]
     dtypes = " / ".join(sorted({sides[node] for node in kept}))
     note = (
         f"{len(kept)} node(s) run as float ops in {dtypes}, as their qconfig asks: no integer "
@@ -297,7 +292,7 @@ def _as_asked(report: Report, sides: dict[str, str]) -> Report:
         f"between casts to {dtypes}; a deployment that compiles the reference form runs them "
         "in that dtype)"
     )
-    return Report(entries, report.unused(), report.notes()).with_notes([note])
+    return report.with_changes({node: {"reason": None} for node in kept}).with_notes([note])
 
 
 def lower(gm: GraphModule, ctx: FlowContext, report: Report) -> Report:

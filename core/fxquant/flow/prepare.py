@@ -195,9 +195,9 @@ def _label(node: fx.Node, modules: Mapping[str, nn.Module]) -> str:
 
 
 def _decide_unmatched(
-    node: fx.Node, qconfig: QConfig | None, ctx: FlowContext, planner: _Planner, label: str
+    node: fx.Node, qconfig: QConfig | None, planner: _Planner, label: str
 ) -> Decision:
-    info = node_info(node)
+    info, ctx = node_info(node), planner.ctx
     standalone = ctx.prepare_custom_config.standalone_module_names
     if node.op == "call_module" and (
         str(node.target) in standalone
@@ -233,7 +233,6 @@ def _decide(
     planner: _Planner,
     label: str,
 ) -> Decision:
-    ctx = planner.ctx
     # a bfloat16 side observes no range (float32's exponent: -1e4 stays -1e4), so a mask
     # sets nothing there and attention runs in bfloat16 as the mapping asks
     bfloat16 = _bfloat16_side(qconfig, planner)
@@ -248,7 +247,7 @@ def _decide(
             match, qconfig, None, Reason(ReasonCode.ADDITIVE_MASK, words), NodeStatus.FLOAT
         )
     if match is None:
-        return _decide_unmatched(node, qconfig, ctx, planner, label)
+        return _decide_unmatched(node, qconfig, planner, label)
     config = match.payload
     shown = pattern_str(config.pattern or match.pattern)
     if not label.endswith(f"({shown})"):  # "gate (Sigmoid) Sigmoid" said the op twice
@@ -598,12 +597,10 @@ def plan_observers(
         for i, (p, c, ctor) in enumerate(planner.sites)
         if ctor is not None
     )
-    return ObserverPlan(sites, planner.decisions, _report(gm, planner.decisions, modules))
+    return ObserverPlan(sites, planner.decisions, _report(gm, planner.decisions))
 
 
-def _report(
-    gm: fx.GraphModule, decisions: Mapping[fx.Node, Decision], modules: Mapping[str, nn.Module]
-) -> Report:
+def _report(gm: fx.GraphModule, decisions: Mapping[fx.Node, Decision]) -> Report:
     entries = []
     for node in gm.graph.nodes:
         d = decisions.get(node)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Final
 
 from fxquant.enums import StrEnum, member
@@ -244,6 +244,18 @@ class Report:
         entries = dict(self._entries)
         entries[entry.node] = entry
         return Report(entries.values(), self._unused, self._notes)
+
+    def with_changes(self, changes: Mapping[str, Mapping[str, Any]]) -> Report:
+        """A copy in which the entry of each node named in ``changes`` has those fields replaced.
+
+        Example:
+            >>> r = Report([NodeReport("x", "placeholder", None, None, "float")])
+            >>> r.with_changes({"x": {"status": NodeStatus.SKIPPED}}).entries()[0].status
+            <NodeStatus.SKIPPED: 'skipped'>
+        """
+        entries = self._entries.values()
+        changed = (replace(e, **changes[e.node]) if e.node in changes else e for e in entries)
+        return Report(changed, self._unused, self._notes)
 
     def with_unused(self, unused: Iterable[Reason]) -> Report:
         """A copy listing ``unused`` as the unmatched qconfig-mapping entries."""

@@ -96,19 +96,17 @@ def _scale_rows(root: nn.Module, path: str | None, scale: torch.Tensor) -> None:
 
 def _rescale_observer(
     root: nn.Module, modules: dict[str, nn.Module], target: str, ranges: tuple[torch.Tensor, ...]
-) -> bool:
+) -> None:
     """Give observer ``target`` the range of the scaled input (a copy: the prepared model's
-    observer keeps its own)."""
+    observer keeps its own); one without a range (fixed qparams) is left as it is."""
     observer = copy.deepcopy(modules[target])
     low, high = ranges
     old_min, old_max = getattr(observer, "min_val", None), getattr(observer, "max_val", None)
-    if not isinstance(old_min, torch.Tensor) or not isinstance(old_max, torch.Tensor):
-        return False
-    observer.min_val = low.reshape(old_min.shape).to(old_min.dtype)
-    observer.max_val = high.reshape(old_max.shape).to(old_max.dtype)
-    _set(root, target, observer)
-    modules[target] = observer
-    return True
+    if isinstance(old_min, torch.Tensor) and isinstance(old_max, torch.Tensor):
+        observer.min_val = low.reshape(old_min.shape).to(old_min.dtype)
+        observer.max_val = high.reshape(old_max.shape).to(old_max.dtype)
+        _set(root, target, observer)
+        modules[target] = observer
 
 
 def _single_user(node: object, user: Node) -> bool:
