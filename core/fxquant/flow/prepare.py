@@ -53,6 +53,7 @@ from fxquant.flow.state import node_info, update_info
 from fxquant.flow.values import (
     ValueKind,
     computed_from_attributes,
+    is_literal_tensor,
     node_args,
     positioned_args,
     value_kinds,
@@ -209,7 +210,11 @@ def _decide_unmatched(
         return Decision(
             None, qconfig, None, Reason(ReasonCode.STANDALONE_MODULE, words), NodeStatus.SKIPPED
         )
-    if planner.kinds.get(node) != ValueKind.FLOAT or computed_from_attributes(node):
+    if (
+        planner.kinds.get(node) != ValueKind.FLOAT
+        or computed_from_attributes(node)
+        or is_literal_tensor(node, planner.kinds)
+    ):
         return Decision(None, qconfig, None, None, NodeStatus.FLOAT)
     if qconfig is None:
         return Decision(
