@@ -53,7 +53,6 @@ from fxquant.flow.state import node_info, update_info
 from fxquant.flow.values import (
     ValueKind,
     computed_from_attributes,
-    is_literal_tensor,
     node_args,
     positioned_args,
     value_kinds,
@@ -210,11 +209,7 @@ def _decide_unmatched(
         return Decision(
             None, qconfig, None, Reason(ReasonCode.STANDALONE_MODULE, words), NodeStatus.SKIPPED
         )
-    if (
-        planner.kinds.get(node) != ValueKind.FLOAT
-        or computed_from_attributes(node)
-        or is_literal_tensor(node, planner.kinds)
-    ):
+    if planner.kinds.get(node) != ValueKind.FLOAT or computed_from_attributes(node):
         return Decision(None, qconfig, None, None, NodeStatus.FLOAT)
     if qconfig is None:
         return Decision(

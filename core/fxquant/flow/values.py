@@ -11,8 +11,8 @@ The attention-mask rule, in full (``masked`` values stay float, reported
 ``additive_mask``):
 
 1. A float tensor computed from integer or boolean tensors only (a cast,
-   arithmetic with a float constant, a true division), or made in the size of an
-   input (``torch.ones(input_ids.size())``), is a ``mask``:
+   arithmetic with a float constant, a true division), or made from sizes and
+   numbers (``torch.ones(input_ids.size())``), is a ``mask``:
    ``(1 - attention_mask.float()) * -1e4``.
 2. A ``mask`` added to or subtracted from a float tensor makes it ``masked``:
    ``scores + mask``, when the mask's computation stands for minus infinity
@@ -78,7 +78,6 @@ __all__ = [
     "ValueKind",
     "computed_from_attributes",
     "fills_a_mask",
-    "is_literal_tensor",
     "node_args",
     "positioned_args",
     "value_kinds",
@@ -133,10 +132,9 @@ _FILLED: Final[dict[object, int]] = {  # the ops making a tensor of one value: i
     torch.tensor: 0,
     "new_tensor": 1,
 }
-# the functions making a float tensor of a size computed from the inputs: transformers'
-# padding mask starts as torch.ones(input_shape) when the caller passes none. Not
-# torch.tensor(1.0): a literal combined with data (1.0 - x) is quantized with it
-_FACTORIES = frozenset({torch.ones, torch.zeros, torch.full})
+# the functions making a float tensor from sizes and numbers: transformers' padding mask
+# starts as torch.ones(input_shape) when the caller passes none
+_FACTORIES = frozenset({torch.ones, torch.zeros, torch.full, torch.tensor})
 _SCALAR_METHODS = frozenset({"size", "dim", "numel", "nelement", "tolist", "item", "__len__"})
 _COMPARED = ("eq", "ne", "lt", "gt", "le", "ge")
 _INT_METHODS = frozenset(
@@ -220,24 +218,6 @@ def computed_from_attributes(node: fx.Node) -> bool:
     return True
 
 
-def is_literal_tensor(node: fx.Node, kinds: Mapping[fx.Node, ValueKind]) -> bool:
-    """Whether ``node`` is ``torch.tensor(number)`` made in forward: a constant, which the
-    op reading it observes as an input (``1.0 - x``); no pattern of its own is missing.
-
-    Example:
-        >>> class OneMinus(nn.Module):
-        ...     def forward(self, x):
-        ...         return torch.tensor(1.0, dtype=x.dtype) - x
-        >>> gm = fx.symbolic_trace(OneMinus())
-        >>> kinds = value_kinds(gm, {}, (torch.ones(2),))
-        >>> [n.name for n in gm.graph.nodes if is_literal_tensor(n, kinds)]
-        ['tensor']
-    """
-    if node.target is not torch.tensor:
-        return False
-    return all(kinds.get(arg) == SCALAR for arg in node_args(node))
-
-
 def _constants(node: fx.Node) -> list[Any]:
     return [v for v in (*node.args, *node.kwargs.values()) if not isinstance(v, fx.Node)]
 
@@ -257,8 +237,7 @@ def _dtype_arg(node: fx.Node) -> torch.dtype | None:
 
 def _call_kind(node: fx.Node, kinds: Mapping[fx.Node, ValueKind]) -> ValueKind:
     """The kind of a call's result from its op and its inputs' kinds."""
-    # a literal tensor counts as the number it holds (rule 1's float constant)
-    args = [kinds.get(a, FLOAT) for a in node_args(node) if not is_literal_tensor(a, kinds)]
+    args = [kinds.get(a, FLOAT) for a in node_args(node)]
     target = node.target
     if target in _SCALAR_METHODS or target is len or target in _TYPE_INFO or target in _CHECKS:
         return SCALAR  # torch.finfo(dtype).min is a Python float, never a tensor
@@ -392,7 +371,7 @@ def _mix(node: fx.Node, args: list[ValueKind], kinds: Mapping[fx.Node, ValueKind
         )
     ):
         return SCALAR
-    if node.target in _FACTORIES and args and all(k == SCALAR for k in args):
+    if node.target in _FACTORIES and all(k == SCALAR for k in args):
         return MASK  # rule 1: made from sizes and numbers only, no data flows in
     return FLOAT if node.target is not torch.arange else INT
 
