@@ -2,7 +2,9 @@
 
 The same lowered modules and generated code called through torch.fx's own GraphModule
 and through the ``LoweredGraphModule`` convert_fx returns, on an x86 MLP, an x86 CNN
-and a one-relu graph (the wrapper's cost alone). One thread, the two sides interleaved,
+and a one-relu graph (the wrapper's cost alone); and fxquant-quantized-engine's
+``QuantizedLinear`` (qnnpack and fbgemm, 1 x 64 -> 64) with and without its input
+features check. One thread, the two sides interleaved,
 median of 21 rounds, microseconds per call; prints the CPU's int8/bf16 ISA flags and
 ``uptime``.
 
@@ -14,6 +16,8 @@ from __future__ import annotations
 import statistics
 import subprocess
 import time
+from collections.abc import Callable
+from typing import Any
 
 import fxquant
 import torch
@@ -23,7 +27,9 @@ from torch import fx, nn
 FLAGS = "grep -o -w -E 'amx_int8|amx_bf16|avx512_bf16|avx512_vnni|avx2' /proc/cpuinfo | sort -u"
 
 
-def median_us(sides: dict[str, nn.Module], x: torch.Tensor, calls: int) -> dict[str, float]:
+def median_us(
+    sides: dict[str, Callable[..., Any]], x: torch.Tensor, calls: int
+) -> dict[str, float]:
     rounds: dict[str, list[float]] = {side: [] for side in sides}
     for _ in range(21):
         for side, model in sides.items():
@@ -68,6 +74,26 @@ def main() -> None:
     times = median_us(sides, torch.randn(1, 4), 5000)
     added = times["LoweredGraphModule"] - times["GraphModule"]
     print(f"one-relu graph: {times}, added {added:.2f} us per call")
+    features_check()
+
+
+def features_check() -> None:
+    from fxquant.nn import reference
+    from fxquant_quantized_engine import TensorQParams
+    from fxquant_quantized_engine.modules import QuantizedLinear, _Static
+
+    qparams = {"qscheme": torch.per_tensor_affine, "dtype": torch.int8, "scale": 0.02}
+    ref = reference.Linear.from_float(nn.Linear(64, 64), {**qparams, "zero_point": 0})
+    x = torch.randint(0, 255, (1, 64), dtype=torch.uint8)
+    for engine in ("qnnpack", "fbgemm"):
+        kernel = QuantizedLinear(engine, ref, TensorQParams(0.05, 128), TensorQParams(0.1, 128))
+        sides = {  # both through a lambda: the same call overhead on each side
+            "checked": lambda v, k=kernel: QuantizedLinear.forward(k, v),
+            "unchecked": lambda v, k=kernel: _Static.forward(k, v),  # the kernel past its check
+        }
+        times = median_us(sides, x, 2000)
+        added = times["checked"] - times["unchecked"]
+        print(f"QuantizedLinear {engine} 1x64->64: {times}, check adds {added:.2f} us per call")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,9 @@ import torch
 from fxquant.errors import KernelCallError
 from torch import nn
 
-BACKENDS = [b for b in ("x86", "fbgemm", "onednn", "reference") if b in fxquant.list_backends()]
+BACKENDS = [
+    b for b in ("x86", "fbgemm", "qnnpack", "onednn", "reference") if b in fxquant.list_backends()
+]
 
 
 def _lowered(backend: str) -> torch.fx.GraphModule:
@@ -55,3 +57,19 @@ def test_an_inner_lowered_models_error_is_not_wrapped_twice() -> None:
     with pytest.raises(KernelCallError) as info:
         outer(torch.randn(2, 4, 8, 8))
     assert not isinstance(info.value.__cause__, KernelCallError)
+
+
+@pytest.mark.parametrize("engine", ["qnnpack", "fbgemm"])
+def test_a_dynamic_linear_given_other_features_raises_where_qnnpack_read_on(engine: str) -> None:
+    engines = pytest.importorskip("fxquant_quantized_engine")
+    from fxquant.nn import reference
+
+    qparams = {"qscheme": torch.per_tensor_affine, "dtype": torch.int8, "scale": 0.1}
+    linear = reference.Linear.from_float(nn.Linear(16, 2), {**qparams, "zero_point": 0})
+    kernel = engines.QuantizedLinearDynamic(engine, linear)
+    assert kernel(torch.randn(3, 16)).shape == (3, 2)
+    for features in (12, 20):
+        with pytest.raises(
+            RuntimeError, match=rf"takes 16 input features .* shape \(3, {features}\)"
+        ):
+            kernel(torch.randn(3, features))

@@ -327,36 +327,3 @@ def test_a_weight_slice_is_from_attributes_and_a_deep_chain_of_ops_is_not() -> N
     by_name = {n.name: n for n in gm.graph.nodes}
     assert computed_from_attributes(by_name["getitem"])
     assert not computed_from_attributes(by_name["linear"])
-
-
-class MaskFromShape(nn.Module):
-    """transformers' default padding mask (sdpa attention, no attention_mask passed): ones
-    of the input's shape, inverted and filled with finfo.min."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc = nn.Linear(8, 8)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        q = self.fc(x)
-        keep = torch.ones((x.size(0), x.size(1)))
-        expanded = keep[:, None, None, :].expand(x.size(0), 1, x.size(1), x.size(1)).to(q.dtype)
-        inverted = torch.tensor(1.0, dtype=q.dtype) - expanded
-        mask = inverted.masked_fill(inverted.bool(), torch.finfo(torch.float32).min)
-        return torch.nn.functional.scaled_dot_product_attention(
-            q[:, None], q[:, None], q[:, None], attn_mask=mask
-        )
-
-
-def test_a_mask_made_from_the_inputs_shape_is_a_mask_and_no_skipped_pattern() -> None:
-    x = torch.randn(2, 5, 8)
-    found = kinds(MaskFromShape(), x)
-    names = ("ones", "getitem", "expand", "to", "tensor", "sub", "masked_fill")
-    assert [found[name] for name in names] == [ValueKind.MASK] * len(names)
-    assert found["fc"] == ValueKind.FLOAT
-    mapping = fxquant.get_default_qconfig_mapping("x86")
-    config = fxquant.get_backend_config("x86")
-    prepared = prepare_fx(MaskFromShape().eval(), mapping, (x,), backend_config=config)
-    statuses = {e.node: e.status for e in explain(prepared, show=False).entries()}
-    assert all(statuses[name] == "float" for name in names), statuses
-    assert statuses["fc"] == "quantized"

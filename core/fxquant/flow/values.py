@@ -11,8 +11,7 @@ The attention-mask rule, in full (``masked`` values stay float, reported
 ``additive_mask``):
 
 1. A float tensor computed from integer or boolean tensors only (a cast,
-   arithmetic with a float constant, a true division), or made from sizes and
-   numbers (``torch.ones(input_ids.size())``), is a ``mask``:
+   arithmetic with a float constant, a true division) is a ``mask``:
    ``(1 - attention_mask.float()) * -1e4``.
 2. A ``mask`` added to or subtracted from a float tensor makes it ``masked``:
    ``scores + mask``, when the mask's computation stands for minus infinity
@@ -99,7 +98,7 @@ class ValueKind(StrEnum):
     SCALAR = "scalar"
     """Not a tensor: a size, a shape, a Python number."""
     MASK = "mask"
-    """A float tensor computed from integer or boolean tensors, sizes and numbers only (rule 1)."""
+    """A float tensor computed from integer or boolean tensors only (rule 1)."""
     MASKED = "masked"
     """A float tensor carrying an additive attention mask (rules 2 to 4)."""
 
@@ -126,9 +125,6 @@ _FILLED: Final[dict[object, int]] = {  # the ops making a tensor of one value: i
     torch.tensor: 0,
     "new_tensor": 1,
 }
-# the functions making a float tensor from sizes and numbers: transformers' padding mask
-# starts as torch.ones(input_shape) when the caller passes none
-_FACTORIES = frozenset({torch.ones, torch.zeros, torch.full, torch.tensor})
 _SCALAR_METHODS = frozenset({"size", "dim", "numel", "nelement", "tolist", "item", "__len__"})
 _COMPARED = ("eq", "ne", "lt", "gt", "le", "ge")
 _INT_METHODS = frozenset(
@@ -358,8 +354,6 @@ def _mix(node: fx.Node, args: list[ValueKind], kinds: Mapping[fx.Node, ValueKind
     python = getattr(node.target, "__module__", "") in _PYTHON_NUMBERS
     if args and node.op == "call_function" and python:
         return SCALAR
-    if node.target in _FACTORIES and all(k == SCALAR for k in args):
-        return MASK  # rule 1: made from sizes and numbers only, no data flows in
     return FLOAT if node.target is not torch.arange else INT
 
 

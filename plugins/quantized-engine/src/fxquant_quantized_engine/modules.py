@@ -209,7 +209,25 @@ class _Static(_Weighted):
         return _unary_call(_engine_id(self.engine), self.op(), self.packed(), qparams, boundaries)
 
 
-class QuantizedLinear(_Static):
+class _TakesFeatures:
+    """A linear kernel checks its input's last dim on every call: QNNPACK's GEMM reads as
+    many features as the weight has, whatever the row holds (torch 2.13: a 16-feature
+    linear given 12 or 20 features returned a result, silently)."""
+
+    in_features: int
+
+    def forward(self, *values: torch.Tensor) -> torch.Tensor:
+        features = values[0].shape[-1]
+        if features != self.in_features:
+            msg = (
+                f"{type(self).__name__} takes {self.in_features} input features (its "
+                f"weight's), got an input of shape {tuple(values[0].shape)}"
+            )
+            raise RuntimeError(msg)
+        return super().forward(*values)  # type: ignore[misc, no-any-return]  # the kernel's
+
+
+class QuantizedLinear(_TakesFeatures, _Static):
     """Static int8 linear (optionally fused relu): uint8 in, uint8 out, or float out.
 
     ``out=None``: int8 in, float out, what the engines' linear patterns say
@@ -236,6 +254,7 @@ class QuantizedLinear(_Static):
     ) -> None:
         super().__init__(engine, reference)
         self.x, self.out, self.relu = x, out, relu  # type: ignore[assignment]  # None: float out
+        self.in_features = int(self.weight.shape[1])
 
     def absorb(self, step: object) -> bool:
         """A float output takes the quantize step a quantized consumer put after it (and
@@ -397,7 +416,7 @@ class QuantizedConvTranspose(_Static):
         return _quantized_op(f"conv_transpose{self.dims}d")
 
 
-class QuantizedLinearDynamic(_Weighted):
+class QuantizedLinearDynamic(_TakesFeatures, _Weighted):
     """Dynamic int8 linear: float in, float out; activations quantized per call by the kernel.
 
     ``reduce_range`` is True when the dynamic activation range is 7 bits (0..127).
@@ -419,6 +438,7 @@ class QuantizedLinearDynamic(_Weighted):
     ) -> None:
         super().__init__(engine, reference)
         self.reduce_range = reduce_range
+        self.in_features = int(self.weight.shape[1])
         # symmetric weights only: w = 2 * (w >> 1) + (w & 1) keeps a zero point of 0
         self.split = split and not bool(self.weight_zero_point.any())
 
