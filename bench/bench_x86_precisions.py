@@ -324,7 +324,12 @@ def main() -> None:
     parser.add_argument("--sides", default=None, help="comma-separated columns")
     parser.add_argument("--profile", default="", help="sides to profile, comma-separated")
     parser.add_argument("--output", default=None, help="file name under bench/results/")
-    parser.add_argument("--isa-cap", choices=sorted(isa_cap.CAPS), default=None, help="emulate")
+    parser.add_argument(
+        "--isa-cap",
+        choices=sorted(isa_cap.CAPS),
+        default=None,
+        help="rerun capped to this ISA: a CPU without bf16 (avx512_vnni) or VNNI (avx2)",
+    )
     args = parser.parse_args()
     if args.isa_cap and os.environ.get(isa_cap.MARKER) != args.isa_cap:
         sys.exit(isa_cap.rerun_capped(args.isa_cap))
