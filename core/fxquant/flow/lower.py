@@ -151,10 +151,19 @@ def _install(
             gm.graph.erase_node(node)
 
 
+def _reduced_float_op(node: Node) -> bool:
+    """A float op its qconfig asks in bfloat16 / float16: floats between casts, no integers."""
+    info = node.meta.get(META_KEY)
+    config = info.dtype_config if isinstance(info, NodeInfo) else None
+    return float_side(config) is not None and cast_output(config) is None
+
+
 def _fits(match: Match[LoweringRule]) -> bool:
-    """A rule for quantized ops takes only quantized nodes; a float rule only float ones."""
-    quantized = [_quantized(n) for n in match.nodes]
-    return all(quantized) if match.payload.quantized else not any(quantized)
+    """A rule for quantized ops takes only quantized nodes; a float rule only float ones
+    (float32, or a float op in a reduced float dtype: its casts are in the pattern)."""
+    if match.payload.quantized:
+        return all(_quantized(n) for n in match.nodes)
+    return not any(_quantized(n) and not _reduced_float_op(n) for n in match.nodes)
 
 
 def _lower_one(
@@ -327,7 +336,10 @@ def lower(gm: GraphModule, ctx: FlowContext, report: Report) -> Report:
             names = [n.name for n in match.nodes]
             why = _lower_one(gm, match, backend, modules)
             if not match.payload.quantized:
-                continue  # float rules leave the report alone: never quantized
+                # float32 nodes were never quantized; reduced float ones now run in the kernel
+                if why is None:
+                    lowered.update(n.name for n in match.nodes if _quantized(n))
+                continue
             if why is None:
                 lowered.update(names)
             else:
