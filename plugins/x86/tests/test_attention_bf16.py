@@ -370,7 +370,7 @@ def test_eager_bf16_attention_is_one_bf16_sdpa_kernel_per_block_within_bf16_roun
     assert torch.matmul not in ops
     assert F.softmax not in ops  # no score tensor: the scores stay inside SDPA
     rows = {row.node: row for row in compare(reference, lowered, [inputs(s) for s in (7, 8)])}
-    for context in ("matmul_1", "matmul_3"):  # each block's output, fed the reference's inputs
+    for context in ("permute_3", "permute_7"):  # each block's context, fed the reference's q, k, v
         local = rows[context].local_sqnr
         assert local is not None
         assert local >= BF16_ROUNDING_DB, rows[context]
@@ -378,6 +378,25 @@ def test_eager_bf16_attention_is_one_bf16_sdpa_kernel_per_block_within_bf16_roun
     for node in ("matmul", "truediv", "add", "softmax", "attention_0_dropout", "matmul_1"):
         assert report[node].status == "lowered", report[node]
     assert report["view"].status == "reference"  # the head split: still the op between casts
+
+
+def test_eager_bf16_attention_rounds_only_where_a_value_is_not_bf16_yet(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    torch.manual_seed(0)
+    lowered, reference = lowered_and_reference(monkeypatch, Encoder().eval())
+    rounded = [
+        n.args[0]
+        for n in lowered.graph.nodes
+        if n.op == "call_method" and n.target == "to" and n.args[1:] == (torch.bfloat16,)
+    ]
+    # a view / permute / contiguous of bf16 values is bf16 values: its two casts are left out
+    assert not [n for n in rounded if n.op == "call_method"], [n.name for n in rounded]
+    in_reference = [n for n in reference.graph.nodes if n.args[1:] == (torch.bfloat16,)]
+    assert len(rounded) < len(in_reference) // 3
+    with torch.no_grad():
+        got, want = lowered(*inputs(9)), reference(*inputs(9))
+    assert sqnr(got, want) >= 45.0
 
 
 @settings(max_examples=8, deadline=None)

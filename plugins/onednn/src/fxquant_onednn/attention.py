@@ -104,7 +104,7 @@ def _roles(match: LoweringMatch, strip: Any = _same) -> _Roles | None:
     ``strip(node)``: the op a matched argument comes from, past what ``_pattern``'s
     ``wrap`` put after it."""
     modules = dict(zip(match.nodes, match.modules, strict=True))
-    outer = match.anchor
+    outer = strip(match.anchor)
     node = strip(outer.args[0])
     assert isinstance(node, fx.Node)  # the pattern matched a node there
     dropout = modules.get(node)

@@ -6,8 +6,11 @@ between those casts are slower than float32 attention's one SDPA call (BERT-base
 1.34x, b8 1.81x). These rules match the ops with their roundings::
 
     k -> transpose -> R -> matmul(q, .) -> R -> / c -> R -> (+ mask -> R) -> softmax -> R
-      -> (eval dropout -> R) -> matmul(., v)          R: .to(bfloat16).to(float32)
+      -> (eval dropout -> R) -> matmul(., v) -> R      R: .to(bfloat16).to(float32)
     ==> F.scaled_dot_product_attention on q, k, v, mask cast to bfloat16 once
+
+and :func:`exact_rounding_rule` leaves out the roundings of values that are bf16
+already (the head split's view / permute, the head merge after the kernel).
 
 q, k, v and the mask arrive rounded to bfloat16 already, so those casts are exact; the
 kernel keeps the scores in float32 inside (one rounding fewer than the reference's
@@ -29,7 +32,7 @@ from torch import fx, nn
 
 from fxquant_x86.patterns import shared_pattern_configs
 
-__all__ = ["bf16_attention_rules", "x86_lowering_rules"]
+__all__ = ["bf16_attention_rules", "exact_rounding_rule", "x86_lowering_rules"]
 
 
 def x86_lowering_rules() -> list[LoweringRule]:
@@ -44,7 +47,7 @@ def x86_lowering_rules() -> list[LoweringRule]:
         True
     """
     rules = lowering_rules(shared_pattern_configs(), recurrent_engine="x86")
-    return [*rules, *bf16_attention_rules()]
+    return [*rules, *bf16_attention_rules(), exact_rounding_rule()]
 
 
 def _rounded(op: Any) -> Any:
@@ -106,5 +109,58 @@ def bf16_attention_rules() -> list[LoweringRule]:
             complex_format=True,
             quantized=False,
         )
-        for pattern in attention_patterns(_rounded)
+        for pattern in map(_rounded, attention_patterns(_rounded))
     ]
+
+
+# ops that move or pick values without computing new ones: bf16 values stay bf16 values
+_SHAPE_METHODS = frozenset(
+    {"view", "reshape", "permute", "transpose", "contiguous", "flatten", "squeeze", "unsqueeze"}
+)
+_SHAPE_FUNCTIONS = frozenset(
+    {torch.reshape, torch.permute, torch.transpose, torch.flatten, torch.squeeze, torch.unsqueeze}
+)
+
+
+def _bf16_values(node: Any) -> bool:
+    """Whether ``node``'s float32 values are bfloat16 values: a rounding's, moved around."""
+    while isinstance(node, fx.Node):
+        if _is_cast(node, torch.float32) and _is_cast(node.args[0], torch.bfloat16):
+            return True
+        shape_op = node.op == "call_method" and node.target in _SHAPE_METHODS
+        if not (shape_op or (node.op == "call_function" and node.target in _SHAPE_FUNCTIONS)):
+            return False
+        node = node.args[0]
+    return False
+
+
+def build_exact_rounding(match: LoweringMatch) -> nn.Module | None:
+    """``nn.Identity`` (removed) for a rounding of values rounded already, else None.
+
+    Example:
+        >>> build_exact_rounding.__name__
+        'build_exact_rounding'
+    """
+    inner, outer = match.nodes
+    rounding = _is_cast(inner, torch.bfloat16) and _is_cast(outer, torch.float32)
+    return nn.Identity() if rounding and _bf16_values(inner.args[0]) else None
+
+
+def exact_rounding_rule() -> LoweringRule:
+    """``.to(bfloat16).to(float32)`` of values rounded to bfloat16 already: left out.
+
+    The reference model rounds after every bf16 op, a head split's view and permute
+    included; on their input's bf16 values those casts copy the tensor twice and change
+    nothing (an eager BERT-base layer in bf16 attention has ten such pairs).
+
+    Example:
+        >>> exact_rounding_rule().name
+        'bf16_exact_rounding'
+    """
+    return LoweringRule(
+        _rounded(MatchAllNode),
+        build=build_exact_rounding,
+        name="bf16_exact_rounding",
+        complex_format=True,
+        quantized=False,
+    )
