@@ -142,6 +142,10 @@ def _roles(match: LoweringMatch, strip: Any = _same) -> _Roles | None:
     )
 
 
+def _widened(value: Any, low: torch.dtype) -> Any:
+    return value.float() if isinstance(value, torch.Tensor) and value.dtype == low else value
+
+
 class Attention(_Replay):
     """``softmax(q @ k.transpose(d0, d1) * scale + mask) @ v`` as one SDPA call.
 
@@ -180,20 +184,20 @@ class Attention(_Replay):
         roles = self.roles
         q, k, v = inputs[roles.q], inputs[roles.k], inputs[roles.v]
         mask = None if roles.mask is None else inputs[roles.mask]
+        low = self.compute_dtype
+        if low is not None:  # values rounded to it: the casts (none for `low` inputs) are exact
+            q, k, v = (t.to(low) if isinstance(t, torch.Tensor) else t for t in (q, k, v))
+            floats = isinstance(mask, torch.Tensor) and mask.is_floating_point()
+            mask = mask.to(low) if floats else mask
         key = self._key(q, k, v, mask)
         if key is None:
+            if low is not None:  # replayed as they were: on float32 (values of `low`)
+                inputs = tuple(_widened(t, low) for t in inputs)
             return self.replay(inputs)
         if mask is not None and not mask.is_floating_point():
             mask = mask.to(q.dtype)  # `scores + mask` promotes a bool/int mask the same way
-        low = self.compute_dtype
-        if low is None:
-            return F.scaled_dot_product_attention(q, key, v, attn_mask=mask, scale=roles.scale)
-        q_low, key_low, v_low = q.to(low), key.to(low), v.to(low)
-        mask_low = None if mask is None else mask.to(low)
-        out = F.scaled_dot_product_attention(
-            q_low, key_low, v_low, attn_mask=mask_low, scale=roles.scale
-        )
-        return out.to(q.dtype)
+        out = F.scaled_dot_product_attention(q, key, v, attn_mask=mask, scale=roles.scale)
+        return out if low is None else out.float()  # the matched ops end in .to(float32)
 
     def _key(self, q: Any, k: Any, v: Any, mask: Any) -> torch.Tensor | None:
         """k as SDPA takes it ([..., tokens, features]), or None when SDPA does not fit."""

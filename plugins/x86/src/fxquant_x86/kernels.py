@@ -134,16 +134,62 @@ def _bf16_values(node: Any) -> bool:
     return False
 
 
+class ToBFloat16(nn.Module):
+    """``x.to(torch.bfloat16)``: a rounding whose readers all take bfloat16 tensors."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` rounded to bfloat16, in that dtype."""
+        return x.to(torch.bfloat16)
+
+
+def _bf16_attention(gm: Any, node: fx.Node) -> bool | None:
+    """For a module call: True for a bf16 attention kernel, None for an identity, else False."""
+    module = gm.get_submodule(str(node.target))
+    if isinstance(module, nn.Identity):
+        return None
+    return isinstance(module, Attention) and module.compute_dtype == torch.bfloat16
+
+
+def _read_as_bf16(node: fx.Node) -> bool:
+    """Whether bf16 attention kernels read ``node``, through shape ops and identities, and
+    nothing else does but a size, a cast: each of them takes a bfloat16 tensor as it is."""
+    gm, found = node.graph.owning_module, False
+    readers = list(node.users)
+    while readers:
+        user = readers.pop()
+        if user.op == "call_method" and user.target in ("size", "to"):
+            if user.target == "to" and not isinstance(user.args[-1], torch.dtype):
+                return False
+            continue
+        shape_op = user.op == "call_method" and user.target in _SHAPE_METHODS
+        if shape_op or (user.op == "call_function" and user.target in _SHAPE_FUNCTIONS):
+            readers += user.users if user.args[0] is not None else []
+            continue
+        kernel = _bf16_attention(gm, user) if user.op == "call_module" else False
+        if kernel is False:
+            return False
+        found = found or kernel is True
+        readers += [] if kernel else list(user.users)
+    return found
+
+
 def build_exact_rounding(match: LoweringMatch) -> nn.Module | None:
-    """``nn.Identity`` (removed) for a rounding of values rounded already, else None.
+    """``nn.Identity`` (removed) for a rounding of values rounded already, ``ToBFloat16``
+    for one only bf16 attention kernels read (they would cast it again), else None.
+
+    Runs after the rules downstream (lowering walks the graph backwards), so the readers
+    are kernels by then, and before the ones upstream, so the inputs are still roundings.
 
     Example:
         >>> build_exact_rounding.__name__
         'build_exact_rounding'
     """
     inner, outer = match.nodes
-    rounding = _is_cast(inner, torch.bfloat16) and _is_cast(outer, torch.float32)
-    return nn.Identity() if rounding and _bf16_values(inner.args[0]) else None
+    if not (_is_cast(inner, torch.bfloat16) and _is_cast(outer, torch.float32)):
+        return None
+    if _bf16_values(inner.args[0]):
+        return nn.Identity()
+    return ToBFloat16() if _read_as_bf16(outer) else None
 
 
 def exact_rounding_rule() -> LoweringRule:
