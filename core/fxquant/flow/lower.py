@@ -151,11 +151,12 @@ def _install(
             gm.graph.erase_node(node)
 
 
-def _reduced_float_op(node: Node) -> bool:
-    """A float op its qconfig asks in bfloat16 / float16: floats between casts, no integers."""
+def _reduced_float_side(node: Node) -> torch.dtype | None:
+    """The dtype (bfloat16, float16) of a float op its qconfig asks in it, else None: such
+    a node computes floats between casts, no integers."""
     info = node.meta.get(META_KEY)
     config = info.dtype_config if isinstance(info, NodeInfo) else None
-    return float_side(config) is not None and cast_output(config) is None
+    return float_side(config) if cast_output(config) is None else None
 
 
 def _fits(match: Match[LoweringRule]) -> bool:
@@ -163,7 +164,7 @@ def _fits(match: Match[LoweringRule]) -> bool:
     (float32, or a float op in a reduced float dtype: its casts are in the pattern)."""
     if match.payload.quantized:
         return all(_quantized(n) for n in match.nodes)
-    return not any(_quantized(n) and not _reduced_float_op(n) for n in match.nodes)
+    return not any(_quantized(n) and _reduced_float_side(n) is None for n in match.nodes)
 
 
 def _lower_one(
@@ -276,14 +277,10 @@ def _update_report(
 def _reduced_float_ops(gm: GraphModule) -> dict[str, str]:
     """Nodes whose dtype config asks for a float op in bfloat16 or float16 (no integer side),
     by name, with that dtype's name."""
-    sides = {}
-    for node in gm.graph.nodes:
-        info = node.meta.get(META_KEY)
-        config = info.dtype_config if isinstance(info, NodeInfo) else None
-        side = float_side(config)
-        if side is not None and cast_output(config) is None:
-            sides[node.name] = str(side).removeprefix("torch.")
-    return sides
+    sides = {node.name: _reduced_float_side(node) for node in gm.graph.nodes}
+    return {
+        name: str(side).removeprefix("torch.") for name, side in sides.items() if side is not None
+    }
 
 
 def _as_asked(report: Report, sides: dict[str, str]) -> Report:
