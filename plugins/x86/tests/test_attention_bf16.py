@@ -435,3 +435,37 @@ def lowered_encoder() -> Iterator[tuple[fx.GraphModule, fx.GraphModule]]:
         yield lowered_and_reference(monkeypatch, Encoder().eval())
     torch.set_num_threads(threads)
     fxquant.refresh()
+
+
+class SingleHead(nn.Module):
+    """Attention on 3-d q, k, v (one head, no permute): SDPA's 4-d kernel does not take it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.query, self.key, self.value = (nn.Linear(HIDDEN, HIDDEN) for _ in range(3))
+        self.output = nn.Linear(HIDDEN, HIDDEN)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        q, k, v = (
+            p(x).view(x.size(0), x.size(1), HIDDEN) for p in (self.query, self.key, self.value)
+        )
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(HIDDEN)
+        return self.output(torch.matmul(F.softmax(scores + mask[:, 0], dim=-1), v))
+
+
+class SingleHeadEncoder(Encoder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.attention = nn.ModuleList(SingleHead() for _ in range(2))
+
+
+def test_eager_bf16_attention_the_sdpa_kernel_does_not_take_replays_its_ops_on_float32(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    torch.manual_seed(0)
+    lowered, reference = lowered_and_reference(monkeypatch, SingleHeadEncoder().eval())
+    assert len([m for m in lowered.modules() if isinstance(m, Attention)]) == 2
+    with torch.no_grad():
+        got, want = lowered(*inputs(9)), reference(*inputs(9))
+    assert got.dtype == torch.float32
+    assert sqnr(got, want) >= 45.0  # the same ops, the same roundings
