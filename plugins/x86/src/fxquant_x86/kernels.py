@@ -163,7 +163,7 @@ def _read_as_bf16(node: fx.Node) -> bool:
             continue
         shape_op = user.op == "call_method" and user.target in _SHAPE_METHODS
         if shape_op or (user.op == "call_function" and user.target in _SHAPE_FUNCTIONS):
-            readers += user.users if user.args[0] is not None else []
+            readers += list(user.users)
             continue
         kernel = _bf16_attention(gm, user) if user.op == "call_module" else False
         if kernel is False:
