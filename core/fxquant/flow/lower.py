@@ -150,10 +150,20 @@ def _install(
             gm.graph.erase_node(node)
 
 
+def _reduced_float_side(node: Node) -> torch.dtype | None:
+    """The dtype (bfloat16, float16) of a float op its qconfig asks in it, else None: such
+    a node computes floats between casts, no integers."""
+    info = node.meta.get(META_KEY)
+    config = info.dtype_config if isinstance(info, NodeInfo) else None
+    return float_side(config) if cast_output(config) is None else None
+
+
 def _fits(match: Match[LoweringRule]) -> bool:
-    """A rule for quantized ops takes only quantized nodes; a float rule only float ones."""
-    quantized = [_quantized(n) for n in match.nodes]
-    return all(quantized) if match.payload.quantized else not any(quantized)
+    """A rule for quantized ops takes only quantized nodes; a float rule only float ones
+    (float32, or a float op in a reduced float dtype: its casts are in the pattern)."""
+    if match.payload.quantized:
+        return all(_quantized(n) for n in match.nodes)
+    return not any(_quantized(n) and _reduced_float_side(n) is None for n in match.nodes)
 
 
 def _lower_one(
@@ -265,14 +275,10 @@ def _update_report(
 def _reduced_float_ops(gm: GraphModule) -> dict[str, str]:
     """Nodes whose dtype config asks for a float op in bfloat16 or float16 (no integer side),
     by name, with that dtype's name."""
-    sides = {}
-    for node in gm.graph.nodes:
-        info = node.meta.get(META_KEY)
-        config = info.dtype_config if isinstance(info, NodeInfo) else None
-        side = float_side(config)
-        if side is not None and cast_output(config) is None:
-            sides[node.name] = str(side).removeprefix("torch.")
-    return sides
+    sides = {node.name: _reduced_float_side(node) for node in gm.graph.nodes}
+    return {
+        name: str(side).removeprefix("torch.") for name, side in sides.items() if side is not None
+    }
 
 
 def _as_asked(report: Report, sides: dict[str, str]) -> Report:
@@ -322,7 +328,10 @@ def lower(gm: GraphModule, ctx: FlowContext, report: Report) -> Report:
             names = [n.name for n in match.nodes]
             why = _lower_one(gm, match, backend, modules)
             if not match.payload.quantized:
-                continue  # float rules leave the report alone: never quantized
+                # float32 nodes were never quantized; reduced float ones now run in the kernel
+                if why is None:
+                    lowered.update(n.name for n in match.nodes if _quantized(n))
+                continue
             if why is None:
                 lowered.update(names)
             else:

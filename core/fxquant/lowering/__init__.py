@@ -291,12 +291,14 @@ class LoweringRule:
     reference. An ``nn.Identity`` kernel is removed without asking.
 
     A rule with ``quantized=False`` lowers float ops instead: it matches only
-    where no node of the pattern was quantized (attention's matmul, softmax,
-    matmul left float by the qconfig mapping), every ``match.inputs`` entry is
-    ``None`` (the kernel gets the float values), ``match.output`` is ``None``
-    (it returns floats), and the report is unchanged (the nodes were never
-    quantized). Its kernel must compute what the float ops compute, up to
-    float rounding.
+    where no node of the pattern computes integers (attention's matmul, softmax,
+    matmul left float by the qconfig mapping, or asked in bfloat16: then the
+    pattern spells out the reference model's ``.to(bfloat16).to(float32)``
+    roundings), every ``match.inputs`` entry is ``None`` (the kernel gets the
+    float values), ``match.output`` is ``None`` (it returns floats), and the
+    report marks the bfloat16 nodes ``lowered`` (float32 ones were never
+    quantized). Its kernel must compute what the float ops compute, up to the
+    rounding of their dtype.
 
     Args:
         pattern: the op(s), in the simple pattern format of

@@ -17,15 +17,22 @@ import pytest
 import torch
 import torch.nn.functional as F
 from fxquant.errors import ConfigWarning
+from fxquant.numerics import compare
+from fxquant_onednn.attention import Attention
 from fxquant_x86 import precision
 from fxquant_x86.attention import AttentionBlock, attention_blocks
 from fxquant_x86.compiled import compile_quantized
+from fxquant_x86.kernels import ToBFloat16
 from fxquant_x86.qconfig import attention_bf16_qconfig_mapping
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import fx, nn
 
 AMX = frozenset({"avx2", "avx512f", "avx512_vnni", "amx_tile", "amx_int8", "amx_bf16"})
 AVX2 = frozenset({"avx2", "fma"})
 HIDDEN, HEADS, TOKENS = 32, 4, 16
+# a value rounded to bfloat16 (8 significant bits) alone: ~50 dB; as tests/flow/test_float_side
+BF16_ROUNDING_DB = 45.0
 
 
 class SelfAttention(nn.Module):
@@ -298,13 +305,15 @@ def test_strict_convert_accepts_the_bf16_ops_the_mapping_asked_for(
     converted = fxquant.convert_fx(prepared, strict=True)  # no QuantizationSkipped
     report = fxquant.explain(converted, show=False)
     rows = {row.node: row for row in report.entries()}
-    # bf16 as asked: the reference form (the op between bf16 casts), no reason to list
-    for node in ("matmul", "softmax", "add", "view", "attention_0_dropout"):
-        assert (rows[node].status, rows[node].reason) == ("reference", None), rows[node]
+    # bf16 as asked: attention's ops one bf16 SDPA kernel, the head split / merge the
+    # reference form (the op between bf16 casts), no reason to list
+    for node in ("matmul", "softmax", "add", "attention_0_dropout"):
+        assert (rows[node].status, rows[node].reason) == ("lowered", None), rows[node]
+    assert (rows["view"].status, rows["view"].reason) == ("reference", None), rows["view"]
     assert rows["attention_0_query"].status == "lowered"
     assert report.skipped() == []
-    (note,) = [n for n in report.notes() if n.startswith("32 node(s) run as float ops in")]
-    assert note.startswith("32 node(s) run as float ops in bfloat16, as their qconfig asks")
+    (note,) = [n for n in report.notes() if n.startswith("18 node(s) run as float ops in")]
+    assert note.startswith("18 node(s) run as float ops in bfloat16, as their qconfig asks")
     # x86's graph mode agrees with the mapping the user passed: nothing left to them
     (mode,) = [n for n in report.notes() if n.startswith("mode: attention_bf16")]
     assert "2 of 2 attention block(s) in bfloat16" in mode
@@ -336,3 +345,127 @@ def test_transformers_bert_eager_attention_is_found_and_its_sdpa_form_is_warned_
     ]
     with pytest.warns(ConfigWarning, match=r"attn_implementation='eager'"):
         attention_bf16_qconfig_mapping(bert("sdpa"))
+
+
+def lowered_and_reference(
+    monkeypatch: pytest.MonkeyPatch, model: nn.Module
+) -> tuple[fx.GraphModule, fx.GraphModule]:
+    on_cpu(monkeypatch, AMX)
+    config = fxquant.get_backend_config("x86")
+    mapping = attention_bf16_qconfig_mapping(model)
+    prepared = fxquant.prepare_fx(model, mapping, inputs(0), backend_config=config)
+    with torch.no_grad():
+        for seed in range(4):
+            prepared(*inputs(seed))
+    return fxquant.convert_fx(prepared), fxquant.convert_to_reference_fx(prepared)
+
+
+def test_eager_bf16_attention_is_one_bf16_sdpa_kernel_per_block_within_bf16_rounding(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    torch.manual_seed(0)
+    lowered, reference = lowered_and_reference(monkeypatch, Encoder().eval())
+    kernels = [m for m in lowered.modules() if isinstance(m, Attention)]
+    assert [k.compute_dtype for k in kernels] == [torch.bfloat16] * 2
+    ops = {n.target for n in lowered.graph.nodes if n.op == "call_function"}
+    assert torch.matmul not in ops
+    assert F.softmax not in ops  # no score tensor: the scores stay inside SDPA
+    rows = {row.node: row for row in compare(reference, lowered, [inputs(s) for s in (7, 8)])}
+    for context in ("permute_3", "permute_7"):  # each block's context, fed the reference's q, k, v
+        local = rows[context].local_sqnr
+        assert local is not None
+        assert local >= BF16_ROUNDING_DB, rows[context]
+    report = {row.node: row for row in fxquant.explain(lowered, show=False).entries()}
+    for node in ("matmul", "truediv", "add", "softmax", "attention_0_dropout", "matmul_1"):
+        assert report[node].status == "lowered", report[node]
+    assert report["view"].status == "reference"  # the head split: still the op between casts
+
+
+def test_eager_bf16_attention_rounds_once_and_feeds_sdpa_bf16_tensors(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    torch.manual_seed(0)
+    lowered, reference = lowered_and_reference(monkeypatch, Encoder().eval())
+    casts = [n.name for n in lowered.graph.nodes if n.op == "call_method" and n.target == "to"]
+    # a view / permute / contiguous of bf16 values is bf16 values: its two casts are left out;
+    # q, k, v and the mask, read by the attention kernels alone, are rounded once, to bf16
+    assert casts == ["to"], casts  # the int64 padding mask to float: the model's own
+    roundings = [m for m in lowered.modules() if isinstance(m, ToBFloat16)]
+    assert len(roundings) == 2 * 3 + 1
+    seen: list[torch.dtype] = []
+    for kernel in (m for m in lowered.modules() if isinstance(m, Attention)):
+        kernel.register_forward_pre_hook(lambda _, args: seen.extend(a.dtype for a in args))
+    with torch.no_grad():
+        got, want = lowered(*inputs(9)), reference(*inputs(9))
+    assert seen == [torch.bfloat16] * 8  # no cast in front of SDPA
+    assert sqnr(got, want) >= 45.0
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    batch=st.integers(1, 3),
+    tokens=st.integers(1, 24),
+    padded=st.integers(0, 24),
+    seed=st.integers(0, 2**16),
+)
+def test_eager_bf16_attention_agrees_with_the_reference_on_any_shape_and_padding(
+    lowered_encoder: tuple[fx.GraphModule, fx.GraphModule],
+    batch: int,
+    tokens: int,
+    padded: int,
+    seed: int,
+) -> None:
+    lowered, reference = lowered_encoder
+    x = torch.randn(batch, tokens, HIDDEN, generator=torch.Generator().manual_seed(seed))
+    keep = torch.ones(batch, tokens, dtype=torch.int64)
+    keep[-1, tokens - min(padded, tokens - 1) :] = 0  # padding, one token kept at least
+    with torch.no_grad():
+        got, want = lowered(x, keep), reference(x, keep)
+    # the int8 ops after attention may move a value one step: the SQNR of bf16 rounding
+    # through two layers, not bit equality
+    assert sqnr(got, want) >= 35.0
+
+
+@pytest.fixture(scope="module")
+def lowered_encoder() -> Iterator[tuple[fx.GraphModule, fx.GraphModule]]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        torch.manual_seed(0)
+        yield lowered_and_reference(monkeypatch, Encoder().eval())
+    torch.set_num_threads(threads)
+    fxquant.refresh()
+
+
+class SingleHead(nn.Module):
+    """Attention on 3-d q, k, v (one head, no permute): SDPA's 4-d kernel does not take it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.query, self.key, self.value = (nn.Linear(HIDDEN, HIDDEN) for _ in range(3))
+        self.output = nn.Linear(HIDDEN, HIDDEN)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        q, k, v = (
+            p(x).view(x.size(0), x.size(1), HIDDEN) for p in (self.query, self.key, self.value)
+        )
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(HIDDEN)
+        return self.output(torch.matmul(F.softmax(scores + mask[:, 0], dim=-1), v))
+
+
+class SingleHeadEncoder(Encoder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.attention = nn.ModuleList(SingleHead() for _ in range(2))
+
+
+def test_eager_bf16_attention_the_sdpa_kernel_does_not_take_replays_its_ops_on_float32(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    torch.manual_seed(0)
+    lowered, reference = lowered_and_reference(monkeypatch, SingleHeadEncoder().eval())
+    assert len([m for m in lowered.modules() if isinstance(m, Attention)]) == 2
+    with torch.no_grad():
+        got, want = lowered(*inputs(9)), reference(*inputs(9))
+    assert got.dtype == torch.float32
+    assert sqnr(got, want) >= 45.0  # the same ops, the same roundings

@@ -111,6 +111,9 @@ def test_the_environment_variable_overrides_the_cpu_flags(
     torch.manual_seed(0)
     reference = quantize(Encoder().eval(), fxquant.get_default_qconfig_mapping("x86"))
     assert bool(bf16_nodes(reference)) is bf16
+    notes = fxquant.explain(reference, show=False).notes()
+    modes = [n for n in notes if n.startswith("mode: attention_bf16")]
+    assert [f"FXQUANT_X86_BF16={value}" in n for n in modes] == ([True] if bf16 else [])
 
 
 def test_a_bad_environment_value_names_the_variable_and_the_choices(

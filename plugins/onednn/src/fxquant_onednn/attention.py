@@ -34,7 +34,7 @@ from torch import fx, nn
 
 from fxquant_onednn.kernels import _Replay  # the matched ops, replayable (the fallback)
 
-__all__ = ["Attention", "attention_rules"]
+__all__ = ["Attention", "attention_patterns", "attention_rules"]
 
 _MATMULS = (torch.matmul, operator.matmul)
 _SCALES = (operator.truediv, operator.mul)
@@ -46,15 +46,23 @@ _SOFTMAXES = (
 _ANY = MatchAllNode
 
 
-def _pattern(matmul: Any, scale: Any, masked: bool, dropout: bool, softmax: Any) -> Any:
+def _same(value: Any) -> Any:
+    return value
+
+
+def _pattern(
+    matmul: Any, scale: Any, masked: bool, dropout: bool, softmax: Any, wrap: Any = _same
+) -> Any:
+    """The attention pattern; ``wrap`` puts what the reference model adds after each op
+    but the last (its rounding to a reduced float dtype) around that op's pattern."""
     op, positional_dim = softmax
-    key_t = ("transpose", _ANY, _ANY, _ANY)  # k.transpose(d0, d1): three arguments
-    scores: Any = (scale, (matmul, _ANY, key_t), _ANY)
+    key_t = wrap(("transpose", _ANY, _ANY, _ANY))  # k.transpose(d0, d1): three arguments
+    scores: Any = wrap((scale, wrap((matmul, _ANY, key_t)), _ANY))
     if masked:
-        scores = (operator.add, scores, _ANY)
-    probs: Any = (op, scores, _ANY) if positional_dim else (op, scores)
+        scores = wrap((operator.add, scores, _ANY))
+    probs: Any = wrap((op, scores, _ANY) if positional_dim else (op, scores))
     if dropout:
-        probs = (nn.Dropout, probs)
+        probs = wrap((nn.Dropout, probs))
     return (matmul, probs, _ANY)
 
 
@@ -90,31 +98,34 @@ def _softmax_dim(node: fx.Node, module: nn.Module | None) -> int | None:
     return dim if isinstance(dim, int) else None
 
 
-def _roles(match: LoweringMatch) -> _Roles | None:
-    """The roles of the matched attention, or None where the constants do not fit SDPA."""
+def _roles(match: LoweringMatch, strip: Any = _same) -> _Roles | None:
+    """The roles of the matched attention, or None where the constants do not fit SDPA.
+
+    ``strip(node)``: the op a matched argument comes from, past what ``_pattern``'s
+    ``wrap`` put after it."""
     modules = dict(zip(match.nodes, match.modules, strict=True))
-    outer = match.anchor
-    node = outer.args[0]
+    outer = strip(match.anchor)
+    node = strip(outer.args[0])
     assert isinstance(node, fx.Node)  # the pattern matched a node there
     dropout = modules.get(node)
     if isinstance(dropout, nn.Dropout):
         if dropout.training:
             return None  # a training dropout is not an identity
-        node = node.args[0]  # type: ignore[assignment]  # matched: a node
+        node = strip(node.args[0])
     softmax_dim = _softmax_dim(node, modules.get(node))
-    node = node.args[0]  # type: ignore[assignment]  # matched: a node
+    node = strip(node.args[0])
     mask = None
     if node.target is operator.add:
-        mask, node = node, node.args[0]  # type: ignore[assignment]  # matched: a node
+        mask, node = node, strip(node.args[0])
     constant = node.args[1]
     if softmax_dim is None or isinstance(constant, bool) or not isinstance(constant, (int, float)):
         return None
     if constant == 0:
         return None
     scale = 1.0 / constant if node.target is operator.truediv else float(constant)
-    inner = node.args[0]
+    inner = strip(node.args[0])
     assert isinstance(inner, fx.Node)  # matched
-    key_t = inner.args[1]
+    key_t = strip(inner.args[1])
     assert isinstance(key_t, fx.Node)  # matched
     dims = key_t.args[1:3]
     if not all(isinstance(d, int) for d in dims):
@@ -129,6 +140,10 @@ def _roles(match: LoweringMatch) -> _Roles | None:
         key_dims=(int(dims[0]), int(dims[1])),  # type: ignore[call-overload]  # ints, checked
         softmax_dim=softmax_dim,
     )
+
+
+def _widened(value: Any, low: torch.dtype) -> Any:
+    return value.float() if isinstance(value, torch.Tensor) and value.dtype == low else value
 
 
 class Attention(_Replay):
@@ -156,21 +171,33 @@ class Attention(_Replay):
         True
     """
 
-    def __init__(self, match: LoweringMatch, roles: _Roles) -> None:
+    def __init__(
+        self, match: LoweringMatch, roles: _Roles, compute_dtype: torch.dtype | None = None
+    ) -> None:
         super().__init__(match)
         self.roles = roles
+        # a reduced float dtype the matched ops round each result to: SDPA runs in it
+        self.compute_dtype = compute_dtype
 
     def forward(self, *inputs: Any) -> Any:
         """SDPA on (q, k, v, mask) when they fit, else the matched ops replayed."""
         roles = self.roles
         q, k, v = inputs[roles.q], inputs[roles.k], inputs[roles.v]
         mask = None if roles.mask is None else inputs[roles.mask]
+        low = self.compute_dtype
+        if low is not None:  # values rounded to it: the casts (none for `low` inputs) are exact
+            q, k, v = (t.to(low) if isinstance(t, torch.Tensor) else t for t in (q, k, v))
+            floats = isinstance(mask, torch.Tensor) and mask.is_floating_point()
+            mask = mask.to(low) if floats else mask
         key = self._key(q, k, v, mask)
         if key is None:
+            if low is not None:  # replayed as they were: on float32 (values of `low`)
+                inputs = tuple(_widened(t, low) for t in inputs)
             return self.replay(inputs)
         if mask is not None and not mask.is_floating_point():
             mask = mask.to(q.dtype)  # `scores + mask` promotes a bool/int mask the same way
-        return F.scaled_dot_product_attention(q, key, v, attn_mask=mask, scale=roles.scale)
+        out = F.scaled_dot_product_attention(q, key, v, attn_mask=mask, scale=roles.scale)
+        return out if low is None else out.float()  # the matched ops end in .to(float32)
 
     def _key(self, q: Any, k: Any, v: Any, mask: Any) -> torch.Tensor | None:
         """k as SDPA takes it ([..., tokens, features]), or None when SDPA does not fit."""
@@ -221,12 +248,25 @@ def attention_rules() -> list[LoweringRule]:
     """
     return [
         LoweringRule(
-            _pattern(matmul, scale, masked, dropout, softmax),
+            pattern,
             build=build_attention,
             name="scaled_dot_product_attention",
             complex_format=True,
             quantized=False,
         )
+        for pattern in attention_patterns()
+    ]
+
+
+def attention_patterns(wrap: Any = _same) -> list[Any]:
+    """The attention patterns of :func:`attention_rules`, each op but the last in ``wrap``.
+
+    Example:
+        >>> len(attention_patterns(lambda op: ("to", ("to", op, MatchAllNode), MatchAllNode)))
+        112
+    """
+    return [
+        _pattern(matmul, scale, masked, dropout, softmax, wrap)
         for matmul, scale, masked, dropout, softmax in itertools.product(
             _MATMULS, _SCALES, (True, False), (False, True), _SOFTMAXES
         )

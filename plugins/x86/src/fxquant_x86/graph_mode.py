@@ -20,6 +20,8 @@ line in ``explain`` says so.
 
 from __future__ import annotations
 
+import os
+
 from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.flow.qconfig_assign import assign_qconfigs
 from fxquant.registry import GraphMode
@@ -63,10 +65,12 @@ def _decided_by_user(
 
 def _reason(blocks: list[AttentionBlock], decided: dict[str, str]) -> str:
     flags = [flag for flag in precision.BF16_FLAGS if flag in precision.cpu_flags()]
-    cpu = ", ".join(flags) or "bfloat16 arithmetic"
+    cpu = f"this CPU has {', '.join(flags) or 'bfloat16 arithmetic'}"
+    if os.environ.get(precision.BF16_ENV):
+        cpu = f"{precision.BF16_ENV}=1"
     taken = len(blocks) - len(decided)
     words = (
-        f"{taken} of {len(blocks)} attention block(s) in bfloat16, this CPU has {cpu}: "
+        f"{taken} of {len(blocks)} attention block(s) in bfloat16, {cpu}: "
         "q, k, v Linear int8 in, bfloat16 out; scores, mask, softmax and context matmul "
         "bfloat16 (one flash-attention kernel each when compiled)"
     )
