@@ -9,7 +9,8 @@ per block (q, k, v Linears int8 in, bfloat16 out; scores, mask, softmax and cont
 matmul bfloat16). The compiled deployment runs each block as one bfloat16
 flash-attention kernel (BERT-base b8: 0.65x bf16 + torch.compile's latency, against
 0.74x with the attention in float32; plugins/x86/README.md). Elsewhere, on QAT, and on
-graphs without such a block, there is no mode: the default mapping as it is.
+graphs without such a block, there is no mode: the default mapping as it is; nor where
+the user's mapping decides every block (below).
 
 The user's mapping decides first: a block where it gives any node another qconfig than
 x86's default mapping does (an object type, a module name or regex above the block, a
@@ -103,5 +104,8 @@ def graph_mode(model: fx.GraphModule, mapping: QConfigMapping, is_qat: bool) -> 
         return None
     decided = _decided_by_user(model, blocks, mapping)
     chosen = [block for block in blocks if block.module not in decided]
+    if not chosen:
+        # the user's mapping decides every block: the mode would add nothing but a warning
+        return None
     modes = with_bf16_attention(default_qconfig_mapping(False), model, chosen)
     return GraphMode(MODE, _reason(blocks, decided), modes)
