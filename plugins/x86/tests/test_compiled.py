@@ -259,6 +259,13 @@ def test_a_model_lowered_to_another_backend_is_refused_naming_what_to_pass() -> 
         deployment.deploy(ConvNet().eval(), (torch.randn(4, 3, 8, 8),))  # type: ignore[arg-type]
 
 
+def test_a_prepared_model_is_refused_not_compiled_as_float(prepared: fx.GraphModule) -> None:
+    deployment = get_deployment(BACKEND)
+    assert deployment is not None
+    with pytest.raises(ConfigTypeError, match=r"is a prepared model \(observers .*convert_fx"):
+        deployment.deploy(prepared, (torch.randn(4, 3, 8, 8),))
+
+
 def test_fxquant_explain_prints_the_deployed_models_report(
     compiled: CompiledModel, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -53,6 +53,7 @@ from unittest import mock
 
 import torch
 from fxquant.errors import ConfigError, ConfigTypeError
+from fxquant.flow.convert_modules import is_observer
 from fxquant.flow.deployed import DeployedModel
 from fxquant.flow.report import NodeStatus, Reason, ReasonCode, Report
 from fxquant.flow.state import FlowState, flow_state, reference_form
@@ -495,6 +496,14 @@ def _reference_model(model: object, argument: str) -> tuple[fx.GraphModule, Flow
             "fxquant.get_backend_config('x86'), calibrate, and convert it first"
         )
         raise ConfigTypeError(msg)
+    observers = _observers(model)
+    if observers:  # a prepared model would compile as float with its observers recording
+        msg = (
+            f"{argument} is a prepared model (observers {', '.join(observers[:3])}"
+            f"{'...' if len(observers) > 3 else ''}), not a converted one; calibrate it and "
+            "pass fxquant.convert_fx(prepared) (or convert_to_reference_fx(prepared)) instead"
+        )
+        raise ConfigTypeError(msg)
     reference = reference_form(model)
     state = flow_state(reference)
     if reference is None or state is None:
@@ -508,6 +517,18 @@ def _reference_model(model: object, argument: str) -> tuple[fx.GraphModule, Flow
         )
         raise ConfigTypeError(msg)
     return reference, state
+
+
+def _observers(model: object) -> list[str]:
+    """The observer nodes of ``model``'s graph (a prepared model has them, a converted none)."""
+    if not isinstance(model, fx.GraphModule):
+        return []
+    modules = dict(model.named_modules())
+    return [
+        str(n.target)
+        for n in model.graph.nodes
+        if n.op == "call_module" and is_observer(modules[str(n.target)])
+    ]
 
 
 def _int8_linear_conv(model: fx.GraphModule) -> list[str]:
