@@ -152,7 +152,9 @@ def _check_against(model: torch.nn.Module, state: Mapping[str, Any], where: str)
         msg = (
             f"{where}: the checkpoint does not fit {type(model).__name__}: missing "
             f"{missing[:5]}, unexpected {unexpected[:5]}; prepare the same architecture with the "
-            "same mapping and backend before loading"
+            "same mapping and backend before loading (and the same graph mode: explain's "
+            "'mode:' line; a mode can follow the host, e.g. x86's attention_bf16 the CPU's "
+            "bfloat16 arithmetic unless FXQUANT_X86_BF16 pins it)"
         )
         raise CheckpointError(msg)
     for key, value in state.items():
