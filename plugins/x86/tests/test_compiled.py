@@ -468,3 +468,55 @@ def test_an_input_the_compiled_code_writes_is_copied_on_every_call() -> None:
             first, again = compiled(given), compiled(given)
     torch.testing.assert_close(given, z, rtol=0, atol=0)
     torch.testing.assert_close(again, first, rtol=0, atol=0)
+
+
+class ResidualCNN(nn.Module):
+    """conv + bn + relu, conv + bn added to its input + relu, a mean and a linear: the
+    residual add becomes the second conv's ``sum`` post-op in the compiled model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16)
+        self.conv2, self.bn2 = nn.Conv2d(16, 16, 3, padding=1), nn.BatchNorm2d(16)
+        self.fc = nn.Linear(16, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.bn(self.conv(x)))
+        y = torch.relu(self.bn2(self.conv2(y)) + y)
+        return self.fc(y.mean((2, 3)))
+
+
+def _residual_cnn(qat: bool) -> fx.GraphModule:
+    torch.manual_seed(0)
+    model, x = ResidualCNN().train(qat), torch.randn(1, 3, 16, 16)
+    config = fxquant.get_backend_config(BACKEND)
+    mapping = fxquant.get_default_qconfig_mapping(BACKEND, is_qat=qat)
+    prepare = fxquant.prepare_qat_fx if qat else fxquant.prepare_fx
+    prepared = prepare(model, mapping, (x,), backend_config=config)
+    with torch.no_grad():
+        for _ in range(3):
+            prepared(torch.randn(4, 3, 16, 16))
+    return fxquant.convert_fx(prepared.eval())
+
+
+@pytest.mark.parametrize("qat", [False, True], ids=["ptq", "qat"])
+def test_report_marks_lowered_exactly_the_nodes_whose_int8_kernel_ran(qat: bool) -> None:
+    deployment = get_deployment(BACKEND)
+    assert deployment is not None
+    compiled = deployment.deploy(_residual_cnn(qat), (torch.randn(1, 3, 16, 16),))
+    assert isinstance(compiled, CompiledModel)
+    entries = {e.node: e for e in compiled.report.entries()}
+    linear_conv = ("conv", "conv2", "fc")
+    lowered = {n for n in linear_conv if entries[n].status == "lowered"}
+    conv_kernels = sum(n for k, n in compiled.kernels.items() if k.startswith("qconv"))
+    linear_kernels = compiled.kernels["qlinear_pointwise"]
+    # one kernel per lowered node: both convs (the second with the add as its post-op)
+    assert conv_kernels == 2
+    assert len(lowered) == sum(compiled.kernels.values())
+    assert lowered == {"conv", "conv2"} | ({"fc"} if linear_kernels else set())
+    if not linear_kernels:  # inductor ran fc as a float GEMM on dequantized values
+        assert re.search(FLOAT_KERNELS + r"|cpp_fused_\w*addmm", compiled.code)
+        reason = entries["fc"].reason
+        assert reason is not None
+        assert reason.code == "not_delegated"
+        assert "fc runs as a float linear" in reason.words

@@ -46,7 +46,7 @@ import shutil
 import time
 import warnings
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -531,15 +531,16 @@ def _observers(model: object) -> list[str]:
     ]
 
 
-def _int8_linear_conv(model: fx.GraphModule) -> list[str]:
-    """Nodes running a quantized linear or conv on a statically quantized input.
+def _int8_linear_conv(model: fx.GraphModule) -> dict[str, str]:
+    """Nodes running a quantized linear or conv on a statically quantized input, each with
+    its kind (``"linear"`` or ``"conv"``).
 
     Those are what inductor's x86 passes turn into oneDNN int8 kernels; a
     linear whose input stays float (a float-kept node) or is quantized
     dynamically is not counted.
     """
     modules = dict(model.named_modules())
-    found = []
+    found = {}
     for node in model.graph.nodes:
         if node.op != "call_module" or not node.args:
             continue
@@ -552,29 +553,64 @@ def _int8_linear_conv(model: fx.GraphModule) -> list[str]:
             and source.target in DEQUANTIZE_OPS
         )
         if isinstance(inner, _LINEAR_CONV) and static_input:
-            found.append(node.name)
+            found[node.name] = "linear" if isinstance(inner, reference.Linear) else "conv"
     return found
 
 
-def _distinct(model: fx.GraphModule, names: list[str]) -> int:
+def _distinct(model: fx.GraphModule, names: Iterable[str]) -> int:
     """How many computations ``names`` are: a module called twice on the same input (DemoNet's
     ``fc``) is one, as inductor's common-subexpression elimination makes it."""
-    nodes = [n for n in model.graph.nodes if n.name in set(names)]
+    wanted = set(names)
+    nodes = [n for n in model.graph.nodes if n.name in wanted]
     return len({(str(n.target), n.args, tuple(n.kwargs.items())) for n in nodes})
 
 
-def _compiled_report(report: Report, expected: list[str], distinct: int, kernels: int) -> Report:
-    """Quantized nodes are ``lowered`` (compiled by inductor); when fewer oneDNN int8 kernels
-    came out than distinct quantized linear/conv computations went in, those nodes say so."""
-    missing = kernels < distinct
-    words = (
-        f"inductor compiled {kernels} oneDNN int8 linear/conv kernels for {distinct} "
-        "quantized linear/conv computations: the others run dequantize -> float op -> quantize"
-    )
+def _kernel_kinds(kernels: Counter[str]) -> Counter[str]:
+    """``kernels`` (oneDNN op name -> calls) counted by the kind of node each one runs."""
+    kinds: Counter[str] = Counter()
+    for name, count in kernels.items():
+        kinds["linear" if name.startswith("qlinear") else "conv"] += count
+    return kinds
+
+
+def _not_delegated(node: str, kind: str, distinct: int, kernels: int) -> Reason | None:
+    """Why ``node`` (a quantized ``kind``) is not an int8 kernel, or None when it is.
+
+    Inductor's code does not say which node a kernel came from, so kernels are
+    matched to nodes by kind: a kind with as many kernels as computations is all
+    int8, one with none is all float; only a kind between the two stays a count.
+    """
+    if kernels >= distinct:
+        return None
+    if kernels == 0:
+        words = (
+            f"inductor compiled no oneDNN int8 {kind} kernel (quantized {kind} computations: "
+            f"{distinct}): {node} runs as a float {kind} on dequantized values"
+        )
+    else:
+        words = (
+            f"inductor compiled {kernels} oneDNN int8 {kind} kernels for {distinct} quantized "
+            f"{kind} computations: the others run dequantize -> float {kind} -> quantize "
+            "(which ones, inductor's code does not say)"
+        )
+    return Reason(ReasonCode.NOT_DELEGATED, f"{node}: {words}")
+
+
+def _compiled_report(
+    report: Report, expected: Mapping[str, str], distinct: Counter[str], kernels: Counter[str]
+) -> Report:
+    """Quantized nodes are ``lowered`` (compiled by inductor); a quantized linear or conv
+    (``expected``: node -> kind) whose kind got fewer oneDNN int8 kernels than it has
+    distinct computations is ``not_delegated``, saying so."""
     entries = []
     for entry in report.entries():
-        if missing and entry.node in expected:
-            reason = Reason(ReasonCode.NOT_DELEGATED, f"{entry.node}: {words}")
+        kind = expected.get(entry.node)
+        reason = (
+            None
+            if kind is None
+            else _not_delegated(entry.node, kind, distinct[kind], kernels[kind])
+        )
+        if reason is not None:
             entry = dataclasses.replace(entry, status=NodeStatus.REFERENCE, reason=reason)
         elif entry.status == NodeStatus.REFERENCE:
             entry = dataclasses.replace(entry, status=NodeStatus.LOWERED, reason=None)
@@ -658,10 +694,14 @@ class CompiledModel(DeployedModel):
         self.merged = dict(merged or {})
         self.float_dtype = torch.float32
         self.reference: fx.GraphModule = model if flat is None else flat
-        found = sum(self.kernels.values())
+        distinct: Counter[str] = Counter()
+        for kind in set(expected.values()):
+            distinct[kind] = _distinct(model, [n for n, k in expected.items() if k == kind])
         # the report names the model's own nodes: a merged linear stands for those it replaced
-        named = [part for name in expected for part in self.merged.get(name, [name])]
-        self.report = _compiled_report(report, named, self.expected_kernels, found)
+        named = {
+            part: kind for name, kind in expected.items() for part in self.merged.get(name, [name])
+        }
+        self.report = _compiled_report(report, named, distinct, _kernel_kinds(self.kernels))
 
     def __call__(self, *inputs: Any) -> Any:
         """Run the compiled model (grad disabled, the inductor options set for the call).
