@@ -9,6 +9,7 @@ import fxquant
 import pytest
 import torch
 from fxquant.errors import KernelCallError
+from fxquant.flow.state import flow_state
 from torch import nn
 
 BACKENDS = [
@@ -33,7 +34,7 @@ def test_a_wrong_input_shape_names_the_node_its_module_and_the_shapes(backend: s
         with pytest.raises(KernelCallError) as channels:
             model(torch.randn(2, 4, 8, 8))
         assert re.match(
-            r"node '_0\w*' \(call_module \w+, module path '0', \S+\.py:\d+\) "
+            r"node '_0' \(call_module \w+, module path '0', \S+\.py:\d+\) "
             r"of the lowered model failed on inputs of shape \(2, 4, 8, 8\)",
             str(channels.value),
         )
@@ -41,13 +42,19 @@ def test_a_wrong_input_shape_names_the_node_its_module_and_the_shapes(backend: s
             model(torch.randn(2, 3, 10, 10))
         words = str(features.value)
         assert re.search(
-            r"module path '3', \S+\) of the lowered model failed on inputs of shape \(2, 256\) ",
+            r"node '_3' \(call_module \w+, module path '3', \S+\) "
+            r"of the lowered model failed on inputs of shape \(2, 256\) ",
             words,
         )
         assert "(the model was called with (2, 3, 10, 10))" in words
         assert "check the call's inputs against the example inputs given to prepare_fx" in words
         assert isinstance(features.value, RuntimeError)  # what torch.ao's callers catch
         assert isinstance(features.value.__cause__, RuntimeError)  # the kernel's own words
+    # the names the errors give are the report's (what explain() prints), not the lowered
+    # graph's renamed nodes
+    state = flow_state(lowered)
+    assert state is not None
+    assert {"_0", "_3"} <= {e.node for e in state.report.entries()}
     assert lowered(torch.randn(2, 3, 8, 8)).shape == (2, 5)
 
 

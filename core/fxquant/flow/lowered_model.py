@@ -84,8 +84,10 @@ def _naming_node(gm: fx.GraphModule, error: RuntimeError, args: tuple[Any, ...])
     where = f"module path {info.module_path!r}" if info.module_path else "the root module"
     if info.source:
         where += f", {info.source}"
+    # the name explain() shows: lowering renames the node it replaces ('fc' -> 'fc_1')
+    name = info.anchor or node.name
     msg = (
-        f"node {node.name!r} ({node.op} {what}, {where}) of the lowered model failed "
+        f"node {name!r} ({node.op} {what}, {where}) of the lowered model failed "
         f"on inputs of shape {got} (the model was called with {call}): {first_line.rstrip('.')}. "
         "A kernel takes the shapes its weights were packed for: check the call's inputs "
         "against the example inputs given to prepare_fx"
