@@ -80,3 +80,25 @@ def test_a_dynamic_linear_given_other_features_raises_where_qnnpack_read_on(engi
             RuntimeError, match=rf"takes 16 input features .* shape \(3, {features}\)"
         ):
             kernel(torch.randn(3, features))
+
+
+def test_the_lowered_model_keeps_the_users_class_name() -> None:
+    """fx names a traced model's class after the user's; the lowered model's repr keeps it."""
+
+    class TinyNet(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(x)
+
+    x = torch.randn(2, 4)
+    backend = fxquant.get_backend_config("x86")
+    prepared = fxquant.prepare_fx(
+        TinyNet().eval(), fxquant.get_default_qconfig_mapping("x86"), (x,), backend_config=backend
+    )
+    prepared(x)
+    lowered = fxquant.convert_fx(prepared)
+    assert type(lowered).__name__ == "TinyNet"
+    assert repr(lowered).startswith("TinyNet(")

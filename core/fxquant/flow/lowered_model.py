@@ -42,7 +42,9 @@ def as_lowered(gm: fx.GraphModule) -> LoweredGraphModule:
     """
     # fx gives each GraphModule a class of its own (its forward lives there); this one
     # derives from LoweredGraphModule, as fx's own __new__ would make it, so copies keep it
+    name = type(gm).__name__  # fx names it after the user's model class: keep that name
     gm.__class__ = type("GraphModuleImpl", (LoweredGraphModule,), {})
+    gm.__class__.__name__ = name
     gm.recompile()
     return gm  # type: ignore[return-value]  # its class was just set
 
