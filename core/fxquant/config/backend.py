@@ -15,7 +15,6 @@ when it raises, and dtypes compare by storage (``torch.quint8 == torch.uint8``).
 from __future__ import annotations
 
 import enum
-import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Final
@@ -807,7 +806,7 @@ class BackendConfig(serialize.DictForm):
             >>> BackendConfig("b").to_json()
             '{"name": "b", "configs": []}'
         """
-        return _backend_config_to_json(self)
+        return serialize.to_json(self.to_dict(), _BACKEND_CONFIG_JSON)
 
     @classmethod
     def from_json(cls, text: str) -> BackendConfig:
@@ -820,7 +819,7 @@ class BackendConfig(serialize.DictForm):
             >>> BackendConfig.from_json('{"name": "b", "configs": []}').name
             'b'
         """
-        return cls.from_dict(_backend_config_data_from_json(text))
+        return cls.from_dict(serialize.from_json(text, "BackendConfig", _BACKEND_CONFIG_JSON))
 
     def __repr__(self) -> str:
         return f"BackendConfig(name={self.name!r}, configs={self.configs!r})"
@@ -833,9 +832,8 @@ def _check_name(name: object) -> str:
 
 
 # ---------------------------------------------------------------- the JSON form
-# each config class writes its own JSON with config/serialize.py's name and value helpers
-# (QConfigMapping's is in config/qconfig_mapping.py): serialize imports no class above
-# QConfig, so both directions of the JSON form keep the import graph one way
+# the codecs of the dict form's keys; config/serialize.py's to_json/from_json apply them
+# (QConfigMapping's table is in config/qconfig_mapping.py)
 
 _CONSTRAINT_FIELDS: Final = (
     "quant_min_lower_bound",
@@ -845,7 +843,6 @@ _CONSTRAINT_FIELDS: Final = (
     "scale_exact_match",
     "zero_point_exact_match",
 )
-_CONSTRAINED_KEYS: Final = ("input_dtype", "output_dtype", "weight_dtype")
 
 
 def _encode_constrained(value: object, path: str) -> Any:
@@ -881,30 +878,6 @@ def _decode_constrained(data: object, path: str) -> Any:
     raise ConfigError(msg)
 
 
-def _dtype_config_codecs() -> dict[str, serialize.Codec]:
-    constrained = (_encode_constrained, _decode_constrained)
-    return {
-        "input_dtype": constrained,
-        "output_dtype": constrained,
-        "weight_dtype": constrained,
-        "bias_dtype": (lambda value, _: dtype_name(value), serialize.decode_dtype),
-    }
-
-
-def _coded(data: object, path: str, codecs: dict[str, serialize.Codec], side: int) -> Any:
-    """``data``'s values through their key's encoder (``side`` 0) or decoder (1).
-
-    Keys without a codec pass through as they are (``from_dict`` names unknown ones).
-    """
-    if not isinstance(data, Mapping):
-        msg = f"{path}: expected an object, got {data!r}"
-        raise ConfigError(msg)
-    return {
-        key: codecs[key][side](value, f"{path}.{key}") if key in codecs else value
-        for key, value in data.items()
-    }
-
-
 def _observation_type_name(value: object, path: str) -> str:
     if isinstance(value, ObservationType):
         return value.name
@@ -936,63 +909,41 @@ def _decode_num_args(data: object, path: str) -> dict[int, ObservationType]:
     return decoded
 
 
-def _identity(value: Any, path: str) -> Any:
-    return value
+def _record_codec(codecs: serialize.Codecs, build: Callable[[Any], Any] | None) -> serialize.Codec:
+    """A dict form inside the JSON; ``build`` makes its object on reading (errors get the path)."""
+
+    def decode(data: object, path: str) -> Any:
+        decoded = serialize.coded(data, path, codecs, 1)
+        return decoded if build is None else serialize.with_path(path, build, decoded)
+
+    return (lambda value, path: serialize.coded(value, path, codecs, 0), decode)
 
 
-def _pattern_config_codecs() -> dict[str, serialize.Codec]:
-    modules = serialize.name_codec(serialize.MODULE_CLASS)
-    dtypes = _dtype_config_codecs()
-    patterns_codec = (serialize.encode_pattern, serialize.decode_pattern)
-    return {
-        "pattern": patterns_codec,
-        "pattern_complex_format": patterns_codec,
-        "observation_type": (_observation_type_name, _observation_type),
-        "dtype_configs": (
-            lambda v, p: [_coded(c, f"{p}[{i}]", dtypes, 0) for i, c in enumerate(v)],
-            lambda d, p: [
-                _coded(c, f"{p}[{i}]", dtypes, 1) for i, c in enumerate(serialize.json_list(d, p))
-            ],
-        ),
-        "root_module": modules,
-        "qat_module": modules,
-        "reference_quantized_module_for_root": modules,
-        "fused_module": modules,
-        "fuser_method": serialize.name_codec(serialize.FUSER),
-        "root_node_getter": serialize.name_codec(serialize.GETTER),
-        "extra_inputs_getter": serialize.name_codec(serialize.GETTER),
-        "num_tensor_args_to_observation_type": (_encode_num_args, _decode_num_args),
-        "input_type_to_index": (_identity, _identity),
-    }
-
-
-def _encode_pattern_config(config: BackendPatternConfig, path: str) -> dict[str, Any]:
-    encoded: dict[str, Any] = _coded(config.to_dict(), path, _pattern_config_codecs(), 0)
-    return encoded
-
-
-def _decode_pattern_config(data: object, path: str) -> BackendPatternConfig:
-    decoded = _coded(data, path, _pattern_config_codecs(), 1)
-    config: BackendPatternConfig = serialize.with_path(
-        path, BackendPatternConfig.from_dict, decoded
-    )
-    return config
-
-
-def _backend_config_to_json(backend_config: BackendConfig) -> str:
-    with serialize.one_scan():
-        configs = [
-            _encode_pattern_config(c, f"configs[{i}]") for i, c in enumerate(backend_config.configs)
-        ]
-    return json.dumps({"name": backend_config.name, "configs": configs})
-
-
-def _backend_config_data_from_json(text: object) -> dict[str, Any]:
-    data = serialize.loads(text, "BackendConfig")
-    if "configs" in data:
-        with serialize.one_scan():
-            data["configs"] = [
-                _decode_pattern_config(c, f"configs[{i}]")
-                for i, c in enumerate(serialize.json_list(data["configs"], "configs"))
-            ]
-    return data
+_CONSTRAINED: Final = (_encode_constrained, _decode_constrained)
+_DTYPE_CONFIG_JSON: Final[serialize.Codecs] = {
+    "input_dtype": _CONSTRAINED,
+    "output_dtype": _CONSTRAINED,
+    "weight_dtype": _CONSTRAINED,
+    "bias_dtype": (lambda value, _: dtype_name(value), serialize.decode_dtype),
+}
+_MODULES: Final = serialize.name_codec(serialize.MODULE_CLASS)
+_PATTERNS: Final = (serialize.encode_pattern, serialize.decode_pattern)
+_PATTERN_CONFIG_JSON: Final[serialize.Codecs] = {
+    "pattern": _PATTERNS,
+    "pattern_complex_format": _PATTERNS,
+    "observation_type": (_observation_type_name, _observation_type),
+    "dtype_configs": serialize.list_codec(_record_codec(_DTYPE_CONFIG_JSON, None)),
+    "root_module": _MODULES,
+    "qat_module": _MODULES,
+    "reference_quantized_module_for_root": _MODULES,
+    "fused_module": _MODULES,
+    "fuser_method": serialize.name_codec(serialize.FUSER),
+    "root_node_getter": serialize.name_codec(serialize.GETTER),
+    "extra_inputs_getter": serialize.name_codec(serialize.GETTER),
+    "num_tensor_args_to_observation_type": (_encode_num_args, _decode_num_args),
+}
+_BACKEND_CONFIG_JSON: Final[serialize.Codecs] = {
+    "configs": serialize.list_codec(
+        _record_codec(_PATTERN_CONFIG_JSON, BackendPatternConfig.from_dict)
+    ),
+}

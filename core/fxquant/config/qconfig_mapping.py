@@ -25,7 +25,6 @@ short form for one module or call. A qconfig of ``None`` is a real answer
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -459,7 +458,7 @@ class QConfigMapping(serialize.DictForm):
             >>> QConfigMapping().to_json()[:7]
             '{"": nu'
         """
-        return _to_json(self.to_dict())
+        return serialize.to_json(self.to_dict(), _MAPPING_JSON)
 
     @classmethod
     def from_json(cls, text: str) -> QConfigMapping:
@@ -469,7 +468,7 @@ class QConfigMapping(serialize.DictForm):
             >>> QConfigMapping.from_json('{"": null}').global_qconfig is None
             True
         """
-        return cls.from_dict(_from_json(text))
+        return cls.from_dict(serialize.from_json(text, "QConfigMapping", _MAPPING_JSON))
 
     def __repr__(self) -> str:
         entries = {k: v for k, v in self.to_dict().items() if v}
@@ -498,76 +497,35 @@ def _check_dict_keys(qconfig_dict: object, strict: bool) -> None:
 
 
 # ---------------------------------------------------------------- the JSON form
+# the codecs of the dict form's keys; config/serialize.py's to_json/from_json apply them
 
-# dict key -> which items of each entry are an object type (the rest: str/int as is)
-_OBJECT_TYPE_POSITIONS: Final = {
-    "object_type": (0,),
-    "module_name_regex": (),
-    "module_name": (),
-    "module_name_object_type_order": (1,),
+
+def _entry_codec(object_positions: tuple[int, ...]) -> serialize.Codec:
+    """An entry ``(key..., qconfig)``: the items at ``object_positions`` are object types."""
+
+    def encode(entry: tuple[Any, ...], path: str) -> list[Any]:
+        *keys, qconfig = entry
+        encoded = [
+            serialize.encode_op(key, f"{path}[{i}]") if i in object_positions else key
+            for i, key in enumerate(keys)
+        ]
+        return [*encoded, serialize.encode_qconfig(qconfig, f"{path}[{len(keys)}]")]
+
+    def decode(data: object, path: str) -> tuple[Any, ...]:
+        *keys, qconfig = serialize.json_list(data, path) or [None]
+        decoded = [
+            serialize.decode_op(key, f"{path}[{i}]") if i in object_positions else key
+            for i, key in enumerate(keys)
+        ]
+        return (*decoded, serialize.decode_qconfig(qconfig, f"{path}[{len(keys)}]"))
+
+    return (encode, decode)
+
+
+_MAPPING_JSON: Final[serialize.Codecs] = {
+    GLOBAL_KEY: (serialize.encode_qconfig, serialize.decode_qconfig),
+    OBJECT_TYPE_KEY: serialize.list_codec(_entry_codec((0,))),
+    MODULE_NAME_REGEX_KEY: serialize.list_codec(_entry_codec(())),
+    MODULE_NAME_KEY: serialize.list_codec(_entry_codec(())),
+    MODULE_NAME_OBJECT_TYPE_ORDER_KEY: serialize.list_codec(_entry_codec((1,))),
 }
-
-
-def _encode_entry(
-    entry: tuple[Any, ...], path: str, object_positions: tuple[int, ...]
-) -> list[Any]:
-    *keys, qconfig = entry
-    encoded = [
-        serialize.encode_op(key, f"{path}[{i}]") if i in object_positions else key
-        for i, key in enumerate(keys)
-    ]
-    return [*encoded, serialize.encode_qconfig(qconfig, f"{path}[{len(keys)}]")]
-
-
-def _decode_entry(data: object, path: str, object_positions: tuple[int, ...]) -> tuple[Any, ...]:
-    *keys, qconfig = serialize.json_list(data, path) or [None]
-    decoded = [
-        serialize.decode_op(key, f"{path}[{i}]") if i in object_positions else key
-        for i, key in enumerate(keys)
-    ]
-    return (*decoded, serialize.decode_qconfig(qconfig, f"{path}[{len(keys)}]"))
-
-
-def _to_json(data: Mapping[str, Any]) -> str:
-    """Write a QConfigMapping's ``to_dict()`` as JSON: observer classes by name with their
-    keyword arguments (``QConfigMapping.to_json`` calls this).
-
-    Raises:
-        UnsafeNameError: naming the JSON path of a value that cannot be written.
-
-    """
-    with serialize.one_scan():
-        encoded: dict[str, Any] = {"": serialize.encode_qconfig(data[""], '[""]')}
-        for key, positions in _OBJECT_TYPE_POSITIONS.items():
-            encoded[key] = [
-                _encode_entry(entry, f"{key}[{i}]", positions)
-                for i, entry in enumerate(data.get(key, ()))
-            ]
-    return json.dumps(encoded)
-
-
-def _decode_mapping(data: dict[str, Any]) -> dict[str, Any]:
-    decoded: dict[str, Any] = dict(data)
-    if "" in data:
-        decoded[""] = serialize.decode_qconfig(data[""], '[""]')
-    for key, positions in _OBJECT_TYPE_POSITIONS.items():
-        if key in data:
-            entries = serialize.json_list(data[key], key)
-            decoded[key] = [
-                _decode_entry(e, f"{key}[{i}]", positions) for i, e in enumerate(entries)
-            ]
-    return decoded
-
-
-def _from_json(text: object) -> dict[str, Any]:
-    """Read ``_to_json``'s text back into the dict form that
-    ``QConfigMapping.from_dict`` takes (``QConfigMapping.from_json`` calls this).
-
-    Raises:
-        UnsafeNameError: naming the JSON path of a name outside the trusted modules.
-        ConfigError: for malformed JSON or config values.
-
-    """
-    data = serialize.loads(text, "QConfigMapping")
-    with serialize.one_scan():
-        return _decode_mapping(data)

@@ -1,7 +1,8 @@
 """The JSON vocabulary of the configs: safe name resolution and the value helpers.
 
-Each config class writes its own JSON form with these helpers (``config/backend.py`` the
-``BackendConfig``, ``config/qconfig_mapping.py`` the ``QConfigMapping``); this module imports
+Each config class states its JSON form as a table of codecs over its ``to_dict()`` keys
+(``config/backend.py`` the ``BackendConfig``'s, ``config/qconfig_mapping.py`` the
+``QConfigMapping``'s) and :func:`to_json`/:func:`from_json` apply it; this module imports
 no class above ``QConfig``, so the classes import it at module level and the import graph
 points one way.
 
@@ -51,7 +52,9 @@ from fxquant.factory import ModuleFactory
 
 __all__ = [
     "Codec",
+    "Codecs",
     "DictForm",
+    "coded",
     "decode_dtype",
     "decode_op",
     "decode_pattern",
@@ -59,12 +62,15 @@ __all__ = [
     "encode_op",
     "encode_pattern",
     "encode_qconfig",
+    "from_json",
     "json_list",
+    "list_codec",
     "loads",
     "name_codec",
     "name_of",
     "one_scan",
     "resolve",
+    "to_json",
     "trusted_roots",
     "unsafe",
     "with_path",
@@ -566,13 +572,17 @@ def decode_dtype(name: object, path: str) -> torch.dtype:
         raise ConfigError(msg) from error
 
 
-# ---------------------------------------------------------------- helpers of the config classes
+# ---------------------------------------------------------------- the config classes' JSON
 
-# config/backend.py writes the pattern configs' JSON with these; serialize imports no config
-# class, so the classes import it at module level and the import graph points one way
+# each config class states its JSON as a table of codecs over its to_dict() keys and hands it
+# to to_json/from_json; serialize imports no config class above QConfig, so the classes
+# import it at module level and the import graph points one way
 
 Codec = tuple[Callable[[Any, str], Any], Callable[[Any, str], Any]]
 """(encode, decode) of one dict key's value; each takes the value and its JSON path."""
+
+Codecs = Mapping[str, Codec]
+"""A dict form's codecs by key; a key without one passes through as it is."""
 
 
 def name_codec(kind: str) -> Codec:
@@ -584,6 +594,73 @@ def name_codec(kind: str) -> Codec:
         True
     """
     return (lambda v, p: name_of(v, p, kind), lambda d, p: resolve(d, p, kind))
+
+
+def list_codec(item: Codec) -> Codec:
+    """A JSON array whose items go through ``item``, each at its index's path.
+
+    Example:
+        >>> encode, decode = list_codec(name_codec("pattern op"))
+        >>> decode(encode([torch.add], "ops"), "ops")
+        [<built-in method add of type object at ...>]
+    """
+    return (
+        lambda v, p: [item[0](x, f"{p}[{i}]") for i, x in enumerate(v)],
+        lambda d, p: [item[1](x, f"{p}[{i}]") for i, x in enumerate(json_list(d, p))],
+    )
+
+
+def coded(data: object, path: str, codecs: Codecs, side: int) -> Any:
+    """``data``'s values through their key's encoder (``side`` 0) or decoder (1).
+
+    Keys without a codec pass through as they are (``from_dict`` names unknown ones).
+
+    Example:
+        >>> coded({"op": torch.add, "n": 1}, "", {"op": name_codec("pattern op")}, 0)
+        {'op': {'module': 'torch', 'name': 'add'}, 'n': 1}
+    """
+    if not isinstance(data, Mapping):
+        msg = f"{path}: expected an object, got {data!r}"
+        raise ConfigError(msg)
+    return {
+        key: codecs[key][side](value, _key_path(path, key)) if key in codecs else value
+        for key, value in data.items()
+    }
+
+
+def _key_path(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else (key or '[""]')
+
+
+def to_json(data: Mapping[str, Any], codecs: Codecs) -> str:
+    """A config's ``to_dict()`` as JSON text, each key's value through its codec.
+
+    Raises:
+        UnsafeNameError: naming the JSON path of a value that cannot be written.
+
+    Example:
+        >>> to_json({"pattern": torch.nn.ReLU}, {"pattern": name_codec("pattern op")})
+        '{"pattern": {"module": "torch.nn.modules.activation", "name": "ReLU"}}'
+    """
+    with one_scan():
+        return json.dumps(coded(data, "", codecs, 0))
+
+
+def from_json(text: object, owner: str, codecs: Codecs) -> dict[str, Any]:
+    """:func:`to_json`'s text back to the dict form ``owner.from_dict`` takes.
+
+    Raises:
+        UnsafeNameError: naming the JSON path of a name outside the trusted modules.
+        ConfigError: for malformed JSON or config values (see :func:`loads`).
+
+    Example:
+        >>> from_json('{"n": 1}', "BackendConfig", {})
+        {'n': 1}
+    """
+    data = loads(text, owner)
+    with one_scan():
+        decoded: dict[str, Any] = coded(data, "", codecs, 1)
+    return decoded
 
 
 def json_list(data: object, path: str) -> list[Any]:
