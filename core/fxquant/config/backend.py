@@ -23,7 +23,7 @@ import torch
 
 from fxquant.config import pattern as patterns
 from fxquant.config import serialize
-from fxquant.config.checks import check_real
+from fxquant.config.checks import check_dict_form, check_module_class, check_real, check_str
 from fxquant.config.pattern import Pattern
 from fxquant.dtypes import canonical_dtype, dtype_name
 from fxquant.errors import ConfigError, ConfigTypeError, wrong_type
@@ -184,9 +184,7 @@ _DTYPE_CONFIG_KEYS: Final = (
 
 
 def _check_keys(data: object, valid: Iterable[str], owner: str) -> Mapping[str, Any]:
-    if not isinstance(data, Mapping):
-        msg = f"{owner}.from_dict expects a dict, got {data!r} of type {type(data).__name__}"
-        raise ConfigTypeError(msg)
+    data = check_dict_form(data, owner)
     valid = tuple(valid)
     unknown = [k for k in data if k not in valid]
     if unknown:
@@ -314,13 +312,6 @@ class DTypeConfig:
         if isinstance(value, Mapping):
             return cls.from_dict(value)
         raise wrong_type(value, argument, "a DTypeConfig (or its dict form)")
-
-
-def _check_module_class(value: object, argument: str) -> type[torch.nn.Module] | None:
-    if value is None or (isinstance(value, type) and issubclass(value, torch.nn.Module)):
-        return value
-    expected = "a torch.nn.Module subclass (the class, not an instance) or None"
-    raise wrong_type(value, argument, expected)
 
 
 def _check_callable(value: object, argument: str) -> Callable[..., Any] | None:
@@ -532,7 +523,7 @@ class BackendPatternConfig(serialize.DictForm):
             >>> BackendPatternConfig("x").set_root_module(torch.nn.Linear).root_module.__name__
             'Linear'
         """
-        self.root_module = _check_module_class(root_module, "root_module")
+        self.root_module = check_module_class(root_module, "root_module", optional=True)
         return self
 
     def set_qat_module(self, qat_module: type[torch.nn.Module] | None) -> BackendPatternConfig:
@@ -542,7 +533,7 @@ class BackendPatternConfig(serialize.DictForm):
             >>> BackendPatternConfig("x").set_qat_module(None).qat_module is None
             True
         """
-        self.qat_module = _check_module_class(qat_module, "qat_module")
+        self.qat_module = check_module_class(qat_module, "qat_module", optional=True)
         return self
 
     def set_reference_quantized_module(
@@ -555,7 +546,9 @@ class BackendPatternConfig(serialize.DictForm):
             ...     ).reference_quantized_module.__name__
             'Linear'
         """
-        checked = _check_module_class(reference_quantized_module, "reference_quantized_module")
+        checked = check_module_class(
+            reference_quantized_module, "reference_quantized_module", optional=True
+        )
         self.reference_quantized_module = checked
         return self
 
@@ -567,7 +560,7 @@ class BackendPatternConfig(serialize.DictForm):
             >>> c.fused_module.__name__
             'Sequential'
         """
-        self.fused_module = _check_module_class(fused_module, "fused_module")
+        self.fused_module = check_module_class(fused_module, "fused_module", optional=True)
         return self
 
     def set_fuser_method(self, fuser_method: Callable[..., Any] | None) -> BackendPatternConfig:
@@ -700,7 +693,7 @@ class BackendConfig(serialize.DictForm):
     """
 
     def __init__(self, name: str = "") -> None:
-        self.name = _check_name(name)
+        self.name = check_str(name, "BackendConfig name")
         self._pattern_complex_format_to_config: dict[Pattern, BackendPatternConfig] = {}
 
     def set_name(self, name: str) -> BackendConfig:
@@ -710,7 +703,7 @@ class BackendConfig(serialize.DictForm):
             >>> BackendConfig().set_name("x86").name
             'x86'
         """
-        self.name = _check_name(name)
+        self.name = check_str(name, "BackendConfig name")
         return self
 
     def set_backend_pattern_config(self, config: BackendPatternConfig) -> BackendConfig:
@@ -823,12 +816,6 @@ class BackendConfig(serialize.DictForm):
 
     def __repr__(self) -> str:
         return f"BackendConfig(name={self.name!r}, configs={self.configs!r})"
-
-
-def _check_name(name: object) -> str:
-    if isinstance(name, str):
-        return name
-    raise wrong_type(name, "BackendConfig name", "a str")
 
 
 # ---------------------------------------------------------------- the JSON form

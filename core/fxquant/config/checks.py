@@ -1,4 +1,4 @@
-"""Range checks for the numbers a config carries (observer arguments, dtype constraints).
+"""The argument checks the config classes share: numbers, names, module classes, dict forms.
 
 A number from a JSON file or a dict may be NaN, infinite, negative or a bool; each
 check raises at the constructor, naming the argument, the value and what is expected,
@@ -10,11 +10,24 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Mapping
 from numbers import Real
+from typing import Any
 
-from fxquant.errors import ConfigError, ConfigTypeError, ConfigWarning
+import torch
 
-__all__ = ["check_flag", "check_integer", "check_real", "check_unit_interval", "unknown_keys"]
+from fxquant.errors import ConfigError, ConfigTypeError, ConfigWarning, wrong_type
+
+__all__ = [
+    "check_dict_form",
+    "check_flag",
+    "check_integer",
+    "check_module_class",
+    "check_real",
+    "check_str",
+    "check_unit_interval",
+    "unknown_keys",
+]
 
 
 def check_real(
@@ -137,3 +150,49 @@ def unknown_keys(data: object, valid: tuple[str, ...], owner: str, strict: bool)
         f"torch.ao does; valid keys: {listed} (strict=True makes this an error)"
     )
     warnings.warn(msg, ConfigWarning, stacklevel=4)
+
+
+def check_str(value: object, argument: str) -> str:
+    """A str.
+
+    Example:
+        >>> check_str(3, "module_name")
+        Traceback (most recent call last):
+        ...
+        fxquant.errors.ConfigTypeError: module_name must be a str, got 3 of type int
+    """
+    if isinstance(value, str):
+        return value
+    raise wrong_type(value, argument, "a str")
+
+
+def check_module_class(value: object, argument: str, *, optional: bool = False) -> Any:
+    """A ``torch.nn.Module`` subclass (the class, not an instance); ``optional``: None too.
+
+    Example:
+        >>> check_module_class(torch.nn.Linear(1, 1), "root_module")
+        Traceback (most recent call last):
+        ...
+        fxquant.errors.ConfigTypeError: root_module must be a torch.nn.Module subclass ...
+    """
+    if (value is None and optional) or (
+        isinstance(value, type) and issubclass(value, torch.nn.Module)
+    ):
+        return value
+    expected = "a torch.nn.Module subclass (the class, not an instance)"
+    raise wrong_type(value, argument, f"{expected} or None" if optional else expected)
+
+
+def check_dict_form(data: object, owner: str) -> Mapping[str, Any]:
+    """The dict form a ``from_dict`` of class ``owner`` got, refused when it is no dict.
+
+    Example:
+        >>> check_dict_form([], "Config")
+        Traceback (most recent call last):
+        ...
+        fxquant.errors.ConfigTypeError: Config.from_dict expects a dict, got [] of type list
+    """
+    if not isinstance(data, Mapping):
+        msg = f"{owner}.from_dict expects a dict, got {data!r} of type {type(data).__name__}"
+        raise ConfigTypeError(msg)
+    return data

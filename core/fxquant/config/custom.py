@@ -17,10 +17,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final, TypeVar
 
-import torch
+import torch  # noqa: F401  # the docstring examples run in this module's namespace
 
 from fxquant.config.backend import BackendConfig
-from fxquant.config.checks import unknown_keys
+from fxquant.config.checks import check_dict_form, check_module_class, check_str, unknown_keys
 from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.config.serialize import DictForm
 from fxquant.errors import ConfigError, ConfigTypeError, wrong_type
@@ -77,18 +77,6 @@ class QuantType(enum.Enum):
         choices = ", ".join(repr(m.value) for m in cls)
         msg = f"quant_type must be a QuantType or one of {choices}, got {value!r}"
         raise ConfigTypeError(msg)
-
-
-def _module_class(value: object, argument: str) -> type[torch.nn.Module]:
-    if isinstance(value, type) and issubclass(value, torch.nn.Module):
-        return value
-    raise wrong_type(value, argument, "a torch.nn.Module subclass (the class, not an instance)")
-
-
-def _str(value: object, argument: str) -> str:
-    if isinstance(value, str):
-        return value
-    raise wrong_type(value, argument, "a str")
 
 
 def _index(value: object, argument: str) -> int:
@@ -187,7 +175,7 @@ class _Preserved(DictForm):
             >>> FuseCustomConfig().set_preserved_attributes(["scale"]).preserved_attributes
             ['scale']
         """
-        checked = _list_of(attributes, "preserved_attributes", _str)
+        checked = _list_of(attributes, "preserved_attributes", check_str)
         self.preserved_attributes = checked  # type: ignore[attr-defined]  # T is a _Preserved
         return self
 
@@ -204,10 +192,7 @@ class _Preserved(DictForm):
 
     @classmethod
     def _build(cls: type[P], data: object, strict: bool) -> P:
-        if not isinstance(data, Mapping):
-            owner, kind = cls.__name__, type(data).__name__
-            msg = f"{owner}.from_dict expects a dict, got {data!r} of type {kind}"
-            raise ConfigTypeError(msg)
+        data = check_dict_form(data, cls.__name__)
         # the warning's stacklevel points at the caller of from_dict, two frames up
         unknown_keys(data, cls._KEYS, f"{cls.__name__}.from_dict", strict)
         config = cls()
@@ -307,7 +292,7 @@ class PrepareCustomConfig(_Preserved):
             >>> list(c.standalone_module_names)
             ['sub']
         """
-        name = _str(module_name, "module_name")
+        name = check_str(module_name, "module_name")
         entry = StandaloneModuleConfigEntry(
             qconfig_mapping, example_inputs, prepare_custom_config, backend_config
         )
@@ -330,7 +315,7 @@ class PrepareCustomConfig(_Preserved):
             >>> list(c.standalone_module_classes) == [torch.nn.LSTM]
             True
         """
-        cls = _module_class(module_class, "module_class")
+        cls = check_module_class(module_class, "module_class")
         entry = StandaloneModuleConfigEntry(
             qconfig_mapping, example_inputs, prepare_custom_config, backend_config
         )
@@ -354,8 +339,8 @@ class PrepareCustomConfig(_Preserved):
             >>> list(c.float_to_observed_mapping)
             [<QuantType.STATIC: 'static'>]
         """
-        float_cls = _module_class(float_class, "float_class")
-        observed_cls = _module_class(observed_class, "observed_class")
+        float_cls = check_module_class(float_class, "float_class")
+        observed_cls = check_module_class(observed_class, "observed_class")
         kind = QuantType.coerce(quant_type)
         if kind is not QuantType.STATIC:
             msg = (
@@ -374,7 +359,7 @@ class PrepareCustomConfig(_Preserved):
             >>> c.non_traceable_module_names
             ['a']
         """
-        self.non_traceable_module_names = _list_of(module_names, "module_names", _str)
+        self.non_traceable_module_names = _list_of(module_names, "module_names", check_str)
         return self
 
     def set_non_traceable_module_classes(
@@ -387,7 +372,7 @@ class PrepareCustomConfig(_Preserved):
             >>> c.non_traceable_module_classes == [torch.nn.LSTM]
             True
         """
-        checked: list[type] = _list_of(module_classes, "module_classes", _module_class)
+        checked: list[type] = _list_of(module_classes, "module_classes", check_module_class)
         self.non_traceable_module_classes = checked
         return self
 
@@ -490,8 +475,8 @@ class ConvertCustomConfig(_Preserved):
             >>> list(c.observed_to_quantized_mapping)
             [<QuantType.DYNAMIC: 'dynamic'>]
         """
-        observed_cls = _module_class(observed_class, "observed_class")
-        quantized_cls = _module_class(quantized_class, "quantized_class")
+        observed_cls = check_module_class(observed_class, "observed_class")
+        quantized_cls = check_module_class(quantized_class, "quantized_class")
         kind = QuantType.coerce(quant_type)
         self.observed_to_quantized_mapping.setdefault(kind, {})[observed_cls] = quantized_cls
         return self

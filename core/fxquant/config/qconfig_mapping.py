@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from fxquant.config import serialize
-from fxquant.config.checks import unknown_keys
+from fxquant.config.checks import check_dict_form, check_str, unknown_keys
 from fxquant.config.qconfig import QConfig, QConfigAny
 from fxquant.errors import ConfigError, ConfigTypeError, wrong_type
 
@@ -130,14 +130,8 @@ def _check_object_type(object_type: object, argument: str) -> ObjectType:
     raise wrong_type(object_type, argument, expected, "; e.g. torch.nn.Linear, torch.add, 'relu'")
 
 
-def _check_str(value: object, argument: str) -> str:
-    if isinstance(value, str):
-        return value
-    raise wrong_type(value, argument, "a str")
-
-
 def _compile(regex: object) -> re.Pattern[str]:
-    text = _check_str(regex, "module_name_regex")
+    text = check_str(regex, "module_name_regex")
     try:
         return re.compile(text)
     except re.error as error:
@@ -287,7 +281,7 @@ class QConfigMapping(serialize.DictForm):
             >>> list(QConfigMapping().set_module_name("layer1", None).module_name_qconfigs)
             ['layer1']
         """
-        name = _check_str(module_name, "module_name")
+        name = check_str(module_name, "module_name")
         self.module_name_qconfigs[name] = _check_qconfig(qconfig, "qconfig")
         return self
 
@@ -478,7 +472,7 @@ class QConfigMapping(serialize.DictForm):
 def _order_key(
     module_name: object, object_type: object, index: object
 ) -> tuple[str, ObjectType, int]:
-    name = _check_str(module_name, "module_name")
+    name = check_str(module_name, "module_name")
     checked = _check_object_type(object_type, "object_type")
     if not isinstance(index, int) or isinstance(index, bool):
         msg = f"index must be an int (the call's position in its module), got {index!r}"
@@ -490,10 +484,12 @@ def _order_key(
 
 
 def _check_dict_keys(qconfig_dict: object, strict: bool) -> None:
-    if not isinstance(qconfig_dict, Mapping):
-        msg = f"QConfigMapping.from_dict expects a dict, got {qconfig_dict!r}"
-        raise ConfigTypeError(msg)
-    unknown_keys(qconfig_dict, tuple(DICT_KEYS), "QConfigMapping.from_dict", strict)
+    unknown_keys(
+        check_dict_form(qconfig_dict, "QConfigMapping"),
+        tuple(DICT_KEYS),
+        "QConfigMapping.from_dict",
+        strict,
+    )
 
 
 # ---------------------------------------------------------------- the JSON form
