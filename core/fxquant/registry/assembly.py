@@ -14,7 +14,7 @@ order, tryfirst/trylast included) so that a failure names its plugin::
 from __future__ import annotations
 
 import reprlib
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +29,15 @@ from fxquant.registry import hookspecs
 from fxquant.registry.answers import Deployment, GraphMode, Override
 from fxquant.registry.loading import LoadedPlugin, PluginInfo
 
-__all__ = ["AssembledBackend", "Origin", "assemble", "default_qconfig_mapping", "graph_mode"]
+__all__ = [
+    "AssembledBackend",
+    "Origin",
+    "assemble",
+    "copied_config",
+    "default_qconfig_mapping",
+    "graph_mode",
+    "hook_manager",
+]
 
 _PATTERN_HOOK = "fxquant_pattern_configs"
 _KERNEL_HOOK = "fxquant_lowering_kernels"
@@ -98,9 +106,18 @@ def _plugin_error(
     return error
 
 
-def _manager(
+def hook_manager(
     plugins: Sequence[LoadedPlugin],
 ) -> tuple[pluggy.PluginManager, dict[str, PluginInfo]]:
+    """A pluggy manager holding ``plugins``, whose hooks pluggy checks as each registers.
+
+    Raises:
+        PluginError: pluggy refused a plugin (an unknown hook, wrong arguments).
+
+    Example:
+        >>> hook_manager([])[1]
+        {}
+    """
     manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
     manager.add_hookspecs(hookspecs)
     members: dict[str, PluginInfo] = {}
@@ -295,18 +312,17 @@ def _check_rules_can_match(patterns: _Merged, kernels: _Merged) -> None:
             raise _plugin_error(kernels.owners[key], _KERNEL_HOOK, problem, None)
 
 
-def _backend_config(name: str, merged: _Merged) -> Any:
+def copied_config(name: str, configs: Iterable[BackendPatternConfig]) -> BackendConfig:
+    """A new ``BackendConfig`` named ``name`` holding copies of ``configs``.
 
-    config = BackendConfig(name)
-    for key, pattern_config in merged.items.items():
-        try:
-            # a copy: the plugin keeps its object and may change it later; what the registry
-            # hands out must stay what the plugin answered at assembly
-            config.set_backend_pattern_config(pattern_config.copy())
-        except (ValueError, TypeError) as error:
-            problem = f"returned an invalid pattern config for {_show(key)}"
-            raise _plugin_error(merged.owners[key], _PATTERN_HOOK, problem, error) from error
-    return config
+    The registry copies twice, once per owner: at assembly, as the plugin keeps its objects
+    and may change them later; on each hand-out, as the caller may change what it gets.
+
+    Example:
+        >>> copied_config("b", [BackendPatternConfig("relu")]).configs[0].pattern
+        'relu'
+    """
+    return BackendConfig(name).set_backend_pattern_configs(c.copy() for c in configs)
 
 
 def assemble(name: str, plugins: Sequence[LoadedPlugin]) -> AssembledBackend:
@@ -327,7 +343,7 @@ def assemble(name: str, plugins: Sequence[LoadedPlugin]) -> AssembledBackend:
         >>> assemble("nothing", []).lowering_rules
         ()
     """
-    manager, members = _manager(plugins)
+    manager, members = hook_manager(plugins)
     kwargs = {"backend": name}
     patterns = _merge(
         _call(manager, members, _PATTERN_HOOK, kwargs),
@@ -351,7 +367,8 @@ def assemble(name: str, plugins: Sequence[LoadedPlugin]) -> AssembledBackend:
     )
     return AssembledBackend(
         name=name,
-        config=_backend_config(name, patterns),
+        # _merge checked each config's pattern: building the BackendConfig cannot fail
+        config=copied_config(name, patterns.items.values()),
         lowering_rules=tuple(kernels.items.values()),
         pattern_origins=dict(patterns.origins),
         kernel_origins=dict(kernels.origins),

@@ -17,8 +17,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import pluggy
-
 from fxquant.config.backend import BackendConfig
 from fxquant.enums import member
 from fxquant.errors import (
@@ -29,8 +27,13 @@ from fxquant.errors import (
     UnknownBackendError,
     extension_skipped_warning,
 )
-from fxquant.registry import hookspecs
-from fxquant.registry.assembly import AssembledBackend, assemble, default_qconfig_mapping
+from fxquant.registry.assembly import (
+    AssembledBackend,
+    assemble,
+    copied_config,
+    default_qconfig_mapping,
+    hook_manager,
+)
 from fxquant.registry.compat import check_plugin_api
 from fxquant.registry.install import checkout_root, install_hint, local_plugin_folders
 from fxquant.registry.loading import (
@@ -87,13 +90,6 @@ def _copy_error(error: PluginError) -> PluginError:
     copy = type(error)(str(error))
     copy.__cause__ = error.__cause__
     return copy
-
-
-def _handed_out(backend: AssembledBackend) -> BackendConfig:
-    # a fresh BackendConfig of copies: a caller's edits must not change the registry (the
-    # assembly's own copy keeps a plugin's later edits out of it: two owners, two copies)
-    configs = backend.config.configs
-    return BackendConfig(backend.name).set_backend_pattern_configs(c.copy() for c in configs)
 
 
 def _backend_name(backend: object) -> str:
@@ -242,7 +238,8 @@ class Registry:
 
     def get_backend_config(self, name: str) -> Any:
         """A new ``BackendConfig`` holding the backend's pattern configs (see the module doc)."""
-        return _handed_out(self.assembled(name))
+        assembled = self.assembled(name)
+        return copied_config(name, assembled.config.configs)
 
     def resolve(
         self, backend_config: BackendConfig | None, step: str, *, stacklevel: int = 2
@@ -260,7 +257,8 @@ class Registry:
         if backend_config is None:
             native = host_native_backend(self.list_backends(), step, stacklevel=stacklevel + 1)
             assembled = self.assembled(native.name)
-            return ResolvedBackend.of(_handed_out(assembled), assembled, native)
+            config = copied_config(assembled.name, assembled.config.configs)
+            return ResolvedBackend.of(config, assembled, native)
         if not backend_config.name:
             return ResolvedBackend(backend_config)  # an unnamed config has no plugins
         try:
@@ -289,14 +287,7 @@ class Registry:
             if any(e.plugin is plugin and e.backend == backend for e in self._registered):
                 msg = f"{info.label} is already registered for backend {backend!r}"
                 raise ConfigError(msg)
-            trial = pluggy.PluginManager(hookspecs.PROJECT_NAME)
-            trial.add_hookspecs(hookspecs)
-            try:
-                trial.register(plugin)
-                trial.check_pending()
-            except (pluggy.PluginValidationError, ValueError) as error:
-                msg = f"{info.label} was refused for backend {backend!r}: {error}"
-                raise PluginError(msg) from error
+            hook_manager([LoadedPlugin(info, plugin)])  # pluggy checks its hooks now
             self._registered.append(_Registered(backend, plugin, info))
             self._drop(backend)
 
