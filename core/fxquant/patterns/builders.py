@@ -66,15 +66,13 @@ def module_config(
         >>> config.reference_quantized_module is reference.Linear
         True
     """
-    config = op_config(
-        pattern, dtype_configs, ObservationType.OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT
+    # None is each setter's default: a None argument leaves that module unset
+    return (
+        op_config(pattern, dtype_configs, ObservationType.OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT)
+        .set_root_module(root)
+        .set_reference_quantized_module(reference)
+        .set_qat_module(qat)
     )
-    config.set_root_module(root)
-    if reference is not None:
-        config.set_reference_quantized_module(reference)
-    if qat is not None:
-        config.set_qat_module(qat)
-    return config
 
 
 def fusion_config(
@@ -98,10 +96,7 @@ def fusion_config(
         >>> config.fused_module is intrinsic.ConvReLU2d
         True
     """
-    config = op_config(pattern, dtype_configs).set_fuser_method(fuser)
-    if fused is not None:
-        config.set_fused_module(fused)
-    return config
+    return op_config(pattern, dtype_configs).set_fuser_method(fuser).set_fused_module(fused)
 
 
 def relu_fusion_configs(
