@@ -7,12 +7,15 @@ from typing import Any
 
 import pytest
 from fxquant.config import (
+    BackendConfig,
+    BackendPatternConfig,
     ConvertCustomConfig,
+    DTypeConfig,
     FuseCustomConfig,
     PrepareCustomConfig,
     QConfigMapping,
 )
-from fxquant.errors import ConfigError, ConfigWarning
+from fxquant.errors import ConfigError, ConfigTypeError, ConfigWarning
 
 CASES: list[tuple[Any, dict[str, Any], str]] = [
     (QConfigMapping, {"": None, "stray": 1}, "QConfigMapping.from_dict"),
@@ -57,3 +60,23 @@ def test_a_torch_ao_mapping_dict_with_a_stray_key_loads() -> None:
     with pytest.warns(ConfigWarning, match="'_comment'"):
         mapping = QConfigMapping.from_dict(saved)
     assert mapping.object_type_qconfigs == {"relu": None}
+
+
+@pytest.mark.parametrize(
+    "cls",
+    [
+        QConfigMapping,
+        PrepareCustomConfig,
+        ConvertCustomConfig,
+        FuseCustomConfig,
+        BackendConfig,
+        BackendPatternConfig,
+        DTypeConfig,
+    ],
+)
+def test_a_dict_form_that_is_no_dict_is_refused_naming_the_class_and_the_type(cls: Any) -> None:
+    with pytest.raises(ConfigTypeError) as caught:
+        cls.from_dict([("fc", None)])
+    assert str(caught.value) == (
+        f"{cls.__name__}.from_dict expects a dict, got [('fc', None)] of type list"
+    )
