@@ -140,12 +140,10 @@ class Registry:
 
     def list_backends(self) -> list[str]:
         """Backend names with at least one enabled plugin, sorted; imports nothing."""
-        names = {r.backend for r in self.records() if not r.disabled}
-        names.update(entry.backend for entry in self._registered)
-        return sorted(names)
+        return self._all_names(enabled_only=True)
 
-    def _all_names(self) -> list[str]:
-        names = {r.backend for r in self.records()}
+    def _all_names(self, *, enabled_only: bool = False) -> list[str]:
+        names = {r.backend for r in self.records() if not (enabled_only and r.disabled)}
         names.update(entry.backend for entry in self._registered)
         return sorted(names)
 
