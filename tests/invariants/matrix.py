@@ -37,7 +37,10 @@ of issue 30 (`tests/invariants/checks.py`):
 
 - **untouched**: the caller's model, example inputs and call inputs are never modified;
 - **agrees**: the lowered and deployed models agree with their reference model within one
-  quantization step per quantized node, or the report names the node and why;
+  quantization step per quantized node, or the report names the node and why (a deployment
+  is seen at its output only: a step there is the larger of the output's range / 255 and
+  how far the float ops after the last quantized values, a head kept float, move the output
+  when each of those values is one step off);
 - **custom_cost**: a customization (a module set to None, a type given per-tensor weights)
   costs each node it does not name at most 1 dB of local SQNR;
 - **refused**: nothing float runs is refused;

@@ -169,3 +169,72 @@ def test_the_qat_move_trains_efficientnet_without_leaving_its_float_model() -> N
         got = [main_output(run.lowered(*x)) for x in batches]
     pooled, _ = pooled_sqnr(expected, got)
     assert pooled >= 20, f"{pooled:.1f} dB from the float model after the qat move"
+
+
+def _pooled_head_model() -> torch.nn.Module:
+    """conv -> pool -> flatten -> Linear head, the head float: the conv's biases spread the
+    pool's values over 4 (its step 4 / 255) while the head's rows are orthogonal to that
+    spread, so the output's range is a hundredth of the pool's (Swin's head, float under the
+    object_type move on executorch, moves its output 13 of its own steps per pool step)."""
+    generator = torch.Generator().manual_seed(0)
+    conv = torch.nn.Conv2d(3, 64, 3)
+    head = torch.nn.Linear(64, 10)
+    with torch.no_grad():
+        conv.weight.copy_(0.05 * torch.randn(conv.weight.shape, generator=generator))
+        conv.bias.copy_(torch.linspace(-2.0, 2.0, 64))
+        spread = conv.bias / conv.bias.norm()
+        rows = 0.1 * torch.randn(head.weight.shape, generator=generator)
+        head.weight.copy_(rows - (rows @ spread)[:, None] * spread)
+        head.bias.zero_()
+    pool = torch.nn.AdaptiveAvgPool2d(1)
+    return torch.nn.Sequential(conv, pool, torch.nn.Flatten(), head).eval()
+
+
+def _nudged(model: torch.nn.Module, shift: object) -> object:
+    """``model`` with ``shift(values)`` added to what its head reads: a deployment whose
+    pool kernel rounds differently from the reference's."""
+    head = model.get_submodule("3")
+
+    def nudge(module: object, args: tuple[torch.Tensor]) -> tuple[torch.Tensor]:
+        return (args[0] + shift(args[0]),)  # type: ignore[operator]  # a callable
+
+    head.register_forward_pre_hook(nudge)
+    return model
+
+
+def test_a_deployment_one_step_apart_before_a_float_head_agrees_and_three_apart_does_not() -> None:
+    """The output-level check counts steps as the output sees them: a float head after the
+    last quantized values turns each of their steps into many of the output's own (the
+    agrees invariant failed tv_swin-executorch-object_type, every quantized node within one
+    step of the reference, on the output's range / 255)."""
+    import copy
+
+    from tests.invariants import checks
+    from tests.zoo.runner import ZooModel, images
+
+    zoo = ZooModel("pooled_head", "test", _pooled_head_model, images)
+    mapping = fxquant.get_default_qconfig_mapping("reference").set_module_name("3", None)
+    prepared = fxquant.prepare_fx(zoo.build(), mapping, zoo.inputs(0), backend_config=None)
+    with torch.no_grad():
+        for seed in (1, 2, 3):
+            prepared(*zoo.inputs(seed))
+    lowered = fxquant.convert_fx(prepared)
+    reference = fxquant.convert_to_reference_fx(prepared)
+    run = checks._Run(prepared, lowered, reference, fxquant.explain(lowered, show=False))
+    scale = next(
+        float(n.args[1])
+        for n in reference.graph.nodes
+        if "dequantize" in str(n.target)
+        and n.args[0].name.startswith("quantize_per_tensor")
+        and any(u.target == "3" for u in n.users)
+    )
+    one = torch.zeros(64)
+    one[7] = scale  # one pooled value one step up
+    apart = _nudged(copy.deepcopy(reference), lambda values: one)
+    # every pooled value three steps off, the way the head's first row reads them
+    towards = 3 * scale * reference.get_submodule("3").weight[0].sign()
+    far = _nudged(copy.deepcopy(reference), lambda values: towards)
+    for model, broken in ((apart, False), (far, True)):
+        out = checks.Outcome(Cell("resnet", "reference", "default"))
+        checks._output_steps(run, model, zoo, "stand-in", out)
+        assert bool(out.broken) == broken, out.broken
