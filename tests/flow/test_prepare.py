@@ -204,7 +204,33 @@ def test_unsupported_qconfig_is_skipped_with_a_reason_naming_the_bound() -> None
         127,
     )
     assert "quant_max 255 exceeds the backend bound 127" in entry.reason.words
+    assert "give the activation observer quant_min=0, quant_max=127" in entry.reason.words
     assert ops(gm) == ["Linear"]
+
+
+def test_a_weight_range_refusal_says_the_fix_and_following_it_quantizes_the_layer() -> None:
+    # torch.ao's default weight observer (-128..127) against a backend taking -127..127: the
+    # reason must tell the user what to pass, and what it says must work
+    from fxquant.numerics.observer import default_weight_observer
+
+    if "executorch" not in fxquant.list_backends():
+        pytest.skip("the executorch plugin is not installed")
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4)).eval()
+    example = (torch.randn(2, 8),)
+    mapping = fxquant.get_default_qconfig_mapping("executorch")
+    activation = mapping.global_qconfig.activation
+    mapping.set_object_type(nn.Linear, fxquant.QConfig(activation, default_weight_observer))
+    backend = fxquant.get_backend_config("executorch")
+    refused = explain(prepare_fx(model, mapping, example, backend_config=backend), show=False)
+    words = {entry.reason.words for entry in refused.skipped() if entry.reason is not None}
+    # every bound the observer breaks, in one fix (not one round trip per bound)
+    hint = "`.with_args(quant_min=-127, quant_max=127, eps=0.000244140625, ...)`"
+    assert any(hint in w for w in words), words
+
+    fixed = default_weight_observer.with_args(quant_min=-127, quant_max=127, eps=0.000244140625)
+    mapping.set_object_type(nn.Linear, fxquant.QConfig(activation, fixed))
+    prepared = prepare_fx(model, mapping, example, backend_config=backend)
+    assert not [e for e in explain(prepared, show=False).skipped() if "weight" in str(e.reason)]
 
 
 def test_strict_mode_lists_every_skipped_node() -> None:

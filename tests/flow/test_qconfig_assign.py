@@ -242,3 +242,53 @@ def test_prepare_resolves_each_node_once_and_a_fused_node_again(
     assert fused == ["convs_0", "head_0"]  # conv+bn+relu, linear+relu
     assert sorted(name for name in set(resolved) if resolved.count(name) > 1) == fused
     assert len(resolved) == len(set(resolved)) + len(fused)
+
+
+class _Residual(nn.Module):
+    """conv + BN + add (+ relu), the residual block x86 and onednn fuse into ConvAdd(ReLU)2d,
+    then linear + relu, which fbgemm and executorch fuse into LinearReLU."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.relu = nn.ReLU()
+        self.fc = nn.Linear(4, 4)
+        self.fc_relu = nn.ReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.relu(self.bn(self.conv(x)) + x)
+        return self.fc_relu(self.fc(y.mean((2, 3))))
+
+
+@pytest.mark.parametrize(
+    ("backend", "kind"),
+    [("x86", nn.Conv2d), ("onednn", nn.Conv2d), ("fbgemm", nn.Linear), ("executorch", nn.Linear)],
+)
+def test_a_users_type_entry_reaches_the_layers_a_default_fused_class_entry_covered(
+    backend: str, kind: type[nn.Module]
+) -> None:
+    # these backends' default mappings give the fused class (ConvAdd2d, LinearReLU) its own
+    # entry; a user setting the conv's or linear's type afterwards means those layers too
+    if backend not in fxquant.list_backends():
+        pytest.skip(f"the {backend} plugin is not installed")
+    from fxquant.flow import explain, prepare_fx
+    from fxquant.numerics.observer import MinMaxObserver
+
+    mapping = fxquant.get_default_qconfig_mapping(backend)
+    default = mapping.global_qconfig
+    weight = MinMaxObserver.with_args(
+        dtype=torch.int8, qscheme=torch.per_tensor_symmetric, quant_min=-127, quant_max=127,
+        eps=2**-12,
+    )  # fmt: skip
+    mapping.set_object_type(kind, QConfig(activation=default.activation, weight=weight))
+    prepared = prepare_fx(
+        _Residual().eval(), mapping, (torch.randn(1, 4, 8, 8),),
+        backend_config=fxquant.get_backend_config(backend),
+    )  # fmt: skip
+    rows = explain(prepared, show=False)
+    layer = "conv" if kind is nn.Conv2d else "fc"
+    (row,) = [r for r in rows.entries() if r.node == layer or r.node.startswith(f"{layer}_")]
+    assert row.status == "quantized", row
+    assert row.qconfig.endswith("/MinMaxObserver"), row  # the user's per-tensor weights
+    assert row.pattern.startswith(("ConvAdd", "LinearReLU")), row  # and still fused

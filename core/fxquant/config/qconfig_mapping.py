@@ -249,12 +249,19 @@ class QConfigMapping(serialize.DictForm):
     def set_object_type(self, object_type: ObjectType, qconfig: QConfigAny) -> QConfigMapping:
         """Set the QConfig for a module class, function or method name.
 
+        Setting a type again moves its entry last: between a fused module class and the
+        type it is built around (``LinearReLU`` and ``nn.Linear``) the entry set last
+        decides, so a user's ``nn.Linear`` entry reaches the linears fused with a relu
+        even where a backend's default mapping gave ``LinearReLU`` its own.
+
         Example:
             >>> list(QConfigMapping().set_object_type("relu", None).object_type_qconfigs)
             ['relu']
         """
         key = _check_object_type(object_type, "object_type")
-        self.object_type_qconfigs[key] = _check_qconfig(qconfig, "qconfig")
+        checked = _check_qconfig(qconfig, "qconfig")
+        self.object_type_qconfigs.pop(key, None)
+        self.object_type_qconfigs[key] = checked
         return self
 
     def set_module_name_regex(self, module_name_regex: str, qconfig: QConfigAny) -> QConfigMapping:

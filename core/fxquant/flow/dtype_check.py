@@ -224,25 +224,39 @@ def _check_dtypes(config: DTypeConfig, probe: QConfigProbe, label: str) -> Reaso
 def _check_constraints(
     constraints: DTypeWithConstraints, facts: ObserverFacts, what: str, label: str
 ) -> Reason | None:
-    low, high = constraints.quant_min_lower_bound, constraints.quant_max_upper_bound
-    if low is not None and (facts.quant_min is None or facts.quant_min < low):
-        words = (
-            f"{label}: qconfig {what} quant_min {facts.quant_min} is below the backend bound {low}"
-        )
-        return Reason(ReasonCode.QUANT_RANGE, words, field="quant_min_lower_bound", bound=low)
-    if high is not None and (facts.quant_max is None or facts.quant_max > high):
-        words = (
-            f"{label}: qconfig {what} quant_max {facts.quant_max} exceeds the backend bound {high}"
-        )
-        return Reason(ReasonCode.QUANT_RANGE, words, field="quant_max_upper_bound", bound=high)
-    scale_min = constraints.scale_min_lower_bound
-    if scale_min is not None and (facts.eps is None or facts.eps < scale_min):
-        words = (
-            f"{label}: qconfig {what} smallest scale (eps) {facts.eps} is below the backend "
-            f"bound {scale_min}"
-        )
-        return Reason(ReasonCode.SCALE_MIN, words, field="scale_min_lower_bound", bound=scale_min)
-    return _check_fixed(constraints, facts, what, label)
+    # (code, field, bound, the observer's argument, its value, whether a larger one breaks it)
+    bounds = (
+        (ReasonCode.QUANT_RANGE, "quant_min_lower_bound", constraints.quant_min_lower_bound,
+         "quant_min", facts.quant_min, False),
+        (ReasonCode.QUANT_RANGE, "quant_max_upper_bound", constraints.quant_max_upper_bound,
+         "quant_max", facts.quant_max, True),
+        (ReasonCode.SCALE_MIN, "scale_min_lower_bound", constraints.scale_min_lower_bound,
+         "eps", facts.eps, False),
+    )  # fmt: skip
+    # every bound the observer breaks, so that one fix satisfies them all: a user who mends
+    # quant_min and then meets eps has been sent round twice
+    broken = [
+        row
+        for row in bounds
+        if row[2] is not None
+        and (row[4] is None or (row[4] > row[2] if row[5] else row[4] < row[2]))
+    ]
+    if not broken:
+        return _check_fixed(constraints, facts, what, label)
+    told = "; ".join(
+        f"{arg} {value} {'exceeds' if upper else 'is below'} the backend bound {bound}"
+        for _, _, bound, arg, value, upper in broken
+    )
+    given: dict[str, object] = {arg: bound for _, _, bound, arg, _, _ in broken}
+    if {"quant_min", "quant_max"} & given.keys():  # observers take the two together
+        given = {"quant_min": facts.quant_min, "quant_max": facts.quant_max, **given}
+    fix = ", ".join(f"{arg}={value}" for arg, value in given.items())
+    words = (
+        f"{label}: qconfig {what} {told}; give the {what} observer {fix} "
+        f"(its class's `.with_args({fix}, ...)`)"
+    )
+    code, field, bound = broken[0][:3]
+    return Reason(code, words, field=field, bound=bound)
 
 
 def _symmetric_zero_point(facts: ObserverFacts) -> int | None:

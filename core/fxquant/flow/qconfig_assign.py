@@ -152,8 +152,8 @@ def assign_qconfigs(
         ['_0']
     """
     fused_types = {
-        t: q
-        for t, q in mapping.object_type_qconfigs.items()
+        t: mapping.object_type_qconfigs[_deciding_type(mapping, t)]
+        for t in mapping.object_type_qconfigs
         if isinstance(t, type) and issubclass(t, FusedModule)
     }
     empty = QConfigAssignment({}, (), frozenset(), fused_types)
@@ -240,7 +240,9 @@ def _resolve(
         path = str(node.target)
         # a fused module answers to its class and its root's (fused_from[0]), whose
         # qconfig fusion gave it (see fusion_mismatch); the other parts' types do not
-        return mapping.resolve(path, (type(modules[path]), *info.fused_from[:1]), orders)
+        fused = type(modules[path])
+        deciding = _deciding_type(mapping, fused)
+        return mapping.resolve(path, (deciding, fused, *info.fused_from[:1]), orders)
     return mapping.resolve(info.module_path, (info.module_type, node.target), orders)
 
 
@@ -280,6 +282,18 @@ def _unused(
         for key in keys
         if not used(key)
     )
+
+
+def _deciding_type(mapping: QConfigMapping, fused: type) -> Any:
+    """Of a fused module class and the type it is built around, the one whose entry was set
+    last: a backend's default may give ``LinearReLU`` its own entry, and a user's later
+    ``set_object_type(nn.Linear, ...)`` must still reach the linears that fuse with a relu."""
+    parts = getattr(fused, "PARTS", ())
+    entries = list(mapping.object_type_qconfigs)
+    if not parts or parts[0][1] not in entries:
+        return fused
+    root = parts[0][1]
+    return root if fused not in entries or entries.index(root) > entries.index(fused) else fused
 
 
 def _with_fused_type(
