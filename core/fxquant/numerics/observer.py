@@ -267,6 +267,14 @@ class ObserverBase(torch.nn.Module):
         raise ConfigError(msg)
 
 
+class _PassThrough(ObserverBase):
+    """The observers that record nothing: fixed qparams, placeholders, markers."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Return ``x`` unchanged."""
+        return x
+
+
 _MAX_BINS = 1 << 20
 
 
@@ -859,7 +867,7 @@ class MovingAveragePerChannelMinMaxObserver(_MovingAverage, PerChannelMinMaxObse
         self.averaging_constant = averaging_constant
 
 
-class FixedQParamsObserver(ObserverBase):
+class FixedQParamsObserver(_PassThrough):
     """Observer whose scale and zero point are fixed up front (sigmoid, tanh, ...).
 
     Args:
@@ -912,16 +920,12 @@ class FixedQParamsObserver(ObserverBase):
         self.register_buffer("scale", torch.tensor([scale], dtype=torch.float))
         self.register_buffer("zero_point", torch.tensor([zero_point], dtype=torch.int))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Return ``x`` unchanged (nothing to record)."""
-        return x
-
     def calculate_qparams(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The fixed ``(scale, zero_point)`` buffers."""
         return self.scale, self.zero_point
 
 
-class PlaceholderObserver(ObserverBase):
+class PlaceholderObserver(_PassThrough):
     """Records nothing; carries the dtype (float16, or a dynamic quantization config).
 
     Args:
@@ -958,15 +962,11 @@ class PlaceholderObserver(ObserverBase):
         self.eps = FLOAT32_EPS if eps is None else eps
         self.custom_op = custom_op_name
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Return ``x`` unchanged."""
-        return x
-
     def extra_repr(self) -> str:
         return f"dtype={self.dtype}, is_dynamic={self.is_dynamic}"
 
 
-class PerTokenObserver(ObserverBase):
+class PerTokenObserver(_PassThrough):
     """Records nothing; marks an input for dynamic per-token quantization.
 
     What :class:`PlaceholderObserver` with ``is_dynamic=True`` is for dynamic
@@ -1024,10 +1024,6 @@ class PerTokenObserver(ObserverBase):
         self.quant_min, self.quant_max = low, high
         self.eps = FLOAT32_EPS if eps is None else eps
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Return ``x`` unchanged."""
-        return x
-
     def extra_repr(self) -> str:
         return f"dtype={self.dtype}, per_token=True"
 
@@ -1056,7 +1052,7 @@ class RecordingObserver(ObserverBase):
         return self.tensor_val
 
 
-class NoopObserver(ObserverBase):
+class NoopObserver(_PassThrough):
     """Records nothing; carries a dtype (``torch.float16`` by default).
 
     Example:
@@ -1068,12 +1064,8 @@ class NoopObserver(ObserverBase):
         super().__init__(dtype=dtype, is_dynamic=False)
         self.custom_op = custom_op_name
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Return ``x`` unchanged."""
-        return x
 
-
-class ReuseInputObserver(ObserverBase):
+class ReuseInputObserver(_PassThrough):
     """Marks an op (reshape, ...) whose output reuses its input's observer (FX flow only).
 
     Example:
@@ -1083,10 +1075,6 @@ class ReuseInputObserver(ObserverBase):
 
     def __init__(self) -> None:
         super().__init__(torch.uint8, is_dynamic=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Return ``x`` unchanged."""
-        return x
 
 
 def _finite_with_range(
