@@ -39,6 +39,7 @@ from torch import nn
 from fxquant import dtypes
 from fxquant.errors import ConfigError, ConfigTypeError
 from fxquant.numerics import qdq
+from fxquant.numerics.saved_shapes import adopt_saved_buffers
 
 __all__ = [
     "GRU",
@@ -171,17 +172,12 @@ class WeightQParams(nn.Module):
         self.quant_min, self.quant_max = int(state["quant_min"]), int(state["quant_max"])
         self.quantized = self.qscheme is not None and dtypes.is_quantized_dtype(self.dtype)
 
-    def _load_from_state_dict(  # type: ignore[no-untyped-def]  # noqa: PLR0913, PLR0917  # torch's private hook, untyped
-        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    def _load_from_state_dict(
+        self, state_dict: dict[str, Any], prefix: str, local_metadata: dict[str, Any], *rest: Any
     ) -> None:
-        # per-channel qparams load into a per-tensor module (and back): adopt the saved shapes
-        for name in ("scale", "zero_point"):
-            saved = state_dict.get(prefix + name)
-            if isinstance(saved, torch.Tensor):
-                setattr(self, name, saved.detach().clone().to(getattr(self, name).device))
-        super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
-        )
+        # per-channel qparams load into a per-tensor module (and back)
+        adopt_saved_buffers(self, state_dict, prefix, ("scale", "zero_point"))
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, *rest)
 
     def extra_repr(self) -> str:
         """qscheme, dtype and range."""

@@ -34,6 +34,7 @@ from fxquant.nn.qat import Lookup, Pool, conv_kwargs, embedding_settings, linear
 # the seed's reference namespace has them, so a config naming that class finds fxquant's
 from fxquant.nn.recurrent import GRU, LSTM, GRUCell, LSTMCell, RNNCell
 from fxquant.numerics import qdq
+from fxquant.numerics.saved_shapes import adopt_saved_buffers
 
 __all__ = [
     "GRU",
@@ -212,8 +213,6 @@ class ReferenceQuantizedModule(nn.Module):
             if self.weight_qscheme is not None and self.weight_dtype in _FLOAT_CAST:
                 return self.weight.to(self.weight_dtype)
             return self.weight
-        if self._float_qparams():
-            return self._quantize_float_qparams()
         quantize = qdq.quantize_per_channel if self._per_channel() else qdq.quantize_per_tensor
         return quantize(self.weight, *self._weight_qparams())
 
@@ -241,33 +240,10 @@ class ReferenceQuantizedModule(nn.Module):
         quantized = self.get_quantized_weight()
         if not self.is_weight_quantized():
             return quantized.to(self.weight.dtype)
-        if self._float_qparams():
-            return self._dequantize_float_qparams(quantized)
         per_channel = self._per_channel()
         dequantize = qdq.dequantize_per_channel if per_channel else qdq.dequantize_per_tensor
         qparams = self._weight_qparams()
         return dequantize(quantized, *qparams, out_dtype=self.weight.dtype)
-
-    def _channel_shape(self) -> list[int]:
-        shape = [1] * self.weight.dim()
-        shape[self.weight_axis_int] = -1
-        return shape
-
-    def _quantize_float_qparams(self) -> torch.Tensor:
-        # float zero points are added before rounding (unlike integer ones), as torch's
-        # per_channel_affine_float_qparams kernels do; used by embedding weights.
-        shape = self._channel_shape()
-        inv_scale = (1.0 / self.weight_scale.float()).reshape(shape)
-        zero_point = self.weight_zero_point.float().reshape(shape)
-        q = torch.round(self.weight.float() * inv_scale + zero_point)
-        q = q.clamp(self.weight_quant_min, self.weight_quant_max)
-        return q.to(_storage_dtype(self.weight_dtype))
-
-    def _dequantize_float_qparams(self, q: torch.Tensor) -> torch.Tensor:
-        shape = self._channel_shape()
-        zero_point = self.weight_zero_point.float().reshape(shape)
-        scale = self.weight_scale.float().reshape(shape)
-        return ((q.float() - zero_point) * scale).to(self.weight.dtype)
 
     def get_weight_qparams(self) -> dict[str, Any]:
         """The weight qparams in the ``from_float`` dict form (what lowering reads).
@@ -306,19 +282,14 @@ class ReferenceQuantizedModule(nn.Module):
         self.weight_quant_min = int(state["quant_min"])
         self.weight_quant_max = int(state["quant_max"])
 
-    def _load_from_state_dict(  # type: ignore[no-untyped-def]  # noqa: PLR0913, PLR0917  # torch's private hook, untyped
-        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    def _load_from_state_dict(
+        self, state_dict: dict[str, Any], prefix: str, local_metadata: dict[str, Any], *rest: Any
     ) -> None:
-        # a per-channel checkpoint loads into a per-tensor module (and back): adopt the
-        # saved qparam shapes instead of failing on a size mismatch
-        for name in ("weight_scale", "weight_zero_point", "weight_axis"):
-            saved = state_dict.get(prefix + name)
-            if isinstance(saved, torch.Tensor):
-                current: torch.Tensor = getattr(self, name)
-                setattr(self, name, saved.detach().clone().to(current.device))
-        super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        # a per-channel checkpoint loads into a per-tensor module (and back)
+        adopt_saved_buffers(
+            self, state_dict, prefix, ("weight_scale", "weight_zero_point", "weight_axis")
         )
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, *rest)
         self.weight_axis_int = int(self.weight_axis)
 
     def extra_repr(self) -> str:
