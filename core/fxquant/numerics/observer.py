@@ -596,6 +596,7 @@ class _RunningRange(UniformQuantizationObserverBase):
     """
 
     _PER_CHANNEL: ClassVar[bool] = False
+    ch_axis: int  # per channel only
     min_val: torch.Tensor
     max_val: torch.Tensor
 
@@ -1077,28 +1078,6 @@ class ReuseInputObserver(_PassThrough):
         super().__init__(torch.uint8, is_dynamic=False)
 
 
-def _finite_with_range(
-    x: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
-    """``x`` without NaN and infinities, its min and max (``inf``, ``-inf`` when nothing is
-    left) and how many values were dropped."""
-    if x.numel() > 0:
-        x_min, x_max = _aminmax(x)
-        # min and max carry any NaN or inf: one tiny test on the fast path
-        if _all_finite(x_min, x_max):
-            return x, x_min, x_max, 0
-        # an infinite or NaN range would be useless (torch.histc refuses it)
-        kept = x[torch.isfinite(x)]
-        dropped = x.numel() - kept.numel()
-        if kept.numel() > 0:
-            x_min, x_max = _aminmax(kept)
-            return kept, x_min, x_max, dropped
-        x = kept
-    else:
-        dropped = 0
-    return x, _nothing(x, ()), _nothing(x, (), -1.0), dropped
-
-
 def _cube_integral(begin: torch.Tensor, end: torch.Tensor, density: torch.Tensor) -> torch.Tensor:
     """``density * integral of t**2 from begin to end``: the L2 error of a uniform spread."""
     return density * ((end * end * end - begin * begin * begin) / 3)
@@ -1172,18 +1151,18 @@ class HistogramObserver(UniformQuantizationObserverBase):
 
     def forward(self, x_orig: torch.Tensor) -> torch.Tensor:
         """Add ``x`` (NaN and infinities left out) to the histogram; return ``x`` unchanged."""
-        reducer = self._batch_reducer
-        if x_orig.numel() == 0 and reducer is None:
-            return x_orig
-        x, x_min, x_max, dropped = _finite_with_range(x_orig.detach())
-        self._note_nonfinite(dropped, x_orig.numel())
-        if reducer is not None:
-            # the peers agree on the range first: every one then bins onto the same edges,
-            # and the sum of their counts is the histogram of the union of their batches
-            x_min, x_max = reducer.min_max(x_min, x_max)
-        if bool(x_min > x_max):
+        # with a reducer the peers agree on the range first: every one then bins onto the same
+        # edges, and the sum of their counts is the histogram of the union of their batches
+        dropped = self.nonfinite_count
+        found = self._batch_min_max(x_orig, x_orig.dtype)
+        if found is None:
             return x_orig  # nothing finite to add (here, or at any peer)
-        self._note_peak(x_min, x_max)
+        x_min, x_max, x = *found, x_orig.detach()
+        if self.nonfinite_count != dropped:
+            # histc skips NaN and infinities outside its range, but reads the range off the
+            # data when it is 0..0: it must see finite values only
+            x = x[torch.isfinite(x)]
+        reducer = self._batch_reducer
         if bool(self.min_val == float("inf")) or bool(self.max_val == float("-inf")):
             first = torch.histc(x, self.bins, min=float(x_min), max=float(x_max))
             self._set_state(first if reducer is None else reducer.sum(first), x_min, x_max)
