@@ -22,10 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fxquant.errors import ConfigError
 from fxquant.nn import intrinsic as nni
 from fxquant.nn import qat as nnqat
-from fxquant.nn.fusers import fold_bn_weights
+from fxquant.nn.fusers import check_qat_bn, fold_bn_weights
 
 __all__ = [
     "ConvBn1d",
@@ -134,12 +133,7 @@ class _BnFolding(nn.Module):
     freeze_bn: bool
 
     def _attach_bn(self, bn: BatchNorm, freeze_bn: bool) -> None:
-        if not (bn.affine and bn.track_running_stats):
-            msg = (
-                f"{type(self).__name__} needs a BatchNorm with affine=True and "
-                f"track_running_stats=True, got {bn!r}"
-            )
-            raise ConfigError(msg)
+        check_qat_bn(type(self).__name__, bn)
         self.bn = bn
         self.freeze_bn = freeze_bn
         self.bn.train(self.training and not freeze_bn)
