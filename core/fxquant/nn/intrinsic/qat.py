@@ -26,18 +26,10 @@ from fxquant.nn import intrinsic as nni
 from fxquant.nn import qat as nnqat
 from fxquant.nn.fusers import check_qat_bn, fold_bn_weights
 
+# the twins of the fused modules that hold a weight to fake-quantize (every one but
+# BNReLU and ConvAdd, which keep their float forms in QAT), and the BatchNorm switches
 __all__ = [
-    "ConvBn1d",
-    "ConvBn2d",
-    "ConvBn3d",
-    "ConvBnReLU1d",
-    "ConvBnReLU2d",
-    "ConvBnReLU3d",
-    "ConvReLU1d",
-    "ConvReLU2d",
-    "ConvReLU3d",
-    "LinearBn1d",
-    "LinearReLU",
+    *(name for name in nni.__all__ if name.startswith(("ConvBn", "ConvReLU", "Linear"))),
     "freeze_bn_stats",
     "update_bn_stats",
 ]
