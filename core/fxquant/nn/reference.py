@@ -345,7 +345,8 @@ def _build(
 
 
 class _Reference(ReferenceQuantizedModule):
-    """The reference modules of this file: ``_float_class`` is the float class mixed in."""
+    """The reference modules of this file: ``_float_class`` is the float class mixed in,
+    ``_arguments`` gives the constructor arguments that rebuild a float one."""
 
     # lowering drops a reference module its kernels fully replaced (and its float weights)
     _IS_REFERENCE: ClassVar[bool] = True
@@ -356,6 +357,17 @@ class _Reference(ReferenceQuantizedModule):
     ) -> None:
         self._float_class.__init__(self, *args, **kwargs)
         self._init_weight_qparams(weight_qparams)
+
+    @classmethod
+    def from_float(cls, float_module: nn.Module, weight_qparams: Mapping[str, Any] | None) -> Any:
+        """Copy ``float_module``: a ``_float_class`` module, a fused module whose first part
+        is one, or a QAT module (whose ``to_float()`` folds any BatchNorm first)."""
+        mod = _root(cls, float_module, cls._float_class)
+        return _build(cls, mod, cls._arguments(mod), weight_qparams)
+
+    @staticmethod
+    def _arguments(mod: nn.Module) -> dict[str, Any]:
+        raise NotImplementedError
 
 
 class Linear(_Reference, nn.Linear):
@@ -374,19 +386,11 @@ class Linear(_Reference, nn.Linear):
     """
 
     _float_class = nn.Linear
+    _arguments = staticmethod(linear_kwargs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Linear with the quantize->dequantized weight."""
         return F.linear(x, self.get_weight(), self.bias)
-
-    @classmethod
-    def from_float(
-        cls, float_module: nn.Module, weight_qparams: Mapping[str, Any] | None
-    ) -> Linear:
-        """Copy ``float_module`` (a ``nn.Linear`` or a fused module rooted at one)."""
-        mod = _root(cls, float_module, nn.Linear)
-        ref: Linear = _build(cls, mod, linear_kwargs(mod), weight_qparams)
-        return ref
 
 
 class _ConvMixin(_Reference):
@@ -399,12 +403,7 @@ class _ConvMixin(_Reference):
 
     _conv_forward: Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
     bias: torch.Tensor | None
-
-    @classmethod
-    def from_float(cls, float_module: nn.Module, weight_qparams: Mapping[str, Any] | None) -> Any:
-        """Copy ``float_module`` (the float conv, or a fused module rooted at one)."""
-        mod = _root(cls, float_module, cls._float_class)
-        return _build(cls, mod, conv_kwargs(mod), weight_qparams)
+    _arguments = staticmethod(conv_kwargs)
 
 
 class _PlainConv(_ConvMixin):
@@ -553,19 +552,19 @@ class ConvTranspose3d(_TransposedConv, nn.ConvTranspose3d):
     _SPATIAL_DIMS = 3
 
 
+def _table_kwargs(mod: nn.Module) -> dict[str, Any]:
+    sizes = {"num_embeddings": mod.num_embeddings, "embedding_dim": mod.embedding_dim}
+    return sizes | embedding_settings(mod)
+
+
 class _Table(_Reference):
     """The reference embeddings: ``from_float`` copies the float table's settings."""
+
+    _arguments = staticmethod(_table_kwargs)
 
     def table_weight(self) -> torch.Tensor:
         """The quantize->dequantized table."""
         return self.get_weight()
-
-    @classmethod
-    def from_float(cls, float_module: nn.Module, weight_qparams: Mapping[str, Any] | None) -> Any:
-        """Copy a ``nn.Embedding`` / ``nn.EmbeddingBag`` (``_float_class``)."""
-        mod = _root(cls, float_module, cls._float_class)
-        kwargs = {"num_embeddings": mod.num_embeddings, "embedding_dim": mod.embedding_dim}
-        return _build(cls, mod, kwargs | embedding_settings(mod), weight_qparams)
 
 
 class Embedding(_Table, Lookup, nn.Embedding):
