@@ -107,6 +107,24 @@ def test_a_batch_with_nothing_finite_leaves_the_observer_unchanged(name: str) ->
         torch.testing.assert_close(value, before[key], rtol=0, atol=0, equal_nan=False)
 
 
+@pytest.mark.parametrize("name", sorted(PER_TENSOR))
+@pytest.mark.parametrize("poison", [NAN, INF, -INF])
+def test_a_batch_of_zeros_with_a_non_finite_value_is_observed_as_its_zeros(
+    name: str, poison: float
+) -> None:
+    # a histogram over the range 0..0 is binned over the range of the data (torch.histc):
+    # the observer must hand it the finite values only
+    poisoned, clean = PER_TENSOR[name](), PER_TENSOR[name]()
+    with pytest.warns(CalibrationWarning, match=r"ignored 1 non-finite value"):
+        poisoned(torch.tensor([0.0, 0.0, poison]))
+    clean(torch.tensor([0.0, 0.0]))
+    for obs in (poisoned, clean):
+        obs(torch.tensor([-1.0, 0.5, 2.0]))
+    for key, value in clean.state_dict().items():
+        torch.testing.assert_close(poisoned.state_dict()[key], value, rtol=0, atol=0)
+    torch.testing.assert_close(poisoned.calculate_qparams(), clean.calculate_qparams())
+
+
 def test_a_channel_that_never_saw_a_finite_value_gets_scale_one() -> None:
     obs = fxobs.PerChannelMinMaxObserver(ch_axis=1)
     with pytest.warns(CalibrationWarning):

@@ -14,6 +14,7 @@ The submodules load on first access, so ``import fxquant.nn`` stays cheap and
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable, Iterable
 from types import ModuleType
 
 from torch import nn
@@ -23,11 +24,26 @@ __all__ = ["fusers", "intrinsic", "is_leaf_module", "qat", "recurrent", "referen
 _SUBMODULES = frozenset({"fusers", "intrinsic", "qat", "recurrent", "reference"})
 
 
-def __getattr__(name: str) -> ModuleType:
-    if name in _SUBMODULES:
-        return importlib.import_module(f"{__name__}.{name}")
-    msg = f"module {__name__!r} has no attribute {name!r}"
-    raise AttributeError(msg)
+def lazy_submodules(package: str, names: Iterable[str]) -> Callable[[str], ModuleType]:
+    """A module ``__getattr__`` (PEP 562) for ``package`` importing its submodules ``names``
+    on first access: for the packages of this folder, whose submodules import them back.
+
+    Example:
+        >>> lazy_submodules("fxquant.nn", ["qat"])("qat").__name__
+        'fxquant.nn.qat'
+    """
+    known = frozenset(names)
+
+    def load(name: str) -> ModuleType:
+        if name in known:
+            return importlib.import_module(f"{package}.{name}")
+        msg = f"module {package!r} has no attribute {name!r}"
+        raise AttributeError(msg)
+
+    return load
+
+
+__getattr__ = lazy_submodules(__name__, _SUBMODULES)
 
 
 def is_leaf_module(module: nn.Module) -> bool:

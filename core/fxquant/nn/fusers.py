@@ -33,6 +33,7 @@ _M = TypeVar("_M", bound=nn.Module)
 
 __all__ = [
     "bn_scale_and_shift",
+    "check_qat_bn",
     "fold_bn_into_conv",
     "fold_bn_into_linear",
     "fold_bn_weights",
@@ -52,15 +53,17 @@ BatchNormNd = nn.BatchNorm1d | nn.BatchNorm2d | nn.BatchNorm3d
 # an nn.ReLU module, or F.relu / torch.relu when the pattern matched the function
 ReLULike = nn.ReLU | Callable[[torch.Tensor], torch.Tensor]
 
-_CONV_DIM: dict[type[nn.Module], int] = {
-    nn.Conv1d: 1,
-    nn.Conv2d: 2,
-    nn.Conv3d: 3,
-    nn.ConvTranspose1d: 1,
-    nn.ConvTranspose2d: 2,
-    nn.ConvTranspose3d: 3,
+# the BatchNorm that normalizes each foldable layer's output
+_BN_AFTER: dict[type[nn.Module], type[nn.Module]] = {
+    nn.Linear: nn.BatchNorm1d,
+    nn.Conv1d: nn.BatchNorm1d,
+    nn.Conv2d: nn.BatchNorm2d,
+    nn.Conv3d: nn.BatchNorm3d,
+    nn.ConvTranspose1d: nn.BatchNorm1d,
+    nn.ConvTranspose2d: nn.BatchNorm2d,
+    nn.ConvTranspose3d: nn.BatchNorm3d,
 }
-_BN_FOR_DIM: dict[int, type[nn.Module]] = {1: nn.BatchNorm1d, 2: nn.BatchNorm2d, 3: nn.BatchNorm3d}
+_CONVS = tuple(layer for layer in _BN_AFTER if layer is not nn.Linear)
 
 
 def _by_first_part(*classes: type[nni.FusedModule]) -> dict[type[nn.Module], type[nni.FusedModule]]:
@@ -156,10 +159,21 @@ def _copy_without_weights(module: _M) -> _M:
     return copy.deepcopy(module, memo)
 
 
-def _replace_params(module: nn.Module, weight: torch.Tensor, bias: torch.Tensor) -> None:
-    requires_grad = bool(getattr(module.weight, "requires_grad", True))
-    module.weight = nn.Parameter(weight.detach(), requires_grad)
-    module.bias = nn.Parameter(bias.detach(), requires_grad)
+def _folded_copy(
+    fuser: str, layer: _M, bn: nn.modules.batchnorm._BatchNorm, transpose: bool = False
+) -> _M:
+    """A copy of ``layer`` with the eval-mode ``bn`` folded into new weight and bias Parameters."""
+    _check_eval(fuser, bn)
+    weight: torch.Tensor = layer.weight  # type: ignore[assignment]  # a conv or linear
+    transpose = transpose or isinstance(layer, nn.modules.conv._ConvTransposeNd)
+    with torch.no_grad():  # new leaf parameters: recording the fold for autograd is waste
+        groups = int(getattr(layer, "groups", 1))
+        new_weight, new_bias = fold_bn_weights(
+            weight, getattr(layer, "bias", None), bn, transpose=transpose, groups=groups
+        )
+    fused = _copy_without_weights(layer)
+    fused.weight, fused.bias = nn.Parameter(new_weight), nn.Parameter(new_bias)
+    return fused
 
 
 def fold_bn_into_conv(
@@ -186,16 +200,8 @@ def fold_bn_into_conv(
         >>> torch.allclose(folded(x), bn(conv(x)), atol=1e-6)
         True
     """
-    _check_conv_bn("fold_bn_into_conv", conv, bn)
-    _check_eval("fold_bn_into_conv", bn)
-    is_transposed = transpose or isinstance(conv, nn.modules.conv._ConvTransposeNd)
-    with torch.no_grad():  # new leaf parameters: recording the fold for autograd is waste
-        weight, bias = fold_bn_weights(
-            conv.weight, conv.bias, bn, transpose=is_transposed, groups=conv.groups
-        )
-    fused = _copy_without_weights(conv)
-    _replace_params(fused, weight, bias)
-    return fused
+    _check_layer_bn("fold_bn_into_conv", "conv", conv, bn, _CONVS)
+    return _folded_copy("fold_bn_into_conv", conv, bn, transpose)
 
 
 def fold_bn_into_linear(linear: nn.Linear, bn: nn.BatchNorm1d) -> nn.Linear:
@@ -207,13 +213,8 @@ def fold_bn_into_linear(linear: nn.Linear, bn: nn.BatchNorm1d) -> nn.Linear:
         >>> torch.allclose(fold_bn_into_linear(linear, bn)(x), bn(linear(x)), atol=1e-6)
         True
     """
-    _check_linear_bn("fold_bn_into_linear", linear, bn)
-    _check_eval("fold_bn_into_linear", bn)
-    with torch.no_grad():
-        weight, bias = fold_bn_weights(linear.weight, linear.bias, bn)
-    fused = _copy_without_weights(linear)
-    _replace_params(fused, weight, bias)
-    return fused
+    _check_layer_bn("fold_bn_into_linear", "linear", linear, bn, (nn.Linear,))
+    return _folded_copy("fold_bn_into_linear", linear, bn)
 
 
 # ---------------------------------------------------------------- validation
@@ -229,47 +230,46 @@ def _check_eval(fuser: str, bn: nn.Module) -> None:
         raise ConfigError(msg)
 
 
-def _check_conv_bn(fuser: str, conv: nn.Module, bn: nn.Module) -> None:
-    dim = _CONV_DIM.get(type(conv))
-    if dim is None:
+def _check_layer_bn(
+    fuser: str, arg: str, layer: object, bn: object, layers: tuple[type[nn.Module], ...]
+) -> None:
+    """``layer`` is one of ``layers`` and ``bn`` the BatchNorm of its dimension and width."""
+    if type(layer) not in layers:
+        choices = " or ".join(type_label(t) for t in layers)
         msg = (
-            f"{fuser}: argument 'conv' must be a torch.nn.Conv1d/2d/3d or ConvTranspose1d/2d/3d, "
-            f"got {conv!r} of type {type_label(type(conv))}"
+            f"{fuser}: argument {arg!r} must be a {choices}, "
+            f"got {layer!r} of type {type_label(type(layer))}"
         )
         raise ConfigTypeError(msg)
-    expected_bn = _BN_FOR_DIM[dim]
+    expected_bn = _BN_AFTER[type(layer)]  # type: ignore[index]  # one of layers, checked above
     if type(bn) is not expected_bn:
         msg = (
             f"{fuser}: argument 'bn' must be a {type_label(expected_bn)} to follow "
-            f"{type_label(type(conv))}, got {bn!r} of type {type_label(type(bn))}"
+            f"{type_label(type(layer))}, got {bn!r} of type {type_label(type(bn))}"
         )
         raise ConfigTypeError(msg)
-    _check_channels(fuser, "out_channels", conv.out_channels, bn)
-
-
-def _check_linear_bn(fuser: str, linear: nn.Module, bn: nn.Module) -> None:
-    if type(linear) is not nn.Linear:
-        msg = f"{fuser}: argument 'linear' must be a torch.nn.Linear, got {linear!r}"
-        raise ConfigTypeError(msg)
-    if type(bn) is not nn.BatchNorm1d:
-        msg = f"{fuser}: argument 'bn' must be a torch.nn.BatchNorm1d, got {bn!r}"
-        raise ConfigTypeError(msg)
-    _check_channels(fuser, "out_features", linear.out_features, bn)
-
-
-def _check_channels(fuser: str, what: str, channels: object, bn: nn.Module) -> None:
-    if channels != bn.num_features:
+    what = "out_features" if isinstance(layer, nn.Linear) else "out_channels"
+    channels, features = getattr(layer, what), getattr(bn, "num_features", None)
+    if channels != features:
         msg = (
             f"{fuser}: the layer's {what} ({channels}) must equal bn.num_features "
-            f"({bn.num_features}); this BatchNorm does not normalize this layer's output"
+            f"({features}); this BatchNorm does not normalize this layer's output"
         )
         raise ConfigError(msg)
 
 
-def _check_qat_bn(fuser: str, bn: nn.Module) -> None:
+def check_qat_bn(owner: str, bn: nn.Module) -> None:
+    """Raise :class:`ConfigError` unless QAT can fold ``bn`` while training: it must be affine
+    and track running statistics.
+
+    Example:
+        >>> check_qat_bn("fuse_conv_bn", nn.BatchNorm2d(3, affine=False))
+        Traceback (most recent call last):
+        fxquant.errors.ConfigError: fuse_conv_bn: QAT needs a BatchNorm with affine=True ...
+    """
     if not (bn.affine and bn.track_running_stats):
         msg = (
-            f"{fuser}: QAT fusion needs a BatchNorm with affine=True and "
+            f"{owner}: QAT needs a BatchNorm with affine=True and "
             f"track_running_stats=True, got {bn!r}"
         )
         raise ConfigError(msg)
@@ -305,9 +305,9 @@ def fuse_conv_bn(is_qat: bool, conv: ConvNd, bn: BatchNormNd) -> nn.Module:
         'Conv2d'
     """
     fused_cls = _fused_class("fuse_conv_bn", _CONV_BN, conv)
-    _check_conv_bn("fuse_conv_bn", conv, bn)
+    _check_layer_bn("fuse_conv_bn", "conv", conv, bn, _CONVS)
     if is_qat:
-        _check_qat_bn("fuse_conv_bn", bn)
+        check_qat_bn("fuse_conv_bn", bn)
         return fused_cls(conv, bn)
     return fold_bn_into_conv(conv, bn)
 
@@ -323,11 +323,11 @@ def fuse_conv_bn_relu(is_qat: bool, conv: ConvNd, bn: BatchNormNd, relu: ReLULik
     relu = relu_module("fuse_conv_bn_relu", relu)
     if is_qat:
         fused_cls = _fused_class("fuse_conv_bn_relu", _CONV_BN_RELU, conv)
-        _check_conv_bn("fuse_conv_bn_relu", conv, bn)
-        _check_qat_bn("fuse_conv_bn_relu", bn)
+        _check_layer_bn("fuse_conv_bn_relu", "conv", conv, bn, _CONVS)
+        check_qat_bn("fuse_conv_bn_relu", bn)
         return fused_cls(conv, bn, relu)
     relu_cls = _fused_class("fuse_conv_bn_relu", _CONV_RELU, conv)
-    _check_conv_bn("fuse_conv_bn_relu", conv, bn)
+    _check_layer_bn("fuse_conv_bn_relu", "conv", conv, bn, _CONVS)
     return relu_cls(fold_bn_into_conv(conv, bn), relu)
 
 
@@ -339,9 +339,9 @@ def fuse_linear_bn(is_qat: bool, linear: nn.Linear, bn: nn.BatchNorm1d) -> nn.Mo
         >>> type(fuse_linear_bn(True, linear, bn)).__name__
         'LinearBn1d'
     """
-    _check_linear_bn("fuse_linear_bn", linear, bn)
+    _check_layer_bn("fuse_linear_bn", "linear", linear, bn, (nn.Linear,))
     if is_qat:
-        _check_qat_bn("fuse_linear_bn", bn)
+        check_qat_bn("fuse_linear_bn", bn)
         return nni.LinearBn1d(linear, bn)
     return fold_bn_into_linear(linear, bn)
 

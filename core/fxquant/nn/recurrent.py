@@ -39,6 +39,7 @@ from torch import nn
 from fxquant import dtypes
 from fxquant.errors import ConfigError, ConfigTypeError
 from fxquant.numerics import qdq
+from fxquant.numerics.saved_shapes import adopt_saved_buffers
 
 __all__ = [
     "GRU",
@@ -102,19 +103,18 @@ class WeightQParams(nn.Module):
         zp = torch.as_tensor(zero_point).detach().clone().to(torch.int32)
         self.register_buffer("zero_point", zp)
 
+    def _qdq_arguments(self) -> tuple[Any, ...]:
+        """The q/dq ops' arguments after the tensor (per channel ones carry the axis)."""
+        axis = () if self.axis is None else (self.axis,)
+        storage = dtypes.canonical_dtype(self.dtype)
+        return (self.scale, self.zero_point, *axis, self.quant_min, self.quant_max, storage)
+
     def quantize(self, weight: torch.Tensor) -> torch.Tensor:
         """The weight's integers as a plain ``int8``/``uint8`` tensor (float: the weight)."""
         if not self.quantized:
             return weight
-        storage = dtypes.canonical_dtype(self.dtype)
-        if self.axis is not None:
-            return qdq.quantize_per_channel(
-                weight, self.scale, self.zero_point, self.axis,
-                self.quant_min, self.quant_max, storage,
-            )  # fmt: skip
-        return qdq.quantize_per_tensor(
-            weight, self.scale, self.zero_point, self.quant_min, self.quant_max, storage
-        )
+        quantize = qdq.quantize_per_tensor if self.axis is None else qdq.quantize_per_channel
+        return quantize(weight, *self._qdq_arguments())
 
     @property
     def is_half(self) -> bool:
@@ -128,17 +128,10 @@ class WeightQParams(nn.Module):
             return weight.to(self.dtype).to(weight.dtype)
         if not self.quantized:
             return weight
+        per_tensor = self.axis is None
+        dequantize = qdq.dequantize_per_tensor if per_tensor else qdq.dequantize_per_channel
         q = self.quantize(weight)
-        storage = dtypes.canonical_dtype(self.dtype)
-        if self.axis is not None:
-            return qdq.dequantize_per_channel(
-                q, self.scale, self.zero_point, self.axis,
-                self.quant_min, self.quant_max, storage, out_dtype=weight.dtype,
-            )  # fmt: skip
-        return qdq.dequantize_per_tensor(
-            q, self.scale, self.zero_point, self.quant_min, self.quant_max, storage,
-            out_dtype=weight.dtype,
-        )  # fmt: skip
+        return dequantize(q, *self._qdq_arguments(), out_dtype=weight.dtype)
 
     def as_dict(self) -> dict[str, Any]:
         """The qparams in the ``from_float`` dict form (what lowering reads)."""
@@ -171,17 +164,12 @@ class WeightQParams(nn.Module):
         self.quant_min, self.quant_max = int(state["quant_min"]), int(state["quant_max"])
         self.quantized = self.qscheme is not None and dtypes.is_quantized_dtype(self.dtype)
 
-    def _load_from_state_dict(  # type: ignore[no-untyped-def]  # noqa: PLR0913, PLR0917  # torch's private hook, untyped
-        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    def _load_from_state_dict(
+        self, state_dict: dict[str, Any], prefix: str, local_metadata: dict[str, Any], *rest: Any
     ) -> None:
-        # per-channel qparams load into a per-tensor module (and back): adopt the saved shapes
-        for name in ("scale", "zero_point"):
-            saved = state_dict.get(prefix + name)
-            if isinstance(saved, torch.Tensor):
-                setattr(self, name, saved.detach().clone().to(getattr(self, name).device))
-        super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
-        )
+        # per-channel qparams load into a per-tensor module (and back)
+        adopt_saved_buffers(self, state_dict, prefix, ("scale", "zero_point"))
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, *rest)
 
     def extra_repr(self) -> str:
         """qscheme, dtype and range."""

@@ -34,6 +34,7 @@ from fxquant.nn.qat import Lookup, Pool, conv_kwargs, embedding_settings, linear
 # the seed's reference namespace has them, so a config naming that class finds fxquant's
 from fxquant.nn.recurrent import GRU, LSTM, GRUCell, LSTMCell, RNNCell
 from fxquant.numerics import qdq
+from fxquant.numerics.saved_shapes import adopt_saved_buffers
 
 __all__ = [
     "GRU",
@@ -212,8 +213,6 @@ class ReferenceQuantizedModule(nn.Module):
             if self.weight_qscheme is not None and self.weight_dtype in _FLOAT_CAST:
                 return self.weight.to(self.weight_dtype)
             return self.weight
-        if self._float_qparams():
-            return self._quantize_float_qparams()
         quantize = qdq.quantize_per_channel if self._per_channel() else qdq.quantize_per_tensor
         return quantize(self.weight, *self._weight_qparams())
 
@@ -241,33 +240,10 @@ class ReferenceQuantizedModule(nn.Module):
         quantized = self.get_quantized_weight()
         if not self.is_weight_quantized():
             return quantized.to(self.weight.dtype)
-        if self._float_qparams():
-            return self._dequantize_float_qparams(quantized)
         per_channel = self._per_channel()
         dequantize = qdq.dequantize_per_channel if per_channel else qdq.dequantize_per_tensor
         qparams = self._weight_qparams()
         return dequantize(quantized, *qparams, out_dtype=self.weight.dtype)
-
-    def _channel_shape(self) -> list[int]:
-        shape = [1] * self.weight.dim()
-        shape[self.weight_axis_int] = -1
-        return shape
-
-    def _quantize_float_qparams(self) -> torch.Tensor:
-        # float zero points are added before rounding (unlike integer ones), as torch's
-        # per_channel_affine_float_qparams kernels do; used by embedding weights.
-        shape = self._channel_shape()
-        inv_scale = (1.0 / self.weight_scale.float()).reshape(shape)
-        zero_point = self.weight_zero_point.float().reshape(shape)
-        q = torch.round(self.weight.float() * inv_scale + zero_point)
-        q = q.clamp(self.weight_quant_min, self.weight_quant_max)
-        return q.to(_storage_dtype(self.weight_dtype))
-
-    def _dequantize_float_qparams(self, q: torch.Tensor) -> torch.Tensor:
-        shape = self._channel_shape()
-        zero_point = self.weight_zero_point.float().reshape(shape)
-        scale = self.weight_scale.float().reshape(shape)
-        return ((q.float() - zero_point) * scale).to(self.weight.dtype)
 
     def get_weight_qparams(self) -> dict[str, Any]:
         """The weight qparams in the ``from_float`` dict form (what lowering reads).
@@ -306,19 +282,14 @@ class ReferenceQuantizedModule(nn.Module):
         self.weight_quant_min = int(state["quant_min"])
         self.weight_quant_max = int(state["quant_max"])
 
-    def _load_from_state_dict(  # type: ignore[no-untyped-def]  # noqa: PLR0913, PLR0917  # torch's private hook, untyped
-        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    def _load_from_state_dict(
+        self, state_dict: dict[str, Any], prefix: str, local_metadata: dict[str, Any], *rest: Any
     ) -> None:
-        # a per-channel checkpoint loads into a per-tensor module (and back): adopt the
-        # saved qparam shapes instead of failing on a size mismatch
-        for name in ("weight_scale", "weight_zero_point", "weight_axis"):
-            saved = state_dict.get(prefix + name)
-            if isinstance(saved, torch.Tensor):
-                current: torch.Tensor = getattr(self, name)
-                setattr(self, name, saved.detach().clone().to(current.device))
-        super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        # a per-channel checkpoint loads into a per-tensor module (and back)
+        adopt_saved_buffers(
+            self, state_dict, prefix, ("weight_scale", "weight_zero_point", "weight_axis")
         )
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, *rest)
         self.weight_axis_int = int(self.weight_axis)
 
     def extra_repr(self) -> str:
@@ -374,7 +345,8 @@ def _build(
 
 
 class _Reference(ReferenceQuantizedModule):
-    """The reference modules of this file: ``_float_class`` is the float class mixed in."""
+    """The reference modules of this file: ``_float_class`` is the float class mixed in,
+    ``_arguments`` gives the constructor arguments that rebuild a float one."""
 
     # lowering drops a reference module its kernels fully replaced (and its float weights)
     _IS_REFERENCE: ClassVar[bool] = True
@@ -385,6 +357,17 @@ class _Reference(ReferenceQuantizedModule):
     ) -> None:
         self._float_class.__init__(self, *args, **kwargs)
         self._init_weight_qparams(weight_qparams)
+
+    @classmethod
+    def from_float(cls, float_module: nn.Module, weight_qparams: Mapping[str, Any] | None) -> Any:
+        """Copy ``float_module``: a ``_float_class`` module, a fused module whose first part
+        is one, or a QAT module (whose ``to_float()`` folds any BatchNorm first)."""
+        mod = _root(cls, float_module, cls._float_class)
+        return _build(cls, mod, cls._arguments(mod), weight_qparams)
+
+    @staticmethod
+    def _arguments(mod: nn.Module) -> dict[str, Any]:
+        raise NotImplementedError
 
 
 class Linear(_Reference, nn.Linear):
@@ -403,19 +386,11 @@ class Linear(_Reference, nn.Linear):
     """
 
     _float_class = nn.Linear
+    _arguments = staticmethod(linear_kwargs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Linear with the quantize->dequantized weight."""
         return F.linear(x, self.get_weight(), self.bias)
-
-    @classmethod
-    def from_float(
-        cls, float_module: nn.Module, weight_qparams: Mapping[str, Any] | None
-    ) -> Linear:
-        """Copy ``float_module`` (a ``nn.Linear`` or a fused module rooted at one)."""
-        mod = _root(cls, float_module, nn.Linear)
-        ref: Linear = _build(cls, mod, linear_kwargs(mod), weight_qparams)
-        return ref
 
 
 class _ConvMixin(_Reference):
@@ -428,12 +403,7 @@ class _ConvMixin(_Reference):
 
     _conv_forward: Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
     bias: torch.Tensor | None
-
-    @classmethod
-    def from_float(cls, float_module: nn.Module, weight_qparams: Mapping[str, Any] | None) -> Any:
-        """Copy ``float_module`` (the float conv, or a fused module rooted at one)."""
-        mod = _root(cls, float_module, cls._float_class)
-        return _build(cls, mod, conv_kwargs(mod), weight_qparams)
+    _arguments = staticmethod(conv_kwargs)
 
 
 class _PlainConv(_ConvMixin):
@@ -582,19 +552,19 @@ class ConvTranspose3d(_TransposedConv, nn.ConvTranspose3d):
     _SPATIAL_DIMS = 3
 
 
+def _table_kwargs(mod: nn.Module) -> dict[str, Any]:
+    sizes = {"num_embeddings": mod.num_embeddings, "embedding_dim": mod.embedding_dim}
+    return sizes | embedding_settings(mod)
+
+
 class _Table(_Reference):
     """The reference embeddings: ``from_float`` copies the float table's settings."""
+
+    _arguments = staticmethod(_table_kwargs)
 
     def table_weight(self) -> torch.Tensor:
         """The quantize->dequantized table."""
         return self.get_weight()
-
-    @classmethod
-    def from_float(cls, float_module: nn.Module, weight_qparams: Mapping[str, Any] | None) -> Any:
-        """Copy a ``nn.Embedding`` / ``nn.EmbeddingBag`` (``_float_class``)."""
-        mod = _root(cls, float_module, cls._float_class)
-        kwargs = {"num_embeddings": mod.num_embeddings, "embedding_dim": mod.embedding_dim}
-        return _build(cls, mod, kwargs | embedding_settings(mod), weight_qparams)
 
 
 class Embedding(_Table, Lookup, nn.Embedding):

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import torch
 
@@ -267,6 +267,14 @@ class ObserverBase(torch.nn.Module):
         raise ConfigError(msg)
 
 
+class _PassThrough(ObserverBase):
+    """The observers that record nothing: fixed qparams, placeholders, markers."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Return ``x`` unchanged."""
+        return x
+
+
 _MAX_BINS = 1 << 20
 
 
@@ -397,6 +405,11 @@ class UniformQuantizationObserverBase(ObserverBase):
             )
         else:
             self.quant_min, self.quant_max = _default_range(dtype, reduce_range)
+        self._init_state(_factory(factory_kwargs))
+
+    def _init_state(self, factory_kwargs: dict[str, Any]) -> None:
+        """Register the statistics' buffers (on ``factory_kwargs``' device and dtype) and check
+        what they depend on: the last step of ``__init__``, for subclasses to fill in."""
 
     def _check_symmetric_reduce_range(self) -> None:
         if (
@@ -577,32 +590,89 @@ def _float_qparams(
 class _RunningRange(UniformQuantizationObserverBase):
     """The min/max observers' round: measure a batch, fold it into ``min_val``/``max_val``.
 
-    Subclasses register the two buffers and say how a batch is folded in (:meth:`_fold`)
-    and along which axis its channels lie (:meth:`_channel_axis`, None per tensor).
+    Per tensor (``_PER_CHANNEL`` False) the buffers are 0-d, ``inf`` and ``-inf`` while
+    nothing is recorded; per channel they are empty until the first batch tells how many
+    channels there are. Subclasses with another fold (moving averages) override :meth:`_fold`.
     """
 
+    _PER_CHANNEL: ClassVar[bool] = False
+    ch_axis: int  # per channel only
     min_val: torch.Tensor
     max_val: torch.Tensor
 
+    def _init_state(self, factory_kwargs: dict[str, Any]) -> None:
+        if self._PER_CHANNEL:
+            _require_per_channel(type(self).__name__, self.qscheme, self.is_dynamic)
+        else:
+            _require_per_tensor(type(self).__name__, self.qscheme)
+        low, high = self._nothing_recorded(factory_kwargs)
+        self.register_buffer("min_val", low)
+        self.register_buffer("max_val", high)
+        self._check_symmetric_reduce_range()
+
+    def _nothing_recorded(
+        self, factory_kwargs: dict[str, Any]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._PER_CHANNEL:
+            return torch.tensor([], **factory_kwargs), torch.tensor([], **factory_kwargs)
+        low = torch.tensor(float("inf"), **factory_kwargs)
+        return low, torch.tensor(float("-inf"), **factory_kwargs)
+
     def forward(self, x_orig: torch.Tensor) -> torch.Tensor:
         """Fold ``x``'s min and max (per channel for per-channel observers) in; return ``x``."""
-        found = self._batch_min_max(x_orig, self.min_val.dtype, self._channel_axis())
+        ch_axis = self.ch_axis if self._PER_CHANNEL else None
+        found = self._batch_min_max(x_orig, self.min_val.dtype, ch_axis)
         if found is not None:
             self._fold(*found)
         return x_orig
 
-    def _channel_axis(self) -> int | None:
-        return None
+    def _store(self, new_min: torch.Tensor, new_max: torch.Tensor) -> None:
+        self.min_val.resize_(new_min.shape).copy_(new_min)
+        self.max_val.resize_(new_max.shape).copy_(new_max)
 
     def _fold(self, batch_min: torch.Tensor, batch_max: torch.Tensor) -> None:
-        raise NotImplementedError
+        if self.min_val.numel() > 0 and self.max_val.numel() > 0:
+            batch_min, batch_max = (
+                torch.min(batch_min, self.min_val),
+                torch.max(batch_max, self.max_val),
+            )
+        self._store(batch_min, batch_max)
 
     def calculate_qparams(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(scale, zero_point)``: shape ``[1]`` per tensor, one entry per channel otherwise."""
         return self._calculate_qparams(self.min_val, self.max_val)
 
+    def reset_min_max_vals(self) -> None:
+        """Forget the recorded range (per channel, the channel count too)."""
+        self._store(*self._nothing_recorded({}))
+        self._forget_batches()
+
     def extra_repr(self) -> str:
         return f"min_val={self.min_val}, max_val={self.max_val}"
+
+
+class _MovingAverage(_RunningRange):
+    """The moving-average fold, per tensor or per channel.
+
+    ``min_val += averaging_constant * (batch_min - min_val)`` (likewise ``max_val``); a
+    range (or channel) with nothing recorded yet starts from the batch, and a channel
+    without finite values in this batch keeps its average: ``inf`` never enters it.
+    """
+
+    averaging_constant: float
+
+    def _fold(self, batch_min: torch.Tensor, batch_max: torch.Tensor) -> None:
+        if self.min_val.numel() == 0 or self.max_val.numel() == 0:
+            self._store(batch_min, batch_max)
+            return
+        c = self.averaging_constant
+        new_min = self.min_val + c * (batch_min - self.min_val)
+        new_max = self.max_val + c * (batch_max - self.max_val)
+        seen, got = self.min_val <= self.max_val, batch_min <= batch_max
+        if not bool((seen & got).all()):
+            new_min = torch.where(got, torch.where(seen, new_min, batch_min), self.min_val)
+            new_max = torch.where(got, torch.where(seen, new_max, batch_max), self.max_val)
+        self._store(new_min, new_max)
 
 
 class MinMaxObserver(_RunningRange):
@@ -619,36 +689,6 @@ class MinMaxObserver(_RunningRange):
         >>> obs.calculate_qparams()
         (tensor([0.0157]), tensor([64], dtype=torch.int32))
     """
-
-    def __init__(  # noqa: PLR0913, PLR0917  # torch.ao's constructor signature, kept for users
-        self,
-        dtype: torch.dtype = torch.uint8,
-        qscheme: object = "per_tensor_affine",
-        reduce_range: bool = False,
-        quant_min: int | None = None,
-        quant_max: int | None = None,
-        factory_kwargs: Mapping[str, Any] | None = None,
-        eps: float = FLOAT32_EPS,
-        is_dynamic: bool = False,
-    ) -> None:
-        _require_per_tensor(type(self).__name__, qscheme)
-        super().__init__(
-            dtype, qscheme, reduce_range, quant_min, quant_max, factory_kwargs, eps, is_dynamic
-        )
-        kwargs = _factory(factory_kwargs)
-        self.register_buffer("min_val", torch.tensor(float("inf"), **kwargs))
-        self.register_buffer("max_val", torch.tensor(float("-inf"), **kwargs))
-        self._check_symmetric_reduce_range()
-
-    def _fold(self, batch_min: torch.Tensor, batch_max: torch.Tensor) -> None:
-        self.min_val.copy_(torch.min(batch_min, self.min_val))
-        self.max_val.copy_(torch.max(batch_max, self.max_val))
-
-    def reset_min_max_vals(self) -> None:
-        """Forget the recorded range."""
-        self.min_val.fill_(float("inf"))
-        self.max_val.fill_(float("-inf"))
-        self._forget_batches()
 
 
 def _require_per_tensor(owner: str, qscheme: object) -> None:
@@ -672,7 +712,7 @@ def _require_per_channel(owner: str, qscheme: object, is_dynamic: bool) -> None:
         raise ConfigError(msg)
 
 
-class MovingAverageMinMaxObserver(MinMaxObserver):
+class MovingAverageMinMaxObserver(_MovingAverage, MinMaxObserver):
     """Per-tensor observer of an exponential moving average of each batch's min and max.
 
     After the first batch, ``min_val += averaging_constant * (batch_min - min_val)``
@@ -720,16 +760,6 @@ class MovingAverageMinMaxObserver(MinMaxObserver):
         )
         self.averaging_constant = averaging_constant
 
-    def _fold(self, batch_min: torch.Tensor, batch_max: torch.Tensor) -> None:
-        if bool(self.min_val == float("inf")) and bool(self.max_val == float("-inf")):
-            new_min, new_max = batch_min, batch_max
-        else:
-            c = self.averaging_constant
-            new_min = self.min_val + c * (batch_min - self.min_val)
-            new_max = self.max_val + c * (batch_max - self.max_val)
-        self.min_val.copy_(new_min)
-        self.max_val.copy_(new_max)
-
 
 def _aminmax(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``torch.aminmax(x)`` as two reductions: in torch 2.13 on CPU, ``amin`` + ``amax`` take
@@ -767,6 +797,8 @@ class PerChannelMinMaxObserver(_RunningRange):
         tensor([0.0157, 0.0039])
     """
 
+    _PER_CHANNEL = True
+
     def __init__(  # noqa: PLR0913, PLR0917  # torch.ao's constructor signature, kept for users
         self,
         ch_axis: int = 0,
@@ -779,39 +811,14 @@ class PerChannelMinMaxObserver(_RunningRange):
         eps: float = FLOAT32_EPS,
         is_dynamic: bool = False,
     ) -> None:
-        _require_per_channel(type(self).__name__, qscheme, is_dynamic)
         check_integer(ch_axis, f"{type(self).__name__} ch_axis")
         super().__init__(
             dtype, qscheme, reduce_range, quant_min, quant_max, factory_kwargs, eps, is_dynamic
         )
         self.ch_axis = ch_axis
-        kwargs = _factory(factory_kwargs)
-        # empty until the first batch tells how many channels there are
-        self.register_buffer("min_val", torch.tensor([], **kwargs))
-        self.register_buffer("max_val", torch.tensor([], **kwargs))
-        self._check_symmetric_reduce_range()
-
-    def _channel_axis(self) -> int:
-        return self.ch_axis
-
-    def _store(self, new_min: torch.Tensor, new_max: torch.Tensor) -> None:
-        self.min_val.resize_(new_min.shape).copy_(new_min)
-        self.max_val.resize_(new_max.shape).copy_(new_max)
-
-    def _fold(self, batch_min: torch.Tensor, batch_max: torch.Tensor) -> None:
-        if self.min_val.numel() == 0 or self.max_val.numel() == 0:
-            self._store(batch_min, batch_max)
-        else:
-            self._store(torch.min(batch_min, self.min_val), torch.max(batch_max, self.max_val))
-
-    def reset_min_max_vals(self) -> None:
-        """Forget the recorded ranges (the channel count too)."""
-        self.min_val.resize_(0)
-        self.max_val.resize_(0)
-        self._forget_batches()
 
 
-class MovingAveragePerChannelMinMaxObserver(PerChannelMinMaxObserver):
+class MovingAveragePerChannelMinMaxObserver(_MovingAverage, PerChannelMinMaxObserver):
     """Per-channel observer of moving averages of each batch's channel min and max.
 
     Args:
@@ -860,23 +867,8 @@ class MovingAveragePerChannelMinMaxObserver(PerChannelMinMaxObserver):
         )
         self.averaging_constant = averaging_constant
 
-    def _fold(self, batch_min: torch.Tensor, batch_max: torch.Tensor) -> None:
-        if self.min_val.numel() == 0 or self.max_val.numel() == 0:
-            self._store(batch_min, batch_max)
-        else:
-            c = self.averaging_constant
-            new_min = self.min_val + c * (batch_min - self.min_val)
-            new_max = self.max_val + c * (batch_max - self.max_val)
-            seen, got = self.min_val <= self.max_val, batch_min <= batch_max
-            if not bool((seen & got).all()):
-                # a channel without finite values in this batch keeps its average, one that
-                # had none so far starts from this batch: inf never enters the average
-                new_min = torch.where(got, torch.where(seen, new_min, batch_min), self.min_val)
-                new_max = torch.where(got, torch.where(seen, new_max, batch_max), self.max_val)
-            self._store(new_min, new_max)
 
-
-class FixedQParamsObserver(ObserverBase):
+class FixedQParamsObserver(_PassThrough):
     """Observer whose scale and zero point are fixed up front (sigmoid, tanh, ...).
 
     Args:
@@ -929,16 +921,12 @@ class FixedQParamsObserver(ObserverBase):
         self.register_buffer("scale", torch.tensor([scale], dtype=torch.float))
         self.register_buffer("zero_point", torch.tensor([zero_point], dtype=torch.int))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Return ``x`` unchanged (nothing to record)."""
-        return x
-
     def calculate_qparams(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The fixed ``(scale, zero_point)`` buffers."""
         return self.scale, self.zero_point
 
 
-class PlaceholderObserver(ObserverBase):
+class PlaceholderObserver(_PassThrough):
     """Records nothing; carries the dtype (float16, or a dynamic quantization config).
 
     Args:
@@ -975,15 +963,11 @@ class PlaceholderObserver(ObserverBase):
         self.eps = FLOAT32_EPS if eps is None else eps
         self.custom_op = custom_op_name
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Return ``x`` unchanged."""
-        return x
-
     def extra_repr(self) -> str:
         return f"dtype={self.dtype}, is_dynamic={self.is_dynamic}"
 
 
-class PerTokenObserver(ObserverBase):
+class PerTokenObserver(_PassThrough):
     """Records nothing; marks an input for dynamic per-token quantization.
 
     What :class:`PlaceholderObserver` with ``is_dynamic=True`` is for dynamic
@@ -1041,10 +1025,6 @@ class PerTokenObserver(ObserverBase):
         self.quant_min, self.quant_max = low, high
         self.eps = FLOAT32_EPS if eps is None else eps
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Return ``x`` unchanged."""
-        return x
-
     def extra_repr(self) -> str:
         return f"dtype={self.dtype}, per_token=True"
 
@@ -1073,7 +1053,7 @@ class RecordingObserver(ObserverBase):
         return self.tensor_val
 
 
-class NoopObserver(ObserverBase):
+class NoopObserver(_PassThrough):
     """Records nothing; carries a dtype (``torch.float16`` by default).
 
     Example:
@@ -1085,12 +1065,8 @@ class NoopObserver(ObserverBase):
         super().__init__(dtype=dtype, is_dynamic=False)
         self.custom_op = custom_op_name
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Return ``x`` unchanged."""
-        return x
 
-
-class ReuseInputObserver(ObserverBase):
+class ReuseInputObserver(_PassThrough):
     """Marks an op (reshape, ...) whose output reuses its input's observer (FX flow only).
 
     Example:
@@ -1100,32 +1076,6 @@ class ReuseInputObserver(ObserverBase):
 
     def __init__(self) -> None:
         super().__init__(torch.uint8, is_dynamic=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Return ``x`` unchanged."""
-        return x
-
-
-def _finite_with_range(
-    x: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
-    """``x`` without NaN and infinities, its min and max (``inf``, ``-inf`` when nothing is
-    left) and how many values were dropped."""
-    if x.numel() > 0:
-        x_min, x_max = _aminmax(x)
-        # min and max carry any NaN or inf: one tiny test on the fast path
-        if _all_finite(x_min, x_max):
-            return x, x_min, x_max, 0
-        # an infinite or NaN range would be useless (torch.histc refuses it)
-        kept = x[torch.isfinite(x)]
-        dropped = x.numel() - kept.numel()
-        if kept.numel() > 0:
-            x_min, x_max = _aminmax(kept)
-            return kept, x_min, x_max, dropped
-        x = kept
-    else:
-        dropped = 0
-    return x, _nothing(x, ()), _nothing(x, (), -1.0), dropped
 
 
 def _cube_integral(begin: torch.Tensor, end: torch.Tensor, density: torch.Tensor) -> torch.Tensor:
@@ -1201,18 +1151,18 @@ class HistogramObserver(UniformQuantizationObserverBase):
 
     def forward(self, x_orig: torch.Tensor) -> torch.Tensor:
         """Add ``x`` (NaN and infinities left out) to the histogram; return ``x`` unchanged."""
-        reducer = self._batch_reducer
-        if x_orig.numel() == 0 and reducer is None:
-            return x_orig
-        x, x_min, x_max, dropped = _finite_with_range(x_orig.detach())
-        self._note_nonfinite(dropped, x_orig.numel())
-        if reducer is not None:
-            # the peers agree on the range first: every one then bins onto the same edges,
-            # and the sum of their counts is the histogram of the union of their batches
-            x_min, x_max = reducer.min_max(x_min, x_max)
-        if bool(x_min > x_max):
+        # with a reducer the peers agree on the range first: every one then bins onto the same
+        # edges, and the sum of their counts is the histogram of the union of their batches
+        dropped = self.nonfinite_count
+        found = self._batch_min_max(x_orig, x_orig.dtype)
+        if found is None:
             return x_orig  # nothing finite to add (here, or at any peer)
-        self._note_peak(x_min, x_max)
+        x_min, x_max, x = *found, x_orig.detach()
+        if self.nonfinite_count != dropped:
+            # histc skips NaN and infinities outside its range, but reads the range off the
+            # data when it is 0..0: it must see finite values only
+            x = x[torch.isfinite(x)]
+        reducer = self._batch_reducer
         if bool(self.min_val == float("inf")) or bool(self.max_val == float("-inf")):
             first = torch.histc(x, self.bins, min=float(x_min), max=float(x_max))
             self._set_state(first if reducer is None else reducer.sum(first), x_min, x_max)

@@ -419,6 +419,12 @@ _LIB = _register()
 # --- public Python wrappers ------------------------------------------------------------
 
 
+def _run(op: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
+    """``op(*args, **kwargs)``, typed: ``torch.ops`` overloads are untyped."""
+    result: torch.Tensor = op(*args, **kwargs)
+    return result
+
+
 def _as_tensor(value: float | torch.Tensor) -> torch.Tensor:
     # a tensor passes through untouched: as_tensor would add a copy node to exported graphs
     return value if isinstance(value, torch.Tensor) else torch.tensor(value)
@@ -435,12 +441,8 @@ def _per_tensor(
     """Run a per-tensor op: its ``.tensor`` overload when a qparam is a tensor (a graph's
     values), its default one for Python numbers."""
     if isinstance(scale, torch.Tensor) or isinstance(zero_point, torch.Tensor):
-        result: torch.Tensor = op.tensor(
-            x, _as_tensor(scale), _as_tensor(zero_point), *rest, **kwargs
-        )
-    else:
-        result = op.default(x, float(scale), int(zero_point), *rest, **kwargs)
-    return result
+        return _run(op.tensor, x, _as_tensor(scale), _as_tensor(zero_point), *rest, **kwargs)
+    return _run(op.default, x, float(scale), int(zero_point), *rest, **kwargs)
 
 
 def quantize_per_tensor(
@@ -531,10 +533,8 @@ def quantize_per_channel(  # noqa: PLR0913, PLR0917  # the op's schema: one argu
         tensor([[ 10, -10],
                 [  4,   8]], dtype=torch.int8)
     """
-    result: torch.Tensor = torch.ops.fxquant.quantize_per_channel.default(
-        x, scales, zero_points, axis, quant_min, quant_max, canonical_dtype(dtype)
-    )
-    return result
+    op = torch.ops.fxquant.quantize_per_channel.default
+    return _run(op, x, scales, zero_points, axis, quant_min, quant_max, canonical_dtype(dtype))
 
 
 def dequantize_per_channel(  # noqa: PLR0913, PLR0917  # the op's schema: one argument per qparam
@@ -558,17 +558,8 @@ def dequantize_per_channel(  # noqa: PLR0913, PLR0917  # the op's schema: one ar
         tensor([[ 1., -1.],
                 [ 2.,  4.]])
     """
-    result: torch.Tensor = torch.ops.fxquant.dequantize_per_channel.default(
-        q,
-        scales,
-        zero_points,
-        axis,
-        quant_min,
-        quant_max,
-        canonical_dtype(dtype),
-        out_dtype=out_dtype,
-    )
-    return result
+    op, plain = torch.ops.fxquant.dequantize_per_channel.default, canonical_dtype(dtype)
+    return _run(op, q, scales, zero_points, axis, quant_min, quant_max, plain, out_dtype=out_dtype)
 
 
 def choose_qparams_per_tensor(
@@ -649,10 +640,8 @@ def quantize_per_token(  # the op's schema: one argument per qparam
         tensor([[-128,  127],
                 [-128,  127]], dtype=torch.int8)
     """
-    result: torch.Tensor = torch.ops.fxquant.quantize_per_token.default(
-        x, scales, zero_points, quant_min, quant_max, canonical_dtype(dtype)
-    )
-    return result
+    op = torch.ops.fxquant.quantize_per_token.default
+    return _run(op, x, scales, zero_points, quant_min, quant_max, canonical_dtype(dtype))
 
 
 def dequantize_per_token(  # noqa: PLR0913, PLR0917  # the op's schema: one argument per qparam
@@ -673,7 +662,5 @@ def dequantize_per_token(  # noqa: PLR0913, PLR0917  # the op's schema: one argu
         ... )
         tensor([[0.0000, 2.5500]])
     """
-    result: torch.Tensor = torch.ops.fxquant.dequantize_per_token.default(
-        q, scales, zero_points, quant_min, quant_max, canonical_dtype(dtype), output_dtype
-    )
-    return result
+    op, plain = torch.ops.fxquant.dequantize_per_token.default, canonical_dtype(dtype)
+    return _run(op, q, scales, zero_points, quant_min, quant_max, plain, output_dtype)

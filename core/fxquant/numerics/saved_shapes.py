@@ -1,8 +1,10 @@
-"""Loading a state dict into a fresh observer or fake quantize whose buffers have no shape yet.
+"""Loading a state dict into buffers whose shape (or dtype) the module cannot know beforehand.
 
 Per-channel ranges and qparams (and equalization's sums) are empty until the first batch
 tells how many channels there are; ``load_state_dict`` copies into a buffer of the saved
-shape only, so each buffer first takes the shape saved for it.
+shape only, so each buffer first takes the shape saved for it. A reference module's weight
+qparams may be per tensor or per channel, with integer or float zero points: there the
+buffer is replaced by the saved tensor, dtype included.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["take_saved_shapes"]
+__all__ = ["adopt_saved_buffers", "take_saved_shapes"]
 
 
 def take_saved_shapes(
@@ -31,3 +33,22 @@ def take_saved_shapes(
         saved = state_dict.get(prefix + name)
         if isinstance(buffer, torch.Tensor) and isinstance(saved, torch.Tensor):
             buffer.resize_(saved.shape)
+
+
+def adopt_saved_buffers(
+    module: torch.nn.Module, state_dict: Mapping[str, Any], prefix: str, names: Iterable[str]
+) -> None:
+    """Replace each buffer ``names`` of ``module`` by a copy of its tensor in ``state_dict``
+    (on the buffer's device), so that its shape and dtype are the saved ones.
+
+    Example:
+        >>> m = torch.nn.Module(); m.register_buffer("zero_point", torch.tensor(0))
+        >>> adopt_saved_buffers(m, {"zero_point": torch.tensor([0.5, 1.5])}, "", ["zero_point"])
+        >>> m.zero_point
+        tensor([0.5000, 1.5000])
+    """
+    for name in names:
+        saved = state_dict.get(prefix + name)
+        if isinstance(saved, torch.Tensor):
+            current: torch.Tensor = getattr(module, name)
+            setattr(module, name, saved.detach().clone().to(current.device))

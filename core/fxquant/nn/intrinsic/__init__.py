@@ -19,9 +19,7 @@ circular, since the QAT modules build on these.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
-from types import ModuleType
 from typing import ClassVar
 
 import torch
@@ -29,6 +27,7 @@ from torch import nn
 from torch.nn.utils.parametrize import type_before_parametrizations
 
 from fxquant.errors import ConfigTypeError
+from fxquant.nn import lazy_submodules
 
 __all__ = [
     "BNReLU2d",
@@ -56,12 +55,8 @@ __all__ = [
 AddFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-def __getattr__(name: str) -> ModuleType:
-    # the submodule imports this package, so it cannot be imported eagerly here
-    if name == "qat":
-        return importlib.import_module(f"{__name__}.qat")
-    msg = f"module {__name__!r} has no attribute {name!r}"
-    raise AttributeError(msg)
+# the submodule imports this package, so it cannot be imported eagerly here
+__getattr__ = lazy_submodules(__name__, ["qat"])
 
 
 def type_label(cls: type) -> str:

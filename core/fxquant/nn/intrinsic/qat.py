@@ -22,23 +22,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fxquant.errors import ConfigError
 from fxquant.nn import intrinsic as nni
 from fxquant.nn import qat as nnqat
-from fxquant.nn.fusers import fold_bn_weights
+from fxquant.nn.fusers import check_qat_bn, fold_bn_weights
 
+# the twins of the fused modules that hold a weight to fake-quantize (every one but
+# BNReLU and ConvAdd, which keep their float forms in QAT), and the BatchNorm switches
 __all__ = [
-    "ConvBn1d",
-    "ConvBn2d",
-    "ConvBn3d",
-    "ConvBnReLU1d",
-    "ConvBnReLU2d",
-    "ConvBnReLU3d",
-    "ConvReLU1d",
-    "ConvReLU2d",
-    "ConvReLU3d",
-    "LinearBn1d",
-    "LinearReLU",
+    *(name for name in nni.__all__ if name.startswith(("ConvBn", "ConvReLU", "Linear"))),
     "freeze_bn_stats",
     "update_bn_stats",
 ]
@@ -70,7 +61,24 @@ class LinearReLU(nnqat.Linear):
         return nni.LinearReLU(linear, nn.ReLU()).train(self.training)
 
 
-class _ConvReLU(nnqat._QATConv):
+class _FusedConv(nnqat._QATConv):
+    """The QAT twin of the fused conv module of its name in :mod:`fxquant.nn.intrinsic`:
+    ``from_float`` takes that module (``_FLOAT_MODULE``), and ``ConvBnReLUNd.to_float()``
+    gives a ``ConvReLUNd`` (``_FUSED_FLOAT``). A subclass under another name keeps its
+    parent's."""
+
+    _FUSED_FLOAT: ClassVar[type[nni.FusedModule] | None] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        fused = getattr(nni, cls.__name__, None)
+        if isinstance(fused, type) and issubclass(fused, nni.FusedModule):
+            cls._FLOAT_MODULE = fused
+            if cls.__name__.startswith("ConvBnReLU"):
+                cls._FUSED_FLOAT = getattr(nni, cls.__name__.replace("Bn", "", 1))
+
+
+class _ConvReLU(_FusedConv):
     """QAT conv, then ReLU; ``to_float`` rebuilds the float ``ConvReLUNd`` container.
 
     Example:
@@ -94,19 +102,13 @@ class _ConvReLU(nnqat._QATConv):
 class ConvReLU1d(_ConvReLU, nn.Conv1d):
     """QAT ``ConvReLU1d``, built from ``nni.ConvReLU1d``: see :class:`_ConvReLU`."""
 
-    _FLOAT_MODULE = nni.ConvReLU1d
-
 
 class ConvReLU2d(_ConvReLU, nn.Conv2d):
     """QAT ``ConvReLU2d``, built from ``nni.ConvReLU2d``: see :class:`_ConvReLU`."""
 
-    _FLOAT_MODULE = nni.ConvReLU2d
-
 
 class ConvReLU3d(_ConvReLU, nn.Conv3d):
     """QAT ``ConvReLU3d``, built from ``nni.ConvReLU3d``: see :class:`_ConvReLU`."""
-
-    _FLOAT_MODULE = nni.ConvReLU3d
 
 
 class _BnFolding(nn.Module):
@@ -123,12 +125,7 @@ class _BnFolding(nn.Module):
     freeze_bn: bool
 
     def _attach_bn(self, bn: BatchNorm, freeze_bn: bool) -> None:
-        if not (bn.affine and bn.track_running_stats):
-            msg = (
-                f"{type(self).__name__} needs a BatchNorm with affine=True and "
-                f"track_running_stats=True, got {bn!r}"
-            )
-            raise ConfigError(msg)
+        check_qat_bn(type(self).__name__, bn)
         self.bn = bn
         self.freeze_bn = freeze_bn
         self.bn.train(self.training and not freeze_bn)
@@ -195,7 +192,7 @@ _BN_FOR_CONV: dict[type[nn.Module], type[BatchNorm]] = {
 }
 
 
-class _ConvBn(_BnFolding, nnqat._QATConv):
+class _ConvBn(_BnFolding, _FusedConv):
     """QAT conv + BatchNorm (+ ReLU when ``_FUSED_FLOAT`` is set), BN folded into the weight.
 
     ``ConvBnNd``/``ConvBnReLUNd`` take ``nn.ConvNd``'s arguments plus keywords ``eps``,
@@ -213,8 +210,6 @@ class _ConvBn(_BnFolding, nnqat._QATConv):
         >>> bool((m(torch.randn(2, 2, 5)) >= 0).all()), type(m.to_float()).__name__
         (True, 'ConvReLU1d')
     """
-
-    _FUSED_FLOAT: ClassVar[type[nni.FusedModule] | None] = None
 
     def __init__(
         self,
@@ -251,40 +246,25 @@ class _ConvBn(_BnFolding, nnqat._QATConv):
 class ConvBn1d(_ConvBn, nn.Conv1d):
     """QAT ``ConvBn1d``, built from ``nni.ConvBn1d``: see :class:`_ConvBn`."""
 
-    _FLOAT_MODULE = nni.ConvBn1d
-
 
 class ConvBn2d(_ConvBn, nn.Conv2d):
     """QAT ``ConvBn2d``, built from ``nni.ConvBn2d``: see :class:`_ConvBn`."""
-
-    _FLOAT_MODULE = nni.ConvBn2d
 
 
 class ConvBn3d(_ConvBn, nn.Conv3d):
     """QAT ``ConvBn3d``, built from ``nni.ConvBn3d``: see :class:`_ConvBn`."""
 
-    _FLOAT_MODULE = nni.ConvBn3d
-
 
 class ConvBnReLU1d(_ConvBn, nn.Conv1d):
     """QAT ``ConvBnReLU1d``, built from ``nni.ConvBnReLU1d``: see :class:`_ConvBn`."""
-
-    _FLOAT_MODULE = nni.ConvBnReLU1d
-    _FUSED_FLOAT = nni.ConvReLU1d
 
 
 class ConvBnReLU2d(_ConvBn, nn.Conv2d):
     """QAT ``ConvBnReLU2d``, built from ``nni.ConvBnReLU2d``: see :class:`_ConvBn`."""
 
-    _FLOAT_MODULE = nni.ConvBnReLU2d
-    _FUSED_FLOAT = nni.ConvReLU2d
-
 
 class ConvBnReLU3d(_ConvBn, nn.Conv3d):
     """QAT ``ConvBnReLU3d``, built from ``nni.ConvBnReLU3d``: see :class:`_ConvBn`."""
-
-    _FLOAT_MODULE = nni.ConvBnReLU3d
-    _FUSED_FLOAT = nni.ConvReLU3d
 
 
 class LinearBn1d(_BnFolding, nnqat.Linear):
