@@ -196,3 +196,14 @@ def test_a_relu_of_the_wrong_type_is_named() -> None:
         ConfigTypeError, match=r"fuse_linear_relu argument 'relu' must be a torch\.nn\.ReLU"
     ):
         fusers.fuse_linear_relu(False, nn.Linear(1, 1), nn.Sigmoid())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("frozen", [True, False])
+def test_folding_keeps_whether_the_layer_trains(frozen: bool) -> None:
+    # a user who froze a backbone before fusing expects the folded copy frozen too
+    conv, bn = nn.Conv2d(2, 3, 3), nn.BatchNorm2d(3).eval()
+    linear, bn1 = nn.Linear(4, 3), nn.BatchNorm1d(3).eval()
+    for layer in (conv, linear):
+        layer.requires_grad_(not frozen)
+    for folded in (fusers.fold_bn_into_conv(conv, bn), fusers.fold_bn_into_linear(linear, bn1)):
+        assert [p.requires_grad for p in folded.parameters()] == [not frozen, not frozen]

@@ -172,7 +172,11 @@ def _folded_copy(
             weight, getattr(layer, "bias", None), bn, transpose=transpose, groups=groups
         )
     fused = _copy_without_weights(layer)
-    fused.weight, fused.bias = nn.Parameter(new_weight), nn.Parameter(new_bias)
+    # a frozen layer stays frozen (a user fine-tuning the rest of the model relies on it)
+    bias = getattr(layer, "bias", None)
+    trains = weight.requires_grad, (bias if bias is not None else weight).requires_grad
+    fused.weight = nn.Parameter(new_weight, requires_grad=trains[0])
+    fused.bias = nn.Parameter(new_bias, requires_grad=trains[1])
     return fused
 
 
