@@ -210,15 +210,21 @@ def _decide_unmatched(
         return Decision(
             None, qconfig, None, Reason(ReasonCode.STANDALONE_MODULE, words), NodeStatus.SKIPPED
         )
-    if qconfig is not None:
-        unquantizable = _unquantizable(node, planner, label)
-        if unquantizable is not None:
-            return Decision(None, qconfig, None, unquantizable, NodeStatus.FLOAT)
-    elif planner.kinds.get(node) != ValueKind.FLOAT:
-        return Decision(None, None, None, None, NodeStatus.FLOAT)
+    no_value = _no_value(node, planner, label)
+    if no_value is not None:
+        return Decision(None, qconfig, None, no_value, NodeStatus.FLOAT)
     if qconfig is None:
         return Decision(
             None, None, None, Reason(ReasonCode.QCONFIG_NONE, f"{label}: qconfig is None")
+        )
+    if made_without_activations(node, planner.kinds):
+        words = (
+            "computed from the model's attributes and the inputs' shapes only, never from "
+            "an activation: a constant, nothing to calibrate (an op taking it as its weight "
+            "quantizes it there)"
+        )
+        return Decision(
+            None, qconfig, None, Reason(ReasonCode.CONSTANT, f"{label}: {words}"), NodeStatus.FLOAT
         )
     if info.fusion_reason is not None:  # its pattern was refused and nothing shorter matches
         return Decision(None, qconfig, None, info.fusion_reason, NodeStatus.SKIPPED)
@@ -226,11 +232,11 @@ def _decide_unmatched(
     return Decision(None, qconfig, None, Reason(ReasonCode.NO_PATTERN, words), NodeStatus.SKIPPED)
 
 
-def _unquantizable(node: fx.Node, planner: _Planner, label: str) -> Reason | None:
-    """Why an op no pattern matched holds nothing to quantize, or None when it holds a value.
+def _no_value(node: fx.Node, planner: _Planner, label: str) -> Reason | None:
+    """Why an op no pattern matched holds no float value to quantize, or None when it does.
 
-    Every such node a qconfig reaches gets its reason, so that ``explain`` leaves no float
-    row with a qconfig unexplained and strict mode counts none of them.
+    Every such node gets its reason, so that no float row of ``explain`` goes unexplained
+    (its summary counts them) and strict mode counts none of them.
     """
     kind = planner.kinds.get(node)
     if kind == ValueKind.SCALAR:
@@ -243,13 +249,6 @@ def _unquantizable(node: fx.Node, planner: _Planner, label: str) -> Reason | Non
         name = planner.ctx.backend_config.name
         words = f"carries an additive attention mask, and no pattern in backend {name!r} runs it"
         return Reason(ReasonCode.ADDITIVE_MASK, f"{label}: {words}: kept in float32")
-    if made_without_activations(node, planner.kinds):
-        words = (
-            "computed from the model's attributes and the inputs' shapes only, never from "
-            "an activation: a constant, nothing to calibrate (an op taking it as its weight "
-            "quantizes it there)"
-        )
-        return Reason(ReasonCode.CONSTANT, f"{label}: {words}")
     return None
 
 

@@ -296,7 +296,7 @@ class Report:
         totals: Counter[str] = Counter()
         codes: dict[str, Counter[str]] = {}
         for entry in self._entries.values():
-            if entry.op not in ("placeholder", "output"):
+            if entry.op not in ("placeholder", "get_attr", "output"):  # values, not ops
                 totals[str(entry.status)] += 1
                 reasons = codes.setdefault(str(entry.status), Counter())
                 reasons.update([str(entry.reason.code)] if entry.reason else [])
