@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 
 import fxquant
 import pytest
@@ -11,8 +12,8 @@ from fxquant.flow import explain, prepare_fx
 from fxquant.flow.values import (
     MASK_FILL_MAX,
     ValueKind,
-    computed_from_attributes,
     fills_a_mask,
+    made_without_activations,
     value_kinds,
 )
 from fxquant.numerics.observer import MinMaxObserver
@@ -312,7 +313,7 @@ def test_a_float_made_from_integers_without_minus_infinity_is_added_as_data() ->
     assert entries["fc"].status == "lowered"
 
 
-def test_a_weight_slice_is_from_attributes_and_a_deep_chain_of_ops_is_not() -> None:
+def test_a_weight_slice_reads_no_activation_and_a_deep_chain_of_ops_does() -> None:
     class Deep(nn.Module):
         def __init__(self) -> None:
             super().__init__()
@@ -325,5 +326,44 @@ def test_a_weight_slice_is_from_attributes_and_a_deep_chain_of_ops_is_not() -> N
 
     gm = fx.symbolic_trace(Deep())
     by_name = {n.name: n for n in gm.graph.nodes}
-    assert computed_from_attributes(by_name["getitem"])
-    assert not computed_from_attributes(by_name["linear"])
+    found = value_kinds(gm, {}, (torch.randn(2, 4),))
+    assert made_without_activations(by_name["getitem"], found)
+    assert not made_without_activations(by_name["linear"], found)
+
+
+def _graph(build: Callable[[fx.Graph], None]) -> fx.GraphModule:
+    graph = fx.Graph()
+    build(graph)
+    return fx.GraphModule(nn.Module(), graph)
+
+
+def _padding_mask(graph: fx.Graph) -> None:
+    """transformers' eager DistilBERT: ``scores.masked_fill(mask.expand_as(scores),
+    torch.tensor(torch.finfo(scores.dtype).min))`` and BERT's ``ones(shape)``-built mask."""
+    scores, keep = graph.placeholder("scores"), graph.placeholder("keep")
+    shape = graph.call_method("size", (keep,))
+    ones = graph.call_function(torch.ones, (shape,))
+    mask = graph.call_method("expand_as", (graph.call_function(operator.eq, (keep, 0)), scores))
+    dtype = graph.call_function(getattr, (scores, "dtype"))
+    low = graph.call_function(getattr, (graph.call_function(torch.finfo, (dtype,)), "min"))
+    fill = graph.call_function(torch.tensor, (low,))
+    masked = graph.call_method("masked_fill", (scores, mask, fill))
+    cast = graph.call_method("to", (keep, dtype))
+    attention = graph.call_function(torch.nn.functional.scaled_dot_product_attention)
+    attention.args = (scores, scores, scores)
+    attention.kwargs = {"attn_mask": masked}
+    graph.output((ones, cast, attention))
+
+
+def test_a_mask_written_as_transformers_writes_it_is_classified_as_one() -> None:
+    gm = _graph(_padding_mask)
+    kinds = value_kinds(gm, {}, (torch.randn(2, 4, 4), torch.ones(2, 4, 4, dtype=torch.long)))
+    found = {n.name: kinds[n] for n in gm.graph.nodes}
+    by_name = {n.name: n for n in gm.graph.nodes}
+    assert found["expand_as"] == ValueKind.INT  # the mask's values, in the scores' shape
+    assert fills_a_mask(by_name["masked_fill"])  # a tensor of finfo.min stands for -inf
+    assert found["masked_fill"] == ValueKind.MASKED
+    assert found["to"] == ValueKind.MASK  # cast to the scores' traced dtype: a float mask
+    assert found["scaled_dot_product_attention"] == ValueKind.FLOAT  # sdpa takes the mask in
+    assert made_without_activations(by_name["ones"], kinds)  # made in the input's shape
+    assert not made_without_activations(by_name["masked_fill"], kinds)

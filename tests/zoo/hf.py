@@ -39,8 +39,10 @@ def _transformers() -> Any:
     return importlib.import_module("transformers")
 
 
-def _text(config: str, model: str, **overrides: Any) -> Callable[[], nn.Module]:
-    def build() -> nn.Module:
+def _text(config: str, model: str, **overrides: Any) -> Callable[..., nn.Module]:
+    def build(**options: Any) -> nn.Module:
+        # options: more config fields (attn_implementation="eager": transformers' default
+        # is sdpa where the model has it)
         t = _transformers()
         kwargs: dict[str, Any] = dict(
             vocab_size=VOCAB,
@@ -52,13 +54,14 @@ def _text(config: str, model: str, **overrides: Any) -> Callable[[], nn.Module]:
             initializer_range=0.1,
         )
         kwargs.update(overrides)
+        kwargs.update(options)
         kwargs = {k: v for k, v in kwargs.items() if v is not None}
         return getattr(t, model)(getattr(t, config)(**kwargs)).eval()
 
     return build
 
 
-BUILDERS: dict[str, Callable[[], nn.Module]] = {
+BUILDERS: dict[str, Callable[..., nn.Module]] = {
     "bert": _text("BertConfig", "BertModel"),
     "distilbert": _text(
         "DistilBertConfig",
@@ -164,7 +167,8 @@ BUILDERS: dict[str, Callable[[], nn.Module]] = {
         num_conv_pos_embedding_groups=4,
     ),
 }
-"""Every transformers model of the zoo, by name: a function building it (eval mode)."""
+"""Every transformers model of the zoo, by name: a function building it (eval mode); its
+keyword arguments set more config fields (``BUILDERS["bert"](attn_implementation="eager")``)."""
 
 
 def concrete_graph(

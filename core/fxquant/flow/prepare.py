@@ -52,7 +52,7 @@ from fxquant.flow.report import NodeReport, NodeStatus, Reason, ReasonCode, Repo
 from fxquant.flow.state import node_info, update_info
 from fxquant.flow.values import (
     ValueKind,
-    computed_from_attributes,
+    made_without_activations,
     node_args,
     positioned_args,
     value_kinds,
@@ -210,16 +210,46 @@ def _decide_unmatched(
         return Decision(
             None, qconfig, None, Reason(ReasonCode.STANDALONE_MODULE, words), NodeStatus.SKIPPED
         )
-    if planner.kinds.get(node) != ValueKind.FLOAT or computed_from_attributes(node):
-        return Decision(None, qconfig, None, None, NodeStatus.FLOAT)
+    no_value = _no_value(node, planner, label)
+    if no_value is not None:
+        return Decision(None, qconfig, None, no_value, NodeStatus.FLOAT)
     if qconfig is None:
         return Decision(
             None, None, None, Reason(ReasonCode.QCONFIG_NONE, f"{label}: qconfig is None")
+        )
+    if made_without_activations(node, planner.kinds):
+        words = (
+            "computed from the model's attributes and the inputs' shapes only, never from "
+            "an activation: a constant, nothing to calibrate (an op taking it as its weight "
+            "quantizes it there)"
+        )
+        return Decision(
+            None, qconfig, None, Reason(ReasonCode.CONSTANT, f"{label}: {words}"), NodeStatus.FLOAT
         )
     if info.fusion_reason is not None:  # its pattern was refused and nothing shorter matches
         return Decision(None, qconfig, None, info.fusion_reason, NodeStatus.SKIPPED)
     words = f"{label}: no pattern in backend {ctx.backend_config.name!r} matches it"
     return Decision(None, qconfig, None, Reason(ReasonCode.NO_PATTERN, words), NodeStatus.SKIPPED)
+
+
+def _no_value(node: fx.Node, planner: _Planner, label: str) -> Reason | None:
+    """Why an op no pattern matched holds no float value to quantize, or None when it does.
+
+    Every such node gets its reason, so that no float row of ``explain`` goes unexplained
+    (its summary counts them) and strict mode counts none of them.
+    """
+    kind = planner.kinds.get(node)
+    if kind == ValueKind.SCALAR:
+        words = "returns no tensor (a size, a dtype, a device, a Python number)"
+        return Reason(ReasonCode.NON_FLOAT_TENSOR, f"{label}: {words}: nothing to quantize")
+    if kind == ValueKind.INT:
+        words = "computes an integer or boolean tensor (indices, a comparison), not a float one"
+        return Reason(ReasonCode.NON_FLOAT_TENSOR, f"{label}: {words}: nothing to quantize")
+    if kind in (ValueKind.MASK, ValueKind.MASKED):  # a bfloat16 side reaches here
+        name = planner.ctx.backend_config.name
+        words = f"carries an additive attention mask, and no pattern in backend {name!r} runs it"
+        return Reason(ReasonCode.ADDITIVE_MASK, f"{label}: {words}: kept in float32")
+    return None
 
 
 def _bfloat16_side(qconfig: QConfig | None, planner: _Planner) -> bool:

@@ -69,6 +69,8 @@ class ReasonCode(StrEnum):
     """A deployment's runtime cannot fuse the node's quantize/dequantize steps."""
     NON_FLOAT_TENSOR = "non_float_tensor"
     """The node produces no float tensor (integers, booleans, shapes): nothing to observe."""
+    CONSTANT = "constant"
+    """The node reads no activation (attributes, shapes, literals only): nothing to calibrate."""
     ADDITIVE_MASK = "additive_mask"
     """The node carries an additive attention mask (``fxquant.flow.values``): it stays float."""
     UNUSED_QCONFIG_ENTRY = "unused_qconfig_entry"
@@ -99,7 +101,7 @@ class NodeStatus(StrEnum):
     REFERENCE = "reference"
     """Converted to reference form: the float op between quantize/dequantize steps."""
     FLOAT = "float"
-    """Left float as intended (no qconfig, not a float tensor, an additive mask)."""
+    """Left float as intended (no qconfig, not a float tensor, a constant, an additive mask)."""
 
 
 CODES: Final = tuple(code.value for code in ReasonCode)
@@ -294,7 +296,7 @@ class Report:
         totals: Counter[str] = Counter()
         codes: dict[str, Counter[str]] = {}
         for entry in self._entries.values():
-            if entry.op not in ("placeholder", "output"):
+            if entry.op not in ("placeholder", "get_attr", "output"):  # values, not ops
                 totals[str(entry.status)] += 1
                 reasons = codes.setdefault(str(entry.status), Counter())
                 reasons.update([str(entry.reason.code)] if entry.reason else [])

@@ -22,13 +22,15 @@ The attention-mask rule, in full (``masked`` values stay float, reported
 3. ``masked_fill`` of a float tensor with a constant at most
    :data:`MASK_FILL_MAX` (-1000) makes it ``masked``:
    ``scores.masked_fill(mask == 0, -1e9)``, ``float("-inf")``,
-   ``torch.finfo(dtype).min``. Such a fill stands for minus infinity: softmax
+   ``torch.finfo(dtype).min``, or a tensor of one (``torch.tensor(finfo.min)``,
+   DistilBERT's eager attention). Such a fill stands for minus infinity: softmax
    gives it exactly zero weight (``exp`` underflows to 0 below -104 in float32
    and -746 in float64), and no activation a model computes is that large. A
    fill above the bound is an ordinary value (clipping, padding) and the
    result a plain float.
 4. A ``masked`` value stays ``masked`` through every op until a bounded one
-   (softmax, sigmoid, tanh) maps it back into a float range.
+   (softmax, sigmoid, tanh) maps it back into a float range, or
+   ``F.scaled_dot_product_attention`` takes it as its mask.
 5. ``torch.where(condition, a, b)`` with ``a`` or ``b`` standing for minus infinity
    (a number at most the bound, ``torch.finfo(dtype).min``, or a ``torch.full`` /
    ``torch.tensor`` of one) is rule 3 written another way: ``masked`` when the
@@ -75,8 +77,8 @@ from fxquant.flow.transformer import add_mask, attention_mask
 __all__ = [
     "MASK_FILL_MAX",
     "ValueKind",
-    "computed_from_attributes",
     "fills_a_mask",
+    "made_without_activations",
     "node_args",
     "positioned_args",
     "value_kinds",
@@ -126,6 +128,7 @@ _FILLED: Final[dict[object, int]] = {  # the ops making a tensor of one value: i
     "new_tensor": 1,
 }
 _SCALAR_METHODS = frozenset({"size", "dim", "numel", "nelement", "tolist", "item", "__len__"})
+_VALUE_READS = frozenset({"tolist", "item"})  # scalars that read a tensor's values
 _COMPARED = ("eq", "ne", "lt", "gt", "le", "ge")
 _INT_METHODS = frozenset(
     {"long", "int", "bool", "byte", "short", "char", "argmax", "argmin", "nonzero"}
@@ -140,6 +143,8 @@ _SPLITTING = frozenset(
     {torch.chunk, torch.split, torch.unbind, torch.tensor_split, "chunk", "split", "unbind"}
     | {"tensor_split", "split_with_sizes", "unsafe_chunk", "unsafe_split"}
 )
+# methods giving their first tensor the second one's shape: the first one's values
+_SHAPED_LIKE = frozenset({"expand_as", "view_as", "reshape_as"})
 _FLOAT_METHODS = frozenset({"float", "half", "double", "bfloat16"})
 _COMPARISONS = frozenset(
     {getattr(namespace, name) for namespace in (operator, torch) for name in _COMPARED}
@@ -149,8 +154,10 @@ _COMPARISONS = frozenset(
 _ADDITIVE = frozenset({operator.add, operator.sub, torch.add, torch.sub, "add", "sub", "__add__"})
 # Python's own functions on numbers (operator.mul of two sizes, math.sqrt of a dim)
 _PYTHON_NUMBERS = frozenset({"_operator", "operator", "builtins", "math"})
+# sdpa takes its mask in: its output is a softmax-weighted mean of the values
 _BOUNDED = frozenset(  # the functions, the modules, the method names
     {torch.softmax, torch.nn.functional.softmax, torch.sigmoid, torch.tanh}
+    | {torch.nn.functional.scaled_dot_product_attention}
     | {nn.Softmax, nn.Sigmoid, nn.Tanh}
     | {"softmax", "sigmoid", "tanh"}
 )
@@ -182,19 +189,25 @@ def positioned_args(node: fx.Node) -> Iterator[tuple[int, fx.Node]]:
             yield from ((position, v) for v in value if isinstance(v, fx.Node))
 
 
-def computed_from_attributes(node: fx.Node) -> bool:
-    """Whether ``node`` reads the model's attributes only (a slice of a weight): no input.
+def made_without_activations(node: fx.Node, kinds: Mapping[fx.Node, ValueKind]) -> bool:
+    """Whether ``node``'s value reads no activation: attributes, shapes and literals only.
 
-    Such a value is a constant: the op that reads it quantizes it as its weight (a query
-    projection's rows cut from MultiheadAttention's packed ``in_proj_weight``).
+    Such a value is a constant for a given input shape: a slice of a weight (a query
+    projection's rows cut from MultiheadAttention's packed ``in_proj_weight``, which the op
+    reading it quantizes as its weight), or a tensor made in the input's size
+    (transformers' ``torch.ones(input_shape)`` padding mask when no mask is passed). A
+    size or a shape read of an activation (a ``scalar``) counts as a shape; ``.item()``
+    and ``.tolist()`` read values.
 
     Example:
-        >>> class Half(nn.Linear):
+        >>> class Head(nn.Linear):
         ...     def forward(self, x):
-        ...         return nn.functional.linear(x, self.weight[:2])
-        >>> gm = fx.symbolic_trace(Half(4, 4))
-        >>> [n.name for n in gm.graph.nodes if computed_from_attributes(n)]
-        ['weight', 'getitem']
+        ...         return nn.functional.linear(x, self.weight[: x.size(-1)])
+        >>> gm = fx.symbolic_trace(Head(4, 4))
+        >>> kinds = value_kinds(gm, {}, (torch.randn(3, 4),))
+        >>> calls = [n for n in gm.graph.nodes if n.op != "output"]
+        >>> [n.name for n in calls if made_without_activations(n, kinds)]
+        ['weight', 'size', 'getitem']
     """
     seen: set[fx.Node] = set()
     todo = [node]
@@ -203,10 +216,11 @@ def computed_from_attributes(node: fx.Node) -> bool:
         if current in seen or current.op == "get_attr":
             continue
         seen.add(current)
-        inputs = list(node_args(current))
-        if current.op not in ("call_function", "call_method") or not inputs:
-            return False  # an input, a module's output, a value made from nothing
-        todo += inputs
+        if kinds.get(current) == SCALAR and current.target not in _VALUE_READS:
+            continue  # a shape: the same for every input of that shape
+        if current.op not in ("call_function", "call_method"):
+            return False  # an input, a module's output
+        todo += node_args(current)
     return True
 
 
@@ -220,10 +234,17 @@ def _kind_of_value(value: object) -> ValueKind:
     return SCALAR
 
 
-def _dtype_arg(node: fx.Node) -> torch.dtype | None:
+def _dtype_arg(node: fx.Node, kinds: Mapping[fx.Node, ValueKind]) -> torch.dtype | None:
+    """The dtype a cast names: a constant, or a float tensor's traced ``.dtype``
+    (transformers' ``mask.to(embeddings.dtype)``, float32 standing for it)."""
     for value in _constants(node):
         if isinstance(value, torch.dtype):
             return value
+    for value in node_args(node):
+        if value.op == "call_function" and value.target is getattr and value.args[1] == "dtype":
+            source = value.args[0]
+            if isinstance(source, fx.Node) and kinds.get(source) in (FLOAT, MASK, MASKED):
+                return torch.float32
     return None
 
 
@@ -237,13 +258,15 @@ def _call_kind(node: fx.Node, kinds: Mapping[fx.Node, ValueKind]) -> ValueKind:
         return MASK if target is attention_mask else MASKED
     if target is getattr:
         return SCALAR if node.args[1] in ("shape", "dtype", "device", "ndim") else args[0]
+    if target in _SHAPED_LIKE:
+        return args[0] if args else SCALAR  # mask.expand_as(scores): the mask's values
     if target is operator.getitem:
         if _slices_a_sequence(node):
             return SCALAR  # y.chunk(2)[::-1]: a tuple of tensors, not one to observe
         return args[0] if args else SCALAR
     if target in _INT_METHODS or target in _COMPARISONS:
         return INT if any(k != SCALAR for k in args) else SCALAR
-    cast = _dtype_arg(node) if target in ("to", "type") else None
+    cast = _dtype_arg(node, kinds) if target in ("to", "type") else None
     if target in _FLOAT_METHODS or (cast is not None and cast.is_floating_point):
         return MASK if args and args[0] in (INT, MASK) else FLOAT
     if cast is not None:
@@ -299,7 +322,10 @@ def _where_kind(node: fx.Node, kinds: Mapping[fx.Node, ValueKind]) -> ValueKind:
 
 
 def fills_a_mask(node: fx.Node) -> bool:
-    """Whether ``node`` is a ``masked_fill`` with a constant at most :data:`MASK_FILL_MAX` (rule 3).
+    """Whether ``node`` is a ``masked_fill`` whose value stands for minus infinity (rule 3).
+
+    The value is a number at most :data:`MASK_FILL_MAX`, ``torch.finfo(dtype).min``, or a
+    tensor of one (DistilBERT's ``torch.tensor(torch.finfo(dtype).min)``).
 
     Example:
         >>> class Attention(nn.Module):
@@ -312,7 +338,7 @@ def fills_a_mask(node: fx.Node) -> bool:
     if node.op not in ("call_function", "call_method") or node.target not in _MASKED_FILL:
         return False
     fill = node.kwargs.get("value", node.args[2] if len(node.args) > 2 else None)
-    return isinstance(fill, (int, float)) and fill <= MASK_FILL_MAX
+    return _minus_infinity(fill)
 
 
 def _stands_for_minus_infinity(node: fx.Node, kinds: Mapping[fx.Node, ValueKind]) -> bool:

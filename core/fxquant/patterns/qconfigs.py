@@ -8,8 +8,8 @@ the reference patterns need to accept every op:
     conv_transpose 1d/2d/3d                per-tensor weights (a per-channel observer's
                                            axis 0 is the *input* channel of a transposed conv)
     layer_norm                             float weight (placeholder observer)
-    embedding, embedding_bag (QAT only)    weight-only, per-row fake-quantize
-                                           (:func:`embedding_qat_qconfig`)
+    embedding, embedding_bag               QAT: weight-only, per-row fake-quantize
+                                           (:func:`embedding_qat_qconfig`); PTQ: None
 
 QAT uses fake-quantize versions of the same, so a model prepared with
 ``is_qat=True`` converts to the same reference model.
@@ -176,9 +176,9 @@ def mapping_with_overrides(base: QConfig, per_tensor_weight: Any, is_qat: bool) 
         # one QConfig per grid: ops on the same grid compare equal, as fusion requires
         qconfig = by_grid.setdefault(grid, fixed_qparams_qconfig(grid, is_qat))
         mapping.set_object_type(op, qconfig)
-    if is_qat:
-        # the QAT swap builds qat.Embedding from the qconfig; PTQ leaves a table the global
-        # qconfig does not fit in float, as torch.ao's default does
-        for lookup in EMBEDDING_OPS:
-            mapping.set_object_type(lookup, embedding_qat_qconfig())
+    # the QAT swap builds qat.Embedding from the qconfig; PTQ leaves the tables float, as
+    # torch.ao's default does, and says so: the global activation qconfig does not fit a
+    # lookup, and given it, explain and strict mode reported each table as skipped
+    for lookup in EMBEDDING_OPS:
+        mapping.set_object_type(lookup, embedding_qat_qconfig() if is_qat else None)
     return mapping

@@ -125,7 +125,16 @@ def test_a_bad_environment_value_names_the_variable_and_the_choices(
 
 
 # a node of block attention.0 and the user's own qconfig for it: each leaves that block as
-# the user's mapping says (float32 attention), and the other block in bf16
+# the user's mapping says (float32 attention), and the other block in bf16; the mode's line
+# names what the entry covers as the user knows it, never the block's first node (a
+# ``x.size(0)`` shape read the user did not write)
+NAMED = {
+    "module query float": "module 'attention.0.query'",
+    "module block float": "module 'attention.0.query'",
+    "regex above": "node 'matmul'",  # the regex ends at the block: its Linears are not in it
+    "module query as the default": "module 'attention.0.query'",
+    "order softmax": "node 'softmax'",
+}
 USER_ENTRIES = {
     "module query float": lambda m: m.set_module_name("attention.0.query", None),
     "module block float": lambda m: m.set_module_name("attention.0", None),
@@ -153,7 +162,8 @@ def test_a_block_the_user_set_a_node_of_keeps_their_mapping_the_other_runs_bf16(
     assert "softmax_1" in found
     note = next(n for n in fxquant.explain(reference, show=False).notes() if "attention_bf16" in n)
     assert "1 of 2 attention block(s) in bfloat16" in note
-    assert "1 left as your mapping says (block 'attention.0': your qconfig for node" in note
+    said = f"1 left as your mapping says (block 'attention.0': your qconfig for {NAMED[entry]})"
+    assert said in note, note
 
 
 def test_a_users_linear_type_entry_keeps_every_block_float32(

@@ -56,6 +56,13 @@ TRANSFORMER_FLOAT_OPS: tuple[Any, ...] = (
     torch.reshape, torch.permute, torch.transpose,
     # the head split of fxquant's own MultiheadAttention rewrite (flow/transformer.py)
     "narrow", "unflatten", "movedim", torch.narrow, torch.unflatten, torch.movedim,
+    # indexing moves floats too (a BERT pooler's hidden_states[:, 0], before a Linear that
+    # quantizes its own input); sdpa is attention's matmuls in one call; the scores'
+    # scaling and a GELU written out (ALBERT's pow). None has an engine pattern: left to
+    # the global qconfig, explain and strict mode reported each as skipped on the default
+    # mapping
+    operator.getitem, F.scaled_dot_product_attention, operator.truediv, torch.div,
+    operator.pow, torch.pow,
 )  # fmt: skip
 
 

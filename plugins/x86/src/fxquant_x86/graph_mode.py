@@ -29,7 +29,14 @@ from fxquant.registry import GraphMode
 from torch import fx
 
 from fxquant_x86 import precision
-from fxquant_x86.attention import AttentionBlock, attention_blocks, block_nodes
+from fxquant_x86.attention import (
+    _MATMULS,
+    _SHAPES,
+    _SOFTMAX,
+    AttentionBlock,
+    attention_blocks,
+    block_nodes,
+)
 from fxquant_x86.qconfig import default_qconfig_mapping, with_bf16_attention
 
 __all__ = ["MODE", "graph_mode"]
@@ -41,7 +48,8 @@ MODE = "attention_bf16"
 def _decided_by_user(
     model: fx.GraphModule, blocks: list[AttentionBlock], mapping: QConfigMapping
 ) -> dict[str, str]:
-    """Per block module the user's mapping decides, a node whose qconfig it sets its own way."""
+    """Per block module the user's mapping decides, a node whose qconfig it sets its own way
+    (``module 'path'`` or ``node 'name'``)."""
     modules = dict(model.named_modules())
     mine = assign_qconfigs(model, modules, mapping)
     default = assign_qconfigs(model, modules, default_qconfig_mapping(False))
@@ -60,8 +68,21 @@ def _decided_by_user(
             continue  # the user asked for this block in bf16 themselves: agreed
         own_nodes = [node for node in nodes if own(node)]
         if own_nodes:
-            decided[block.module] = own_nodes[0].name
+            decided[block.module] = _recognised(own_nodes)
     return decided
+
+
+def _recognised(nodes: list[fx.Node]) -> str:
+    """The block's node the line names, as its user knows it: a module by its path (what the
+    mapping's entries name), else a matmul or softmax, else an op that is not a shape read:
+    a module-name entry covers every node of the block, and the first is a ``size()`` call
+    the user never wrote."""
+    modules = [node for node in nodes if node.op == "call_module"]
+    if modules:
+        return f"module {str(modules[0].target)!r}"
+    attention = [node for node in nodes if node.target in (*_MATMULS, *_SOFTMAX)]
+    values = [node for node in nodes if node.target not in _SHAPES]
+    return f"node {(attention or values or nodes)[0].name!r}"
 
 
 def _reason(blocks: list[AttentionBlock], decided: dict[str, str]) -> str:
@@ -79,7 +100,7 @@ def _reason(blocks: list[AttentionBlock], decided: dict[str, str]) -> str:
         module, node = next(iter(decided.items()))
         words += (
             f"; {len(decided)} left as your mapping says (block {module!r}: your qconfig "
-            f"for node {node!r})"
+            f"for {node})"
         )
     return words
 
