@@ -44,7 +44,7 @@ from fxquant.errors import CalibrationWarning
 from fxquant.flow.convert_copy import observed_constant
 from fxquant.flow.convert_modules import is_observer
 from fxquant.flow.inplace import on_copy
-from fxquant.flow.state import NodeInfo, node_info
+from fxquant.flow.state import node_info
 from fxquant.numerics.observer import is_calibrated
 
 __all__ = [
@@ -115,8 +115,8 @@ def uncalibrated(gm: GraphModule, modules: Mapping[str, nn.Module]) -> dict[str,
     found: dict[str, list[str]] = {}
     anchors: dict[str, list[str]] = {}
     for node in gm.graph.nodes:
-        info = node.meta.get("fxquant")
-        if isinstance(info, NodeInfo) and info.qconfig is not None and info.anchor is not None:
+        info = node_info(node)
+        if info.qconfig is not None and info.anchor is not None:
             anchors.setdefault(info.anchor, []).append(node.name)
     for node, module in _observers(gm, modules):
         if is_calibrated(module) or observed_constant(node):

@@ -41,7 +41,7 @@ from fxquant.flow.epilogues import OUTPUT_OF_KEY, OUTPUT_QPARAMS_KEY
 from fxquant.flow.match import Match, PatternIndex, match_graph
 from fxquant.flow.names import unique_name
 from fxquant.flow.report import NodeStatus, Reason, ReasonCode, Report
-from fxquant.flow.state import META_KEY, NodeInfo
+from fxquant.flow.state import node_info
 from fxquant.lowering import (
     CHOOSE_QPARAMS_OP,
     CHOOSE_QPARAMS_PER_TOKEN_OP,
@@ -65,11 +65,6 @@ class _Modules:
 
     by_name: dict[str, nn.Module]
     uses: Counter[str]
-
-
-def _quantized(node: Node) -> bool:
-    info = node.meta.get(META_KEY)
-    return isinstance(info, NodeInfo) and info.qconfig is not None and info.dtype_config is not None
 
 
 def _input(gm: GraphModule, value: Node) -> tuple[Node, QParams | None]:
@@ -153,8 +148,7 @@ def _install(
 def _reduced_float_side(node: Node) -> torch.dtype | None:
     """The dtype (bfloat16, float16) of a float op its qconfig asks in it, else None: such
     a node computes floats between casts, no integers."""
-    info = node.meta.get(META_KEY)
-    config = info.dtype_config if isinstance(info, NodeInfo) else None
+    config = node_info(node).dtype_config
     return float_side(config) if cast_output(config) is None else None
 
 
@@ -162,8 +156,8 @@ def _fits(match: Match[LoweringRule]) -> bool:
     """A rule for quantized ops takes only quantized nodes; a float rule only float ones
     (float32, or a float op in a reduced float dtype: its casts are in the pattern)."""
     if match.payload.quantized:
-        return all(_quantized(n) for n in match.nodes)
-    return not any(_quantized(n) and _reduced_float_side(n) is None for n in match.nodes)
+        return all(node_info(n).quantized for n in match.nodes)
+    return not any(node_info(n).quantized and _reduced_float_side(n) is None for n in match.nodes)
 
 
 def _lower_one(
@@ -330,7 +324,7 @@ def lower(gm: GraphModule, ctx: FlowContext, report: Report) -> Report:
             if not match.payload.quantized:
                 # float32 nodes were never quantized; reduced float ones now run in the kernel
                 if why is None:
-                    lowered.update(n.name for n in match.nodes if _quantized(n))
+                    lowered.update(n.name for n in match.nodes if node_info(n).quantized)
                 continue
             if why is None:
                 lowered.update(names)
