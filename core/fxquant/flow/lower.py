@@ -39,7 +39,7 @@ from fxquant.flow.convert_qdq import attribute_value, node_qparams
 from fxquant.flow.dtype_check import cast_output, float_side
 from fxquant.flow.epilogues import OUTPUT_OF_KEY, OUTPUT_QPARAMS_KEY
 from fxquant.flow.match import Match, PatternIndex, match_graph
-from fxquant.flow.names import unique_name
+from fxquant.flow.names import drop_unread_modules, unique_name
 from fxquant.flow.report import NodeStatus, Reason, ReasonCode, Report
 from fxquant.flow.state import node_info
 from fxquant.lowering import (
@@ -221,15 +221,6 @@ def _kept_when_unused(node: Node) -> bool:
     return not (removable or node.op == "get_attr")
 
 
-def _remove_dead(gm: GraphModule) -> None:
-    gm.graph.eliminate_dead_code(is_impure_node=_kept_when_unused)
-    used = {str(n.target) for n in gm.graph.nodes if n.op == "call_module"}
-    for name, _ in list(gm.named_children()):
-        module = getattr(gm, name)
-        if getattr(module, "_IS_REFERENCE", False) and name not in used:
-            delattr(gm, name)  # a reference module fully replaced by its kernel
-
-
 def _op_texts(gm: GraphModule) -> dict[str, str]:
     """Each node's op as reports name it: ``Linear``, ``operator.add``, ``'relu'``."""
     texts = {}
@@ -333,11 +324,17 @@ def lower(gm: GraphModule, ctx: FlowContext, report: Report) -> Report:
                 declined.update(dict.fromkeys(names, f"lowering rule {rule} declined: {why}"))
         _fold_weights(gm)
         epilogues.shape_reads_from_integers(gm)
-        _remove_dead(gm)  # first: a dead dequantize would count as a second reader
+        # first: a dead dequantize would count as a second reader
+        gm.graph.eliminate_dead_code(is_impure_node=_kept_when_unused)
+        called = [str(n.target) for n in gm.graph.nodes if n.op == "call_module"]
         epilogues.fast_boundaries(gm)
         epilogues.drop_identities(gm)
         epilogues.absorb_epilogues(gm)
         epilogues.absorb_inputs(gm)
         epilogues.merge_siblings(gm)
-        _remove_dead(gm)
+        gm.graph.eliminate_dead_code(is_impure_node=_kept_when_unused)
+        # the modules the epilogues stopped calling, and the reference modules (children of
+        # the root) that kernels replaced
+        replaced = [n for n, m in gm.named_children() if getattr(m, "_IS_REFERENCE", False)]
+        drop_unread_modules(gm, [*called, *replaced])
     return _as_asked(_update_report(report, lowered, declined, ctx, ops), sides)
