@@ -27,6 +27,7 @@ __all__ = [
     "cast_output",
     "float_output",
     "float_side",
+    "observable",
     "select_dtype_config",
 ]
 
@@ -115,6 +116,17 @@ class QConfigProbe:
         half = torch.float16
         static_half = self.activation.dtype == half and self.weight.dtype == half
         return half if static_half and not self.activation.is_dynamic else _FLOAT
+
+
+def observable(dtype: object) -> bool:
+    """Whether a value (or weight) of ``dtype`` gets an observer: an integer dtype, or a
+    reduced float (static float16, bfloat16), which a placeholder observes and convert rounds.
+
+    Example:
+        >>> observable(torch.quint8), observable(torch.bfloat16), observable(torch.float32)
+        (True, True, False)
+    """
+    return isinstance(dtype, torch.dtype) and (is_quantized_dtype(dtype) or dtype in _REDUCED)
 
 
 def float_output(config: DTypeConfig | None) -> bool:
