@@ -236,24 +236,17 @@ def _check_dtypes(config: DTypeConfig, probe: QConfigProbe, label: str) -> Reaso
 def _check_constraints(
     constraints: DTypeWithConstraints, facts: ObserverFacts, what: str, label: str
 ) -> Reason | None:
-    low, high = constraints.quant_min_lower_bound, constraints.quant_max_upper_bound
-    if low is not None and (facts.quant_min is None or facts.quant_min < low):
-        words = (
-            f"{label}: qconfig {what} quant_min {facts.quant_min} is below the backend bound {low}"
-        )
-        return Reason(ReasonCode.QUANT_RANGE, words, field="quant_min_lower_bound", bound=low)
-    if high is not None and (facts.quant_max is None or facts.quant_max > high):
-        words = (
-            f"{label}: qconfig {what} quant_max {facts.quant_max} exceeds the backend bound {high}"
-        )
-        return Reason(ReasonCode.QUANT_RANGE, words, field="quant_max_upper_bound", bound=high)
-    scale_min = constraints.scale_min_lower_bound
-    if scale_min is not None and (facts.eps is None or facts.eps < scale_min):
-        words = (
-            f"{label}: qconfig {what} smallest scale (eps) {facts.eps} is below the backend "
-            f"bound {scale_min}"
-        )
-        return Reason(ReasonCode.SCALE_MIN, words, field="scale_min_lower_bound", bound=scale_min)
+    bounds = (  # (what the observer has, its value, the constraint's field, the code)
+        ("quant_min", facts.quant_min, "quant_min_lower_bound", ReasonCode.QUANT_RANGE),
+        ("quant_max", facts.quant_max, "quant_max_upper_bound", ReasonCode.QUANT_RANGE),
+        ("smallest scale (eps)", facts.eps, "scale_min_lower_bound", ReasonCode.SCALE_MIN),
+    )
+    for name, got, field, code in bounds:
+        bound, upper = getattr(constraints, field), field.endswith("_upper_bound")
+        if bound is not None and (got is None or (got > bound if upper else got < bound)):
+            relation = "exceeds" if upper else "is below"
+            words = f"{label}: qconfig {what} {name} {got} {relation} the backend bound {bound}"
+            return Reason(code, words, field=field, bound=bound)
     return _check_fixed(constraints, facts, what, label)
 
 
