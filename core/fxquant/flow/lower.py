@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 from torch.fx import GraphModule, Node
+from torch.fx.node import map_arg
 
 from fxquant.config.pattern import pattern_str
 from fxquant.flow import epilogues
@@ -91,15 +92,11 @@ def _input(gm: GraphModule, value: Node) -> tuple[Node, QParams | None]:
 
 def _external_inputs(nodes: Sequence[Node]) -> list[Node]:
     """Every read of a value from outside ``nodes``, in argument order (repeats kept)."""
+    read: list[Node] = []
+    for node in nodes:
+        map_arg((node.args, node.kwargs), read.append)  # every Node, nested ones too
     inside = set(nodes)
-    values = [_flatten((*n.args, *n.kwargs.values())) for n in nodes]
-    return [v for vs in values for v in vs if isinstance(v, Node) and v not in inside]
-
-
-def _flatten(value: object) -> list[object]:
-    if isinstance(value, (list, tuple)):
-        return [leaf for item in value for leaf in _flatten(item)]
-    return [value]
+    return [value for value in read if value not in inside]
 
 
 def _output_quantize(anchor: Node) -> Node | None:
