@@ -44,12 +44,13 @@ from fxquant.flow.convert_qconfig import (
     turn_off,
     turned_off_nodes,
 )
-from fxquant.flow.convert_qdq import attribute_value, replace_observer
+from fxquant.flow.convert_qdq import replace_observer
 from fxquant.flow.equalization.convert import apply_equalization
 from fxquant.flow.equalization.prepare import EQUALIZATION_KEY
 from fxquant.flow.kept_reference import release_replaced_weights
 from fxquant.flow.lower import lower
 from fxquant.flow.lowered_model import as_lowered
+from fxquant.flow.names import attribute_value
 from fxquant.flow.report import NodeStatus, Report, raise_if_skipped
 from fxquant.flow.state import META_KEY, FlowMeta, FlowState, flow_state, is_converted, node_info
 from fxquant.flow.trace import drop_string_annotations

@@ -24,11 +24,11 @@ from torch import nn
 from torch.fx import Graph, GraphModule, Node
 
 from fxquant import dtypes
-from fxquant.flow.names import unique_name
+from fxquant.flow.names import attribute_value, unique_name
 from fxquant.lowering import DEQUANTIZE_OF, PER_CHANNEL_OPS, QParams
 from fxquant.numerics import qdq as _qdq  # noqa: F401  # the kernels of torch.ops.fxquant.*
 
-__all__ = ["attribute_value", "node_qparams", "observer_range", "replace_observer"]
+__all__ = ["node_qparams", "observer_range", "replace_observer"]
 
 _OPS = torch.ops.fxquant
 
@@ -144,18 +144,6 @@ def replace_observer(root: nn.Module, graph: Graph, node: Node, observer: nn.Mod
     node.replace_all_uses_with(replacement)
     graph.erase_node(node)
     return kind
-
-
-def attribute_value(root: nn.Module, value: object) -> Any:
-    """The module attribute a ``get_attr`` node reads, or ``value`` itself for anything else.
-
-    Example:
-        >>> attribute_value(torch.fx.symbolic_trace(nn.Identity()), 0.5)
-        0.5
-    """
-    if not isinstance(value, Node) or value.op != "get_attr":
-        return value
-    return operator.attrgetter(str(value.target))(root)
 
 
 def node_qparams(gm: GraphModule, node: Node) -> QParams:

@@ -36,11 +36,11 @@ from torch.fx.node import map_arg
 from fxquant.config.pattern import pattern_str
 from fxquant.flow import epilogues
 from fxquant.flow.context import FlowContext
-from fxquant.flow.convert_qdq import attribute_value, node_qparams
+from fxquant.flow.convert_qdq import node_qparams
 from fxquant.flow.dtype_check import cast_output, float_side
 from fxquant.flow.epilogues import OUTPUT_OF_KEY, OUTPUT_QPARAMS_KEY
 from fxquant.flow.match import Match, PatternIndex, match_graph
-from fxquant.flow.names import drop_unread_modules, unique_name
+from fxquant.flow.names import attribute_value, drop_unread_modules, unique_name
 from fxquant.flow.report import NodeStatus, Reason, ReasonCode, Report
 from fxquant.flow.state import node_info
 from fxquant.lowering import (

@@ -1,14 +1,28 @@
-"""Attributes of the root the flow adds and drops: fresh names for observers, scales,
-aliases and kernels; the submodules no node reads any more once fusion or lowering erased
-their calls."""
+"""Attributes of the root the flow reads, adds and drops: the value a ``get_attr`` node
+reads; fresh names for observers, scales, aliases and kernels; the submodules no node reads
+any more once fusion or lowering erased their calls."""
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable
+from typing import Any
 
 from torch import fx, nn
 
-__all__ = ["drop_unread_modules", "unique_name"]
+__all__ = ["attribute_value", "drop_unread_modules", "unique_name"]
+
+
+def attribute_value(root: nn.Module, value: object) -> Any:
+    """The module attribute a ``get_attr`` node reads, or ``value`` itself for anything else.
+
+    Example:
+        >>> attribute_value(fx.symbolic_trace(nn.Identity()), 0.5)
+        0.5
+    """
+    if not isinstance(value, fx.Node) or value.op != "get_attr":
+        return value
+    return operator.attrgetter(str(value.target))(root)
 
 
 def unique_name(root: nn.Module, base: str, *, first: int | None = None) -> str:

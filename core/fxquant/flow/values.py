@@ -70,6 +70,7 @@ import torch
 from torch import fx, nn
 
 from fxquant.enums import StrEnum
+from fxquant.flow.names import attribute_value
 from fxquant.flow.transformer import add_mask, attention_mask
 
 __all__ = [
@@ -380,7 +381,7 @@ def value_kinds(
             kinds[node] = FLOAT if value is None else kind
             position += 1
         elif node.op == "get_attr":
-            value = operator.attrgetter(str(node.target))(gm)
+            value = attribute_value(gm, node)
             kinds[node] = MASK if _holds_minus_infinity(value) else _kind_of_value(value)
         elif node.op == "call_module":
             module = modules.get(str(node.target))

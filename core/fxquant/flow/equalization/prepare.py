@@ -22,7 +22,6 @@ model quantizes the values it now computes.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +37,7 @@ from fxquant.flow.equalization.observers import (
     EqualizationQConfig,
     InputEqualizationObserver,
 )
-from fxquant.flow.names import unique_name
+from fxquant.flow.names import attribute_value, unique_name
 from fxquant.flow.qconfig_assign import assign_qconfigs
 
 __all__ = [
@@ -134,9 +133,8 @@ def _weight(gm: nn.Module, node: Node, modules: Mapping[str, nn.Module]) -> Any:
     observer = observer_node(weight, modules)
     if observer is not None:
         weight = observer.args[0]
-    if isinstance(weight, Node) and weight.op == "get_attr":
-        return operator.attrgetter(str(weight.target))(gm)
-    return None
+    value = attribute_value(gm, weight)  # the weight node itself unless it reads an attribute
+    return value if isinstance(value, torch.Tensor) else None
 
 
 def reads_shared_weight(
@@ -162,7 +160,6 @@ def reads_shared_weight(
 def _uses(root: nn.Module, graph: fx.Graph, modules: Mapping[str, nn.Module]) -> dict[int, int]:
     """How many graph calls read each parameter tensor (by ``id``): a shared module (ALBERT's
     layers, run once per layer) or a tied weight is read by more than one."""
-    gm = root
     uses: dict[int, int] = {}
     for node in graph.nodes:
         tensors: list[Any] = []
@@ -171,7 +168,7 @@ def _uses(root: nn.Module, graph: fx.Graph, modules: Mapping[str, nn.Module]) ->
             if module is not None and not is_observer(module):
                 tensors = list(module.parameters())
         elif node.op == "get_attr":
-            value = operator.attrgetter(str(node.target))(gm)
+            value = attribute_value(root, node)
             readers = sum(
                 len(u.users) if observer_node(u, modules) is not None else 1 for u in node.users
             )
