@@ -129,7 +129,7 @@ def _quantized_outputs(graph: fx.Graph, indexes: list[int]) -> None:
     """Outputs listed in ``output_quantized_idxs`` return the integer tensor, not the float."""
     if not indexes:
         return
-    output = next(n for n in reversed(graph.nodes) if n.op == "output")
+    output = graph.output_node()
     value = output.args[0]
     values = list(value) if isinstance(value, (tuple, list)) else [value]
     for index in indexes:
@@ -146,9 +146,8 @@ def _mark_reference(report: Report) -> Report:
 
 
 def _tidy(graph: fx.Graph) -> None:
-    for node in list(graph.nodes):
-        if not node.users and node.op == "call_function" and node.target in DEQUANTIZE_OPS:
-            graph.erase_node(node)  # e.g. a quantized output that returns the integers
+    # only a dequantize step left unused goes (a quantized output that returns the integers)
+    graph.eliminate_dead_code(is_impure_node=lambda node: node.target not in DEQUANTIZE_OPS)
     drop_string_annotations(graph)  # a prepared graph may not come from fxquant's trace
     graph.lint()
 

@@ -548,7 +548,7 @@ def _plan_outputs(gm: fx.GraphModule, planner: _Planner) -> None:
     mapping = planner.ctx.qconfig_mapping
     if not indexes or mapping is None or mapping.global_qconfig is None:
         return
-    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    output = gm.graph.output_node()
     values = output.args[0]
     values = list(values) if isinstance(values, (list, tuple)) else [values]
     for i in indexes:
