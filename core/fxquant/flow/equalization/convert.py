@@ -148,11 +148,6 @@ def _nodes_between(start: Node, end: Node) -> list[Node]:
     return found
 
 
-def _observers_between(start: Node, end: Node, modules: Mapping[str, nn.Module]) -> list[Node]:
-    """Observer nodes on the single-user path from ``start`` (exclusive) to ``end`` (inclusive)."""
-    return [n for n in _nodes_between(start, end) if observer_node(n, modules) is not None]
-
-
 def apply_equalization(
     root: nn.Module, graph: fx.Graph, modules: dict[str, nn.Module]
 ) -> tuple[EqualizedPair, ...]:
@@ -241,7 +236,7 @@ def _fold_plan(
     if producer is not None and reads_shared_weight(root, graph, modules, producer):
         kind, producer = "mul", None
     if kind == "rows" and producer is not None:
-        path = set(_observers_between(producer, observer, modules))
+        path = set(_nodes_between(producer, observer))
         if not all(n in path for n in sharers):  # an observer shared beyond the path
             kind, producer = "mul", None
     elif not exclusive:
