@@ -29,7 +29,7 @@ from fxquant.nn import recurrent
 from fxquant.nn.intrinsic import FusedModule
 from fxquant.torch_ao_names import as_fxquant_class
 
-__all__ = ["is_observer", "qparams_dict", "swap_weighted_module", "will_swap"]
+__all__ = ["is_observer", "observer_node", "qparams_dict", "swap_weighted_module", "will_swap"]
 
 
 def is_observer(module: nn.Module) -> bool:
@@ -44,6 +44,22 @@ def is_observer(module: nn.Module) -> bool:
         (True, False)
     """
     return callable(getattr(module, "calculate_qparams", None)) and hasattr(module, "dtype")
+
+
+def observer_node(node: object, modules: Mapping[str, nn.Module]) -> Node | None:
+    """``node`` if it calls an observer (or fake quantize), else None.
+
+    Example:
+        >>> from torch import fx
+        >>> gm = fx.symbolic_trace(nn.Sequential(nn.ReLU()))
+        >>> [observer_node(n, dict(gm.named_modules())) for n in gm.graph.nodes]
+        [None, None, None]
+    """
+    if isinstance(node, Node) and node.op == "call_module":
+        module = modules.get(str(node.target))
+        if module is not None and is_observer(module):
+            return node
+    return None
 
 
 def _is_fused(module: nn.Module) -> bool:

@@ -19,6 +19,7 @@ import torch.nn.functional as F  # the usual alias
 from torch import fx, nn
 from torch.fx import Node
 
+from fxquant.flow.convert_modules import observer_node
 from fxquant.flow.equalization.observers import (
     AUTO,
     InputEqualizationObserver,
@@ -30,10 +31,9 @@ from fxquant.flow.equalization.prepare import (
     EqualizedPair,
     is_linear,
     linear_module,
-    observer_node,
     reads_shared_weight,
-    unique_name,
 )
+from fxquant.flow.names import unique_name
 
 __all__ = ["apply_equalization"]
 

@@ -32,7 +32,7 @@ from torch import fx, nn
 from torch.fx import Node
 
 from fxquant.config.qconfig_mapping import QConfigMapping
-from fxquant.flow.convert_modules import is_observer
+from fxquant.flow.convert_modules import is_observer, observer_node
 from fxquant.flow.equalization.observers import (
     EqualizationQConfig,
     InputEqualizationObserver,
@@ -46,9 +46,7 @@ __all__ = [
     "insert_observers",
     "is_linear",
     "linear_module",
-    "observer_node",
     "reads_shared_weight",
-    "unique_name",
 ]
 
 EQUALIZATION_KEY = "fxquant.equalization"
@@ -176,15 +174,6 @@ def _uses(root: nn.Module, graph: fx.Graph, modules: Mapping[str, nn.Module]) ->
         for tensor in tensors:
             uses[id(tensor)] = uses.get(id(tensor), 0) + 1
     return uses
-
-
-def observer_node(node: object, modules: Mapping[str, nn.Module]) -> Node | None:
-    """``node`` if it calls an observer, else None."""
-    if isinstance(node, Node) and node.op == "call_module":
-        module = modules.get(str(node.target))
-        if module is not None and is_observer(module):
-            return node
-    return None
 
 
 def insert_observers(gm: fx.GraphModule, mapping: QConfigMapping) -> tuple[EqualizedPair, ...]:
