@@ -125,8 +125,8 @@ def uncalibrated(gm: GraphModule, modules: Mapping[str, nn.Module]) -> dict[str,
             group = anchors.get(info.anchor or "", [neighbour.name])
             names += [n for n in group if n not in names]
         if names:
-            found.setdefault(str(node.target), [])
-            found[str(node.target)] += [n for n in names if n not in found[str(node.target)]]
+            listed = found.setdefault(str(node.target), [])
+            listed += [n for n in names if n not in listed]
     return found
 
 

@@ -222,10 +222,7 @@ def _kind_of_value(value: object) -> ValueKind:
 
 
 def _dtype_arg(node: fx.Node) -> torch.dtype | None:
-    for value in _constants(node):
-        if isinstance(value, torch.dtype):
-            return value
-    return None
+    return next((value for value in _constants(node) if isinstance(value, torch.dtype)), None)
 
 
 def _call_kind(node: fx.Node, kinds: Mapping[fx.Node, ValueKind]) -> ValueKind:
