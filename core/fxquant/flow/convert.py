@@ -394,12 +394,11 @@ def convert_fx(
     )
     backend = _lowering_backend(state, chosen)
     ctx = FlowContext.for_convert(backend, strict=strict)
+    if remove:  # before the copy below: neither model keeps them; no kernel reads them
+        _remove_qconfig_attributes(gm)
     # the deployment of a backend that also lowers (x86) compiles the reference form
     reference = _unlowered_copy(gm) if backend.deployed and backend.lowering_rules else None
     lowered_report = lower(gm, ctx, report).with_notes([backend.kernels_note()])
-    for model in (gm, reference) if remove else ():
-        if model is not None:
-            _remove_qconfig_attributes(model)
     gm.graph.lint()
     gm = as_lowered(gm)  # recompiles; a node that fails when called names itself
     if reference is not None:
