@@ -79,8 +79,9 @@ def _input(gm: GraphModule, value: Node) -> tuple[Node, QParams | None]:
         assert isinstance(q, Node)  # convert feeds dequantize from a quantize node
         _, scale, _, low, high, dtype = value.args
         # the range the qparams are chosen for (the observer's: 0..127 with reduce_range), as
-        # the reference does; the values fit it, whatever the stored range (#AVX2: a kernel
-        # choosing over 0..255 instead was more precise than the reference and saturated)
+        # the reference does; the values fit it, whatever the stored range. A kernel choosing
+        # over 0..255 instead would differ from the reference and saturate on CPUs without
+        # VNNI (AVX2: uint8 x int8 products added in pairs in int16)
         choose = scale.args[0] if isinstance(scale, Node) and scale.args else None
         if isinstance(choose, Node) and choose.target == CHOOSE_QPARAMS_OP:
             _, low, high, _ = choose.args

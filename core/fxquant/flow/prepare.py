@@ -339,9 +339,9 @@ def _observation_type(
     count = sum(1 for a in root.args if isinstance(a, fx.Node) and kinds.get(a) == ValueKind.FLOAT)
     kind = table.get(count, config.observation_type)
     if count == 1 and kind is ObservationType.OUTPUT_SHARE_OBSERVER_WITH_INPUT:
-        # x * 50 sharing x's observer (torch.ao's table) widens x's range 50 times: x was
-        # quantized on a grid 50 times too coarse, 0.6 dB from float with no warning. The
-        # output gets its own observer; the kernels requantize into it
+        # x * 50 sharing x's observer (torch.ao's table) widens x's range 50 times: x would
+        # be quantized on a grid 50 times too coarse (0.6 dB from float, with no warning).
+        # The output gets its own observer; the kernels requantize into it
         return ObservationType.OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT
     return kind
 
