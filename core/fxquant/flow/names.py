@@ -49,8 +49,8 @@ def drop_unread_modules(gm: fx.GraphModule, targets: Iterable[str]) -> None:
     """Delete each submodule of ``targets`` that no ``call_module`` or ``get_attr`` node of
     ``gm`` reads, at its path or below it (the containers of a read module stay).
 
-    Only the modules a step stopped calling are passed: a module of the user's model that
-    its ``forward`` never called stays, as it does in the reference model.
+    The caller passes the modules it stopped calling: the others the graph module holds (a
+    preserved attribute, a container) are none of its business.
 
     Example:
         >>> gm = fx.symbolic_trace(nn.Sequential(nn.ReLU()))
