@@ -222,15 +222,8 @@ def prepare_fx(  # noqa: PLR0913  # the seed's six arguments plus keyword-only s
         ['activation_post_process_0', '0', 'activation_post_process_1']
     """
     backend = resolve_backend(as_backend_config(backend_config), "prepare_fx")
-    ctx = FlowContext.for_prepare(
-        qconfig_mapping,
-        example_inputs,
-        prepare_custom_config,
-        backend,
-        is_qat=False,
-        strict=strict,
-        concrete_args=concrete_args,
-    )
+    seed = (qconfig_mapping, example_inputs, prepare_custom_config, backend)
+    ctx = FlowContext.for_prepare(*seed, is_qat=False, strict=strict, concrete_args=concrete_args)
     return _prepare(model, ctx, "prepare_fx", _equalization_mapping(_equalization_config))
 
 
@@ -264,15 +257,8 @@ def prepare_qat_fx(  # noqa: PLR0913  # the seed's five arguments plus keyword-o
         'fxquant.nn.qat'
     """
     backend = resolve_backend(as_backend_config(backend_config), "prepare_qat_fx")
-    ctx = FlowContext.for_prepare(
-        qconfig_mapping,
-        example_inputs,
-        prepare_custom_config,
-        backend,
-        is_qat=True,
-        strict=strict,
-        concrete_args=concrete_args,
-    )
+    seed = (qconfig_mapping, example_inputs, prepare_custom_config, backend)
+    ctx = FlowContext.for_prepare(*seed, is_qat=True, strict=strict, concrete_args=concrete_args)
     return _prepare(model, ctx, "prepare_qat_fx")
 
 
