@@ -306,20 +306,15 @@ def lower(gm: GraphModule, ctx: FlowContext, report: Report) -> Report:
         index: PatternIndex[LoweringRule] = PatternIndex.build((r.key, r) for r in rules)
         # the veto frees a structural match of the wrong kind for the shorter patterns
         found = match_graph(gm, index, modules=by_name, accept=_fits)
-        matches = {id(m): m for m in found.values()}
-        for match in matches.values():
-            names = [n.name for n in match.nodes]
-            why = _lower_one(gm, match, backend, modules)
-            if not match.payload.quantized:
-                # float32 nodes were never quantized; reduced float ones now run in the kernel
-                if why is None:
-                    lowered.update(n.name for n in match.nodes if node_info(n).quantized)
-                continue
+        for match in {id(m): m for m in found.values()}.values():
+            why, rule = _lower_one(gm, match, backend, modules), match.payload
+            # a float rule's float32 nodes were never quantized; reduced float ones now run in
+            # the kernel, and a float rule that declines leaves nothing to report
+            names = [n.name for n in match.nodes if rule.quantized or node_info(n).quantized]
             if why is None:
                 lowered.update(names)
-            else:
-                rule = match.payload.name
-                declined.update(dict.fromkeys(names, f"lowering rule {rule} declined: {why}"))
+            elif rule.quantized:
+                declined.update(dict.fromkeys(names, f"lowering rule {rule.name} declined: {why}"))
         _fold_weights(gm)
         epilogues.shape_reads_from_integers(gm)
         # first: a dead dequantize would count as a second reader
