@@ -84,9 +84,8 @@ def _flow_state(graph_module: object, step: str) -> FlowState:
 def _swap_custom_modules(
     root: nn.Module, graph: fx.Graph, modules: dict[str, nn.Module], config: ConvertCustomConfig
 ) -> None:
-    swaps: dict[type, type] = {}
-    for mapping in config.observed_to_quantized_mapping.values():
-        swaps.update(mapping)
+    mappings = config.observed_to_quantized_mapping.values()
+    swaps = {observed: cls for mapping in mappings for observed, cls in mapping.items()}
     if not swaps:
         return
     for node in graph.nodes:

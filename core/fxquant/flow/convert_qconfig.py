@@ -108,10 +108,8 @@ def report_not_calibrated(
         >>> report_not_calibrated(Report(), {}, set()).entries()
         []
     """
-    by_node: dict[str, str] = {}
-    for observer, nodes in observers.items():
-        for node in nodes:
-            by_node.setdefault(node, observer)
+    # the first observer that names each node (reversed: a dict keeps the last write)
+    by_node = {node: obs for obs, nodes in reversed(observers.items()) for node in nodes}
     words = "saw no finite value (the model was not calibrated, or not on this path): kept float"
     reasons = {
         n: Reason(ReasonCode.NOT_CALIBRATED, f"{n}: observer {by_node[n]} {words}")

@@ -226,8 +226,7 @@ def _leaves(ctx: FlowContext) -> tuple[set[str], tuple[type, ...]]:
     config = ctx.prepare_custom_config
     names = set(config.non_traceable_module_names) | set(config.standalone_module_names)
     classes = [*config.non_traceable_module_classes, *config.standalone_module_classes]
-    for mapping in config.float_to_observed_mapping.values():
-        classes += list(mapping)
+    classes += [cls for mapping in config.float_to_observed_mapping.values() for cls in mapping]
     return names, tuple(classes)
 
 
