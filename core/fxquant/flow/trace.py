@@ -86,11 +86,9 @@ def mark_internal(filename: str) -> None:
 
 
 def _is_internal(filename: str) -> bool:
-    internal = _INTERNAL.get(filename)
-    if internal is None:
-        internal = filename.startswith(_INTERNAL_DIRS) or filename.startswith("<")
-        _INTERNAL[filename] = internal
-    return internal
+    if filename not in _INTERNAL:  # "<string>", "<eval_with_key>": code made at run time
+        _INTERNAL[filename] = filename.startswith((*_INTERNAL_DIRS, "<"))
+    return _INTERNAL[filename]
 
 
 def _user_frame(frame: types.FrameType | None) -> str | None:
