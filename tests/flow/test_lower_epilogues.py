@@ -85,7 +85,9 @@ class EpiloguePlugin:
         return [LoweringRule(reference.Linear, build=build, name="qlinear")]
 
 
-def _lowered(accept: bool) -> Iterator[tuple[fx.GraphModule, fx.GraphModule, torch.Tensor]]:
+def _lowered(
+    accept: bool, model: nn.Module | None = None
+) -> Iterator[tuple[fx.GraphModule, fx.GraphModule, torch.Tensor]]:
     plugin = EpiloguePlugin(accept)
     fxquant.register_plugin(plugin, backend=BACKEND)
     try:
@@ -95,7 +97,9 @@ def _lowered(accept: bool) -> Iterator[tuple[fx.GraphModule, fx.GraphModule, tor
             weight=fxquant.observer.default_per_channel_weight_observer,
         )
         mapping = fxquant.QConfigMapping().set_object_type(nn.Linear, qconfig)
-        model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Dropout(), nn.Linear(16, 4)).eval()
+        if model is None:
+            model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Dropout(), nn.Linear(16, 4))
+        model.eval()
         x = torch.randn(6, 8)
         config = fxquant.get_backend_config(BACKEND)
         prepared = fxquant.prepare_fx(model, mapping, (x,), backend_config=config)
@@ -104,6 +108,19 @@ def _lowered(accept: bool) -> Iterator[tuple[fx.GraphModule, fx.GraphModule, tor
         yield convert_fx(prepared), reference_model, x
     finally:
         fxquant.unregister_plugin(plugin)
+
+
+class _Named(nn.Module):
+    """The fixture's model, its modules named."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc, self.act, self.drop, self.out = (
+            nn.Linear(8, 16), nn.GELU(), nn.Dropout(), nn.Linear(16, 4)
+        )  # fmt: skip
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.drop(self.act(self.fc(x))))
 
 
 @pytest.fixture
@@ -147,3 +164,17 @@ def test_a_declining_kernel_keeps_the_steps_around_it(declining: Any) -> None:
     assert "GELU" in [type(m).__name__ for m in lowered.modules()]
     with torch.no_grad():
         torch.testing.assert_close(lowered(x), reference_model(x), atol=0.05, rtol=0)
+
+
+def test_lowering_drops_the_modules_it_stopped_calling() -> None:
+    lowered_models = _lowered(accept=True, model=_Named())
+    lowered, reference_model, _ = next(lowered_models)
+    try:
+        # the GELU the first kernel absorbed and the eval-mode dropout go with their calls,
+        # and so do the reference Linears the kernels replaced; the reference model keeps all
+        assert [name for name, _ in lowered.named_children()] == ["fc", "out"]
+        assert not any(isinstance(m, reference.Linear) for m in lowered.modules())
+        named = [name for name, _ in reference_model.named_children()]
+        assert named == ["fc", "act", "drop", "out"]
+    finally:
+        lowered_models.close()

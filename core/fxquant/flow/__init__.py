@@ -38,7 +38,6 @@ from fxquant.flow.trace import TRACING_LOCK
 from fxquant.flow.trace import trace as _trace
 from fxquant.flow.user_model import observe_in_model_mode, raise_if_not_float32, warn_if_training
 from fxquant.registry import resolve_backend
-from fxquant.registry.resolution import ResolvedBackend
 
 __all__ = [
     "convert_fx",
@@ -81,32 +80,6 @@ def fuse_fx(
     ctx = FlowContext.for_fuse(fuse_custom_config, backend)
     with TRACING_LOCK:  # tracing patches torch.nn.Module process-wide
         return _fuse(_capture(model, ctx), ctx)
-
-
-def _prepare_context(
-    seed: tuple[Any, Any, Any],
-    backend: ResolvedBackend,
-    *,
-    is_qat: bool,
-    strict: bool,
-    concrete: object,
-) -> FlowContext:
-    """The checked context of a prepare entry point, for the backend it resolved.
-
-    ``seed`` is the seed's ``(qconfig_mapping, example_inputs, prepare_custom_config)``,
-    as the user passed them. The entry point resolves the backend itself: a warning
-    of the resolution names the user's call.
-    """
-    qconfig_mapping, example_inputs, prepare_custom_config = seed
-    ctx = FlowContext.for_prepare(
-        qconfig_mapping,
-        example_inputs,
-        prepare_custom_config,
-        backend,
-        is_qat=is_qat,
-        strict=strict,
-    )
-    return ctx.with_concrete_args(concrete)
 
 
 def _prepare(
@@ -249,8 +222,8 @@ def prepare_fx(  # noqa: PLR0913  # the seed's six arguments plus keyword-only s
         ['activation_post_process_0', '0', 'activation_post_process_1']
     """
     backend = resolve_backend(as_backend_config(backend_config), "prepare_fx")
-    seed = (qconfig_mapping, example_inputs, prepare_custom_config)
-    ctx = _prepare_context(seed, backend, is_qat=False, strict=strict, concrete=concrete_args)
+    seed = (qconfig_mapping, example_inputs, prepare_custom_config, backend)
+    ctx = FlowContext.for_prepare(*seed, is_qat=False, strict=strict, concrete_args=concrete_args)
     return _prepare(model, ctx, "prepare_fx", _equalization_mapping(_equalization_config))
 
 
@@ -284,8 +257,8 @@ def prepare_qat_fx(  # noqa: PLR0913  # the seed's five arguments plus keyword-o
         'fxquant.nn.qat'
     """
     backend = resolve_backend(as_backend_config(backend_config), "prepare_qat_fx")
-    seed = (qconfig_mapping, example_inputs, prepare_custom_config)
-    ctx = _prepare_context(seed, backend, is_qat=True, strict=strict, concrete=concrete_args)
+    seed = (qconfig_mapping, example_inputs, prepare_custom_config, backend)
+    ctx = FlowContext.for_prepare(*seed, is_qat=True, strict=strict, concrete_args=concrete_args)
     return _prepare(model, ctx, "prepare_qat_fx")
 
 

@@ -15,12 +15,10 @@ same tensor object (a parameter stays that parameter: QAT trains one weight)::
 
 from __future__ import annotations
 
-import operator
-
 import torch
 from torch import fx, nn
 
-from fxquant.flow.names import unique_name
+from fxquant.flow.names import attribute_value, unique_name
 
 __all__ = ["alias_module_attributes"]
 
@@ -48,7 +46,7 @@ def alias_module_attributes(gm: fx.GraphModule) -> None:
         owner = str(node.target).rpartition(".")[0]
         if node.op != "get_attr" or owner not in called:
             continue
-        value = operator.attrgetter(str(node.target))(gm)
+        value = attribute_value(gm, node)
         if not isinstance(value, torch.Tensor):
             continue
         if node.target not in aliases:

@@ -42,9 +42,9 @@ from torch.fx import GraphModule, Node
 
 from fxquant.errors import CalibrationWarning
 from fxquant.flow.convert_copy import observed_constant
-from fxquant.flow.convert_modules import is_observer
+from fxquant.flow.convert_modules import is_observer, observer_node
 from fxquant.flow.inplace import on_copy
-from fxquant.flow.state import NodeInfo, node_info
+from fxquant.flow.state import node_info
 from fxquant.numerics.observer import is_calibrated
 
 __all__ = [
@@ -61,12 +61,8 @@ OUTLIER_RATIO = 1000.0
 
 
 def _observers(gm: GraphModule, modules: Mapping[str, nn.Module]) -> list[tuple[Node, nn.Module]]:
-    found = []
-    for node in gm.graph.nodes:
-        module = modules.get(str(node.target)) if node.op == "call_module" else None
-        if module is not None and is_observer(module):
-            found.append((node, module))
-    return found
+    observers = [node for node in gm.graph.nodes if observer_node(node, modules) is not None]
+    return [(node, modules[str(node.target)]) for node in observers]
 
 
 def label_observers(gm: GraphModule) -> None:
@@ -115,8 +111,8 @@ def uncalibrated(gm: GraphModule, modules: Mapping[str, nn.Module]) -> dict[str,
     found: dict[str, list[str]] = {}
     anchors: dict[str, list[str]] = {}
     for node in gm.graph.nodes:
-        info = node.meta.get("fxquant")
-        if isinstance(info, NodeInfo) and info.qconfig is not None and info.anchor is not None:
+        info = node_info(node)
+        if info.qconfig is not None and info.anchor is not None:
             anchors.setdefault(info.anchor, []).append(node.name)
     for node, module in _observers(gm, modules):
         if is_calibrated(module) or observed_constant(node):
@@ -129,8 +125,8 @@ def uncalibrated(gm: GraphModule, modules: Mapping[str, nn.Module]) -> dict[str,
             group = anchors.get(info.anchor or "", [neighbour.name])
             names += [n for n in group if n not in names]
         if names:
-            found.setdefault(str(node.target), [])
-            found[str(node.target)] += [n for n in names if n not in found[str(node.target)]]
+            listed = found.setdefault(str(node.target), [])
+            listed += [n for n in names if n not in listed]
     return found
 
 
@@ -164,7 +160,7 @@ def _made_constant(node: Node, seen: dict[Node, bool], modules: Mapping[str, nn.
     (from literals, shapes and dtypes, its own attributes, or a fill); an observer passes
     its input's answer on (a view shares its input's observer)."""
     if node not in seen:
-        observer = node.op == "call_module" and is_observer(modules[str(node.target)])
+        observer = observer_node(node, modules) is not None
         computed = observer or node.op in ("call_function", "call_method")
         seen[node] = _fills(node) or (
             computed

@@ -13,7 +13,7 @@ and how ``None`` was resolved); the steps read it from here and ask nobody.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from fxquant.config.backend import BackendConfig
@@ -156,7 +156,7 @@ class FlowContext:
         )
 
     @classmethod
-    def for_prepare(  # the seed's four arguments plus the two modes
+    def for_prepare(  # noqa: PLR0913  # the seed's four arguments, the two modes, concrete_args
         cls,
         qconfig_mapping: QConfigMapping | Mapping[str, Any],
         example_inputs: Any,
@@ -165,11 +165,15 @@ class FlowContext:
         *,
         is_qat: bool,
         strict: bool,
+        concrete_args: object = None,
     ) -> FlowContext:
         """The context of ``prepare_fx`` / ``prepare_qat_fx``.
 
+        ``concrete_args``: prepare's ``forward`` parameters to trace with fixed values.
+
         Raises:
-            ConfigTypeError: for a qconfig mapping or custom config of the wrong type.
+            ConfigTypeError: for a qconfig mapping or custom config of the wrong type, or
+                ``concrete_args`` not a dict keyed by parameter names.
 
         Example:
             >>> ctx = FlowContext.for_prepare(QConfigMapping(), (), None, BackendConfig("b"),
@@ -190,21 +194,9 @@ class FlowContext:
             is_qat=bool(is_qat),
             strict=bool(strict),
             example_inputs=example_inputs,
+            concrete_args=_check_concrete_args(concrete_args),
             backend=resolved,
         )
-
-    def with_concrete_args(self, concrete_args: object) -> FlowContext:
-        """This context with prepare's ``concrete_args`` (checked) for tracing.
-
-        Raises:
-            ConfigTypeError: ``concrete_args`` is not a dict keyed by parameter names.
-
-        Example:
-            >>> ctx = FlowContext(BackendConfig("b")).with_concrete_args({"mask": None})
-            >>> ctx.concrete_args
-            {'mask': None}
-        """
-        return replace(self, concrete_args=_check_concrete_args(concrete_args))
 
     @classmethod
     def for_convert(cls, backend: ResolvedBackend | BackendConfig, *, strict: bool) -> FlowContext:

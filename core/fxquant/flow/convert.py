@@ -44,12 +44,13 @@ from fxquant.flow.convert_qconfig import (
     turn_off,
     turned_off_nodes,
 )
-from fxquant.flow.convert_qdq import attribute_value, replace_observer
+from fxquant.flow.convert_qdq import replace_observer
 from fxquant.flow.equalization.convert import apply_equalization
 from fxquant.flow.equalization.prepare import EQUALIZATION_KEY
 from fxquant.flow.kept_reference import release_replaced_weights
 from fxquant.flow.lower import lower
 from fxquant.flow.lowered_model import as_lowered
+from fxquant.flow.names import attribute_value
 from fxquant.flow.report import NodeStatus, Report, raise_if_skipped
 from fxquant.flow.state import META_KEY, FlowMeta, FlowState, flow_state, is_converted, node_info
 from fxquant.flow.trace import drop_string_annotations
@@ -83,9 +84,8 @@ def _flow_state(graph_module: object, step: str) -> FlowState:
 def _swap_custom_modules(
     root: nn.Module, graph: fx.Graph, modules: dict[str, nn.Module], config: ConvertCustomConfig
 ) -> None:
-    swaps: dict[type, type] = {}
-    for mapping in config.observed_to_quantized_mapping.values():
-        swaps.update(mapping)
+    mappings = config.observed_to_quantized_mapping.values()
+    swaps = {observed: cls for mapping in mappings for observed, cls in mapping.items()}
     if not swaps:
         return
     for node in graph.nodes:
@@ -128,7 +128,7 @@ def _quantized_outputs(graph: fx.Graph, indexes: list[int]) -> None:
     """Outputs listed in ``output_quantized_idxs`` return the integer tensor, not the float."""
     if not indexes:
         return
-    output = next(n for n in reversed(graph.nodes) if n.op == "output")
+    output = graph.output_node()
     value = output.args[0]
     values = list(value) if isinstance(value, (tuple, list)) else [value]
     for index in indexes:
@@ -145,9 +145,8 @@ def _mark_reference(report: Report) -> Report:
 
 
 def _tidy(graph: fx.Graph) -> None:
-    for node in list(graph.nodes):
-        if not node.users and node.op == "call_function" and node.target in DEQUANTIZE_OPS:
-            graph.erase_node(node)  # e.g. a quantized output that returns the integers
+    # only a dequantize step left unused goes (a quantized output that returns the integers)
+    graph.eliminate_dead_code(is_impure_node=lambda node: node.target not in DEQUANTIZE_OPS)
     drop_string_annotations(graph)  # a prepared graph may not come from fxquant's trace
     graph.lint()
 
@@ -394,12 +393,11 @@ def convert_fx(
     )
     backend = _lowering_backend(state, chosen)
     ctx = FlowContext.for_convert(backend, strict=strict)
+    if remove:  # before the copy below: neither model keeps them; no kernel reads them
+        _remove_qconfig_attributes(gm)
     # the deployment of a backend that also lowers (x86) compiles the reference form
     reference = _unlowered_copy(gm) if backend.deployed and backend.lowering_rules else None
     lowered_report = lower(gm, ctx, report).with_notes([backend.kernels_note()])
-    for model in (gm, reference) if remove else ():
-        if model is not None:
-            _remove_qconfig_attributes(model)
     gm.graph.lint()
     gm = as_lowered(gm)  # recompiles; a node that fails when called names itself
     if reference is not None:

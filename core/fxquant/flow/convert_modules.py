@@ -23,12 +23,13 @@ from torch.fx import Node
 from fxquant import dtypes
 from fxquant.errors import ConfigTypeError
 from fxquant.flow.convert_qdq import observer_range
+from fxquant.flow.dtype_check import observable
 from fxquant.flow.state import NodeInfo
 from fxquant.nn import recurrent
 from fxquant.nn.intrinsic import FusedModule
 from fxquant.torch_ao_names import as_fxquant_class
 
-__all__ = ["is_observer", "qparams_dict", "swap_weighted_module", "will_swap"]
+__all__ = ["is_observer", "observer_node", "qparams_dict", "swap_weighted_module", "will_swap"]
 
 
 def is_observer(module: nn.Module) -> bool:
@@ -45,6 +46,22 @@ def is_observer(module: nn.Module) -> bool:
     return callable(getattr(module, "calculate_qparams", None)) and hasattr(module, "dtype")
 
 
+def observer_node(node: object, modules: Mapping[str, nn.Module]) -> Node | None:
+    """``node`` if it calls an observer (or fake quantize), else None.
+
+    Example:
+        >>> from torch import fx
+        >>> gm = fx.symbolic_trace(nn.Sequential(nn.ReLU()))
+        >>> [observer_node(n, dict(gm.named_modules())) for n in gm.graph.nodes]
+        [None, None, None]
+    """
+    if isinstance(node, Node) and node.op == "call_module":
+        module = modules.get(str(node.target))
+        if module is not None and is_observer(module):
+            return node
+    return None
+
+
 def _is_fused(module: nn.Module) -> bool:
     # fxquant's FusedModule, or torch.ao's fused modules named in a user's config: both are
     # sequences whose first module holds the weight
@@ -55,13 +72,6 @@ def _is_fused(module: nn.Module) -> bool:
 
 def _is_qat(module: nn.Module) -> bool:
     return callable(getattr(module, "to_float", None)) and hasattr(module, "weight_fake_quant")
-
-
-def _weight_quantized(observer: nn.Module) -> bool:
-    dtype = getattr(observer, "dtype", None)
-    return isinstance(dtype, torch.dtype) and (
-        dtypes.is_quantized_dtype(dtype) or dtype in (torch.float16, torch.bfloat16)
-    )
 
 
 def will_swap(info: NodeInfo | None, module: nn.Module) -> bool:
@@ -177,7 +187,7 @@ def swap_weighted_module(
         return _swap_recurrent(root, path, module, info)
     float_root = _root_of(module)
     observer = _weight_observer(info, float_root, fake_quant, path)
-    if not _weight_quantized(observer):
+    if not observable(getattr(observer, "dtype", None)):
         return module
     # torch.ao runs the weight observer here for PTQ and QAT alike (its qparams need a
     # first call to get their shapes); kept for numerics parity.
@@ -214,9 +224,9 @@ def _swap_recurrent(root: nn.Module, path: str, module: nn.Module, info: NodeInf
         observer = info.qconfig.weight()
         weight = getattr(module, name)
         observer.to(weight.device)
-        if not _weight_quantized(observer):
+        if not observable(getattr(observer, "dtype", None)):
             return module
-        if dtypes.is_quantized_dtype(observer.dtype):  # type: ignore[arg-type]  # checked by _weight_quantized
+        if dtypes.is_quantized_dtype(observer.dtype):  # type: ignore[arg-type]  # checked by observable
             observer(weight)
         qparams[name] = qparams_dict(observer)
     activation = info.qconfig.activation()

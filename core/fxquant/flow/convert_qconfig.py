@@ -9,7 +9,6 @@ quantize/dequantize pair. Other qconfigs stay those chosen at prepare.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 
 from torch import nn
@@ -19,7 +18,7 @@ from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.flow.convert_modules import is_observer
 from fxquant.flow.qconfig_assign import assign_qconfigs
 from fxquant.flow.report import NodeStatus, Reason, ReasonCode, Report
-from fxquant.flow.state import META_KEY, NodeInfo
+from fxquant.flow.state import node_info, update_info
 
 __all__ = [
     "float_observers",
@@ -44,7 +43,7 @@ def turned_off_nodes(
     return {
         node.name
         for node, qconfig in assignment.qconfigs.items()
-        if qconfig is None and _quantized(node)
+        if qconfig is None and node_info(node).quantized
     }
 
 
@@ -55,14 +54,8 @@ def turn_off(graph: Graph, names: set[str]) -> None:
         >>> # see turned_off_nodes
     """
     for node in graph.nodes:
-        info = node.meta.get(META_KEY)
-        if node.name in names and isinstance(info, NodeInfo):
-            node.meta[META_KEY] = dataclasses.replace(info, qconfig=None, dtype_config=None)
-
-
-def _quantized(node: Node) -> bool:
-    info = node.meta.get(META_KEY)
-    return isinstance(info, NodeInfo) and info.qconfig is not None
+        if node.name in names:  # quantized at prepare: each has its NodeInfo
+            update_info(node, qconfig=None, dtype_config=None)
 
 
 def float_observers(graph: Graph, modules: dict[str, nn.Module], turned_off: set[str]) -> set[Node]:
@@ -79,7 +72,7 @@ def float_observers(graph: Graph, modules: dict[str, nn.Module], turned_off: set
             continue
         neighbours = [*node.all_input_nodes, *node.users]
         if any(n.name in turned_off for n in neighbours) and not any(
-            _quantized(n) for n in neighbours
+            node_info(n).quantized for n in neighbours
         ):
             found.add(node)
     return found
@@ -115,10 +108,8 @@ def report_not_calibrated(
         >>> report_not_calibrated(Report(), {}, set()).entries()
         []
     """
-    by_node: dict[str, str] = {}
-    for observer, nodes in observers.items():
-        for node in nodes:
-            by_node.setdefault(node, observer)
+    # the first observer that names each node (reversed: a dict keeps the last write)
+    by_node = {node: obs for obs, nodes in reversed(observers.items()) for node in nodes}
     words = "saw no finite value (the model was not calibrated, or not on this path): kept float"
     reasons = {
         n: Reason(ReasonCode.NOT_CALIBRATED, f"{n}: observer {by_node[n]} {words}")

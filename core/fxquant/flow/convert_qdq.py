@@ -24,11 +24,11 @@ from torch import nn
 from torch.fx import Graph, GraphModule, Node
 
 from fxquant import dtypes
-from fxquant.flow.names import unique_name
+from fxquant.flow.names import attribute_value, unique_name
 from fxquant.lowering import DEQUANTIZE_OF, PER_CHANNEL_OPS, QParams
 from fxquant.numerics import qdq as _qdq  # noqa: F401  # the kernels of torch.ops.fxquant.*
 
-__all__ = ["attribute_value", "node_qparams", "observer_range", "replace_observer"]
+__all__ = ["node_qparams", "observer_range", "replace_observer"]
 
 _OPS = torch.ops.fxquant
 
@@ -94,23 +94,18 @@ def _chosen(graph: Graph, choose: Any, args: tuple[Any, ...]) -> tuple[Node, Nod
     return scale, graph.call_function(operator.getitem, (chosen, 1))
 
 
-def _dynamic(graph: Graph, node: Node, observer: nn.Module) -> Node:
+def _dynamic(graph: Graph, node: Node, observer: nn.Module, *, per_token: bool) -> Node:
+    """Qparams chosen at run time: per tensor for the observer's range, or one grid per row."""
     dtype: torch.dtype = observer.dtype  # type: ignore[assignment]  # checked by the caller
     plain = dtypes.canonical_dtype(dtype)
-    choose_min, choose_max = observer_range(observer, plain)
-    choose = (node.args[0], choose_min, choose_max, plain)
-    qparams = _chosen(graph, _OPS.choose_qparams_per_tensor.default, choose)
     tail = (*dtypes.quant_range(plain), plain)  # stored integers: as in _static
+    if per_token:
+        choose = _OPS.choose_qparams_per_token_asymmetric.default
+        qparams = _chosen(graph, choose, (node.args[0], plain))
+        return _quantize_dequantize(graph, _OPS.quantize_per_token.default, node, qparams, tail)
+    choose_args = (node.args[0], *observer_range(observer, plain), plain)
+    qparams = _chosen(graph, _OPS.choose_qparams_per_tensor.default, choose_args)
     return _quantize_dequantize(graph, _OPS.quantize_per_tensor.tensor, node, qparams, tail)
-
-
-def _per_token(graph: Graph, node: Node, observer: nn.Module) -> Node:
-    dtype: torch.dtype = observer.dtype  # type: ignore[assignment]  # checked by the caller
-    plain = dtypes.canonical_dtype(dtype)
-    choose = _OPS.choose_qparams_per_token_asymmetric.default
-    qparams = _chosen(graph, choose, (node.args[0], plain))
-    tail = (*dtypes.quant_range(plain), plain)
-    return _quantize_dequantize(graph, _OPS.quantize_per_token.default, node, qparams, tail)
 
 
 def _cast(graph: Graph, node: Node, dtype: torch.dtype) -> Node:
@@ -136,26 +131,14 @@ def replace_observer(root: nn.Module, graph: Graph, node: Node, observer: nn.Mod
             if dtype in _FLOAT_CASTS:
                 kind, replacement = "cast", _cast(graph, node, dtype)
             elif dtypes.is_quantized_dtype(dtype) and getattr(observer, "is_per_token", False):
-                kind, replacement = "per_token", _per_token(graph, node, observer)
+                kind, replacement = "per_token", _dynamic(graph, node, observer, per_token=True)
             elif dtypes.is_quantized_dtype(dtype) and getattr(observer, "is_dynamic", False):
-                kind, replacement = "dynamic", _dynamic(graph, node, observer)
+                kind, replacement = "dynamic", _dynamic(graph, node, observer, per_token=False)
             elif dtypes.is_quantized_dtype(dtype):
                 kind, replacement = "static", _static(root, graph, node, observer)
     node.replace_all_uses_with(replacement)
     graph.erase_node(node)
     return kind
-
-
-def attribute_value(root: nn.Module, value: object) -> Any:
-    """The module attribute a ``get_attr`` node reads, or ``value`` itself for anything else.
-
-    Example:
-        >>> attribute_value(torch.fx.symbolic_trace(nn.Identity()), 0.5)
-        0.5
-    """
-    if not isinstance(value, Node) or value.op != "get_attr":
-        return value
-    return operator.attrgetter(str(value.target))(root)
 
 
 def node_qparams(gm: GraphModule, node: Node) -> QParams:

@@ -27,6 +27,7 @@ __all__ = [
     "cast_output",
     "float_output",
     "float_side",
+    "observable",
     "select_dtype_config",
 ]
 
@@ -115,6 +116,17 @@ class QConfigProbe:
         half = torch.float16
         static_half = self.activation.dtype == half and self.weight.dtype == half
         return half if static_half and not self.activation.is_dynamic else _FLOAT
+
+
+def observable(dtype: object) -> bool:
+    """Whether a value (or weight) of ``dtype`` gets an observer: an integer dtype, or a
+    reduced float (static float16, bfloat16), which a placeholder observes and convert rounds.
+
+    Example:
+        >>> observable(torch.quint8), observable(torch.bfloat16), observable(torch.float32)
+        (True, True, False)
+    """
+    return isinstance(dtype, torch.dtype) and (is_quantized_dtype(dtype) or dtype in _REDUCED)
 
 
 def float_output(config: DTypeConfig | None) -> bool:
@@ -224,30 +236,24 @@ def _check_dtypes(config: DTypeConfig, probe: QConfigProbe, label: str) -> Reaso
 def _check_constraints(
     constraints: DTypeWithConstraints, facts: ObserverFacts, what: str, label: str
 ) -> Reason | None:
-    # (code, field, bound, the observer's argument, its value, whether a larger one breaks it)
-    bounds = (
-        (ReasonCode.QUANT_RANGE, "quant_min_lower_bound", constraints.quant_min_lower_bound,
-         "quant_min", facts.quant_min, False),
-        (ReasonCode.QUANT_RANGE, "quant_max_upper_bound", constraints.quant_max_upper_bound,
-         "quant_max", facts.quant_max, True),
-        (ReasonCode.SCALE_MIN, "scale_min_lower_bound", constraints.scale_min_lower_bound,
-         "eps", facts.eps, False),
-    )  # fmt: skip
+    bounds = (  # (the observer's argument, its value, the constraint's field, the code)
+        ("quant_min", facts.quant_min, "quant_min_lower_bound", ReasonCode.QUANT_RANGE),
+        ("quant_max", facts.quant_max, "quant_max_upper_bound", ReasonCode.QUANT_RANGE),
+        ("eps", facts.eps, "scale_min_lower_bound", ReasonCode.SCALE_MIN),
+    )
     # every bound the observer breaks, so that one fix satisfies them all: a user who mends
     # quant_min and then meets eps has been sent round twice
-    broken = [
-        row
-        for row in bounds
-        if row[2] is not None
-        and (row[4] is None or (row[4] > row[2] if row[5] else row[4] < row[2]))
-    ]
+    broken = []
+    for arg, got, field, code in bounds:
+        bound, upper = getattr(constraints, field), field.endswith("_upper_bound")
+        if bound is not None and (got is None or (got > bound if upper else got < bound)):
+            broken.append((arg, got, field, code, bound, "exceeds" if upper else "is below"))
     if not broken:
         return _check_fixed(constraints, facts, what, label)
     told = "; ".join(
-        f"{arg} {value} {'exceeds' if upper else 'is below'} the backend bound {bound}"
-        for _, _, bound, arg, value, upper in broken
+        f"{arg} {got} {rel} the backend bound {bound}" for arg, got, *_, bound, rel in broken
     )
-    given: dict[str, object] = {arg: bound for _, _, bound, arg, _, _ in broken}
+    given: dict[str, object] = {arg: bound for arg, *_, bound, _ in broken}
     if {"quant_min", "quant_max"} & given.keys():  # observers take the two together
         given = {"quant_min": facts.quant_min, "quant_max": facts.quant_max, **given}
     fix = ", ".join(f"{arg}={value}" for arg, value in given.items())
@@ -255,7 +261,7 @@ def _check_constraints(
         f"{label}: qconfig {what} {told}; give the {what} observer {fix} "
         f"(its class's `.with_args({fix}, ...)`)"
     )
-    code, field, bound = broken[0][:3]
+    _, _, field, code, bound, _ = broken[0]
     return Reason(code, words, field=field, bound=bound)
 
 

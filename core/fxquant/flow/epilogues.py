@@ -14,13 +14,13 @@ Run by :func:`fxquant.flow.lower.lower` once every rule has run, in this order:
                                 argument -> the first one's ``merge(others)`` module
 
 The protocol is the plugin author's (``fxquant.registry.hookspecs.LoweringRule``);
-a kernel that declines leaves the graph as it was.
+a kernel that declines leaves the graph as it was. The passes erase the calls they take
+over; ``lower`` then drops the modules nothing calls any more.
 """
 
 from __future__ import annotations
 
 import operator
-from collections import Counter
 from typing import Any
 
 import torch
@@ -138,7 +138,6 @@ def _module_form(node: Node) -> nn.Module | None:
 
 def absorb_epilogues(gm: GraphModule) -> None:
     """Offer each kernel what alone follows it, until it declines (see ``LoweringRule``)."""
-    calls = _module_calls(gm)
     absorbed: set[Node] = set()
     for node in list(gm.graph.nodes):
         if node.op != "call_module" or node in absorbed:
@@ -157,7 +156,6 @@ def absorb_epilogues(gm: GraphModule) -> None:
                 follower.replace_all_uses_with(node)
                 gm.graph.erase_node(follower)
                 absorbed.add(follower)
-                _drop_module(gm, follower, calls)
 
 
 def is_identity(module: nn.Module) -> bool:
@@ -193,7 +191,6 @@ def merge_siblings(gm: GraphModule) -> None:
     """Kernels of one class that each take the same value as their only argument are
     offered to the first one's ``merge(others)``; a module it returns runs in their place
     and returns one result per kernel, in graph order (see ``LoweringRule``)."""
-    calls = _module_calls(gm)
     order = {node: index for index, node in enumerate(gm.graph.nodes)}
     for node in list(gm.graph.nodes):
         groups: dict[type, list[Node]] = {}
@@ -204,10 +201,10 @@ def merge_siblings(gm: GraphModule) -> None:
                     groups.setdefault(type(module), []).append(user)
         for users in groups.values():
             if len(users) > 1:
-                _merge(gm, users, calls)
+                _merge(gm, users)
 
 
-def _merge(gm: GraphModule, users: list[Node], calls: Counter[str]) -> None:
+def _merge(gm: GraphModule, users: list[Node]) -> None:
     first, *rest = users
     merge: Any = gm.get_submodule(str(first.target)).merge  # checked by the caller
     merged = merge([gm.get_submodule(str(u.target)) for u in rest])
@@ -222,33 +219,17 @@ def _merge(gm: GraphModule, users: list[Node], calls: Counter[str]) -> None:
         result.meta = dict(user.meta)
         user.replace_all_uses_with(result)
         gm.graph.erase_node(user)
-        _drop_module(gm, user, calls)
 
 
 def drop_identities(gm: GraphModule) -> None:
     """``nn.Identity`` kernels and eval-mode dropouts (no-ops at inference) pass their input on,
     so a kernel before them can take over the steps after them."""
-    calls = _module_calls(gm)
     for node in list(gm.graph.nodes):
         if node.op != "call_module" or len(node.args) != 1 or node.kwargs:
             continue
         if is_identity(gm.get_submodule(str(node.target))):
             node.replace_all_uses_with(node.args[0])
             gm.graph.erase_node(node)
-            _drop_module(gm, node, calls)
-
-
-def _module_calls(gm: GraphModule) -> Counter[str]:
-    return Counter(str(n.target) for n in gm.graph.nodes if n.op == "call_module")
-
-
-def _drop_module(gm: GraphModule, node: Node, calls: Counter[str]) -> None:
-    """Delete the submodule of an erased ``call_module`` node once nothing calls it."""
-    if node.op != "call_module":
-        return
-    calls[str(node.target)] -= 1
-    if calls[str(node.target)] <= 0:
-        gm.delete_submodule(str(node.target))
 
 
 def _reads_shape(node: Node) -> bool:

@@ -31,6 +31,7 @@ from fxquant.config.backend import BackendPatternConfig
 from fxquant.config.pattern import MatchAllNode, is_match_all
 from fxquant.flow.context import FlowContext
 from fxquant.flow.match import Match, PatternIndex, match_graph, module_table, root_node
+from fxquant.flow.names import drop_unread_modules
 from fxquant.flow.qconfig_assign import (
     QConfigAssignment,
     assign_qconfigs,
@@ -183,15 +184,6 @@ def _reads_itself(match: Match[BackendPatternConfig]) -> bool:
     return any(node in own for node in getter(match.structure))
 
 
-def _drop_unused(gm: fx.GraphModule, erased: set[str]) -> None:
-    """Delete the modules that fusion absorbed, unless another call still uses them."""
-    used = {str(n.target) for n in gm.graph.nodes if n.op in ("call_module", "get_attr")}
-    # every container on the path of a used module must stay too
-    kept = {u.rsplit(".", i)[0] for u in used for i in range(u.count(".") + 1)}
-    for target in erased - kept:
-        gm.delete_submodule(target)  # False (nothing to do) when a parent went first
-
-
 def fuse(gm: fx.GraphModule, ctx: FlowContext, *, recompile: bool = True) -> fx.GraphModule:
     """Fuse every fusion pattern of the backend in ``gm`` (in place) and return it.
 
@@ -282,5 +274,5 @@ def _fuse_matches(
         for match in matches.values()
     ]
     gm.graph.lint()
-    _drop_unused(gm, erased)
+    drop_unread_modules(gm, erased)  # the modules fusion absorbed, unless still called
     return roots

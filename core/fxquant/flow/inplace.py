@@ -244,11 +244,14 @@ def _is_view(node: fx.Node, modules: dict[str, nn.Module]) -> bool:
     return node.target in views
 
 
-def _base(node: fx.Node, modules: dict[str, nn.Module]) -> fx.Node:
-    """The node whose memory ``node`` may share: itself unless it is a view of another."""
+def _views(node: fx.Node, modules: dict[str, nn.Module]) -> list[fx.Node]:
+    """``node`` and each node it is a view of, in turn: the last is the node whose memory
+    ``node`` may share (its base; ``node`` itself unless it is a view of another)."""
+    chain = [node]
     while _is_view(node, modules) and node.args and isinstance(node.args[0], fx.Node):
         node = node.args[0]
-    return node
+        chain.append(node)
+    return chain
 
 
 def _refuse(node: fx.Node, why: str) -> UntraceableModelError:
@@ -325,7 +328,7 @@ def _mutates(node: fx.Node, modules: dict[str, nn.Module]) -> bool:
 def _check(
     node: fx.Node, mutated: fx.Node, modules: dict[str, nn.Module], position: dict[fx.Node, int]
 ) -> None:
-    base = _base(mutated, modules)
+    base = _views(mutated, modules)[-1]
     if base.op == "get_attr":
         raise _refuse(node, f"changes the module's tensor {base.target!r} inside forward")
     if base is mutated:
@@ -334,21 +337,11 @@ def _check(
     # one of those, other than through the op's own result or the view it changed (whose
     # later readers are rewired to the result), would see the change in eager PyTorch only
     for alias in position:
-        if alias in (node, mutated) or _base(alias, modules) is not base:
+        chain = _views(alias, modules)
+        if alias in (node, mutated) or chain[-1] is not base:
             continue
         if position[alias] > position[node]:
-            if not _reads_through(alias, (node, mutated), modules):
+            if node not in chain and mutated not in chain:  # not a view of the op or its input
                 raise _refuse(node, f"changes a view of {base.name!r}, which is read afterwards")
         elif any(position[user] > position[node] for user in alias.users if user is not node):
             raise _refuse(node, f"changes a view of {base.name!r}, which is read again afterwards")
-
-
-def _reads_through(
-    view: fx.Node, sources: tuple[fx.Node, ...], modules: dict[str, nn.Module]
-) -> bool:
-    """Whether ``view`` is a view of one of ``sources`` (a chain of views from it)."""
-    while view not in sources and _is_view(view, modules) and view.args:
-        if not isinstance(view.args[0], fx.Node):
-            return False
-        view = view.args[0]
-    return view in sources

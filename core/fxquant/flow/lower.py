@@ -31,17 +31,18 @@ from typing import Any
 import torch
 from torch import nn
 from torch.fx import GraphModule, Node
+from torch.fx.node import map_arg
 
 from fxquant.config.pattern import pattern_str
 from fxquant.flow import epilogues
 from fxquant.flow.context import FlowContext
-from fxquant.flow.convert_qdq import attribute_value, node_qparams
+from fxquant.flow.convert_qdq import node_qparams
 from fxquant.flow.dtype_check import cast_output, float_side
 from fxquant.flow.epilogues import OUTPUT_OF_KEY, OUTPUT_QPARAMS_KEY
 from fxquant.flow.match import Match, PatternIndex, match_graph
-from fxquant.flow.names import unique_name
+from fxquant.flow.names import attribute_value, drop_unread_modules, unique_name
 from fxquant.flow.report import NodeStatus, Reason, ReasonCode, Report
-from fxquant.flow.state import META_KEY, NodeInfo
+from fxquant.flow.state import node_info
 from fxquant.lowering import (
     CHOOSE_QPARAMS_OP,
     CHOOSE_QPARAMS_PER_TOKEN_OP,
@@ -67,11 +68,6 @@ class _Modules:
     uses: Counter[str]
 
 
-def _quantized(node: Node) -> bool:
-    info = node.meta.get(META_KEY)
-    return isinstance(info, NodeInfo) and info.qconfig is not None and info.dtype_config is not None
-
-
 def _input(gm: GraphModule, value: Node) -> tuple[Node, QParams | None]:
     """What the kernel receives for one external input, and its qparams."""
     if value.op == "call_function" and value.target in STATIC_DEQUANTIZE_OPS:
@@ -83,8 +79,9 @@ def _input(gm: GraphModule, value: Node) -> tuple[Node, QParams | None]:
         assert isinstance(q, Node)  # convert feeds dequantize from a quantize node
         _, scale, _, low, high, dtype = value.args
         # the range the qparams are chosen for (the observer's: 0..127 with reduce_range), as
-        # the reference does; the values fit it, whatever the stored range (#AVX2: a kernel
-        # choosing over 0..255 instead was more precise than the reference and saturated)
+        # the reference does; the values fit it, whatever the stored range. A kernel choosing
+        # over 0..255 instead would differ from the reference and saturate on CPUs without
+        # VNNI (AVX2: uint8 x int8 products added in pairs in int16)
         choose = scale.args[0] if isinstance(scale, Node) and scale.args else None
         if isinstance(choose, Node) and choose.target == CHOOSE_QPARAMS_OP:
             _, low, high, _ = choose.args
@@ -96,15 +93,11 @@ def _input(gm: GraphModule, value: Node) -> tuple[Node, QParams | None]:
 
 def _external_inputs(nodes: Sequence[Node]) -> list[Node]:
     """Every read of a value from outside ``nodes``, in argument order (repeats kept)."""
+    read: list[Node] = []
+    for node in nodes:
+        map_arg((node.args, node.kwargs), read.append)  # every Node, nested ones too
     inside = set(nodes)
-    values = [_flatten((*n.args, *n.kwargs.values())) for n in nodes]
-    return [v for vs in values for v in vs if isinstance(v, Node) and v not in inside]
-
-
-def _flatten(value: object) -> list[object]:
-    if isinstance(value, (list, tuple)):
-        return [leaf for item in value for leaf in _flatten(item)]
-    return [value]
+    return [value for value in read if value not in inside]
 
 
 def _output_quantize(anchor: Node) -> Node | None:
@@ -153,8 +146,7 @@ def _install(
 def _reduced_float_side(node: Node) -> torch.dtype | None:
     """The dtype (bfloat16, float16) of a float op its qconfig asks in it, else None: such
     a node computes floats between casts, no integers."""
-    info = node.meta.get(META_KEY)
-    config = info.dtype_config if isinstance(info, NodeInfo) else None
+    config = node_info(node).dtype_config
     return float_side(config) if cast_output(config) is None else None
 
 
@@ -162,8 +154,8 @@ def _fits(match: Match[LoweringRule]) -> bool:
     """A rule for quantized ops takes only quantized nodes; a float rule only float ones
     (float32, or a float op in a reduced float dtype: its casts are in the pattern)."""
     if match.payload.quantized:
-        return all(_quantized(n) for n in match.nodes)
-    return not any(_quantized(n) and _reduced_float_side(n) is None for n in match.nodes)
+        return all(node_info(n).quantized for n in match.nodes)
+    return not any(node_info(n).quantized and _reduced_float_side(n) is None for n in match.nodes)
 
 
 def _lower_one(
@@ -225,15 +217,6 @@ def _kept_when_unused(node: Node) -> bool:
     it does in the reference model (torch.fx's default would also drop dead float calls)."""
     removable = node.op == "call_function" and node.target in _REMOVABLE
     return not (removable or node.op == "get_attr")
-
-
-def _remove_dead(gm: GraphModule) -> None:
-    gm.graph.eliminate_dead_code(is_impure_node=_kept_when_unused)
-    used = {str(n.target) for n in gm.graph.nodes if n.op == "call_module"}
-    for name, _ in list(gm.named_children()):
-        module = getattr(gm, name)
-        if getattr(module, "_IS_REFERENCE", False) and name not in used:
-            delattr(gm, name)  # a reference module fully replaced by its kernel
 
 
 def _op_texts(gm: GraphModule) -> dict[str, str]:
@@ -323,27 +306,28 @@ def lower(gm: GraphModule, ctx: FlowContext, report: Report) -> Report:
         index: PatternIndex[LoweringRule] = PatternIndex.build((r.key, r) for r in rules)
         # the veto frees a structural match of the wrong kind for the shorter patterns
         found = match_graph(gm, index, modules=by_name, accept=_fits)
-        matches = {id(m): m for m in found.values()}
-        for match in matches.values():
-            names = [n.name for n in match.nodes]
-            why = _lower_one(gm, match, backend, modules)
-            if not match.payload.quantized:
-                # float32 nodes were never quantized; reduced float ones now run in the kernel
-                if why is None:
-                    lowered.update(n.name for n in match.nodes if _quantized(n))
-                continue
+        for match in {id(m): m for m in found.values()}.values():
+            why, rule = _lower_one(gm, match, backend, modules), match.payload
+            # a float rule's float32 nodes were never quantized; reduced float ones now run in
+            # the kernel, and a float rule that declines leaves nothing to report
+            names = [n.name for n in match.nodes if rule.quantized or node_info(n).quantized]
             if why is None:
                 lowered.update(names)
-            else:
-                rule = match.payload.name
-                declined.update(dict.fromkeys(names, f"lowering rule {rule} declined: {why}"))
+            elif rule.quantized:
+                declined.update(dict.fromkeys(names, f"lowering rule {rule.name} declined: {why}"))
         _fold_weights(gm)
         epilogues.shape_reads_from_integers(gm)
-        _remove_dead(gm)  # first: a dead dequantize would count as a second reader
+        # first: a dead dequantize would count as a second reader
+        gm.graph.eliminate_dead_code(is_impure_node=_kept_when_unused)
+        called = [str(n.target) for n in gm.graph.nodes if n.op == "call_module"]
         epilogues.fast_boundaries(gm)
         epilogues.drop_identities(gm)
         epilogues.absorb_epilogues(gm)
         epilogues.absorb_inputs(gm)
         epilogues.merge_siblings(gm)
-        _remove_dead(gm)
+        gm.graph.eliminate_dead_code(is_impure_node=_kept_when_unused)
+        # the modules the epilogues stopped calling, and the reference modules (children of
+        # the root) that kernels replaced
+        replaced = [n for n, m in gm.named_children() if getattr(m, "_IS_REFERENCE", False)]
+        drop_unread_modules(gm, [*called, *replaced])
     return _as_asked(_update_report(report, lowered, declined, ctx, ops), sides)

@@ -94,16 +94,20 @@ def module_table(gm: nn.Module) -> dict[str, nn.Module]:
     return dict(gm.named_modules(remove_duplicate=False))
 
 
-def pattern_size(pattern: object) -> int:
-    """Number of ops in a pattern, MatchAllNode excluded.
+def pattern_size(pattern: object, *, match_all: bool = False) -> int:
+    """Number of ops in a pattern, MatchAllNode excluded (counted too with ``match_all``:
+    the positions of the flattened pattern).
 
     Example:
-        >>> pattern_size(("relu", ("bn", "conv")))
+        >>> from fxquant.config.pattern import MatchAllNode
+        >>> pattern_size(("relu", ("bn", "conv"))), pattern_size(("add", "conv", MatchAllNode))
+        (3, 2)
+        >>> pattern_size(("add", "conv", MatchAllNode), match_all=True)
         3
     """
     if isinstance(pattern, tuple):
-        return sum(pattern_size(p) for p in pattern)
-    return 0 if is_match_all(pattern) else 1
+        return sum(pattern_size(p, match_all=match_all) for p in pattern)
+    return 1 if match_all or not is_match_all(pattern) else 0
 
 
 def _head(pattern: object) -> object:
@@ -184,7 +188,7 @@ class _Matcher:
         if is_match_all(head):
             if isinstance(value, fx.Node):
                 self.bindings[position] = value
-            self.position += sum(_count(p) for p in arg_patterns)
+            self.position += sum(pattern_size(p, match_all=True) for p in arg_patterns)
             return value
         if not isinstance(value, fx.Node):
             return value if value == pattern else _FAIL
@@ -208,12 +212,6 @@ class _Matcher:
 
 
 _FAIL = object()
-
-
-def _count(pattern: object) -> int:
-    if isinstance(pattern, tuple):
-        return sum(_count(p) for p in pattern)
-    return 1
 
 
 def match_graph(

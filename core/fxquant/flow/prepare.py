@@ -29,7 +29,7 @@ from fxquant.config.backend import BackendConfig, BackendPatternConfig, DTypeCon
 from fxquant.config.pattern import pattern_str
 from fxquant.config.qconfig import QConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
-from fxquant.dtypes import canonical_dtype, is_quantized_dtype
+from fxquant.dtypes import canonical_dtype
 from fxquant.factory import factory_parts
 from fxquant.flow.context import FlowContext
 from fxquant.flow.dtype_check import (
@@ -37,6 +37,7 @@ from fxquant.flow.dtype_check import (
     cast_output,
     float_output,
     float_side,
+    observable,
     select_dtype_config,
 )
 from fxquant.flow.match import Match, PatternIndex, match_graph, module_table, root_node
@@ -368,9 +369,9 @@ def _observation_type(
     count = sum(1 for a in root.args if isinstance(a, fx.Node) and kinds.get(a) == ValueKind.FLOAT)
     kind = table.get(count, config.observation_type)
     if count == 1 and kind is ObservationType.OUTPUT_SHARE_OBSERVER_WITH_INPUT:
-        # x * 50 sharing x's observer (torch.ao's table) widens x's range 50 times: x was
-        # quantized on a grid 50 times too coarse, 0.6 dB from float with no warning. The
-        # output gets its own observer; the kernels requantize into it
+        # x * 50 sharing x's observer (torch.ao's table) widens x's range 50 times: x would
+        # be quantized on a grid 50 times too coarse (0.6 dB from float, with no warning).
+        # The output gets its own observer; the kernels requantize into it
         return ObservationType.OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT
     return kind
 
@@ -402,11 +403,6 @@ def _roles(
     return match.payload._input_type_to_index if node is root_node(match) else {}
 
 
-def _observable(dtype: torch.dtype) -> bool:
-    # a reduced float side (static fp16, bf16) is observed by a placeholder: convert rounds it
-    return is_quantized_dtype(dtype) or dtype in (torch.float16, torch.bfloat16)
-
-
 def _edge_request(
     node: fx.Node, position: int, arg: fx.Node, decision: Decision, planner: _Planner
 ) -> tuple[Ctor, torch.dtype] | None:
@@ -421,8 +417,8 @@ def _edge_request(
         # no observer on it, whatever the qconfig's weight observer is
         wanted = decision.dtype_config.weight_dtype if decision.dtype_config else None
         dtype = probe.weight.dtype
-        observed = wanted is not None and _observable(canonical_dtype(wanted))
-        return (qconfig.weight, dtype) if observed and _observable(dtype) else None
+        observed = wanted is not None and observable(canonical_dtype(wanted))
+        return (qconfig.weight, dtype) if observed and observable(dtype) else None
     if position == roles.get("bias"):
         if probe.bias_dtype != torch.float16:
             return None
@@ -431,7 +427,7 @@ def _edge_request(
     dtype = probe.activation.dtype
     if probe.activation.is_dynamic:
         return (qconfig.activation, dtype) if position == 0 else None
-    if not _observable(dtype) or planner.out_dtype.get(arg) == dtype:
+    if not observable(dtype) or planner.out_dtype.get(arg) == dtype:
         return None
     return _input_observer(qconfig.activation), dtype
 
@@ -522,7 +518,7 @@ def _plan_node(node: fx.Node, planner: _Planner) -> None:
     rounded = cast_output(decision.dtype_config)
     if rounded is not None:  # int8 in, bf16 out: the output is rounded to bf16, not observed
         ctor, dtype = PlaceholderObserver.with_args(dtype=rounded), rounded
-    if not _carries(planner.kinds.get(node), dtype) or not _observable(dtype):
+    if not _carries(planner.kinds.get(node), dtype) or not observable(dtype):
         return
     shared = kind is ObservationType.OUTPUT_SHARE_OBSERVER_WITH_INPUT and rounded is None
     if _returns_pieces(node, planner):  # a tuple has no range: observe each tensor piece
@@ -582,7 +578,7 @@ def _plan_outputs(gm: fx.GraphModule, planner: _Planner) -> None:
     mapping = planner.ctx.qconfig_mapping
     if not indexes or mapping is None or mapping.global_qconfig is None:
         return
-    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    output = gm.graph.output_node()
     values = output.args[0]
     values = list(values) if isinstance(values, (list, tuple)) else [values]
     for i in indexes:

@@ -65,6 +65,12 @@ class NodeInfo:
     """The ``set_module_name_object_type_order`` keys naming this call, numbered on the
     graph as captured; a fused module keeps those of every module it replaced."""
 
+    @property
+    def quantized(self) -> bool:
+        """Whether prepare quantized the node: it set a qconfig and the backend's dtype config
+        (convert's ``qconfig_mapping`` clears both for a node it turns off)."""
+        return self.qconfig is not None and self.dtype_config is not None
+
 
 @dataclass(frozen=True, slots=True)
 class FlowState:

@@ -86,11 +86,9 @@ def mark_internal(filename: str) -> None:
 
 
 def _is_internal(filename: str) -> bool:
-    internal = _INTERNAL.get(filename)
-    if internal is None:
-        internal = filename.startswith(_INTERNAL_DIRS) or filename.startswith("<")
-        _INTERNAL[filename] = internal
-    return internal
+    if filename not in _INTERNAL:  # "<string>", "<eval_with_key>": code made at run time
+        _INTERNAL[filename] = filename.startswith((*_INTERNAL_DIRS, "<"))
+    return _INTERNAL[filename]
 
 
 def _user_frame(frame: types.FrameType | None) -> str | None:
@@ -226,8 +224,7 @@ def _leaves(ctx: FlowContext) -> tuple[set[str], tuple[type, ...]]:
     config = ctx.prepare_custom_config
     names = set(config.non_traceable_module_names) | set(config.standalone_module_names)
     classes = [*config.non_traceable_module_classes, *config.standalone_module_classes]
-    for mapping in config.float_to_observed_mapping.values():
-        classes += list(mapping)
+    classes += [cls for mapping in config.float_to_observed_mapping.values() for cls in mapping]
     return names, tuple(classes)
 
 

@@ -72,6 +72,7 @@ import torch
 from torch import fx, nn
 
 from fxquant.enums import StrEnum
+from fxquant.flow.names import attribute_value
 from fxquant.flow.transformer import add_mask, attention_mask
 
 __all__ = [
@@ -237,9 +238,9 @@ def _kind_of_value(value: object) -> ValueKind:
 def _dtype_arg(node: fx.Node, kinds: Mapping[fx.Node, ValueKind]) -> torch.dtype | None:
     """The dtype a cast names: a constant, or a float tensor's traced ``.dtype``
     (transformers' ``mask.to(embeddings.dtype)``, float32 standing for it)."""
-    for value in _constants(node):
-        if isinstance(value, torch.dtype):
-            return value
+    constant = next((value for value in _constants(node) if isinstance(value, torch.dtype)), None)
+    if constant is not None:
+        return constant
     for value in node_args(node):
         if value.op == "call_function" and value.target is getattr and value.args[1] == "dtype":
             source = value.args[0]
@@ -406,7 +407,7 @@ def value_kinds(
             kinds[node] = FLOAT if value is None else kind
             position += 1
         elif node.op == "get_attr":
-            value = operator.attrgetter(str(node.target))(gm)
+            value = attribute_value(gm, node)
             kinds[node] = MASK if _holds_minus_infinity(value) else _kind_of_value(value)
         elif node.op == "call_module":
             module = modules.get(str(node.target))

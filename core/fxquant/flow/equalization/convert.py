@@ -19,6 +19,7 @@ import torch.nn.functional as F  # the usual alias
 from torch import fx, nn
 from torch.fx import Node
 
+from fxquant.flow.convert_modules import observer_node
 from fxquant.flow.equalization.observers import (
     AUTO,
     InputEqualizationObserver,
@@ -30,10 +31,9 @@ from fxquant.flow.equalization.prepare import (
     EqualizedPair,
     is_linear,
     linear_module,
-    observer_node,
     reads_shared_weight,
-    unique_name,
 )
+from fxquant.flow.names import unique_name
 
 __all__ = ["apply_equalization"]
 
@@ -148,11 +148,6 @@ def _nodes_between(start: Node, end: Node) -> list[Node]:
     return found
 
 
-def _observers_between(start: Node, end: Node, modules: Mapping[str, nn.Module]) -> list[Node]:
-    """Observer nodes on the single-user path from ``start`` (exclusive) to ``end`` (inclusive)."""
-    return [n for n in _nodes_between(start, end) if observer_node(n, modules) is not None]
-
-
 def apply_equalization(
     root: nn.Module, graph: fx.Graph, modules: dict[str, nn.Module]
 ) -> tuple[EqualizedPair, ...]:
@@ -241,7 +236,7 @@ def _fold_plan(
     if producer is not None and reads_shared_weight(root, graph, modules, producer):
         kind, producer = "mul", None
     if kind == "rows" and producer is not None:
-        path = set(_observers_between(producer, observer, modules))
+        path = set(_nodes_between(producer, observer))
         if not all(n in path for n in sharers):  # an observer shared beyond the path
             kind, producer = "mul", None
     elif not exclusive:

@@ -22,7 +22,6 @@ model quantizes the values it now computes.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,12 +32,12 @@ from torch import fx, nn
 from torch.fx import Node
 
 from fxquant.config.qconfig_mapping import QConfigMapping
-from fxquant.flow.convert_modules import is_observer
+from fxquant.flow.convert_modules import is_observer, observer_node
 from fxquant.flow.equalization.observers import (
     EqualizationQConfig,
     InputEqualizationObserver,
 )
-from fxquant.flow.names import unique_name
+from fxquant.flow.names import attribute_value, unique_name
 from fxquant.flow.qconfig_assign import assign_qconfigs
 
 __all__ = [
@@ -47,9 +46,7 @@ __all__ = [
     "insert_observers",
     "is_linear",
     "linear_module",
-    "observer_node",
     "reads_shared_weight",
-    "unique_name",
 ]
 
 EQUALIZATION_KEY = "fxquant.equalization"
@@ -134,9 +131,8 @@ def _weight(gm: nn.Module, node: Node, modules: Mapping[str, nn.Module]) -> Any:
     observer = observer_node(weight, modules)
     if observer is not None:
         weight = observer.args[0]
-    if isinstance(weight, Node) and weight.op == "get_attr":
-        return operator.attrgetter(str(weight.target))(gm)
-    return None
+    value = attribute_value(gm, weight)  # the weight node itself unless it reads an attribute
+    return value if isinstance(value, torch.Tensor) else None
 
 
 def reads_shared_weight(
@@ -162,7 +158,6 @@ def reads_shared_weight(
 def _uses(root: nn.Module, graph: fx.Graph, modules: Mapping[str, nn.Module]) -> dict[int, int]:
     """How many graph calls read each parameter tensor (by ``id``): a shared module (ALBERT's
     layers, run once per layer) or a tied weight is read by more than one."""
-    gm = root
     uses: dict[int, int] = {}
     for node in graph.nodes:
         tensors: list[Any] = []
@@ -171,7 +166,7 @@ def _uses(root: nn.Module, graph: fx.Graph, modules: Mapping[str, nn.Module]) ->
             if module is not None and not is_observer(module):
                 tensors = list(module.parameters())
         elif node.op == "get_attr":
-            value = operator.attrgetter(str(node.target))(gm)
+            value = attribute_value(root, node)
             readers = sum(
                 len(u.users) if observer_node(u, modules) is not None else 1 for u in node.users
             )
@@ -179,15 +174,6 @@ def _uses(root: nn.Module, graph: fx.Graph, modules: Mapping[str, nn.Module]) ->
         for tensor in tensors:
             uses[id(tensor)] = uses.get(id(tensor), 0) + 1
     return uses
-
-
-def observer_node(node: object, modules: Mapping[str, nn.Module]) -> Node | None:
-    """``node`` if it calls an observer, else None."""
-    if isinstance(node, Node) and node.op == "call_module":
-        module = modules.get(str(node.target))
-        if module is not None and is_observer(module):
-            return node
-    return None
 
 
 def insert_observers(gm: fx.GraphModule, mapping: QConfigMapping) -> tuple[EqualizedPair, ...]:
