@@ -60,11 +60,12 @@ def test_weights_become_integer_constants_and_float_weights_leave(reference) -> 
     model, x = reference
     program = export_quantized(model, (x,))
     constants = {k: v.dtype for k, v in program.constants.items()}
-    assert constants == {"c_conv_weight_int": torch.int8, "c_fc_weight_int": torch.int8}
+    # conv + torch.relu fuse: the ConvReLU2d holds the conv at conv.0
+    assert constants == {"c_conv_0_weight_int": torch.int8, "c_fc_weight_int": torch.int8}
     params = [
         s.target for s in program.graph_signature.input_specs if s.kind == InputKind.PARAMETER
     ]
-    assert params == ["conv.bias", "fc.bias"]
+    assert params == ["conv.0.bias", "fc.bias"]
     targets = {n.target for n in program.graph.nodes if n.op == "call_function"}
     assert not targets & QUANTIZE_OPS - {torch.ops.fxquant.quantize_per_tensor.default}
     assert torch.ops.fxquant.dequantize_per_channel.default in targets & DEQUANTIZE_OPS

@@ -239,7 +239,7 @@ def test_prepare_resolves_each_node_once_and_a_fused_node_again(
         backend_config=fxquant.get_backend_config("reference"),
     )
     fused = [n.name for n in prepared.graph.nodes if node_info(n).fused_from]
-    assert fused == ["convs_0", "head_0"]  # conv+bn+relu, linear+relu
+    assert fused == ["convs_0", "convs_1", "head_0"]  # conv+bn+relu, conv+torch.relu, linear+relu
     assert sorted(name for name in set(resolved) if resolved.count(name) > 1) == fused
     assert len(resolved) == len(set(resolved)) + len(fused)
 

@@ -41,9 +41,12 @@ from fxquant.flow.qconfig_assign import (
 from fxquant.flow.report import Reason, ReasonCode
 from fxquant.flow.state import META_KEY, node_info, update_info
 
-__all__ = ["fuse", "fuse_assigned", "fusion_index"]
+__all__ = ["RELU_SPELLINGS", "fuse", "fuse_assigned", "fusion_index"]
 
-_RELU_FUNCTIONS = (F.relu, torch.relu)
+RELU_SPELLINGS: frozenset[Any] = frozenset({nn.ReLU, F.relu, torch.relu, "relu"})
+"""One relu, four ways to write it: a fused pattern naming one fuses them all (torch.ao
+fuses only the ways each backend lists, and conv + ``torch.relu`` nowhere). The in-place
+ways (``torch.relu_``, ``F.relu(x, inplace=True)``) are out-of-place ones by then."""
 _BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 
 
@@ -56,7 +59,8 @@ def fusion_index(ctx: FlowContext) -> PatternIndex[BackendPatternConfig]:
         0
     """
     configs = ctx.backend_config.configs
-    return PatternIndex.build((c.normalized_pattern, c) for c in configs if c.fuser_method)
+    entries = ((c.normalized_pattern, c) for c in configs if c.fuser_method)
+    return PatternIndex.build(entries, spellings=[RELU_SPELLINGS])
 
 
 def _as_modules(
@@ -75,8 +79,8 @@ def _as_modules(
         # a module called from several places (one ReLU reused) must not end up inside
         # the fused module and at its old path too: named_modules() would list it once
         return copy.deepcopy(module) if str(node.target) in shared else module
-    if node.target in _RELU_FUNCTIONS:
-        return nn.ReLU()  # fusers take modules; a functional relu fuses as nn.ReLU
+    if node.target in RELU_SPELLINGS:
+        return nn.ReLU()  # fusers take modules; a functional or method relu fuses as nn.ReLU
     return node.target
 
 

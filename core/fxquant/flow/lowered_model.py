@@ -9,6 +9,7 @@ shapes of the node's inputs. Nothing runs per node, and nothing on a call that s
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -91,7 +92,42 @@ def _naming_node(gm: fx.GraphModule, error: RuntimeError, args: tuple[Any, ...])
     msg = (
         f"node {name!r} ({node.op} {what}, {where}) of the lowered model failed "
         f"on inputs of shape {got} (the model was called with {call}): {first_line.rstrip('.')}. "
-        "A kernel takes the shapes its weights were packed for: check the call's inputs "
-        "against the example inputs given to prepare_fx"
+        + (
+            _dtype_hint(gm, node, frame_locals, args)
+            or "A kernel takes the shapes its weights were packed for: check the call's inputs "
+            "against the example inputs given to prepare_fx"
+        )
     )
     return KernelCallError(msg)
+
+
+def _float_dtypes(values: Iterable[object]) -> set[torch.dtype]:
+    return {v.dtype for v in values if isinstance(v, torch.Tensor) and v.is_floating_point()}
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _dtype_hint(
+    gm: fx.GraphModule, node: fx.Node, frame_locals: dict[str, Any], args: tuple[Any, ...]
+) -> str | None:
+    """Why a float op failed when the model was called with another float dtype than its
+    weights' (float64 reaching a float LayerNorm), or None. Its quantize steps take any
+    float dtype, as the reference model's do; its float ops take the float model's."""
+    reached = _float_dtypes(frame_locals.get(n.name) for n in node.all_input_nodes)
+    seen = set(reached)
+    if node.op == "call_module":  # a kernel's float64 scales are buffers: weights only
+        seen |= _float_dtypes(gm.get_submodule(str(node.target)).parameters())
+    names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    given = {n: v.dtype for n, v in zip(names, args, strict=False) if _float_dtypes([v])}
+    odd = {n: d for n, d in given.items() if d in reached and seen - {d}}
+    other = sorted(_dtype_name(d) for d in seen - set(odd.values()))
+    if not odd or not other:
+        return None
+    inputs = ", ".join(f"{n!r} of dtype {_dtype_name(d)}" for n, d in odd.items())
+    return (
+        f"The model was called with {inputs}, and this node's other tensors are "
+        f"{' and '.join(other)}: call it with {other[0]} inputs (x.to(torch.{other[0]})), "
+        "as the float model takes them"
+    )

@@ -10,11 +10,14 @@ traced back through ``node.args``::
 Nodes are visited last to first; a node belongs to at most one match. The
 index buckets patterns by their anchor op (longest first), so the cost is
 linear in graph size: each node tries only the patterns ending in its op.
+An index built with ``spellings`` matches an op written any of its ways
+(``torch.relu(x)``, ``x.relu()``, ``F.relu(x)``, ``nn.ReLU``) wherever a
+pattern names one of them; a pattern written the node's own way wins a tie.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
@@ -117,20 +120,36 @@ def _head(pattern: object) -> object:
 class PatternIndex(Generic[T]):
     """Patterns bucketed by anchor op, longest first within a bucket.
 
+    ``spellings``: groups of ops that are the same op written differently; a node
+    matches a pattern naming any op of its group.
+
     Example:
         >>> import torch
         >>> index = PatternIndex.build([("relu", 1), (("relu", "add"), 2)])
         >>> [payload for _, payload in index.candidates("relu")]
         [2, 1]
+        >>> index = PatternIndex.build([(torch.relu, 1)], spellings=[{torch.relu, "relu"}])
+        >>> [payload for _, payload in index.candidates("relu")]
+        [1]
     """
 
-    __slots__ = ("_buckets",)
+    __slots__ = ("_buckets", "_spellings")
 
-    def __init__(self, buckets: dict[Hashable, list[tuple[Hashable, T]]]) -> None:
+    def __init__(
+        self,
+        buckets: dict[Hashable, list[tuple[Hashable, T]]],
+        spellings: Mapping[Hashable, frozenset[Hashable]] | None = None,
+    ) -> None:
         self._buckets = buckets
+        self._spellings = spellings or {}
 
     @classmethod
-    def build(cls, entries: Iterable[tuple[Hashable, T]]) -> PatternIndex[T]:
+    def build(
+        cls,
+        entries: Iterable[tuple[Hashable, T]],
+        *,
+        spellings: Iterable[Collection[Hashable]] = (),
+    ) -> PatternIndex[T]:
         """Index ``(normalized pattern, payload)`` pairs; earlier entries win ties."""
         buckets: dict[Hashable, list[tuple[Hashable, T]]] = {}
         for pattern, payload in entries:
@@ -140,11 +159,25 @@ class PatternIndex(Generic[T]):
             buckets.setdefault(head, []).append((pattern, payload))
         for bucket in buckets.values():
             bucket.sort(key=lambda entry: -pattern_size(entry[0]))  # stable: ties keep order
-        return cls(buckets)
+        groups = [frozenset(group) for group in spellings]
+        return cls(buckets, {op: group for group in groups for op in group})
 
     def candidates(self, op: Hashable) -> list[tuple[Hashable, T]]:
-        """The patterns anchored at ``op``, longest first."""
-        return self._buckets.get(op, [])
+        """The patterns anchored at ``op`` (or another spelling of it), longest first."""
+        own = self._buckets.get(op, [])
+        others = [
+            e
+            for alias in self._spellings.get(op, ())
+            if alias != op
+            for e in self._buckets.get(alias, [])
+        ]
+        if not others:
+            return own
+        return sorted([*own, *others], key=lambda entry: -pattern_size(entry[0]))
+
+    def same_op(self, op: Hashable | None, head: object) -> bool:
+        """Whether a node whose op is ``op`` matches a pattern op ``head``."""
+        return op == head or head in self._spellings.get(op, ())
 
     def __len__(self) -> int:
         return sum(len(b) for b in self._buckets.values())
@@ -171,9 +204,15 @@ def node_op(node: fx.Node, modules: Mapping[str, nn.Module]) -> Hashable | None:
 class _Matcher:
     """One attempt to match one pattern at one anchor."""
 
-    def __init__(self, modules: Mapping[str, nn.Module], claimed: set[fx.Node]) -> None:
+    def __init__(
+        self,
+        modules: Mapping[str, nn.Module],
+        claimed: set[fx.Node],
+        same_op: Callable[[Hashable | None, object], bool],
+    ) -> None:
         self.modules = modules
         self.claimed = claimed
+        self.same_op = same_op
         self.bindings: dict[int, fx.Node] = {}
         self.nodes: list[fx.Node] = []
         self.position = 0
@@ -194,7 +233,7 @@ class _Matcher:
             return value if value == pattern else _FAIL
         if value in self.claimed or (not is_anchor and len(value.users) > 1):
             return _FAIL
-        if node_op(value, self.modules) != head:
+        if not self.same_op(node_op(value, self.modules), head):
             return _FAIL
         self.bindings[position] = value
         self.nodes.append(value)
@@ -254,7 +293,7 @@ def match_graph(
         if op is None:
             continue
         for pattern, payload in index.candidates(op):
-            matcher = _Matcher(modules, taken)
+            matcher = _Matcher(modules, taken, index.same_op)
             structure = matcher.match(node, pattern, is_anchor=True)
             if structure is _FAIL:
                 continue

@@ -91,8 +91,13 @@ def _is_internal(filename: str) -> bool:
     return _INTERNAL[filename]
 
 
+# the frame tracing runs in: the user code above it is the flow's caller (the prepare_fx
+# line), not the model's; a model whose forward is all torch's (nn.Sequential) has no line
+_TRACE_CODE = fx.Tracer.trace.__code__
+
+
 def _user_frame(frame: types.FrameType | None) -> str | None:
-    while frame is not None:
+    while frame is not None and frame.f_code is not _TRACE_CODE:
         filename = frame.f_code.co_filename
         if not _is_internal(filename):
             return f"{filename}:{frame.f_lineno}"

@@ -12,7 +12,7 @@ import pytest
 import torch
 from fxquant.errors import ConfigTypeError, ExportError, QuantizationSkipped
 from fxquant.tools import testing
-from fxquant_executorch import ExecuTorchProgram, to_executorch
+from fxquant_executorch import ExecuTorchProgram, ProgramInputError, to_executorch
 from fxquant_executorch.edge_ops import quiet_toolchain
 from fxquant_executorch.qconfig import dynamic_qconfig_mapping
 from torch import nn
@@ -356,3 +356,37 @@ def test_a_transpose_between_two_grids_loads_and_runs_within_one_step() -> None:
         expected = converted(x)
     step = testing.output_scale(converted)
     assert float((result(x) - expected).abs().max()) <= step * 1.001
+
+
+def test_another_batch_size_names_the_exported_shape_and_the_dynamic_batch_export(
+    program, net
+) -> None:
+    result, _ = program
+    _, x = net
+    other = torch.cat([x, x])
+    with pytest.raises(ProgramInputError) as caught:
+        result(other)  # the runtime alone says "set_inputs() ... failed with error 0x10"
+    words = str(caught.value)
+    assert f"takes shape {tuple(x.shape)}" in words
+    assert f"got {tuple(other.shape)}" in words
+    assert "dynamic_shapes=({0: torch.export.Dim('batch', max=N)},)" in words
+    assert isinstance(caught.value, RuntimeError)  # what callers caught before
+    with pytest.raises(ProgramInputError, match=r"is torch\.float32, got torch\.float64"):
+        result(x.double())
+
+
+def test_a_program_exported_with_a_dynamic_batch_runs_every_batch_up_to_its_bound(
+    program, net
+) -> None:
+    static, converted = program
+    _, x = net
+    batch = torch.export.Dim("batch", max=4)
+    dynamic = to_executorch(converted, (x,), dynamic_shapes=({0: batch},))
+    torch.testing.assert_close(dynamic(x), static(x))
+    for size in (1, 3, 4):
+        inputs = torch.randn(size, *x.shape[1:])
+        torch.testing.assert_close(dynamic(inputs), converted(inputs), atol=1e-2, rtol=0)
+    with pytest.raises(
+        ProgramInputError, match=r"takes shape \(4, 3, 8, 8\) .* got \(5, 3, 8, 8\)"
+    ):
+        dynamic(torch.randn(5, *x.shape[1:]))

@@ -146,7 +146,8 @@ def test_eight_bit_weights_are_declined_with_the_reason_and_run_as_the_reference
         weight=fxquant.observer.default_per_channel_weight_observer,
     )
     mapping = fxquant.QConfigMapping().set_global(full)
-    lowered, reference = convert(ConvLinear(), mapping, torch.randn(4, 3, 8, 8), backend)
+    model = ConvLinear()
+    lowered, reference = convert(model, mapping, torch.randn(4, 3, 8, 8), backend)
     entries = statuses(lowered)
     for node in ("conv", "fc"):
         entry = entries[node]
@@ -158,7 +159,11 @@ def test_eight_bit_weights_are_declined_with_the_reason_and_run_as_the_reference
         assert "quant_min=-63, quant_max=63" in words
     x = torch.randn(2, 3, 8, 8) * 3
     with torch.no_grad():
-        assert torch.equal(lowered(x), reference(x))
+        # conv + relu fuse, so the mean between the two reference nodes is lowered: an
+        # integer mean, at most one step of its output grid off the reference's float one,
+        # which the fc scales by at most its largest row of absolute weights
+        bound = output_step(reference) * model.fc.weight.abs().sum(1).max().item()
+        assert (lowered(x) - reference(x)).abs().max().item() <= bound * 1.01
 
 
 @pytest.mark.usefixtures("no_vnni")

@@ -171,10 +171,9 @@ def test_conv_add_runs_as_one_conv_with_sum_post_op(relu: bool) -> None:
     model = ConvAdd(relu)
     model.bn.running_mean.uniform_(-0.3, 0.3)
     lowered, _ = lower(model, torch.randn(2, 4, 7, 7))
-    # the add runs inside the second conv; torch.relu (a shared-qparams op) on the integers,
-    # absorbed by the first conv (a conv with a fused add keeps its own)
-    relu_after = ["IntegerReLU"] if relu else []
-    assert kernel_types(lowered) == ["QConv", "QConv", *relu_after]
+    # the add, and the relu after it, run inside the second conv (torch.relu fuses as
+    # nn.ReLU does); the first torch.relu is the first conv's
+    assert kernel_types(lowered) == ["QConv", "QConv"]
     assert_within_one_step(model, torch.randn(2, 4, 7, 7), "QConv")
 
 

@@ -262,14 +262,25 @@ def _ffn_sqnr(alpha: float | str | None) -> tuple[float, float]:
     return db(torch.cat(batches[:3])), db(batches[3])
 
 
-def test_a_fixed_strength_wins_on_calibration_data_and_loses_on_fresh_data_auto_does_not() -> None:
+def test_a_fixed_strength_loses_on_fresh_data_auto_does_not() -> None:
     """Equalization brings every channel to the edge of the input's range: data calibration
     did not see then clips in every channel. The noise estimate behind ``auto`` sees the
     rounding only, hence its bar (``REQUIRED_GAIN``)."""
-    plain_seen, plain_fresh = _ffn_sqnr(None)
-    fixed_seen, fixed_fresh = _ffn_sqnr(1.0)
-    assert fixed_seen > plain_seen
+    _, plain_fresh = _ffn_sqnr(None)
+    _, fixed_fresh = _ffn_sqnr(1.0)
     assert fixed_fresh < plain_fresh - 2.0
     _, auto_fresh = _ffn_sqnr(ALPHA)
     assert ALPHA == "auto"
     assert auto_fresh == pytest.approx(plain_fresh, abs=0.5)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="with the relu fused into the first Linear (LinearReLU: torch.relu, F.relu and "
+    "nn.ReLU alike), alpha=1.0 loses on the data calibration saw too: 41.8 dB against 49.4 "
+    "without equalization; it won (50.4 against 49.0) only while torch.relu stayed unfused",
+)
+def test_a_fixed_strength_wins_on_calibration_data() -> None:
+    plain_seen, _ = _ffn_sqnr(None)
+    fixed_seen, _ = _ffn_sqnr(1.0)
+    assert fixed_seen > plain_seen

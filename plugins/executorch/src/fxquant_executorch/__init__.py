@@ -22,10 +22,15 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["ExecuTorchProgram", "deploy", "to_executorch"]
+__all__ = ["ExecuTorchProgram", "ProgramInputError", "deploy", "to_executorch"]
 
 if TYPE_CHECKING:
-    from fxquant_executorch.program import ExecuTorchProgram, deploy, to_executorch
+    from fxquant_executorch.program import (
+        ExecuTorchProgram,
+        ProgramInputError,
+        deploy,
+        to_executorch,
+    )
 
 
 def __getattr__(name: str) -> Any:

@@ -135,6 +135,11 @@ def keepdim_means(graph: fx.Graph) -> int:
         if not _mean_to_fix(node):
             continue
         out_shape = list(node.meta["val"].shape)
+        # a dynamic batch is a symbol: the view takes it as -1 (one view dimension can be)
+        symbolic = [i for i, size in enumerate(out_shape) if not isinstance(size, int)]
+        if len(symbolic) > 1:
+            continue
+        view_shape = [-1 if i in symbolic else size for i, size in enumerate(out_shape)]
         quantize = next(iter(node.users)) if len(node.users) == 1 else None
         with graph.inserting_before(node):
             mean = graph.call_function(_ATEN.mean.dim, (node.args[0], list(node.args[1]), True))
@@ -154,7 +159,7 @@ def keepdim_means(graph: fx.Graph) -> int:
             requantize.meta = {**quantize.meta, "val": integers}
             source.meta = dict(mean.meta)
         with graph.inserting_after(source):
-            view = graph.call_function(_ATEN.view.default, (source, out_shape))
+            view = graph.call_function(_ATEN.view.default, (source, view_shape))
         view.meta = dict(node.meta)
         node.replace_all_uses_with(view)
         graph.erase_node(node)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from fxquant.errors import ConfigTypeError, ExportError, QuantizationSkipped
+from fxquant.errors import ConfigError, ConfigTypeError, ExportError, QuantizationSkipped
 from fxquant.flow.deployed import DeployedModel
 from fxquant.flow.report import NodeStatus, ReasonCode, Report
 from fxquant.flow.state import FlowState, flow_state
@@ -50,7 +50,7 @@ from fxquant_executorch.passes import (
     scalar_qparams,
 )
 
-__all__ = ["ExecuTorchProgram", "deploy", "to_executorch"]
+__all__ = ["ExecuTorchProgram", "ProgramInputError", "deploy", "to_executorch"]
 
 
 class ExecuTorchProgram(DeployedModel):
@@ -133,7 +133,14 @@ class ExecuTorchProgram(DeployedModel):
         # no global state on this path (warning filters, logger levels): it is the hot one,
         # and it may run on several threads at once
         flat = inputs if all(isinstance(x, torch.Tensor) for x in inputs) else None
-        outputs = method.execute(flat if flat is not None else pytree.tree_flatten(inputs)[0])
+        values = flat if flat is not None else pytree.tree_flatten(inputs)[0]
+        try:
+            outputs = method.execute(values)
+        except RuntimeError as error:  # the runtime says only "set_inputs() ... error 0x10"
+            mismatch = _input_mismatch(method.metadata, values)
+            if mismatch is None:
+                raise
+            raise ProgramInputError(mismatch) from error
         if self._single:
             return outputs[0]
         if self._out_spec is None:
@@ -149,6 +156,54 @@ class ExecuTorchProgram(DeployedModel):
             f"ExecuTorchProgram({self.size} bytes, {counts[NodeStatus.LOWERED]} nodes in "
             f"XNNPACK, {counts[NodeStatus.REFERENCE]} quantized nodes outside it)"
         )
+
+
+class ProgramInputError(ConfigError, RuntimeError):
+    """An :class:`ExecuTorchProgram` called with an input of another shape or dtype than
+    the program was exported for (a RuntimeError too: what the runtime's own error was)."""
+
+
+# the runtime's scalar type codes (c10's ScalarType numbering)
+_SCALAR_TYPES = {
+    0: torch.uint8,
+    1: torch.int8,
+    2: torch.int16,
+    3: torch.int32,
+    4: torch.int64,
+    5: torch.float16,
+    6: torch.float32,
+    7: torch.float64,
+    11: torch.bool,
+    15: torch.bfloat16,
+}
+
+_DYNAMIC_BATCH = (
+    "to_executorch(converted, (x,), dynamic_shapes=({0: torch.export.Dim('batch', max=N)},))"
+)
+
+
+def _input_mismatch(meta: Any, values: Sequence[Any]) -> str | None:
+    """Which input the program cannot take, what it takes, and how to get a program that
+    does; None when every input fits (the runtime failed for another reason)."""
+    for i, value in enumerate(values[: meta.num_inputs()]):
+        info = meta.input_tensor_meta(i)
+        if not isinstance(value, torch.Tensor):
+            continue
+        planned, given = tuple(info.sizes()), tuple(value.shape)
+        expected = _SCALAR_TYPES.get(info.dtype())
+        if expected is not None and value.dtype != expected:
+            return (
+                f"input {i} of the ExecuTorch program is {expected}, got {value.dtype} "
+                f"(shape {given}); call it with x.to({expected})"
+            )
+        if given != planned:
+            return (
+                f"input {i} of the ExecuTorch program takes shape {planned} (the example "
+                f"input's at to_executorch; a dimension exported as dynamic, up to its size "
+                f"here), got {given}. Export the program at this shape, or with a dynamic "
+                f"batch: {_DYNAMIC_BATCH}"
+            )
+    return None
 
 
 def _flow_state(model: object) -> FlowState:
