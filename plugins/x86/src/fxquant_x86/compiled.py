@@ -72,8 +72,10 @@ __all__ = [
     "CompiledPackage",
     "QuantizedDecomposedOps",
     "compile_quantized",
+    "decompositions_keeping_addmm",
     "deploy",
     "flatten_for_compile",
+    "inductor_backend",
     "inductor_options",
     "input_signature",
     "load",
@@ -463,6 +465,39 @@ def _inline_call(
     return graph.graph_copy(body, val_map)
 
 
+def inductor_backend(graph: fx.GraphModule, example_inputs: list[Any]) -> Any:
+    """Inductor (``compile_fx``), with :func:`decompositions_keeping_addmm`: the compiled
+    deployment's ``torch.compile`` backend; the options come from :func:`inductor_options`.
+
+    Example:
+        >>> # torch.compile(flat_reference_model, backend=inductor_backend)
+    """
+    _load_inductor()
+    compile_fx = torch._inductor.compile_fx.compile_fx
+    return compile_fx(graph, example_inputs, decompositions=decompositions_keeping_addmm())
+
+
+def decompositions_keeping_addmm() -> dict[Any, Any]:
+    """Inductor's decomposition table (for the config in force) without its ``aten.addmm`` rule.
+
+    On CPU that rule rewrites an ``addmm`` of one row (batch 1) by a weight of at most
+    16 x 16, or with one output column, as a multiply and a sum, and the rewrite runs
+    while the graph is traced, before inductor's x86 int8 passes look for
+    ``dequantize -> addmm``: a small quantized linear at batch 1 (a CNN's classifier
+    after its global mean, 16 -> 10) then ran as a float loop on dequantized values,
+    never as ``qlinear_pointwise``. The rule has no other case on CPU, so without it
+    such an ``addmm`` stays a GEMM: an int8 kernel where it is quantized, the float
+    GEMM library where it is float.
+
+    Example:
+        >>> torch.ops.aten.addmm.default in decompositions_keeping_addmm()
+        False
+    """
+    _load_inductor()
+    table = torch._inductor.decomposition.select_decomp_table()
+    return {op: rule for op, rule in table.items() if op != torch.ops.aten.addmm.default}
+
+
 def inductor_options(*, cpp_wrapper: bool = False) -> dict[str, Any]:
     """The inductor options of the compiled deployment: freezing, the q/dq rewrite and,
     with ``cpp_wrapper``, inductor's C++ wrapper.
@@ -676,7 +711,9 @@ class CompiledModel(DeployedModel):
         _load_inductor()
         # what inductor compiles: the flat form of the model when there is one
         self.flat = flat is not None
-        self._compiled = torch.compile(model if flat is None else flat, **options)
+        self._compiled = torch.compile(
+            model if flat is None else flat, backend=inductor_backend, **options
+        )
         self._seen: set[tuple[Any, ...]] = set()
         self.written_inputs: frozenset[int] = frozenset()
         self._checked = False
