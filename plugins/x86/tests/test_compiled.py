@@ -513,34 +513,34 @@ def _float_linears_run(code: str) -> bool:
 
 
 @pytest.mark.parametrize("qat", [False, True], ids=["ptq", "qat"])
-def test_a_small_linear_at_batch_one_after_a_mean_runs_an_int8_kernel(qat: bool) -> None:
+def test_a_small_linear_inductor_fuses_into_a_float_loop_is_reported_lowered_with_a_note(
+    qat: bool,
+) -> None:
     # fc is 16 -> 10 at batch 1: inductor's CPU decomposition turns such an addmm into a
-    # multiply and a sum before its int8 passes run, unless the deployment keeps it whole
+    # multiply and a sum (a fused loop), before its int8 passes run; the convs are int8
     converted = _residual_cnn(qat)
     compiled = _deploy(converted)
     conv_kernels = sum(n for k, n in compiled.kernels.items() if k.startswith("qconv"))
-    assert (conv_kernels, compiled.kernels["qlinear_pointwise"]) == (2, 1)
-    assert re.search(r"aoti_torch_cpu__qlinear_pointwise_tensor\(", compiled.code)
-    assert not _float_linears_run(compiled.code)
+    assert (conv_kernels, compiled.kernels["qlinear_pointwise"]) == (2, 0)
+    assert compiled.expected_kernels == 2
+    assert re.search(r"cpp_fused_\w*addmm", compiled.code)
     entries = {e.node: e for e in compiled.report.entries()}
     assert {n: entries[n].status for n in ("conv", "conv2", "fc")} == dict.fromkeys(
         ("conv", "conv2", "fc"), "lowered"
     )
+    (note,) = [n for n in compiled.report.notes() if n.startswith("fc:")]
+    assert "fused C++ loop" in note
     x = torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
         expected, actual = converted(x), compiled(x)
-    # the int8 kernel computes what the eager oneDNN kernel computes, up to float rounding
+    # the loop computes the reference's float linear on the same int8 values
     torch.testing.assert_close(actual, expected, rtol=0, atol=1e-4)
 
 
-def test_a_linear_inductor_runs_in_float_is_reported_not_delegated_naming_it() -> None:
-    # inductor's own decomposition table (with its small-addmm rewrite) leaves fc float
-    def own() -> dict[object, object]:  # read when inductor compiles (loaded by then)
-        return torch._inductor.decomposition.select_decomp_table()
-
-    with mock.patch("fxquant_x86.compiled.decompositions_keeping_addmm", own):
+def test_a_linear_inductor_runs_in_float_unexplained_is_reported_not_delegated() -> None:
+    # were fc not one of the small GEMMs inductor fuses, its float loop would be a miss
+    with mock.patch("fxquant_x86.compiled._fused_small_linears", return_value=[]):
         compiled = _deploy(_residual_cnn(qat=False))
-    assert _float_linears_run(compiled.code)
     assert compiled.kernels["qlinear_pointwise"] == 0
     entries = {e.node: e for e in compiled.report.entries()}
     assert entries["conv"].status == entries["conv2"].status == "lowered"

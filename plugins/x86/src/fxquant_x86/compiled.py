@@ -72,10 +72,8 @@ __all__ = [
     "CompiledPackage",
     "QuantizedDecomposedOps",
     "compile_quantized",
-    "decompositions_keeping_addmm",
     "deploy",
     "flatten_for_compile",
-    "inductor_backend",
     "inductor_options",
     "input_signature",
     "load",
@@ -465,39 +463,6 @@ def _inline_call(
     return graph.graph_copy(body, val_map)
 
 
-def inductor_backend(graph: fx.GraphModule, example_inputs: list[Any]) -> Any:
-    """Inductor (``compile_fx``), with :func:`decompositions_keeping_addmm`: the compiled
-    deployment's ``torch.compile`` backend; the options come from :func:`inductor_options`.
-
-    Example:
-        >>> # torch.compile(flat_reference_model, backend=inductor_backend)
-    """
-    _load_inductor()
-    compile_fx = torch._inductor.compile_fx.compile_fx
-    return compile_fx(graph, example_inputs, decompositions=decompositions_keeping_addmm())
-
-
-def decompositions_keeping_addmm() -> dict[Any, Any]:
-    """Inductor's decomposition table (for the config in force) without its ``aten.addmm`` rule.
-
-    On CPU that rule rewrites an ``addmm`` of one row (batch 1) by a weight of at most
-    16 x 16, or with one output column, as a multiply and a sum, and the rewrite runs
-    while the graph is traced, before inductor's x86 int8 passes look for
-    ``dequantize -> addmm``: a small quantized linear at batch 1 (a CNN's classifier
-    after its global mean, 16 -> 10) then ran as a float loop on dequantized values,
-    never as ``qlinear_pointwise``. The rule has no other case on CPU, so without it
-    such an ``addmm`` stays a GEMM: an int8 kernel where it is quantized, the float
-    GEMM library where it is float.
-
-    Example:
-        >>> torch.ops.aten.addmm.default in decompositions_keeping_addmm()
-        False
-    """
-    _load_inductor()
-    table = torch._inductor.decomposition.select_decomp_table()
-    return {op: rule for op, rule in table.items() if op != torch.ops.aten.addmm.default}
-
-
 def inductor_options(*, cpp_wrapper: bool = False) -> dict[str, Any]:
     """The inductor options of the compiled deployment: freezing, the q/dq rewrite and,
     with ``cpp_wrapper``, inductor's C++ wrapper.
@@ -590,6 +555,64 @@ def _int8_linear_conv(model: fx.GraphModule) -> dict[str, str]:
         if isinstance(inner, _LINEAR_CONV) and static_input:
             found[node.name] = "linear" if isinstance(inner, reference.Linear) else "conv"
     return found
+
+
+FUSED_LINEAR_NOTE = (
+    "{node}: a one-row GEMM this small runs inside a fused C++ loop of inductor's, on its "
+    "dequantized int8 input and weight (inductor rewrites a one-row addmm with a weight of at "
+    "most 16 x 16 so, before its int8 passes run): the reference's float linear on the same "
+    "values, and faster at this size than a oneDNN int8 GEMM call"
+)
+"""The report's note on a quantized linear :func:`_fused_small_linears` finds."""
+
+_SMALL_GEMM_LOOP = re.compile(r"cpp_fused_\w*addmm")
+
+
+def _fused_small_linears(
+    model: fx.GraphModule, example_inputs: tuple[Any, ...], code: str
+) -> list[str]:
+    """The quantized linears inductor computes in a fused float loop, not an int8 kernel.
+
+    On CPU, inductor's decomposition of ``aten.addmm`` rewrites a GEMM of one row by a
+    weight of at most 16 x 16 (or with one output column) as a multiply and a sum while
+    it traces, before its x86 int8 passes look for ``dequantize -> addmm``: a small
+    classifier after a global mean, at batch 1, becomes part of a fused C++ loop. That is
+    inductor's choice and the faster one (tests/test_compiled.py's residual CNN: 205 us
+    per call against 280 us with the int8 GEMM forced); the loop computes what the
+    reference model does. Found by that rule (torch 2.13's) on the example's shapes, and
+    only where the generated code has such a loop.
+    """
+    if not _SMALL_GEMM_LOOP.search(code):
+        return []
+    shapes = _OutputShapes(model)
+    with torch.no_grad():
+        shapes.run(*example_inputs)
+    modules = dict(model.named_modules())
+    found = []
+    linears = [name for name, kind in _int8_linear_conv(model).items() if kind == "linear"]
+    for node in (n for n in model.graph.nodes if n.name in linears):
+        module = modules[str(node.target)]
+        inner = module[0] if isinstance(module, torch.nn.Sequential) else module
+        outputs, inputs = inner.weight.shape
+        rows = shapes.of[node.args[0].name].numel() // inputs
+        small = outputs == 1 or (inputs <= 16 and outputs <= 16)
+        if rows == 1 and inner.bias is not None and small:
+            found.append(node.name)
+    return found
+
+
+class _OutputShapes(fx.Interpreter):
+    """Runs the model, keeping each node's output shape by node name (``of``)."""
+
+    def __init__(self, model: fx.GraphModule) -> None:
+        super().__init__(model)
+        self.of: dict[str, torch.Size] = {}
+
+    def run_node(self, n: fx.Node) -> Any:
+        value = super().run_node(n)
+        if isinstance(value, torch.Tensor):
+            self.of[n.name] = value.shape
+        return value
 
 
 def _distinct(model: fx.GraphModule, names: Iterable[str]) -> int:
@@ -711,9 +734,7 @@ class CompiledModel(DeployedModel):
         _load_inductor()
         # what inductor compiles: the flat form of the model when there is one
         self.flat = flat is not None
-        self._compiled = torch.compile(
-            model if flat is None else flat, backend=inductor_backend, **options
-        )
+        self._compiled = torch.compile(model if flat is None else flat, **options)
         self._seen: set[tuple[Any, ...]] = set()
         self.written_inputs: frozenset[int] = frozenset()
         self._checked = False
@@ -726,7 +747,8 @@ class CompiledModel(DeployedModel):
         self.compile_seconds = time.perf_counter() - start
         self.code = "\n".join(codes)
         self.kernels: Counter[str] = Counter(INT8_KERNELS.findall(self.code))
-        expected = _int8_linear_conv(model)
+        fused = _fused_small_linears(model, example_inputs, self.code)
+        expected = {n: k for n, k in _int8_linear_conv(model).items() if n not in fused}
         self.expected_kernels = _distinct(model, expected)
         self.merged = dict(merged or {})
         self.float_dtype = torch.float32
@@ -738,7 +760,8 @@ class CompiledModel(DeployedModel):
         named = {
             part: kind for name, kind in expected.items() for part in self.merged.get(name, [name])
         }
-        self.report = _compiled_report(report, named, distinct, _kernel_kinds(self.kernels))
+        found = _compiled_report(report, named, distinct, _kernel_kinds(self.kernels))
+        self.report = found.with_notes(FUSED_LINEAR_NOTE.format(node=n) for n in fused)
 
     def __call__(self, *inputs: Any) -> Any:
         """Run the compiled model (grad disabled, the inductor options set for the call).
