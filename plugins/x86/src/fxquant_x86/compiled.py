@@ -690,8 +690,10 @@ class CompiledModel(DeployedModel):
         kernels: oneDNN int8 ops in inductor's generated code, by name
             (``qlinear_pointwise``, ``qconv_pointwise``...).
         expected_kernels: distinct quantized linear/conv computations of the
-            model (a module called twice on one input counts once; linears merged
-            by :func:`merge_sibling_linears` count as one).
+            model that inductor runs as oneDNN int8 kernels when it fuses them (a
+            module called twice on one input counts once; linears merged by
+            :func:`merge_sibling_linears` count as one; a one-row linear small enough
+            for inductor's fused float loop does not count: the report's note names it).
         merged: each merged linear's node -> the nodes it replaced.
         code: inductor's generated wrapper code of the first compile (with the C++
             wrapper: a Python module holding the C++ source).
@@ -824,8 +826,8 @@ class CompiledModel(DeployedModel):
     def __repr__(self) -> str:
         found = ", ".join(f"{n} {name}" for name, n in sorted(self.kernels.items())) or "none"
         return (
-            f"CompiledModel(oneDNN int8 kernels: {found}; {self.expected_kernels} quantized "
-            f"linear/conv nodes; cold compile {self.compile_seconds:.1f} s)"
+            f"CompiledModel(oneDNN int8 kernels: {found}; {self.expected_kernels} expected for "
+            f"the quantized linear/conv nodes; cold compile {self.compile_seconds:.1f} s)"
         )
 
 
