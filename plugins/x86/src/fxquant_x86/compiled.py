@@ -557,6 +557,64 @@ def _int8_linear_conv(model: fx.GraphModule) -> dict[str, str]:
     return found
 
 
+FUSED_LINEAR_NOTE = (
+    "{node}: a one-row GEMM this small runs inside a fused C++ loop of inductor's, on its "
+    "dequantized int8 input and weight (inductor rewrites a one-row addmm with a weight of at "
+    "most 16 x 16 so, before its int8 passes run): the reference's float linear on the same "
+    "values, and faster at this size than a oneDNN int8 GEMM call"
+)
+"""The report's note on a quantized linear :func:`_fused_small_linears` finds."""
+
+_SMALL_GEMM_LOOP = re.compile(r"cpp_fused_\w*addmm")
+
+
+def _fused_small_linears(
+    model: fx.GraphModule, example_inputs: tuple[Any, ...], code: str
+) -> list[str]:
+    """The quantized linears inductor computes in a fused float loop, not an int8 kernel.
+
+    On CPU, inductor's decomposition of ``aten.addmm`` rewrites a GEMM of one row by a
+    weight of at most 16 x 16 (or with one output column) as a multiply and a sum while
+    it traces, before its x86 int8 passes look for ``dequantize -> addmm``: a small
+    classifier after a global mean, at batch 1, becomes part of a fused C++ loop. That is
+    inductor's choice and the faster one (tests/test_compiled.py's residual CNN: 205 us
+    per call against 280 us with the int8 GEMM forced); the loop computes what the
+    reference model does. Found by that rule (torch 2.13's) on the example's shapes, and
+    only where the generated code has such a loop.
+    """
+    if not _SMALL_GEMM_LOOP.search(code):
+        return []
+    shapes = _OutputShapes(model)
+    with torch.no_grad():
+        shapes.run(*example_inputs)
+    modules = dict(model.named_modules())
+    found = []
+    linears = [name for name, kind in _int8_linear_conv(model).items() if kind == "linear"]
+    for node in (n for n in model.graph.nodes if n.name in linears):
+        module = modules[str(node.target)]
+        inner = module[0] if isinstance(module, torch.nn.Sequential) else module
+        outputs, inputs = inner.weight.shape
+        rows = shapes.of[node.args[0].name].numel() // inputs
+        small = outputs == 1 or (inputs <= 16 and outputs <= 16)
+        if rows == 1 and inner.bias is not None and small:
+            found.append(node.name)
+    return found
+
+
+class _OutputShapes(fx.Interpreter):
+    """Runs the model, keeping each node's output shape by node name (``of``)."""
+
+    def __init__(self, model: fx.GraphModule) -> None:
+        super().__init__(model)
+        self.of: dict[str, torch.Size] = {}
+
+    def run_node(self, n: fx.Node) -> Any:
+        value = super().run_node(n)
+        if isinstance(value, torch.Tensor):
+            self.of[n.name] = value.shape
+        return value
+
+
 def _distinct(model: fx.GraphModule, names: Iterable[str]) -> int:
     """How many computations ``names`` are: a module called twice on the same input (DemoNet's
     ``fc``) is one, as inductor's common-subexpression elimination makes it."""
@@ -632,8 +690,10 @@ class CompiledModel(DeployedModel):
         kernels: oneDNN int8 ops in inductor's generated code, by name
             (``qlinear_pointwise``, ``qconv_pointwise``...).
         expected_kernels: distinct quantized linear/conv computations of the
-            model (a module called twice on one input counts once; linears merged
-            by :func:`merge_sibling_linears` count as one).
+            model that inductor runs as oneDNN int8 kernels when it fuses them (a
+            module called twice on one input counts once; linears merged by
+            :func:`merge_sibling_linears` count as one; a one-row linear small enough
+            for inductor's fused float loop does not count: the report's note names it).
         merged: each merged linear's node -> the nodes it replaced.
         code: inductor's generated wrapper code of the first compile (with the C++
             wrapper: a Python module holding the C++ source).
@@ -689,7 +749,8 @@ class CompiledModel(DeployedModel):
         self.compile_seconds = time.perf_counter() - start
         self.code = "\n".join(codes)
         self.kernels: Counter[str] = Counter(INT8_KERNELS.findall(self.code))
-        expected = _int8_linear_conv(model)
+        fused = _fused_small_linears(model, example_inputs, self.code)
+        expected = {n: k for n, k in _int8_linear_conv(model).items() if n not in fused}
         self.expected_kernels = _distinct(model, expected)
         self.merged = dict(merged or {})
         self.float_dtype = torch.float32
@@ -701,7 +762,8 @@ class CompiledModel(DeployedModel):
         named = {
             part: kind for name, kind in expected.items() for part in self.merged.get(name, [name])
         }
-        self.report = _compiled_report(report, named, distinct, _kernel_kinds(self.kernels))
+        found = _compiled_report(report, named, distinct, _kernel_kinds(self.kernels))
+        self.report = found.with_notes(FUSED_LINEAR_NOTE.format(node=n) for n in fused)
 
     def __call__(self, *inputs: Any) -> Any:
         """Run the compiled model (grad disabled, the inductor options set for the call).
@@ -764,8 +826,8 @@ class CompiledModel(DeployedModel):
     def __repr__(self) -> str:
         found = ", ".join(f"{n} {name}" for name, n in sorted(self.kernels.items())) or "none"
         return (
-            f"CompiledModel(oneDNN int8 kernels: {found}; {self.expected_kernels} quantized "
-            f"linear/conv nodes; cold compile {self.compile_seconds:.1f} s)"
+            f"CompiledModel(oneDNN int8 kernels: {found}; {self.expected_kernels} expected for "
+            f"the quantized linear/conv nodes; cold compile {self.compile_seconds:.1f} s)"
         )
 
 
