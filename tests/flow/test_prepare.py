@@ -482,3 +482,24 @@ def test_a_binary_op_with_a_constant_gets_its_own_output_observer(backend: str, 
     ]
     if steps:  # executorch's linears quantize per token at run time: no static step
         assert float((low - got).abs().max()) <= max(steps) * 1.001
+
+
+def test_a_refusal_names_a_zero_point_the_backend_needs_beside_a_broken_range() -> None:
+    # an affine per-channel weight observer on executorch breaks two rules: the user should
+    # read both in the one reason, not meet the second after mending the first
+    if "executorch" not in fxquant.list_backends():
+        pytest.skip("the executorch plugin is not installed")
+    from fxquant.numerics.observer import PerChannelMinMaxObserver
+
+    affine = PerChannelMinMaxObserver.with_args(dtype=torch.int8, qscheme=torch.per_channel_affine)
+    mapping = fxquant.get_default_qconfig_mapping("executorch")
+    mapping.set_object_type(nn.Linear, fxquant.QConfig(mapping.global_qconfig.activation, affine))
+    model = nn.Sequential(nn.Linear(8, 4)).eval()
+    backend = fxquant.get_backend_config("executorch")
+    report = explain(
+        prepare_fx(model, mapping, (torch.randn(2, 8),), backend_config=backend), show=False
+    )
+    (entry,) = report.skipped()
+    assert "quant_min=-127, quant_max=127" in entry.reason.words
+    assert "zero point 0" in entry.reason.words
+    assert "_symmetric qscheme" in entry.reason.words

@@ -248,8 +248,9 @@ def _check_constraints(
         bound, upper = getattr(constraints, field), field.endswith("_upper_bound")
         if bound is not None and (got is None or (got > bound if upper else got < bound)):
             broken.append((arg, got, field, code, bound, "exceeds" if upper else "is below"))
+    fixed = _check_fixed(constraints, facts, what, label)
     if not broken:
-        return _check_fixed(constraints, facts, what, label)
+        return fixed
     told = "; ".join(
         f"{arg} {got} {rel} the backend bound {bound}" for arg, got, *_, bound, rel in broken
     )
@@ -261,6 +262,8 @@ def _check_constraints(
         f"{label}: qconfig {what} {told}; give the {what} observer {fix} "
         f"(its class's `.with_args({fix}, ...)`)"
     )
+    if fixed is not None:  # a zero point or fixed qparams the backend needs too
+        words += f"; and {fixed.words.removeprefix(f'{label}: ')}"
     _, _, field, code, bound, _ = broken[0]
     return Reason(code, words, field=field, bound=bound)
 
