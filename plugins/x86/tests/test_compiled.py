@@ -520,3 +520,42 @@ def test_report_marks_lowered_exactly_the_nodes_whose_int8_kernel_ran(qat: bool)
         assert reason is not None
         assert reason.code == "not_delegated"
         assert "fc runs as a float linear" in reason.words
+
+
+class TransposedWeight(nn.Module):
+    """A linear whose weight is a transposed view, as transformers' GPT-2 ``Conv1D`` weights
+    reach the reference Linear (``weight.t()``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(16, 48)
+        self.fc.weight = nn.Parameter(torch.randn(16, 48).t())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x)
+
+
+def test_a_transposed_weight_compiles_to_the_matrix_the_reference_model_holds(
+    tmp_path: Path,
+) -> None:
+    # oneDNN's int8 prepack read the view's storage as a contiguous (48, 16) matrix: the
+    # compiled output and the AOT package's were as far from the reference as the range
+    torch.manual_seed(0)
+    model = TransposedWeight().eval()
+    x = torch.randn(4, 16)
+    config = fxquant.get_backend_config(BACKEND)
+    prepared = fxquant.prepare_fx(
+        model, fxquant.get_default_qconfig_mapping(BACKEND), (x,), backend_config=config
+    )
+    with torch.no_grad():
+        for _ in range(3):
+            prepared(torch.randn(4, 16))
+    reference = fxquant.convert_to_reference_fx(prepared)
+    compiled = compile_quantized(reference, (x,))
+    assert compiled.kernels == {"qlinear_pointwise": 1}
+    assert not reference.fc.weight.is_contiguous()  # the caller's model is left as it was
+    package = load(save_package(reference, (x,), tmp_path / "t.pt2", dynamic_batch=False))
+    with torch.no_grad():
+        expected = reference(x)
+        torch.testing.assert_close(compiled(x), expected, rtol=0, atol=1e-4)
+        torch.testing.assert_close(package(x), expected, rtol=0, atol=1e-4)

@@ -936,6 +936,9 @@ def save_package(
         raise ConfigError(msg)
     _load_inductor()
     model, _ = _reference_model(model, "model")
+    if any(not t.is_contiguous() for t in (*model.parameters(), *model.buffers())):
+        model = copy.deepcopy(model)  # the caller's model keeps its own tensors
+        _contiguous_tensors(model)
     with torch.no_grad():
         program = _exported(model, example_inputs, dynamic_batch)
         with never_into_inputs():
@@ -1028,6 +1031,7 @@ def compile_quantized(  # noqa: PLR0913  (keyword-only switches of the public en
         merged = _merged_or_not(copied, example_inputs)
         if not merged:
             copied = copy.deepcopy(model)  # the pass may have touched it before giving up
+    _contiguous_tensors(copied)
     flat = _flat_or_not(copied, example_inputs) if flatten else None
     chosen, report = _float_side(flat, float_dtype, example_inputs, state.report)
     options: Mapping[str, Any] = {} if dynamic is None else {"dynamic": dynamic}
@@ -1063,6 +1067,29 @@ def _float_side(
         note = precision.BF16_CONFIG_NOTE.format(count=count)
         return torch.bfloat16, report.with_notes([note])
     return precision.default_float_dtype(), report
+
+
+def _contiguous_tensors(model: torch.nn.Module) -> None:
+    """Every parameter and buffer of ``model`` (the private copy compiled) stored contiguous,
+    in place; tied ones stay tied.
+
+    Inductor's x86 int8 linear pass hands the weight constant to ``onednn.qlinear_prepack``,
+    which reads its storage as if it were contiguous: a transposed view (transformers' GPT-2
+    ``Conv1D`` weights, which the reference Linear holds as ``weight.t()``) ran as another
+    matrix, the zoo's GPT-2 185 quantization steps from its reference model.
+    """
+    done: dict[int, torch.Tensor] = {}
+    for module in model.modules():
+        for store in (module._parameters, module._buffers):
+            for name, tensor in list(store.items()):
+                if tensor is None or tensor.is_contiguous():
+                    continue
+                if id(tensor) not in done:
+                    dense = tensor.detach().contiguous()
+                    if isinstance(tensor, torch.nn.Parameter):
+                        dense = torch.nn.Parameter(dense, requires_grad=tensor.requires_grad)
+                    done[id(tensor)] = dense
+                setattr(module, name, done[id(tensor)])  # an LSTM re-reads its weights
 
 
 def _flat_or_not(model: fx.GraphModule, example_inputs: tuple[Any, ...]) -> fx.GraphModule | None:
