@@ -121,14 +121,5 @@ def known_break(cell: Cell) -> str | None:
     return FINDINGS.get(cell.id)
 
 
-FINDINGS: dict[str, str] = {
-    "wav2vec2-x86-default-compiled": (
-        "inductor cannot lower a quantized Conv1d followed by a GroupNorm: its int8 conv "
-        "(onednn qconv_pointwise on a 3-D input) gives an output GroupNorm's reshape rejects "
-        "(RuntimeError: shape '[2, 32, 1, 79]' is invalid for input of size 5120), so x86's "
-        "compiled deployment of Wav2Vec2's feature encoder (wav2vec2-base's group norm) fails "
-        "at deploy(); Conv1d alone, or followed by a relu, compiles and agrees with the reference "
-        "(plugins/x86/tests/test_compiled.py, the xfail test on Conv1d then GroupNorm)"
-    ),
-}
+FINDINGS: dict[str, str] = {}
 """Cells the matrix found failing for reasons outside issue 30's breaks, not fixed yet."""

@@ -573,13 +573,9 @@ class Conv1dGroupNorm(nn.Module):
         return self.norm(self.conv(x))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RuntimeError,  # inductor's InductorError, a RuntimeError
-    reason="inductor's int8 conv1d output is rejected by GroupNorm's reshape at lowering "
-    "(matrix finding wav2vec2-x86-default-compiled); the marker goes when it compiles",
-)
 def test_a_quantized_conv1d_then_group_norm_compiles_and_agrees() -> None:
+    # inductor's shape function of a prepacked conv1d took the weight's height of one for
+    # its kernel width: 80 outputs for 79, and GroupNorm's reshape failed the compile
     torch.manual_seed(0)
     x = torch.randn(2, 1, 400)
     config = fxquant.get_backend_config(BACKEND)
@@ -593,5 +589,8 @@ def test_a_quantized_conv1d_then_group_norm_compiles_and_agrees() -> None:
         prepared(torch.randn(2, 1, 400))
     reference = fxquant.convert_to_reference_fx(prepared)
     compiled = compile_quantized(reference, (x,))
-    with torch.no_grad():
-        torch.testing.assert_close(compiled(x), reference(x), rtol=0, atol=0.05)
+    assert compiled.kernels == {"qconv_pointwise": 1}  # still oneDNN's int8 conv
+    quantize = torch.ops.fxquant.quantize_per_tensor.default
+    step = [float(n.args[1]) for n in reference.graph.nodes if n.target == quantize][-1]
+    with torch.no_grad():  # inductor's float GroupNorm may round a value across one step
+        torch.testing.assert_close(compiled(x), reference(x), rtol=0, atol=step * 1.001)

@@ -1033,6 +1033,8 @@ def compile_quantized(  # noqa: PLR0913  (keyword-only switches of the public en
             copied = copy.deepcopy(model)  # the pass may have touched it before giving up
     _contiguous_tensors(copied)
     flat = _flat_or_not(copied, example_inputs) if flatten else None
+    if flat is not None:
+        _conv1d_as_conv2d(flat)
     chosen, report = _float_side(flat, float_dtype, example_inputs, state.report)
     options: Mapping[str, Any] = {} if dynamic is None else {"dynamic": dynamic}
     compiled = CompiledModel(
@@ -1090,6 +1092,51 @@ def _contiguous_tensors(model: torch.nn.Module) -> None:
                         dense = torch.nn.Parameter(dense, requires_grad=tensor.requires_grad)
                     done[id(tensor)] = dense
                 setattr(module, name, done[id(tensor)])  # an LSTM re-reads its weights
+
+
+def _conv1d_as_conv2d(flat: fx.GraphModule) -> int:
+    """Each int8 ``conv1d`` of ``flat`` (dequantized input and weight) as a ``conv2d`` over a
+    height of one, between an ``unsqueeze`` of its integer input and a ``squeeze`` of its
+    output; how many.
+
+    Inductor prepacks a conv1d's weight for oneDNN as 4-D and its shape function then takes
+    the height of one for the kernel width: the output is propagated one size (Wav2Vec2's
+    first conv: 80 for 79 samples) and the next op that checks a shape (GroupNorm's reshape)
+    fails the compile. A 2-D conv is what oneDNN runs either way, and its shape is right.
+    """
+    graph, count = flat.graph, 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not torch.conv1d or node.kwargs:
+            continue
+        x, w, bias, stride, padding, dilation, groups = (*node.args, *(None,) * 7)[:7]
+        if not (_dequantized(x) and _dequantized(w) and w.args[0].op == "get_attr"):
+            continue
+        if not all(isinstance(v, tuple) and len(v) == 1 for v in (stride, padding, dilation)):
+            continue
+        name = f"_conv2d_weight_{count}"
+        flat.register_buffer(name, operator.attrgetter(str(w.args[0].target))(flat).unsqueeze(2))
+        with graph.inserting_before(node):
+            ints = graph.call_method("unsqueeze", (x.args[0], 2))
+            x2 = graph.call_function(x.target, (ints, *x.args[1:]), dict(x.kwargs))
+            w2 = graph.call_function(w.target, (graph.get_attr(name), *w.args[1:]), dict(w.kwargs))
+            args = (x2, w2, bias, (1, *stride), (0, *padding), (1, *dilation), groups or 1)
+            out = graph.call_method("squeeze", (graph.call_function(torch.conv2d, args), 2))
+        node.replace_all_uses_with(out)
+        graph.erase_node(node)
+        count += 1
+    graph.eliminate_dead_code()
+    flat.recompile()
+    return count
+
+
+def _dequantized(value: object) -> bool:
+    """``value`` is a dequantize node of an integer tensor the graph holds."""
+    return (
+        isinstance(value, fx.Node)
+        and value.op == "call_function"
+        and value.target in DEQUANTIZE_OPS
+        and isinstance(value.args[0], fx.Node)
+    )
 
 
 def _flat_or_not(model: fx.GraphModule, example_inputs: tuple[Any, ...]) -> fx.GraphModule | None:
