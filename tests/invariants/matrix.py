@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import re
+import statistics
 import sys
 import time
 from collections import Counter
@@ -171,7 +172,23 @@ def _coverage(rows: list[dict[str, Any]]) -> list[str]:
             f"| {backend} | {len(mine)} | {column} | {passed} | {len(mine) - passed} "
             f"| {hours} | {span} |"
         )
-    return lines
+    return [*lines, "", _compiled(rows)]
+
+
+def _compiled(rows: list[dict[str, Any]]) -> str:
+    """How many x86 default cells checked the compiled deployment (their row replaces the
+    row of a run without it, so the table above counts them once)."""
+    from tests.zoo.runner import ZOO
+
+    compiled = [r for r in rows if r["cell"].endswith("-compiled")]
+    passed = sum(r["ok"] for r in compiled)
+    timed = [r["seconds"] for r in compiled if r.get("seconds") is not None]
+    took = f", {statistics.median(timed):.0f} s a cell (median)" if timed else ""
+    return (
+        f"x86's compiled deployment (torch.compile, inductor) on the default move: "
+        f"{len(compiled)} of {len(ZOO)} cells run with it, {passed} pass{took}"
+        + ("." if compiled else " (every run passed `--no-compiled`).")
+    )
 
 
 _NODE_STEPS = re.compile(r"^(?P<form>[\w ()]+): \S+ \((?P<what>[^)]*)\) is [\d.]+ steps")

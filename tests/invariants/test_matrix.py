@@ -10,6 +10,7 @@ A cell the matrix found failing and left open is ``xfail(strict=True)`` with the
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -238,3 +239,35 @@ def test_a_deployment_one_step_apart_before_a_float_head_agrees_and_three_apart_
         out = checks.Outcome(Cell("resnet", "reference", "default"))
         checks._output_steps(run, model, zoo, "stand-in", out)
         assert bool(out.broken) == broken, out.broken
+
+
+def test_the_page_counts_the_cells_that_ran_the_compiled_deployment(tmp_path: Path) -> None:
+    """A compiled row replaces the default row of its cell in the table: the page says how
+    many x86 default cells ran the compiled deployment, so a run with ``--no-compiled``
+    does not read as the whole column."""
+    rows = [
+        {
+            "cell": cell.id,
+            "model": cell.model,
+            "backend": "x86",
+            "move": "default",
+            "ok": ok,
+            "broken": [] if ok else [["untouched", "x86 compiled: calling it modified inputs"]],
+            "forms": [],
+            "seconds": seconds,
+        }
+        for cell, ok, seconds in (
+            (Cell("resnet", "x86", "default", compiled=True), True, 30.0),
+            (Cell("bert", "x86", "default", compiled=True), False, 90.0),
+            (Cell("gpt2", "x86", "default"), True, 1.0),
+        )
+    ]
+    path = tmp_path / "matrix.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    page = matrix.render(matrix.load(path))
+    assert (
+        f"on the default move: 2 of {len(ZOO)} cells run with it, 1 pass, 60 s a cell (median)."
+        in page
+    )
+    none = matrix.render([rows[2]])
+    assert f"0 of {len(ZOO)} cells run with it, 0 pass (every run passed `--no-compiled`)" in none

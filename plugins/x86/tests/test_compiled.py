@@ -549,3 +549,77 @@ def test_a_linear_inductor_runs_in_float_unexplained_is_reported_not_delegated()
     assert reason is not None
     assert reason.code == "not_delegated"
     assert "fc runs as a float linear" in reason.words
+
+
+class TransposedWeight(nn.Module):
+    """A linear whose weight is a transposed view, as transformers' GPT-2 ``Conv1D`` weights
+    reach the reference Linear (``weight.t()``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(16, 48)
+        self.fc.weight = nn.Parameter(torch.randn(16, 48).t())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x)
+
+
+def test_a_transposed_weight_compiles_to_the_matrix_the_reference_model_holds(
+    tmp_path: Path,
+) -> None:
+    # oneDNN's int8 prepack read the view's storage as a contiguous (48, 16) matrix: the
+    # compiled output and the AOT package's were as far from the reference as the range
+    torch.manual_seed(0)
+    model = TransposedWeight().eval()
+    x = torch.randn(4, 16)
+    config = fxquant.get_backend_config(BACKEND)
+    prepared = fxquant.prepare_fx(
+        model, fxquant.get_default_qconfig_mapping(BACKEND), (x,), backend_config=config
+    )
+    with torch.no_grad():
+        for _ in range(3):
+            prepared(torch.randn(4, 16))
+    reference = fxquant.convert_to_reference_fx(prepared)
+    compiled = compile_quantized(reference, (x,))
+    assert compiled.kernels == {"qlinear_pointwise": 1}
+    assert not reference.fc.weight.is_contiguous()  # the caller's model is left as it was
+    package = load(save_package(reference, (x,), tmp_path / "t.pt2", dynamic_batch=False))
+    with torch.no_grad():
+        expected = reference(x)
+        torch.testing.assert_close(compiled(x), expected, rtol=0, atol=1e-4)
+        torch.testing.assert_close(package(x), expected, rtol=0, atol=1e-4)
+
+
+class Conv1dGroupNorm(nn.Module):
+    """Wav2Vec2's first feature-encoder layer: Conv1d (stride 5) then GroupNorm per channel."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(1, 32, 10, stride=5, bias=False)
+        self.norm = nn.GroupNorm(32, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.conv(x))
+
+
+def test_a_quantized_conv1d_then_group_norm_compiles_and_agrees() -> None:
+    # inductor's shape function of a prepacked conv1d took the weight's height of one for
+    # its kernel width: 80 outputs for 79, and GroupNorm's reshape failed the compile
+    torch.manual_seed(0)
+    x = torch.randn(2, 1, 400)
+    config = fxquant.get_backend_config(BACKEND)
+    prepared = fxquant.prepare_fx(
+        Conv1dGroupNorm().eval(),
+        fxquant.get_default_qconfig_mapping(BACKEND),
+        (x,),
+        backend_config=config,
+    )
+    with torch.no_grad():
+        prepared(torch.randn(2, 1, 400))
+    reference = fxquant.convert_to_reference_fx(prepared)
+    compiled = compile_quantized(reference, (x,))
+    assert compiled.kernels == {"qconv_pointwise": 1}  # still oneDNN's int8 conv
+    quantize = torch.ops.fxquant.quantize_per_tensor.default
+    step = [float(n.args[1]) for n in reference.graph.nodes if n.target == quantize][-1]
+    with torch.no_grad():  # inductor's float GroupNorm may round a value across one step
+        torch.testing.assert_close(compiled(x), reference(x), rtol=0, atol=step * 1.001)

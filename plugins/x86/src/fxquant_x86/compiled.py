@@ -998,6 +998,9 @@ def save_package(
         raise ConfigError(msg)
     _load_inductor()
     model, _ = _reference_model(model, "model")
+    if any(not t.is_contiguous() for t in (*model.parameters(), *model.buffers())):
+        model = copy.deepcopy(model)  # the caller's model keeps its own tensors
+        _contiguous_tensors(model)
     with torch.no_grad():
         program = _exported(model, example_inputs, dynamic_batch)
         with never_into_inputs():
@@ -1090,7 +1093,10 @@ def compile_quantized(  # noqa: PLR0913  (keyword-only switches of the public en
         merged = _merged_or_not(copied, example_inputs)
         if not merged:
             copied = copy.deepcopy(model)  # the pass may have touched it before giving up
+    _contiguous_tensors(copied)
     flat = _flat_or_not(copied, example_inputs) if flatten else None
+    if flat is not None:
+        _conv1d_as_conv2d(flat)
     chosen, report = _float_side(flat, float_dtype, example_inputs, state.report)
     options: Mapping[str, Any] = {} if dynamic is None else {"dynamic": dynamic}
     compiled = CompiledModel(
@@ -1125,6 +1131,74 @@ def _float_side(
         note = precision.BF16_CONFIG_NOTE.format(count=count)
         return torch.bfloat16, report.with_notes([note])
     return precision.default_float_dtype(), report
+
+
+def _contiguous_tensors(model: torch.nn.Module) -> None:
+    """Every parameter and buffer of ``model`` (the private copy compiled) stored contiguous,
+    in place; tied ones stay tied.
+
+    Inductor's x86 int8 linear pass hands the weight constant to ``onednn.qlinear_prepack``,
+    which reads its storage as if it were contiguous: a transposed view (transformers' GPT-2
+    ``Conv1D`` weights, which the reference Linear holds as ``weight.t()``) ran as another
+    matrix, the zoo's GPT-2 185 quantization steps from its reference model.
+    """
+    done: dict[int, torch.Tensor] = {}
+    for module in model.modules():
+        for store in (module._parameters, module._buffers):
+            for name, tensor in list(store.items()):
+                if tensor is None or tensor.is_contiguous():
+                    continue
+                if id(tensor) not in done:
+                    dense = tensor.detach().contiguous()
+                    if isinstance(tensor, torch.nn.Parameter):
+                        dense = torch.nn.Parameter(dense, requires_grad=tensor.requires_grad)
+                    done[id(tensor)] = dense
+                setattr(module, name, done[id(tensor)])  # an LSTM re-reads its weights
+
+
+def _conv1d_as_conv2d(flat: fx.GraphModule) -> int:
+    """Each int8 ``conv1d`` of ``flat`` (dequantized input and weight) as a ``conv2d`` over a
+    height of one, between an ``unsqueeze`` of its integer input and a ``squeeze`` of its
+    output; how many.
+
+    Inductor prepacks a conv1d's weight for oneDNN as 4-D and its shape function then takes
+    the height of one for the kernel width: the output is propagated one size (Wav2Vec2's
+    first conv: 80 for 79 samples) and the next op that checks a shape (GroupNorm's reshape)
+    fails the compile. A 2-D conv is what oneDNN runs either way, and its shape is right.
+    """
+    graph, count = flat.graph, 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not torch.conv1d or node.kwargs:
+            continue
+        x, w, bias, stride, padding, dilation, groups = (*node.args, *(None,) * 7)[:7]
+        if not (_dequantized(x) and _dequantized(w) and w.args[0].op == "get_attr"):
+            continue
+        if not all(isinstance(v, tuple) and len(v) == 1 for v in (stride, padding, dilation)):
+            continue
+        name = f"_conv2d_weight_{count}"
+        flat.register_buffer(name, operator.attrgetter(str(w.args[0].target))(flat).unsqueeze(2))
+        with graph.inserting_before(node):
+            ints = graph.call_method("unsqueeze", (x.args[0], 2))
+            x2 = graph.call_function(x.target, (ints, *x.args[1:]), dict(x.kwargs))
+            w2 = graph.call_function(w.target, (graph.get_attr(name), *w.args[1:]), dict(w.kwargs))
+            args = (x2, w2, bias, (1, *stride), (0, *padding), (1, *dilation), groups or 1)
+            out = graph.call_method("squeeze", (graph.call_function(torch.conv2d, args), 2))
+        node.replace_all_uses_with(out)
+        graph.erase_node(node)
+        count += 1
+    graph.eliminate_dead_code()
+    flat.recompile()
+    return count
+
+
+def _dequantized(value: object) -> bool:
+    """``value`` is a dequantize node of an integer tensor the graph holds."""
+    return (
+        isinstance(value, fx.Node)
+        and value.op == "call_function"
+        and value.target in DEQUANTIZE_OPS
+        and isinstance(value.args[0], fx.Node)
+    )
 
 
 def _flat_or_not(model: fx.GraphModule, example_inputs: tuple[Any, ...]) -> fx.GraphModule | None:
