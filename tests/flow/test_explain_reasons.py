@@ -162,3 +162,70 @@ def test_strict_mode_still_raises_on_a_users_own_entry_the_backend_cannot_run() 
     config = fxquant.get_backend_config("qnnpack")
     with quiet(), pytest.raises(fxquant.QuantizationSkipped, match=r"getitem_\d+: \[no_pattern\]"):
         fxquant.prepare_fx(model, mapping, example, backend_config=config, strict=True)
+
+
+class _GatedCNN(nn.Module):
+    """The float activations of a mobile CNN: F.hardswish, an SE-style sigmoid gate, a tanh
+    and x.sigmoid() as a method call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8))
+        self.conv = nn.Conv2d(8, 8, 3, padding=1)
+        self.gate = nn.Hardsigmoid()
+        self.head = nn.Linear(8, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = nn.functional.hardswish(self.stem(x))
+        x = torch.sigmoid(self.conv(x)) * x
+        x = torch.tanh(x) + self.gate(x) * x.sigmoid()
+        return self.head(nn.functional.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+# on the deploying backends (their convert_fx returns the reference model): a CNN's float
+# activations, RegNet's SE sigmoid, BERT's pooler slice and tanh and eager attention's
+# scores / sqrt(d), each a skip in strict mode on the default mapping
+STRICT_MODELS: dict[str, tuple[Callable[[], nn.Module], Callable[[], tuple[torch.Tensor, ...]]]] = {
+    "gated_cnn": (_GatedCNN, lambda: (torch.randn(2, 3, 16, 16),)),
+    "tv_regnet_y_400mf": (torchvision_models.BUILDERS["tv_regnet_y_400mf"], _images),
+    "bert_sdpa_masked": (BUILDERS["bert"], lambda: _tokens(True)),
+    "bert_eager": (_eager("bert"), lambda: _tokens(False)),
+    "roberta_sdpa": (BUILDERS["roberta"], lambda: _tokens(False)),
+    "roberta_eager_masked": (_eager("roberta"), lambda: _tokens(True)),
+}  # fmt: skip
+
+
+def _output(result: object) -> torch.Tensor:
+    if isinstance(result, torch.Tensor):
+        return result
+    return result["last_hidden_state"]  # type: ignore[index]  # transformers' dict output
+
+
+@pytest.mark.parametrize("backend", ["executorch", "tensorrt"], indirect=True)
+@pytest.mark.parametrize("model_name", sorted(STRICT_MODELS))
+def test_strict_mode_passes_on_the_deploying_backends_default_mapping(
+    model_name: str, backend: str
+) -> None:
+    build, inputs = STRICT_MODELS[model_name]
+    if model_name.startswith("tv_"):
+        torchvision_models.require()
+    torch.manual_seed(0)
+    model, example = build().eval(), inputs()
+    config = fxquant.get_backend_config(backend)
+    mapping = fxquant.get_default_qconfig_mapping(backend)
+    with quiet():
+        prepared = fxquant.prepare_fx(model, mapping, example, backend_config=config, strict=True)
+        prepared(*example)
+        converted = fxquant.convert_fx(prepared, strict=True)
+    report = explain(converted, show=False)
+    assert report.skipped() == []
+    # the ops strict mode refused are float on purpose, and said so; every conv and Linear
+    # is still quantized
+    floats = [e for e in report.entries() if e.status == "float" and e.op.startswith("call")]
+    assert [e.node for e in floats if e.reason is None] == []
+    layers = [e for e in report.entries() if "Conv" in str(e.pattern) or "Linear" in str(e.pattern)]
+    assert layers
+    assert [e.node for e in layers if e.status != "reference"] == []
+    with torch.no_grad():
+        expected, got = _output(model(*example)), _output(converted(*example))
+    assert _sqnr(expected, got) > 25.0

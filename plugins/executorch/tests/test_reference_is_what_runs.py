@@ -137,3 +137,16 @@ def test_a_cnns_float_relu_and_add_are_explained_without_a_transformers_ops() ->
     assert "keeps residual adds, standalone relus, dropouts and reshapes float" in relu
     for transformer_op in ("LayerNorm", "softmax", "GELU", "transformer", "residual stream"):
         assert transformer_op not in relu
+
+
+def test_a_cnns_float_sigmoid_gate_says_xnnpack_has_no_int8_kernel_for_it() -> None:
+    from fxquant.tools.demo import DemoNet
+
+    model = DemoNet().eval()
+    _, converted = quantized(model, [(torch.randn(4, 3, 16, 16),)])
+    report = delegation_report(fxquant.explain(converted, show=False), [])
+    gate = next(e for e in report.entries() if e.node == "gate")
+    assert str(gate.status) == "float"  # not skipped: fxquant demo's 'skipped' column stays 0
+    assert gate.reason is not None
+    assert "FLOAT_ACTIVATIONS" in gate.reason.words
+    assert "XNNPACK runs them in float32" in gate.reason.words

@@ -173,36 +173,43 @@ def _words(entry: NodeReport, placement: Placement) -> str:
 
 
 @functools.cache
-def _kept_float_labels() -> tuple[frozenset[str], frozenset[str]]:
-    """The report labels of the ops the default mapping keeps float: ``(transformer's own
-    ops, ops a CNN has too)``. Residual adds, relus, dropouts and reshapes are in CNNs
-    (ResNet, VGG, ShuffleNet): a CNN's report must not explain them by a transformer's
-    LayerNorm and GELU."""
+def _kept_float_words() -> tuple[tuple[frozenset[str], str], ...]:
+    """``(report labels, why)`` for each group of ops the default mapping keeps float: a
+    transformer's own ops, the ops a CNN has too, the float activations. Residual adds, relus,
+    dropouts and reshapes are in CNNs (ResNet, VGG, ShuffleNet): a CNN's report must not
+    explain them by a transformer's LayerNorm and GELU."""
     from fxquant.config.pattern import pattern_str
 
-    from fxquant_executorch.qconfig import FLOAT_RELUS, TRANSFORMER_FLOAT_OPS
+    from fxquant_executorch.qconfig import FLOAT_ACTIVATIONS, FLOAT_RELUS, TRANSFORMER_FLOAT_OPS
 
     own = [
         nn.LayerNorm, F.layer_norm, nn.Softmax, F.softmax, torch.softmax, "softmax",
         nn.GELU, F.gelu, torch.matmul, operator.matmul, torch.bmm, "matmul",
+        F.scaled_dot_product_attention, operator.truediv, torch.div, "div",
+        operator.pow, torch.pow, "pow",
     ]  # fmt: skip
     shared = [op for op in (*TRANSFORMER_FLOAT_OPS, *FLOAT_RELUS) if op not in own]
-    labels = [frozenset(f"({pattern_str(op)})" for op in ops) for ops in (own, shared)]
-    return labels[0], labels[1]
+    groups = ((own, _WHY_FLOAT), (shared, _WHY_FLOAT_CNN), (FLOAT_ACTIVATIONS, _WHY_FLOAT_ACT))
+    return tuple((frozenset(f"({pattern_str(op)})" for op in ops), why) for ops, why in groups)
 
 
 _WHY_FLOAT = (
     "the executorch default mapping keeps a transformer's LayerNorm, softmax, GELU, "
-    "attention matmuls, residual adds and reshapes, and standalone relus, float "
-    "(fxquant_executorch.qconfig.TRANSFORMER_FLOAT_OPS, FLOAT_RELUS): its Linear layers "
-    "return float (dynamic int8 per token), and int8 here XNNPACK would requantize the "
-    "residual stream between them; XNNPACK runs them in float32"
+    "attention (its matmuls, sdpa, the scores' scaling), residual adds and reshapes, and "
+    "standalone relus, float (fxquant_executorch.qconfig.TRANSFORMER_FLOAT_OPS, FLOAT_RELUS): "
+    "its Linear layers return float (dynamic int8 per token), and int8 here XNNPACK would "
+    "requantize the residual stream between them; XNNPACK runs them in float32"
 )
 _WHY_FLOAT_CNN = (
     "the executorch default mapping keeps residual adds, standalone relus, dropouts and "
     "reshapes float (fxquant_executorch.qconfig.TRANSFORMER_FLOAT_OPS, FLOAT_RELUS): XNNPACK "
     "runs them in float32 between the int8 ops around them (a relu fused into a conv stays "
     "int8 with it)"
+)
+_WHY_FLOAT_ACT = (
+    "executorch has no int8 kernel for sigmoid, tanh, hardswish, hardsigmoid, SiLU, Mish "
+    "or ELU (fxquant_executorch.qconfig.FLOAT_ACTIVATIONS): XNNPACK runs them in float32 "
+    "between the int8 ops around them (ELU in the portable runtime)"
 )
 
 
@@ -218,13 +225,12 @@ def explain_float(entry: NodeReport) -> NodeReport:
     reason = entry.reason
     if reason is None or reason.code != ReasonCode.QCONFIG_NONE:
         return entry
-    transformer, shared = _kept_float_labels()
-    if any(label in reason.words for label in transformer):
-        words = f"{reason.words}; {_WHY_FLOAT}"
-    elif any(label in reason.words for label in shared):
-        words = f"{reason.words}; {_WHY_FLOAT_CNN}"
-    else:
+    why = next(
+        (w for labels, w in _kept_float_words() if any(x in reason.words for x in labels)), None
+    )
+    if why is None:
         return entry
+    words = f"{reason.words}; {why}"
     return dataclasses.replace(entry, reason=dataclasses.replace(reason, words=words))
 
 

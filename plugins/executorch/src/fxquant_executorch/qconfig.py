@@ -24,9 +24,9 @@ so the two produce the same kind of program.
 Overrides: transposed convs take per-tensor symmetric weights (a per-channel
 observer's axis 0 is their *input* channel), embeddings weight-only int8
 per row (looked up in the int8 table by the portable runtime's
-``embedding_byte``), ELU stays float (XNNPACK has none). Ops the backend does not list
-(sigmoid, softmax, GELU, layer norm, matmuls...) stay float: XNNPACK runs them
-in float32 between its int8 nodes.
+``embedding_byte``), the activations of :data:`FLOAT_ACTIVATIONS` (sigmoid, tanh,
+hardswish, hardsigmoid, SiLU, Mish, ELU) float: XNNPACK runs them in float32 between its
+int8 nodes, and ``explain`` says ``qconfig_none`` for them.
 
 QAT: moving-average fake-quantize on the same ranges (the Linear inputs per
 token, unobserved while training), so a QAT model converts to the same kind of program.
@@ -46,6 +46,7 @@ from fxquant.patterns.qconfigs import embedding_qat_qconfig
 from torch import nn
 
 __all__ = [
+    "FLOAT_ACTIVATIONS",
     "FLOAT_RELUS",
     "LINEAR_OPS",
     "TRANSFORMER_FLOAT_OPS",
@@ -64,6 +65,11 @@ TRANSFORMER_FLOAT_OPS: tuple[Any, ...] = (
     torch.reshape, torch.permute, torch.transpose,
     # the head split of fxquant's own MultiheadAttention rewrite (flow/transformer.py)
     "narrow", "unflatten", "movedim", torch.narrow, torch.unflatten, torch.movedim,
+    # sdpa is attention's matmuls in one call; eager attention's scores / sqrt(d) and a GELU
+    # written out (ALBERT's pow) are float math like the rest. No XNNPACK pattern takes
+    # them: left to the global qconfig, explain and strict mode reported each as skipped
+    F.scaled_dot_product_attention, operator.truediv, torch.div, "div",
+    operator.pow, torch.pow, "pow",
 )  # fmt: skip
 """Kept float by the default mapping: a transformer's ops around its Linear layers.
 
@@ -75,6 +81,17 @@ adds run in float between its convs' int8 outputs and the next quantize step."""
 FLOAT_RELUS: tuple[Any, ...] = (nn.ReLU, F.relu, torch.relu, "relu", "relu_")
 """Standalone relus stay float (after a float add or Linear output, an int8 relu would
 only add a quantize step); a relu fused into a conv keeps its conv's int8 qconfig."""
+
+FLOAT_ACTIVATIONS: tuple[Any, ...] = (
+    nn.Sigmoid, torch.sigmoid, F.sigmoid, "sigmoid", nn.Tanh, torch.tanh, F.tanh, "tanh",
+    nn.Hardswish, F.hardswish, nn.Hardsigmoid, F.hardsigmoid,
+    nn.SiLU, F.silu, nn.Mish, F.mish, nn.ELU, F.elu,
+)  # fmt: skip
+"""Float in every mapping: XNNPACK runs them in float32 between its int8 nodes (ExecuTorch 1.5
+has no int8 XNNPACK kernel for them; its ELU config is disabled, so ELU runs in the portable
+runtime). Left to the global qconfig, they matched no pattern: ``explain`` called them
+skipped and ``strict=True`` refused a MobileNetV3's hardswish or a RegNet's SE sigmoid,
+where ``qconfig_none`` is what happens."""
 
 LINEAR_OPS: tuple[Any, ...] = (nn.Linear, F.linear, intrinsic.LinearReLU)
 """Dynamic int8 per token by default (the fused class too: it outranks its parts)."""
@@ -164,12 +181,10 @@ def static_qconfig_mapping(is_qat: bool = False) -> QConfigMapping:
     """
     base, transposed, embedding = _qconfigs(is_qat)
     mapping = QConfigMapping().set_global(base)
-    # XNNPACK has no ELU (its config is disabled in ExecuTorch 1.5): int8 would only add
-    # quantize/dequantize steps around the portable runtime's float kernel
     overrides: list[tuple[tuple[Any, ...], QConfig | None]] = [
         (_TRANSPOSED, transposed),
         ((nn.Embedding, nn.EmbeddingBag, F.embedding), embedding),
-        ((nn.ELU, F.elu), None),
+        (FLOAT_ACTIVATIONS, None),
     ]
     for ops, qconfig in overrides:
         for op in ops:

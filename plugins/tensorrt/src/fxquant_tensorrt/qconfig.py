@@ -5,9 +5,10 @@
     weights         int8, symmetric per output channel, -127..127 (NVIDIA's narrow range);
                     per tensor for transposed convs and addmm, whose weight's axis 0 is
                     not the output channel
-    float           layer norm, softmax, GELU, sigmoid, tanh, hardswish, SiLU, embedding:
-                    TensorRT runs them in float, so no Q/DQ goes around them
-                    (``explain`` says ``qconfig_none``)
+    float           layer norm, softmax, GELU, sigmoid, tanh, hardswish, hardsigmoid,
+                    SiLU, Mish, embedding, indexing, sdpa, division, pow
+                    (:data:`FLOAT_OPS`): TensorRT runs them in float, so no Q/DQ goes
+                    around them (``explain`` says ``qconfig_none``)
     float too       ``narrow`` and dropout (:data:`PASS_THROUGH_OPS`): each slice gets its
                     own Q/DQ after it; a dropout puts no Q/DQ on a float GEMM output
 
@@ -21,6 +22,7 @@ float with reason ``zero_point`` (the patterns ask for symmetric observers).
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import torch
@@ -45,27 +47,20 @@ _ACTIVATION: dict[str, Any] = {
 _WEIGHT: dict[str, Any] = {"dtype": torch.int8, "quant_min": -127, "quant_max": 127}
 
 FLOAT_OPS: tuple[Any, ...] = (
-    nn.LayerNorm,
-    F.layer_norm,
-    nn.Softmax,
-    F.softmax,
-    torch.softmax,
-    nn.GELU,
-    F.gelu,
-    nn.Sigmoid,
-    torch.sigmoid,
-    F.sigmoid,
-    nn.Tanh,
-    torch.tanh,
-    F.tanh,
-    nn.Hardswish,
-    F.hardswish,
-    nn.SiLU,
-    F.silu,
-    nn.Embedding,
-    F.embedding,
-)
-"""Ops the default mapping leaves float: TensorRT has no int8 kernel that fuses them."""
+    nn.LayerNorm, F.layer_norm, nn.Softmax, F.softmax, torch.softmax, nn.GELU, F.gelu,
+    nn.Sigmoid, torch.sigmoid, F.sigmoid, "sigmoid", nn.Tanh, torch.tanh, F.tanh, "tanh",
+    nn.Hardswish, F.hardswish, nn.Hardsigmoid, F.hardsigmoid,
+    nn.SiLU, F.silu, nn.Mish, F.mish, nn.Embedding, F.embedding,
+    # indexing moves floats (a BERT pooler's hidden_states[:, 0], before a Linear that
+    # quantizes its own input); sdpa is attention's matmuls in one call; eager attention's
+    # scores / sqrt(d) and a GELU written out (ALBERT's pow) are float math like the rest
+    operator.getitem, F.scaled_dot_product_attention, operator.truediv, torch.div, "div",
+    operator.pow, torch.pow, "pow",
+)  # fmt: skip
+"""Ops the default mapping leaves float: TensorRT has no int8 kernel that fuses them, and no
+tensorrt pattern takes them. Left to the global qconfig, ``explain`` called them skipped and
+``strict=True`` refused them (a MobileNetV3's hardsigmoid, BERT's pooler slice and eager
+attention's division), where ``qconfig_none`` is what happens."""
 
 PASS_THROUGH_OPS: tuple[Any, ...] = ("narrow", torch.narrow, nn.Dropout, F.dropout)
 """Left float by the default mapping too, though TensorRT could carry int8 through them.
@@ -145,8 +140,6 @@ def transformer_qconfig_mapping(is_qat: bool = False) -> QConfigMapping:
         >>> transformer_qconfig_mapping().qconfig_for("", operator.add) is None
         True
     """
-    import operator
-
     mapping = default_qconfig_mapping(is_qat)
     for op in (operator.add, torch.add, torch.matmul, operator.matmul, torch.bmm):
         mapping.set_object_type(op, None)
