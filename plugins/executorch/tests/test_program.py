@@ -11,6 +11,7 @@ import fxquant
 import pytest
 import torch
 from fxquant.errors import ConfigError, ConfigTypeError, ExportError, QuantizationSkipped
+from fxquant.flow.report import NodeStatus
 from fxquant.tools import testing
 from fxquant_executorch import ExecuTorchProgram, ProgramInputError, to_executorch
 from fxquant_executorch.edge_ops import quiet_toolchain
@@ -398,6 +399,21 @@ def test_a_dynamic_batch_program_gives_the_reference_rows_at_batches_above_its_f
         with torch.no_grad():
             expected = converted(inputs)
         torch.testing.assert_close(dynamic(inputs), expected, atol=1e-2, rtol=0)
+
+
+def test_a_dynamic_batch_cnn_head_flatten_runs_in_xnnpack() -> None:
+    # its view to (sym_size(x, 0), 8) stayed in the portable runtime: XNNPACK's reshape
+    # takes one inferred dimension, not a symbolic one
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 14, 14)
+    converted, _ = testing.quantize_model(BACKEND, _pooled_cnn(), [[x]])
+    batch = torch.export.Dim("batch", min=1, max=8)
+    dynamic = to_executorch(converted, (x,), dynamic_shapes=({0: batch},))
+    outside = [e.node for e in dynamic.report.entries() if e.status == NodeStatus.REFERENCE]
+    assert outside == []
+    inputs = torch.randn(5, 3, 14, 14)
+    with torch.no_grad():
+        torch.testing.assert_close(dynamic(inputs), converted(inputs), atol=1e-2, rtol=0)
 
 
 def test_a_dynamic_batch_on_an_example_of_batch_one_says_to_give_two_rows(program) -> None:

@@ -44,6 +44,7 @@ from fxquant_executorch.passes import (
     constant_scalars,
     double_scales,
     duplicate_dequantize,
+    inferred_batch_reshapes,
     keepdim_means,
     moves_on_one_grid,
     quantized_embeddings,
@@ -253,6 +254,7 @@ def _edge_ready(
     duplicate_dequantize(program.graph)
     keepdim_means(program.graph)
     moves_on_one_grid(program.graph)
+    inferred_batch_reshapes(program.graph)
     quantized_embeddings(program)
     program.graph_module.recompile()
     return program
