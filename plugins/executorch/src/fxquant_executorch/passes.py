@@ -45,6 +45,13 @@ so both stay int8 in XNNPACK)::
 
     dq -> mean(x, [2, 3]) -> q      dq -> mean(x, [2, 3], keepdim=True) -> q -> dq -> view -> q
 
+Inferred batch reshapes. Under a dynamic batch, a flatten or view exports to a
+shape naming the batch as a symbol (``[sym_size(x, 0), 8]``); XNNPACK's reshape
+takes one inferred dimension and no symbolic one, so the view stayed in the
+portable runtime. With every other dimension a number, ``-1`` is the same size::
+
+    view(x, [sym_size(x, 0), 8])         view(x, [-1, 8])
+
 Moves on one grid. XNNPACK's transpose, reshape, slice and copy take their
 input and output on the same quantization grid: its runtime refuses the whole
 program at load ("Failed to create static transpose node ...
@@ -69,6 +76,7 @@ __all__ = [
     "constant_scalars",
     "double_scales",
     "duplicate_dequantize",
+    "inferred_batch_reshapes",
     "keepdim_means",
     "moves_on_one_grid",
     "quantized_embeddings",
@@ -392,3 +400,41 @@ def moves_on_one_grid(graph: fx.Graph) -> int:
         node.replace_input_with(source, on_grid)
         moved += 1
     return moved
+
+
+_RESHAPES = frozenset(
+    {
+        _ATEN.view.default,
+        _ATEN.reshape.default,
+        _ATEN._unsafe_view.default,
+        _ATEN.flatten.using_ints,
+    }
+)
+
+
+def inferred_batch_reshapes(graph: fx.Graph) -> int:
+    """Reshapes to one symbolic dimension -> the same with ``-1`` there; return how many.
+
+    Under a dynamic batch, a CNN head's flatten becomes ``view(x, [sym_size(x, 0), 8])``;
+    XNNPACK's reshape takes one inferred dimension but no symbolic one, so it stayed in the
+    portable runtime. The other dimensions are numbers: ``-1`` names the same size.
+
+    Example:
+        >>> # see the module docstring; tests/test_program.py flattens a pooled CNN head
+    """
+    rewritten = 0
+    for node in graph.nodes:
+        value = node.meta.get("val")
+        if node.target not in _RESHAPES or not isinstance(value, torch.Tensor):
+            continue
+        sizes = list(value.shape)
+        symbolic = [i for i, size in enumerate(sizes) if not isinstance(size, int)]
+        if len(symbolic) != 1:
+            continue
+        shape = [-1 if i in symbolic else int(size) for i, size in enumerate(sizes)]
+        # a flatten or reshape of a non-contiguous input copies: it stays a reshape
+        views = (_ATEN.view.default, _ATEN._unsafe_view.default)
+        target = _ATEN.view.default if node.target in views else _ATEN.reshape.default
+        node.target, node.args, node.kwargs = target, (node.args[0], shape), {}
+        rewritten += 1
+    return rewritten

@@ -44,6 +44,7 @@ from fxquant_executorch.passes import (
     constant_scalars,
     double_scales,
     duplicate_dequantize,
+    inferred_batch_reshapes,
     keepdim_means,
     moves_on_one_grid,
     quantized_embeddings,
@@ -178,7 +179,8 @@ _SCALAR_TYPES = {
 }
 
 _DYNAMIC_BATCH = (
-    "to_executorch(converted, (x,), dynamic_shapes=({0: torch.export.Dim('batch', max=N)},))"
+    "to_executorch(converted, (x,), dynamic_shapes=({0: torch.export.Dim('batch', max=N)},)) "
+    "with an example x of batch 2 or more (torch.export fixes a dimension of size 1)"
 )
 
 
@@ -206,6 +208,27 @@ def _input_mismatch(meta: Any, values: Sequence[Any]) -> str | None:
     return None
 
 
+def _check_dynamic_sizes(
+    example_inputs: tuple[Any, ...], dynamic_shapes: dict[str, Any] | tuple[Any, ...] | None
+) -> None:
+    """Refuse a dimension marked dynamic whose example size is 1: torch.export specializes
+    it and says only "Constraints violated"."""
+    if not isinstance(dynamic_shapes, (tuple, list)):
+        return  # by parameter name: left to torch.export's own checks
+    for i, (value, spec) in enumerate(zip(example_inputs, dynamic_shapes, strict=False)):
+        if not isinstance(value, torch.Tensor) or not isinstance(spec, Mapping):
+            continue
+        for dim, marker in spec.items():
+            if marker is not None and isinstance(dim, int) and value.shape[dim] == 1:
+                msg = (
+                    f"to_executorch(dynamic_shapes=...) marks dimension {dim} of example "
+                    f"input {i} dynamic, but its size there is 1 (shape {tuple(value.shape)}): "
+                    f"torch.export fixes a dimension of size 1; give an example input of "
+                    f"size 2 or more there (e.g. torch.cat([x, x]))"
+                )
+                raise ConfigError(msg)
+
+
 def _flow_state(model: object) -> FlowState:
     state = flow_state(model)
     if state is None:
@@ -231,24 +254,58 @@ def _edge_ready(
     duplicate_dequantize(program.graph)
     keepdim_means(program.graph)
     moves_on_one_grid(program.graph)
+    inferred_batch_reshapes(program.graph)
     quantized_embeddings(program)
     program.graph_module.recompile()
     return program
 
 
+def _partitioner(*, dynamic: bool, per_op_mode: bool = False) -> Any:
+    """XNNPACK's partitioner; for a program with dynamic shapes, its means in float.
+
+    XNNPACK's int8 mean (global average pooling: a CNN's ``AdaptiveAvgPool2d(1)`` or
+    ``x.mean((2, 3))``) returns wrong rows when the program runs at a larger batch than on
+    its first call (ExecuTorch 1.5.1: batches 5-8 off by up to 2.0 after a call at 2, the
+    same with pt2e's XNNPACKQuantizer); its float mean is right at every batch.
+    Taken as float, the mean runs in XNNPACK between int8 -> float -> int8 conversions: the
+    reference model's dequantize -> mean -> quantize.
+    """
+    with quiet_toolchain():
+        from executorch.backends.xnnpack.partition.config import ALL_PARTITIONER_CONFIGS
+        from executorch.backends.xnnpack.partition.config.generic_node_configs import (
+            MeanDimConfig,
+        )
+        from executorch.backends.xnnpack.partition.config.xnnpack_config import (
+            ConfigPrecisionType,
+        )
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    if not dynamic:
+        return XnnpackPartitioner(per_op_mode=per_op_mode)
+
+    class FloatMeanConfig(MeanDimConfig):  # type: ignore[misc]
+        def supported_precision_types(self) -> list[Any]:
+            return [ConfigPrecisionType.FP32]
+
+    configs = [c for c in ALL_PARTITIONER_CONFIGS if c is not MeanDimConfig]
+    return XnnpackPartitioner(configs=[*configs, FloatMeanConfig], per_op_mode=per_op_mode)
+
+
 def _lower(
-    program: torch.export.ExportedProgram, rebuild: Callable[[], torch.export.ExportedProgram]
+    program: torch.export.ExportedProgram,
+    rebuild: Callable[[], torch.export.ExportedProgram],
+    *,
+    dynamic: bool,
 ) -> tuple[bytes, list[Placement]]:
     """Partition and lower ``program``; on failure, retry once on a fresh ``rebuild()`` (the
     lowering may have edited ``program``; rebuilding only then, rather than keeping a deep copy
     for every model, does not double the weights' memory on the path that works)."""
     with quiet_toolchain():
-        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
         from executorch.exir import to_edge_transform_and_lower
 
     with quiet_toolchain(), capture_partitioner_reasons() as reasons:
         try:
-            edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
+            edge = to_edge_transform_and_lower(program, partitioner=[_partitioner(dynamic=dynamic)])
         except Exception as error:  # the toolchain's own failure: say where, as ours
             # XNNPACK's partitioner merges ops into partitions that can depend on each other
             # through ops it leaves out: T5's relative-position buckets (div, log, mul) and the
@@ -258,7 +315,7 @@ def _lower(
             # runs every op it took, in more delegate calls.
             try:
                 edge = to_edge_transform_and_lower(
-                    rebuild(), partitioner=[XnnpackPartitioner(per_op_mode=True)]
+                    rebuild(), partitioner=[_partitioner(dynamic=dynamic, per_op_mode=True)]
                 )
             except Exception:  # the first failure is the one to explain
                 raise ExportError(_lowering_failed(error)) from error
@@ -327,7 +384,8 @@ def to_executorch(
             backend (or ``convert_to_reference_fx``'s); it is not modified.
         example_inputs: positional inputs of ``model``; their shapes are the
             program's (XNNPACK plans its memory for them).
-        dynamic_shapes: passed to ``torch.export.export``.
+        dynamic_shapes: passed to ``torch.export.export``; a dynamic dimension
+            needs an example size of 2 or more (torch.export fixes size 1).
         strict: raise :class:`fxquant.QuantizationSkipped` when a quantized
             node is not delegated to XNNPACK, instead of reporting it.
 
@@ -338,6 +396,7 @@ def to_executorch(
 
     Raises:
         ConfigTypeError: ``model`` is not a converted fxquant model.
+        ConfigError: ``dynamic_shapes`` marks a dimension of size 1 dynamic.
         fxquant.errors.ExportError: ``torch.export`` could not capture the
             model (the message names the node and the user's source line), or
             ExecuTorch's runtime could not run the program on
@@ -350,10 +409,15 @@ def to_executorch(
         >>> # program = to_executorch(fxquant.convert_fx(prepared), (x,)); program(x)
     """
     state = _flow_state(model)
+    _check_dynamic_sizes(example_inputs, dynamic_shapes)
     start = time.perf_counter()
     program = _edge_ready(model, example_inputs, dynamic_shapes)
     out_spec = program.call_spec.out_spec
-    buffer, found = _lower(program, lambda: _edge_ready(model, example_inputs, dynamic_shapes))
+    buffer, found = _lower(
+        program,
+        lambda: _edge_ready(model, example_inputs, dynamic_shapes),
+        dynamic=dynamic_shapes is not None,
+    )
     report = delegation_report(state.report, found)
     result = ExecuTorchProgram(buffer, report, found, out_spec, time.perf_counter() - start)
     _check_runs(result, example_inputs)
