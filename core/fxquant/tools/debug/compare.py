@@ -19,7 +19,7 @@ how much the model output's SQNR improves (:mod:`.float_swap`), the ranking of
 
 ``compare(reference, lowered, inputs)`` works the same way: the reference model
 plays the float model, and ``steps`` says how many quantization steps apart the
-two are (issue 23's first target: at most one per quantized node).
+two are (a sound lowering stays within one per quantized node).
 """
 
 from __future__ import annotations

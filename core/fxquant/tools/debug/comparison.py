@@ -32,7 +32,7 @@ class NodeError:
     """``max_abs`` in quantization steps of the value (None for float values)."""
     local_steps: float | None = None
     """The local value's largest difference, in quantization steps: against a reference
-    model, how far the node alone strays from it (issue 23: at most one step)."""
+    model, how far the node alone strays from it (a sound lowering: at most one step)."""
     gain: float | None = None
     """Output gain (dB): the model output's SQNR with this node alone running float,
     minus the quantized model's; what ``fallback`` buys by keeping it float. None where

@@ -18,7 +18,7 @@ saturate (``fxquant.explain`` says why).
 
 torch.ao's fbgemm recipe, 7-bit activations (``reduce_range``) and 8-bit weights, is
 neither exact there (an input beyond the calibrated range is stored up to 255 and
-overflows) nor as accurate: issue 20's zoo, SQNR against float on an AVX2 CPU
+overflows) nor as accurate: the zoo's SQNR against float on an AVX2 CPU
 (``python bench/zoo.py --backends fbgemm``), ResNet 33.4 dB against torch.ao's 31.2
 (fxquant's former 7-bit activations and weights: 25.9), ResNeXt 37.5 (35.6),
 MobileNetV3 40.9 (39.2), RegNet 38.3 (36.8), DenseNet 42.0 (39.8); the 8th activation

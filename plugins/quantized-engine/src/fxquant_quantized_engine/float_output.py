@@ -1,7 +1,7 @@
 """Int8 in, float out linear on the quint8 engines: what the reference model computes.
 
 A transformer's Linear outputs feed the residual stream and LayerNorm; rounding them
-to uint8 is most of what int8 costs a BERT (issue 23). The patterns therefore say
+to uint8 is most of what int8 costs a BERT. The patterns therefore say
 int8 in, float out for linear, and the kernel must return exactly that: the int32
 accumulator times the input and weight scales, plus the bias, in float32. Neither
 engine's ``quantized::linear`` does (it returns quint8), but each has a kernel that
