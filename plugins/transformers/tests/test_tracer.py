@@ -95,3 +95,31 @@ def test_gpt2_conv1d_layers_trace_under_qat_and_convert_deterministically() -> N
     first, second = converted(ids), converted(ids)
     assert torch.equal(first["last_hidden_state"], second["last_hidden_state"])
     assert not any(m.training for m in converted.modules())
+
+
+BROKEN_DEPENDENCY = """
+import importlib.abc, sys
+
+class Broken(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "transformers.modeling_utils":
+            raise ImportError("a broken optional dependency of transformers")
+
+sys.meta_path.insert(0, Broken())
+import fxquant, torch, transformers
+
+model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval()
+mapping = fxquant.get_default_qconfig_mapping("reference")
+config = fxquant.get_backend_config("reference")
+fxquant.prepare_fx(model, mapping, (torch.randn(2, 4),), backend_config=config)
+print("traced")
+"""
+
+
+def test_a_plain_model_traces_while_transformers_cannot_import_its_models() -> None:
+    # transformers' lazy attributes import their modules on first read; a dependency of theirs
+    # that fails to import (here: torchvision built for another torch) is not the user's model
+    out = subprocess.run(
+        [sys.executable, "-c", BROKEN_DEPENDENCY], capture_output=True, text=True, check=False
+    )
+    assert (out.returncode, out.stdout.strip()) == (0, "traced"), out.stderr[-2000:]

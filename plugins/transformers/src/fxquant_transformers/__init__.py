@@ -382,8 +382,11 @@ def _defaults(
 
 def _for_transformers(root: nn.Module) -> types.ModuleType | None:
     """This module for a transformers model when transformers.utils.fx is there, else None."""
-    transformers = sys.modules.get("transformers")  # a transformers model means it is imported
-    if transformers is None or not isinstance(root, transformers.PreTrainedModel):
+    # A transformers model means its base class's module is imported. Reading
+    # `transformers.PreTrainedModel` instead would import it, and a broken optional dependency
+    # of transformers would then fail the trace of every model, transformers' or not.
+    modeling = sys.modules.get("transformers.modeling_utils")
+    if modeling is None or not isinstance(root, modeling.PreTrainedModel):
         return None
     # without transformers.utils.fx (5.x): torch.fx's tracer, as for any model
     return sys.modules[__name__] if available() else None
