@@ -59,6 +59,7 @@ from typing import Any
 
 import harness
 import torch
+from accuracy_transformer import define_torchvision_schemas
 from harness import engine
 from models import (
     BenchModel,
@@ -490,6 +491,9 @@ def print_table(rows: list[dict[str, Any]], info: dict[str, Any], rounds: int) -
 
 
 def main() -> None:
+    # fxquant's tracer asks transformers (imported for hf_bert) whether a model is one of
+    # its PreTrainedModels, which imports torchvision: that needs its op schemas first
+    define_torchvision_schemas()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (>= 5)")
     parser.add_argument(

@@ -171,3 +171,28 @@ def test_a_plugin_readme_whose_plugin_is_missing_is_skipped_with_its_install_com
     folders = [Path(word).name for word in reason.removesuffix(")").split()[-3:]]
     assert folders == ["quantized-engine", "onednn", "x86"]  # what x86 builds on, first
     assert missing_plugin(DOCS / "index.md") is None  # docs pages run with what is installed
+
+
+# a page says how things are; which issue, session or review round brought them is in the
+# commits (`git log -- PAGE`)
+HISTORY = re.compile(
+    r"\bissues? \d+\b|\bhelper [a-z]+\d|\bstop \d+\b|\b(?:first|second|third) round\b", re.I
+)
+RENDERED = {"guide/matrix.md"}  # written from its results by tests/invariants/matrix.py
+
+
+def history_lines(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if HISTORY.search(line)]
+
+
+def test_no_page_narrates_the_history_behind_it() -> None:
+    pages = [ROOT / "README.md", *(p for p in PAGES if page_id(p) not in RENDERED)]
+    found = [f"{page_id(p)}: {line}" for p in pages for line in history_lines(p.read_text())]
+    assert found == []
+
+
+def test_history_is_told_from_a_round_trip_and_a_per_round_ratio() -> None:
+    narrated = "issue 19's targets\nThird round (helper h19k)\nthe merged tree of stop 28"
+    assert len(history_lines(narrated)) == 3
+    plain = "a state_dict round trip\nmedians of per-round ratios\n5 rounds\nfiled issues"
+    assert history_lines(plain) == []
