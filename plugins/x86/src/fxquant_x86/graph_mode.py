@@ -7,8 +7,8 @@ between two matmuls in a module of its own, BERT's self-attention) gets the
 :func:`fxquant_x86.qconfig.attention_bf16_qconfig_mapping`, one set of module-name entries
 per block (q, k, v Linears int8 in, bfloat16 out; scores, mask, softmax and context
 matmul bfloat16). The compiled deployment runs each block as one bfloat16
-flash-attention kernel (BERT-base b8: 0.65x bf16 + torch.compile's latency, against
-0.74x with the attention in float32; plugins/x86/README.md). Elsewhere, on QAT, and on
+flash-attention kernel (BERT-base b8: 0.653x bf16 + torch.compile's latency, against
+0.703x with the attention in float32; plugins/x86/README.md). Elsewhere, on QAT, and on
 graphs without such a block, there is no mode: the default mapping as it is; nor where
 the user's mapping decides every block (below).
 

@@ -198,7 +198,7 @@ def default_float_dtype() -> torch.dtype:
     bfloat16 float parts are opt-in (a bfloat16 ``DTypeConfig`` chosen by the mapping,
     :func:`fxquant_x86.qconfig.bf16_qconfig_mapping`, or ``float_dtype=torch.bfloat16``
     for every float part): on the AMX
-    Xeon they were measured (plugins/x86/README.md, "bf16 + torch.compile") no faster
+    Xeon they were measured (plugins/x86/README.md, "bfloat16 on a CPU that computes it") no faster
     than float32 on the BERT-base-like encoder at batch 1 (0.58x against 0.57x
     bf16 + compile's latency, in one interleaved run) and slower on the quick models,
     at 2.3 dB less SQNR (34.1 against 36.3 dB: a bfloat16 residual stream adds
