@@ -27,6 +27,7 @@ process seeing all the peers' batches at once would make.
 
 from __future__ import annotations
 
+import bisect
 import math
 import warnings
 from collections.abc import Mapping
@@ -199,16 +200,9 @@ class ObserverBase(torch.nn.Module):
         and ``-inf`` where there is none. The slow path: the batch holds NaN or inf."""
         finite = torch.isfinite(x)
         self._note_nonfinite(int(x.numel() - int(finite.sum())), x.numel())
-        if ch_axis is None:
-            kept = x[finite]
-            if kept.numel() == 0:
-                return _nothing(x, ()), _nothing(x, (), -1.0)
-            return _aminmax(kept)
-        rows = x.movedim(ch_axis, 0).reshape(x.shape[ch_axis], -1)
-        keep = finite.movedim(ch_axis, 0).reshape(x.shape[ch_axis], -1)
         inf = torch.tensor(float("inf"), dtype=x.dtype, device=x.device)
-        low = torch.where(keep, rows, inf).amin(dim=1)
-        return low, torch.where(keep, rows, -inf).amax(dim=1)
+        low = _min_max(torch.where(finite, x, inf), ch_axis)[0]
+        return low, _min_max(torch.where(finite, x, -inf), ch_axis)[1]
 
     def _batch_min_max(
         self, x: torch.Tensor, dtype: torch.dtype, ch_axis: int | None = None
@@ -228,10 +222,7 @@ class ObserverBase(torch.nn.Module):
             low = torch.full(shape, float("inf"), dtype=dtype, device=x.device)
             high = torch.full(shape, float("-inf"), dtype=dtype, device=x.device)
         else:
-            if ch_axis is None:
-                low, high = _aminmax(x)
-            else:
-                low, high = _per_channel_aminmax(x, ch_axis)
+            low, high = _min_max(x, ch_axis)
             # min and max carry any NaN or inf of the batch: the fast path tests just them
             # (one tiny op, no second pass over x); only a poisoned batch is filtered
             if not _all_finite(low, high):
@@ -430,44 +421,37 @@ class UniformQuantizationObserverBase(ObserverBase):
         if not _has_statistics(min_val, max_val):
             device = min_val.device.type
             return torch.tensor([1.0], device=device), torch.tensor([0], device=device)
-        empty = None
-        if min_val.dim() > 0:
-            # channels that never saw a finite value: scale 1, zero point 0, as an
-            # observer that saw no data
-            empty = (min_val == float("inf")) & (max_val == float("-inf"))
-            if bool(empty.any()):
-                min_val = torch.where(empty, torch.zeros_like(min_val), min_val)
-                max_val = torch.where(empty, torch.zeros_like(max_val), max_val)
-            else:
-                empty = None
-        scale, zero_point = self._range_qparams(min_val, max_val)
-        if empty is not None:
-            scale = torch.where(empty, torch.ones_like(scale), scale)
-            zero_point = torch.where(empty, torch.zeros_like(zero_point), zero_point)
-        return scale, zero_point
+        if min_val.dim() == 0:
+            return self._range_qparams(min_val, max_val)
+        # channels that never saw a finite value: scale 1, zero point 0, as an observer that
+        # saw no data
+        empty = (min_val == float("inf")) & (max_val == float("-inf"))
+        scale, zero_point = self._range_qparams(
+            torch.where(empty, 0.0, min_val), torch.where(empty, 0.0, max_val)
+        )
+        return torch.where(empty, 1.0, scale), torch.where(empty, 0, zero_point)
 
     def _range_qparams(
         self, min_val: torch.Tensor, max_val: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         name = qscheme_name(self.qscheme)
         if name == "per_channel_affine_float_qparams":
-            return _float_qparams(min_val, max_val, self.quant_min, self.quant_max, self.eps)
-        if is_symmetric(name):
-            scale, zero_point = self._symmetric_qparams(min_val, max_val)
+            found = _float_qparams(min_val, max_val, self.quant_min, self.quant_max, self.eps)
         else:
-            scale, zero_point = _affine_qparams(
-                min_val, max_val, self.quant_min, self.quant_max, self.eps
-            )
-        # per-tensor results are shaped [1], like FakeQuantize's buffers
-        return scale.reshape(-1) if scale.dim() == 0 else scale, (
-            zero_point.reshape(-1) if zero_point.dim() == 0 else zero_point
-        )
+            # the range is widened to include 0 so that 0.0 is exactly representable
+            min_neg = torch.min(min_val, torch.zeros_like(min_val))
+            max_pos = torch.max(max_val, torch.zeros_like(max_val))
+            if is_symmetric(name):
+                found = self._symmetric_qparams(min_neg, max_pos)
+            else:
+                found = _affine_qparams(min_neg, max_pos, self.quant_min, self.quant_max, self.eps)
+        if min_val.dim() == 0:  # per-tensor results are shaped [1], like FakeQuantize's buffers
+            return found[0].reshape(1), found[1].reshape(1)
+        return found
 
     def _symmetric_qparams(
-        self, min_val: torch.Tensor, max_val: torch.Tensor
+        self, min_neg: torch.Tensor, max_pos: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        min_neg = torch.min(min_val, torch.zeros_like(min_val))
-        max_pos = torch.max(max_val, torch.zeros_like(max_val))
         bound = torch.max(-min_neg, max_pos)
         scale = torch.max(bound / (float(self.quant_max - self.quant_min) / 2), self.eps)
         zero_point = torch.zeros(min_neg.size(), dtype=torch.int64, device=min_neg.device)
@@ -510,12 +494,6 @@ def _all_finite(low: torch.Tensor, high: torch.Tensor) -> bool:
     if low.dim() == 0:
         return math.isfinite(float(low)) and math.isfinite(float(high))
     return math.isfinite(float((high - low).sum()))
-
-
-def _nothing(x: torch.Tensor, shape: tuple[int, ...], sign: float = 1.0) -> torch.Tensor:
-    """``inf`` (or ``-inf`` with ``sign=-1``) shaped ``shape``: a range with nothing in it."""
-    dtype = x.dtype if x.dtype.is_floating_point else torch.float32
-    return torch.full(shape, sign * float("inf"), dtype=dtype, device=x.device)
 
 
 def is_calibrated(observer: torch.nn.Module) -> bool:
@@ -565,11 +543,8 @@ def _has_statistics(min_val: torch.Tensor, max_val: torch.Tensor) -> bool:
 
 
 def _affine_qparams(
-    min_val: torch.Tensor, max_val: torch.Tensor, quant_min: int, quant_max: int, eps: torch.Tensor
+    min_neg: torch.Tensor, max_pos: torch.Tensor, quant_min: int, quant_max: int, eps: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    # the range is widened to include 0 so that 0.0 is exactly representable
-    min_neg = torch.min(min_val, torch.zeros_like(min_val))
-    max_pos = torch.max(max_val, torch.zeros_like(max_val))
     scale = torch.max((max_pos - min_neg) / float(quant_max - quant_min), eps)
     zero_point = quant_min - torch.round(min_neg / scale).to(torch.int)
     return scale, torch.clamp(zero_point, quant_min, quant_max)
@@ -581,10 +556,7 @@ def _float_qparams(
     scale = (max_val - min_val) / float(quant_max - quant_min)
     scale = torch.where(scale > eps, scale, torch.ones_like(scale))
     # a float zero point makes q = round((x - min) / scale): no rounding of the offset
-    zero_point = -1 * min_val / scale
-    if scale.dim() == 0:
-        return scale.reshape(-1), zero_point.reshape(-1)
-    return scale, zero_point
+    return scale, -1 * min_val / scale
 
 
 class _RunningRange(UniformQuantizationObserverBase):
@@ -761,17 +733,17 @@ class MovingAverageMinMaxObserver(_MovingAverage, MinMaxObserver):
         self.averaging_constant = averaging_constant
 
 
-def _aminmax(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``torch.aminmax(x)`` as two reductions: in torch 2.13 on CPU, ``amin`` + ``amax`` take
-    0.6x the time of ``aminmax`` (one 1024x3072 activation: 269 vs 432 us). Both are exact."""
-    return torch.amin(x), torch.amax(x)
+def _min_max(x: torch.Tensor, ch_axis: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Min and max of ``x``, or of each slice along ``ch_axis``.
 
-
-def _per_channel_aminmax(x: torch.Tensor, ch_axis: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Min and max of each slice along ``ch_axis``."""
-    # min and max are exact, so the order of the other dims does not matter. amin + amax:
-    # torch 2.13's aminmax(dim=1) is ~20x slower on CPU (a 512x4608 conv weight: 5.1 ms vs
-    # 0.23 ms), which made per-channel weight observation a large part of convert_fx
+    Both are exact, so the order of the other dims does not matter. ``amin`` + ``amax``, not
+    ``aminmax``: in torch 2.13 on CPU they take 0.6x its time per tensor (one 1024x3072
+    activation: 269 vs 432 us) and per channel ``aminmax(dim=1)`` is ~20x slower (a
+    512x4608 conv weight: 5.1 ms vs 0.23 ms), which made per-channel weight observation a
+    large part of convert_fx.
+    """
+    if ch_axis is None:
+        return torch.amin(x), torch.amax(x)
     rows = x.movedim(ch_axis, 0).reshape(x.shape[ch_axis], -1)
     return torch.amin(rows, dim=1), torch.amax(rows, dim=1)
 
@@ -1210,14 +1182,14 @@ class HistogramObserver(UniformQuantizationObserverBase):
         return torch.bincount(target, weights=fine, minlength=self.bins)
 
     def _l2_error(
-        self, start: int, end: int, search: tuple[float, torch.Tensor, torch.Tensor] | None = None
+        self, start: int, end: int, search: tuple[float, torch.Tensor, torch.Tensor]
     ) -> float:
         """Estimated L2 quantization error when bins ``start..end`` become the range.
 
         ``search``: (bin width, bin indices, density), the same for every candidate of one
-        :meth:`_search_range` (computed here when not given); the arithmetic is the same.
+        :meth:`_search_range`.
         """
-        bin_width, indices, density = search or self._search_constants()
+        bin_width, indices, density = search
         dst_width = bin_width * (end - start + 1) / self.dst_nbins
         if dst_width == 0.0:
             return 0.0
@@ -1238,11 +1210,6 @@ class HistogramObserver(UniformQuantizationObserverBase):
         norm += _cube_integral(minus, tail, density)
         return float(norm.sum().item())
 
-    def _search_constants(self) -> tuple[float, torch.Tensor, torch.Tensor]:
-        bin_width = (self.max_val.item() - self.min_val.item()) / self.bins
-        indices = torch.arange(self.bins, device=self.histogram.device)
-        return bin_width, indices, self.histogram / bin_width
-
     def _search_range(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Narrow ``[min_val, max_val]`` to the bins whose range minimizes :meth:`_l2_error`."""
         total = float(torch.sum(self.histogram).item())
@@ -1251,16 +1218,18 @@ class HistogramObserver(UniformQuantizationObserverBase):
         alpha, beta = 0.0, 1.0
         start, end = 0, self.bins - 1
         best = float("inf")
-        constants = self._search_constants()  # one per search, not one per candidate
+        # one per search, not one per candidate
+        bin_width = (self.max_val.item() - self.min_val.item()) / self.bins
+        indices = torch.arange(self.bins, device=self.histogram.device)
+        constants = bin_width, indices, self.histogram / bin_width
         while alpha < beta:
             next_alpha, next_beta = alpha + step, beta - step
             low_mass = float32_value(next_alpha * total)
             high_mass = float32_value(next_beta * total)
-            left, right = start, end
-            while left < end and cumulative[left] < low_mass:
-                left += 1
-            while right > start and cumulative[right] > high_mass:
-                right -= 1
+            # the first bin from start (at most end) whose cumulative mass reaches low_mass, and
+            # the last one down to start that stays within high_mass (the counts are >= 0)
+            left = bisect.bisect_left(cumulative, low_mass, start, end)
+            right = bisect.bisect_right(cumulative, high_mass, start + 1, end + 1) - 1
             # cut from the side that would drop more bins
             if left - start > end - right:
                 candidate, alpha = (left, end), next_alpha
@@ -1273,8 +1242,8 @@ class HistogramObserver(UniformQuantizationObserverBase):
                 break
             best = error
             start, end = candidate
-        bin_width = (self.max_val - self.min_val) / self.bins
-        return self.min_val + bin_width * start, self.min_val + bin_width * (end + 1)
+        width = (self.max_val - self.min_val) / self.bins  # as a tensor: the qparams' dtype
+        return self.min_val + width * start, self.min_val + width * (end + 1)
 
     def calculate_qparams(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(scale, zero_point)`` of shape ``[1]`` for the error-minimizing range."""

@@ -273,16 +273,22 @@ def qparams_for_range(low: float, high: float, quant_min: int, quant_max: int) -
     return scale, round(zero_point)
 
 
-def _token_view(values: torch.Tensor, x: torch.Tensor, name: str) -> torch.Tensor:
-    """``values`` as one entry per row of ``x`` over its last dimension (``shape[:-1] + (1,)``)."""
+def _as_tokens(
+    x: torch.Tensor, scales: torch.Tensor, zero_points: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``x`` as a matrix with one row per token (over its last dimension), and its per-token
+    qparams flat: the per-token ops are the per-channel ones along axis 0 of that matrix."""
     rows = (*x.shape[:-1], 1)
-    if x.dim() == 0 or values.numel() != math.prod(rows):
-        msg = (
-            f"{name} must hold one value per token (row over the last dimension) of an input of "
-            f"shape {tuple(x.shape)}, i.e. shape {rows}; got shape {tuple(values.shape)}"
-        )
-        raise ConfigError(msg)
-    return values.reshape(rows)
+    for values, name in ((scales, "scales"), (zero_points, "zero_points")):
+        if x.dim() == 0 or values.numel() != math.prod(rows):
+            msg = (
+                f"{name} must hold one value per token (row over the last dimension) of an "
+                f"input of shape {tuple(x.shape)}, i.e. shape {rows}; got shape "
+                f"{tuple(values.shape)}"
+            )
+            raise ConfigError(msg)
+    tokens = x.reshape(math.prod(rows), x.shape[-1])
+    return tokens, scales.reshape(-1), zero_points.reshape(-1)
 
 
 def _choose_qparams_per_token_asymmetric_impl(
@@ -319,11 +325,9 @@ def _quantize_per_token_impl(  # the op's schema
     quant_max: int,
     dtype: torch.dtype,
 ) -> torch.Tensor:
-    plain = _check_range(quant_min, quant_max, dtype)
-    x = _float_input(x)
-    inv_scales = 1.0 / _token_view(scales, x, "scales").to(torch.float32)
-    zps = _token_view(zero_points, x, "zero_points").to(torch.float32)
-    return _round_to_grid(x, inv_scales, zps, quant_min, quant_max, plain)
+    tokens, scales, zero_points = _as_tokens(x, scales, zero_points)
+    q = _quantize_per_channel_impl(tokens, scales, zero_points, 0, quant_min, quant_max, dtype)
+    return q.reshape(x.shape)
 
 
 def _dequantize_per_token_impl(  # noqa: PLR0913, PLR0917  # the op's schema
@@ -335,11 +339,13 @@ def _dequantize_per_token_impl(  # noqa: PLR0913, PLR0917  # the op's schema
     dtype: torch.dtype,
     output_dtype: torch.dtype,
 ) -> torch.Tensor:
-    _check_range(quant_min, quant_max, dtype)
-    scales64 = _token_view(scales, q, "scales").to(torch.float64)
-    zps = _token_view(zero_points, q, "zero_points").to(torch.int64)
-    y = (q.to(torch.int64) - zps).to(torch.float64) * scales64
-    return y.to(output_dtype)
+    tokens, scales, zero_points = _as_tokens(q, scales, zero_points)
+    # integer zero points, as quantized_decomposed's (a float one is truncated)
+    zero_points = zero_points.to(torch.int64)
+    y = _dequantize_per_channel_impl(
+        tokens, scales, zero_points, 0, quant_min, quant_max, dtype, out_dtype=output_dtype
+    )
+    return y.reshape(q.shape)
 
 
 # --- fake kernels (shapes only, for torch.export / FakeTensor) ---------------------------
