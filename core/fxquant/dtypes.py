@@ -51,16 +51,12 @@ _QUANTIZED_TO_PLAIN: dict[str, torch.dtype] = {
 # 4-bit and 2-bit packed types have no plain equivalent; keep them as themselves.
 _PACKED_RANGES: dict[str, tuple[int, int]] = {"quint4x2": (0, 15), "quint2x4": (0, 3)}
 
+# uint16 and uint32 where this torch has them
 _INTEGER_RANGES: dict[torch.dtype, tuple[int, int]] = {
-    torch.uint8: (0, 255),
-    torch.int8: (-128, 127),
-    torch.int16: (-(2**15), 2**15 - 1),
-    torch.int32: (-(2**31), 2**31 - 1),
+    dtype: (torch.iinfo(dtype).min, torch.iinfo(dtype).max)
+    for name in ("uint8", "int8", "int16", "int32", "uint16", "uint32")
+    if isinstance(dtype := getattr(torch, name, None), torch.dtype)
 }
-for _name in ("uint16", "uint32"):
-    _dt = getattr(torch, _name, None)
-    if isinstance(_dt, torch.dtype):
-        _INTEGER_RANGES[_dt] = (0, 2 ** (16 if _name == "uint16" else 32) - 1)
 
 FLOAT_DTYPES: frozenset[torch.dtype] = frozenset(
     {torch.float16, torch.bfloat16, torch.float32, torch.float64}
