@@ -229,12 +229,10 @@ class ObserverBase(torch.nn.Module):
                 low, high = self._finite_min_max(x, ch_axis)
                 if reducer is None and ch_axis is None and bool(low > high):
                     return None  # nothing finite in the batch: the observer stays as it was
-        if reducer is None:
-            self._note_peak(low, high)
-            return low, high
-        low, high = reducer.min_max(low, high)
-        if low.numel() == 0 or bool(torch.all(low > high)):
-            return None  # no peer saw data
+        if reducer is not None:
+            low, high = reducer.min_max(low, high)
+            if low.numel() == 0 or bool(torch.all(low > high)):
+                return None  # no peer saw data
         self._note_peak(low, high)
         return low, high
 
@@ -269,29 +267,22 @@ class _PassThrough(ObserverBase):
 _MAX_BINS = 1 << 20
 
 
-def _check_uniform_arguments(
-    owner: str,
-    eps: object,
-    reduce_range: object,
-    quant_range_given: tuple[object, object],
-    factory_kwargs: object,
-) -> None:
-    """The numbers every uniform observer takes, checked before anything is stored."""
-    check_real(eps, f"{owner} eps", positive=True)
-    check_flag(reduce_range, f"{owner} reduce_range")
-    check_integer(quant_range_given[0], f"{owner} quant_min", optional=True)
-    check_integer(quant_range_given[1], f"{owner} quant_max", optional=True)
-    if factory_kwargs is not None and not isinstance(factory_kwargs, Mapping):
-        msg = (
-            f"{owner} factory_kwargs={factory_kwargs!r}: expected a dict of tensor options "
-            f"(device, dtype) or None, got {type(factory_kwargs).__name__}"
-        )
-        raise ConfigTypeError(msg)
-
-
-def _custom_range(
-    quant_min: int, quant_max: int, dtype: torch.dtype, reduce_range: bool
+def _integer_range(
+    dtype: torch.dtype, reduce_range: bool, quant_min: int | None, quant_max: int | None
 ) -> tuple[int, int]:
+    """``quant_min..quant_max``: the custom range given, which must include 0 and fit ``dtype``,
+    else ``dtype``'s full range; ``reduce_range`` halves it (a full range of 8 bits only)."""
+    if quant_min is None or quant_max is None:
+        if quant_min is not None or quant_max is not None:
+            msg = (
+                f"quant_min={quant_min!r}, quant_max={quant_max!r}: give both or neither "
+                "(neither means the full range of dtype)"
+            )
+            raise ConfigError(msg)
+        low, high = quant_range(dtype)
+        if reduce_range and canonical_dtype(dtype) in (torch.uint8, torch.int8):
+            return low // 2, high // 2
+        return low, high
     if not (quant_min <= 0 <= quant_max and quant_min < quant_max):
         msg = (
             f"quant_min={quant_min!r}, quant_max={quant_max!r}: the range must include 0 "
@@ -309,15 +300,6 @@ def _custom_range(
         )
         raise ConfigError(msg)
     return halved
-
-
-def _default_range(dtype: torch.dtype, reduce_range: bool) -> tuple[int, int]:
-    plain = canonical_dtype(dtype)
-    if reduce_range and plain == torch.int8:
-        return -64, 63
-    if reduce_range and plain == torch.uint8:
-        return 0, 127
-    return quant_range(dtype)
 
 
 def _check_dtype(dtype: object) -> torch.dtype:
@@ -375,27 +357,24 @@ class UniformQuantizationObserverBase(ObserverBase):
         eps: float = FLOAT32_EPS,
         is_dynamic: bool = False,
     ) -> None:
+        owner = type(self).__name__
         qscheme_name(qscheme)  # validates before anything is stored
-        _check_uniform_arguments(
-            type(self).__name__, eps, reduce_range, (quant_min, quant_max), factory_kwargs
-        )
+        check_real(eps, f"{owner} eps", positive=True)
+        check_flag(reduce_range, f"{owner} reduce_range")
+        check_integer(quant_min, f"{owner} quant_min", optional=True)
+        check_integer(quant_max, f"{owner} quant_max", optional=True)
+        if factory_kwargs is not None and not isinstance(factory_kwargs, Mapping):
+            msg = (
+                f"{owner} factory_kwargs={factory_kwargs!r}: expected a dict of tensor options "
+                f"(device, dtype) or None, got {type(factory_kwargs).__name__}"
+            )
+            raise ConfigTypeError(msg)
         super().__init__(dtype=_check_dtype(dtype), is_dynamic=is_dynamic)
         self.qscheme = qscheme_object(qscheme)
         self.reduce_range = reduce_range
         self.register_buffer("eps", torch.tensor([eps], **_factory(factory_kwargs)))
-        if (quant_min is None) != (quant_max is None):
-            msg = (
-                f"quant_min={quant_min!r}, quant_max={quant_max!r}: give both or neither "
-                "(neither means the full range of dtype)"
-            )
-            raise ConfigError(msg)
         self.has_customized_qrange = quant_min is not None and quant_max is not None
-        if quant_min is not None and quant_max is not None:
-            self.quant_min, self.quant_max = _custom_range(
-                quant_min, quant_max, dtype, reduce_range
-            )
-        else:
-            self.quant_min, self.quant_max = _default_range(dtype, reduce_range)
+        self.quant_min, self.quant_max = _integer_range(dtype, reduce_range, quant_min, quant_max)
         self._init_state(_factory(factory_kwargs))
 
     def _init_state(self, factory_kwargs: dict[str, Any]) -> None:
@@ -880,7 +859,7 @@ class FixedQParamsObserver(_PassThrough):
         check_integer(quant_min, "FixedQParamsObserver quant_min")
         check_integer(quant_max, "FixedQParamsObserver quant_max")
         super().__init__(dtype=_check_dtype(dtype), is_dynamic=False)
-        _custom_range(quant_min, quant_max, dtype, reduce_range=False)
+        _integer_range(dtype, False, quant_min, quant_max)
         if not quant_min <= zero_point <= quant_max:
             msg = (
                 f"FixedQParamsObserver zero_point={zero_point!r}: expected an integer in "

@@ -348,7 +348,7 @@ def _dequantize_per_token_impl(  # noqa: PLR0913, PLR0917  # the op's schema
     return y.reshape(q.shape)
 
 
-# --- fake kernels (shapes only, for torch.export / FakeTensor) ---------------------------
+# --- shapes for FakeTensor (torch.export) of the kernels that read a value ------------------
 
 
 def _quantize_fake(x: torch.Tensor, *args: object) -> torch.Tensor:
@@ -372,50 +372,31 @@ def _choose_qparams_fake(
     )
 
 
-def _choose_per_token_fake(
-    x: torch.Tensor, dtype: torch.dtype
-) -> tuple[torch.Tensor, torch.Tensor]:
-    rows = (*x.shape[:-1], 1)
-    return (
-        torch.empty(rows, dtype=torch.float64, device=x.device),
-        torch.empty(rows, dtype=torch.int64, device=x.device),
-    )
-
-
-def _dequantize_per_token_fake(q: torch.Tensor, *args: object) -> torch.Tensor:
-    output_dtype = args[-1]
-    assert isinstance(output_dtype, torch.dtype)  # the schema's last argument is a ScalarType
-    return torch.empty_like(q, dtype=output_dtype)
-
-
 def _register() -> torch.library.Library:
     # the schemas are declared by fxquant.lowering (imported above); this library adds kernels
     lib = torch.library.Library("fxquant", "IMPL")  # type: ignore[no-untyped-call]  # untyped
     kernels = {
-        "quantize_per_tensor": (_quantize_per_tensor_impl, _quantize_fake),
-        "quantize_per_tensor.tensor": (
-            _with_tensor_qparams(_quantize_per_tensor_impl),
-            _quantize_fake,
-        ),
-        "dequantize_per_tensor": (_dequantize_per_tensor_impl, _dequantize_fake),
-        "dequantize_per_tensor.tensor": (
-            _with_tensor_qparams(_dequantize_per_tensor_impl),
-            _dequantize_fake,
-        ),
-        "quantize_per_channel": (_quantize_per_channel_impl, _quantize_fake),
-        "dequantize_per_channel": (_dequantize_per_channel_impl, _dequantize_fake),
-        "choose_qparams_per_tensor": (_choose_qparams_per_tensor_impl, _choose_qparams_fake),
-        "choose_qparams_per_token_asymmetric": (
-            _choose_qparams_per_token_asymmetric_impl,
-            _choose_per_token_fake,
-        ),
-        "quantize_per_token": (_quantize_per_token_impl, _quantize_fake),
-        "dequantize_per_token": (_dequantize_per_token_impl, _dequantize_per_token_fake),
+        "quantize_per_tensor": _quantize_per_tensor_impl,
+        "quantize_per_tensor.tensor": _with_tensor_qparams(_quantize_per_tensor_impl),
+        "dequantize_per_tensor": _dequantize_per_tensor_impl,
+        "dequantize_per_tensor.tensor": _with_tensor_qparams(_dequantize_per_tensor_impl),
+        "quantize_per_channel": _quantize_per_channel_impl,
+        "dequantize_per_channel": _dequantize_per_channel_impl,
+        "choose_qparams_per_tensor": _choose_qparams_per_tensor_impl,
+        "choose_qparams_per_token_asymmetric": _choose_qparams_per_token_asymmetric_impl,
+        "quantize_per_token": _quantize_per_token_impl,
+        "dequantize_per_token": _dequantize_per_token_impl,
     }
-    for name, (kernel, fake) in kernels.items():
+    # the others compute their shapes on meta tensors themselves: their kernels read no value
+    fakes = {
+        "quantize_per_tensor.tensor": _quantize_fake,
+        "dequantize_per_tensor.tensor": _dequantize_fake,
+        "choose_qparams_per_tensor": _choose_qparams_fake,
+    }
+    for name, kernel in kernels.items():
         lib.impl(name, kernel, "CompositeExplicitAutograd")  # type: ignore[no-untyped-call]  # untyped
         # Meta serves FakeTensor (export) without the heavier register_fake machinery
-        lib.impl(name, fake, "Meta")  # type: ignore[no-untyped-call]  # torch.library is untyped
+        lib.impl(name, fakes.get(name, kernel), "Meta")  # type: ignore[no-untyped-call]  # untyped
     return lib
 
 
