@@ -27,7 +27,9 @@ by the 255 steps, floored at float32 eps; the zero point from the end whose roun
 error is smaller, clamped and rounded); quantize as XNNPACK does, in float32
 (``round(x * float32(1 / scale) + zp)``, ties to even); dequantize in float64. The ops'
 schemas (and the sets of them the flow and plugins test nodes against) are
-declared in ``fxquant.lowering``; this module registers their kernels.
+declared in ``fxquant.lowering``; this module registers their kernels, one per op for every
+device: on meta tensors (FakeTensor, ``torch.export``) the same code gives the shapes, and the
+kernels that read a value (a tensor qparam, a tensor's range) skip the read there.
 """
 
 from __future__ import annotations
@@ -115,9 +117,10 @@ def _with_tensor_qparams(kernel: Callable[..., torch.Tensor]) -> Callable[..., t
     def run(
         x: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor, *args: Any, **kwargs: Any
     ) -> torch.Tensor:
-        scale_value = float(_scalar(scale, "scale").item())
-        zero_point_value = int(_scalar(zero_point, "zero_point").item())
-        return kernel(x, scale_value, zero_point_value, *args, **kwargs)
+        scale, zero_point = _scalar(scale, "scale"), _scalar(zero_point, "zero_point")
+        if scale.is_meta or zero_point.is_meta:  # shapes only (FakeTensor): no value to read
+            return kernel(x, 1.0, 0, *args, **kwargs)
+        return kernel(x, float(scale.item()), int(zero_point.item()), *args, **kwargs)
 
     return run
 
@@ -225,8 +228,10 @@ def _choose_qparams_per_tensor_impl(
     _check_range(quant_min, quant_max, dtype)
     x = _float_input(x)
     x = x.detach()
-    # amin + amax: 0.6x the time of torch 2.13's aminmax on CPU, the same exact values
-    low, high = (0.0, 0.0) if x.numel() == 0 else (float(x.amin()), float(x.amax()))
+    low, high = 0.0, 0.0  # no values: an empty tensor, or shapes only (FakeTensor)
+    if not x.is_meta and x.numel() > 0:
+        # amin + amax: 0.6x the time of torch 2.13's aminmax on CPU, the same exact values
+        low, high = float(x.amin()), float(x.amax())
     scale, zero_point = qparams_for_range(low, high, quant_min, quant_max)
     return (
         torch.tensor(scale, dtype=torch.float64, device=x.device),
@@ -348,30 +353,6 @@ def _dequantize_per_token_impl(  # noqa: PLR0913, PLR0917  # the op's schema
     return y.reshape(q.shape)
 
 
-# --- shapes for FakeTensor (torch.export) of the kernels that read a value ------------------
-
-
-def _quantize_fake(x: torch.Tensor, *args: object) -> torch.Tensor:
-    dtype = args[-1]
-    assert isinstance(dtype, torch.dtype)  # the schema's last argument is a ScalarType
-    return torch.empty_like(x, dtype=canonical_dtype(dtype))
-
-
-def _dequantize_fake(
-    q: torch.Tensor, *args: object, out_dtype: torch.dtype | None = None
-) -> torch.Tensor:
-    return torch.empty_like(q, dtype=out_dtype or torch.float32)
-
-
-def _choose_qparams_fake(
-    x: torch.Tensor, quant_min: int, quant_max: int, dtype: torch.dtype
-) -> tuple[torch.Tensor, torch.Tensor]:
-    return (
-        torch.empty((), dtype=torch.float64, device=x.device),
-        torch.empty((), dtype=torch.int64, device=x.device),
-    )
-
-
 def _register() -> torch.library.Library:
     # the schemas are declared by fxquant.lowering (imported above); this library adds kernels
     lib = torch.library.Library("fxquant", "IMPL")  # type: ignore[no-untyped-call]  # untyped
@@ -387,16 +368,8 @@ def _register() -> torch.library.Library:
         "quantize_per_token": _quantize_per_token_impl,
         "dequantize_per_token": _dequantize_per_token_impl,
     }
-    # the others compute their shapes on meta tensors themselves: their kernels read no value
-    fakes = {
-        "quantize_per_tensor.tensor": _quantize_fake,
-        "dequantize_per_tensor.tensor": _dequantize_fake,
-        "choose_qparams_per_tensor": _choose_qparams_fake,
-    }
     for name, kernel in kernels.items():
         lib.impl(name, kernel, "CompositeExplicitAutograd")  # type: ignore[no-untyped-call]  # untyped
-        # Meta serves FakeTensor (export) without the heavier register_fake machinery
-        lib.impl(name, fakes.get(name, kernel), "Meta")  # type: ignore[no-untyped-call]  # untyped
     return lib
 
 
