@@ -372,10 +372,11 @@ class UniformQuantizationObserverBase(ObserverBase):
         super().__init__(dtype=_check_dtype(dtype), is_dynamic=is_dynamic)
         self.qscheme = qscheme_object(qscheme)
         self.reduce_range = reduce_range
-        self.register_buffer("eps", torch.tensor([eps], **_factory(factory_kwargs)))
+        tensor_options = dict(factory_kwargs or {})
+        self.register_buffer("eps", torch.tensor([eps], **tensor_options))
         self.has_customized_qrange = quant_min is not None and quant_max is not None
         self.quant_min, self.quant_max = _integer_range(dtype, reduce_range, quant_min, quant_max)
-        self._init_state(_factory(factory_kwargs))
+        self._init_state(tensor_options)
 
     def _init_state(self, factory_kwargs: dict[str, Any]) -> None:
         """Register the statistics' buffers (on ``factory_kwargs``' device and dtype) and check
@@ -456,10 +457,6 @@ class UniformQuantizationObserverBase(ObserverBase):
             state_dict.setdefault(prefix + "eps", torch.tensor([FLOAT32_EPS]))
         take_saved_shapes(self, state_dict, prefix, ("min_val", "max_val"))
         super()._load_from_state_dict(state_dict, prefix, local_metadata, *rest)
-
-
-def _factory(factory_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
-    return dict(factory_kwargs or {})
 
 
 def _all_finite(low: torch.Tensor, high: torch.Tensor) -> bool:
@@ -1090,7 +1087,7 @@ class HistogramObserver(UniformQuantizationObserverBase):
         super().__init__(
             dtype, qscheme, reduce_range, quant_min, quant_max, factory_kwargs, eps, is_dynamic
         )
-        kwargs = _factory(factory_kwargs)
+        kwargs = dict(factory_kwargs or {})
         self.bins = bins
         self.register_buffer("histogram", torch.zeros(bins, **kwargs))
         self.register_buffer("min_val", torch.tensor(float("inf"), **kwargs))
