@@ -424,48 +424,28 @@ def _channels_along(pairs: torch.Tensor, ch_axis: int) -> torch.Tensor:
     return pairs.t().reshape([2, pairs.shape[0]] + [1] * (-ch_axis - 1))
 
 
-def disable_fake_quant(module: torch.nn.Module) -> None:
-    """Call ``disable_fake_quant()`` on ``module`` when it is a fake-quantize module.
+def _switch(
+    method: str,
+) -> Callable[[torch.nn.Module], None]:
+    def apply(module: torch.nn.Module) -> None:
+        if isinstance(module, FakeQuantizeBase):
+            getattr(module, method)()
 
-    Example:
-        >>> model = torch.nn.Sequential(FakeQuantize())
-        >>> _ = model.apply(disable_fake_quant)
-    """
-    if isinstance(module, FakeQuantizeBase):
-        module.disable_fake_quant()
-
-
-def enable_fake_quant(module: torch.nn.Module) -> None:
-    """Call ``enable_fake_quant()`` on ``module`` when it is a fake-quantize module.
-
-    Example:
-        >>> model = torch.nn.Sequential(FakeQuantize())
-        >>> _ = model.apply(enable_fake_quant)
-    """
-    if isinstance(module, FakeQuantizeBase):
-        module.enable_fake_quant()
+    apply.__name__ = method
+    apply.__qualname__ = method
+    apply.__doc__ = (
+        f"Call ``{method}()`` on ``module`` when it is a fake-quantize module.\n\n"
+        f"    Example:\n"
+        f"        >>> model = torch.nn.Sequential(FakeQuantize())\n"
+        f"        >>> _ = model.apply({method})\n"
+    )
+    return apply
 
 
-def disable_observer(module: torch.nn.Module) -> None:
-    """Call ``disable_observer()`` on ``module`` when it is a fake-quantize module.
-
-    Example:
-        >>> model = torch.nn.Sequential(FakeQuantize())
-        >>> _ = model.apply(disable_observer)
-    """
-    if isinstance(module, FakeQuantizeBase):
-        module.disable_observer()
-
-
-def enable_observer(module: torch.nn.Module) -> None:
-    """Call ``enable_observer()`` on ``module`` when it is a fake-quantize module.
-
-    Example:
-        >>> model = torch.nn.Sequential(FakeQuantize())
-        >>> _ = model.apply(enable_observer)
-    """
-    if isinstance(module, FakeQuantizeBase):
-        module.enable_observer()
+disable_fake_quant = _switch("disable_fake_quant")
+enable_fake_quant = _switch("enable_fake_quant")
+disable_observer = _switch("disable_observer")
+enable_observer = _switch("enable_observer")
 
 
 # uint8 affine activations, the range halved to 0..127
