@@ -1258,13 +1258,15 @@ default_debug_observer = RecordingObserver
 default_weight_observer = MinMaxObserver.with_args(dtype=torch.int8, qscheme="per_tensor_symmetric")
 """Weight observer: int8, symmetric per tensor."""
 
-weight_observer_range_neg_127_to_127 = MinMaxObserver.with_args(
-    dtype=torch.int8,
-    qscheme="per_tensor_symmetric",
-    quant_min=-127,
-    quant_max=127,
-    eps=2**-12,
-)
+
+def _neg_127_to_127(observer: type[ObserverBase], qscheme: str) -> ModuleFactory:
+    """``observer`` of symmetric int8 weights in -127..127 (XNNPACK's requirement), eps 2**-12."""
+    return observer.with_args(
+        dtype=torch.int8, qscheme=qscheme, quant_min=-127, quant_max=127, eps=2**-12
+    )
+
+
+weight_observer_range_neg_127_to_127 = _neg_127_to_127(MinMaxObserver, "per_tensor_symmetric")
 """Weight observer restricted to -127..127 (XNNPACK's requirement), eps 2**-12."""
 
 default_histogram_observer = HistogramObserver.with_args(quant_min=0, quant_max=127)
@@ -1275,12 +1277,8 @@ default_per_channel_weight_observer = PerChannelMinMaxObserver.with_args(
 )
 """Weight observer: int8, symmetric per output channel."""
 
-per_channel_weight_observer_range_neg_127_to_127 = PerChannelMinMaxObserver.with_args(
-    dtype=torch.int8,
-    qscheme="per_channel_symmetric",
-    quant_min=-127,
-    quant_max=127,
-    eps=2**-12,
+per_channel_weight_observer_range_neg_127_to_127 = _neg_127_to_127(
+    PerChannelMinMaxObserver, "per_channel_symmetric"
 )
 """Per-channel weight observer restricted to -127..127, eps 2**-12."""
 
