@@ -382,18 +382,6 @@ class UniformQuantizationObserverBase(ObserverBase):
         """Register the statistics' buffers (on ``factory_kwargs``' device and dtype) and check
         what they depend on: the last step of ``__init__``, for subclasses to fill in."""
 
-    def _check_symmetric_reduce_range(self) -> None:
-        if (
-            is_symmetric(self.qscheme)
-            and self.reduce_range
-            and dtypes_match(self.dtype, torch.uint8)
-        ):
-            msg = (
-                f"reduce_range=True with qscheme={qscheme_name(self.qscheme)!r} and dtype "
-                f"{self.dtype!r} is not supported; use dtype=torch.int8 or reduce_range=False"
-            )
-            raise ConfigError(msg)
-
     def _calculate_qparams(
         self, min_val: torch.Tensor, max_val: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -549,14 +537,24 @@ class _RunningRange(UniformQuantizationObserverBase):
     max_val: torch.Tensor
 
     def _init_state(self, factory_kwargs: dict[str, Any]) -> None:
-        if self._PER_CHANNEL:
-            _require_per_channel(type(self).__name__, self.qscheme, self.is_dynamic)
-        else:
-            _require_per_tensor(type(self).__name__, self.qscheme)
+        owner = type(self).__name__
+        _require_granularity(owner, self.qscheme, per_channel=self._PER_CHANNEL)
+        if self._PER_CHANNEL and self.is_dynamic:
+            msg = f"{owner} does not support is_dynamic=True; use a per-tensor observer"
+            raise ConfigError(msg)
+        if (
+            is_symmetric(self.qscheme)
+            and self.reduce_range
+            and dtypes_match(self.dtype, torch.uint8)
+        ):
+            msg = (
+                f"reduce_range=True with qscheme={qscheme_name(self.qscheme)!r} and dtype "
+                f"{self.dtype!r} is not supported; use dtype=torch.int8 or reduce_range=False"
+            )
+            raise ConfigError(msg)
         low, high = self._nothing_recorded(factory_kwargs)
         self.register_buffer("min_val", low)
         self.register_buffer("max_val", high)
-        self._check_symmetric_reduce_range()
 
     def _nothing_recorded(
         self, factory_kwargs: dict[str, Any]
@@ -639,25 +637,17 @@ class MinMaxObserver(_RunningRange):
     """
 
 
-def _require_per_tensor(owner: str, qscheme: object) -> None:
-    if is_per_channel(qscheme):
-        msg = (
-            f"{owner} supports per-tensor qschemes only, got {qscheme!r}; "
-            "use PerChannelMinMaxObserver for per-channel quantization"
-        )
-        raise ConfigError(msg)
-
-
-def _require_per_channel(owner: str, qscheme: object, is_dynamic: bool) -> None:
-    if not is_per_channel(qscheme):
-        msg = (
-            f"{owner} supports per-channel qschemes only, got {qscheme!r}; "
-            "use MinMaxObserver for per-tensor quantization"
-        )
-        raise ConfigError(msg)
-    if is_dynamic:
-        msg = f"{owner} does not support is_dynamic=True; use a per-tensor observer"
-        raise ConfigError(msg)
+def _require_granularity(owner: str, qscheme: object, per_channel: bool) -> None:
+    """Refuse a per-channel qscheme for a per-tensor observer, and the reverse."""
+    if is_per_channel(qscheme) == per_channel:
+        return
+    wanted, other = ("per-channel", "per-tensor") if per_channel else ("per-tensor", "per-channel")
+    advice = "MinMaxObserver" if per_channel else "PerChannelMinMaxObserver"
+    msg = (
+        f"{owner} supports {wanted} qschemes only, got {qscheme!r}; "
+        f"use {advice} for {other} quantization"
+    )
+    raise ConfigError(msg)
 
 
 class MovingAverageMinMaxObserver(_MovingAverage, MinMaxObserver):
@@ -850,7 +840,7 @@ class FixedQParamsObserver(_PassThrough):
         if is_dynamic:
             msg = "FixedQParamsObserver does not support is_dynamic=True: its qparams are fixed"
             raise ConfigError(msg)
-        _require_per_tensor("FixedQParamsObserver", qscheme)
+        _require_granularity("FixedQParamsObserver", qscheme, per_channel=False)
         check_real(scale, "FixedQParamsObserver scale", positive=True)
         check_integer(zero_point, "FixedQParamsObserver zero_point")
         check_integer(quant_min, "FixedQParamsObserver quant_min")
@@ -1076,7 +1066,7 @@ class HistogramObserver(UniformQuantizationObserverBase):
         eps: float = FLOAT32_EPS,
         is_dynamic: bool = False,
     ) -> None:
-        _require_per_tensor("HistogramObserver", qscheme)
+        _require_granularity("HistogramObserver", qscheme, per_channel=False)
         check_integer(bins, "HistogramObserver bins", minimum=1)
         if bins > _MAX_BINS:  # the histogram is a buffer: 10**12 bins would ask for 4 TB
             msg = f"HistogramObserver bins={bins!r}: expected an integer in 1..{_MAX_BINS}"
