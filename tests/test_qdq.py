@@ -307,3 +307,47 @@ def test_per_token_ops_export_with_their_shapes() -> None:
     targets = [str(n.target) for n in program.graph.nodes if n.op == "call_function"]
     assert "fxquant.quantize_per_token.default" in targets
     assert torch.equal(program.module()(x), PerToken()(x))
+
+
+def _meta(value: Any) -> Any:
+    return value.to("meta") if isinstance(value, torch.Tensor) else value
+
+
+@pytest.mark.parametrize("shape", [(3, 4, 5), (7,), (0, 4)], ids=["3-d", "1-d", "no rows"])
+def test_every_op_gives_on_meta_tensors_the_shapes_and_dtypes_it_computes(
+    shape: tuple[int, ...],
+) -> None:
+    """torch.export traces the ops on meta tensors: the kernels must answer there too."""
+    ops, x = torch.ops.fxquant, torch.randn(shape)
+    channels = shape[0]
+    scales, zero_points = torch.rand(channels) + 0.1, torch.zeros(channels, dtype=torch.int64)
+    token_scales, token_zps = qdq.choose_qparams_per_token_asymmetric(x)
+    q8 = qdq.quantize_per_tensor(x, 0.1, 3, 0, 255, torch.uint8)
+    calls = [
+        (ops.quantize_per_tensor.default, (x, 0.1, 3, 0, 255, torch.uint8), {}),
+        (
+            ops.quantize_per_tensor.tensor,
+            (x, torch.tensor(0.1), torch.tensor(3), 0, 255, torch.uint8),
+            {},
+        ),
+        (
+            ops.dequantize_per_tensor.tensor,
+            (q8, torch.tensor(0.1), torch.tensor(3), 0, 255, torch.uint8),
+            {"out_dtype": torch.float16},
+        ),
+        (ops.choose_qparams_per_tensor.default, (x, 0, 255, torch.uint8), {}),
+        (ops.quantize_per_channel.default, (x, scales, zero_points, 0, -128, 127, torch.int8), {}),
+        (ops.dequantize_per_channel.default, (q8, scales, zero_points, 0, 0, 255, torch.uint8), {}),
+        (ops.choose_qparams_per_token_asymmetric.default, (x, torch.int8), {}),
+        (ops.quantize_per_token.default, (x, token_scales, token_zps, -128, 127, torch.int8), {}),
+        (
+            ops.dequantize_per_token.default,
+            (q8, token_scales, token_zps, 0, 255, torch.uint8, torch.float32),
+            {},
+        ),
+    ]
+    for op, args, kwargs in calls:
+        real, meta = op(*args, **kwargs), op(*map(_meta, args), **kwargs)
+        real, meta = (real, meta) if isinstance(real, tuple) else ((real,), (meta,))
+        assert [(t.shape, t.dtype) for t in meta] == [(t.shape, t.dtype) for t in real], op
+        assert all(t.is_meta for t in meta), op

@@ -43,24 +43,30 @@ __all__ = [
 ]
 
 # name of torch's quantized dtype -> the plain dtype holding the same integers
-_QUANTIZED_TO_PLAIN: dict[str, torch.dtype] = {
+_PLAIN_BY_NAME: dict[str, torch.dtype] = {
     "quint8": torch.uint8,
     "qint8": torch.int8,
     "qint32": torch.int32,
 }
-# 4-bit and 2-bit packed types have no plain equivalent; keep them as themselves.
-_PACKED_RANGES: dict[str, tuple[int, int]] = {"quint4x2": (0, 15), "quint2x4": (0, 3)}
-
-_INTEGER_RANGES: dict[torch.dtype, tuple[int, int]] = {
-    torch.uint8: (0, 255),
-    torch.int8: (-128, 127),
-    torch.int16: (-(2**15), 2**15 - 1),
-    torch.int32: (-(2**31), 2**31 - 1),
+# the same for the quantized dtypes this torch still has, by dtype
+_QUANTIZED_TO_PLAIN: dict[torch.dtype, torch.dtype] = {
+    dtype: plain
+    for name, plain in _PLAIN_BY_NAME.items()
+    if isinstance(dtype := getattr(torch, name, None), torch.dtype)
 }
-for _name in ("uint16", "uint32"):
-    _dt = getattr(torch, _name, None)
-    if isinstance(_dt, torch.dtype):
-        _INTEGER_RANGES[_dt] = (0, 2 ** (16 if _name == "uint16" else 32) - 1)
+# 4-bit and 2-bit packed types have no plain equivalent; keep them as themselves.
+_PACKED_RANGES: dict[torch.dtype, tuple[int, int]] = {
+    dtype: span
+    for name, span in (("quint4x2", (0, 15)), ("quint2x4", (0, 3)))
+    if isinstance(dtype := getattr(torch, name, None), torch.dtype)
+}
+
+# uint16 and uint32 where this torch has them
+_INTEGER_RANGES: dict[torch.dtype, tuple[int, int]] = {
+    dtype: (torch.iinfo(dtype).min, torch.iinfo(dtype).max)
+    for name in ("uint8", "int8", "int16", "int32", "uint16", "uint32")
+    if isinstance(dtype := getattr(torch, name, None), torch.dtype)
+}
 
 FLOAT_DTYPES: frozenset[torch.dtype] = frozenset(
     {torch.float16, torch.bfloat16, torch.float32, torch.float64}
@@ -75,13 +81,6 @@ QSCHEMES: tuple[str, ...] = (
 )
 
 
-def _quantized_name(dtype: torch.dtype) -> str | None:
-    for name in (*_QUANTIZED_TO_PLAIN, *_PACKED_RANGES):
-        if getattr(torch, name, None) is dtype:
-            return name
-    return None
-
-
 def canonical_dtype(dtype: torch.dtype) -> torch.dtype:
     """Return the plain dtype that stores ``dtype``'s integers (``quint8`` -> ``uint8``).
 
@@ -94,10 +93,7 @@ def canonical_dtype(dtype: torch.dtype) -> torch.dtype:
     if not isinstance(dtype, torch.dtype):
         msg = f"expected a torch.dtype, got {dtype!r} of type {type(dtype).__name__}"
         raise ConfigTypeError(msg)
-    name = _quantized_name(dtype)
-    if name in _QUANTIZED_TO_PLAIN:
-        return _QUANTIZED_TO_PLAIN[name]
-    return dtype
+    return _QUANTIZED_TO_PLAIN.get(dtype, dtype)
 
 
 def dtypes_match(a: torch.dtype | None, b: torch.dtype | None) -> bool:
@@ -109,11 +105,7 @@ def dtypes_match(a: torch.dtype | None, b: torch.dtype | None) -> bool:
 
 def is_quantized_dtype(dtype: torch.dtype | None) -> bool:
     """True for the integer dtypes quantization produces (uint8, int8, int32, quint8, ...)."""
-    if dtype is None:
-        return False
-    if _quantized_name(dtype) is not None:
-        return True
-    return dtype in _INTEGER_RANGES
+    return dtype in _QUANTIZED_TO_PLAIN or dtype in _PACKED_RANGES or dtype in _INTEGER_RANGES
 
 
 def is_float_dtype(dtype: torch.dtype | None) -> bool:
@@ -156,9 +148,8 @@ def quant_range(dtype: torch.dtype) -> tuple[int, int]:
         >>> quant_range(torch.qint8)
         (-128, 127)
     """
-    name = _quantized_name(dtype)
-    if name in _PACKED_RANGES:
-        return _PACKED_RANGES[name]
+    if dtype in _PACKED_RANGES:
+        return _PACKED_RANGES[dtype]
     plain = canonical_dtype(dtype)
     if plain not in _INTEGER_RANGES:
         msg = (
@@ -190,8 +181,8 @@ def dtype_from_name(name: str) -> torch.dtype:
     found = vars(torch).get(attr)
     if isinstance(found, torch.dtype):
         return found
-    if attr in _QUANTIZED_TO_PLAIN:
-        return _QUANTIZED_TO_PLAIN[attr]
+    if attr in _PLAIN_BY_NAME:
+        return _PLAIN_BY_NAME[attr]
     msg = f"{name!r} is not a torch dtype"
     raise ConfigError(msg)
 

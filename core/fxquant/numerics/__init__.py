@@ -41,31 +41,22 @@ __all__ = [
     "default_equalization_qconfig",
     "fallback",
 ]
-# of __all__, the names input-weight equalization owns; the rest are fxquant.tools.debug's
-_EQUALIZATION_NAMES = frozenset(
-    {
-        "EqualizationQConfig",
-        "InputEqualizationObserver",
-        "WeightEqualizationObserver",
-        "default_equalization_qconfig",
-    }
-)
 
 
 def __getattr__(name: str) -> object:
     """The names that live in the flow or the tools, loaded on first use (PEP 562)."""
-    value: object
-    if name in _EQUALIZATION_NAMES:
-        from fxquant.flow import equalization  # why: the flow imports numerics: a cycle if eager
+    if name not in __all__:
+        msg = f"module 'fxquant.numerics' has no attribute {name!r}"
+        raise AttributeError(msg)
+    from fxquant.flow import equalization  # why: the flow imports numerics: a cycle if eager
 
+    value: object
+    if name in equalization.__all__:
         value = getattr(equalization, name)
-    elif name in __all__:
+    else:  # the rest of __all__ is the numerics debugger's
         from fxquant.tools import debug  # why: a tool above the mechanism, loaded when asked for
 
         value = getattr(debug, name)
-    else:
-        msg = f"module 'fxquant.numerics' has no attribute {name!r}"
-        raise AttributeError(msg)
     globals()[name] = value  # found once
     return value
 

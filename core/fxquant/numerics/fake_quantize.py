@@ -194,12 +194,9 @@ class FakeQuantize(FakeQuantizeBase):
     def _refresh_qparams(self) -> None:
         """Recompute ``scale`` and ``zero_point`` from the observer's current statistics."""
         scale, zero_point = self.calculate_qparams()
-        scale, zero_point = scale.to(self.scale.device), zero_point.to(self.zero_point.device)
-        if self.scale.shape != scale.shape:
-            self.scale.resize_(scale.shape)
-            self.zero_point.resize_(zero_point.shape)
-        self.scale.copy_(scale)
-        self.zero_point.copy_(zero_point)
+        # per channel, the buffers take the channel count from the first batch
+        self.scale.resize_(scale.shape).copy_(scale)
+        self.zero_point.resize_(zero_point.shape).copy_(zero_point)
 
     def _fake_quantize(self, x: torch.Tensor) -> torch.Tensor:
         if self.is_per_channel:

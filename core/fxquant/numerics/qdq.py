@@ -27,7 +27,9 @@ by the 255 steps, floored at float32 eps; the zero point from the end whose roun
 error is smaller, clamped and rounded); quantize as XNNPACK does, in float32
 (``round(x * float32(1 / scale) + zp)``, ties to even); dequantize in float64. The ops'
 schemas (and the sets of them the flow and plugins test nodes against) are
-declared in ``fxquant.lowering``; this module registers their kernels.
+declared in ``fxquant.lowering``; this module registers their kernels, one per op for every
+device: on meta tensors (FakeTensor, ``torch.export``) the same code gives the shapes, and the
+kernels that read a value (a tensor qparam, a tensor's range) skip the read there.
 """
 
 from __future__ import annotations
@@ -115,9 +117,10 @@ def _with_tensor_qparams(kernel: Callable[..., torch.Tensor]) -> Callable[..., t
     def run(
         x: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor, *args: Any, **kwargs: Any
     ) -> torch.Tensor:
-        scale_value = float(_scalar(scale, "scale").item())
-        zero_point_value = int(_scalar(zero_point, "zero_point").item())
-        return kernel(x, scale_value, zero_point_value, *args, **kwargs)
+        scale, zero_point = _scalar(scale, "scale"), _scalar(zero_point, "zero_point")
+        if scale.is_meta or zero_point.is_meta:  # shapes only (FakeTensor): no value to read
+            return kernel(x, 1.0, 0, *args, **kwargs)
+        return kernel(x, float(scale.item()), int(zero_point.item()), *args, **kwargs)
 
     return run
 
@@ -225,8 +228,10 @@ def _choose_qparams_per_tensor_impl(
     _check_range(quant_min, quant_max, dtype)
     x = _float_input(x)
     x = x.detach()
-    # amin + amax: 0.6x the time of torch 2.13's aminmax on CPU, the same exact values
-    low, high = (0.0, 0.0) if x.numel() == 0 else (float(x.amin()), float(x.amax()))
+    low, high = 0.0, 0.0  # no values: an empty tensor, or shapes only (FakeTensor)
+    if not x.is_meta and x.numel() > 0:
+        # amin + amax: 0.6x the time of torch 2.13's aminmax on CPU, the same exact values
+        low, high = float(x.amin()), float(x.amax())
     scale, zero_point = qparams_for_range(low, high, quant_min, quant_max)
     return (
         torch.tensor(scale, dtype=torch.float64, device=x.device),
@@ -273,16 +278,22 @@ def qparams_for_range(low: float, high: float, quant_min: int, quant_max: int) -
     return scale, round(zero_point)
 
 
-def _token_view(values: torch.Tensor, x: torch.Tensor, name: str) -> torch.Tensor:
-    """``values`` as one entry per row of ``x`` over its last dimension (``shape[:-1] + (1,)``)."""
+def _as_tokens(
+    x: torch.Tensor, scales: torch.Tensor, zero_points: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``x`` as a matrix with one row per token (over its last dimension), and its per-token
+    qparams flat: the per-token ops are the per-channel ones along axis 0 of that matrix."""
     rows = (*x.shape[:-1], 1)
-    if x.dim() == 0 or values.numel() != math.prod(rows):
-        msg = (
-            f"{name} must hold one value per token (row over the last dimension) of an input of "
-            f"shape {tuple(x.shape)}, i.e. shape {rows}; got shape {tuple(values.shape)}"
-        )
-        raise ConfigError(msg)
-    return values.reshape(rows)
+    for values, name in ((scales, "scales"), (zero_points, "zero_points")):
+        if x.dim() == 0 or values.numel() != math.prod(rows):
+            msg = (
+                f"{name} must hold one value per token (row over the last dimension) of an "
+                f"input of shape {tuple(x.shape)}, i.e. shape {rows}; got shape "
+                f"{tuple(values.shape)}"
+            )
+            raise ConfigError(msg)
+    tokens = x.reshape(math.prod(rows), x.shape[-1])
+    return tokens, scales.reshape(-1), zero_points.reshape(-1)
 
 
 def _choose_qparams_per_token_asymmetric_impl(
@@ -319,11 +330,9 @@ def _quantize_per_token_impl(  # the op's schema
     quant_max: int,
     dtype: torch.dtype,
 ) -> torch.Tensor:
-    plain = _check_range(quant_min, quant_max, dtype)
-    x = _float_input(x)
-    inv_scales = 1.0 / _token_view(scales, x, "scales").to(torch.float32)
-    zps = _token_view(zero_points, x, "zero_points").to(torch.float32)
-    return _round_to_grid(x, inv_scales, zps, quant_min, quant_max, plain)
+    tokens, scales, zero_points = _as_tokens(x, scales, zero_points)
+    q = _quantize_per_channel_impl(tokens, scales, zero_points, 0, quant_min, quant_max, dtype)
+    return q.reshape(x.shape)
 
 
 def _dequantize_per_token_impl(  # noqa: PLR0913, PLR0917  # the op's schema
@@ -335,81 +344,32 @@ def _dequantize_per_token_impl(  # noqa: PLR0913, PLR0917  # the op's schema
     dtype: torch.dtype,
     output_dtype: torch.dtype,
 ) -> torch.Tensor:
-    _check_range(quant_min, quant_max, dtype)
-    scales64 = _token_view(scales, q, "scales").to(torch.float64)
-    zps = _token_view(zero_points, q, "zero_points").to(torch.int64)
-    y = (q.to(torch.int64) - zps).to(torch.float64) * scales64
-    return y.to(output_dtype)
-
-
-# --- fake kernels (shapes only, for torch.export / FakeTensor) ---------------------------
-
-
-def _quantize_fake(x: torch.Tensor, *args: object) -> torch.Tensor:
-    dtype = args[-1]
-    assert isinstance(dtype, torch.dtype)  # the schema's last argument is a ScalarType
-    return torch.empty_like(x, dtype=canonical_dtype(dtype))
-
-
-def _dequantize_fake(
-    q: torch.Tensor, *args: object, out_dtype: torch.dtype | None = None
-) -> torch.Tensor:
-    return torch.empty_like(q, dtype=out_dtype or torch.float32)
-
-
-def _choose_qparams_fake(
-    x: torch.Tensor, quant_min: int, quant_max: int, dtype: torch.dtype
-) -> tuple[torch.Tensor, torch.Tensor]:
-    return (
-        torch.empty((), dtype=torch.float64, device=x.device),
-        torch.empty((), dtype=torch.int64, device=x.device),
+    tokens, scales, zero_points = _as_tokens(q, scales, zero_points)
+    # integer zero points, as quantized_decomposed's (a float one is truncated)
+    zero_points = zero_points.to(torch.int64)
+    y = _dequantize_per_channel_impl(
+        tokens, scales, zero_points, 0, quant_min, quant_max, dtype, out_dtype=output_dtype
     )
-
-
-def _choose_per_token_fake(
-    x: torch.Tensor, dtype: torch.dtype
-) -> tuple[torch.Tensor, torch.Tensor]:
-    rows = (*x.shape[:-1], 1)
-    return (
-        torch.empty(rows, dtype=torch.float64, device=x.device),
-        torch.empty(rows, dtype=torch.int64, device=x.device),
-    )
-
-
-def _dequantize_per_token_fake(q: torch.Tensor, *args: object) -> torch.Tensor:
-    output_dtype = args[-1]
-    assert isinstance(output_dtype, torch.dtype)  # the schema's last argument is a ScalarType
-    return torch.empty_like(q, dtype=output_dtype)
+    return y.reshape(q.shape)
 
 
 def _register() -> torch.library.Library:
     # the schemas are declared by fxquant.lowering (imported above); this library adds kernels
     lib = torch.library.Library("fxquant", "IMPL")  # type: ignore[no-untyped-call]  # untyped
     kernels = {
-        "quantize_per_tensor": (_quantize_per_tensor_impl, _quantize_fake),
-        "quantize_per_tensor.tensor": (
-            _with_tensor_qparams(_quantize_per_tensor_impl),
-            _quantize_fake,
-        ),
-        "dequantize_per_tensor": (_dequantize_per_tensor_impl, _dequantize_fake),
-        "dequantize_per_tensor.tensor": (
-            _with_tensor_qparams(_dequantize_per_tensor_impl),
-            _dequantize_fake,
-        ),
-        "quantize_per_channel": (_quantize_per_channel_impl, _quantize_fake),
-        "dequantize_per_channel": (_dequantize_per_channel_impl, _dequantize_fake),
-        "choose_qparams_per_tensor": (_choose_qparams_per_tensor_impl, _choose_qparams_fake),
-        "choose_qparams_per_token_asymmetric": (
-            _choose_qparams_per_token_asymmetric_impl,
-            _choose_per_token_fake,
-        ),
-        "quantize_per_token": (_quantize_per_token_impl, _quantize_fake),
-        "dequantize_per_token": (_dequantize_per_token_impl, _dequantize_per_token_fake),
+        "quantize_per_tensor": _quantize_per_tensor_impl,
+        "quantize_per_tensor.tensor": _with_tensor_qparams(_quantize_per_tensor_impl),
+        "dequantize_per_tensor": _dequantize_per_tensor_impl,
+        "dequantize_per_tensor.tensor": _with_tensor_qparams(_dequantize_per_tensor_impl),
+        "quantize_per_channel": _quantize_per_channel_impl,
+        "dequantize_per_channel": _dequantize_per_channel_impl,
+        "choose_qparams_per_tensor": _choose_qparams_per_tensor_impl,
+        "choose_qparams_per_token_asymmetric": _choose_qparams_per_token_asymmetric_impl,
+        "quantize_per_token": _quantize_per_token_impl,
+        "dequantize_per_token": _dequantize_per_token_impl,
     }
-    for name, (kernel, fake) in kernels.items():
+    for name, kernel in kernels.items():
         lib.impl(name, kernel, "CompositeExplicitAutograd")  # type: ignore[no-untyped-call]  # untyped
-        # Meta serves FakeTensor (export) without the heavier register_fake machinery
-        lib.impl(name, fake, "Meta")  # type: ignore[no-untyped-call]  # torch.library is untyped
     return lib
 
 
