@@ -38,6 +38,7 @@ from torch import nn
 
 from fxquant import dtypes
 from fxquant.errors import ConfigError, ConfigTypeError
+from fxquant.nn import FloatTwin, init_arguments
 from fxquant.numerics import qdq
 from fxquant.numerics.saved_shapes import adopt_saved_buffers
 
@@ -210,7 +211,7 @@ def dynamic_linear(
     return F.linear(xq, weight, bias)
 
 
-class RecurrentReference(nn.Module):
+class RecurrentReference(FloatTwin, nn.Module):
     """Mixin of the reference recurrent modules: per-weight qparams, dynamic activations.
 
     Attributes:
@@ -221,7 +222,6 @@ class RecurrentReference(nn.Module):
     weight_qparams: nn.ModuleDict
     activation_quant_min: int
     activation_quant_max: int
-    _float_class: ClassVar[type[nn.Module]]
     # lowering drops a reference module its kernels fully replaced (and its float weights)
     _IS_REFERENCE: ClassVar[bool] = True
 
@@ -304,22 +304,14 @@ class RecurrentReference(nn.Module):
     ) -> Any:
         """The reference module of float ``mod`` (its parameters copied)."""
         cls._check_float(mod)
-        args, kwargs, names = cls._float_arguments(mod)
-        weight = getattr(mod, names[0])
+        weight = getattr(mod, weight_names(mod)[0])
         ref = cls(
-            *args, **kwargs, device=weight.device, dtype=weight.dtype,
+            **init_arguments(mod, cls._float_class), device=weight.device, dtype=weight.dtype,
             weight_qparams_dict=weight_qparams_dict, activation=activation,
         )  # fmt: skip
-        for name in names:
-            value = getattr(mod, name, None)
-            if isinstance(value, torch.Tensor):  # a cell without bias has None there
-                setattr(ref, name, nn.Parameter(value.detach().clone()))
+        for name, value in mod.named_parameters(recurse=False):
+            setattr(ref, name, nn.Parameter(value.detach().clone()))
         return ref
-
-    @classmethod
-    def _float_arguments(cls, mod: nn.Module) -> tuple[tuple[Any, ...], dict[str, Any], list[str]]:
-        """The float module's constructor arguments (positional, keyword) and its weights."""
-        raise NotImplementedError
 
     @classmethod
     def _check_float(cls, mod: nn.Module) -> None:
@@ -421,13 +413,6 @@ class _Sequence(RecurrentReference):
             output = output.transpose(0, 1)
         return output, hidden
 
-    @classmethod
-    def _float_arguments(cls, mod: nn.Module) -> tuple[tuple[Any, ...], dict[str, Any], list[str]]:
-        rnn: Any = mod
-        extra = {"proj_size": rnn.proj_size} if getattr(rnn, "proj_size", 0) else {}
-        args = (rnn.input_size, rnn.hidden_size, rnn.num_layers, rnn.bias, rnn.batch_first)
-        return (*args, float(rnn.dropout), rnn.bidirectional), extra, rnn._flat_weights_names
-
 
 class LSTM(_Sequence, nn.LSTM):
     """Reference dynamic int8 ``nn.LSTM`` (see the module docstring).
@@ -447,7 +432,6 @@ class LSTM(_Sequence, nn.LSTM):
         (torch.Size([5, 2, 8]), torch.Size([1, 2, 8]))
     """
 
-    _float_class = nn.LSTM
     _is_lstm = True
 
     def forward(  # type: ignore[override]  # no PackedSequence
@@ -470,7 +454,6 @@ class GRU(_Sequence, nn.GRU):
         torch.Size([2, 5, 8])
     """
 
-    _float_class = nn.GRU
     _is_lstm = False
 
     def forward(  # type: ignore[override]  # no PackedSequence
@@ -503,13 +486,6 @@ class _Cell(RecurrentReference):
     def _gates(self, x: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self._linear(x, "", "ih"), self._linear(h, "", "hh")
 
-    @classmethod
-    def _float_arguments(cls, mod: nn.Module) -> tuple[tuple[Any, ...], dict[str, Any], list[str]]:
-        cell: Any = mod
-        extra = {"nonlinearity": cell.nonlinearity} if isinstance(cell, nn.RNNCell) else {}
-        names = ["weight_ih", "weight_hh", "bias_ih", "bias_hh"]
-        return (cell.input_size, cell.hidden_size, cell.bias), extra, names
-
 
 class LSTMCell(_Cell, nn.LSTMCell):
     """Reference dynamic int8 ``nn.LSTMCell``.
@@ -522,8 +498,6 @@ class LSTMCell(_Cell, nn.LSTMCell):
         >>> [t.shape for t in ref(torch.randn(3, 4))]
         [torch.Size([3, 8]), torch.Size([3, 8])]
     """
-
-    _float_class = nn.LSTMCell
 
     def forward(
         self, input: torch.Tensor, hx: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -550,16 +524,12 @@ class _StateCell(_Cell):
 class GRUCell(_StateCell, nn.GRUCell):
     """Reference dynamic int8 ``nn.GRUCell`` (example: see ``_Cell``)."""
 
-    _float_class = nn.GRUCell
-
     def _step(self, ih: torch.Tensor, hh: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         return _gru_cell(ih, hh, h)
 
 
 class RNNCell(_StateCell, nn.RNNCell):
     """Reference dynamic int8 ``nn.RNNCell``, tanh or relu (example: see ``_Cell``)."""
-
-    _float_class = nn.RNNCell
 
     def _step(self, ih: torch.Tensor, hh: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         gates = ih + hh

@@ -27,8 +27,9 @@ from torch import nn
 
 from fxquant import dtypes
 from fxquant.errors import ConfigError, ConfigTypeError, wrong_type
+from fxquant.nn import FloatTwin, init_arguments
 from fxquant.nn.intrinsic import FusedModule, type_label
-from fxquant.nn.qat import Lookup, Pool, conv_kwargs, embedding_settings, linear_kwargs
+from fxquant.nn.qat import Lookup, Pool
 
 # the recurrent reference modules live in fxquant.nn.recurrent; named here too, where
 # the seed's reference namespace has them, so a config naming that class finds fxquant's
@@ -320,37 +321,34 @@ def _root(owner: type, float_module: nn.Module, expected: type[nn.Module]) -> nn
     return module
 
 
-def _copy_params(ref: nn.Module, float_module: nn.Module) -> None:
-    weight: torch.Tensor = float_module.weight  # type: ignore[assignment]  # checked by _root
-    ref.weight = nn.Parameter(weight.detach().clone())
-    bias = getattr(float_module, "bias", None)
-    if isinstance(bias, torch.Tensor):
-        ref.bias = nn.Parameter(bias.detach().clone())
-
-
 def _build(
-    cls: type[nn.Module],
-    float_module: nn.Module,
-    kwargs: dict[str, Any],
-    weight_qparams: Mapping[str, Any] | None,
+    cls: type[_Reference], float_module: nn.Module, weight_qparams: Mapping[str, Any] | None
 ) -> Any:
+    """``cls`` configured as ``float_module``, holding copies of its weight and bias."""
     weight: torch.Tensor = float_module.weight  # type: ignore[assignment]  # checked by _root
+    kwargs = init_arguments(float_module, cls._float_class)
     token = _COPYING_PARAMS.set(True)
     try:
         ref = cls(**kwargs, device=weight.device, dtype=weight.dtype, weight_qparams=weight_qparams)
     finally:
         _COPYING_PARAMS.reset(token)
-    _copy_params(ref, float_module)
+    for name in ("weight", "bias"):
+        value = getattr(float_module, name, None)
+        if isinstance(value, torch.Tensor):
+            setattr(ref, name, nn.Parameter(value.detach().clone()))
     return ref
 
 
-class _Reference(ReferenceQuantizedModule):
-    """The reference modules of this file: ``_float_class`` is the float class mixed in,
-    ``_arguments`` gives the constructor arguments that rebuild a float one."""
+class _Reference(FloatTwin, ReferenceQuantizedModule):
+    """The reference modules of this file: ``_float_class`` is the float class mixed in.
+
+    Example:
+        >>> Conv2d._float_class is nn.Conv2d
+        True
+    """
 
     # lowering drops a reference module its kernels fully replaced (and its float weights)
     _IS_REFERENCE: ClassVar[bool] = True
-    _float_class: ClassVar[type[nn.Module]]
 
     def __init__(
         self, *args: Any, weight_qparams: Mapping[str, Any] | None = None, **kwargs: Any
@@ -362,12 +360,7 @@ class _Reference(ReferenceQuantizedModule):
     def from_float(cls, float_module: nn.Module, weight_qparams: Mapping[str, Any] | None) -> Any:
         """Copy ``float_module``: a ``_float_class`` module, a fused module whose first part
         is one, or a QAT module (whose ``to_float()`` folds any BatchNorm first)."""
-        mod = _root(cls, float_module, cls._float_class)
-        return _build(cls, mod, cls._arguments(mod), weight_qparams)
-
-    @staticmethod
-    def _arguments(mod: nn.Module) -> dict[str, Any]:
-        raise NotImplementedError
+        return _build(cls, _root(cls, float_module, cls._float_class), weight_qparams)
 
 
 class Linear(_Reference, nn.Linear):
@@ -385,34 +378,21 @@ class Linear(_Reference, nn.Linear):
         torch.Size([2, 3])
     """
 
-    _float_class = nn.Linear
-    _arguments = staticmethod(linear_kwargs)
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Linear with the quantize->dequantized weight."""
         return F.linear(x, self.get_weight(), self.bias)
 
 
-class _ConvMixin(_Reference):
-    """Shared by the reference convolutions.
-
-    Example:
-        >>> Conv2d._float_class is nn.Conv2d
-        True
-    """
-
-    _conv_forward: Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
-    bias: torch.Tensor | None
-    _arguments = staticmethod(conv_kwargs)
-
-
-class _PlainConv(_ConvMixin):
+class _PlainConv(_Reference):
     """Forward of ``Conv1d/2d/3d``: the float module's own ``_conv_forward`` (padding modes too).
 
     Example:
         >>> issubclass(Conv3d, _PlainConv)
         True
     """
+
+    _conv_forward: Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
+    bias: torch.Tensor | None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Convolution (any padding mode) with the quantize->dequantized weight."""
@@ -429,8 +409,6 @@ class Conv1d(_PlainConv, nn.Conv1d):
         torch.Size([1, 3, 6])
     """
 
-    _float_class = nn.Conv1d
-
 
 class Conv2d(_PlainConv, nn.Conv2d):
     """Reference quantized ``nn.Conv2d``.
@@ -444,8 +422,6 @@ class Conv2d(_PlainConv, nn.Conv2d):
         torch.Size([1, 3, 3, 3])
     """
 
-    _float_class = nn.Conv2d
-
 
 class Conv3d(_PlainConv, nn.Conv3d):
     """Reference quantized ``nn.Conv3d``.
@@ -457,8 +433,6 @@ class Conv3d(_PlainConv, nn.Conv3d):
         torch.Size([1, 3, 2, 2, 2])
     """
 
-    _float_class = nn.Conv3d
-
 
 _CONV_TRANSPOSE_FN: dict[int, Callable[..., torch.Tensor]] = {
     1: F.conv_transpose1d,
@@ -467,16 +441,16 @@ _CONV_TRANSPOSE_FN: dict[int, Callable[..., torch.Tensor]] = {
 }
 
 
-class _TransposedConv(_ConvMixin):
+class _TransposedConv(_Reference):
     """Forward of ``ConvTranspose1d/2d/3d``, with ``output_size`` as in ``nn.ConvTranspose*``.
 
     Example:
-        >>> ConvTranspose2d._SPATIAL_DIMS
-        2
+        >>> ConvTranspose2d.from_float(nn.ConvTranspose2d(2, 3, 3), None).kernel_size
+        (3, 3)
     """
 
-    _SPATIAL_DIMS: ClassVar[int]
     _output_padding: Callable[..., list[int]]
+    bias: torch.Tensor | None
     stride: tuple[int, ...]
     padding: str | tuple[int, ...]
     kernel_size: tuple[int, ...]
@@ -491,10 +465,10 @@ class _TransposedConv(_ConvMixin):
             self.stride,
             self.padding,
             self.kernel_size,
-            self._SPATIAL_DIMS,
+            len(self.kernel_size),
             self.dilation,
         )
-        conv = _CONV_TRANSPOSE_FN[self._SPATIAL_DIMS]
+        conv = _CONV_TRANSPOSE_FN[len(self.kernel_size)]
         return conv(
             x,
             self.get_weight(),
@@ -518,9 +492,6 @@ class ConvTranspose1d(_TransposedConv, nn.ConvTranspose1d):
         torch.Size([1, 3, 6])
     """
 
-    _float_class = nn.ConvTranspose1d
-    _SPATIAL_DIMS = 1
-
 
 class ConvTranspose2d(_TransposedConv, nn.ConvTranspose2d):
     """Reference quantized ``nn.ConvTranspose2d``.
@@ -532,9 +503,6 @@ class ConvTranspose2d(_TransposedConv, nn.ConvTranspose2d):
         >>> ref(torch.randn(1, 2, 4, 4)).shape
         torch.Size([1, 3, 6, 6])
     """
-
-    _float_class = nn.ConvTranspose2d
-    _SPATIAL_DIMS = 2
 
 
 class ConvTranspose3d(_TransposedConv, nn.ConvTranspose3d):
@@ -548,19 +516,9 @@ class ConvTranspose3d(_TransposedConv, nn.ConvTranspose3d):
         torch.Size([1, 3, 2, 2, 2])
     """
 
-    _float_class = nn.ConvTranspose3d
-    _SPATIAL_DIMS = 3
-
-
-def _table_kwargs(mod: nn.Module) -> dict[str, Any]:
-    sizes = {"num_embeddings": mod.num_embeddings, "embedding_dim": mod.embedding_dim}
-    return sizes | embedding_settings(mod)
-
 
 class _Table(_Reference):
     """The reference embeddings: ``from_float`` copies the float table's settings."""
-
-    _arguments = staticmethod(_table_kwargs)
 
     def table_weight(self) -> torch.Tensor:
         """The quantize->dequantized table."""
@@ -579,8 +537,6 @@ class Embedding(_Table, Lookup, nn.Embedding):
         torch.Size([2, 4])
     """
 
-    _float_class = nn.Embedding
-
 
 class EmbeddingBag(_Table, Pool, nn.EmbeddingBag):
     """Reference quantized ``nn.EmbeddingBag``.
@@ -594,5 +550,3 @@ class EmbeddingBag(_Table, Pool, nn.EmbeddingBag):
         >>> ref(torch.tensor([1, 2, 3]), torch.tensor([0, 2])).shape
         torch.Size([2, 4])
     """
-
-    _float_class = nn.EmbeddingBag
