@@ -323,49 +323,54 @@ class RecurrentReference(FloatTwin, nn.Module):
             raise ConfigTypeError(msg)
 
 
-def _lstm_cell(gates: torch.Tensor, cx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    i, f, g, o = gates.chunk(4, -1)
-    cy = torch.sigmoid(f) * cx + torch.sigmoid(i) * torch.tanh(g)
+State = tuple[torch.Tensor, ...]  # (h,) or, for an LSTM, (h, c)
+
+
+def _lstm_step(ih: torch.Tensor, hh: torch.Tensor, state: State) -> State:
+    i, f, g, o = (ih + hh).chunk(4, -1)
+    cy = torch.sigmoid(f) * state[1] + torch.sigmoid(i) * torch.tanh(g)
     return torch.sigmoid(o) * torch.tanh(cy), cy
 
 
-def _gru_cell(ih: torch.Tensor, hh: torch.Tensor, hx: torch.Tensor) -> torch.Tensor:
+def _gru_step(ih: torch.Tensor, hh: torch.Tensor, state: State) -> State:
     i_r, i_z, i_n = ih.chunk(3, -1)
     h_r, h_z, h_n = hh.chunk(3, -1)
     reset = torch.sigmoid(h_r + i_r)
     update = torch.sigmoid(h_z + i_z)
     new = torch.tanh(i_n + h_n * reset)
-    return (hx - new) * update + new
+    return ((state[0] - new) * update + new,)
 
 
-class _Sequence(RecurrentReference):
+class _Steps(RecurrentReference):
+    """The loop every module here runs: ``ih`` for the whole input at once (one dynamic
+    scale), then per step ``hh`` of the state and the module's ``_step`` (its gates).
+    A cell runs it over a one-step sequence, with the weights' names unsuffixed."""
+
+    hidden_size: int
+
+    def _step(self, ih: torch.Tensor, hh: torch.Tensor, state: State) -> State:
+        raise NotImplementedError
+
+    def _direction(self, x: torch.Tensor, state: State, suffix: str, reverse: bool) -> State:
+        """Run over ``x`` (steps first) from ``state``; returns the outputs, stacked, and then
+        the last state."""
+        ih = self._linear(x, suffix, "ih")
+        steps = range(x.shape[0] - 1, -1, -1) if reverse else range(x.shape[0])
+        outputs: list[torch.Tensor] = [x.new_empty(0)] * x.shape[0]
+        for t in steps:
+            state = self._step(ih[t], self._linear(state[0], suffix, "hh"), state)
+            if getattr(self, "proj_size", 0):
+                state = (self._linear(state[0], suffix, "hr"), *state[1:])
+            outputs[t] = state[0]
+        return (torch.stack(outputs), *state)
+
+
+class _Sequence(_Steps):
     """LSTM and GRU: layers x directions over the sequence, as torch's kernels loop."""
 
     num_layers: int
     bidirectional: bool
     batch_first: bool
-    hidden_size: int
-    bias: bool
-    _is_lstm: ClassVar[bool]
-
-    def _direction(
-        self, x: torch.Tensor, state: tuple[torch.Tensor, ...], suffix: str, reverse: bool
-    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
-        ih = self._linear(x, suffix, "ih")  # the whole sequence at once: one dynamic scale
-        steps = range(x.shape[0] - 1, -1, -1) if reverse else range(x.shape[0])
-        outputs: list[torch.Tensor] = [x.new_empty(0)] * x.shape[0]
-        h = state[0]
-        c = state[1] if self._is_lstm else h
-        for t in steps:
-            hh = self._linear(h, suffix, "hh")
-            if self._is_lstm:
-                h, c = _lstm_cell(ih[t] + hh, c)
-                if getattr(self, "proj_size", 0):
-                    h = self._linear(h, suffix, "hr")
-            else:
-                h = _gru_cell(ih[t], hh, h)
-            outputs[t] = h
-        return torch.stack(outputs), ((h, c) if self._is_lstm else (h,))
 
     def _check_input(self, x: object) -> torch.Tensor:
         if isinstance(x, nn.utils.rnn.PackedSequence):
@@ -377,9 +382,7 @@ class _Sequence(RecurrentReference):
         assert isinstance(x, torch.Tensor)
         return x
 
-    def _run(
-        self, x: torch.Tensor, hx: tuple[torch.Tensor, ...] | None
-    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+    def _run(self, x: torch.Tensor, hx: State | None) -> tuple[torch.Tensor, State]:
         batched = x.dim() == 3  # (T, B, I); 2-d: one unbatched sequence
         if not batched:
             x = x.unsqueeze(1)
@@ -387,31 +390,25 @@ class _Sequence(RecurrentReference):
         elif self.batch_first:
             x = x.transpose(0, 1)
         directions = 2 if self.bidirectional else 1
-        states = 2 if self._is_lstm else 1
         if hx is None:
             size = (self.num_layers * directions, x.shape[1])
             projected = getattr(self, "proj_size", 0) or self.hidden_size
-            hx = (x.new_zeros(*size, projected), x.new_zeros(*size, self.hidden_size))[:states]
-        finals: list[list[torch.Tensor]] = [[] for _ in range(states)]
-        layer_input = x
+            hx = (x.new_zeros(*size, projected), x.new_zeros(*size, self.hidden_size))
+            hx = hx[: 2 if isinstance(self, nn.LSTM) else 1]
+        lasts: list[State] = []
         for layer in range(self.num_layers):
             outputs = []
             for direction in range(directions):
-                index = layer * directions + direction
+                state = tuple(h[layer * directions + direction] for h in hx)
                 suffix = f"_l{layer}" + ("_reverse" if direction else "")
-                state = tuple(h[index] for h in hx)
-                out, last = self._direction(layer_input, state, suffix, reverse=bool(direction))
+                out, *last = self._direction(x, state, suffix, reverse=bool(direction))
                 outputs.append(out)
-                for k in range(states):
-                    finals[k].append(last[k])
-            layer_input = torch.cat(outputs, -1) if directions > 1 else outputs[0]
-        output = layer_input
-        hidden = tuple(torch.stack(f) for f in finals)
+                lasts.append(tuple(last))
+            x = torch.cat(outputs, -1) if directions > 1 else outputs[0]
+        hidden = tuple(torch.stack(final) for final in zip(*lasts, strict=True))
         if not batched:
-            return output.squeeze(1), tuple(h.squeeze(1) for h in hidden)
-        if self.batch_first:
-            output = output.transpose(0, 1)
-        return output, hidden
+            return x.squeeze(1), tuple(h.squeeze(1) for h in hidden)
+        return (x.transpose(0, 1) if self.batch_first else x), hidden
 
 
 class LSTM(_Sequence, nn.LSTM):
@@ -432,7 +429,7 @@ class LSTM(_Sequence, nn.LSTM):
         (torch.Size([5, 2, 8]), torch.Size([1, 2, 8]))
     """
 
-    _is_lstm = True
+    _step = staticmethod(_lstm_step)
 
     def forward(  # type: ignore[override]  # no PackedSequence
         self, input: torch.Tensor, hx: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -454,7 +451,7 @@ class GRU(_Sequence, nn.GRU):
         torch.Size([2, 5, 8])
     """
 
-    _is_lstm = False
+    _step = staticmethod(_gru_step)
 
     def forward(  # type: ignore[override]  # no PackedSequence
         self, input: torch.Tensor, hx: torch.Tensor | None = None
@@ -464,31 +461,9 @@ class GRU(_Sequence, nn.GRU):
         return output, h
 
 
-class _Cell(RecurrentReference):
-    """The cells: one step, ``linear_ih(x) + linear_hh(h)``, each quantized dynamically.
-
-    Example:
-        >>> qparams = {"qscheme": torch.per_tensor_affine, "dtype": torch.qint8,
-        ...            "scale": 0.01, "zero_point": 0}
-        >>> both = {"weight_ih": qparams, "weight_hh": qparams}
-        >>> [cls.from_float(cls._float_class(4, 8), both)(torch.randn(3, 4)).shape
-        ...  for cls in (GRUCell, RNNCell)]
-        [torch.Size([3, 8]), torch.Size([3, 8])]
-    """
-
-    hidden_size: int
-    bias: bool
-
-    def _zeros(self, x: torch.Tensor) -> torch.Tensor:
-        shape = (*x.shape[:-1], self.hidden_size)
-        return x.new_zeros(shape)
-
-    def _gates(self, x: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self._linear(x, "", "ih"), self._linear(h, "", "hh")
-
-
-class LSTMCell(_Cell, nn.LSTMCell):
-    """Reference dynamic int8 ``nn.LSTMCell``.
+class LSTMCell(_Steps, nn.LSTMCell):
+    """Reference dynamic int8 ``nn.LSTMCell``: one step, ``linear_ih(x) + linear_hh(h)``,
+    each quantized dynamically.
 
     Example:
         >>> qparams = {"qscheme": torch.per_tensor_affine, "dtype": torch.qint8,
@@ -499,38 +474,46 @@ class LSTMCell(_Cell, nn.LSTMCell):
         [torch.Size([3, 8]), torch.Size([3, 8])]
     """
 
+    _step = staticmethod(_lstm_step)
+
     def forward(
         self, input: torch.Tensor, hx: tuple[torch.Tensor, torch.Tensor] | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(h_1, c_1)`` as ``nn.LSTMCell`` returns them."""
-        h, c = (self._zeros(input),) * 2 if hx is None else hx
-        ih, hh = self._gates(input, h)
-        return _lstm_cell(ih + hh, c)
+        if hx is None:
+            zeros = input.new_zeros((*input.shape[:-1], self.hidden_size))
+            hx = (zeros, zeros)
+        _, h, c = self._direction(input[None], hx, "", reverse=False)
+        return h, c
 
 
-class _StateCell(_Cell):
-    """The cells whose state is ``h`` alone (GRU, RNN): ``_step`` makes ``h_1``."""
+class _StateCell(_Steps):
+    """The cells whose state is ``h`` alone (GRU, RNN).
+
+    Example:
+        >>> qparams = {"qscheme": torch.per_tensor_affine, "dtype": torch.qint8,
+        ...            "scale": 0.01, "zero_point": 0}
+        >>> both = {"weight_ih": qparams, "weight_hh": qparams}
+        >>> [cls.from_float(cls._float_class(4, 8), both)(torch.randn(3, 4)).shape
+        ...  for cls in (GRUCell, RNNCell)]
+        [torch.Size([3, 8]), torch.Size([3, 8])]
+    """
 
     def forward(self, input: torch.Tensor, hx: torch.Tensor | None = None) -> torch.Tensor:
         """``h_1`` as the float cell returns it."""
-        h = self._zeros(input) if hx is None else hx
-        ih, hh = self._gates(input, h)
-        return self._step(ih, hh, h)
-
-    def _step(self, ih: torch.Tensor, hh: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        h = input.new_zeros((*input.shape[:-1], self.hidden_size)) if hx is None else hx
+        return self._direction(input[None], (h,), "", reverse=False)[1]
 
 
 class GRUCell(_StateCell, nn.GRUCell):
-    """Reference dynamic int8 ``nn.GRUCell`` (example: see ``_Cell``)."""
+    """Reference dynamic int8 ``nn.GRUCell`` (example: see ``_StateCell``)."""
 
-    def _step(self, ih: torch.Tensor, hh: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        return _gru_cell(ih, hh, h)
+    _step = staticmethod(_gru_step)
 
 
 class RNNCell(_StateCell, nn.RNNCell):
-    """Reference dynamic int8 ``nn.RNNCell``, tanh or relu (example: see ``_Cell``)."""
+    """Reference dynamic int8 ``nn.RNNCell``, tanh or relu (example: see ``_StateCell``)."""
 
-    def _step(self, ih: torch.Tensor, hh: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    def _step(self, ih: torch.Tensor, hh: torch.Tensor, state: State) -> State:
         gates = ih + hh
-        return torch.tanh(gates) if self.nonlinearity == "tanh" else torch.relu(gates)
+        return (torch.tanh(gates) if self.nonlinearity == "tanh" else torch.relu(gates),)
