@@ -21,7 +21,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fxquant.nn import init_arguments
 from fxquant.nn import intrinsic as nni
 from fxquant.nn import qat as nnqat
 from fxquant.nn.fusers import BN_AFTER, check_qat_bn, fold_bn_weights
@@ -154,12 +153,11 @@ class _BnFolding(_Fused):
 
     def to_float(self) -> nn.Module:
         """The float layer with BN folded in (in a ``ConvReLUNd`` when a ReLU follows)."""
-        layer = self._float_class(**init_arguments(self, self._float_class))
-        bias = getattr(self, "bias", None)
-        weight, bias = fold_bn_weights(self.weight.detach(), _detach(bias), self.bn)
+        layer = super().to_float()
+        with torch.no_grad():  # new leaf Parameters, as the layer's own are detached
+            weight, bias = fold_bn_weights(self.weight, getattr(self, "bias", None), self.bn)
         layer.weight = nn.Parameter(weight)
         layer.bias = nn.Parameter(bias)
-        layer.train(self.training)
         if self._FUSED_FLOAT is None:
             return layer
         return self._FUSED_FLOAT(layer, nn.ReLU()).train(self.training)
@@ -186,10 +184,6 @@ class _BnFolding(_Fused):
     def reset_running_stats(self) -> None:
         """Reset BN's running mean and variance."""
         self.bn.reset_running_stats()
-
-
-def _detach(tensor: torch.Tensor | None) -> torch.Tensor | None:
-    return None if tensor is None else tensor.detach()
 
 
 class _ConvBn(_BnFolding, nnqat._QATConv):
