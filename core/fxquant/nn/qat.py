@@ -14,6 +14,7 @@ optimizer built before the swap keeps training the same tensors.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
@@ -276,8 +277,7 @@ def embedding_settings(table: nn.Module) -> dict[str, Any]:
 class Lookup(nn.Module):
     """``nn.Embedding``'s forward over ``table_weight()``: the QAT and reference tables'."""
 
-    def table_weight(self) -> torch.Tensor:
-        raise NotImplementedError
+    table_weight: Callable[[], torch.Tensor]
 
     def forward(self, indices: torch.Tensor) -> torch.Tensor:
         """Look up rows of the table the subclass computes with."""
@@ -287,8 +287,7 @@ class Lookup(nn.Module):
 class Pool(nn.Module):
     """``nn.EmbeddingBag``'s forward over ``table_weight()``: the QAT and reference bags'."""
 
-    def table_weight(self) -> torch.Tensor:
-        raise NotImplementedError
+    table_weight: Callable[[], torch.Tensor]
 
     def forward(
         self,

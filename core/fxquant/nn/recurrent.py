@@ -29,7 +29,7 @@ kernels take neither (their lowering rules decline them, with the reason); a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import torch
@@ -117,18 +117,12 @@ class WeightQParams(nn.Module):
         quantize = qdq.quantize_per_tensor if self.axis is None else qdq.quantize_per_channel
         return quantize(weight, *self._qdq_arguments())
 
-    @property
-    def is_half(self) -> bool:
-        """An fp16 / bf16 weight (``{"qscheme": None, "dtype": torch.float16}``)."""
-        return not self.quantized and self.dtype in (torch.float16, torch.bfloat16)
-
     def fake_quantize(self, weight: torch.Tensor) -> torch.Tensor:
         """quantize -> dequantize: the weight as the integer kernel computes with it
         (fp16 / bf16: rounded to that dtype and back)."""
-        if self.is_half:
-            return weight.to(self.dtype).to(weight.dtype)
         if not self.quantized:
-            return weight
+            half = self.dtype in (torch.float16, torch.bfloat16)
+            return weight.to(self.dtype).to(weight.dtype) if half else weight
         per_tensor = self.axis is None
         dequantize = qdq.dequantize_per_tensor if per_tensor else qdq.dequantize_per_channel
         q = self.quantize(weight)
@@ -233,11 +227,6 @@ class RecurrentReference(FloatTwin, nn.Module):
         **kwargs: Any,
     ) -> None:
         self._float_class.__init__(self, *args, **kwargs)
-        self._init_qparams(weight_qparams_dict, activation)
-
-    def _init_qparams(
-        self, weight_qparams_dict: Mapping[str, Any] | None, activation: tuple[int, int]
-    ) -> None:
         given = dict(weight_qparams_dict or {})
         names = weight_names(self)
         unknown = sorted(set(given) - set(names) - {"is_decomposed"})
@@ -348,8 +337,7 @@ class _Steps(RecurrentReference):
 
     hidden_size: int
 
-    def _step(self, ih: torch.Tensor, hh: torch.Tensor, state: State) -> State:
-        raise NotImplementedError
+    _step: Callable[[torch.Tensor, torch.Tensor, State], State]
 
     def _direction(self, x: torch.Tensor, state: State, suffix: str, reverse: bool) -> State:
         """Run over ``x`` (steps first) from ``state``; returns the outputs, stacked, and then

@@ -142,7 +142,8 @@ class ReferenceQuantizedModule(nn.Module):
                 if key not in params:
                     msg = f"weight_qparams for {self.weight_qscheme} needs the key {key!r}"
                     raise ConfigError(msg)
-            zp_dtype = torch.float32 if self._float_qparams() else torch.int32
+            float_zero_point = self._scheme_name() == "per_channel_affine_float_qparams"
+            zp_dtype = torch.float32 if float_zero_point else torch.int32
             scale = _as_tensor(params["scale"], torch.float32, device)
             zero_point = _as_tensor(params["zero_point"], zp_dtype, device).to(zp_dtype)
             axis = _as_tensor(params.get("axis", 0), torch.int32, device)
@@ -183,9 +184,6 @@ class ReferenceQuantizedModule(nn.Module):
     def _per_channel(self) -> bool:
         name = self._scheme_name()
         return name is not None and name.startswith("per_channel")
-
-    def _float_qparams(self) -> bool:
-        return self._scheme_name() == "per_channel_affine_float_qparams"
 
     def is_weight_quantized(self) -> bool:
         """True when the weight is simulated as integers (not float, fp16 or unquantized).

@@ -15,6 +15,7 @@ statistics and updates its running ones exactly like a float ``BatchNorm``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
@@ -125,9 +126,7 @@ class _BnFolding(_Fused):
         self.freeze_bn = freeze_bn
         self.bn.train(self.training and not freeze_bn)
 
-    def _layer(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """The layer applied with ``weight`` and no bias."""
-        raise NotImplementedError
+    _layer: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # the layer without its bias
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """The layer with the BN-scaled fake-quantized weight, unscaled, then BN (then ReLU)."""
