@@ -105,26 +105,6 @@ def root_of(mod: nn.Module) -> Any:
     return mod[0] if isinstance(mod, FusedModule) else mod
 
 
-def detached_copy(module: nn.Module, target: nn.Module) -> nn.Module:
-    """Give ``target`` ``module``'s weight and bias as new detached Parameters; returns it.
-
-    The new Parameters share storage with ``module``'s (no copy) but not its
-    autograd history; ``target`` takes ``module``'s training mode.
-
-    Example:
-        >>> source = nn.Linear(2, 2)
-        >>> copy = detached_copy(source, nn.Linear(2, 2))
-        >>> copy.weight is source.weight, bool((copy.weight == source.weight).all())
-        (False, True)
-    """
-    for name in ("weight", "bias"):
-        value = getattr(module, name, None)
-        if isinstance(value, torch.Tensor):
-            setattr(target, name, nn.Parameter(value.detach()))
-    target.train(module.training)
-    return target
-
-
 class _QATWeighted(FloatTwin, nn.Module):
     """Shared by the QAT modules: the float class mixed in (``_float_class``),
     ``weight_fake_quant`` built from a required ``qconfig``, and the round trip to float.
@@ -165,9 +145,20 @@ class _QATWeighted(FloatTwin, nn.Module):
         return qat
 
     def to_float(self) -> nn.Module:
-        """The plain float module with this module's (detached) parameters."""
-        float_class = self._float_class
-        return detached_copy(self, float_class(**init_arguments(self, float_class)))
+        """The plain float module, in this module's training mode, with its weight and bias as
+        new Parameters that share their storage (no copy) but not their autograd history.
+
+        Example:
+            >>> from fxquant.config.qconfig import QConfig
+            >>> qat = Linear(2, 2, qconfig=QConfig(nn.Identity, nn.Identity))
+            >>> weight = qat.to_float().weight
+            >>> weight is qat.weight, weight.data_ptr() == qat.weight.data_ptr()
+            (False, True)
+        """
+        module = self._float_class(**init_arguments(self, self._float_class))
+        for name, value in self.named_parameters(recurse=False):
+            setattr(module, name, nn.Parameter(value.detach()))
+        return module.train(self.training)
 
 
 class Linear(_QATWeighted, nn.Linear):

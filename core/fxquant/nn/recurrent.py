@@ -360,7 +360,7 @@ class _Sequence(_Steps):
     bidirectional: bool
     batch_first: bool
 
-    def _check_input(self, x: object) -> torch.Tensor:
+    def _run(self, x: object, hx: State | None) -> tuple[torch.Tensor, State]:
         if isinstance(x, nn.utils.rnn.PackedSequence):
             msg = (
                 f"reference {type(self).__name__} takes a padded tensor, got a PackedSequence; "
@@ -368,9 +368,6 @@ class _Sequence(_Steps):
             )
             raise TypeError(msg)
         assert isinstance(x, torch.Tensor)
-        return x
-
-    def _run(self, x: torch.Tensor, hx: State | None) -> tuple[torch.Tensor, State]:
         batched = x.dim() == 3  # (T, B, I); 2-d: one unbatched sequence
         if not batched:
             x = x.unsqueeze(1)
@@ -423,7 +420,7 @@ class LSTM(_Sequence, nn.LSTM):
         self, input: torch.Tensor, hx: tuple[torch.Tensor, torch.Tensor] | None = None
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """``output, (h_n, c_n)`` as ``nn.LSTM`` returns them."""
-        output, (h, c) = self._run(self._check_input(input), hx)
+        output, (h, c) = self._run(input, hx)
         return output, (h, c)
 
 
@@ -445,7 +442,7 @@ class GRU(_Sequence, nn.GRU):
         self, input: torch.Tensor, hx: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``output, h_n`` as ``nn.GRU`` returns them."""
-        output, (h,) = self._run(self._check_input(input), None if hx is None else (hx,))
+        output, (h,) = self._run(input, None if hx is None else (hx,))
         return output, h
 
 
