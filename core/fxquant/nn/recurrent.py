@@ -205,8 +205,15 @@ def dynamic_linear(
     return F.linear(xq, weight, bias)
 
 
+State = tuple[torch.Tensor, ...]  # (h,) or, for an LSTM, (h, c)
+
+
 class RecurrentReference(FloatTwin, nn.Module):
     """Mixin of the reference recurrent modules: per-weight qparams, dynamic activations.
+
+    Every module runs one loop (``_direction``): ``ih`` for the whole input at once (one
+    dynamic scale), then per step ``hh`` of the state and the module's ``_step`` (its
+    gates). A cell runs it over a one-step sequence, with the weights' names unsuffixed.
 
     Attributes:
         weight_qparams: ``nn.ModuleDict`` of :class:`WeightQParams`, by weight name.
@@ -216,6 +223,8 @@ class RecurrentReference(FloatTwin, nn.Module):
     weight_qparams: nn.ModuleDict
     activation_quant_min: int
     activation_quant_max: int
+    hidden_size: int
+    _step: Callable[[torch.Tensor, torch.Tensor, State], State]
     # lowering drops a reference module its kernels fully replaced (and its float weights)
     _IS_REFERENCE: ClassVar[bool] = True
 
@@ -258,7 +267,7 @@ class RecurrentReference(FloatTwin, nn.Module):
 
     def _qparams(self, name: str) -> WeightQParams:
         qparams = self.weight_qparams[name]
-        assert isinstance(qparams, WeightQParams)  # built by _init_qparams
+        assert isinstance(qparams, WeightQParams)  # built by __init__
         return qparams
 
     def get_weight(self, name: str) -> torch.Tensor:
@@ -280,6 +289,19 @@ class RecurrentReference(FloatTwin, nn.Module):
         if not self._qparams(name).quantized:  # fp16 (or float) weights: float activations
             return F.linear(x, weight, bias)
         return dynamic_linear(x, weight, bias, self.activation_range)
+
+    def _direction(self, x: torch.Tensor, state: State, suffix: str, reverse: bool) -> State:
+        """Run over ``x`` (steps first) from ``state``; returns the outputs, stacked, and then
+        the last state."""
+        ih = self._linear(x, suffix, "ih")
+        steps = range(x.shape[0] - 1, -1, -1) if reverse else range(x.shape[0])
+        outputs: list[torch.Tensor] = [x.new_empty(0)] * x.shape[0]
+        for t in steps:
+            state = self._step(ih[t], self._linear(state[0], suffix, "hh"), state)
+            if getattr(self, "proj_size", 0):
+                state = (self._linear(state[0], suffix, "hr"), *state[1:])
+            outputs[t] = state[0]
+        return (torch.stack(outputs), *state)
 
     def _get_name(self) -> str:
         return f"Reference{type(self).__name__}"
@@ -312,9 +334,6 @@ class RecurrentReference(FloatTwin, nn.Module):
             raise ConfigTypeError(msg)
 
 
-State = tuple[torch.Tensor, ...]  # (h,) or, for an LSTM, (h, c)
-
-
 def _lstm_step(ih: torch.Tensor, hh: torch.Tensor, state: State) -> State:
     i, f, g, o = (ih + hh).chunk(4, -1)
     cy = torch.sigmoid(f) * state[1] + torch.sigmoid(i) * torch.tanh(g)
@@ -330,30 +349,7 @@ def _gru_step(ih: torch.Tensor, hh: torch.Tensor, state: State) -> State:
     return ((state[0] - new) * update + new,)
 
 
-class _Steps(RecurrentReference):
-    """The loop every module here runs: ``ih`` for the whole input at once (one dynamic
-    scale), then per step ``hh`` of the state and the module's ``_step`` (its gates).
-    A cell runs it over a one-step sequence, with the weights' names unsuffixed."""
-
-    hidden_size: int
-
-    _step: Callable[[torch.Tensor, torch.Tensor, State], State]
-
-    def _direction(self, x: torch.Tensor, state: State, suffix: str, reverse: bool) -> State:
-        """Run over ``x`` (steps first) from ``state``; returns the outputs, stacked, and then
-        the last state."""
-        ih = self._linear(x, suffix, "ih")
-        steps = range(x.shape[0] - 1, -1, -1) if reverse else range(x.shape[0])
-        outputs: list[torch.Tensor] = [x.new_empty(0)] * x.shape[0]
-        for t in steps:
-            state = self._step(ih[t], self._linear(state[0], suffix, "hh"), state)
-            if getattr(self, "proj_size", 0):
-                state = (self._linear(state[0], suffix, "hr"), *state[1:])
-            outputs[t] = state[0]
-        return (torch.stack(outputs), *state)
-
-
-class _Sequence(_Steps):
+class _Sequence(RecurrentReference):
     """LSTM and GRU: layers x directions over the sequence, as torch's kernels loop."""
 
     num_layers: int
@@ -446,7 +442,7 @@ class GRU(_Sequence, nn.GRU):
         return output, h
 
 
-class LSTMCell(_Steps, nn.LSTMCell):
+class LSTMCell(RecurrentReference, nn.LSTMCell):
     """Reference dynamic int8 ``nn.LSTMCell``: one step, ``linear_ih(x) + linear_hh(h)``,
     each quantized dynamically.
 
@@ -472,7 +468,7 @@ class LSTMCell(_Steps, nn.LSTMCell):
         return h, c
 
 
-class _StateCell(_Steps):
+class _StateCell(RecurrentReference):
     """The cells whose state is ``h`` alone (GRU, RNN).
 
     Example:
