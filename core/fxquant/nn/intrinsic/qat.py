@@ -163,9 +163,8 @@ class _BnFolding(_Fused):
 
     def train(self, mode: bool = True) -> Any:
         """Set training mode; a frozen BN stays in eval mode (running statistics)."""
-        self.training = mode
-        for child in self.children():
-            child.train(mode and not (child is self.bn and self.freeze_bn))
+        super().train(mode)
+        self.bn.train(mode and not self.freeze_bn)
         return self
 
     def freeze_bn_stats(self) -> Any:
