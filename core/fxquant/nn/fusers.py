@@ -326,14 +326,12 @@ def fuse_conv_bn_relu(is_qat: bool, conv: ConvNd, bn: BatchNormNd, relu: ReLULik
         'ConvReLU1d'
     """
     relu = relu_module("fuse_conv_bn_relu", relu)
+    fused_cls = _fused_class("fuse_conv_bn_relu", _CONV_BN_RELU if is_qat else _CONV_RELU, conv)
+    _check_layer_bn("fuse_conv_bn_relu", "conv", conv, bn, _CONVS)
     if is_qat:
-        fused_cls = _fused_class("fuse_conv_bn_relu", _CONV_BN_RELU, conv)
-        _check_layer_bn("fuse_conv_bn_relu", "conv", conv, bn, _CONVS)
         check_qat_bn("fuse_conv_bn_relu", bn)
         return fused_cls(conv, bn, relu)
-    relu_cls = _fused_class("fuse_conv_bn_relu", _CONV_RELU, conv)
-    _check_layer_bn("fuse_conv_bn_relu", "conv", conv, bn, _CONVS)
-    return relu_cls(fold_bn_into_conv(conv, bn), relu)
+    return fused_cls(fold_bn_into_conv(conv, bn), relu)
 
 
 def fuse_linear_bn(is_qat: bool, linear: nn.Linear, bn: nn.BatchNorm1d) -> nn.Module:

@@ -28,8 +28,8 @@ from torch import nn
 from fxquant import dtypes
 from fxquant.errors import ConfigError, ConfigTypeError, wrong_type
 from fxquant.nn import FloatTwin, init_arguments
-from fxquant.nn.intrinsic import FusedModule, type_label
-from fxquant.nn.qat import Lookup, Pool
+from fxquant.nn.intrinsic import type_label
+from fxquant.nn.qat import Lookup, Pool, root_of
 
 # the recurrent reference modules live in fxquant.nn.recurrent; named here too, where
 # the seed's reference namespace has them, so a config naming that class finds fxquant's
@@ -308,8 +308,7 @@ def _root(owner: type, float_module: nn.Module, expected: type[nn.Module]) -> nn
     to_float = getattr(module, "to_float", None)
     if callable(to_float):
         module = to_float()
-    if isinstance(module, FusedModule):
-        module = module[0]
+    module = root_of(module)
     if not isinstance(module, expected):
         msg = (
             f"reference {owner.__name__}.from_float expects a {type_label(expected)} (or a fused "
