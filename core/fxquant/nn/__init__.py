@@ -21,16 +21,7 @@ from typing import Any, ClassVar
 
 from torch import nn
 
-__all__ = [
-    "FloatTwin",
-    "fusers",
-    "init_arguments",
-    "intrinsic",
-    "is_leaf_module",
-    "qat",
-    "recurrent",
-    "reference",
-]
+__all__ = ["fusers", "intrinsic", "is_leaf_module", "qat", "recurrent", "reference"]
 
 _SUBMODULES = frozenset({"fusers", "intrinsic", "qat", "recurrent", "reference"})
 

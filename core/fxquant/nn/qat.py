@@ -188,8 +188,9 @@ class Linear(_QATWeighted, nn.Linear):
         device: Any = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        args = (in_features, out_features, bias)
-        _QATWeighted.__init__(self, *args, qconfig=qconfig, device=device, dtype=dtype)
+        super().__init__(
+            in_features, out_features, bias, qconfig=qconfig, device=device, dtype=dtype
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Linear with the fake-quantized weight."""
