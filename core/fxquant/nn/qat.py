@@ -156,8 +156,10 @@ class _QATWeighted(FloatTwin, nn.Module):
             (False, True)
         """
         module = self._float_class(**init_arguments(self, self._float_class))
-        for name, value in self.named_parameters(recurse=False):
-            setattr(module, name, nn.Parameter(value.detach()))
+        for name in ("weight", "bias"):
+            value = getattr(self, name, None)
+            if isinstance(value, torch.Tensor):
+                setattr(module, name, nn.Parameter(value.detach()))
         return module.train(self.training)
 
 

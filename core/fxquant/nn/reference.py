@@ -318,24 +318,6 @@ def _root(owner: type, float_module: nn.Module, expected: type[nn.Module]) -> nn
     return module
 
 
-def _build(
-    cls: type[_Reference], float_module: nn.Module, weight_qparams: Mapping[str, Any] | None
-) -> Any:
-    """``cls`` configured as ``float_module``, holding copies of its weight and bias."""
-    weight: torch.Tensor = float_module.weight  # type: ignore[assignment]  # checked by _root
-    kwargs = init_arguments(float_module, cls._float_class)
-    token = _COPYING_PARAMS.set(True)
-    try:
-        ref = cls(**kwargs, device=weight.device, dtype=weight.dtype, weight_qparams=weight_qparams)
-    finally:
-        _COPYING_PARAMS.reset(token)
-    for name in ("weight", "bias"):
-        value = getattr(float_module, name, None)
-        if isinstance(value, torch.Tensor):
-            setattr(ref, name, nn.Parameter(value.detach().clone()))
-    return ref
-
-
 class _Reference(FloatTwin, ReferenceQuantizedModule):
     """The reference modules of this file: ``_float_class`` is the float class mixed in.
 
@@ -356,8 +338,23 @@ class _Reference(FloatTwin, ReferenceQuantizedModule):
     @classmethod
     def from_float(cls, float_module: nn.Module, weight_qparams: Mapping[str, Any] | None) -> Any:
         """Copy ``float_module``: a ``_float_class`` module, a fused module whose first part
-        is one, or a QAT module (whose ``to_float()`` folds any BatchNorm first)."""
-        return _build(cls, _root(cls, float_module, cls._float_class), weight_qparams)
+        is one, or a QAT module (whose ``to_float()`` folds any BatchNorm first): its
+        configuration, and its weight and bias as new Parameters."""
+        mod = _root(cls, float_module, cls._float_class)
+        weight: torch.Tensor = mod.weight  # type: ignore[assignment]  # checked by _root
+        kwargs = init_arguments(mod, cls._float_class)
+        token = _COPYING_PARAMS.set(True)
+        try:
+            ref = cls(
+                **kwargs, device=weight.device, dtype=weight.dtype, weight_qparams=weight_qparams
+            )
+        finally:
+            _COPYING_PARAMS.reset(token)
+        for name in ("weight", "bias"):
+            value = getattr(mod, name, None)
+            if isinstance(value, torch.Tensor):
+                setattr(ref, name, nn.Parameter(value.detach().clone()))
+        return ref
 
 
 class Linear(_Reference, nn.Linear):
