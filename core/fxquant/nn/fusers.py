@@ -32,6 +32,7 @@ from fxquant.nn.intrinsic import relu_module, type_label
 _M = TypeVar("_M", bound=nn.Module)
 
 __all__ = [
+    "BN_AFTER",
     "bn_scale_and_shift",
     "check_qat_bn",
     "fold_bn_into_conv",
@@ -54,7 +55,7 @@ BatchNormNd = nn.BatchNorm1d | nn.BatchNorm2d | nn.BatchNorm3d
 ReLULike = nn.ReLU | Callable[[torch.Tensor], torch.Tensor]
 
 # the BatchNorm that normalizes each foldable layer's output
-_BN_AFTER: dict[type[nn.Module], type[nn.Module]] = {
+BN_AFTER: dict[type[nn.Module], type[nn.modules.batchnorm._BatchNorm]] = {
     nn.Linear: nn.BatchNorm1d,
     nn.Conv1d: nn.BatchNorm1d,
     nn.Conv2d: nn.BatchNorm2d,
@@ -63,7 +64,7 @@ _BN_AFTER: dict[type[nn.Module], type[nn.Module]] = {
     nn.ConvTranspose2d: nn.BatchNorm2d,
     nn.ConvTranspose3d: nn.BatchNorm3d,
 }
-_CONVS = tuple(layer for layer in _BN_AFTER if layer is not nn.Linear)
+_CONVS = tuple(layer for layer in BN_AFTER if layer is not nn.Linear)
 
 
 def _by_first_part(*classes: type[nni.FusedModule]) -> dict[type[nn.Module], type[nni.FusedModule]]:
@@ -245,7 +246,7 @@ def _check_layer_bn(
             f"got {layer!r} of type {type_label(type(layer))}"
         )
         raise ConfigTypeError(msg)
-    expected_bn = _BN_AFTER[type(layer)]  # type: ignore[index]  # one of layers, checked above
+    expected_bn = BN_AFTER[type(layer)]  # type: ignore[index]  # one of layers, checked above
     if type(bn) is not expected_bn:
         msg = (
             f"{fuser}: argument 'bn' must be a {type_label(expected_bn)} to follow "
@@ -325,14 +326,12 @@ def fuse_conv_bn_relu(is_qat: bool, conv: ConvNd, bn: BatchNormNd, relu: ReLULik
         'ConvReLU1d'
     """
     relu = relu_module("fuse_conv_bn_relu", relu)
+    fused_cls = _fused_class("fuse_conv_bn_relu", _CONV_BN_RELU if is_qat else _CONV_RELU, conv)
+    _check_layer_bn("fuse_conv_bn_relu", "conv", conv, bn, _CONVS)
     if is_qat:
-        fused_cls = _fused_class("fuse_conv_bn_relu", _CONV_BN_RELU, conv)
-        _check_layer_bn("fuse_conv_bn_relu", "conv", conv, bn, _CONVS)
         check_qat_bn("fuse_conv_bn_relu", bn)
         return fused_cls(conv, bn, relu)
-    relu_cls = _fused_class("fuse_conv_bn_relu", _CONV_RELU, conv)
-    _check_layer_bn("fuse_conv_bn_relu", "conv", conv, bn, _CONVS)
-    return relu_cls(fold_bn_into_conv(conv, bn), relu)
+    return fused_cls(fold_bn_into_conv(conv, bn), relu)
 
 
 def fuse_linear_bn(is_qat: bool, linear: nn.Linear, bn: nn.BatchNorm1d) -> nn.Module:

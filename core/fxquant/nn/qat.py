@@ -23,6 +23,7 @@ from torch import nn
 
 from fxquant import dtypes
 from fxquant.errors import ConfigError, ConfigTypeError
+from fxquant.nn import FloatTwin, init_arguments
 from fxquant.nn.intrinsic import FusedModule, type_label
 
 __all__ = ["Conv1d", "Conv2d", "Conv3d", "Embedding", "EmbeddingBag", "Linear"]
@@ -104,78 +105,65 @@ def root_of(mod: nn.Module) -> Any:
     return mod[0] if isinstance(mod, FusedModule) else mod
 
 
-def linear_kwargs(mod: nn.Module) -> dict[str, Any]:
-    """Constructor arguments that rebuild the linear layer ``mod``.
+class _QATWeighted(FloatTwin, nn.Module):
+    """Shared by the QAT modules: the float class mixed in (``_float_class``),
+    ``weight_fake_quant`` built from a required ``qconfig``, and the round trip to float.
+    ``_FLOAT_MODULE``, the class ``from_float`` takes (torch.ao's name), is
+    ``_float_class`` unless the class names another (a fused one).
 
     Example:
-        >>> linear_kwargs(nn.Linear(2, 3, bias=False))
-        {'in_features': 2, 'out_features': 3, 'bias': False}
+        >>> Conv2d._float_class.__name__, Linear._FLOAT_MODULE.__name__
+        ('Conv2d', 'Linear')
     """
-    return {
-        "in_features": mod.in_features,
-        "out_features": mod.out_features,
-        "bias": mod.bias is not None,
-    }
+
+    _FLOAT_MODULE: ClassVar[type[nn.Module]]
+    # builds weight_fake_quant from (owner, qconfig, device); the embeddings check it per row
+    _build_fake_quant = staticmethod(build_weight_fake_quant)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "_float_class" in vars(cls) and "_FLOAT_MODULE" not in vars(cls):
+            cls._FLOAT_MODULE = cls._float_class
+
+    def __init__(self, *args: Any, qconfig: Any = None, **kwargs: Any) -> None:
+        self._float_class.__init__(self, *args, **kwargs)
+        owner = f"qat.{type(self).__name__}"
+        self.qconfig = require_qconfig(owner, qconfig)
+        self.weight_fake_quant = self._build_fake_quant(owner, self.qconfig, kwargs.get("device"))
+
+    @classmethod
+    def from_float(cls, mod: nn.Module) -> Any:
+        """Build from ``mod`` (of type ``_FLOAT_MODULE``, with ``mod.qconfig``), sharing its
+        weight and bias Parameters (not copies)."""
+        qconfig = qconfig_of(cls, mod)
+        root = root_of(mod)
+        arguments = init_arguments(root, cls._float_class)
+        qat = cls(**arguments, qconfig=qconfig, device=root.weight.device)
+        qat.weight = root.weight
+        if hasattr(root, "bias"):
+            qat.bias = root.bias
+        return qat
+
+    def to_float(self) -> nn.Module:
+        """The plain float module, in this module's training mode, with its weight and bias as
+        new Parameters that share their storage (no copy) but not their autograd history.
+
+        Example:
+            >>> from fxquant.config.qconfig import QConfig
+            >>> qat = Linear(2, 2, qconfig=QConfig(nn.Identity, nn.Identity))
+            >>> weight = qat.to_float().weight
+            >>> weight is qat.weight, weight.data_ptr() == qat.weight.data_ptr()
+            (False, True)
+        """
+        module = self._float_class(**init_arguments(self, self._float_class))
+        for name in ("weight", "bias"):
+            value = getattr(self, name, None)
+            if isinstance(value, torch.Tensor):
+                setattr(module, name, nn.Parameter(value.detach()))
+        return module.train(self.training)
 
 
-def conv_kwargs(mod: nn.Module) -> dict[str, Any]:
-    """Constructor arguments that rebuild the convolution ``mod`` (transposed ones too).
-
-    Example:
-        >>> conv_kwargs(nn.Conv1d(2, 3, 5, bias=False))["bias"]
-        False
-    """
-    names = ("in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation")
-    kwargs = {name: getattr(mod, name) for name in names}
-    kwargs.update(groups=mod.groups, bias=mod.bias is not None, padding_mode=mod.padding_mode)
-    if isinstance(mod, nn.modules.conv._ConvTransposeNd):
-        kwargs["output_padding"] = mod.output_padding
-    return kwargs
-
-
-def built_sharing_params(
-    cls: type, mod: nn.Module, arguments: Callable[[nn.Module], dict[str, Any]]
-) -> Any:
-    """``from_float``: ``cls`` built with ``arguments`` of ``mod``'s weighted module and
-    ``mod.qconfig`` (checked by :func:`qconfig_of`), using that module's weight and bias
-    Parameters (not copies).
-
-    Example:
-        >>> from fxquant.config.qconfig import QConfig
-        >>> float_linear = nn.Linear(2, 2)
-        >>> float_linear.qconfig = QConfig(nn.Identity, nn.Identity)
-        >>> built_sharing_params(Linear, float_linear, linear_kwargs).weight is float_linear.weight
-        True
-    """
-    qconfig = qconfig_of(cls, mod)
-    root = root_of(mod)
-    qat = cls(**arguments(root), qconfig=qconfig, device=root.weight.device)
-    qat.weight = root.weight
-    qat.bias = root.bias
-    return qat
-
-
-def detached_copy(module: nn.Module, target: nn.Module) -> nn.Module:
-    """Give ``target`` ``module``'s weight and bias as new detached Parameters; returns it.
-
-    The new Parameters share storage with ``module``'s (no copy) but not its
-    autograd history; ``target`` takes ``module``'s training mode.
-
-    Example:
-        >>> source = nn.Linear(2, 2)
-        >>> copy = detached_copy(source, nn.Linear(2, 2))
-        >>> copy.weight is source.weight, bool((copy.weight == source.weight).all())
-        (False, True)
-    """
-    for name in ("weight", "bias"):
-        value = getattr(module, name, None)
-        if isinstance(value, torch.Tensor):
-            setattr(target, name, nn.Parameter(value.detach()))
-    target.train(module.training)
-    return target
-
-
-class Linear(nn.Linear):
+class Linear(_QATWeighted, nn.Linear):
     """``nn.Linear`` whose forward uses ``weight_fake_quant(weight)``.
 
     Args:
@@ -193,8 +181,6 @@ class Linear(nn.Linear):
         'Linear'
     """
 
-    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nn.Linear
-
     def __init__(
         self,
         in_features: int,
@@ -204,33 +190,18 @@ class Linear(nn.Linear):
         device: Any = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        super().__init__(in_features, out_features, bias, device=device, dtype=dtype)
-        owner = f"qat.{type(self).__name__}"
-        self.qconfig = require_qconfig(owner, qconfig)
-        self.weight_fake_quant = build_weight_fake_quant(owner, self.qconfig, device)
+        super().__init__(
+            in_features, out_features, bias, qconfig=qconfig, device=device, dtype=dtype
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Linear with the fake-quantized weight."""
         return F.linear(x, self.weight_fake_quant(self.weight), self.bias)
 
-    @classmethod
-    def from_float(cls, mod: nn.Module) -> Any:
-        """Build from ``mod`` (of type ``_FLOAT_MODULE``, with ``mod.qconfig``), sharing params."""
-        return built_sharing_params(cls, mod, linear_kwargs)
 
-    def to_float(self) -> nn.Module:
-        """A plain ``nn.Linear`` with this module's (detached) weight and bias."""
-        return detached_copy(self, nn.Linear(**linear_kwargs(self)))
-
-
-_FLOAT_CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
-
-
-class _QATConv(nn.modules.conv._ConvNd):
+class _QATConv(_QATWeighted, nn.modules.conv._ConvNd):
     """The convolution with ``weight_fake_quant(weight)``; ``nn.ConvNd``'s arguments and a
-    keyword ``qconfig`` (required). ``_FLOAT_CONV`` is the float class mixed in, read off
-    the class's bases; ``_FLOAT_MODULE``, the class ``from_float`` takes, is that same
-    class unless the subclass names another (a fused module).
+    keyword ``qconfig`` (required).
 
     Example:
         >>> from fxquant.config.qconfig import QConfig
@@ -238,41 +209,15 @@ class _QATConv(nn.modules.conv._ConvNd):
         >>> conv.qconfig = QConfig(nn.Identity, nn.Identity)
         >>> Conv2d.from_float(conv)(torch.randn(1, 2, 5, 5)).shape
         torch.Size([1, 4, 3, 3])
-        >>> issubclass(Conv2d, _QATConv), Conv2d._FLOAT_CONV.__name__
+        >>> issubclass(Conv2d, _QATConv), Conv2d._float_class.__name__
         (True, 'Conv2d')
     """
-
-    _FLOAT_MODULE: ClassVar[type[nn.Module]]
-    _FLOAT_CONV: ClassVar[type[nn.Module]]
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        float_conv = next((b for b in cls.__bases__ if b in _FLOAT_CONVS), None)
-        if float_conv is not None:  # a concrete class, not a family's base such as _ConvBn
-            cls._FLOAT_CONV = float_conv
-            if "_FLOAT_MODULE" not in vars(cls):
-                cls._FLOAT_MODULE = float_conv
-
-    def __init__(self, *args: Any, qconfig: Any = None, **kwargs: Any) -> None:
-        self._FLOAT_CONV.__init__(self, *args, **kwargs)
-        owner = f"qat.{type(self).__name__}"
-        self.qconfig = require_qconfig(owner, qconfig)
-        self.weight_fake_quant = build_weight_fake_quant(owner, self.qconfig, kwargs.get("device"))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Convolution (any padding mode) with the fake-quantized weight."""
         weight = self.weight_fake_quant(self.weight)
         out: torch.Tensor = self._conv_forward(x, weight, self.bias)
         return out
-
-    @classmethod
-    def from_float(cls, mod: nn.Module) -> Any:
-        """Build from ``mod`` (of type ``_FLOAT_MODULE``, with ``mod.qconfig``), sharing params."""
-        return built_sharing_params(cls, mod, conv_kwargs)
-
-    def to_float(self) -> nn.Module:
-        """The plain float convolution with this module's (detached) weight and bias."""
-        return detached_copy(self, self._FLOAT_CONV(**conv_kwargs(self)))
 
 
 class Conv1d(_QATConv, nn.Conv1d):
@@ -290,7 +235,7 @@ class Conv3d(_QATConv, nn.Conv3d):
 _PER_ROW = ("per_channel_affine_float_qparams", "per_channel_symmetric", "per_channel_affine")
 
 
-def _embedding_fake_quant(owner: str, qconfig: Any, device: object) -> nn.Module:
+def _embedding_fake_quant(owner: str, qconfig: Any, device: object = None) -> nn.Module:
     # a lookup reads whole rows, so a table is quantized row by row (axis 0): float zero
     # points (torch.ao's embedding qconfigs) or integer ones (ExecuTorch's symmetric int8
     # embedding_byte); the backend's dtype configs decide which it runs
@@ -326,8 +271,7 @@ def embedding_settings(table: nn.Module) -> dict[str, Any]:
 class Lookup(nn.Module):
     """``nn.Embedding``'s forward over ``table_weight()``: the QAT and reference tables'."""
 
-    def table_weight(self) -> torch.Tensor:
-        raise NotImplementedError
+    table_weight: Callable[[], torch.Tensor]
 
     def forward(self, indices: torch.Tensor) -> torch.Tensor:
         """Look up rows of the table the subclass computes with."""
@@ -337,8 +281,7 @@ class Lookup(nn.Module):
 class Pool(nn.Module):
     """``nn.EmbeddingBag``'s forward over ``table_weight()``: the QAT and reference bags'."""
 
-    def table_weight(self) -> torch.Tensor:
-        raise NotImplementedError
+    table_weight: Callable[[], torch.Tensor]
 
     def forward(
         self,
@@ -353,8 +296,8 @@ class Pool(nn.Module):
         )
 
 
-class _QATEmbedding(nn.Module):
-    """Shared by the QAT embeddings: the per-row weight fake-quantize and the float round trip.
+class _QATEmbedding(_QATWeighted):
+    """Shared by the QAT embeddings: the weight fake-quantize must work per row.
 
     Example:
         >>> bag = nn.EmbeddingBag(10, 4)
@@ -364,38 +307,13 @@ class _QATEmbedding(nn.Module):
         fxquant.errors.ConfigError: qat.EmbeddingBag.from_float needs mod.qconfig ...
     """
 
-    _FLOAT_MODULE: ClassVar[type[nn.Module]]
-    weight: torch.Tensor
-    num_embeddings: int
-    embedding_dim: int
-
-    def __init__(self, *args: Any, qconfig: Any = None, **kwargs: Any) -> None:
-        self._FLOAT_MODULE.__init__(self, *args, **kwargs)
-        owner = f"qat.{type(self).__name__}"
-        self.qconfig = require_qconfig(owner, qconfig)
-        self.weight_fake_quant = _embedding_fake_quant(owner, self.qconfig, kwargs.get("device"))
-
-    @classmethod
-    def from_float(cls, mod: nn.Module) -> Any:
-        """Build from the float table with ``mod.qconfig``, sharing its weight."""
-        qconfig = qconfig_of(cls, mod)
-        source = root_of(mod)
-        kwargs = embedding_settings(source)
-        qat = cls(source.num_embeddings, source.embedding_dim, **kwargs, qconfig=qconfig)
-        qat.weight = source.weight
-        return qat
+    _build_fake_quant = staticmethod(_embedding_fake_quant)
 
     def table_weight(self) -> torch.Tensor:
         """The fake-quantized table."""
         fake_quant: nn.Module = self.weight_fake_quant
         weight: torch.Tensor = fake_quant(self.weight)
         return weight
-
-    def to_float(self) -> nn.Module:
-        """The plain float table with this module's (detached) weight."""
-        kwargs = embedding_settings(self)
-        table = self._FLOAT_MODULE(self.num_embeddings, self.embedding_dim, **kwargs)
-        return detached_copy(self, table)
 
 
 class Embedding(_QATEmbedding, Lookup, nn.Embedding):
@@ -414,10 +332,6 @@ class Embedding(_QATEmbedding, Lookup, nn.Embedding):
         fxquant.errors.ConfigError: qat.Embedding.from_float needs mod.qconfig ...
     """
 
-    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nn.Embedding
-
 
 class EmbeddingBag(_QATEmbedding, Pool, nn.EmbeddingBag):
     """``nn.EmbeddingBag`` whose pooling uses ``weight_fake_quant(weight)``."""
-
-    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nn.EmbeddingBag

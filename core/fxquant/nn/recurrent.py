@@ -29,7 +29,7 @@ kernels take neither (their lowering rules decline them, with the reason); a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import torch
@@ -38,6 +38,7 @@ from torch import nn
 
 from fxquant import dtypes
 from fxquant.errors import ConfigError, ConfigTypeError
+from fxquant.nn import FloatTwin, init_arguments
 from fxquant.numerics import qdq
 from fxquant.numerics.saved_shapes import adopt_saved_buffers
 
@@ -116,18 +117,12 @@ class WeightQParams(nn.Module):
         quantize = qdq.quantize_per_tensor if self.axis is None else qdq.quantize_per_channel
         return quantize(weight, *self._qdq_arguments())
 
-    @property
-    def is_half(self) -> bool:
-        """An fp16 / bf16 weight (``{"qscheme": None, "dtype": torch.float16}``)."""
-        return not self.quantized and self.dtype in (torch.float16, torch.bfloat16)
-
     def fake_quantize(self, weight: torch.Tensor) -> torch.Tensor:
         """quantize -> dequantize: the weight as the integer kernel computes with it
         (fp16 / bf16: rounded to that dtype and back)."""
-        if self.is_half:
-            return weight.to(self.dtype).to(weight.dtype)
         if not self.quantized:
-            return weight
+            half = self.dtype in (torch.float16, torch.bfloat16)
+            return weight.to(self.dtype).to(weight.dtype) if half else weight
         per_tensor = self.axis is None
         dequantize = qdq.dequantize_per_tensor if per_tensor else qdq.dequantize_per_channel
         q = self.quantize(weight)
@@ -210,8 +205,15 @@ def dynamic_linear(
     return F.linear(xq, weight, bias)
 
 
-class RecurrentReference(nn.Module):
+State = tuple[torch.Tensor, ...]  # (h,) or, for an LSTM, (h, c)
+
+
+class RecurrentReference(FloatTwin, nn.Module):
     """Mixin of the reference recurrent modules: per-weight qparams, dynamic activations.
+
+    Every module runs one loop (``_direction``): ``ih`` for the whole input at once (one
+    dynamic scale), then per step ``hh`` of the state and the module's ``_step`` (its
+    gates). A cell runs it over a one-step sequence, with the weights' names unsuffixed.
 
     Attributes:
         weight_qparams: ``nn.ModuleDict`` of :class:`WeightQParams`, by weight name.
@@ -221,7 +223,8 @@ class RecurrentReference(nn.Module):
     weight_qparams: nn.ModuleDict
     activation_quant_min: int
     activation_quant_max: int
-    _float_class: ClassVar[type[nn.Module]]
+    hidden_size: int
+    _step: Callable[[torch.Tensor, torch.Tensor, State], State]
     # lowering drops a reference module its kernels fully replaced (and its float weights)
     _IS_REFERENCE: ClassVar[bool] = True
 
@@ -233,11 +236,6 @@ class RecurrentReference(nn.Module):
         **kwargs: Any,
     ) -> None:
         self._float_class.__init__(self, *args, **kwargs)
-        self._init_qparams(weight_qparams_dict, activation)
-
-    def _init_qparams(
-        self, weight_qparams_dict: Mapping[str, Any] | None, activation: tuple[int, int]
-    ) -> None:
         given = dict(weight_qparams_dict or {})
         names = weight_names(self)
         unknown = sorted(set(given) - set(names) - {"is_decomposed"})
@@ -269,7 +267,7 @@ class RecurrentReference(nn.Module):
 
     def _qparams(self, name: str) -> WeightQParams:
         qparams = self.weight_qparams[name]
-        assert isinstance(qparams, WeightQParams)  # built by _init_qparams
+        assert isinstance(qparams, WeightQParams)  # built by __init__
         return qparams
 
     def get_weight(self, name: str) -> torch.Tensor:
@@ -292,6 +290,19 @@ class RecurrentReference(nn.Module):
             return F.linear(x, weight, bias)
         return dynamic_linear(x, weight, bias, self.activation_range)
 
+    def _direction(self, x: torch.Tensor, state: State, suffix: str, reverse: bool) -> State:
+        """Run over ``x`` (steps first) from ``state``; returns the outputs, stacked, and then
+        the last state."""
+        ih = self._linear(x, suffix, "ih")
+        steps = range(x.shape[0] - 1, -1, -1) if reverse else range(x.shape[0])
+        outputs: list[torch.Tensor] = [x.new_empty(0)] * x.shape[0]
+        for t in steps:
+            state = self._step(ih[t], self._linear(state[0], suffix, "hh"), state)
+            if getattr(self, "proj_size", 0):
+                state = (self._linear(state[0], suffix, "hr"), *state[1:])
+            outputs[t] = state[0]
+        return (torch.stack(outputs), *state)
+
     def _get_name(self) -> str:
         return f"Reference{type(self).__name__}"
 
@@ -304,22 +315,14 @@ class RecurrentReference(nn.Module):
     ) -> Any:
         """The reference module of float ``mod`` (its parameters copied)."""
         cls._check_float(mod)
-        args, kwargs, names = cls._float_arguments(mod)
-        weight = getattr(mod, names[0])
+        weight = getattr(mod, weight_names(mod)[0])
         ref = cls(
-            *args, **kwargs, device=weight.device, dtype=weight.dtype,
+            **init_arguments(mod, cls._float_class), device=weight.device, dtype=weight.dtype,
             weight_qparams_dict=weight_qparams_dict, activation=activation,
         )  # fmt: skip
-        for name in names:
-            value = getattr(mod, name, None)
-            if isinstance(value, torch.Tensor):  # a cell without bias has None there
-                setattr(ref, name, nn.Parameter(value.detach().clone()))
+        for name, value in mod.named_parameters(recurse=False):
+            setattr(ref, name, nn.Parameter(value.detach().clone()))
         return ref
-
-    @classmethod
-    def _float_arguments(cls, mod: nn.Module) -> tuple[tuple[Any, ...], dict[str, Any], list[str]]:
-        """The float module's constructor arguments (positional, keyword) and its weights."""
-        raise NotImplementedError
 
     @classmethod
     def _check_float(cls, mod: nn.Module) -> None:
@@ -331,19 +334,19 @@ class RecurrentReference(nn.Module):
             raise ConfigTypeError(msg)
 
 
-def _lstm_cell(gates: torch.Tensor, cx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    i, f, g, o = gates.chunk(4, -1)
-    cy = torch.sigmoid(f) * cx + torch.sigmoid(i) * torch.tanh(g)
+def _lstm_step(ih: torch.Tensor, hh: torch.Tensor, state: State) -> State:
+    i, f, g, o = (ih + hh).chunk(4, -1)
+    cy = torch.sigmoid(f) * state[1] + torch.sigmoid(i) * torch.tanh(g)
     return torch.sigmoid(o) * torch.tanh(cy), cy
 
 
-def _gru_cell(ih: torch.Tensor, hh: torch.Tensor, hx: torch.Tensor) -> torch.Tensor:
+def _gru_step(ih: torch.Tensor, hh: torch.Tensor, state: State) -> State:
     i_r, i_z, i_n = ih.chunk(3, -1)
     h_r, h_z, h_n = hh.chunk(3, -1)
     reset = torch.sigmoid(h_r + i_r)
     update = torch.sigmoid(h_z + i_z)
     new = torch.tanh(i_n + h_n * reset)
-    return (hx - new) * update + new
+    return ((state[0] - new) * update + new,)
 
 
 class _Sequence(RecurrentReference):
@@ -352,30 +355,8 @@ class _Sequence(RecurrentReference):
     num_layers: int
     bidirectional: bool
     batch_first: bool
-    hidden_size: int
-    bias: bool
-    _is_lstm: ClassVar[bool]
 
-    def _direction(
-        self, x: torch.Tensor, state: tuple[torch.Tensor, ...], suffix: str, reverse: bool
-    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
-        ih = self._linear(x, suffix, "ih")  # the whole sequence at once: one dynamic scale
-        steps = range(x.shape[0] - 1, -1, -1) if reverse else range(x.shape[0])
-        outputs: list[torch.Tensor] = [x.new_empty(0)] * x.shape[0]
-        h = state[0]
-        c = state[1] if self._is_lstm else h
-        for t in steps:
-            hh = self._linear(h, suffix, "hh")
-            if self._is_lstm:
-                h, c = _lstm_cell(ih[t] + hh, c)
-                if getattr(self, "proj_size", 0):
-                    h = self._linear(h, suffix, "hr")
-            else:
-                h = _gru_cell(ih[t], hh, h)
-            outputs[t] = h
-        return torch.stack(outputs), ((h, c) if self._is_lstm else (h,))
-
-    def _check_input(self, x: object) -> torch.Tensor:
+    def _run(self, x: object, hx: State | None) -> tuple[torch.Tensor, State]:
         if isinstance(x, nn.utils.rnn.PackedSequence):
             msg = (
                 f"reference {type(self).__name__} takes a padded tensor, got a PackedSequence; "
@@ -383,11 +364,6 @@ class _Sequence(RecurrentReference):
             )
             raise TypeError(msg)
         assert isinstance(x, torch.Tensor)
-        return x
-
-    def _run(
-        self, x: torch.Tensor, hx: tuple[torch.Tensor, ...] | None
-    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
         batched = x.dim() == 3  # (T, B, I); 2-d: one unbatched sequence
         if not batched:
             x = x.unsqueeze(1)
@@ -395,38 +371,25 @@ class _Sequence(RecurrentReference):
         elif self.batch_first:
             x = x.transpose(0, 1)
         directions = 2 if self.bidirectional else 1
-        states = 2 if self._is_lstm else 1
         if hx is None:
             size = (self.num_layers * directions, x.shape[1])
             projected = getattr(self, "proj_size", 0) or self.hidden_size
-            hx = (x.new_zeros(*size, projected), x.new_zeros(*size, self.hidden_size))[:states]
-        finals: list[list[torch.Tensor]] = [[] for _ in range(states)]
-        layer_input = x
+            hx = (x.new_zeros(*size, projected), x.new_zeros(*size, self.hidden_size))
+            hx = hx[: 2 if isinstance(self, nn.LSTM) else 1]
+        lasts: list[State] = []
         for layer in range(self.num_layers):
             outputs = []
             for direction in range(directions):
-                index = layer * directions + direction
+                state = tuple(h[layer * directions + direction] for h in hx)
                 suffix = f"_l{layer}" + ("_reverse" if direction else "")
-                state = tuple(h[index] for h in hx)
-                out, last = self._direction(layer_input, state, suffix, reverse=bool(direction))
+                out, *last = self._direction(x, state, suffix, reverse=bool(direction))
                 outputs.append(out)
-                for k in range(states):
-                    finals[k].append(last[k])
-            layer_input = torch.cat(outputs, -1) if directions > 1 else outputs[0]
-        output = layer_input
-        hidden = tuple(torch.stack(f) for f in finals)
+                lasts.append(tuple(last))
+            x = torch.cat(outputs, -1) if directions > 1 else outputs[0]
+        hidden = tuple(torch.stack(final) for final in zip(*lasts, strict=True))
         if not batched:
-            return output.squeeze(1), tuple(h.squeeze(1) for h in hidden)
-        if self.batch_first:
-            output = output.transpose(0, 1)
-        return output, hidden
-
-    @classmethod
-    def _float_arguments(cls, mod: nn.Module) -> tuple[tuple[Any, ...], dict[str, Any], list[str]]:
-        rnn: Any = mod
-        extra = {"proj_size": rnn.proj_size} if getattr(rnn, "proj_size", 0) else {}
-        args = (rnn.input_size, rnn.hidden_size, rnn.num_layers, rnn.bias, rnn.batch_first)
-        return (*args, float(rnn.dropout), rnn.bidirectional), extra, rnn._flat_weights_names
+            return x.squeeze(1), tuple(h.squeeze(1) for h in hidden)
+        return (x.transpose(0, 1) if self.batch_first else x), hidden
 
 
 class LSTM(_Sequence, nn.LSTM):
@@ -447,14 +410,13 @@ class LSTM(_Sequence, nn.LSTM):
         (torch.Size([5, 2, 8]), torch.Size([1, 2, 8]))
     """
 
-    _float_class = nn.LSTM
-    _is_lstm = True
+    _step = staticmethod(_lstm_step)
 
     def forward(  # type: ignore[override]  # no PackedSequence
         self, input: torch.Tensor, hx: tuple[torch.Tensor, torch.Tensor] | None = None
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """``output, (h_n, c_n)`` as ``nn.LSTM`` returns them."""
-        output, (h, c) = self._run(self._check_input(input), hx)
+        output, (h, c) = self._run(input, hx)
         return output, (h, c)
 
 
@@ -470,49 +432,19 @@ class GRU(_Sequence, nn.GRU):
         torch.Size([2, 5, 8])
     """
 
-    _float_class = nn.GRU
-    _is_lstm = False
+    _step = staticmethod(_gru_step)
 
     def forward(  # type: ignore[override]  # no PackedSequence
         self, input: torch.Tensor, hx: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``output, h_n`` as ``nn.GRU`` returns them."""
-        output, (h,) = self._run(self._check_input(input), None if hx is None else (hx,))
+        output, (h,) = self._run(input, None if hx is None else (hx,))
         return output, h
 
 
-class _Cell(RecurrentReference):
-    """The cells: one step, ``linear_ih(x) + linear_hh(h)``, each quantized dynamically.
-
-    Example:
-        >>> qparams = {"qscheme": torch.per_tensor_affine, "dtype": torch.qint8,
-        ...            "scale": 0.01, "zero_point": 0}
-        >>> both = {"weight_ih": qparams, "weight_hh": qparams}
-        >>> [cls.from_float(cls._float_class(4, 8), both)(torch.randn(3, 4)).shape
-        ...  for cls in (GRUCell, RNNCell)]
-        [torch.Size([3, 8]), torch.Size([3, 8])]
-    """
-
-    hidden_size: int
-    bias: bool
-
-    def _zeros(self, x: torch.Tensor) -> torch.Tensor:
-        shape = (*x.shape[:-1], self.hidden_size)
-        return x.new_zeros(shape)
-
-    def _gates(self, x: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self._linear(x, "", "ih"), self._linear(h, "", "hh")
-
-    @classmethod
-    def _float_arguments(cls, mod: nn.Module) -> tuple[tuple[Any, ...], dict[str, Any], list[str]]:
-        cell: Any = mod
-        extra = {"nonlinearity": cell.nonlinearity} if isinstance(cell, nn.RNNCell) else {}
-        names = ["weight_ih", "weight_hh", "bias_ih", "bias_hh"]
-        return (cell.input_size, cell.hidden_size, cell.bias), extra, names
-
-
-class LSTMCell(_Cell, nn.LSTMCell):
-    """Reference dynamic int8 ``nn.LSTMCell``.
+class LSTMCell(RecurrentReference, nn.LSTMCell):
+    """Reference dynamic int8 ``nn.LSTMCell``: one step, ``linear_ih(x) + linear_hh(h)``,
+    each quantized dynamically.
 
     Example:
         >>> qparams = {"qscheme": torch.per_tensor_affine, "dtype": torch.qint8,
@@ -523,44 +455,46 @@ class LSTMCell(_Cell, nn.LSTMCell):
         [torch.Size([3, 8]), torch.Size([3, 8])]
     """
 
-    _float_class = nn.LSTMCell
+    _step = staticmethod(_lstm_step)
 
     def forward(
         self, input: torch.Tensor, hx: tuple[torch.Tensor, torch.Tensor] | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(h_1, c_1)`` as ``nn.LSTMCell`` returns them."""
-        h, c = (self._zeros(input),) * 2 if hx is None else hx
-        ih, hh = self._gates(input, h)
-        return _lstm_cell(ih + hh, c)
+        if hx is None:
+            zeros = input.new_zeros((*input.shape[:-1], self.hidden_size))
+            hx = (zeros, zeros)
+        _, h, c = self._direction(input[None], hx, "", reverse=False)
+        return h, c
 
 
-class _StateCell(_Cell):
-    """The cells whose state is ``h`` alone (GRU, RNN): ``_step`` makes ``h_1``."""
+class _StateCell(RecurrentReference):
+    """The cells whose state is ``h`` alone (GRU, RNN).
+
+    Example:
+        >>> qparams = {"qscheme": torch.per_tensor_affine, "dtype": torch.qint8,
+        ...            "scale": 0.01, "zero_point": 0}
+        >>> both = {"weight_ih": qparams, "weight_hh": qparams}
+        >>> [cls.from_float(cls._float_class(4, 8), both)(torch.randn(3, 4)).shape
+        ...  for cls in (GRUCell, RNNCell)]
+        [torch.Size([3, 8]), torch.Size([3, 8])]
+    """
 
     def forward(self, input: torch.Tensor, hx: torch.Tensor | None = None) -> torch.Tensor:
         """``h_1`` as the float cell returns it."""
-        h = self._zeros(input) if hx is None else hx
-        ih, hh = self._gates(input, h)
-        return self._step(ih, hh, h)
-
-    def _step(self, ih: torch.Tensor, hh: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        h = input.new_zeros((*input.shape[:-1], self.hidden_size)) if hx is None else hx
+        return self._direction(input[None], (h,), "", reverse=False)[1]
 
 
 class GRUCell(_StateCell, nn.GRUCell):
-    """Reference dynamic int8 ``nn.GRUCell`` (example: see ``_Cell``)."""
+    """Reference dynamic int8 ``nn.GRUCell`` (example: see ``_StateCell``)."""
 
-    _float_class = nn.GRUCell
-
-    def _step(self, ih: torch.Tensor, hh: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        return _gru_cell(ih, hh, h)
+    _step = staticmethod(_gru_step)
 
 
 class RNNCell(_StateCell, nn.RNNCell):
-    """Reference dynamic int8 ``nn.RNNCell``, tanh or relu (example: see ``_Cell``)."""
+    """Reference dynamic int8 ``nn.RNNCell``, tanh or relu (example: see ``_StateCell``)."""
 
-    _float_class = nn.RNNCell
-
-    def _step(self, ih: torch.Tensor, hh: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    def _step(self, ih: torch.Tensor, hh: torch.Tensor, state: State) -> State:
         gates = ih + hh
-        return torch.tanh(gates) if self.nonlinearity == "tanh" else torch.relu(gates)
+        return (torch.tanh(gates) if self.nonlinearity == "tanh" else torch.relu(gates),)

@@ -27,8 +27,9 @@ from torch import nn
 
 from fxquant import dtypes
 from fxquant.errors import ConfigError, ConfigTypeError, wrong_type
-from fxquant.nn.intrinsic import FusedModule, type_label
-from fxquant.nn.qat import Lookup, Pool, conv_kwargs, embedding_settings, linear_kwargs
+from fxquant.nn import FloatTwin, init_arguments
+from fxquant.nn.intrinsic import type_label
+from fxquant.nn.qat import Lookup, Pool, root_of
 
 # the recurrent reference modules live in fxquant.nn.recurrent; named here too, where
 # the seed's reference namespace has them, so a config naming that class finds fxquant's
@@ -141,7 +142,8 @@ class ReferenceQuantizedModule(nn.Module):
                 if key not in params:
                     msg = f"weight_qparams for {self.weight_qscheme} needs the key {key!r}"
                     raise ConfigError(msg)
-            zp_dtype = torch.float32 if self._float_qparams() else torch.int32
+            float_zero_point = self._scheme_name() == "per_channel_affine_float_qparams"
+            zp_dtype = torch.float32 if float_zero_point else torch.int32
             scale = _as_tensor(params["scale"], torch.float32, device)
             zero_point = _as_tensor(params["zero_point"], zp_dtype, device).to(zp_dtype)
             axis = _as_tensor(params.get("axis", 0), torch.int32, device)
@@ -182,9 +184,6 @@ class ReferenceQuantizedModule(nn.Module):
     def _per_channel(self) -> bool:
         name = self._scheme_name()
         return name is not None and name.startswith("per_channel")
-
-    def _float_qparams(self) -> bool:
-        return self._scheme_name() == "per_channel_affine_float_qparams"
 
     def is_weight_quantized(self) -> bool:
         """True when the weight is simulated as integers (not float, fp16 or unquantized).
@@ -309,8 +308,7 @@ def _root(owner: type, float_module: nn.Module, expected: type[nn.Module]) -> nn
     to_float = getattr(module, "to_float", None)
     if callable(to_float):
         module = to_float()
-    if isinstance(module, FusedModule):
-        module = module[0]
+    module = root_of(module)
     if not isinstance(module, expected):
         msg = (
             f"reference {owner.__name__}.from_float expects a {type_label(expected)} (or a fused "
@@ -320,37 +318,16 @@ def _root(owner: type, float_module: nn.Module, expected: type[nn.Module]) -> nn
     return module
 
 
-def _copy_params(ref: nn.Module, float_module: nn.Module) -> None:
-    weight: torch.Tensor = float_module.weight  # type: ignore[assignment]  # checked by _root
-    ref.weight = nn.Parameter(weight.detach().clone())
-    bias = getattr(float_module, "bias", None)
-    if isinstance(bias, torch.Tensor):
-        ref.bias = nn.Parameter(bias.detach().clone())
+class _Reference(FloatTwin, ReferenceQuantizedModule):
+    """The reference modules of this file: ``_float_class`` is the float class mixed in.
 
-
-def _build(
-    cls: type[nn.Module],
-    float_module: nn.Module,
-    kwargs: dict[str, Any],
-    weight_qparams: Mapping[str, Any] | None,
-) -> Any:
-    weight: torch.Tensor = float_module.weight  # type: ignore[assignment]  # checked by _root
-    token = _COPYING_PARAMS.set(True)
-    try:
-        ref = cls(**kwargs, device=weight.device, dtype=weight.dtype, weight_qparams=weight_qparams)
-    finally:
-        _COPYING_PARAMS.reset(token)
-    _copy_params(ref, float_module)
-    return ref
-
-
-class _Reference(ReferenceQuantizedModule):
-    """The reference modules of this file: ``_float_class`` is the float class mixed in,
-    ``_arguments`` gives the constructor arguments that rebuild a float one."""
+    Example:
+        >>> Conv2d._float_class is nn.Conv2d
+        True
+    """
 
     # lowering drops a reference module its kernels fully replaced (and its float weights)
     _IS_REFERENCE: ClassVar[bool] = True
-    _float_class: ClassVar[type[nn.Module]]
 
     def __init__(
         self, *args: Any, weight_qparams: Mapping[str, Any] | None = None, **kwargs: Any
@@ -361,13 +338,23 @@ class _Reference(ReferenceQuantizedModule):
     @classmethod
     def from_float(cls, float_module: nn.Module, weight_qparams: Mapping[str, Any] | None) -> Any:
         """Copy ``float_module``: a ``_float_class`` module, a fused module whose first part
-        is one, or a QAT module (whose ``to_float()`` folds any BatchNorm first)."""
+        is one, or a QAT module (whose ``to_float()`` folds any BatchNorm first): its
+        configuration, and its weight and bias as new Parameters."""
         mod = _root(cls, float_module, cls._float_class)
-        return _build(cls, mod, cls._arguments(mod), weight_qparams)
-
-    @staticmethod
-    def _arguments(mod: nn.Module) -> dict[str, Any]:
-        raise NotImplementedError
+        weight: torch.Tensor = mod.weight  # type: ignore[assignment]  # checked by _root
+        kwargs = init_arguments(mod, cls._float_class)
+        token = _COPYING_PARAMS.set(True)
+        try:
+            ref = cls(
+                **kwargs, device=weight.device, dtype=weight.dtype, weight_qparams=weight_qparams
+            )
+        finally:
+            _COPYING_PARAMS.reset(token)
+        for name in ("weight", "bias"):
+            value = getattr(mod, name, None)
+            if isinstance(value, torch.Tensor):
+                setattr(ref, name, nn.Parameter(value.detach().clone()))
+        return ref
 
 
 class Linear(_Reference, nn.Linear):
@@ -385,34 +372,21 @@ class Linear(_Reference, nn.Linear):
         torch.Size([2, 3])
     """
 
-    _float_class = nn.Linear
-    _arguments = staticmethod(linear_kwargs)
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Linear with the quantize->dequantized weight."""
         return F.linear(x, self.get_weight(), self.bias)
 
 
-class _ConvMixin(_Reference):
-    """Shared by the reference convolutions.
-
-    Example:
-        >>> Conv2d._float_class is nn.Conv2d
-        True
-    """
-
-    _conv_forward: Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
-    bias: torch.Tensor | None
-    _arguments = staticmethod(conv_kwargs)
-
-
-class _PlainConv(_ConvMixin):
+class _PlainConv(_Reference):
     """Forward of ``Conv1d/2d/3d``: the float module's own ``_conv_forward`` (padding modes too).
 
     Example:
         >>> issubclass(Conv3d, _PlainConv)
         True
     """
+
+    _conv_forward: Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
+    bias: torch.Tensor | None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Convolution (any padding mode) with the quantize->dequantized weight."""
@@ -429,8 +403,6 @@ class Conv1d(_PlainConv, nn.Conv1d):
         torch.Size([1, 3, 6])
     """
 
-    _float_class = nn.Conv1d
-
 
 class Conv2d(_PlainConv, nn.Conv2d):
     """Reference quantized ``nn.Conv2d``.
@@ -444,8 +416,6 @@ class Conv2d(_PlainConv, nn.Conv2d):
         torch.Size([1, 3, 3, 3])
     """
 
-    _float_class = nn.Conv2d
-
 
 class Conv3d(_PlainConv, nn.Conv3d):
     """Reference quantized ``nn.Conv3d``.
@@ -457,8 +427,6 @@ class Conv3d(_PlainConv, nn.Conv3d):
         torch.Size([1, 3, 2, 2, 2])
     """
 
-    _float_class = nn.Conv3d
-
 
 _CONV_TRANSPOSE_FN: dict[int, Callable[..., torch.Tensor]] = {
     1: F.conv_transpose1d,
@@ -467,16 +435,16 @@ _CONV_TRANSPOSE_FN: dict[int, Callable[..., torch.Tensor]] = {
 }
 
 
-class _TransposedConv(_ConvMixin):
+class _TransposedConv(_Reference):
     """Forward of ``ConvTranspose1d/2d/3d``, with ``output_size`` as in ``nn.ConvTranspose*``.
 
     Example:
-        >>> ConvTranspose2d._SPATIAL_DIMS
-        2
+        >>> ConvTranspose2d.from_float(nn.ConvTranspose2d(2, 3, 3), None).kernel_size
+        (3, 3)
     """
 
-    _SPATIAL_DIMS: ClassVar[int]
     _output_padding: Callable[..., list[int]]
+    bias: torch.Tensor | None
     stride: tuple[int, ...]
     padding: str | tuple[int, ...]
     kernel_size: tuple[int, ...]
@@ -491,10 +459,10 @@ class _TransposedConv(_ConvMixin):
             self.stride,
             self.padding,
             self.kernel_size,
-            self._SPATIAL_DIMS,
+            len(self.kernel_size),
             self.dilation,
         )
-        conv = _CONV_TRANSPOSE_FN[self._SPATIAL_DIMS]
+        conv = _CONV_TRANSPOSE_FN[len(self.kernel_size)]
         return conv(
             x,
             self.get_weight(),
@@ -518,9 +486,6 @@ class ConvTranspose1d(_TransposedConv, nn.ConvTranspose1d):
         torch.Size([1, 3, 6])
     """
 
-    _float_class = nn.ConvTranspose1d
-    _SPATIAL_DIMS = 1
-
 
 class ConvTranspose2d(_TransposedConv, nn.ConvTranspose2d):
     """Reference quantized ``nn.ConvTranspose2d``.
@@ -532,9 +497,6 @@ class ConvTranspose2d(_TransposedConv, nn.ConvTranspose2d):
         >>> ref(torch.randn(1, 2, 4, 4)).shape
         torch.Size([1, 3, 6, 6])
     """
-
-    _float_class = nn.ConvTranspose2d
-    _SPATIAL_DIMS = 2
 
 
 class ConvTranspose3d(_TransposedConv, nn.ConvTranspose3d):
@@ -548,19 +510,9 @@ class ConvTranspose3d(_TransposedConv, nn.ConvTranspose3d):
         torch.Size([1, 3, 2, 2, 2])
     """
 
-    _float_class = nn.ConvTranspose3d
-    _SPATIAL_DIMS = 3
-
-
-def _table_kwargs(mod: nn.Module) -> dict[str, Any]:
-    sizes = {"num_embeddings": mod.num_embeddings, "embedding_dim": mod.embedding_dim}
-    return sizes | embedding_settings(mod)
-
 
 class _Table(_Reference):
     """The reference embeddings: ``from_float`` copies the float table's settings."""
-
-    _arguments = staticmethod(_table_kwargs)
 
     def table_weight(self) -> torch.Tensor:
         """The quantize->dequantized table."""
@@ -579,8 +531,6 @@ class Embedding(_Table, Lookup, nn.Embedding):
         torch.Size([2, 4])
     """
 
-    _float_class = nn.Embedding
-
 
 class EmbeddingBag(_Table, Pool, nn.EmbeddingBag):
     """Reference quantized ``nn.EmbeddingBag``.
@@ -594,5 +544,3 @@ class EmbeddingBag(_Table, Pool, nn.EmbeddingBag):
         >>> ref(torch.tensor([1, 2, 3]), torch.tensor([0, 2])).shape
         torch.Size([2, 4])
     """
-
-    _float_class = nn.EmbeddingBag

@@ -227,16 +227,29 @@ class BNReLU3d(FusedModule):
     PARTS = (("batch_norm", nn.BatchNorm3d), _RELU)
 
 
-def _check_add(owner: str, add: object) -> None:
-    if isinstance(add, nn.Module) or not callable(add):
-        msg = (
-            f"{owner} argument 'add' must be an add function such as torch.add or "
-            f"operator.add, got {add!r}"
-        )
-        raise ConfigTypeError(msg)
+class _ConvAdd(FusedModule):
+    """``add(conv(x1), x2)``, then ``self.relu`` where the subclass has one."""
+
+    PARTS = (("conv", nn.Conv2d),)
+
+    def __init__(self, conv: nn.Conv2d, add: AddFn) -> None:
+        if isinstance(add, nn.Module) or not callable(add):
+            msg = (
+                f"{type(self).__name__} argument 'add' must be an add function such as "
+                f"torch.add or operator.add, got {add!r}"
+            )
+            raise ConfigTypeError(msg)
+        super().__init__(conv)
+        self.add = add
+
+    def forward(self, x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:  # type: ignore[override]  # two inputs, unlike Sequential
+        """Convolve ``x1`` and add ``x2`` (then apply ReLU, for ``ConvAddReLU2d``)."""
+        out: torch.Tensor = self.add(self[0](x1), x2)
+        relu = getattr(self, "relu", None)
+        return out if relu is None else relu(out)
 
 
-class ConvAdd2d(FusedModule):
+class ConvAdd2d(_ConvAdd):
     """``Conv2d`` whose output is added to a second input: ``add(conv(x1), x2)``.
 
     Args:
@@ -250,19 +263,8 @@ class ConvAdd2d(FusedModule):
         True
     """
 
-    PARTS = (("conv", nn.Conv2d),)
 
-    def __init__(self, conv: nn.Conv2d, add: AddFn) -> None:
-        _check_add(type(self).__name__, add)
-        super().__init__(conv)
-        self.add = add
-
-    def forward(self, x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:  # type: ignore[override]  # two inputs, unlike Sequential
-        """Convolve ``x1`` and add ``x2``."""
-        return self.add(self[0](x1), x2)
-
-
-class ConvAddReLU2d(FusedModule):
+class ConvAddReLU2d(_ConvAdd):
     """``relu(add(conv(x1), x2))``: ``ConvAdd2d`` followed by a ``ReLU``.
 
     Args:
@@ -277,16 +279,7 @@ class ConvAddReLU2d(FusedModule):
         True
     """
 
-    PARTS = (("conv", nn.Conv2d),)
-
     def __init__(self, conv: nn.Conv2d, add: AddFn, relu: nn.ReLU) -> None:
-        _check_add(type(self).__name__, add)
         relu = relu_module(type(self).__name__, relu)
-        super().__init__(conv)
-        self.add = add
+        super().__init__(conv, add)
         self.relu = relu
-
-    def forward(self, x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:  # type: ignore[override]  # two inputs, unlike Sequential
-        """Convolve ``x1``, add ``x2``, then apply ReLU."""
-        out: torch.Tensor = self.relu(self.add(self[0](x1), x2))
-        return out

@@ -24,7 +24,7 @@ from torch import nn
 
 from fxquant.nn import intrinsic as nni
 from fxquant.nn import qat as nnqat
-from fxquant.nn.fusers import check_qat_bn, fold_bn_weights
+from fxquant.nn.fusers import BN_AFTER, check_qat_bn, fold_bn_weights
 
 # the twins of the fused modules that hold a weight to fake-quantize (every one but
 # BNReLU and ConvAdd, which keep their float forms in QAT), and the BatchNorm switches
@@ -37,32 +37,8 @@ __all__ = [
 BatchNorm = nn.modules.batchnorm._BatchNorm
 
 
-class LinearReLU(nnqat.Linear):
-    """QAT ``Linear`` followed by ReLU; built from ``fxquant.nn.intrinsic.LinearReLU``.
-
-    Example:
-        >>> from fxquant.config.qconfig import QConfig
-        >>> fused = nni.LinearReLU(nn.Linear(4, 2), nn.ReLU())
-        >>> fused.qconfig = QConfig(nn.Identity, nn.Identity)
-        >>> qat = LinearReLU.from_float(fused)
-        >>> bool((qat(torch.randn(3, 4)) >= 0).all()), type(qat.to_float()).__name__
-        (True, 'LinearReLU')
-    """
-
-    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nni.LinearReLU
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Fake-quantized linear, then ReLU."""
-        return F.relu(super().forward(x))
-
-    def to_float(self) -> nn.Module:
-        """``fxquant.nn.intrinsic.LinearReLU`` of a plain ``nn.Linear`` and ``nn.ReLU``."""
-        linear: nn.Linear = super().to_float()  # type: ignore[assignment]  # a plain nn.Linear
-        return nni.LinearReLU(linear, nn.ReLU()).train(self.training)
-
-
-class _FusedConv(nnqat._QATConv):
-    """The QAT twin of the fused conv module of its name in :mod:`fxquant.nn.intrinsic`:
+class _Fused(nnqat._QATWeighted):
+    """The QAT twin of the fused module of its name in :mod:`fxquant.nn.intrinsic`:
     ``from_float`` takes that module (``_FLOAT_MODULE``), and ``ConvBnReLUNd.to_float()``
     gives a ``ConvReLUNd`` (``_FUSED_FLOAT``). A subclass under another name keeps its
     parent's."""
@@ -78,8 +54,8 @@ class _FusedConv(nnqat._QATConv):
                 cls._FUSED_FLOAT = getattr(nni, cls.__name__.replace("Bn", "", 1))
 
 
-class _ConvReLU(_FusedConv):
-    """QAT conv, then ReLU; ``to_float`` rebuilds the float ``ConvReLUNd`` container.
+class _ReLU(_Fused):
+    """The QAT layer, then ReLU; ``to_float`` rebuilds the float ``ConvReLUNd``/``LinearReLU``.
 
     Example:
         >>> from fxquant.config.qconfig import QConfig
@@ -91,28 +67,42 @@ class _ConvReLU(_FusedConv):
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Fake-quantized convolution, then ReLU."""
+        """The fake-quantized layer, then ReLU."""
         return F.relu(super().forward(x))
 
     def to_float(self) -> nn.Module:
-        """The float ``ConvReLUNd`` container of a plain conv and ``nn.ReLU``."""
+        """The float fused container of the plain layer and ``nn.ReLU``."""
         return self._FLOAT_MODULE(super().to_float(), nn.ReLU()).train(self.training)
 
 
-class ConvReLU1d(_ConvReLU, nn.Conv1d):
-    """QAT ``ConvReLU1d``, built from ``nni.ConvReLU1d``: see :class:`_ConvReLU`."""
+class LinearReLU(_ReLU, nnqat.Linear):
+    """QAT ``Linear`` followed by ReLU; built from ``fxquant.nn.intrinsic.LinearReLU``.
+
+    Example:
+        >>> from fxquant.config.qconfig import QConfig
+        >>> fused = nni.LinearReLU(nn.Linear(4, 2), nn.ReLU())
+        >>> fused.qconfig = QConfig(nn.Identity, nn.Identity)
+        >>> qat = LinearReLU.from_float(fused)
+        >>> bool((qat(torch.randn(3, 4)) >= 0).all()), type(qat.to_float()).__name__
+        (True, 'LinearReLU')
+    """
 
 
-class ConvReLU2d(_ConvReLU, nn.Conv2d):
-    """QAT ``ConvReLU2d``, built from ``nni.ConvReLU2d``: see :class:`_ConvReLU`."""
+class ConvReLU1d(_ReLU, nnqat._QATConv, nn.Conv1d):
+    """QAT ``ConvReLU1d``, built from ``nni.ConvReLU1d``: see :class:`_ReLU`."""
 
 
-class ConvReLU3d(_ConvReLU, nn.Conv3d):
-    """QAT ``ConvReLU3d``, built from ``nni.ConvReLU3d``: see :class:`_ConvReLU`."""
+class ConvReLU2d(_ReLU, nnqat._QATConv, nn.Conv2d):
+    """QAT ``ConvReLU2d``, built from ``nni.ConvReLU2d``: see :class:`_ReLU`."""
 
 
-class _BnFolding(nn.Module):
-    """Shared by ConvBn*/LinearBn1d: the BN child, its freezing, and the folded forward.
+class ConvReLU3d(_ReLU, nnqat._QATConv, nn.Conv3d):
+    """QAT ``ConvReLU3d``, built from ``nni.ConvReLU3d``: see :class:`_ReLU`."""
+
+
+class _BnFolding(_Fused):
+    """Shared by ConvBn*/LinearBn1d: the BN child, its freezing, and the folded forward,
+    ``bn(layer(x, fake_quant(w * s)) / s + b)`` (then ReLU for ``ConvBnReLUNd``).
 
     Example:
         >>> issubclass(ConvBnReLU2d, _BnFolding), issubclass(LinearBn1d, _BnFolding)
@@ -124,44 +114,57 @@ class _BnFolding(nn.Module):
     bn: BatchNorm
     freeze_bn: bool
 
-    def _attach_bn(self, bn: BatchNorm, freeze_bn: bool) -> None:
+    def _attach_bn(self, eps: float, momentum: float | None, freeze_bn: bool) -> None:
+        """A fresh BatchNorm of the layer's dimension and width, BatchNorm's defaults else."""
+        bn_cls = BN_AFTER[self._float_class]
+        width = self.weight.shape[0]  # out_channels / out_features: the weight's first dim
+        self._use_bn(bn_cls(width, eps, momentum, device=self.weight.device), freeze_bn)
+
+    def _use_bn(self, bn: BatchNorm, freeze_bn: bool) -> None:
         check_qat_bn(type(self).__name__, bn)
         self.bn = bn
         self.freeze_bn = freeze_bn
         self.bn.train(self.training and not freeze_bn)
 
-    def _folded_forward(
-        self, x: torch.Tensor, run: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-    ) -> torch.Tensor:
-        """``bn(run(x, fake_quant(w * s)) / s + b)``; ``run`` applies the layer without bias."""
-        running_var: torch.Tensor = self.bn.running_var  # type: ignore[assignment]  # tracked: checked in _attach_bn
+    _layer: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # the layer without its bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The layer with the BN-scaled fake-quantized weight, unscaled, then BN (then ReLU)."""
+        running_var: torch.Tensor = self.bn.running_var  # type: ignore[assignment]  # tracked: checked in _use_bn
         gamma: torch.Tensor = self.bn.weight
         scale = gamma / torch.sqrt(running_var + self.bn.eps)
         weight_shape = [-1] + [1] * (self.weight.dim() - 1)
-        out = run(x, self.weight_fake_quant(self.weight * scale.reshape(weight_shape)))
+        out = self._layer(x, self.weight_fake_quant(self.weight * scale.reshape(weight_shape)))
         channel_shape = [1, -1] + [1] * (out.dim() - 2)
         out = out / scale.reshape(channel_shape)
         bias = getattr(self, "bias", None)
         if bias is not None:
             out = out + bias.reshape(channel_shape)
-        result: torch.Tensor = self.bn(out)
-        return result
+        out = self.bn(out)
+        return F.relu(out) if self._FUSED_FLOAT is not None else out
 
     @classmethod
     def from_float(cls, mod: nn.Module) -> Any:
         """Build from the float container (layer, BN), sharing its layer and its BN."""
-        qat = super().from_float(mod)  # type: ignore[misc]  # the QAT layer class mixed in
-        qat._attach_bn(mod.get_submodule("1"), freeze_bn=False)
+        qat = super().from_float(mod)
+        qat._use_bn(mod.get_submodule("1"), freeze_bn=False)
         return qat
 
-    def _folded_params(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return fold_bn_weights(self.weight.detach(), _detach(getattr(self, "bias", None)), self.bn)
+    def to_float(self) -> nn.Module:
+        """The float layer with BN folded in (in a ``ConvReLUNd`` when a ReLU follows)."""
+        layer = super().to_float()
+        with torch.no_grad():  # new leaf Parameters, as the layer's own are detached
+            weight, bias = fold_bn_weights(self.weight, getattr(self, "bias", None), self.bn)
+        layer.weight = nn.Parameter(weight)
+        layer.bias = nn.Parameter(bias)
+        if self._FUSED_FLOAT is None:
+            return layer
+        return self._FUSED_FLOAT(layer, nn.ReLU()).train(self.training)
 
     def train(self, mode: bool = True) -> Any:
         """Set training mode; a frozen BN stays in eval mode (running statistics)."""
-        self.training = mode
-        for child in self.children():
-            child.train(mode and not (child is self.bn and self.freeze_bn))
+        super().train(mode)
+        self.bn.train(mode and not self.freeze_bn)
         return self
 
     def freeze_bn_stats(self) -> Any:
@@ -181,18 +184,7 @@ class _BnFolding(nn.Module):
         self.bn.reset_running_stats()
 
 
-def _detach(tensor: torch.Tensor | None) -> torch.Tensor | None:
-    return None if tensor is None else tensor.detach()
-
-
-_BN_FOR_CONV: dict[type[nn.Module], type[BatchNorm]] = {
-    nn.Conv1d: nn.BatchNorm1d,
-    nn.Conv2d: nn.BatchNorm2d,
-    nn.Conv3d: nn.BatchNorm3d,
-}
-
-
-class _ConvBn(_BnFolding, _FusedConv):
+class _ConvBn(_BnFolding, nnqat._QATConv):
     """QAT conv + BatchNorm (+ ReLU when ``_FUSED_FLOAT`` is set), BN folded into the weight.
 
     ``ConvBnNd``/``ConvBnReLUNd`` take ``nn.ConvNd``'s arguments plus keywords ``eps``,
@@ -221,26 +213,11 @@ class _ConvBn(_BnFolding, _FusedConv):
         **kwargs: Any,
     ) -> None:
         nnqat._QATConv.__init__(self, *args, qconfig=qconfig, **kwargs)
-        bn_cls = _BN_FOR_CONV[self._FLOAT_CONV]
-        bn = bn_cls(self.out_channels, eps, momentum, device=kwargs.get("device"))
-        self._attach_bn(bn, freeze_bn)
+        self._attach_bn(eps, momentum, freeze_bn)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Conv with the BN-scaled fake-quantized weight, unscaled, then BN (then ReLU)."""
-        conv: Callable[..., torch.Tensor] = self._conv_forward
-        out = self._folded_forward(x, lambda inp, weight: conv(inp, weight, None))
-        return F.relu(out) if self._FUSED_FLOAT is not None else out
-
-    def to_float(self) -> nn.Module:
-        """The float conv with BN folded in (wrapped with ReLU for ``ConvBnReLUNd``)."""
-        conv = self._FLOAT_CONV(**nnqat.conv_kwargs(self))
-        weight, bias = self._folded_params()
-        conv.weight = nn.Parameter(weight)
-        conv.bias = nn.Parameter(bias)
-        conv.train(self.training)
-        if self._FUSED_FLOAT is None:
-            return conv
-        return self._FUSED_FLOAT(conv, nn.ReLU()).train(self.training)
+    def _layer(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self._conv_forward(x, weight, None)
+        return out
 
 
 class ConvBn1d(_ConvBn, nn.Conv1d):
@@ -279,8 +256,6 @@ class LinearBn1d(_BnFolding, nnqat.Linear):
         (torch.Size([5, 3]), 'Linear')
     """
 
-    _FLOAT_MODULE: ClassVar[type[nn.Module]] = nni.LinearBn1d
-
     def __init__(  # noqa: PLR0913  # Linear's arguments plus BN's
         self,
         in_features: int,
@@ -294,20 +269,10 @@ class LinearBn1d(_BnFolding, nnqat.Linear):
         device: Any = None,
     ) -> None:
         nnqat.Linear.__init__(self, in_features, out_features, bias, qconfig, device)
-        bn = nn.BatchNorm1d(out_features, eps, momentum, device=device)
-        self._attach_bn(bn, freeze_bn)
+        self._attach_bn(eps, momentum, freeze_bn)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Linear with the BN-scaled fake-quantized weight, unscaled, then BN."""
-        return self._folded_forward(x, lambda inp, weight: F.linear(inp, weight))
-
-    def to_float(self) -> nn.Module:
-        """A plain ``nn.Linear`` with BN folded in."""
-        linear = nn.Linear(self.in_features, self.out_features)
-        weight, bias = self._folded_params()
-        linear.weight = nn.Parameter(weight)
-        linear.bias = nn.Parameter(bias)
-        return linear.train(self.training)
+    def _layer(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, weight)
 
 
 def freeze_bn_stats(module: nn.Module) -> None:
