@@ -605,9 +605,6 @@ class BackendPatternConfig(serialize.DictForm):
                 getattr(config, setter)(data[key])
         return config
 
-    def __repr__(self) -> str:
-        return f"BackendPatternConfig({self.to_dict()!r})"
-
 
 class BackendConfig(serialize.DictForm):
     """The patterns a backend can quantize, one :class:`BackendPatternConfig` each.

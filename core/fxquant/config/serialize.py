@@ -78,7 +78,7 @@ __all__ = [
 
 
 class DictForm:
-    """Equality by ``to_dict()`` for the mutable config builders, which are therefore unhashable.
+    """Equality and repr by ``to_dict()`` for the mutable config builders (so unhashable).
 
     Configs of unrelated classes are never equal, even with equal dicts.
 
@@ -86,10 +86,15 @@ class DictForm:
         >>> from fxquant.config import FuseCustomConfig, ConvertCustomConfig
         >>> FuseCustomConfig() == FuseCustomConfig(), FuseCustomConfig() == ConvertCustomConfig()
         (True, False)
+        >>> FuseCustomConfig()
+        FuseCustomConfig({})
     """
 
     def to_dict(self) -> dict[str, Any]:
         raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.to_dict()!r})"
 
     def __eq__(self, other: object) -> bool:
         if not (isinstance(other, type(self)) or isinstance(self, type(other))):
