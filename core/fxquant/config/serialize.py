@@ -109,14 +109,12 @@ class DictForm:
 # what a name is used for -> the roots it may live under (plugins are added to each)
 OP: Final = "pattern op"
 MODULE_CLASS: Final = "module class"
-FUNCTION: Final = "function"
 FUSER: Final = "fuser function"
 GETTER: Final = "getter function"
 CONSTRUCTOR: Final = "observer class"
 _BASE_ROOTS: Final = {
     OP: ("torch", "operator", "fxquant"),
     MODULE_CLASS: ("torch", "operator", "fxquant"),
-    FUNCTION: ("fxquant",),
     FUSER: ("fxquant",),
     GETTER: ("fxquant",),
     CONSTRUCTOR: ("fxquant",),
@@ -137,7 +135,6 @@ _OP_MODULES: Final = (
 ALLOWED_MODULES: Final = {
     OP: _OP_MODULES,
     MODULE_CLASS: _OP_MODULES,
-    FUNCTION: ("fxquant.nn.fusers", "fxquant.patterns.conv_add", "fxquant.patterns.getters"),
     FUSER: ("fxquant.nn.fusers", "fxquant.patterns.conv_add"),
     GETTER: ("fxquant.patterns.getters",),
     CONSTRUCTOR: ("fxquant.observer", "fxquant.fake_quantize", "fxquant.numerics.*"),
@@ -155,22 +152,18 @@ def trusted_roots(kind: str) -> frozenset[str]:
     """Top-level packages a name of ``kind`` may resolve under, plugins included.
 
     Example:
-        >>> "torch" in trusted_roots("pattern op"), "torch" in trusted_roots("function")
+        >>> "torch" in trusted_roots("pattern op"), "torch" in trusted_roots("fuser function")
         (True, False)
     """
     return frozenset(_BASE_ROOTS[kind]) | _plugin_roots()
 
 
 def _plugin_roots() -> frozenset[str]:
-    scanned = _SCANNED_ROOTS.get()
-    return scanned if scanned is not None else _scan_plugin_roots()
-
-
-def _scan_plugin_roots() -> frozenset[str]:
     # the registry owns discovery and keeps its scan until fxquant.registry.refresh(), as for
     # backends: a scan costs 25 ms, a hostile or fuzzed config is refused in microseconds;
     # it answers through fxquant.plugin_roots, as the configs sit below the registry
-    return plugin_roots.plugin_roots()
+    scanned = _SCANNED_ROOTS.get()
+    return scanned if scanned is not None else plugin_roots.plugin_roots()
 
 
 # the roots read once per to_json/from_json call: a backend has hundreds of names
@@ -186,10 +179,10 @@ def one_scan() -> Iterator[None]:
 
     Example:
         >>> with one_scan():
-        ...     "fxquant" in trusted_roots("function")
+        ...     "fxquant" in trusted_roots("fuser function")
         True
     """
-    token = _SCANNED_ROOTS.set(_scan_plugin_roots())
+    token = _SCANNED_ROOTS.set(plugin_roots.plugin_roots())
     try:
         yield
     finally:
@@ -317,7 +310,7 @@ def _check_module(module: str, name: str, path: str, kind: str) -> None:
 
 def _check_listed(module: str, name: str, path: str, kind: str) -> None:
     """fxquant's own functions: only those its module lists in ``__all__``."""
-    if kind in (FUNCTION, FUSER, GETTER) and _root(module) == "fxquant":
+    if kind in (FUSER, GETTER) and _root(module) == "fxquant":
         listed = getattr(importlib.import_module(module), "__all__", ())
         if name not in listed:
             why = f"is not one of the {kind}s {module} offers ({', '.join(listed)})"
@@ -366,7 +359,7 @@ def _check_resolved(found: Any, path: str, kind: str, roots: frozenset[str]) -> 
     origin = getattr(found, "__module__", None)
     if isinstance(found, str) or not isinstance(origin, str) or _root(origin) not in roots:
         raise unsafe(path, found, f"is not defined in a module trusted for {_a(kind)}")
-    if kind in (FUNCTION, FUSER, GETTER) and not isinstance(found, types.FunctionType):
+    if kind in (FUSER, GETTER) and not isinstance(found, types.FunctionType):
         raise unsafe(path, found, "is not a plain function")
     if kind in (MODULE_CLASS, CONSTRUCTOR) and not (
         isinstance(found, type) and issubclass(found, torch.nn.Module)
