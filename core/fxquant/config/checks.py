@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from numbers import Real
 from typing import Any
 
@@ -20,6 +20,7 @@ from fxquant.errors import ConfigError, ConfigTypeError, ConfigWarning, wrong_ty
 
 __all__ = [
     "check_dict_form",
+    "check_entries",
     "check_flag",
     "check_integer",
     "check_module_class",
@@ -196,3 +197,36 @@ def check_dict_form(data: object, owner: str) -> Mapping[str, Any]:
         msg = f"{owner}.from_dict expects a dict, got {data!r} of type {type(data).__name__}"
         raise ConfigTypeError(msg)
     return data
+
+
+def check_entries(
+    value: object, argument: str, size: int, listed: str, entry: str
+) -> Iterator[Any]:
+    """The entries of a dict form's list of tuples, each checked as it is reached.
+
+    Args:
+        value: the list (or tuple) of entries.
+        argument: its name in the messages (``argument[i]`` for an entry).
+        size: the length every entry (a tuple or list) must have.
+        listed: what the list must be, for a value that is none.
+        entry: what an entry must be, for one that is not.
+
+    Raises:
+        ConfigTypeError: ``value`` is not a list or tuple.
+        ConfigError: an entry is not a tuple or list of ``size`` items.
+
+    Example:
+        >>> list(check_entries([("a", 1)], "module_name", 2, "a list", "a pair"))
+        [('a', 1)]
+        >>> list(check_entries([("a",)], "module_name", 2, "a list", "a pair"))
+        Traceback (most recent call last):
+        ...
+        fxquant.errors.ConfigError: module_name[0] must be a pair, got ('a',)
+    """
+    if not isinstance(value, (list, tuple)):
+        raise wrong_type(value, argument, listed)
+    for i, item in enumerate(value):
+        if not isinstance(item, (tuple, list)) or len(item) != size:
+            msg = f"{argument}[{i}] must be {entry}, got {item!r}"
+            raise ConfigError(msg)
+        yield item

@@ -20,7 +20,13 @@ from typing import Any, ClassVar, Final, NamedTuple, TypeVar
 import torch  # noqa: F401  # the docstring examples run in this module's namespace
 
 from fxquant.config.backend import BackendConfig
-from fxquant.config.checks import check_dict_form, check_module_class, check_str, unknown_keys
+from fxquant.config.checks import (
+    check_dict_form,
+    check_entries,
+    check_module_class,
+    check_str,
+    unknown_keys,
+)
 from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.config.serialize import DictForm
 from fxquant.errors import ConfigError, ConfigTypeError, wrong_type
@@ -159,18 +165,9 @@ def _class_mapping_calls(value: object, key: str) -> list[tuple[type, type, Quan
 
 
 def _standalone_calls(entries: object, key: str) -> Iterator[Any]:
-    """The setter calls ``(key, qconfig_mapping, example_inputs, prepare_custom_config,
-    backend_config)`` that a standalone module list stands for."""
-    if not isinstance(entries, (list, tuple)):
-        raise wrong_type(entries, key, "a list")
-    for i, entry in enumerate(entries):
-        if not isinstance(entry, (tuple, list)) or len(entry) != 5:
-            msg = (
-                f"{key}[{i}] must be a tuple (key, qconfig_mapping, example_inputs, "
-                f"prepare_custom_config, backend_config), got {entry!r}"
-            )
-            raise ConfigError(msg)
-        yield entry
+    """The setter calls that a list of standalone module entries stands for."""
+    shape = "a tuple (key, qconfig_mapping, example_inputs, prepare_custom_config, backend_config)"
+    return check_entries(entries, key, 5, "a list", shape)
 
 
 class _Form(NamedTuple):

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from fxquant.config import serialize
-from fxquant.config.checks import check_dict_form, check_str, unknown_keys
+from fxquant.config.checks import check_dict_form, check_entries, check_str, unknown_keys
 from fxquant.config.qconfig import QConfig, QConfigAny
 from fxquant.errors import ConfigError, ConfigTypeError, wrong_type
 
@@ -430,18 +430,10 @@ class QConfigMapping(serialize.DictForm):
         if GLOBAL_KEY in qconfig_dict:
             mapping.set_global(qconfig_dict[GLOBAL_KEY])
         for key, (_, size) in _LEVELS.items():
-            entries = qconfig_dict.get(key, [])
-            if not isinstance(entries, (list, tuple)):
-                expected = f"a list of tuples of {size} items"
-                raise wrong_type(entries, f"QConfigMapping.from_dict: {key}", expected)
-            for i, entry in enumerate(entries):
-                if not isinstance(entry, (tuple, list)) or len(entry) != size:
-                    msg = (
-                        f"QConfigMapping.from_dict: {key}[{i}] must be a tuple of {size} items, "
-                        f"got {entry!r}"
-                    )
-                    raise ConfigError(msg)
-                getattr(mapping, f"set_{key}")(*entry)
+            listed, entry = f"a list of tuples of {size} items", f"a tuple of {size} items"
+            argument = f"QConfigMapping.from_dict: {key}"
+            for items in check_entries(qconfig_dict.get(key, []), argument, size, listed, entry):
+                getattr(mapping, f"set_{key}")(*items)
         return mapping
 
     def to_json(self) -> str:

@@ -285,14 +285,11 @@ def _check_dotted(text: object, path: str) -> str:
 
 def _module_allowed(module: str, kind: str) -> bool:
     """Whether ``module`` is one fxquant reads names of ``kind`` from (text only)."""
-    for allowed in ALLOWED_MODULES[kind]:
-        if allowed.endswith(".*"):
-            base = allowed[:-2]
-            if module == base or module.startswith(base + "."):
-                return True
-        elif module == allowed:
-            return True
-    return False
+    return any(
+        module == allowed.removesuffix(".*")
+        or (allowed.endswith(".*") and module.startswith(allowed[:-1]))
+        for allowed in ALLOWED_MODULES[kind]
+    )
 
 
 def _check_module(module: str, name: str, path: str, kind: str) -> None:
