@@ -116,11 +116,15 @@ def check_flag(value: object, argument: str) -> bool:
     raise ConfigTypeError(msg)
 
 
-def unknown_keys(data: object, valid: tuple[str, ...], owner: str, strict: bool) -> None:
+def unknown_keys(
+    data: object, valid: tuple[str, ...], owner: str, strict: bool, *, stacklevel: int = 4
+) -> None:
     """Warn once about keys of ``data`` outside ``valid`` (raise when ``strict``).
 
     torch.ao ignores keys it does not know, so a saved torch.ao dict with a stray key
-    loads there: it loads here too, with one warning naming the keys.
+    loads there: it loads here too, with one warning naming the keys. ``stacklevel`` is
+    :func:`warnings.warn`'s, counted from here: the default points at the caller of a
+    ``from_dict`` that calls the function calling this one.
 
     Raises:
         ConfigError: ``strict`` and an unknown key.
@@ -150,7 +154,7 @@ def unknown_keys(data: object, valid: tuple[str, ...], owner: str, strict: bool)
         f"{owner}: unknown key(s) {', '.join(map(repr, unknown))} at {where} ignored, as "
         f"torch.ao does; valid keys: {listed} (strict=True makes this an error)"
     )
-    warnings.warn(msg, ConfigWarning, stacklevel=4)
+    warnings.warn(msg, ConfigWarning, stacklevel=stacklevel)
 
 
 def check_str(value: object, argument: str) -> str:

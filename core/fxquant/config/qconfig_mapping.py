@@ -425,7 +425,9 @@ class QConfigMapping(serialize.DictForm):
             >>> QConfigMapping.from_dict({"module_name": [("fc", None)]}).module_name_qconfigs
             {'fc': None}
         """
-        _check_dict_keys(qconfig_dict, strict)
+        data = check_dict_form(qconfig_dict, "QConfigMapping")
+        # the warning points at the caller of from_dict, one frame up
+        unknown_keys(data, DICT_KEYS, "QConfigMapping.from_dict", strict, stacklevel=3)
         mapping = cls()
         if GLOBAL_KEY in qconfig_dict:
             mapping.set_global(qconfig_dict[GLOBAL_KEY])
@@ -472,15 +474,6 @@ def _order_key(
         msg = f"index must be >= 0 (0 is the first call in the module), got {index!r}"
         raise ConfigError(msg)
     return (name, checked, index)
-
-
-def _check_dict_keys(qconfig_dict: object, strict: bool) -> None:
-    unknown_keys(
-        check_dict_form(qconfig_dict, "QConfigMapping"),
-        DICT_KEYS,
-        "QConfigMapping.from_dict",
-        strict,
-    )
 
 
 # ---------------------------------------------------------------- the JSON form
