@@ -557,14 +557,8 @@ def decode_dtype(name: object, path: str) -> torch.dtype:
         >>> decode_dtype("torch.int8", "weight_dtype")
         torch.int8
     """
-    if not isinstance(name, str):
-        msg = f"{path}: expected a dtype name like 'torch.uint8', got {name!r}"
-        raise ConfigError(msg)
-    try:
-        return dtype_from_name(name)
-    except ConfigError as error:
-        msg = f"{path}: {error}"
-        raise ConfigError(msg) from error
+    decoded: torch.dtype = with_path(path, dtype_from_name, name)
+    return decoded
 
 
 # ---------------------------------------------------------------- the config classes' JSON
