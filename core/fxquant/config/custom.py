@@ -143,12 +143,6 @@ class StandaloneModuleConfigEntry:
         )
 
 
-def _class_mappings_to_dict(
-    mappings: Mapping[QuantType, Mapping[type, type]],
-) -> dict[str, dict[type, type]]:
-    return {quant_type.value: dict(mapping) for quant_type, mapping in mappings.items()}
-
-
 def _class_mapping_calls(value: object, key: str) -> list[tuple[type, type, QuantType]]:
     """The setter calls ``(from_class, to_class, quant_type)`` that a class mapping's dict
     form stands for."""
@@ -180,7 +174,10 @@ class _Form(NamedTuple):
 
 
 _LIST: Final = _Form(list, lambda value, _: [(value,)])
-_CLASSES: Final = _Form(_class_mappings_to_dict, _class_mapping_calls)
+_CLASSES: Final = _Form(
+    lambda mappings: {kind.value: dict(classes) for kind, classes in mappings.items()},
+    _class_mapping_calls,
+)
 _ENTRIES: Final = _Form(
     lambda entries: [e.as_tuple(k) for k, e in entries.items()], _standalone_calls
 )

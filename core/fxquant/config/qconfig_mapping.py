@@ -230,9 +230,7 @@ class QConfigMapping(serialize.DictForm):
         self.object_type_qconfigs: dict[ObjectType, QConfigAny] = {}
         self.module_name_regex_qconfigs: dict[str, QConfigAny] = {}
         self.module_name_qconfigs: dict[str, QConfigAny] = {}
-        self.module_name_object_type_order_qconfigs: dict[
-            tuple[str, ObjectType, int], QConfigAny
-        ] = {}
+        self.module_name_object_type_order_qconfigs: dict[OrderKey, QConfigAny] = {}
         self._compiled: dict[str, re.Pattern[str]] = {}
 
     def set_global(self, global_qconfig: QConfigAny) -> QConfigMapping:
@@ -462,9 +460,7 @@ class QConfigMapping(serialize.DictForm):
         return f"QConfigMapping({entries!r})"
 
 
-def _order_key(
-    module_name: object, object_type: object, index: object
-) -> tuple[str, ObjectType, int]:
+def _order_key(module_name: object, object_type: object, index: object) -> OrderKey:
     name = check_str(module_name, "module_name")
     checked = _check_object_type(object_type, "object_type")
     if not isinstance(index, int) or isinstance(index, bool):
