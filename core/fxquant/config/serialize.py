@@ -106,19 +106,12 @@ class DictForm:
     __hash__ = None  # type: ignore[assignment]
 
 
-# what a name is used for -> the roots it may live under (plugins are added to each)
+# what a name is used for: its kind
 OP: Final = "pattern op"
 MODULE_CLASS: Final = "module class"
 FUSER: Final = "fuser function"
 GETTER: Final = "getter function"
 CONSTRUCTOR: Final = "observer class"
-_BASE_ROOTS: Final = {
-    OP: ("torch", "operator", "fxquant"),
-    MODULE_CLASS: ("torch", "operator", "fxquant"),
-    FUSER: ("fxquant",),
-    GETTER: ("fxquant",),
-    CONSTRUCTOR: ("fxquant",),
-}
 _OP_MODULES: Final = (
     "torch",
     "torch.functional",
@@ -130,8 +123,9 @@ _OP_MODULES: Final = (
     "fxquant.nn.*",
     "fxquant.config.pattern",  # MatchAllNode
 )
-# the modules (``.*``: and their submodules) a name of each kind may come from under the
-# base roots; decided before any import, so a refused name is never imported
+# the modules (``.*``: and their submodules) a name of each kind may come from, decided
+# before any import, so a refused name is never imported; their roots are the kind's base
+# roots, to which installed plugins' roots are added
 ALLOWED_MODULES: Final = {
     OP: _OP_MODULES,
     MODULE_CLASS: _OP_MODULES,
@@ -155,7 +149,11 @@ def trusted_roots(kind: str) -> frozenset[str]:
         >>> "torch" in trusted_roots("pattern op"), "torch" in trusted_roots("fuser function")
         (True, False)
     """
-    return frozenset(_BASE_ROOTS[kind]) | _plugin_roots()
+    return _base_roots(kind) | _plugin_roots()
+
+
+def _base_roots(kind: str) -> frozenset[str]:
+    return frozenset(_root(module) for module in ALLOWED_MODULES[kind])
 
 
 def _plugin_roots() -> frozenset[str]:
@@ -294,7 +292,7 @@ def _module_allowed(module: str, kind: str) -> bool:
 
 def _check_module(module: str, name: str, path: str, kind: str) -> None:
     """Refuse, from the text alone, a name under a base root but outside its kind's modules."""
-    if _root(module) not in _BASE_ROOTS[kind]:
+    if _root(module) not in _base_roots(kind):
         return  # a plugin's own package: installed code the user chose (roots checked before)
     if not _module_allowed(module, kind):
         allowed = ", ".join(ALLOWED_MODULES[kind])
