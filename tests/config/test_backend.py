@@ -208,6 +208,17 @@ def test_only_one_pattern_format_can_be_set() -> None:
         other.set_pattern(ReLU)
 
 
+def test_from_dict_sets_the_pattern_before_any_other_field() -> None:
+    # torch.ao's order: the pattern keys first, so a dict with both formats and a bad
+    # observation type is refused for its patterns, pattern first
+    data = {"observation_type": "shared", "pattern_complex_format": (ReLU, Conv)}
+    with pytest.raises(ConfigError) as info:
+        BackendPatternConfig.from_dict({**data, "pattern": (Conv, ReLU)})
+    assert str(info.value).startswith(
+        "cannot set pattern_complex_format (ReLU, Conv2d): this config already has pattern "
+    )
+
+
 def test_observation_type_must_be_the_enum() -> None:
     with pytest.raises(ConfigTypeError) as info:
         BackendPatternConfig("relu").set_observation_type(0)  # type: ignore[arg-type]  # tested

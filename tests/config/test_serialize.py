@@ -327,3 +327,18 @@ def test_quantized_dtype_names_read_back_as_the_same_dtype() -> None:
     )
     config = BackendConfig.from_json(text).configs[0].dtype_configs[0]
     assert config == DTypeConfig(torch.uint8, weight_dtype=QINT8)
+
+
+@pytest.mark.parametrize(
+    ("bias_dtype", "words"),
+    [
+        (3, "expected a dtype name like 'torch.uint8', got 3"),
+        ("float", "expected a dtype name like 'torch.uint8', got 'float'"),
+        ("torch.nope", "'torch.nope' is not a torch dtype"),
+    ],
+)
+def test_bad_dtype_name_in_json_names_its_path(bias_dtype: object, words: str) -> None:
+    text = json.dumps({"configs": [{"dtype_configs": [{"bias_dtype": bias_dtype}]}]})
+    with pytest.raises(ConfigError) as info:
+        BackendConfig.from_json(text)
+    assert str(info.value) == f"configs[0].dtype_configs[0].bias_dtype: {words}"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
+from functools import partial
 from typing import Any, Final
 
 import torch
@@ -174,13 +175,8 @@ class DTypeWithConstraints:
         raise wrong_type(value, argument, "a torch.dtype, a DTypeWithConstraints or None")
 
 
-_DTYPE_CONFIG_KEYS: Final = (
-    "input_dtype",
-    "output_dtype",
-    "weight_dtype",
-    "bias_dtype",
-    "is_dynamic",
-)
+_CONSTRAINED_KEYS: Final = ("input_dtype", "output_dtype", "weight_dtype")
+_DTYPE_CONFIG_KEYS: Final = (*_CONSTRAINED_KEYS, "bias_dtype", "is_dynamic")
 
 
 def _check_keys(data: object, valid: Iterable[str], owner: str) -> Mapping[str, Any]:
@@ -235,16 +231,12 @@ class DTypeConfig:
         bias_dtype: torch.dtype | None = None,
         is_dynamic: bool | None = None,
     ) -> None:
+        given = (input_dtype, output_dtype, weight_dtype)
         values: dict[str, object] = {
-            "input_dtype_with_constraints": DTypeWithConstraints.coerce(input_dtype, "input_dtype"),
-            "output_dtype_with_constraints": DTypeWithConstraints.coerce(
-                output_dtype, "output_dtype"
-            ),
-            "weight_dtype_with_constraints": DTypeWithConstraints.coerce(
-                weight_dtype, "weight_dtype"
-            ),
-            "bias_dtype": _check_dtype(bias_dtype, "bias_dtype"),
+            f"{key}_with_constraints": DTypeWithConstraints.coerce(value, key)
+            for key, value in zip(_CONSTRAINED_KEYS, given, strict=True)
         }
+        values["bias_dtype"] = _check_dtype(bias_dtype, "bias_dtype")
         if is_dynamic is not None and not isinstance(is_dynamic, bool):
             msg = f"is_dynamic must be True, False or None, got {is_dynamic!r}"
             raise ConfigTypeError(msg)
@@ -274,16 +266,13 @@ class DTypeConfig:
             >>> DTypeConfig(bias_dtype=torch.float16).to_dict()
             {'bias_dtype': torch.float16}
         """
-        result: dict[str, Any] = {}
-        for key in ("input_dtype", "output_dtype", "weight_dtype"):
-            constrained = getattr(self, f"{key}_with_constraints")
-            if constrained.dtype is not None:
-                result[key] = constrained
-        if self.bias_dtype is not None:
-            result["bias_dtype"] = self.bias_dtype
-        if self.is_dynamic is not None:
-            result["is_dynamic"] = self.is_dynamic
-        return result
+        values = [getattr(self, f"{key}_with_constraints") for key in _CONSTRAINED_KEYS]
+        values += [self.bias_dtype, self.is_dynamic]
+        return {
+            key: value
+            for key, value in zip(_DTYPE_CONFIG_KEYS, values, strict=True)
+            if (value.dtype if key in _CONSTRAINED_KEYS else value) is not None
+        }
 
     @classmethod
     def from_dict(cls, dtype_config_dict: Mapping[str, Any]) -> DTypeConfig:
@@ -347,38 +336,10 @@ def _check_input_type_to_index(value: object, argument: str) -> dict[str, int]:
     return checked
 
 
-# dict key -> attribute, in torch.ao's to_dict order
-_PATTERN_CONFIG_KEYS: Final = {
-    "observation_type": "observation_type",
-    "dtype_configs": "dtype_configs",
-    "pattern": "pattern",
-    "root_module": "root_module",
-    "qat_module": "qat_module",
-    "reference_quantized_module_for_root": "reference_quantized_module",
-    "fused_module": "fused_module",
-    "fuser_method": "fuser_method",
-    "root_node_getter": "_root_node_getter",
-    "extra_inputs_getter": "_extra_inputs_getter",
-    "num_tensor_args_to_observation_type": "_num_tensor_args_to_observation_type",
-    "input_type_to_index": "_input_type_to_index",
-    "pattern_complex_format": "_pattern_complex_format",
-}
-# dict key -> the setter from_dict calls
-_PATTERN_CONFIG_SETTERS: Final = {
-    "pattern": "set_pattern",
-    "pattern_complex_format": "_set_pattern_complex_format",
-    "observation_type": "set_observation_type",
-    "dtype_configs": "set_dtype_configs",
-    "root_module": "set_root_module",
-    "qat_module": "set_qat_module",
-    "reference_quantized_module_for_root": "set_reference_quantized_module",
-    "fused_module": "set_fused_module",
-    "fuser_method": "set_fuser_method",
-    "root_node_getter": "_set_root_node_getter",
-    "extra_inputs_getter": "_set_extra_inputs_getter",
-    "num_tensor_args_to_observation_type": "_set_num_tensor_args_to_observation_type",
-    "input_type_to_index": "_set_input_type_to_index",
-}
+def _check_dtype_configs(value: object, argument: str) -> list[DTypeConfig]:
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        raise wrong_type(value, argument, "a list of DTypeConfig")
+    return [DTypeConfig.coerce(c, f"{argument}[{i}]") for i, c in enumerate(value)]
 
 
 def _refuse_second_format(given: tuple[str, Pattern], held: tuple[str, Pattern | None]) -> None:
@@ -461,8 +422,7 @@ class BackendPatternConfig(serialize.DictForm):
         _refuse_second_format(
             ("pattern", pattern), ("pattern_complex_format", self._pattern_complex_format)
         )
-        self.pattern = patterns.validate_simple(pattern)
-        return self
+        return self._set("pattern", pattern)
 
     def _set_pattern_complex_format(self, pattern: Pattern) -> BackendPatternConfig:
         """Set the pattern in the reversed nested tuple format (see ``fxquant.config.pattern``).
@@ -474,8 +434,7 @@ class BackendPatternConfig(serialize.DictForm):
             True
         """
         _refuse_second_format(("pattern_complex_format", pattern), ("pattern", self.pattern))
-        self._pattern_complex_format = patterns.validate_complex(pattern)
-        return self
+        return self._set("pattern_complex_format", pattern)
 
     def set_observation_type(self, observation_type: ObservationType) -> BackendPatternConfig:
         """Set where observers go (default: OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT).
@@ -485,8 +444,7 @@ class BackendPatternConfig(serialize.DictForm):
             ...     ObservationType.OUTPUT_SHARE_OBSERVER_WITH_INPUT).observation_type.value
             1
         """
-        self.observation_type = _check_observation_type(observation_type, "observation_type")
-        return self
+        return self._set("observation_type", observation_type)
 
     def add_dtype_config(self, dtype_config: DTypeConfig) -> BackendPatternConfig:
         """Add one supported set of dtypes.
@@ -506,15 +464,7 @@ class BackendPatternConfig(serialize.DictForm):
             >>> BackendPatternConfig("relu").set_dtype_configs([DTypeConfig()]).dtype_configs
             [DTypeConfig(input_dtype_with_constraints=..., ...)]
         """
-        if isinstance(dtype_configs, (str, bytes, Mapping)) or not isinstance(
-            dtype_configs, Iterable
-        ):
-            raise wrong_type(dtype_configs, "dtype_configs", "a list of DTypeConfig")
-        checked = [
-            DTypeConfig.coerce(c, f"dtype_configs[{i}]") for i, c in enumerate(dtype_configs)
-        ]
-        self.dtype_configs = checked
-        return self
+        return self._set("dtype_configs", dtype_configs)
 
     def set_root_module(self, root_module: type[torch.nn.Module] | None) -> BackendPatternConfig:
         """Set the module class the reference module replaces (e.g. Linear for LinearReLU).
@@ -523,8 +473,7 @@ class BackendPatternConfig(serialize.DictForm):
             >>> BackendPatternConfig("x").set_root_module(torch.nn.Linear).root_module.__name__
             'Linear'
         """
-        self.root_module = check_module_class(root_module, "root_module", optional=True)
-        return self
+        return self._set("root_module", root_module)
 
     def set_qat_module(self, qat_module: type[torch.nn.Module] | None) -> BackendPatternConfig:
         """Set the QAT module class for this pattern.
@@ -533,8 +482,7 @@ class BackendPatternConfig(serialize.DictForm):
             >>> BackendPatternConfig("x").set_qat_module(None).qat_module is None
             True
         """
-        self.qat_module = check_module_class(qat_module, "qat_module", optional=True)
-        return self
+        return self._set("qat_module", qat_module)
 
     def set_reference_quantized_module(
         self, reference_quantized_module: type[torch.nn.Module] | None
@@ -546,11 +494,7 @@ class BackendPatternConfig(serialize.DictForm):
             ...     ).reference_quantized_module.__name__
             'Linear'
         """
-        checked = check_module_class(
-            reference_quantized_module, "reference_quantized_module", optional=True
-        )
-        self.reference_quantized_module = checked
-        return self
+        return self._set("reference_quantized_module_for_root", reference_quantized_module)
 
     def set_fused_module(self, fused_module: type[torch.nn.Module] | None) -> BackendPatternConfig:
         """Set the fused module class the fuser produces (e.g. ConvReLU2d).
@@ -560,8 +504,7 @@ class BackendPatternConfig(serialize.DictForm):
             >>> c.fused_module.__name__
             'Sequential'
         """
-        self.fused_module = check_module_class(fused_module, "fused_module", optional=True)
-        return self
+        return self._set("fused_module", fused_module)
 
     def set_fuser_method(self, fuser_method: Callable[..., Any] | None) -> BackendPatternConfig:
         """Set the function ``f(is_qat, *modules) -> fused module`` for this pattern.
@@ -576,39 +519,36 @@ class BackendPatternConfig(serialize.DictForm):
             ...     ).fuser_method is fuse
             True
         """
-        self.fuser_method = _check_callable(fuser_method, "fuser_method")
-        return self
+        return self._set("fuser_method", fuser_method)
 
     def _set_root_node_getter(
         self, root_node_getter: Callable[..., Any] | None
     ) -> BackendPatternConfig:
         """Set the function that picks the root node of a matched complex pattern."""
-        self._root_node_getter = _check_callable(root_node_getter, "root_node_getter")
-        return self
+        return self._set("root_node_getter", root_node_getter)
 
     def _set_extra_inputs_getter(
         self, extra_inputs_getter: Callable[..., Any] | None
     ) -> BackendPatternConfig:
         """Set the function returning extra inputs appended to the fused module's args."""
-        self._extra_inputs_getter = _check_callable(extra_inputs_getter, "extra_inputs_getter")
-        return self
+        return self._set("extra_inputs_getter", extra_inputs_getter)
 
     def _set_num_tensor_args_to_observation_type(
         self, num_tensor_args_to_observation_type: Mapping[int, ObservationType]
     ) -> BackendPatternConfig:
         """Set the observation type per number of tensor arguments (e.g. add with 1 or 2)."""
-        self._num_tensor_args_to_observation_type = _check_observation_types(
-            num_tensor_args_to_observation_type, "num_tensor_args_to_observation_type"
-        )
-        return self
+        return self._set("num_tensor_args_to_observation_type", num_tensor_args_to_observation_type)
 
     def _set_input_type_to_index(
         self, input_type_to_index: Mapping[str, int]
     ) -> BackendPatternConfig:
         """Set which argument index holds each input kind, e.g. {"weight": 1, "bias": 2}."""
-        self._input_type_to_index = _check_input_type_to_index(
-            input_type_to_index, "input_type_to_index"
-        )
+        return self._set("input_type_to_index", input_type_to_index)
+
+    def _set(self, key: str, value: object) -> BackendPatternConfig:
+        """Set the field of dict key ``key`` to ``value`` checked by its :data:`_FIELDS` check."""
+        attribute, check, _ = _FIELDS[key]
+        setattr(self, attribute, check(value, attribute.lstrip("_")))
         return self
 
     def copy(self) -> BackendPatternConfig:
@@ -622,14 +562,10 @@ class BackendPatternConfig(serialize.DictForm):
         """
         # fields, not from_dict(to_dict()): this config is valid already, and the registry
         # copies every pattern at assembly and on each get_backend_config; the
-        # DTypeConfigs in the list are frozen, so a new list is a full copy
+        # DTypeConfigs in the list are frozen, so new lists and dicts make a full copy
         copied = object.__new__(type(self))
-        copied.__dict__.update(self.__dict__)
-        copied.dtype_configs = list(self.dtype_configs)
-        copied._num_tensor_args_to_observation_type = dict(
-            self._num_tensor_args_to_observation_type
-        )
-        copied._input_type_to_index = dict(self._input_type_to_index)
+        fresh = {k: v.copy() if isinstance(v, (list, dict)) else v for k, v in vars(self).items()}
+        copied.__dict__.update(fresh)
         return copied
 
     def to_dict(self) -> dict[str, Any]:
@@ -640,17 +576,12 @@ class BackendPatternConfig(serialize.DictForm):
             ['dtype_configs', 'observation_type', 'pattern']
         """
         result: dict[str, Any] = {}
-        for key, attribute in _PATTERN_CONFIG_KEYS.items():
+        for key, (attribute, _, _) in _FIELDS.items():
             value = getattr(self, attribute)
             if key == "dtype_configs":
-                result[key] = [c.to_dict() for c in value]
-            elif key == "observation_type":
-                result[key] = value
-            elif isinstance(value, dict):
-                if value:
-                    result[key] = dict(value)
-            elif value is not None:
-                result[key] = value
+                value = [c.to_dict() for c in value]
+            if value is not None and value != {}:
+                result[key] = dict(value) if isinstance(value, dict) else value
         return result
 
     @classmethod
@@ -664,15 +595,15 @@ class BackendPatternConfig(serialize.DictForm):
             >>> BackendPatternConfig.from_dict({"pattern": torch.nn.Linear}).pattern.__name__
             'Linear'
         """
-        data = _check_keys(backend_pattern_config_dict, _PATTERN_CONFIG_SETTERS, cls.__name__)
+        data = _check_keys(backend_pattern_config_dict, _FROM_DICT_ORDER, cls.__name__)
         config = cls()
-        for key, setter in _PATTERN_CONFIG_SETTERS.items():
+        for key in _FROM_DICT_ORDER:
             if key in data:
+                attribute = _FIELDS[key][0]
+                # the public setter: set_pattern and its twin refuse a second pattern format
+                setter = f"_set_{attribute[1:]}" if attribute[0] == "_" else f"set_{attribute}"
                 getattr(config, setter)(data[key])
         return config
-
-    def __repr__(self) -> str:
-        return f"BackendPatternConfig({self.to_dict()!r})"
 
 
 class BackendConfig(serialize.DictForm):
@@ -822,27 +753,14 @@ class BackendConfig(serialize.DictForm):
 # the codecs of the dict form's keys; config/serialize.py's to_json/from_json apply them
 # (QConfigMapping's table is in config/qconfig_mapping.py)
 
-_CONSTRAINT_FIELDS: Final = (
-    "quant_min_lower_bound",
-    "quant_max_upper_bound",
-    "scale_min_lower_bound",
-    "scale_max_upper_bound",
-    "scale_exact_match",
-    "zero_point_exact_match",
-)
-
 
 def _encode_constrained(value: object, path: str) -> Any:
     if isinstance(value, torch.dtype):
         return dtype_name(value)
     if isinstance(value, DTypeWithConstraints):
-        encoded: dict[str, Any] = {
-            "dtype": None if value.dtype is None else dtype_name(value.dtype)
-        }
-        for field in _CONSTRAINT_FIELDS:
-            if getattr(value, field) is not None:
-                encoded[field] = getattr(value, field)
-        return encoded
+        bounds = {f.name: getattr(value, f.name) for f in fields(value) if f.name != "dtype"}
+        dtype = None if value.dtype is None else dtype_name(value.dtype)
+        return {"dtype": dtype, **{k: v for k, v in bounds.items() if v is not None}}
     raise serialize.unsafe(path, value, "is not a dtype or DTypeWithConstraints")
 
 
@@ -850,12 +768,10 @@ def _decode_constrained(data: object, path: str) -> Any:
     if isinstance(data, str):
         return serialize.decode_dtype(data, path)
     if isinstance(data, Mapping):
-        unknown = set(data) - {"dtype", *_CONSTRAINT_FIELDS}
+        valid = [f.name for f in fields(DTypeWithConstraints)]
+        unknown = set(data) - set(valid)
         if unknown:
-            msg = (
-                f"{path}: unknown key(s) {sorted(unknown)}; valid keys: "
-                f"{', '.join(('dtype', *_CONSTRAINT_FIELDS))}"
-            )
+            msg = f"{path}: unknown key(s) {sorted(unknown)}; valid keys: {', '.join(valid)}"
             raise ConfigError(msg)
         dtype = data.get("dtype")
         bounds = {k: v for k, v in data.items() if k != "dtype"}
@@ -913,24 +829,49 @@ _DTYPE_CONFIG_JSON: Final[serialize.Codecs] = {
     "weight_dtype": _CONSTRAINED,
     "bias_dtype": (lambda value, _: dtype_name(value), serialize.decode_dtype),
 }
-_MODULES: Final = serialize.name_codec(serialize.MODULE_CLASS)
+_MODULE: Final = (
+    partial(check_module_class, optional=True),
+    serialize.name_codec(serialize.MODULE_CLASS),
+)
+_GETTER: Final = (_check_callable, serialize.name_codec(serialize.GETTER))
 _PATTERNS: Final = (serialize.encode_pattern, serialize.decode_pattern)
-_PATTERN_CONFIG_JSON: Final[serialize.Codecs] = {
-    "pattern": _PATTERNS,
-    "pattern_complex_format": _PATTERNS,
-    "observation_type": (_observation_type_name, _observation_type),
-    "dtype_configs": serialize.list_codec(_record_codec(_DTYPE_CONFIG_JSON, None)),
-    "root_module": _MODULES,
-    "qat_module": _MODULES,
-    "reference_quantized_module_for_root": _MODULES,
-    "fused_module": _MODULES,
-    "fuser_method": serialize.name_codec(serialize.FUSER),
-    "root_node_getter": serialize.name_codec(serialize.GETTER),
-    "extra_inputs_getter": serialize.name_codec(serialize.GETTER),
-    "num_tensor_args_to_observation_type": (_encode_num_args, _decode_num_args),
+_OBSERVATION: Final = (_observation_type_name, _observation_type)
+_DTYPE_CONFIGS: Final = serialize.list_codec(_record_codec(_DTYPE_CONFIG_JSON, None))
+
+# BackendPatternConfig's fields, in torch.ao's to_dict order: dict key -> (attribute, the
+# setter's check, the JSON codec or None to pass the value through); a setter's argument is
+# named as the attribute, and an attribute ``_x`` has the setter ``_set_x`` (torch.ao's
+# private setters), ``x`` has ``set_x``
+_FIELDS: Final[dict[str, tuple[str, Callable[[Any, str], Any], serialize.Codec | None]]] = {
+    "observation_type": ("observation_type", _check_observation_type, _OBSERVATION),
+    "dtype_configs": ("dtype_configs", _check_dtype_configs, _DTYPE_CONFIGS),
+    "pattern": ("pattern", lambda value, _: patterns.validate_simple(value), _PATTERNS),
+    "root_module": ("root_module", *_MODULE),
+    "qat_module": ("qat_module", *_MODULE),
+    "reference_quantized_module_for_root": ("reference_quantized_module", *_MODULE),
+    "fused_module": ("fused_module", *_MODULE),
+    "fuser_method": ("fuser_method", _check_callable, serialize.name_codec(serialize.FUSER)),
+    "root_node_getter": ("_root_node_getter", *_GETTER),
+    "extra_inputs_getter": ("_extra_inputs_getter", *_GETTER),
+    "num_tensor_args_to_observation_type": (
+        "_num_tensor_args_to_observation_type",
+        _check_observation_types,
+        (_encode_num_args, _decode_num_args),
+    ),
+    "input_type_to_index": ("_input_type_to_index", _check_input_type_to_index, None),
+    "pattern_complex_format": (
+        "_pattern_complex_format",
+        lambda value, _: patterns.validate_complex(value),
+        _PATTERNS,
+    ),
 }
+# from_dict sets the pattern first, as torch.ao does: a bad pattern is the error reported
+_FROM_DICT_ORDER: Final = sorted(_FIELDS, key=lambda key: not key.startswith("pattern"))
 _BACKEND_CONFIG_JSON: Final[serialize.Codecs] = {
     "configs": serialize.list_codec(
-        _record_codec(_PATTERN_CONFIG_JSON, BackendPatternConfig.from_dict)
+        _record_codec(
+            {key: codec for key, (_, _, codec) in _FIELDS.items() if codec},
+            BackendPatternConfig.from_dict,
+        )
     ),
 }

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from numbers import Real
 from typing import Any
 
@@ -20,6 +20,7 @@ from fxquant.errors import ConfigError, ConfigTypeError, ConfigWarning, wrong_ty
 
 __all__ = [
     "check_dict_form",
+    "check_entries",
     "check_flag",
     "check_integer",
     "check_module_class",
@@ -115,11 +116,15 @@ def check_flag(value: object, argument: str) -> bool:
     raise ConfigTypeError(msg)
 
 
-def unknown_keys(data: object, valid: tuple[str, ...], owner: str, strict: bool) -> None:
+def unknown_keys(
+    data: object, valid: tuple[str, ...], owner: str, strict: bool, *, stacklevel: int = 4
+) -> None:
     """Warn once about keys of ``data`` outside ``valid`` (raise when ``strict``).
 
     torch.ao ignores keys it does not know, so a saved torch.ao dict with a stray key
-    loads there: it loads here too, with one warning naming the keys.
+    loads there: it loads here too, with one warning naming the keys. ``stacklevel`` is
+    :func:`warnings.warn`'s, counted from here: the default points at the caller of a
+    ``from_dict`` that calls the function calling this one.
 
     Raises:
         ConfigError: ``strict`` and an unknown key.
@@ -149,7 +154,7 @@ def unknown_keys(data: object, valid: tuple[str, ...], owner: str, strict: bool)
         f"{owner}: unknown key(s) {', '.join(map(repr, unknown))} at {where} ignored, as "
         f"torch.ao does; valid keys: {listed} (strict=True makes this an error)"
     )
-    warnings.warn(msg, ConfigWarning, stacklevel=4)
+    warnings.warn(msg, ConfigWarning, stacklevel=stacklevel)
 
 
 def check_str(value: object, argument: str) -> str:
@@ -196,3 +201,36 @@ def check_dict_form(data: object, owner: str) -> Mapping[str, Any]:
         msg = f"{owner}.from_dict expects a dict, got {data!r} of type {type(data).__name__}"
         raise ConfigTypeError(msg)
     return data
+
+
+def check_entries(
+    value: object, argument: str, size: int, listed: str, entry: str
+) -> Iterator[Any]:
+    """The entries of a dict form's list of tuples, each checked as it is reached.
+
+    Args:
+        value: the list (or tuple) of entries.
+        argument: its name in the messages (``argument[i]`` for an entry).
+        size: the length every entry (a tuple or list) must have.
+        listed: what the list must be, for a value that is none.
+        entry: what an entry must be, for one that is not.
+
+    Raises:
+        ConfigTypeError: ``value`` is not a list or tuple.
+        ConfigError: an entry is not a tuple or list of ``size`` items.
+
+    Example:
+        >>> list(check_entries([("a", 1)], "module_name", 2, "a list", "a pair"))
+        [('a', 1)]
+        >>> list(check_entries([("a",)], "module_name", 2, "a list", "a pair"))
+        Traceback (most recent call last):
+        ...
+        fxquant.errors.ConfigError: module_name[0] must be a pair, got ('a',)
+    """
+    if not isinstance(value, (list, tuple)):
+        raise wrong_type(value, argument, listed)
+    for i, item in enumerate(value):
+        if not isinstance(item, (tuple, list)) or len(item) != size:
+            msg = f"{argument}[{i}] must be {entry}, got {item!r}"
+            raise ConfigError(msg)
+        yield item

@@ -13,14 +13,20 @@ Every setter validates and leaves the config unchanged when it raises.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Final, TypeVar
+from typing import Any, ClassVar, Final, NamedTuple, TypeVar
 
 import torch  # noqa: F401  # the docstring examples run in this module's namespace
 
 from fxquant.config.backend import BackendConfig
-from fxquant.config.checks import check_dict_form, check_module_class, check_str, unknown_keys
+from fxquant.config.checks import (
+    check_dict_form,
+    check_entries,
+    check_module_class,
+    check_str,
+    unknown_keys,
+)
 from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.config.serialize import DictForm
 from fxquant.errors import ConfigError, ConfigTypeError, wrong_type
@@ -32,16 +38,6 @@ __all__ = [
     "QuantType",
     "StandaloneModuleConfigEntry",
 ]
-
-STANDALONE_MODULE_NAME_KEY: Final = "standalone_module_name"
-STANDALONE_MODULE_CLASS_KEY: Final = "standalone_module_class"
-FLOAT_TO_OBSERVED_KEY: Final = "float_to_observed_custom_module_class"
-OBSERVED_TO_QUANTIZED_KEY: Final = "observed_to_quantized_custom_module_class"
-NON_TRACEABLE_MODULE_NAME_KEY: Final = "non_traceable_module_name"
-NON_TRACEABLE_MODULE_CLASS_KEY: Final = "non_traceable_module_class"
-INPUT_QUANTIZED_INDEXES_KEY: Final = "input_quantized_idxs"
-OUTPUT_QUANTIZED_INDEXES_KEY: Final = "output_quantized_idxs"
-PRESERVED_ATTRIBUTES_KEY: Final = "preserved_attributes"
 
 T = TypeVar("T")
 P = TypeVar("P", bound="_Preserved")
@@ -92,14 +88,6 @@ def _list_of(values: object, argument: str, check: Callable[[object, str], T]) -
     if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
         raise wrong_type(values, argument, "a list")
     return [check(v, f"{argument}[{i}]") for i, v in enumerate(values)]
-
-
-def _entries(data: Mapping[str, Any], key: str) -> list[Any] | tuple[Any, ...]:
-    """The list under ``key`` (empty when absent); a non-list is a ConfigTypeError."""
-    entries = data.get(key, [])
-    if not isinstance(entries, (list, tuple)):
-        raise wrong_type(entries, key, "a list")
-    return entries
 
 
 def _optional(value: Any, cls: type[T], argument: str) -> T | None:
@@ -155,6 +143,46 @@ class StandaloneModuleConfigEntry:
         )
 
 
+def _class_mapping_calls(value: object, key: str) -> list[tuple[type, type, QuantType]]:
+    """The setter calls ``(from_class, to_class, quant_type)`` that a class mapping's dict
+    form stands for."""
+    if not isinstance(value, Mapping):
+        msg = f"{key!r} must be a dict of quant type name -> {{class: class}}, got {value!r}"
+        raise ConfigTypeError(msg)
+    calls = []
+    for quant_type, mapping in value.items():
+        if not isinstance(mapping, Mapping):
+            msg = f"{key}[{quant_type!r}] must be a dict of class -> class, got {mapping!r}"
+            raise ConfigTypeError(msg)
+        calls += [(a, b, QuantType.coerce(quant_type)) for a, b in mapping.items()]
+    return calls
+
+
+def _standalone_calls(entries: object, key: str) -> Iterator[Any]:
+    """The setter calls that a list of standalone module entries stands for."""
+    shape = "a tuple (key, qconfig_mapping, example_inputs, prepare_custom_config, backend_config)"
+    return check_entries(entries, key, 5, "a list", shape)
+
+
+class _Form(NamedTuple):
+    """How a field of a custom config is written to its dict form and read back."""
+
+    write: Callable[[Any], Any]
+    """The attribute's value -> the dict form's."""
+    calls: Callable[[Any, str], Iterable[Any]]
+    """The dict form's value and key -> the argument tuples of the setter calls it stands for."""
+
+
+_LIST: Final = _Form(list, lambda value, _: [(value,)])
+_CLASSES: Final = _Form(
+    lambda mappings: {kind.value: dict(classes) for kind, classes in mappings.items()},
+    _class_mapping_calls,
+)
+_ENTRIES: Final = _Form(
+    lambda entries: [e.as_tuple(k) for k, e in entries.items()], _standalone_calls
+)
+
+
 class _Preserved(DictForm):
     """Shared by the three custom configs: preserved attributes, the dict form, equality.
 
@@ -163,7 +191,11 @@ class _Preserved(DictForm):
     ignores it).
     """
 
-    _KEYS: ClassVar[tuple[str, ...]] = (PRESERVED_ATTRIBUTES_KEY,)
+    # dict key (torch.ao's, in its order) -> (attribute, form); from_dict calls the setter
+    # ``set_<attribute>``, for a standalone module ``set_<key>`` (one module per call)
+    _FIELDS: ClassVar[dict[str, tuple[str, _Form]]] = {
+        "preserved_attributes": ("preserved_attributes", _LIST)
+    }
 
     def __init__(self) -> None:
         self.preserved_attributes: list[str] = []
@@ -179,28 +211,22 @@ class _Preserved(DictForm):
         self.preserved_attributes = checked  # type: ignore[attr-defined]  # T is a _Preserved
         return self
 
-    def _settings(self) -> dict[str, Any]:
-        """Every setting under its torch.ao key, empty ones too."""
-        return {PRESERVED_ATTRIBUTES_KEY: list(self.preserved_attributes)}
-
-    def _load(self, data: Mapping[str, Any]) -> None:
-        self.set_preserved_attributes(data.get(PRESERVED_ATTRIBUTES_KEY, []))
-
     def to_dict(self) -> dict[str, Any]:
         """The dict form with torch.ao's keys; empty settings are left out."""
-        return {key: value for key, value in self._settings().items() if value}
+        fields = self._FIELDS.items()
+        return {key: form.write(getattr(self, a)) for key, (a, form) in fields if getattr(self, a)}
 
     @classmethod
     def _build(cls: type[P], data: object, strict: bool) -> P:
         data = check_dict_form(data, cls.__name__)
         # the warning's stacklevel points at the caller of from_dict, two frames up
-        unknown_keys(data, cls._KEYS, f"{cls.__name__}.from_dict", strict)
+        unknown_keys(data, tuple(cls._FIELDS), f"{cls.__name__}.from_dict", strict)
         config = cls()
-        config._load(data)
+        for key, (attribute, form) in cls._FIELDS.items():
+            setter = getattr(config, f"set_{key if form is _ENTRIES else attribute}")
+            for arguments in form.calls(data[key], key) if key in data else ():
+                setter(*arguments)
         return config
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.to_dict()!r})"
 
 
 class FuseCustomConfig(_Preserved):
@@ -224,25 +250,6 @@ class FuseCustomConfig(_Preserved):
         return cls._build(fuse_custom_config_dict, strict)
 
 
-def _class_mappings_to_dict(
-    mappings: Mapping[QuantType, Mapping[type, type]],
-) -> dict[str, dict[type, type]]:
-    return {quant_type.value: dict(mapping) for quant_type, mapping in mappings.items()}
-
-
-def _class_mappings_from_dict(value: object, key: str) -> list[tuple[QuantType, type, type]]:
-    if not isinstance(value, Mapping):
-        msg = f"{key!r} must be a dict of quant type name -> {{class: class}}, got {value!r}"
-        raise ConfigTypeError(msg)
-    entries = []
-    for quant_type, mapping in value.items():
-        if not isinstance(mapping, Mapping):
-            msg = f"{key}[{quant_type!r}] must be a dict of class -> class, got {mapping!r}"
-            raise ConfigTypeError(msg)
-        entries += [(QuantType.coerce(quant_type), a, b) for a, b in mapping.items()]
-    return entries
-
-
 class PrepareCustomConfig(_Preserved):
     """Custom settings for ``prepare_fx`` / ``prepare_qat_fx``.
 
@@ -255,16 +262,16 @@ class PrepareCustomConfig(_Preserved):
         ['input_quantized_idxs', 'non_traceable_module_name', 'preserved_attributes']
     """
 
-    _KEYS = (
-        STANDALONE_MODULE_NAME_KEY,
-        STANDALONE_MODULE_CLASS_KEY,
-        FLOAT_TO_OBSERVED_KEY,
-        NON_TRACEABLE_MODULE_NAME_KEY,
-        NON_TRACEABLE_MODULE_CLASS_KEY,
-        INPUT_QUANTIZED_INDEXES_KEY,
-        OUTPUT_QUANTIZED_INDEXES_KEY,
-        PRESERVED_ATTRIBUTES_KEY,
-    )
+    _FIELDS: ClassVar = {
+        "standalone_module_name": ("standalone_module_names", _ENTRIES),
+        "standalone_module_class": ("standalone_module_classes", _ENTRIES),
+        "float_to_observed_custom_module_class": ("float_to_observed_mapping", _CLASSES),
+        "non_traceable_module_name": ("non_traceable_module_names", _LIST),
+        "non_traceable_module_class": ("non_traceable_module_classes", _LIST),
+        "input_quantized_idxs": ("input_quantized_indexes", _LIST),
+        "output_quantized_idxs": ("output_quantized_indexes", _LIST),
+        **_Preserved._FIELDS,
+    }
 
     def __init__(self) -> None:
         super().__init__()
@@ -396,19 +403,6 @@ class PrepareCustomConfig(_Preserved):
         self.output_quantized_indexes = _list_of(indexes, "indexes", _index)
         return self
 
-    def _settings(self) -> dict[str, Any]:
-        names, classes = self.standalone_module_names, self.standalone_module_classes
-        return {
-            STANDALONE_MODULE_NAME_KEY: [e.as_tuple(k) for k, e in names.items()],
-            STANDALONE_MODULE_CLASS_KEY: [e.as_tuple(k) for k, e in classes.items()],
-            FLOAT_TO_OBSERVED_KEY: _class_mappings_to_dict(self.float_to_observed_mapping),
-            NON_TRACEABLE_MODULE_NAME_KEY: list(self.non_traceable_module_names),
-            NON_TRACEABLE_MODULE_CLASS_KEY: list(self.non_traceable_module_classes),
-            INPUT_QUANTIZED_INDEXES_KEY: list(self.input_quantized_indexes),
-            OUTPUT_QUANTIZED_INDEXES_KEY: list(self.output_quantized_indexes),
-            **super()._settings(),
-        }
-
     @classmethod
     def from_dict(
         cls, prepare_custom_config_dict: Mapping[str, Any], *, strict: bool = False
@@ -421,29 +415,6 @@ class PrepareCustomConfig(_Preserved):
         """
         return cls._build(prepare_custom_config_dict, strict)
 
-    def _load(self, data: Mapping[str, Any]) -> None:
-        for key, setter in (
-            (STANDALONE_MODULE_NAME_KEY, self.set_standalone_module_name),
-            (STANDALONE_MODULE_CLASS_KEY, self.set_standalone_module_class),
-        ):
-            for i, entry in enumerate(_entries(data, key)):
-                if not isinstance(entry, (tuple, list)) or len(entry) != 5:
-                    msg = (
-                        f"{key}[{i}] must be a tuple (key, qconfig_mapping, example_inputs, "
-                        f"prepare_custom_config, backend_config), got {entry!r}"
-                    )
-                    raise ConfigError(msg)
-                setter(*entry)
-        for quant_type, float_cls, observed_cls in _class_mappings_from_dict(
-            data.get(FLOAT_TO_OBSERVED_KEY, {}), FLOAT_TO_OBSERVED_KEY
-        ):
-            self.set_float_to_observed_mapping(float_cls, observed_cls, quant_type)
-        self.set_non_traceable_module_names(data.get(NON_TRACEABLE_MODULE_NAME_KEY, []))
-        self.set_non_traceable_module_classes(data.get(NON_TRACEABLE_MODULE_CLASS_KEY, []))
-        self.set_input_quantized_indexes(data.get(INPUT_QUANTIZED_INDEXES_KEY, []))
-        self.set_output_quantized_indexes(data.get(OUTPUT_QUANTIZED_INDEXES_KEY, []))
-        super()._load(data)
-
 
 class ConvertCustomConfig(_Preserved):
     """Custom settings for ``convert_fx``: custom module swaps and attributes to keep.
@@ -455,7 +426,10 @@ class ConvertCustomConfig(_Preserved):
         ['static']
     """
 
-    _KEYS = (OBSERVED_TO_QUANTIZED_KEY, PRESERVED_ATTRIBUTES_KEY)
+    _FIELDS: ClassVar = {
+        "observed_to_quantized_custom_module_class": ("observed_to_quantized_mapping", _CLASSES),
+        **_Preserved._FIELDS,
+    }
 
     def __init__(self) -> None:
         super().__init__()
@@ -481,10 +455,6 @@ class ConvertCustomConfig(_Preserved):
         self.observed_to_quantized_mapping.setdefault(kind, {})[observed_cls] = quantized_cls
         return self
 
-    def _settings(self) -> dict[str, Any]:
-        mapping = _class_mappings_to_dict(self.observed_to_quantized_mapping)
-        return {OBSERVED_TO_QUANTIZED_KEY: mapping, **super()._settings()}
-
     @classmethod
     def from_dict(
         cls, convert_custom_config_dict: Mapping[str, Any], *, strict: bool = False
@@ -496,10 +466,3 @@ class ConvertCustomConfig(_Preserved):
             ['a']
         """
         return cls._build(convert_custom_config_dict, strict)
-
-    def _load(self, data: Mapping[str, Any]) -> None:
-        for quant_type, observed_cls, quantized_cls in _class_mappings_from_dict(
-            data.get(OBSERVED_TO_QUANTIZED_KEY, {}), OBSERVED_TO_QUANTIZED_KEY
-        ):
-            self.set_observed_to_quantized_mapping(observed_cls, quantized_cls, quant_type)
-        super()._load(data)

@@ -64,9 +64,7 @@ def is_match_all(op: object) -> bool:
         >>> is_match_all(MatchAllNode)
         True
     """
-    if op is MatchAllNode:
-        return True
-    return is_torch_ao_match_all(op)
+    return op is MatchAllNode or is_torch_ao_match_all(op)
 
 
 def op_kind(op: object) -> str:

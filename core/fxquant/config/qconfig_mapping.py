@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from fxquant.config import serialize
-from fxquant.config.checks import check_dict_form, check_str, unknown_keys
+from fxquant.config.checks import check_dict_form, check_entries, check_str, unknown_keys
 from fxquant.config.qconfig import QConfig, QConfigAny
 from fxquant.errors import ConfigError, ConfigTypeError, wrong_type
 
@@ -51,13 +51,16 @@ OBJECT_TYPE_KEY: Final = "object_type"
 MODULE_NAME_REGEX_KEY: Final = "module_name_regex"
 MODULE_NAME_KEY: Final = "module_name"
 MODULE_NAME_OBJECT_TYPE_ORDER_KEY: Final = "module_name_object_type_order"
-DICT_KEYS: Final = (
-    GLOBAL_KEY,
-    OBJECT_TYPE_KEY,
-    MODULE_NAME_REGEX_KEY,
-    MODULE_NAME_KEY,
-    MODULE_NAME_OBJECT_TYPE_ORDER_KEY,
-)
+# the levels with entries, lowest priority first: dict key -> (the positions of object types
+# in an entry ``(key..., qconfig)``, the entry's length); a level's entries are the attribute
+# ``<key>_qconfigs`` and set by ``set_<key>``
+_LEVELS: Final = {
+    OBJECT_TYPE_KEY: ((0,), 2),
+    MODULE_NAME_REGEX_KEY: ((), 2),
+    MODULE_NAME_KEY: ((), 2),
+    MODULE_NAME_OBJECT_TYPE_ORDER_KEY: ((1,), 4),
+}
+DICT_KEYS: Final = (GLOBAL_KEY, *_LEVELS)
 
 
 def _check_qconfig(qconfig: object, argument: str) -> QConfigAny:
@@ -199,11 +202,7 @@ class QConfigChoice:
     @property
     def names_module(self) -> bool:
         """True when an entry naming a module (order, name or regex) gave the QConfig."""
-        return self.level in (
-            MODULE_NAME_OBJECT_TYPE_ORDER_KEY,
-            MODULE_NAME_KEY,
-            MODULE_NAME_REGEX_KEY,
-        )
+        return self.level not in (GLOBAL_KEY, OBJECT_TYPE_KEY)
 
 
 class QConfigMapping(serialize.DictForm):
@@ -231,9 +230,7 @@ class QConfigMapping(serialize.DictForm):
         self.object_type_qconfigs: dict[ObjectType, QConfigAny] = {}
         self.module_name_regex_qconfigs: dict[str, QConfigAny] = {}
         self.module_name_qconfigs: dict[str, QConfigAny] = {}
-        self.module_name_object_type_order_qconfigs: dict[
-            tuple[str, ObjectType, int], QConfigAny
-        ] = {}
+        self.module_name_object_type_order_qconfigs: dict[OrderKey, QConfigAny] = {}
         self._compiled: dict[str, re.Pattern[str]] = {}
 
     def set_global(self, global_qconfig: QConfigAny) -> QConfigMapping:
@@ -401,15 +398,14 @@ class QConfigMapping(serialize.DictForm):
             >>> QConfigMapping().set_module_name("fc", None).to_dict()["module_name"]
             [('fc', None)]
         """
+        entries = {key: getattr(self, f"{key}_qconfigs").items() for key in _LEVELS}
         return {
             GLOBAL_KEY: self.global_qconfig,
-            OBJECT_TYPE_KEY: list(self.object_type_qconfigs.items()),
-            MODULE_NAME_REGEX_KEY: list(self.module_name_regex_qconfigs.items()),
-            MODULE_NAME_KEY: list(self.module_name_qconfigs.items()),
-            MODULE_NAME_OBJECT_TYPE_ORDER_KEY: [
-                (*key, qconfig)
-                for key, qconfig in self.module_name_object_type_order_qconfigs.items()
-            ],
+            # an order entry's key is (module_name, object_type, index): its items come first
+            **{
+                key: [(*k, q) if size == 4 else (k, q) for k, q in entries[key]]
+                for key, (_, size) in _LEVELS.items()
+            },
         }
 
     @classmethod
@@ -427,29 +423,17 @@ class QConfigMapping(serialize.DictForm):
             >>> QConfigMapping.from_dict({"module_name": [("fc", None)]}).module_name_qconfigs
             {'fc': None}
         """
-        _check_dict_keys(qconfig_dict, strict)
+        data = check_dict_form(qconfig_dict, "QConfigMapping")
+        # the warning points at the caller of from_dict, one frame up
+        unknown_keys(data, DICT_KEYS, "QConfigMapping.from_dict", strict, stacklevel=3)
         mapping = cls()
         if GLOBAL_KEY in qconfig_dict:
             mapping.set_global(qconfig_dict[GLOBAL_KEY])
-        setters: dict[str, tuple[Callable[..., QConfigMapping], int]] = {
-            OBJECT_TYPE_KEY: (mapping.set_object_type, 2),
-            MODULE_NAME_REGEX_KEY: (mapping.set_module_name_regex, 2),
-            MODULE_NAME_KEY: (mapping.set_module_name, 2),
-            MODULE_NAME_OBJECT_TYPE_ORDER_KEY: (mapping.set_module_name_object_type_order, 4),
-        }
-        for key, (setter, size) in setters.items():
-            entries = qconfig_dict.get(key, [])
-            if not isinstance(entries, (list, tuple)):
-                expected = f"a list of tuples of {size} items"
-                raise wrong_type(entries, f"QConfigMapping.from_dict: {key}", expected)
-            for i, entry in enumerate(entries):
-                if not isinstance(entry, (tuple, list)) or len(entry) != size:
-                    msg = (
-                        f"QConfigMapping.from_dict: {key}[{i}] must be a tuple of {size} items, "
-                        f"got {entry!r}"
-                    )
-                    raise ConfigError(msg)
-                setter(*entry)
+        for key, (_, size) in _LEVELS.items():
+            listed, entry = f"a list of tuples of {size} items", f"a tuple of {size} items"
+            argument = f"QConfigMapping.from_dict: {key}"
+            for items in check_entries(qconfig_dict.get(key, []), argument, size, listed, entry):
+                getattr(mapping, f"set_{key}")(*items)
         return mapping
 
     def to_json(self) -> str:
@@ -476,9 +460,7 @@ class QConfigMapping(serialize.DictForm):
         return f"QConfigMapping({entries!r})"
 
 
-def _order_key(
-    module_name: object, object_type: object, index: object
-) -> tuple[str, ObjectType, int]:
+def _order_key(module_name: object, object_type: object, index: object) -> OrderKey:
     name = check_str(module_name, "module_name")
     checked = _check_object_type(object_type, "object_type")
     if not isinstance(index, int) or isinstance(index, bool):
@@ -488,15 +470,6 @@ def _order_key(
         msg = f"index must be >= 0 (0 is the first call in the module), got {index!r}"
         raise ConfigError(msg)
     return (name, checked, index)
-
-
-def _check_dict_keys(qconfig_dict: object, strict: bool) -> None:
-    unknown_keys(
-        check_dict_form(qconfig_dict, "QConfigMapping"),
-        tuple(DICT_KEYS),
-        "QConfigMapping.from_dict",
-        strict,
-    )
 
 
 # ---------------------------------------------------------------- the JSON form
@@ -527,8 +500,5 @@ def _entry_codec(object_positions: tuple[int, ...]) -> serialize.Codec:
 
 _MAPPING_JSON: Final[serialize.Codecs] = {
     GLOBAL_KEY: (serialize.encode_qconfig, serialize.decode_qconfig),
-    OBJECT_TYPE_KEY: serialize.list_codec(_entry_codec((0,))),
-    MODULE_NAME_REGEX_KEY: serialize.list_codec(_entry_codec(())),
-    MODULE_NAME_KEY: serialize.list_codec(_entry_codec(())),
-    MODULE_NAME_OBJECT_TYPE_ORDER_KEY: serialize.list_codec(_entry_codec((1,))),
+    **{key: serialize.list_codec(_entry_codec(objects)) for key, (objects, _) in _LEVELS.items()},
 }

@@ -78,7 +78,7 @@ __all__ = [
 
 
 class DictForm:
-    """Equality by ``to_dict()`` for the mutable config builders, which are therefore unhashable.
+    """Equality and repr by ``to_dict()`` for the mutable config builders (so unhashable).
 
     Configs of unrelated classes are never equal, even with equal dicts.
 
@@ -86,10 +86,15 @@ class DictForm:
         >>> from fxquant.config import FuseCustomConfig, ConvertCustomConfig
         >>> FuseCustomConfig() == FuseCustomConfig(), FuseCustomConfig() == ConvertCustomConfig()
         (True, False)
+        >>> FuseCustomConfig()
+        FuseCustomConfig({})
     """
 
     def to_dict(self) -> dict[str, Any]:
         raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.to_dict()!r})"
 
     def __eq__(self, other: object) -> bool:
         if not (isinstance(other, type(self)) or isinstance(self, type(other))):
@@ -101,21 +106,12 @@ class DictForm:
     __hash__ = None  # type: ignore[assignment]
 
 
-# what a name is used for -> the roots it may live under (plugins are added to each)
+# what a name is used for: its kind
 OP: Final = "pattern op"
 MODULE_CLASS: Final = "module class"
-FUNCTION: Final = "function"
 FUSER: Final = "fuser function"
 GETTER: Final = "getter function"
 CONSTRUCTOR: Final = "observer class"
-_BASE_ROOTS: Final = {
-    OP: ("torch", "operator", "fxquant"),
-    MODULE_CLASS: ("torch", "operator", "fxquant"),
-    FUNCTION: ("fxquant",),
-    FUSER: ("fxquant",),
-    GETTER: ("fxquant",),
-    CONSTRUCTOR: ("fxquant",),
-}
 _OP_MODULES: Final = (
     "torch",
     "torch.functional",
@@ -127,12 +123,12 @@ _OP_MODULES: Final = (
     "fxquant.nn.*",
     "fxquant.config.pattern",  # MatchAllNode
 )
-# the modules (``.*``: and their submodules) a name of each kind may come from under the
-# base roots; decided before any import, so a refused name is never imported
+# the modules (``.*``: and their submodules) a name of each kind may come from, decided
+# before any import, so a refused name is never imported; their roots are the kind's base
+# roots, to which installed plugins' roots are added
 ALLOWED_MODULES: Final = {
     OP: _OP_MODULES,
     MODULE_CLASS: _OP_MODULES,
-    FUNCTION: ("fxquant.nn.fusers", "fxquant.patterns.conv_add", "fxquant.patterns.getters"),
     FUSER: ("fxquant.nn.fusers", "fxquant.patterns.conv_add"),
     GETTER: ("fxquant.patterns.getters",),
     CONSTRUCTOR: ("fxquant.observer", "fxquant.fake_quantize", "fxquant.numerics.*"),
@@ -150,22 +146,22 @@ def trusted_roots(kind: str) -> frozenset[str]:
     """Top-level packages a name of ``kind`` may resolve under, plugins included.
 
     Example:
-        >>> "torch" in trusted_roots("pattern op"), "torch" in trusted_roots("function")
+        >>> "torch" in trusted_roots("pattern op"), "torch" in trusted_roots("fuser function")
         (True, False)
     """
-    return frozenset(_BASE_ROOTS[kind]) | _plugin_roots()
+    return _base_roots(kind) | _plugin_roots()
+
+
+def _base_roots(kind: str) -> frozenset[str]:
+    return frozenset(_root(module) for module in ALLOWED_MODULES[kind])
 
 
 def _plugin_roots() -> frozenset[str]:
-    scanned = _SCANNED_ROOTS.get()
-    return scanned if scanned is not None else _scan_plugin_roots()
-
-
-def _scan_plugin_roots() -> frozenset[str]:
     # the registry owns discovery and keeps its scan until fxquant.registry.refresh(), as for
     # backends: a scan costs 25 ms, a hostile or fuzzed config is refused in microseconds;
     # it answers through fxquant.plugin_roots, as the configs sit below the registry
-    return plugin_roots.plugin_roots()
+    scanned = _SCANNED_ROOTS.get()
+    return scanned if scanned is not None else plugin_roots.plugin_roots()
 
 
 # the roots read once per to_json/from_json call: a backend has hundreds of names
@@ -181,10 +177,10 @@ def one_scan() -> Iterator[None]:
 
     Example:
         >>> with one_scan():
-        ...     "fxquant" in trusted_roots("function")
+        ...     "fxquant" in trusted_roots("fuser function")
         True
     """
-    token = _SCANNED_ROOTS.set(_scan_plugin_roots())
+    token = _SCANNED_ROOTS.set(plugin_roots.plugin_roots())
     try:
         yield
     finally:
@@ -287,19 +283,16 @@ def _check_dotted(text: object, path: str) -> str:
 
 def _module_allowed(module: str, kind: str) -> bool:
     """Whether ``module`` is one fxquant reads names of ``kind`` from (text only)."""
-    for allowed in ALLOWED_MODULES[kind]:
-        if allowed.endswith(".*"):
-            base = allowed[:-2]
-            if module == base or module.startswith(base + "."):
-                return True
-        elif module == allowed:
-            return True
-    return False
+    return any(
+        module == allowed.removesuffix(".*")
+        or (allowed.endswith(".*") and module.startswith(allowed[:-1]))
+        for allowed in ALLOWED_MODULES[kind]
+    )
 
 
 def _check_module(module: str, name: str, path: str, kind: str) -> None:
     """Refuse, from the text alone, a name under a base root but outside its kind's modules."""
-    if _root(module) not in _BASE_ROOTS[kind]:
+    if _root(module) not in _base_roots(kind):
         return  # a plugin's own package: installed code the user chose (roots checked before)
     if not _module_allowed(module, kind):
         allowed = ", ".join(ALLOWED_MODULES[kind])
@@ -312,7 +305,7 @@ def _check_module(module: str, name: str, path: str, kind: str) -> None:
 
 def _check_listed(module: str, name: str, path: str, kind: str) -> None:
     """fxquant's own functions: only those its module lists in ``__all__``."""
-    if kind in (FUNCTION, FUSER, GETTER) and _root(module) == "fxquant":
+    if kind in (FUSER, GETTER) and _root(module) == "fxquant":
         listed = getattr(importlib.import_module(module), "__all__", ())
         if name not in listed:
             why = f"is not one of the {kind}s {module} offers ({', '.join(listed)})"
@@ -361,7 +354,7 @@ def _check_resolved(found: Any, path: str, kind: str, roots: frozenset[str]) -> 
     origin = getattr(found, "__module__", None)
     if isinstance(found, str) or not isinstance(origin, str) or _root(origin) not in roots:
         raise unsafe(path, found, f"is not defined in a module trusted for {_a(kind)}")
-    if kind in (FUNCTION, FUSER, GETTER) and not isinstance(found, types.FunctionType):
+    if kind in (FUSER, GETTER) and not isinstance(found, types.FunctionType):
         raise unsafe(path, found, "is not a plain function")
     if kind in (MODULE_CLASS, CONSTRUCTOR) and not (
         isinstance(found, type) and issubclass(found, torch.nn.Module)
@@ -562,14 +555,8 @@ def decode_dtype(name: object, path: str) -> torch.dtype:
         >>> decode_dtype("torch.int8", "weight_dtype")
         torch.int8
     """
-    if not isinstance(name, str):
-        msg = f"{path}: expected a dtype name like 'torch.uint8', got {name!r}"
-        raise ConfigError(msg)
-    try:
-        return dtype_from_name(name)
-    except ConfigError as error:
-        msg = f"{path}: {error}"
-        raise ConfigError(msg) from error
+    decoded: torch.dtype = with_path(path, dtype_from_name, name)
+    return decoded
 
 
 # ---------------------------------------------------------------- the config classes' JSON
