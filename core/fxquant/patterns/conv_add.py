@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from fxquant.config.backend import BackendPatternConfig, DTypeConfig, ObservationType
+from fxquant.config.backend import BackendPatternConfig, DTypeConfig
 from fxquant.config.pattern import MatchAllNode
 from fxquant.errors import ConfigError
 from fxquant.nn import fusers, intrinsic, reference
@@ -120,7 +120,6 @@ def _fusion(
     return (
         BackendPatternConfig()
         ._set_pattern_complex_format(pattern)
-        .set_observation_type(ObservationType.OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT)
         .set_dtype_configs(list(dtype_configs))
         .set_fuser_method(fuser)
         ._set_root_node_getter(root_getter)
