@@ -450,8 +450,6 @@ def graph_mode(
         >>> graph_mode(assemble("nothing", []), None, QConfigMapping(), is_qat=False) is None
         True
     """
-    if not backend.manager.hook.fxquant_graph_mode.get_hookimpls():
-        return None  # no plugin of the backend has modes: nothing to ask
     kwargs = {
         "backend": backend.name,
         "model": model,
