@@ -242,8 +242,9 @@ class Registry:
         """
         if backend_config is None:
             native = host_native_backend(self.list_backends(), step, stacklevel=stacklevel + 1)
-            config = self.get_backend_config(native.name)
-            return ResolvedBackend.of(config, self.assembled(native.name), native)
+            assembled = self.assembled(native.name)
+            config = copied_config(assembled.name, assembled.config.configs)
+            return ResolvedBackend.of(config, assembled, native)
         if not backend_config.name:
             return ResolvedBackend(backend_config)  # an unnamed config has no plugins
         try:
