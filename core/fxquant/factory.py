@@ -66,25 +66,21 @@ class ModuleFactory:
 
 
 def _kwargs_equal(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    if a.keys() != b.keys():
-        return False
-    for key, left in a.items():
-        right = b[key]
-        if isinstance(left, torch.Tensor) or isinstance(right, torch.Tensor):
-            if not (
-                isinstance(left, torch.Tensor)
-                and isinstance(right, torch.Tensor)
-                and left.shape == right.shape
-                and bool(torch.equal(left, right))
-            ):
-                return False
-        elif isinstance(left, torch.dtype) and isinstance(right, torch.dtype):
-            # quint8 and uint8 are one dtype to fxquant (see fxquant.dtypes)
-            if not dtypes_match(left, right):
-                return False
-        elif left != right:
-            return False
-    return True
+    return a.keys() == b.keys() and all(_values_equal(value, b[key]) for key, value in a.items())
+
+
+def _values_equal(left: object, right: object) -> bool:
+    if isinstance(left, torch.Tensor) or isinstance(right, torch.Tensor):
+        # == on tensors is elementwise: equal means same shape and same values
+        return (
+            isinstance(left, torch.Tensor)
+            and isinstance(right, torch.Tensor)
+            and left.shape == right.shape
+            and bool(torch.equal(left, right))
+        )
+    if isinstance(left, torch.dtype) and isinstance(right, torch.dtype):
+        return dtypes_match(left, right)  # quint8 and uint8 are one dtype to fxquant
+    return bool(left == right)
 
 
 def factory_parts(ctor: object) -> tuple[type, dict[str, Any]]:

@@ -120,9 +120,7 @@ def missing_optional_part(old: str) -> ModuleNotFoundError | None:
         if (old == prefix or old.startswith(f"{prefix}.")) and not _importable(target):
             msg = (
                 f"{old!r} is an optional part of fxquant, in the distribution "
-                f"{distribution!r}, which is not installed; to install it: pip install "
-                f"{distribution} (from a source checkout: pip install plugins/"
-                f"{distribution.removeprefix('fxquant-')})"
+                f"{distribution!r}, which is not installed; to install it: {_install(distribution)}"
             )
             return ModuleNotFoundError(msg, name=old)
     return None
@@ -160,9 +158,13 @@ def tracer_hint(model_class: type) -> str:
         return ""
     return (
         f"; {library} models are traced by fxquant's optional part {distribution!r}, which is "
-        f"not installed: pip install {distribution} (from a source checkout: pip install "
-        f"plugins/{distribution.removeprefix('fxquant-')})"
+        f"not installed: {_install(distribution)}"
     )
+
+
+def _install(distribution: str) -> str:
+    folder = distribution.removeprefix("fxquant-")
+    return f"pip install {distribution} (from a source checkout: pip install plugins/{folder})"
 
 
 def _importable(name: str) -> bool:

@@ -63,16 +63,17 @@ def top_level_names() -> Mapping[str, str]:
     return MappingProxyType(names)
 
 
-# torch.ao module prefix -> the fxquant module with the class of the same name (longest first)
+# torch.ao module prefix -> the fxquant module with the class of the same name (longest first);
+# fxquant's modules are named, not imported: they sit above this one (config.pattern imports it)
 _AO_TO_FXQUANT = (
     ("torch.ao.nn.intrinsic.qat", "fxquant.nn.intrinsic.qat"),
     ("torch.ao.nn.intrinsic", "fxquant.nn.intrinsic"),
     ("torch.ao.nn.qat", "fxquant.nn.qat"),
     ("torch.ao.nn.quantized.reference", "fxquant.nn.reference"),
+    ("torch.ao.quantization.utils", "fxquant.config.pattern"),  # MatchAllNode
 )
 _AO_NN = "torch.ao.nn."
 _AO_MATCH_ALL = ("torch.ao.quantization.utils", "MatchAllNode")
-_FXQUANT_MATCH_ALL = ("fxquant.config.pattern", "MatchAllNode")
 
 
 def is_torch_ao_module_class(cls: type) -> bool:
@@ -114,9 +115,6 @@ def as_fxquant_class(op: Any, extra_modules: Sequence[str] = ()) -> Any:
     """
     if isinstance(op, tuple):
         return tuple(as_fxquant_class(part, extra_modules) for part in op)
-    if is_torch_ao_match_all(op):
-        # by name, as the classes below: config.pattern imports this module, not back
-        return getattr(importlib.import_module(_FXQUANT_MATCH_ALL[0]), _FXQUANT_MATCH_ALL[1])
     if not isinstance(op, type):
         return op
     for prefix, target in _AO_TO_FXQUANT:

@@ -97,5 +97,4 @@ def matmul_configs(
         >>> [c.pattern for c in matmul_configs([])][0] is torch.matmul
         True
     """
-    observed = ObservationType.OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT
-    return [op_config(op, dtype_configs, observed) for op in ops]
+    return [op_config(op, dtype_configs) for op in ops]

@@ -10,7 +10,7 @@ read as tables. A plugin with patterns of its own builds them with the same help
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch.nn.functional as F
@@ -26,17 +26,31 @@ def op_config(
     pattern: Pattern,
     dtype_configs: Sequence[DTypeConfig],
     observation_type: ObservationType | None = None,
+    *,
+    inputs: Mapping[str, int] | None = None,
 ) -> BackendPatternConfig:
     """A config for ``pattern`` with ``dtype_configs`` and, when given, ``observation_type``.
+
+    Args:
+        pattern: the op, module class, method name or tuple of them.
+        dtype_configs: the dtypes the backend accepts for it.
+        observation_type: how its output is observed; ``None`` keeps the config's
+            default, an observer of its own (``OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT``).
+        inputs: for a function that takes its weight and bias as positional inputs,
+            their indices (``{"weight": 1, "bias": 2}`` for ``F.linear(x, weight, bias)``).
 
     Example:
         >>> import torch
         >>> op_config(torch.cat, []).pattern is torch.cat
         True
+        >>> op_config(F.linear, [], inputs={"weight": 1, "bias": 2})._input_type_to_index
+        {'weight': 1, 'bias': 2}
     """
     config = BackendPatternConfig(pattern).set_dtype_configs(list(dtype_configs))
     if observation_type is not None:
         config.set_observation_type(observation_type)
+    if inputs is not None:
+        config._set_input_type_to_index(dict(inputs))
     return config
 
 
@@ -68,7 +82,7 @@ def module_config(
     """
     # None is each setter's default: a None argument leaves that module unset
     return (
-        op_config(pattern, dtype_configs, ObservationType.OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT)
+        op_config(pattern, dtype_configs)
         .set_root_module(root)
         .set_reference_quantized_module(reference)
         .set_qat_module(qat)

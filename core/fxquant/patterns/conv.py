@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fxquant.config.backend import BackendPatternConfig, DTypeConfig, ObservationType
+from fxquant.config.backend import BackendPatternConfig, DTypeConfig
 from fxquant.errors import ConfigError
 from fxquant.nn import fusers, intrinsic, qat, reference
 from fxquant.nn.intrinsic import qat as intrinsic_qat
@@ -153,15 +153,8 @@ def conv_transpose_configs(
         fold.set_root_module(family.transpose)
         fold.set_reference_quantized_module(family.transpose_reference)
         configs.append(fold)
-        configs.append(_functional_config(family.func_transpose, dtype_configs))
+        configs.append(op_config(family.func_transpose, dtype_configs, inputs=_WEIGHT_BIAS_INDEX))
     return configs
-
-
-def _functional_config(
-    func: Callable[..., torch.Tensor], dtype_configs: Sequence[DTypeConfig]
-) -> BackendPatternConfig:
-    config = op_config(func, dtype_configs, ObservationType.OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT)
-    return config._set_input_type_to_index(dict(_WEIGHT_BIAS_INDEX))
 
 
 def _plain_conv_configs(
@@ -171,7 +164,7 @@ def _plain_conv_configs(
     return [
         module_config(family.conv, dtype_configs, qat=family.qat, **root),
         module_config(family.qat, dtype_configs, **root),
-        _functional_config(family.func, dtype_configs),
+        op_config(family.func, dtype_configs, inputs=_WEIGHT_BIAS_INDEX),
     ]
 
 
@@ -179,7 +172,6 @@ def _conv_relu_configs(
     family: ConvFamily, dtype_configs: Sequence[DTypeConfig]
 ) -> list[BackendPatternConfig]:
     root = {"root": family.conv, "reference": family.reference}
-    observed = ObservationType.OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT
     relu_fusions = relu_fusion_configs(
         (family.conv,), dtype_configs, fuser=fusers.fuse_conv_relu, fused=family.conv_relu
     )
@@ -188,8 +180,8 @@ def _conv_relu_configs(
         module_config(family.conv_relu, dtype_configs, qat=family.qat_relu, **root),
         module_config(family.qat_relu, dtype_configs, **root),
         # functional conv + relu: observed as one op, nothing to fuse
-        op_config((family.func, nn.ReLU), dtype_configs, observed),
-        op_config((family.func, F.relu), dtype_configs, observed),
+        op_config((family.func, nn.ReLU), dtype_configs),
+        op_config((family.func, F.relu), dtype_configs),
     ]
 
 

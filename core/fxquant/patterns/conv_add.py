@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from fxquant.config.backend import BackendPatternConfig, DTypeConfig, ObservationType
+from fxquant.config.backend import BackendPatternConfig, DTypeConfig
 from fxquant.config.pattern import MatchAllNode
 from fxquant.errors import ConfigError
 from fxquant.nn import fusers, intrinsic, reference
@@ -120,7 +120,6 @@ def _fusion(
     return (
         BackendPatternConfig()
         ._set_pattern_complex_format(pattern)
-        .set_observation_type(ObservationType.OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT)
         .set_dtype_configs(list(dtype_configs))
         .set_fuser_method(fuser)
         ._set_root_node_getter(root_getter)
@@ -138,27 +137,24 @@ def conv_add_configs(dtype_configs: Sequence[DTypeConfig]) -> list[BackendPatter
         (18, True)
     """
     g = getters
-    left: _Functions = (fuse_conv_add_left, g.conv_add_root_left, g.conv_add_extra_inputs_left)
-    right: _Functions = (fuse_conv_add_right, g.conv_add_root_right, g.conv_add_extra_inputs_right)
-    relu_left: _Functions = (
-        fuse_conv_add_relu_left,
-        g.conv_add_relu_root_left,
-        g.conv_add_relu_extra_inputs_left,
+    # the conv branch left, then right, of the add: (fuser, root getter, extra inputs getter)
+    plain: tuple[_Functions, ...] = (
+        (fuse_conv_add_left, g.conv_add_root_left, g.conv_add_extra_inputs_left),
+        (fuse_conv_add_right, g.conv_add_root_right, g.conv_add_extra_inputs_right),
     )
-    relu_right: _Functions = (
-        fuse_conv_add_relu_right,
-        g.conv_add_relu_root_right,
-        g.conv_add_relu_extra_inputs_right,
+    under_relu: tuple[_Functions, ...] = (
+        (fuse_conv_add_relu_left, g.conv_add_relu_root_left, g.conv_add_relu_extra_inputs_left),
+        (fuse_conv_add_relu_right, g.conv_add_relu_root_right, g.conv_add_relu_extra_inputs_right),
     )
     configs: list[BackendPatternConfig] = []
     for add, conv in itertools.product(_ADD_OPS, (nn.Conv2d, (nn.BatchNorm2d, nn.Conv2d))):
-        sides = (((add, conv, MatchAllNode), left), ((add, MatchAllNode, conv), right))
-        for add_pattern, functions in sides:
-            configs.append(_fusion(add_pattern, dtype_configs, functions, intrinsic.ConvAdd2d))
-        relu_sides = ((sides[0][0], relu_left), (sides[1][0], relu_right))
-        for add_pattern, functions in relu_sides:
-            relu_pattern = (nn.ReLU, add_pattern)
-            configs.append(_fusion(relu_pattern, dtype_configs, functions, intrinsic.ConvAddReLU2d))
+        sides = ((add, conv, MatchAllNode), (add, MatchAllNode, conv))
+        for side, functions in zip(sides, plain, strict=True):
+            configs.append(_fusion(side, dtype_configs, functions, intrinsic.ConvAdd2d))
+        for side, functions in zip(sides, under_relu, strict=True):
+            configs.append(
+                _fusion((nn.ReLU, side), dtype_configs, functions, intrinsic.ConvAddReLU2d)
+            )
     root = {"root": nn.Conv2d, "reference": reference.Conv2d}
     configs.append(module_config(intrinsic.ConvAdd2d, dtype_configs, **root))
     configs.append(module_config(intrinsic.ConvAddReLU2d, dtype_configs, **root))

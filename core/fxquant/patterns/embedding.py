@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import torch.nn.functional as F
 from torch import nn
 
-from fxquant.config.backend import BackendPatternConfig, DTypeConfig, ObservationType
+from fxquant.config.backend import BackendPatternConfig, DTypeConfig
 from fxquant.nn import qat, reference
 from fxquant.patterns.builders import module_config, op_config
 
@@ -34,9 +34,5 @@ def embedding_configs(dtype_configs: Sequence[DTypeConfig]) -> list[BackendPatte
         root = {"root": float_module, "reference": reference_module}
         configs.append(module_config(float_module, dtype_configs, qat=qat_module, **root))
         configs.append(module_config(qat_module, dtype_configs, **root))
-    functional = op_config(
-        F.embedding, dtype_configs, ObservationType.OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT
-    )
     # F.embedding(input, weight, ...): the table is positional input 1
-    functional._set_input_type_to_index({"weight": 1})
-    return [*configs, functional]
+    return [*configs, op_config(F.embedding, dtype_configs, inputs={"weight": 1})]

@@ -26,7 +26,6 @@ from fxquant.config.backend import (
     BackendPatternConfig,
     DTypeConfig,
     DTypeWithConstraints,
-    ObservationType,
 )
 from fxquant.dtypes import dtypes_match
 from fxquant.errors import ConfigError
@@ -152,8 +151,7 @@ def fixed_qparams_op_configs(dtype_configs: Sequence[DTypeConfig]) -> list[Backe
         >>> tanh.pattern, tanh.dtype_configs[0].output_dtype_with_constraints.zero_point_exact_match
         (<class 'torch.nn.modules.activation.Tanh'>, 128)
     """
-    observed = ObservationType.OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT
     return [
-        op_config(op, with_fixed_qparams(dtype_configs, grid), observed)
+        op_config(op, with_fixed_qparams(dtype_configs, grid))
         for op, grid in fixed_qparams_ops().items()
     ]

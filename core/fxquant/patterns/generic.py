@@ -49,10 +49,15 @@ def weighted_dtype_configs() -> list[DTypeConfig]:
         >>> [c.input_dtype for c in weighted_dtype_configs()]
         [torch.uint8, torch.int8]
     """
+    return _static(weight=torch.int8, bias=torch.float)
+
+
+def _static(
+    weight: torch.dtype | None = None, bias: torch.dtype | None = None
+) -> list[DTypeConfig]:
+    # one config per activation dtype: the static int8 backends take uint8 or int8 alike
     return [
-        DTypeConfig(
-            input_dtype=act, output_dtype=act, weight_dtype=torch.int8, bias_dtype=torch.float
-        )
+        DTypeConfig(input_dtype=act, output_dtype=act, weight_dtype=weight, bias_dtype=bias)
         for act in _ACTIVATIONS
     ]
 
@@ -64,7 +69,7 @@ def non_weighted_dtype_configs() -> list[DTypeConfig]:
         >>> [c.output_dtype for c in non_weighted_dtype_configs()]
         [torch.uint8, torch.int8]
     """
-    return [DTypeConfig(input_dtype=act, output_dtype=act) for act in _ACTIVATIONS]
+    return _static()
 
 
 def fp16_dtype_configs() -> list[DTypeConfig]:
@@ -123,12 +128,7 @@ def layer_norm_dtype_configs() -> list[DTypeConfig]:
         >>> layer_norm_dtype_configs()[0].weight_dtype
         torch.float32
     """
-    return [
-        DTypeConfig(
-            input_dtype=act, output_dtype=act, weight_dtype=torch.float, bias_dtype=torch.float
-        )
-        for act in _ACTIVATIONS
-    ]
+    return _static(weight=torch.float, bias=torch.float)
 
 
 _Builder = Callable[[Sequence[DTypeConfig]], list[BackendPatternConfig]]

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import torch.nn.functional as F
 from torch import nn
 
-from fxquant.config.backend import BackendPatternConfig, DTypeConfig, ObservationType
+from fxquant.config.backend import BackendPatternConfig, DTypeConfig
 from fxquant.nn import fusers, intrinsic, qat, reference
 from fxquant.nn.intrinsic import qat as intrinsic_qat
 from fxquant.patterns.builders import fusion_config, module_config, op_config, relu_fusion_configs
@@ -35,10 +35,8 @@ def linear_configs(dtype_configs: Sequence[DTypeConfig]) -> list[BackendPatternC
         True
     """
     root = {"root": nn.Linear, "reference": reference.Linear}
-    observed = ObservationType.OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT
-    functional = op_config(F.linear, dtype_configs, observed)
     # F.linear(input, weight, bias): weight and bias are positional inputs 1 and 2
-    functional._set_input_type_to_index({"weight": 1, "bias": 2})
+    functional = op_config(F.linear, dtype_configs, inputs={"weight": 1, "bias": 2})
     relu_fusions = relu_fusion_configs(
         (nn.Linear,), dtype_configs, fuser=fusers.fuse_linear_relu, fused=intrinsic.LinearReLU
     )
@@ -49,8 +47,8 @@ def linear_configs(dtype_configs: Sequence[DTypeConfig]) -> list[BackendPatternC
         *relu_fusions,
         module_config(intrinsic.LinearReLU, dtype_configs, qat=intrinsic_qat.LinearReLU, **root),
         module_config(intrinsic_qat.LinearReLU, dtype_configs, **root),
-        op_config((F.linear, nn.ReLU), dtype_configs, observed),
-        op_config((F.linear, F.relu), dtype_configs, observed),
+        op_config((F.linear, nn.ReLU), dtype_configs),
+        op_config((F.linear, F.relu), dtype_configs),
         fusion_config(
             (nn.Linear, nn.BatchNorm1d),
             dtype_configs,

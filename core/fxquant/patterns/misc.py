@@ -56,13 +56,11 @@ def default_op_configs(dtype_configs: Sequence[DTypeConfig]) -> list[BackendPatt
         >>> default_op_configs([])[-1].pattern is torch.nn.functional.instance_norm
         True
     """
-    observed = ObservationType.OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT
-    configs = [op_config(op, dtype_configs, observed) for op in default_ops()]
-    group_norm = op_config(F.group_norm, dtype_configs, observed)
-    group_norm._set_input_type_to_index({"weight": 2, "bias": 3})
-    instance_norm = op_config(F.instance_norm, dtype_configs, observed)
-    instance_norm._set_input_type_to_index({"weight": 3, "bias": 4})
-    return [*configs, group_norm, instance_norm]
+    return [
+        *(op_config(op, dtype_configs) for op in default_ops()),
+        op_config(F.group_norm, dtype_configs, inputs={"weight": 2, "bias": 3}),
+        op_config(F.instance_norm, dtype_configs, inputs={"weight": 3, "bias": 4}),
+    ]
 
 
 def cat_configs(dtype_configs: Sequence[DTypeConfig]) -> list[BackendPatternConfig]:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import torch.nn.functional as F
 from torch import nn
 
-from fxquant.config.backend import BackendPatternConfig, DTypeConfig, ObservationType
+from fxquant.config.backend import BackendPatternConfig, DTypeConfig
 from fxquant.nn import fusers, intrinsic
 from fxquant.patterns.builders import op_config, relu_fusion_configs
 
@@ -31,13 +31,12 @@ def bn_configs(dtype_configs: Sequence[DTypeConfig]) -> list[BackendPatternConfi
         >>> [c.pattern for c in bn_configs([])][-1] is intrinsic.BNReLU3d
         True
     """
-    observed = ObservationType.OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT
     configs: list[BackendPatternConfig] = []
     fused_modules = ((nn.BatchNorm2d, intrinsic.BNReLU2d), (nn.BatchNorm3d, intrinsic.BNReLU3d))
     for bn, fused in fused_modules:
         configs += relu_fusion_configs((bn,), dtype_configs, fuser=fusers.fuse_bn_relu, fused=fused)
-        configs.append(op_config(bn, dtype_configs, observed))
-    configs += [op_config(fused, dtype_configs, observed) for _, fused in fused_modules]
+        configs.append(op_config(bn, dtype_configs))
+    configs += [op_config(fused, dtype_configs) for _, fused in fused_modules]
     return configs
 
 
@@ -51,7 +50,5 @@ def ln_configs(dtype_configs: Sequence[DTypeConfig]) -> list[BackendPatternConfi
         >>> ln_configs([])[1]._input_type_to_index
         {'weight': 2, 'bias': 3}
     """
-    observed = ObservationType.OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT
-    functional = op_config(F.layer_norm, dtype_configs, observed)
-    functional._set_input_type_to_index({"weight": 2, "bias": 3})
-    return [op_config(nn.LayerNorm, dtype_configs, observed), functional]
+    functional = op_config(F.layer_norm, dtype_configs, inputs={"weight": 2, "bias": 3})
+    return [op_config(nn.LayerNorm, dtype_configs), functional]

@@ -252,10 +252,6 @@ def _is_fused_class(cls: type) -> bool:
     return issubclass(cls, nn.Sequential)
 
 
-def _is_qat_class(cls: type) -> bool:
-    return callable(getattr(cls, "to_float", None))  # convert always turns these back to float
-
-
 def _replaced_in_reference(patterns: _Merged) -> dict[Hashable, str]:
     """Pattern parts that never reach a reference model with quantized nodes, and what does.
 
@@ -268,7 +264,7 @@ def _replaced_in_reference(patterns: _Merged) -> dict[Hashable, str]:
         reference = config.reference_quantized_module
         swapped = reference is not None and _quantizes_every_weight(config)
         if isinstance(key, type) and not _is_fused_class(key):
-            if _is_qat_class(key):
+            if callable(getattr(key, "to_float", None)):  # QAT: convert turns it back to float
                 after = _qualified(reference) if reference is not None else "the float module"
                 replaced[key] = f"{after} (convert turns QAT modules back to float)"
             elif swapped:
@@ -450,8 +446,6 @@ def graph_mode(
         >>> graph_mode(assemble("nothing", []), None, QConfigMapping(), is_qat=False) is None
         True
     """
-    if not backend.manager.hook.fxquant_graph_mode.get_hookimpls():
-        return None  # no plugin of the backend has modes: nothing to ask
     kwargs = {
         "backend": backend.name,
         "model": model,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from torch import fx
 
@@ -80,70 +81,22 @@ def backend_hooks(
         True
     """
 
-    @hookimpl
-    @only_for(backend)
-    def fxquant_pattern_configs(backend: str) -> list[BackendPatternConfig]:
-        return pattern_configs()
+    def written(answer: Callable[..., Any], doc: str | None) -> Any:
+        answer.__doc__ = doc  # before only_for: its wrapper copies it
+        return hookimpl(only_for(backend)(answer))
 
-    @hookimpl
-    @only_for(backend)
-    def fxquant_default_qconfig_mapping(backend: str, is_qat: bool) -> QConfigMapping:
-        return default_qconfig_mapping(is_qat)
-
-    fxquant_pattern_configs.__doc__ = f"The patterns {backend} quantizes."
-    fxquant_default_qconfig_mapping.__doc__ = f"{backend}'s default mapping, given is_qat."
+    # each lambda takes the hookspec's arguments it uses, by their names: pluggy passes those
+    # (graph_mode: the flow merges the mode under the user's entries, so no qconfig_mapping);
+    # an answer not given leaves its hook unwritten
     return BackendHooks(
-        fxquant_pattern_configs,
-        fxquant_default_qconfig_mapping,
-        _kernels_hook(backend, lowering_kernels),
-        _deployment_hook(backend, deployment),
-        _graph_mode_hook(backend, graph_mode),
+        written(lambda backend: pattern_configs(), f"The patterns {backend} quantizes."),
+        written(
+            lambda backend, is_qat: default_qconfig_mapping(is_qat),
+            f"{backend}'s default mapping, given is_qat.",
+        ),
+        lowering_kernels
+        and written(lambda backend: lowering_kernels(), f"{backend}'s lowering rules."),
+        deployment and written(lambda backend: deployment(), deployment.__doc__),
+        graph_mode
+        and written(lambda backend, model, is_qat: graph_mode(model, is_qat), graph_mode.__doc__),
     )
-
-
-def _kernels_hook(
-    backend: str, lowering_kernels: Callable[[], list[LoweringRule]] | None
-) -> Callable[[str], list[LoweringRule] | None] | None:
-    if lowering_kernels is None:
-        return None
-
-    @hookimpl
-    @only_for(backend)
-    def fxquant_lowering_kernels(backend: str) -> list[LoweringRule]:
-        return lowering_kernels()
-
-    fxquant_lowering_kernels.__doc__ = f"{backend}'s lowering rules."
-    return fxquant_lowering_kernels
-
-
-def _deployment_hook(
-    backend: str, deployment: Callable[[], Deployment] | None
-) -> Callable[[str], Deployment | None] | None:
-    if deployment is None:
-        return None
-
-    @hookimpl
-    @only_for(backend)
-    def fxquant_deployment(backend: str) -> Deployment:
-        return deployment()
-
-    fxquant_deployment.__doc__ = deployment.__doc__
-    return fxquant_deployment
-
-
-def _graph_mode_hook(
-    backend: str, graph_mode: Callable[[fx.GraphModule, bool], GraphMode | None] | None
-) -> GraphModeHook | None:
-    if graph_mode is None:
-        return None
-
-    @hookimpl
-    @only_for(backend)
-    def fxquant_graph_mode(
-        backend: str, model: fx.GraphModule, qconfig_mapping: QConfigMapping, is_qat: bool
-    ) -> GraphMode | None:
-        del qconfig_mapping  # the flow merges the mode under the user's entries (the hookspec)
-        return graph_mode(model, is_qat)
-
-    fxquant_graph_mode.__doc__ = graph_mode.__doc__
-    return fxquant_graph_mode

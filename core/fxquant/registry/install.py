@@ -137,10 +137,9 @@ def install_hint(name: str | None = None) -> str:
         for p in (root / "plugins").glob("*/pyproject.toml")
         if "fxquant.backends" in p.read_text()
     )
+    bases = {name: local_plugin_folders(name, root)[:-1] for name in available}
     needs = [
-        f"{name}: {', '.join(f.name for f in local_plugin_folders(name, root)[:-1])}"
-        for name in available
-        if len(local_plugin_folders(name, root)) > 1
+        f"{name}: {', '.join(f.name for f in found)}" for name, found in bases.items() if found
     ]
     first = f", after the plugins it builds on ({'; '.join(needs)})" if needs else ""
     return (

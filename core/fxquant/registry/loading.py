@@ -216,36 +216,28 @@ def _env_names(variable: str) -> frozenset[str] | None:
     return frozenset(normalize_dist_name(n.strip()) for n in raw.split(",") if n.strip())
 
 
-@dataclass(frozen=True, slots=True)
-class EnvControls:
-    """The environment switches, read once per scan.
+def _disabled_reason(dist_key: str) -> str:
+    """Why the environment controls switch distribution ``dist_key`` off, or "" when they keep it.
+
+    Read from the environment as it is now (each scan, so ``refresh()`` sees a change).
 
     Example:
-        >>> EnvControls(autoload=False).disabled_reason("fxquant-x86")
-        'FXQUANT_DISABLE_PLUGIN_AUTOLOAD is set'
+        >>> import os
+        >>> from unittest import mock
+        >>> with mock.patch.dict(os.environ, {"FXQUANT_DISABLE_PLUGIN_AUTOLOAD": "1"}):
+        ...     _disabled_reason("fxquant-x86"), _disabled_reason("fxquant")
+        ('FXQUANT_DISABLE_PLUGIN_AUTOLOAD is set', '')
     """
-
-    autoload: bool = True
-    keep: frozenset[str] | None = None
-    skip: frozenset[str] | None = None
-
-    @classmethod
-    def from_environ(cls) -> EnvControls:
-        """The switches as the environment sets them now."""
-        autoload = os.environ.get("FXQUANT_DISABLE_PLUGIN_AUTOLOAD", "") in ("", "0")
-        return cls(autoload, _env_names("FXQUANT_PLUGINS"), _env_names("FXQUANT_DISABLE_PLUGINS"))
-
-    def disabled_reason(self, dist_key: str) -> str:
-        """Why a distribution is switched off, or "" when it is kept."""
-        if dist_key == BUILTIN_DISTRIBUTION:
-            return ""  # the built-ins are the flow's defaults: never switched off
-        if not self.autoload:
-            return "FXQUANT_DISABLE_PLUGIN_AUTOLOAD is set"
-        if self.keep is not None and dist_key not in self.keep:
-            return "not listed in FXQUANT_PLUGINS"
-        if self.skip is not None and dist_key in self.skip:
-            return "listed in FXQUANT_DISABLE_PLUGINS"
-        return ""
+    if dist_key == BUILTIN_DISTRIBUTION:
+        return ""  # the built-ins are the flow's defaults: never switched off
+    if os.environ.get("FXQUANT_DISABLE_PLUGIN_AUTOLOAD", "") not in ("", "0"):
+        return "FXQUANT_DISABLE_PLUGIN_AUTOLOAD is set"
+    keep, skip = _env_names("FXQUANT_PLUGINS"), _env_names("FXQUANT_DISABLE_PLUGINS")
+    if keep is not None and dist_key not in keep:
+        return "not listed in FXQUANT_PLUGINS"
+    if skip is not None and dist_key in skip:
+        return "listed in FXQUANT_DISABLE_PLUGINS"
+    return ""
 
 
 def _section(text: str) -> list[tuple[str, str]]:
@@ -293,11 +285,11 @@ def _entry_points_text(dist: Any) -> str | None:
         return None
 
 
-def _records_of(dist: Any, key: str, env: EnvControls) -> list[EntryPointRecord]:
+def _records_of(dist: Any, key: str) -> list[EntryPointRecord]:
     text = _entry_points_text(dist)
     if not text or GROUP not in text:  # most distributions: skip without parsing
         return []
-    disabled = env.disabled_reason(key)
+    disabled = _disabled_reason(key)
     return [EntryPointRecord(name, value, key, dist, disabled) for name, value in _section(text)]
 
 
@@ -317,14 +309,13 @@ def scan() -> list[EntryPointRecord]:
         >>> [r.backend for r in scan() if r.builtin]
         ['reference']
     """
-    env = EnvControls.from_environ()
     first: dict[str, Any] = {}
     records = []
     for dist in importlib.metadata.distributions():
         key = _dist_key(dist)
         if first.setdefault(key, dist) is not dist:
             continue  # the same distribution again, further down sys.path
-        records.extend(_records_of(dist, key, env))
+        records.extend(_records_of(dist, key))
     seen = {(r.dist_key, r.backend) for r in records}
     records.extend(_builtin_records(seen))
     return sorted(records, key=lambda r: (not r.builtin, r.dist_key))

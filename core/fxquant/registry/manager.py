@@ -12,8 +12,6 @@ import difflib
 import importlib
 import threading
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,13 +71,6 @@ class BackendReport:
         object.__setattr__(self, "status", status)  # frozen: the checked member
 
 
-@dataclass(frozen=True, slots=True)
-class _Registered:
-    backend: str
-    plugin: object
-    info: PluginInfo
-
-
 def _object_name(plugin: object) -> str:
     name = getattr(plugin, "__name__", None)
     return name if isinstance(name, str) else type(plugin).__name__
@@ -120,7 +111,7 @@ class Registry:
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._records: list[EntryPointRecord] | None = None
-        self._registered: list[_Registered] = []
+        self._registered: list[LoadedPlugin] = []  # register_plugin's, in call order
         self._loaded: dict[str, list[LoadedPlugin]] = {}
         self._backends: dict[str, AssembledBackend] = {}
         self._failures: dict[str, PluginError] = {}
@@ -144,7 +135,7 @@ class Registry:
 
     def _all_names(self, *, enabled_only: bool = False) -> list[str]:
         names = {r.backend for r in self.records() if not (enabled_only and r.disabled)}
-        names.update(entry.backend for entry in self._registered)
+        names.update(entry.info.backend for entry in self._registered)
         return sorted(names)
 
     # --- loading and assembly ------------------------------------------------------------------
@@ -188,24 +179,13 @@ class Registry:
             raise fatal[0].error
         for extension in failed:
             warnings.warn(extension_skipped_warning(extension.info), PluginWarning, stacklevel=4)
-        usable += [LoadedPlugin(e.info, e.plugin) for e in self._registered if e.backend == name]
+        usable += self._registered_for(name)
         if not usable:
             raise self._unknown(name)
         return usable
 
-    @contextmanager
-    def _guard(self, name: str) -> Iterator[None]:
-        if name in self._assembling:
-            msg = (
-                f"backend {name!r} was asked for while it is being assembled "
-                "(one of its hooks asks for its own backend)"
-            )
-            raise PluginError(msg)
-        self._assembling.add(name)
-        try:
-            yield
-        finally:
-            self._assembling.discard(name)
+    def _registered_for(self, name: str) -> list[LoadedPlugin]:
+        return [entry for entry in self._registered if entry.info.backend == name]
 
     def assembled(self, name: str) -> AssembledBackend:
         """The backend as its plugins made it, assembled on first use.
@@ -225,12 +205,20 @@ class Registry:
                 raise _copy_error(self._failures[name])
             if name not in self._all_names():
                 raise self._unknown(name)
-            with self._guard(name):
-                try:
-                    backend = assemble(name, self._plugins_of(name))
-                except PluginError as error:
-                    self._failures[name] = error
-                    raise
+            if name in self._assembling:
+                msg = (
+                    f"backend {name!r} was asked for while it is being assembled "
+                    "(one of its hooks asks for its own backend)"
+                )
+                raise PluginError(msg)
+            self._assembling.add(name)
+            try:
+                backend = assemble(name, self._plugins_of(name))
+            except PluginError as error:
+                self._failures[name] = error
+                raise
+            finally:
+                self._assembling.discard(name)
             self._backends[name] = backend
             return backend
 
@@ -282,11 +270,12 @@ class Registry:
         info = PluginInfo(backend, "(registered)", "", name, status=PluginStatus.OK)
         check_plugin_api(plugin, info.label)
         with self._lock:
-            if any(e.plugin is plugin and e.backend == backend for e in self._registered):
+            if any(e.plugin is plugin for e in self._registered_for(backend)):
                 msg = f"{info.label} is already registered for backend {backend!r}"
                 raise ConfigError(msg)
-            hook_manager([LoadedPlugin(info, plugin)])  # pluggy checks its hooks now
-            self._registered.append(_Registered(backend, plugin, info))
+            entry = LoadedPlugin(info, plugin)
+            hook_manager([entry])  # pluggy checks its hooks now
+            self._registered.append(entry)
             self._drop(backend)
 
     def unregister_plugin(self, plugin: object) -> None:
@@ -302,7 +291,7 @@ class Registry:
                 raise ConfigError(msg)
             self._registered = [e for e in self._registered if e.plugin is not plugin]
             for entry in gone:
-                self._drop(entry.backend)
+                self._drop(entry.info.backend)
 
     def refresh(self) -> None:
         """Forget everything scanned, loaded and assembled; keep registered objects."""
@@ -323,7 +312,7 @@ class Registry:
         """
         with self._lock:
             plugins = [*self._load_all(name)]
-        plugins += [LoadedPlugin(e.info, e.plugin) for e in self._registered if e.backend == name]
+        plugins += self._registered_for(name)
         infos = tuple(p.info for p in plugins)
         if not infos:
             raise self._unknown(name)

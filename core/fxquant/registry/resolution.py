@@ -16,6 +16,7 @@ To lower with another backend's kernels, name the config after that backend
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,9 +117,7 @@ class ResolvedBackend:
             'b'
         """
         assert config.name == self.name  # the kernels are the name's
-        return ResolvedBackend(
-            config, self.lowering_rules, self.deployment, self.sources, None, self.assembled
-        )
+        return dataclasses.replace(self, config=config, native=None)
 
     def graph_mode(
         self, model: Any, mapping: QConfigMapping, is_qat: bool
