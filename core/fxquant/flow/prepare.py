@@ -98,12 +98,31 @@ class Decision:
     qconfig: QConfig | None
     dtype_config: DTypeConfig | None
     reason: Reason | None
-    status: NodeStatus = NodeStatus.FLOAT
 
     @property
     def quantized(self) -> bool:
         """True when the pattern gets observers."""
         return self.dtype_config is not None and self.qconfig is not None
+
+    @property
+    def status(self) -> NodeStatus:
+        """``quantized``; ``float`` when left float as intended (its reason is one of
+        ``_INTENDED``, or none); ``skipped`` for any other reason."""
+        if self.quantized:
+            return NodeStatus.QUANTIZED
+        intended = self.reason is None or self.reason.code in _INTENDED
+        return NodeStatus.FLOAT if intended else NodeStatus.SKIPPED
+
+
+# the reasons of a node left float as the user's mapping and model mean it (not skipped)
+_INTENDED = frozenset(
+    {
+        ReasonCode.QCONFIG_NONE,
+        ReasonCode.NON_FLOAT_TENSOR,
+        ReasonCode.CONSTANT,
+        ReasonCode.ADDITIVE_MASK,
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,42 +214,35 @@ def _label(node: fx.Node, modules: Mapping[str, nn.Module]) -> str:
     return f"{node.name} ({pattern_str(node.target)})"
 
 
-def _decide_unmatched(
+def _unmatched_reason(
     node: fx.Node, qconfig: QConfig | None, planner: _Planner, label: str
-) -> Decision:
-    info, ctx = node_info(node), planner.ctx
-    standalone = ctx.prepare_custom_config.standalone_module_names
+) -> Reason:
+    info, custom = node_info(node), planner.ctx.prepare_custom_config
     if node.op == "call_module" and (
-        str(node.target) in standalone
-        or info.module_type in ctx.prepare_custom_config.standalone_module_classes
+        str(node.target) in custom.standalone_module_names
+        or info.module_type in custom.standalone_module_classes
     ):
         words = (
             f"{label}: standalone module kept as one float call; quantizing standalone "
             "modules on their own is not supported yet"
         )
-        return Decision(
-            None, qconfig, None, Reason(ReasonCode.STANDALONE_MODULE, words), NodeStatus.SKIPPED
-        )
+        return Reason(ReasonCode.STANDALONE_MODULE, words)
     no_value = _no_value(node, planner, label)
     if no_value is not None:
-        return Decision(None, qconfig, None, no_value, NodeStatus.FLOAT)
+        return no_value
     if qconfig is None:
-        return Decision(
-            None, None, None, Reason(ReasonCode.QCONFIG_NONE, f"{label}: qconfig is None")
-        )
+        return Reason(ReasonCode.QCONFIG_NONE, f"{label}: qconfig is None")
     if made_without_activations(node, planner.kinds):
         words = (
             "computed from the model's attributes and the inputs' shapes only, never from "
             "an activation: a constant, nothing to calibrate (an op taking it as its weight "
             "quantizes it there)"
         )
-        return Decision(
-            None, qconfig, None, Reason(ReasonCode.CONSTANT, f"{label}: {words}"), NodeStatus.FLOAT
-        )
+        return Reason(ReasonCode.CONSTANT, f"{label}: {words}")
     if info.fusion_reason is not None:  # its pattern was refused and nothing shorter matches
-        return Decision(None, qconfig, None, info.fusion_reason, NodeStatus.SKIPPED)
-    words = f"{label}: no pattern in backend {ctx.backend_config.name!r} matches it"
-    return Decision(None, qconfig, None, Reason(ReasonCode.NO_PATTERN, words), NodeStatus.SKIPPED)
+        return info.fusion_reason
+    words = f"{label}: no pattern in backend {planner.ctx.backend_config.name!r} matches it"
+    return Reason(ReasonCode.NO_PATTERN, words)
 
 
 def _no_value(node: fx.Node, planner: _Planner, label: str) -> Reason | None:
@@ -263,7 +275,8 @@ def _decide(
     qconfig: QConfig | None,
     planner: _Planner,
     label: str,
-) -> Decision:
+) -> DTypeConfig | Reason:
+    """The backend's dtype config that quantizes ``node``'s pattern, or why it stays float."""
     # a bfloat16 side observes no range (float32's exponent: -1e4 stays -1e4), so a mask
     # sets nothing there and attention runs in bfloat16 as the mapping asks
     bfloat16 = _bfloat16_side(qconfig, planner)
@@ -274,11 +287,9 @@ def _decide(
             f"{label}: carries an additive attention mask (large negative values); kept in "
             "float so the mask does not set the observer's range"
         )
-        return Decision(
-            match, qconfig, None, Reason(ReasonCode.ADDITIVE_MASK, words), NodeStatus.FLOAT
-        )
+        return Reason(ReasonCode.ADDITIVE_MASK, words)
     if match is None:
-        return _decide_unmatched(node, qconfig, planner, label)
+        return _unmatched_reason(node, qconfig, planner, label)
     config = match.payload
     shown = pattern_str(config.pattern or match.pattern)
     if not label.endswith(f"({shown})"):  # "gate (Sigmoid) Sigmoid" said the op twice
@@ -289,34 +300,30 @@ def _decide(
         words = f"{label}: computes on shapes or integer tensors, not float tensors"
         if config.observation_type is ObservationType.INPUT_OUTPUT_NOT_OBSERVED:
             words = f"{label}: reads the tensor's shape, not its values: nothing to quantize"
-        return Decision(
-            match, qconfig, None, Reason(ReasonCode.NON_FLOAT_TENSOR, words), NodeStatus.FLOAT
-        )
+        return Reason(ReasonCode.NON_FLOAT_TENSOR, words)
     if qconfig is None:
-        return Decision(
-            match, None, None, Reason(ReasonCode.QCONFIG_NONE, f"{label}: qconfig is None")
-        )
-    selected = select_dtype_config(config, planner.probe(qconfig), label)
-    if isinstance(selected, Reason):
-        return Decision(match, qconfig, None, selected, NodeStatus.SKIPPED)
-    return Decision(match, qconfig, selected, None, NodeStatus.QUANTIZED)
+        return Reason(ReasonCode.QCONFIG_NONE, f"{label}: qconfig is None")
+    return select_dtype_config(config, planner.probe(qconfig), label)
 
 
-def _decide_all(
+def _decide_and_plan(
     gm: fx.GraphModule,
     matches: Mapping[fx.Node, Match[BackendPatternConfig]],
     qconfigs: Mapping[fx.Node, QConfig | None],
     planner: _Planner,
 ) -> None:
-    for node in gm.graph.nodes:
-        if not node.op.startswith("call") or node in planner.decisions:
-            continue
-        match = matches.get(node)
-        anchor = match.anchor if match is not None else node
-        label = _label(anchor, planner.modules)
-        decision = _decide(anchor, match, qconfigs.get(anchor), planner, label)
-        for covered in match.nodes if match is not None else (node,):
-            planner.decisions[covered] = decision
+    for node in gm.graph.nodes:  # one walk: a match's nodes are decided at its first one
+        if node.op.startswith("call") and node not in planner.decisions:
+            match = matches.get(node)
+            anchor = match.anchor if match is not None else node
+            qconfig = qconfigs.get(anchor)
+            outcome = _decide(anchor, match, qconfig, planner, _label(anchor, planner.modules))
+            dtype_config = outcome if isinstance(outcome, DTypeConfig) else None
+            reason = outcome if isinstance(outcome, Reason) else None
+            decision = Decision(match, qconfig, dtype_config, reason)
+            for covered in match.nodes if match is not None else (node,):
+                planner.decisions[covered] = decision
+        _plan_node(node, planner)  # its producers were planned before it
     _name_unmatched_chains(gm, planner)
 
 
@@ -613,10 +620,8 @@ def plan_observers(
         for n in gm.graph.nodes
         if n.op == "call_module" and isinstance(modules.get(str(n.target)), _TUPLE_MODULES)
     )
-    _decide_all(gm, matches, qconfigs, planner)
     _plan_boundaries(gm, planner)
-    for node in gm.graph.nodes:
-        _plan_node(node, planner)
+    _decide_and_plan(gm, matches, qconfigs, planner)
     _plan_outputs(gm, planner)
     sites = tuple(
         ObserverSite(p, None if c is None else tuple(c), ctor, planner.find(i))
@@ -629,24 +634,18 @@ def plan_observers(
 def _report(gm: fx.GraphModule, decisions: Mapping[fx.Node, Decision]) -> Report:
     entries = []
     for node in gm.graph.nodes:
-        d = decisions.get(node)
+        d = decisions.get(node, _UNDECIDED)
         pattern = None
-        if d is not None and d.match is not None:
+        if d.match is not None:
             pattern = pattern_str(d.match.payload.pattern or d.match.pattern)
             if d.quantized:
                 pattern += _precision_label(d.dtype_config)
-        entries.append(
-            NodeReport(
-                node=node.name,
-                op=node.op,
-                pattern=pattern,
-                qconfig=_qconfig_label(d.qconfig) if d is not None else None,
-                status=d.status if d is not None else NodeStatus.FLOAT,
-                reason=d.reason if d is not None else None,
-                source=node_info(node).source,
-            )
-        )
+        qconfig, source = _qconfig_label(d.qconfig), node_info(node).source
+        entries.append(NodeReport(node.name, node.op, pattern, qconfig, d.status, d.reason, source))
     return Report(entries, notes=_unfused_notes(gm, decisions))
+
+
+_UNDECIDED = Decision(None, None, None, None)  # a placeholder, get_attr or output: no op
 
 
 def _unfused_notes(gm: fx.GraphModule, decisions: Mapping[fx.Node, Decision]) -> list[str]:
