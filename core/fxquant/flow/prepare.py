@@ -56,6 +56,7 @@ from fxquant.flow.values import (
     made_without_activations,
     node_args,
     positioned_args,
+    splits,
     value_kinds,
 )
 from fxquant.numerics.fake_quantize import FakeQuantize, FixedQParamsFakeQuantize
@@ -64,11 +65,6 @@ from fxquant.numerics.observer import (
     MinMaxObserver,
     MovingAverageMinMaxObserver,
     PlaceholderObserver,
-)
-
-# ops returning a tuple of tensors: their pieces are observed, each after its getitem
-_PIECES = frozenset(
-    {"chunk", "split", "split_with_sizes", "tensor_split", "unbind", "unsafe_split"}
 )
 
 # modules returning a tuple: (output, state) or (output, attention weights)
@@ -537,12 +533,7 @@ def _plan_node(node: fx.Node, planner: _Planner) -> None:
 
 def _returns_pieces(node: fx.Node, planner: _Planner) -> bool:
     """Whether ``node`` returns a tuple (``chunk``, ``split``, ``unbind``, an RNN module...)."""
-    if node in planner.tuple_modules:
-        return True
-    if node.op not in ("call_function", "call_method"):
-        return False
-    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
-    return name in _PIECES
+    return node in planner.tuple_modules or splits(node)
 
 
 def _pieces(node: fx.Node, planner: _Planner) -> list[fx.Node]:
