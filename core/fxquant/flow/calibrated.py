@@ -117,16 +117,14 @@ def uncalibrated(gm: GraphModule, modules: Mapping[str, nn.Module]) -> dict[str,
     for node, module in _observers(gm, modules):
         if is_calibrated(module) or observed_constant(node):
             continue  # a functional's weight is observed at convert
-        names: list[str] = []
+        target = str(node.target)
+        names = dict.fromkeys(found.get(target, ()))  # ordered, each once (a shared observer)
         for neighbour in (*node.all_input_nodes, *node.users):
             info = node_info(neighbour)
-            if info.qconfig is None:
-                continue
-            group = anchors.get(info.anchor or "", [neighbour.name])
-            names += [n for n in group if n not in names]
+            if info.qconfig is not None:
+                names.update(dict.fromkeys(anchors.get(info.anchor or "", [neighbour.name])))
         if names:
-            listed = found.setdefault(str(node.target), [])
-            listed += [n for n in names if n not in listed]
+            found[target] = list(names)
     return found
 
 
