@@ -36,15 +36,13 @@ def as_backend_config(backend_config: object) -> BackendConfig | None:
         >>> as_backend_config({"name": "mine", "configs": []}).name
         'mine'
     """
-    if backend_config is None or isinstance(backend_config, BackendConfig):
-        return backend_config
-    if isinstance(backend_config, Mapping):
-        return BackendConfig.from_dict(backend_config)  # torch.ao's dict form
+    if backend_config is None:
+        return None  # this host's native backend, which the registry resolves
     expected = (
         "a fxquant.BackendConfig, its dict form (BackendConfig.to_dict()) "
         "or None (this host's native backend)"
     )
-    raise wrong_type(backend_config, "backend_config", expected)
+    return as_config(backend_config, BackendConfig, "backend_config", expected)
 
 
 def _resolved(backend: ResolvedBackend | BackendConfig) -> ResolvedBackend:
@@ -56,8 +54,10 @@ def _resolved(backend: ResolvedBackend | BackendConfig) -> ResolvedBackend:
 _Config = TypeVar("_Config")
 
 
-def as_config(value: object, cls: type[_Config], argument: str) -> _Config:
+def as_config(value: object, cls: type[_Config], argument: str, expected: str = "") -> _Config:
     """``value`` as a ``cls`` (a config class with ``from_dict``); ``None`` gives ``cls()``.
+
+    ``expected``: the error's words for what ``argument`` takes, when not the generic ones.
 
     Raises:
         ConfigTypeError: ``value`` is neither a ``cls``, its dict form nor ``None``.
@@ -75,7 +75,8 @@ def as_config(value: object, cls: type[_Config], argument: str) -> _Config:
         config: _Config = cls.from_dict(value)  # type: ignore[attr-defined]
         return config
     if not isinstance(value, cls):
-        raise wrong_type(value, argument, f"a fxquant.{cls.__name__}, its dict form or None")
+        expected = expected or f"a fxquant.{cls.__name__}, its dict form or None"
+        raise wrong_type(value, argument, expected)
     return value
 
 

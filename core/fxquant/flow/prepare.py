@@ -205,9 +205,7 @@ def _qconfig_label(qconfig: QConfig | None) -> str | None:
 
 
 def _label(node: fx.Node, modules: Mapping[str, nn.Module]) -> str:
-    if node.op == "call_module":
-        return f"{node.name} ({type(modules[str(node.target)]).__name__})"
-    return f"{node.name} ({pattern_str(node.target)})"
+    return f"{node.name} ({_op_name(node, modules, qualified=False)})"
 
 
 def _unmatched_reason(
@@ -323,11 +321,12 @@ def _decide_and_plan(
     _name_unmatched_chains(gm, planner)
 
 
-def _op_name(node: fx.Node, modules: Mapping[str, nn.Module]) -> str:
+def _op_name(node: fx.Node, modules: Mapping[str, nn.Module], *, qualified: bool = True) -> str:
     if node.op == "call_module":
         cls = type(modules[str(node.target)])
         # qat.Linear is also named "Linear": say which one
-        return f"{cls.__module__}.{cls.__name__}" if float_class_of(cls) else cls.__name__
+        qat = qualified and float_class_of(cls) is not None
+        return f"{cls.__module__}.{cls.__name__}" if qat else cls.__name__
     return pattern_str(node.target)
 
 
