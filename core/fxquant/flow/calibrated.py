@@ -252,20 +252,13 @@ def warn_calibration(
     Example:
         >>> warn_calibration("convert_fx", {}, {}, {})  # nothing to say
     """
-    findings = (
-        (
-            _NOT_CALIBRATED,
-            [f"{obs} -> {', '.join(nodes)}" for obs, nodes in not_calibrated.items()],
-        ),
-        (_SINGLE_VALUED, [f"{obs} saw only {value:g}" for obs, value in single.items()]),
-        (
-            _OUTLIER_BATCHES,
-            [
-                f"{obs}: one batch reached {peak:.3g}, every other at most {other:.3g}"
-                for obs, (peak, other) in outliers.items()
-            ],
-        ),
-    )
+    stale = [f"{obs} -> {', '.join(nodes)}" for obs, nodes in not_calibrated.items()]
+    flat = [f"{obs} saw only {value:g}" for obs, value in single.items()]
+    peaks = [
+        f"{obs}: one batch reached {peak:.3g}, every other at most {other:.3g}"
+        for obs, (peak, other) in outliers.items()
+    ]
+    findings = ((_NOT_CALIBRATED, stale), (_SINGLE_VALUED, flat), (_OUTLIER_BATCHES, peaks))
     for (what, advice), listed in findings:
         if listed:
             said = what.format(n=len(listed), ratio=OUTLIER_RATIO)
