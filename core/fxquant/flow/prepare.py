@@ -306,7 +306,8 @@ def _decide_and_plan(
     qconfigs: Mapping[fx.Node, QConfig | None],
     planner: _Planner,
 ) -> None:
-    for node in gm.graph.nodes:  # one walk: a match's nodes are decided at its first one
+    """Decide each node's fate and plan its observers, in one walk in graph order."""
+    for node in gm.graph.nodes:  # a match's nodes are all decided at its first one
         if node.op.startswith("call") and node not in planner.decisions:
             match = matches.get(node)
             anchor = match.anchor if match is not None else node
