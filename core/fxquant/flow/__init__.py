@@ -293,10 +293,10 @@ def explain(model: object, *, show: bool = True) -> Report:
         raise ConfigTypeError(msg)
     if state is not None:
         # the flow state's notes first: convert rebuilds the report
-        report = Report(state.report.entries(), state.report.unused(), state.notes)
-        report = report.with_notes(state.report.notes())
         pairs = getattr(model, "meta", {}).get(EQUALIZATION_KEY, ())
-        report = report.with_notes(f"equalized: {pair.line()}" for pair in pairs)
+        equalized = (f"equalized: {pair.line()}" for pair in pairs)
+        notes = (*state.notes, *state.report.notes(), *equalized)
+        report = Report(state.report.entries(), state.report.unused(), notes)
     assert isinstance(report, Report)  # the flow state's or the deployed model's
     if show:
         print(report.table())  # printing the table is the point

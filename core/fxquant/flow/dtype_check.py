@@ -63,7 +63,6 @@ class ObserverFacts:
         fixed = None
         if "FixedQParams" in type(module).__name__ or "FixedQParams" in type(observer).__name__:
             fixed = (float(observer.scale), int(observer.zero_point))
-        qscheme = getattr(observer, "qscheme", None)
         return cls(
             dtype=canonical_dtype(dtype),
             is_dynamic=bool(getattr(module, "is_dynamic", False)),
@@ -71,7 +70,7 @@ class ObserverFacts:
             quant_max=getattr(observer, "quant_max", None),
             eps=None if eps is None else float(eps),
             fixed=fixed,
-            qscheme=_qscheme(qscheme),
+            qscheme=_qscheme(getattr(observer, "qscheme", None)),
         )
 
 

@@ -132,6 +132,10 @@ class InPlaceProxy(fx.Proxy):
         ['mul', 'iadd']
     """
 
+    def __setitem__(self, index: Any, value: Any) -> None:
+        # torch.fx's Proxy refuses item assignment; recorded, functionalize makes it a copy
+        self.tracer.create_proxy("call_function", operator.setitem, (self, index, value), {})
+
 
 def _in_place(op: Callable[[Any, Any], Any]) -> Callable[[fx.Proxy, Any], fx.Proxy]:
     def method(self: fx.Proxy, other: Any) -> fx.Proxy:
@@ -143,14 +147,6 @@ def _in_place(op: Callable[[Any, Any], Any]) -> Callable[[fx.Proxy, Any], fx.Pro
 
 for _op in _OPERATORS:
     setattr(InPlaceProxy, f"__{_op.__name__}__", _in_place(_op))
-
-
-def _setitem(self: fx.Proxy, index: Any, value: Any) -> None:
-    # torch.fx's Proxy refuses item assignment; recorded, functionalize makes it a copy
-    self.tracer.create_proxy("call_function", operator.setitem, (self, index, value), {})
-
-
-setattr(InPlaceProxy, "__setitem__", _setitem)  # noqa: B010  # a dunder set after the class
 
 
 def on_copy(method: str, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:

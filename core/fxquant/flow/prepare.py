@@ -495,10 +495,9 @@ def _share(node: fx.Node, site: int, planner: _Planner) -> bool:
     found = [_input_site(node, a, planner) for a in args if isinstance(a, fx.Node)]
     if not found or found[0] is None:
         return False
-    for other in found:
+    for other in (*found[1:], site):
         if other is not None:
             planner.union(found[0], other)
-    planner.union(found[0], site)
     return True
 
 
