@@ -409,13 +409,12 @@ def value_kinds(
         ['float', 'scalar', 'float']
     """
     kinds: dict[fx.Node, ValueKind] = {}
-    position = 0
+    inputs = iter(example_inputs)  # the placeholders' values, in order
     for node in gm.graph.nodes:
         if node.op == "placeholder":
-            value = example_inputs[position] if position < len(example_inputs) else None
+            value = next(inputs, None)
             kind = MASK if _is_mask_input(value) else _kind_of_value(value)
             kinds[node] = FLOAT if value is None else kind
-            position += 1
         elif node.op == "get_attr":
             value = attribute_value(gm, node)
             kinds[node] = MASK if _holds_minus_infinity(value) else _kind_of_value(value)
