@@ -169,7 +169,6 @@ class _Planner:
     edge_site: dict[tuple[fx.Node, type, torch.dtype], int] = field(default_factory=dict)
     site_of_edge: dict[tuple[fx.Node, fx.Node], int] = field(default_factory=dict)
     sites: list[list[Any]] = field(default_factory=list)  # [producer, consumers, ctor, group]
-    tuple_modules: frozenset[fx.Node] = frozenset()  # call_module nodes returning tuples
     parent: list[int] = field(default_factory=list)
 
     def probe(self, qconfig: QConfig) -> QConfigProbe:
@@ -532,7 +531,12 @@ def _plan_node(node: fx.Node, planner: _Planner) -> None:
 
 def _returns_pieces(node: fx.Node, planner: _Planner) -> bool:
     """Whether ``node`` returns a tuple (``chunk``, ``split``, ``unbind``, an RNN module...)."""
-    return node in planner.tuple_modules or splits(node)
+    return _tuple_module(node, planner) or splits(node)
+
+
+def _tuple_module(node: fx.Node, planner: _Planner) -> bool:
+    module = planner.modules.get(str(node.target)) if node.op == "call_module" else None
+    return isinstance(module, _TUPLE_MODULES)
 
 
 def _pieces(node: fx.Node, planner: _Planner) -> list[fx.Node]:
@@ -543,7 +547,7 @@ def _pieces(node: fx.Node, planner: _Planner) -> list[fx.Node]:
         for u in node.users
         if u.op == "call_function" and u.target is getitem and not isinstance(u.args[1], slice)
     ]  # chunk(...)[::-1] is a tuple again: an observer of it failed at calibration
-    if node in planner.tuple_modules:
+    if _tuple_module(node, planner):
         pieces = [u for u in pieces if len(u.args) > 1 and u.args[1] == 0]
     return pieces
 
@@ -605,11 +609,6 @@ def plan_observers(
     """
     kinds = value_kinds(gm, modules, ctx.example_inputs)
     planner = _Planner(ctx, kinds, modules, input_roles=input_roles_by_op(ctx.backend_config))
-    planner.tuple_modules = frozenset(
-        n
-        for n in gm.graph.nodes
-        if n.op == "call_module" and isinstance(modules.get(str(n.target)), _TUPLE_MODULES)
-    )
     _plan_boundaries(gm, planner)
     _decide_and_plan(gm, matches, qconfigs, planner)
     _plan_outputs(gm, planner)
