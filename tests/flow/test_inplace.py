@@ -362,6 +362,12 @@ def _other_view_read_afterwards(y: torch.Tensor) -> torch.Tensor:
     return w
 
 
+def _base_read_after_a_split_piece_changed(y: torch.Tensor) -> torch.Tensor:
+    first = torch.split_with_sizes(y, [2, 2])[0]  # a view of y, as its method's pieces are
+    first.mul_(2.0)
+    return y + 1
+
+
 def _base_read_after_training_dropout(y: torch.Tensor) -> torch.Tensor:
     F.dropout(torch.flatten(y, 1), 0.5, True, True)
     return y + 1
@@ -391,7 +397,12 @@ def test_a_changed_view_read_only_through_itself_computes_what_eager_does(progra
 
 @pytest.mark.parametrize(
     "program",
-    [_base_read_by_a_later_view, _other_view_read_afterwards, _base_read_after_training_dropout],
+    [
+        _base_read_by_a_later_view,
+        _other_view_read_afterwards,
+        _base_read_after_a_split_piece_changed,
+        _base_read_after_training_dropout,
+    ],
 )
 def test_a_changed_view_whose_base_is_read_afterwards_is_refused(program: Op) -> None:
     from fxquant.flow.trace import QuantizationTracer

@@ -285,6 +285,30 @@ def test_a_model_slicing_the_tuple_of_a_chunk_calibrates_and_converts(backend: s
     assert float(10 * torch.log10(expected.pow(2).sum() / (expected - got).pow(2).sum())) > 25
 
 
+class UnsafeChunksJoined(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat(self.conv(x).unsafe_chunk(2, 1), 1)
+
+
+def test_a_cat_of_the_tuple_of_unsafe_chunk_calibrates_and_converts() -> None:
+    # the tuple unsafe_chunk returns has no range: an observer on cat's input (the tuple)
+    # failed at calibration with "AttributeError: 'tuple' object has no attribute 'numel'"
+    torch.manual_seed(0)
+    model, x = UnsafeChunksJoined().eval(), torch.randn(2, 3, 8, 8)
+    reference = fxquant.get_backend_config("reference")
+    mapping = fxquant.get_default_qconfig_mapping("reference")
+    prepared = prepare_fx(model, mapping, (x,), backend_config=reference)
+    prepared(x)
+    converted = fxquant.convert_fx(prepared)
+    with torch.no_grad():
+        expected, got = model(x), converted(x)
+    assert float(10 * torch.log10(expected.pow(2).sum() / (expected - got).pow(2).sum())) > 25
+
+
 class PositionFeature(nn.Module):
     """Embeddings plus a feature computed from the integer ids: no mask anywhere."""
 

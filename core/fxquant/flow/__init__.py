@@ -104,7 +104,6 @@ def _prepare(
     label_observers(gm)  # observers' own warnings name their edge
     observe_in_model_mode(gm)  # so each can tell a batch recorded in training mode
     assert ctx.qconfig_mapping is not None  # for_prepare always sets it
-    assert ctx.backend is not None  # the entry points resolve it
     gm.meta = FlowMeta(gm.meta)  # so torch.save of a prepared model works (without the state)
     gm.meta[META_KEY] = FlowState(
         ctx.backend_config,
@@ -128,8 +127,6 @@ def _graph_mode(
 ) -> ComposedMode | None:
     """The backend's mode for this graph merged under the user's mapping and equalization."""
     assert ctx.qconfig_mapping is not None  # for_prepare always sets it
-    if ctx.backend is None:
-        return None
     answer = ctx.backend.graph_mode(gm, ctx.qconfig_mapping, ctx.is_qat)
     if answer is None:
         return None
@@ -293,10 +290,10 @@ def explain(model: object, *, show: bool = True) -> Report:
         raise ConfigTypeError(msg)
     if state is not None:
         # the flow state's notes first: convert rebuilds the report
-        report = Report(state.report.entries(), state.report.unused(), state.notes)
-        report = report.with_notes(state.report.notes())
         pairs = getattr(model, "meta", {}).get(EQUALIZATION_KEY, ())
-        report = report.with_notes(f"equalized: {pair.line()}" for pair in pairs)
+        equalized = (f"equalized: {pair.line()}" for pair in pairs)
+        notes = (*state.notes, *state.report.notes(), *equalized)
+        report = Report(state.report.entries(), state.report.unused(), notes)
     assert isinstance(report, Report)  # the flow state's or the deployed model's
     if show:
         print(report.table())  # printing the table is the point

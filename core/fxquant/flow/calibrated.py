@@ -117,16 +117,14 @@ def uncalibrated(gm: GraphModule, modules: Mapping[str, nn.Module]) -> dict[str,
     for node, module in _observers(gm, modules):
         if is_calibrated(module) or observed_constant(node):
             continue  # a functional's weight is observed at convert
-        names: list[str] = []
+        target = str(node.target)
+        names = dict.fromkeys(found.get(target, ()))  # ordered, each once (a shared observer)
         for neighbour in (*node.all_input_nodes, *node.users):
             info = node_info(neighbour)
-            if info.qconfig is None:
-                continue
-            group = anchors.get(info.anchor or "", [neighbour.name])
-            names += [n for n in group if n not in names]
+            if info.qconfig is not None:
+                names.update(dict.fromkeys(anchors.get(info.anchor or "", [neighbour.name])))
         if names:
-            listed = found.setdefault(str(node.target), [])
-            listed += [n for n in names if n not in listed]
+            found[target] = list(names)
     return found
 
 
@@ -254,20 +252,13 @@ def warn_calibration(
     Example:
         >>> warn_calibration("convert_fx", {}, {}, {})  # nothing to say
     """
-    findings = (
-        (
-            _NOT_CALIBRATED,
-            [f"{obs} -> {', '.join(nodes)}" for obs, nodes in not_calibrated.items()],
-        ),
-        (_SINGLE_VALUED, [f"{obs} saw only {value:g}" for obs, value in single.items()]),
-        (
-            _OUTLIER_BATCHES,
-            [
-                f"{obs}: one batch reached {peak:.3g}, every other at most {other:.3g}"
-                for obs, (peak, other) in outliers.items()
-            ],
-        ),
-    )
+    stale = [f"{obs} -> {', '.join(nodes)}" for obs, nodes in not_calibrated.items()]
+    flat = [f"{obs} saw only {value:g}" for obs, value in single.items()]
+    peaks = [
+        f"{obs}: one batch reached {peak:.3g}, every other at most {other:.3g}"
+        for obs, (peak, other) in outliers.items()
+    ]
+    findings = ((_NOT_CALIBRATED, stale), (_SINGLE_VALUED, flat), (_OUTLIER_BATCHES, peaks))
     for (what, advice), listed in findings:
         if listed:
             said = what.format(n=len(listed), ratio=OUTLIER_RATIO)

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from fxquant.config.backend import BackendConfig
 from fxquant.config.custom import FuseCustomConfig, PrepareCustomConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
-from fxquant.errors import ConfigError, ConfigTypeError, wrong_type
+from fxquant.errors import ConfigTypeError, wrong_type
 from fxquant.lowering import LoweringRule
 from fxquant.registry.resolution import ResolvedBackend
 
@@ -36,15 +36,13 @@ def as_backend_config(backend_config: object) -> BackendConfig | None:
         >>> as_backend_config({"name": "mine", "configs": []}).name
         'mine'
     """
-    if backend_config is None or isinstance(backend_config, BackendConfig):
-        return backend_config
-    if isinstance(backend_config, Mapping):
-        return BackendConfig.from_dict(backend_config)  # torch.ao's dict form
+    if backend_config is None:
+        return None  # this host's native backend, which the registry resolves
     expected = (
         "a fxquant.BackendConfig, its dict form (BackendConfig.to_dict()) "
         "or None (this host's native backend)"
     )
-    raise wrong_type(backend_config, "backend_config", expected)
+    return as_config(backend_config, BackendConfig, "backend_config", expected)
 
 
 def _resolved(backend: ResolvedBackend | BackendConfig) -> ResolvedBackend:
@@ -56,8 +54,10 @@ def _resolved(backend: ResolvedBackend | BackendConfig) -> ResolvedBackend:
 _Config = TypeVar("_Config")
 
 
-def as_config(value: object, cls: type[_Config], argument: str) -> _Config:
+def as_config(value: object, cls: type[_Config], argument: str, expected: str = "") -> _Config:
     """``value`` as a ``cls`` (a config class with ``from_dict``); ``None`` gives ``cls()``.
+
+    ``expected``: the error's words for what ``argument`` takes, when not the generic ones.
 
     Raises:
         ConfigTypeError: ``value`` is neither a ``cls``, its dict form nor ``None``.
@@ -75,7 +75,8 @@ def as_config(value: object, cls: type[_Config], argument: str) -> _Config:
         config: _Config = cls.from_dict(value)  # type: ignore[attr-defined]
         return config
     if not isinstance(value, cls):
-        raise wrong_type(value, argument, f"a fxquant.{cls.__name__}, its dict form or None")
+        expected = expected or f"a fxquant.{cls.__name__}, its dict form or None"
+        raise wrong_type(value, argument, expected)
     return value
 
 
@@ -96,6 +97,11 @@ def _check_concrete_args(value: object) -> Mapping[str, Any] | None:
 class FlowContext:
     """The inputs of one flow call, checked and resolved.
 
+    ``backend`` is what the entry point's one registry call resolved ``backend_config``
+    to: lowering rules, deployment, graph modes, how ``None`` was resolved. A context
+    built by hand (tests) may pass the ``BackendConfig`` alone, which stands for
+    ``ResolvedBackend(config)``: no kernels, no graph modes.
+
     Example:
         >>> from fxquant.config.backend import BackendConfig
         >>> ctx = FlowContext.for_fuse(None, BackendConfig("mine"))
@@ -103,7 +109,7 @@ class FlowContext:
         ('mine', False, ())
     """
 
-    backend_config: BackendConfig
+    backend: ResolvedBackend
     qconfig_mapping: QConfigMapping | None = None
     prepare_custom_config: PrepareCustomConfig = field(default_factory=PrepareCustomConfig)
     preserved_attributes: tuple[str, ...] = ()
@@ -111,29 +117,24 @@ class FlowContext:
     strict: bool = False
     example_inputs: tuple[Any, ...] = ()
     concrete_args: Mapping[str, Any] | None = None
-    backend: ResolvedBackend | None = None
-    """What the entry point's one registry call resolved ``backend_config`` to: lowering
-    rules, deployment, graph modes, how ``None`` was resolved. ``None`` in a context built
-    by hand (tests): no kernels, no graph modes."""
 
     def __post_init__(self) -> None:
-        if self.backend is not None and self.backend.config is not self.backend_config:
-            msg = (
-                f"FlowContext got backend_config {self.backend_config.name!r} and a "
-                f"resolution of another config ({self.backend.name!r}); build it with "
-                "for_fuse / for_prepare / for_convert, which take the resolution alone"
-            )
-            raise ConfigError(msg)
+        object.__setattr__(self, "backend", _resolved(self.backend))  # frozen: see the class
+
+    @property
+    def backend_config(self) -> BackendConfig:
+        """The pattern configs the flow quantizes with: the resolution's."""
+        return self.backend.config
 
     @property
     def lowering_rules(self) -> tuple[LoweringRule, ...]:
         """The rules ``lower`` replaces reference patterns with."""
-        return () if self.backend is None else self.backend.lowering_rules
+        return self.backend.lowering_rules
 
     @property
     def deployed(self) -> bool:
         """The backend runs its models outside PyTorch (a ``Deployment``)."""
-        return self.backend is not None and self.backend.deployed
+        return self.backend.deployed
 
     @classmethod
     def for_fuse(
@@ -148,12 +149,7 @@ class FlowContext:
             True
         """
         custom = as_config(fuse_custom_config, FuseCustomConfig, "fuse_custom_config")
-        resolved = _resolved(backend)
-        return cls(
-            backend_config=resolved.config,
-            preserved_attributes=tuple(custom.preserved_attributes),
-            backend=resolved,
-        )
+        return cls(_resolved(backend), preserved_attributes=tuple(custom.preserved_attributes))
 
     @classmethod
     def for_prepare(  # noqa: PLR0913  # the seed's four arguments, the two modes, concrete_args
@@ -185,9 +181,8 @@ class FlowContext:
         custom = as_config(prepare_custom_config, PrepareCustomConfig, "prepare_custom_config")
         if not isinstance(example_inputs, tuple):
             example_inputs = (example_inputs,)  # torch.ao accepts a lone tensor too
-        resolved = _resolved(backend)
         return cls(
-            backend_config=resolved.config,
+            _resolved(backend),
             qconfig_mapping=mapping,
             prepare_custom_config=custom,
             preserved_attributes=tuple(custom.preserved_attributes),
@@ -195,7 +190,6 @@ class FlowContext:
             strict=bool(strict),
             example_inputs=example_inputs,
             concrete_args=_check_concrete_args(concrete_args),
-            backend=resolved,
         )
 
     @classmethod
@@ -210,5 +204,4 @@ class FlowContext:
             >>> ctx.lowering_rules, ctx.deployed
             ((), False)
         """
-        resolved = _resolved(backend)
-        return cls(backend_config=resolved.config, strict=bool(strict), backend=resolved)
+        return cls(_resolved(backend), strict=bool(strict))

@@ -63,7 +63,6 @@ class ObserverFacts:
         fixed = None
         if "FixedQParams" in type(module).__name__ or "FixedQParams" in type(observer).__name__:
             fixed = (float(observer.scale), int(observer.zero_point))
-        qscheme = getattr(observer, "qscheme", None)
         return cls(
             dtype=canonical_dtype(dtype),
             is_dynamic=bool(getattr(module, "is_dynamic", False)),
@@ -71,7 +70,7 @@ class ObserverFacts:
             quant_max=getattr(observer, "quant_max", None),
             eps=None if eps is None else float(eps),
             fixed=fixed,
-            qscheme=_qscheme(qscheme),
+            qscheme=_qscheme(getattr(observer, "qscheme", None)),
         )
 
 
@@ -211,25 +210,21 @@ def _check_dtypes(config: DTypeConfig, probe: QConfigProbe, label: str) -> Reaso
             field="is_dynamic",
             bound=config.is_dynamic,
         )
-    if not _same(config.input_dtype, act.dtype):
-        return _dtype_reason("activation", act.dtype, config.input_dtype, label)
     # an int8-in, float-out config takes a static qconfig: its output is not observed,
     # unless the qconfig asks for another float output (QConfig.output_dtype)
-    if float_output(config):
-        if probe.requested_output not in (None, _FLOAT):
-            return _dtype_reason("output", probe.output_dtype, config.output_dtype, label)
-    elif not _same(config.output_dtype, probe.output_dtype):
-        return _dtype_reason("output", probe.output_dtype, config.output_dtype, label)
+    output = (probe.requested_output or _FLOAT) if float_output(config) else probe.output_dtype
     weight = config.weight_dtype
-    # a float weight needs no observer, so any weight observer will do
-    if (
-        weight is not None
-        and canonical_dtype(weight) != _FLOAT
-        and not _same(weight, probe.weight.dtype)
-    ):
-        return _dtype_reason("weight", probe.weight.dtype, weight, label)
-    if not _same(config.bias_dtype, probe.bias_dtype):
-        return _dtype_reason("bias", probe.bias_dtype, config.bias_dtype, label)
+    if weight is not None and canonical_dtype(weight) == _FLOAT:
+        weight = None  # a float weight needs no observer, so any weight observer will do
+    checks = (  # (what, the qconfig's dtype, the config's)
+        ("activation", act.dtype, config.input_dtype),
+        ("output", output, config.output_dtype),
+        ("weight", probe.weight.dtype, weight),
+        ("bias", probe.bias_dtype, config.bias_dtype),
+    )
+    for what, got, wanted in checks:
+        if not _same(wanted, got):
+            return _dtype_reason(what, got, wanted, label)
     return None
 
 
@@ -300,19 +295,18 @@ def _check_fixed(
         return _check_zero_point(zero_point, facts, what, label)
     if scale is None or zero_point is None:
         return None
-    if facts.fixed is None:
-        words = (
-            f"{label}: the backend needs fixed qparams (scale {scale}, zero_point {zero_point}) "
-            f"but the qconfig {what} observer is not a FixedQParamsObserver/FakeQuantize"
-        )
-        return Reason(ReasonCode.FIXED_QPARAMS, words, field="scale_exact_match", bound=scale)
-    if facts.fixed != (float(scale), int(zero_point)):
+    if facts.fixed == (float(scale), int(zero_point)):
+        return None
+    words = (
+        f"{label}: the backend needs fixed qparams (scale {scale}, zero_point {zero_point}) "
+        f"but the qconfig {what} observer is not a FixedQParamsObserver/FakeQuantize"
+    )
+    if facts.fixed is not None:
         words = (
             f"{label}: qconfig {what} fixed qparams {facts.fixed} differ from the backend's "
             f"(scale {scale}, zero_point {zero_point})"
         )
-        return Reason(ReasonCode.FIXED_QPARAMS, words, field="scale_exact_match", bound=scale)
-    return None
+    return Reason(ReasonCode.FIXED_QPARAMS, words, field="scale_exact_match", bound=scale)
 
 
 def check_dtype_config(config: DTypeConfig, probe: QConfigProbe, label: str) -> Reason | None:

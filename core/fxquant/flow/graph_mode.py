@@ -143,16 +143,12 @@ class ComposedMode:
 
     def lines(self) -> tuple[str, ...]:
         """The lines ``fxquant.explain`` prints for the mode, first under the table."""
-        lines = [self.mode.line()]
-        if self.owned:
-            lines.append(
-                f"mode {self.mode.name}: your entries win where they apply: {', '.join(self.owned)}"
-            )
-        if self.kept:
-            lines.append(
-                f"mode {self.mode.name}: not applied (your entries kept): {', '.join(self.kept)}"
-            )
-        return tuple(lines)
+        said = (
+            ("your entries win where they apply", self.owned),
+            ("not applied (your entries kept)", self.kept),
+        )
+        lines = (f"mode {self.mode.name}: {what}: {', '.join(keys)}" for what, keys in said if keys)
+        return (self.mode.line(), *lines)
 
     def warning(self, backend: str, step: str) -> str | None:
         """The warning's words when the user should hear of the mode, else ``None``."""

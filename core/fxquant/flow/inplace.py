@@ -63,20 +63,12 @@ from fxquant.flow.state import node_info
 
 __all__ = ["InPlaceProxy", "functionalize", "on_copy", "setitem_copy"]
 
+# Python's augmented assignments (operator.iadd for ``y += 1``), each to its plain operator
+_ARITHMETIC = ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul")
+_BITWISE = ("and_", "or_", "xor", "lshift", "rshift")
 _OPERATORS: dict[Callable[..., Any], Callable[..., Any]] = {
-    operator.iadd: operator.add,
-    operator.isub: operator.sub,
-    operator.imul: operator.mul,
-    operator.itruediv: operator.truediv,
-    operator.ifloordiv: operator.floordiv,
-    operator.imod: operator.mod,
-    operator.ipow: operator.pow,
-    operator.imatmul: operator.matmul,
-    operator.iand: operator.and_,
-    operator.ior: operator.or_,
-    operator.ixor: operator.xor,
-    operator.ilshift: operator.lshift,
-    operator.irshift: operator.rshift,
+    getattr(operator, f"i{name.rstrip('_')}"): getattr(operator, name)
+    for name in (*_ARITHMETIC, *_BITWISE)
 }
 
 # methods ending in "_" that change no tensor values (or only autograd state)
@@ -95,15 +87,10 @@ _VIEW_METHODS = frozenset(
         "view_as_real", "view_as_complex", "squeeze_", "unsqueeze_", "align_as",
     }
 )  # fmt: skip
+# a torch function is a view where its method is (torch.reshape, torch.split_with_sizes...)
 _VIEW_FUNCTIONS: frozenset[Any] = frozenset(
-    {
-        operator.getitem, torch.reshape, torch.flatten, torch.transpose, torch.permute,
-        torch.t, torch.narrow, torch.select, torch.squeeze, torch.unsqueeze, torch.chunk,
-        torch.split, torch.unbind, torch.tensor_split, torch.movedim, torch.moveaxis,
-        torch.swapaxes, torch.swapdims, torch.diagonal, torch.as_strided, torch.detach,
-        torch.unflatten, torch.view_as_real, torch.view_as_complex, torch.real, torch.imag,
-    }
-)  # fmt: skip
+    {operator.getitem, *(getattr(torch, name) for name in _VIEW_METHODS if hasattr(torch, name))}
+)
 _VIEW_MODULES = (nn.Identity, nn.Flatten, nn.Unflatten, nn.Dropout)
 
 # the dropouts: in eval mode (or training=False) each returns its input, changing nothing
@@ -145,6 +132,10 @@ class InPlaceProxy(fx.Proxy):
         ['mul', 'iadd']
     """
 
+    def __setitem__(self, index: Any, value: Any) -> None:
+        # torch.fx's Proxy refuses item assignment; recorded, functionalize makes it a copy
+        self.tracer.create_proxy("call_function", operator.setitem, (self, index, value), {})
+
 
 def _in_place(op: Callable[[Any, Any], Any]) -> Callable[[fx.Proxy, Any], fx.Proxy]:
     def method(self: fx.Proxy, other: Any) -> fx.Proxy:
@@ -156,14 +147,6 @@ def _in_place(op: Callable[[Any, Any], Any]) -> Callable[[fx.Proxy, Any], fx.Pro
 
 for _op in _OPERATORS:
     setattr(InPlaceProxy, f"__{_op.__name__}__", _in_place(_op))
-
-
-def _setitem(self: fx.Proxy, index: Any, value: Any) -> None:
-    # torch.fx's Proxy refuses item assignment; recorded, functionalize makes it a copy
-    self.tracer.create_proxy("call_function", operator.setitem, (self, index, value), {})
-
-
-setattr(InPlaceProxy, "__setitem__", _setitem)  # noqa: B010  # a dunder set after the class
 
 
 def on_copy(method: str, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
@@ -191,6 +174,9 @@ def setitem_copy(tensor: torch.Tensor, index: Any, value: Any) -> torch.Tensor:
     return out
 
 
+_REWRITES: dict[Any, Callable[..., Any]] = {**_OPERATORS, operator.setitem: setitem_copy}
+
+
 def _out_of_place_function(target: Any) -> Callable[..., Any] | None:
     """``F.hardtanh`` for ``F.hardtanh_``, ``torch.relu`` for ``torch.relu_``...; else None."""
     name = getattr(target, "__name__", "")
@@ -210,31 +196,6 @@ def _inplace_param(target: Callable[..., Any]) -> int | None:
     except (TypeError, ValueError):
         return None
     return parameters.index("inplace") if "inplace" in parameters else None
-
-
-def _functional_form(node: fx.Node) -> None:
-    """Rewrite ``node``, an in-place op (:func:`_mutates`), into its out-of-place form.
-    A call_module stays (see the module doc)."""
-    target = node.target
-    if node.op == "call_method":
-        name = str(target)
-        if callable(getattr(torch.Tensor, name[:-1], None)) and not name.endswith("__"):
-            node.target = name[:-1]
-        else:  # fill_, zero_, copy_, normal_...: no out-of-place method of that name
-            node.op, node.target = "call_function", on_copy
-            node.args = (name, *node.args)
-        return
-    if node.op != "call_function":
-        return
-    plain = _OPERATORS.get(target) or _out_of_place_function(target)  # type: ignore[arg-type]  # a call_function's target is callable
-    if target is operator.setitem:
-        plain = setitem_copy
-    if plain is not None:
-        node.target = plain
-        return
-    position = _inplace_param(target)  # type: ignore[arg-type]  # as above
-    node.args = node.args[:position]
-    node.kwargs = {**node.kwargs, "inplace": False}
 
 
 def _is_view(node: fx.Node, modules: dict[str, nn.Module]) -> bool:
@@ -284,10 +245,11 @@ def functionalize(gm: fx.GraphModule) -> int:
     changed = 0
     for node in list(gm.graph.nodes):
         mutated = node.args[0] if node.args else None
-        if not isinstance(mutated, fx.Node) or not _mutates(node, modules):
+        form = _out_of_place(node, modules)
+        if form is None or not isinstance(mutated, fx.Node):
             continue
         _check(node, mutated, modules, position)
-        _functional_form(node)
+        node.op, node.target, node.args, node.kwargs = form
         changed += 1
         for user in list(mutated.users):
             if user is not node and position[user] > position[node]:
@@ -298,31 +260,39 @@ def functionalize(gm: fx.GraphModule) -> int:
     return changed
 
 
-def _mutates(node: fx.Node, modules: dict[str, nn.Module]) -> bool:
-    """Whether ``node`` is an in-place op (without rewriting it); an eval-mode dropout,
+_Form = tuple[str, Any, tuple[Any, ...], dict[str, Any]]
+
+
+def _out_of_place(node: fx.Node, modules: dict[str, nn.Module]) -> _Form | None:
+    """``node``'s out-of-place form ``(op, target, args, kwargs)``, or None when it is no
+    in-place op. A call_module keeps its form (see the module doc); an eval-mode dropout,
     ``inplace=True`` or not, is the identity and changes nothing."""
-    if node.op == "call_method":
-        name = str(node.target)
-        return name.endswith("_") and not name.startswith("_") and name not in _NOT_MUTATING
-    if node.op == "call_module":
-        module = modules.get(str(node.target))
+    op, target, args, kwargs = node.op, node.target, node.args, dict(node.kwargs)
+    if op == "call_method":
+        name = str(target)
+        if not name.endswith("_") or name.startswith("_") or name in _NOT_MUTATING:
+            return None
+        if callable(getattr(torch.Tensor, name[:-1], None)) and not name.endswith("__"):
+            return op, name[:-1], args, kwargs
+        # fill_, zero_, copy_, normal_...: no out-of-place method of that name
+        return "call_function", on_copy, (name, *args), kwargs
+    if op == "call_module":
+        module = modules.get(str(target))
         if isinstance(module, _DROPOUT_MODULES) and not module.training:
-            return False
-        return getattr(module, "inplace", False) is True
-    if node.op != "call_function":
-        return False
-    target = node.target
-    if target in _DROPOUT_FUNCTIONS and not _dropout_trains(node):
-        return False
-    if target in _OPERATORS or target is operator.setitem:
-        return True
-    if _out_of_place_function(target) is not None:
-        return True
+            return None
+        return (op, target, args, kwargs) if getattr(module, "inplace", False) is True else None
+    if op != "call_function" or (target in _DROPOUT_FUNCTIONS and not _dropout_trains(node)):
+        return None
+    plain = _REWRITES.get(target) or _out_of_place_function(target)
+    if plain is not None:
+        return op, plain, args, kwargs
     position = _inplace_param(target) if callable(target) else None
     if position is None:
-        return False
-    given = node.args[position] if len(node.args) > position else False
-    return node.kwargs.get("inplace", given) is True
+        return None
+    given = args[position] if len(args) > position else False
+    if kwargs.get("inplace", given) is not True:
+        return None
+    return op, target, args[:position], {**kwargs, "inplace": False}
 
 
 def _check(

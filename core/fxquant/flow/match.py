@@ -18,7 +18,7 @@ pattern names one of them; a pattern written the node's own way wins a tie.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, cast
 
 from torch import fx, nn
@@ -117,11 +117,12 @@ def _head(pattern: object) -> object:
     return pattern[0] if isinstance(pattern, tuple) else pattern
 
 
+@dataclass(frozen=True, slots=True)
 class PatternIndex(Generic[T]):
     """Patterns bucketed by anchor op, longest first within a bucket.
 
-    ``spellings``: groups of ops that are the same op written differently; a node
-    matches a pattern naming any op of its group.
+    ``spellings``: each op written differently elsewhere -> the group of its spellings; a
+    node matches a pattern naming any op of its group.
 
     Example:
         >>> import torch
@@ -133,15 +134,8 @@ class PatternIndex(Generic[T]):
         [1]
     """
 
-    __slots__ = ("_buckets", "_spellings")
-
-    def __init__(
-        self,
-        buckets: dict[Hashable, list[tuple[Hashable, T]]],
-        spellings: Mapping[Hashable, frozenset[Hashable]] | None = None,
-    ) -> None:
-        self._buckets = buckets
-        self._spellings = spellings or {}
+    buckets: Mapping[Hashable, list[tuple[Hashable, T]]]
+    spellings: Mapping[Hashable, frozenset[Hashable]] = field(default_factory=dict)
 
     @classmethod
     def build(
@@ -164,12 +158,12 @@ class PatternIndex(Generic[T]):
 
     def candidates(self, op: Hashable) -> list[tuple[Hashable, T]]:
         """The patterns anchored at ``op`` (or another spelling of it), longest first."""
-        own = self._buckets.get(op, [])
+        own = self.buckets.get(op, [])
         others = [
             e
-            for alias in self._spellings.get(op, ())
+            for alias in self.spellings.get(op, ())
             if alias != op
-            for e in self._buckets.get(alias, [])
+            for e in self.buckets.get(alias, [])
         ]
         if not others:
             return own
@@ -177,10 +171,10 @@ class PatternIndex(Generic[T]):
 
     def same_op(self, op: Hashable | None, head: object) -> bool:
         """Whether a node whose op is ``op`` matches a pattern op ``head``."""
-        return op == head or head in self._spellings.get(op, ())
+        return op == head or head in self.spellings.get(op, ())
 
     def __len__(self) -> int:
-        return sum(len(b) for b in self._buckets.values())
+        return sum(len(b) for b in self.buckets.values())
 
 
 def node_op(node: fx.Node, modules: Mapping[str, nn.Module]) -> Hashable | None:
@@ -201,21 +195,16 @@ def node_op(node: fx.Node, modules: Mapping[str, nn.Module]) -> Hashable | None:
     return None
 
 
+@dataclass
 class _Matcher:
     """One attempt to match one pattern at one anchor."""
 
-    def __init__(
-        self,
-        modules: Mapping[str, nn.Module],
-        claimed: set[fx.Node],
-        same_op: Callable[[Hashable | None, object], bool],
-    ) -> None:
-        self.modules = modules
-        self.claimed = claimed
-        self.same_op = same_op
-        self.bindings: dict[int, fx.Node] = {}
-        self.nodes: list[fx.Node] = []
-        self.position = 0
+    modules: Mapping[str, nn.Module]
+    claimed: set[fx.Node]
+    same_op: Callable[[Hashable | None, object], bool]
+    bindings: dict[int, fx.Node] = field(default_factory=dict)
+    nodes: list[fx.Node] = field(default_factory=list)
+    position: int = 0
 
     def match(self, value: object, pattern: object, *, is_anchor: bool) -> Any:
         """The matched structure, or ``_FAIL``."""

@@ -56,6 +56,7 @@ from fxquant.flow.values import (
     made_without_activations,
     node_args,
     positioned_args,
+    splits,
     value_kinds,
 )
 from fxquant.numerics.fake_quantize import FakeQuantize, FixedQParamsFakeQuantize
@@ -64,11 +65,6 @@ from fxquant.numerics.observer import (
     MinMaxObserver,
     MovingAverageMinMaxObserver,
     PlaceholderObserver,
-)
-
-# ops returning a tuple of tensors: their pieces are observed, each after its getitem
-_PIECES = frozenset(
-    {"chunk", "split", "split_with_sizes", "tensor_split", "unbind", "unsafe_split"}
 )
 
 # modules returning a tuple: (output, state) or (output, attention weights)
@@ -98,12 +94,31 @@ class Decision:
     qconfig: QConfig | None
     dtype_config: DTypeConfig | None
     reason: Reason | None
-    status: NodeStatus = NodeStatus.FLOAT
 
     @property
     def quantized(self) -> bool:
         """True when the pattern gets observers."""
         return self.dtype_config is not None and self.qconfig is not None
+
+    @property
+    def status(self) -> NodeStatus:
+        """``quantized``; ``float`` when left float as intended (its reason is one of
+        ``_INTENDED``, or none); ``skipped`` for any other reason."""
+        if self.quantized:
+            return NodeStatus.QUANTIZED
+        intended = self.reason is None or self.reason.code in _INTENDED
+        return NodeStatus.FLOAT if intended else NodeStatus.SKIPPED
+
+
+# the reasons of a node left float as the user's mapping and model mean it (not skipped)
+_INTENDED = frozenset(
+    {
+        ReasonCode.QCONFIG_NONE,
+        ReasonCode.NON_FLOAT_TENSOR,
+        ReasonCode.CONSTANT,
+        ReasonCode.ADDITIVE_MASK,
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +169,6 @@ class _Planner:
     edge_site: dict[tuple[fx.Node, type, torch.dtype], int] = field(default_factory=dict)
     site_of_edge: dict[tuple[fx.Node, fx.Node], int] = field(default_factory=dict)
     sites: list[list[Any]] = field(default_factory=list)  # [producer, consumers, ctor, group]
-    tuple_modules: frozenset[fx.Node] = frozenset()  # call_module nodes returning tuples
     parent: list[int] = field(default_factory=list)
 
     def probe(self, qconfig: QConfig) -> QConfigProbe:
@@ -190,47 +204,38 @@ def _qconfig_label(qconfig: QConfig | None) -> str | None:
 
 
 def _label(node: fx.Node, modules: Mapping[str, nn.Module]) -> str:
-    if node.op == "call_module":
-        return f"{node.name} ({type(modules[str(node.target)]).__name__})"
-    return f"{node.name} ({pattern_str(node.target)})"
+    return f"{node.name} ({_op_name(node, modules, qualified=False)})"
 
 
-def _decide_unmatched(
+def _unmatched_reason(
     node: fx.Node, qconfig: QConfig | None, planner: _Planner, label: str
-) -> Decision:
-    info, ctx = node_info(node), planner.ctx
-    standalone = ctx.prepare_custom_config.standalone_module_names
+) -> Reason:
+    info, custom = node_info(node), planner.ctx.prepare_custom_config
     if node.op == "call_module" and (
-        str(node.target) in standalone
-        or info.module_type in ctx.prepare_custom_config.standalone_module_classes
+        str(node.target) in custom.standalone_module_names
+        or info.module_type in custom.standalone_module_classes
     ):
         words = (
             f"{label}: standalone module kept as one float call; quantizing standalone "
             "modules on their own is not supported yet"
         )
-        return Decision(
-            None, qconfig, None, Reason(ReasonCode.STANDALONE_MODULE, words), NodeStatus.SKIPPED
-        )
+        return Reason(ReasonCode.STANDALONE_MODULE, words)
     no_value = _no_value(node, planner, label)
     if no_value is not None:
-        return Decision(None, qconfig, None, no_value, NodeStatus.FLOAT)
+        return no_value
     if qconfig is None:
-        return Decision(
-            None, None, None, Reason(ReasonCode.QCONFIG_NONE, f"{label}: qconfig is None")
-        )
+        return Reason(ReasonCode.QCONFIG_NONE, f"{label}: qconfig is None")
     if made_without_activations(node, planner.kinds):
         words = (
             "computed from the model's attributes and the inputs' shapes only, never from "
             "an activation: a constant, nothing to calibrate (an op taking it as its weight "
             "quantizes it there)"
         )
-        return Decision(
-            None, qconfig, None, Reason(ReasonCode.CONSTANT, f"{label}: {words}"), NodeStatus.FLOAT
-        )
+        return Reason(ReasonCode.CONSTANT, f"{label}: {words}")
     if info.fusion_reason is not None:  # its pattern was refused and nothing shorter matches
-        return Decision(None, qconfig, None, info.fusion_reason, NodeStatus.SKIPPED)
-    words = f"{label}: no pattern in backend {ctx.backend_config.name!r} matches it"
-    return Decision(None, qconfig, None, Reason(ReasonCode.NO_PATTERN, words), NodeStatus.SKIPPED)
+        return info.fusion_reason
+    words = f"{label}: no pattern in backend {planner.ctx.backend_config.name!r} matches it"
+    return Reason(ReasonCode.NO_PATTERN, words)
 
 
 def _no_value(node: fx.Node, planner: _Planner, label: str) -> Reason | None:
@@ -263,7 +268,8 @@ def _decide(
     qconfig: QConfig | None,
     planner: _Planner,
     label: str,
-) -> Decision:
+) -> DTypeConfig | Reason:
+    """The backend's dtype config that quantizes ``node``'s pattern, or why it stays float."""
     # a bfloat16 side observes no range (float32's exponent: -1e4 stays -1e4), so a mask
     # sets nothing there and attention runs in bfloat16 as the mapping asks
     bfloat16 = _bfloat16_side(qconfig, planner)
@@ -274,11 +280,9 @@ def _decide(
             f"{label}: carries an additive attention mask (large negative values); kept in "
             "float so the mask does not set the observer's range"
         )
-        return Decision(
-            match, qconfig, None, Reason(ReasonCode.ADDITIVE_MASK, words), NodeStatus.FLOAT
-        )
+        return Reason(ReasonCode.ADDITIVE_MASK, words)
     if match is None:
-        return _decide_unmatched(node, qconfig, planner, label)
+        return _unmatched_reason(node, qconfig, planner, label)
     config = match.payload
     shown = pattern_str(config.pattern or match.pattern)
     if not label.endswith(f"({shown})"):  # "gate (Sigmoid) Sigmoid" said the op twice
@@ -289,42 +293,40 @@ def _decide(
         words = f"{label}: computes on shapes or integer tensors, not float tensors"
         if config.observation_type is ObservationType.INPUT_OUTPUT_NOT_OBSERVED:
             words = f"{label}: reads the tensor's shape, not its values: nothing to quantize"
-        return Decision(
-            match, qconfig, None, Reason(ReasonCode.NON_FLOAT_TENSOR, words), NodeStatus.FLOAT
-        )
+        return Reason(ReasonCode.NON_FLOAT_TENSOR, words)
     if qconfig is None:
-        return Decision(
-            match, None, None, Reason(ReasonCode.QCONFIG_NONE, f"{label}: qconfig is None")
-        )
-    selected = select_dtype_config(config, planner.probe(qconfig), label)
-    if isinstance(selected, Reason):
-        return Decision(match, qconfig, None, selected, NodeStatus.SKIPPED)
-    return Decision(match, qconfig, selected, None, NodeStatus.QUANTIZED)
+        return Reason(ReasonCode.QCONFIG_NONE, f"{label}: qconfig is None")
+    return select_dtype_config(config, planner.probe(qconfig), label)
 
 
-def _decide_all(
+def _decide_and_plan(
     gm: fx.GraphModule,
     matches: Mapping[fx.Node, Match[BackendPatternConfig]],
     qconfigs: Mapping[fx.Node, QConfig | None],
     planner: _Planner,
 ) -> None:
-    for node in gm.graph.nodes:
-        if not node.op.startswith("call") or node in planner.decisions:
-            continue
-        match = matches.get(node)
-        anchor = match.anchor if match is not None else node
-        label = _label(anchor, planner.modules)
-        decision = _decide(anchor, match, qconfigs.get(anchor), planner, label)
-        for covered in match.nodes if match is not None else (node,):
-            planner.decisions[covered] = decision
+    """Decide each node's fate and plan its observers, in one walk in graph order."""
+    for node in gm.graph.nodes:  # a match's nodes are all decided at its first one
+        if node.op.startswith("call") and node not in planner.decisions:
+            match = matches.get(node)
+            anchor = match.anchor if match is not None else node
+            qconfig = qconfigs.get(anchor)
+            outcome = _decide(anchor, match, qconfig, planner, _label(anchor, planner.modules))
+            dtype_config = outcome if isinstance(outcome, DTypeConfig) else None
+            reason = outcome if isinstance(outcome, Reason) else None
+            decision = Decision(match, qconfig, dtype_config, reason)
+            for covered in match.nodes if match is not None else (node,):
+                planner.decisions[covered] = decision
+        _plan_node(node, planner)  # its producers were planned before it
     _name_unmatched_chains(gm, planner)
 
 
-def _op_name(node: fx.Node, modules: Mapping[str, nn.Module]) -> str:
+def _op_name(node: fx.Node, modules: Mapping[str, nn.Module], *, qualified: bool = True) -> str:
     if node.op == "call_module":
         cls = type(modules[str(node.target)])
         # qat.Linear is also named "Linear": say which one
-        return f"{cls.__module__}.{cls.__name__}" if float_class_of(cls) else cls.__name__
+        qat = qualified and float_class_of(cls) is not None
+        return f"{cls.__module__}.{cls.__name__}" if qat else cls.__name__
     return pattern_str(node.target)
 
 
@@ -492,10 +494,9 @@ def _share(node: fx.Node, site: int, planner: _Planner) -> bool:
     found = [_input_site(node, a, planner) for a in args if isinstance(a, fx.Node)]
     if not found or found[0] is None:
         return False
-    for other in found:
+    for other in (*found[1:], site):
         if other is not None:
             planner.union(found[0], other)
-    planner.union(found[0], site)
     return True
 
 
@@ -530,12 +531,12 @@ def _plan_node(node: fx.Node, planner: _Planner) -> None:
 
 def _returns_pieces(node: fx.Node, planner: _Planner) -> bool:
     """Whether ``node`` returns a tuple (``chunk``, ``split``, ``unbind``, an RNN module...)."""
-    if node in planner.tuple_modules:
-        return True
-    if node.op not in ("call_function", "call_method"):
-        return False
-    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
-    return name in _PIECES
+    return _tuple_module(node, planner) or splits(node)
+
+
+def _tuple_module(node: fx.Node, planner: _Planner) -> bool:
+    module = planner.modules.get(str(node.target)) if node.op == "call_module" else None
+    return isinstance(module, _TUPLE_MODULES)
 
 
 def _pieces(node: fx.Node, planner: _Planner) -> list[fx.Node]:
@@ -546,7 +547,7 @@ def _pieces(node: fx.Node, planner: _Planner) -> list[fx.Node]:
         for u in node.users
         if u.op == "call_function" and u.target is getitem and not isinstance(u.args[1], slice)
     ]  # chunk(...)[::-1] is a tuple again: an observer of it failed at calibration
-    if node in planner.tuple_modules:
+    if _tuple_module(node, planner):
         pieces = [u for u in pieces if len(u.args) > 1 and u.args[1] == 0]
     return pieces
 
@@ -608,15 +609,8 @@ def plan_observers(
     """
     kinds = value_kinds(gm, modules, ctx.example_inputs)
     planner = _Planner(ctx, kinds, modules, input_roles=input_roles_by_op(ctx.backend_config))
-    planner.tuple_modules = frozenset(
-        n
-        for n in gm.graph.nodes
-        if n.op == "call_module" and isinstance(modules.get(str(n.target)), _TUPLE_MODULES)
-    )
-    _decide_all(gm, matches, qconfigs, planner)
     _plan_boundaries(gm, planner)
-    for node in gm.graph.nodes:
-        _plan_node(node, planner)
+    _decide_and_plan(gm, matches, qconfigs, planner)
     _plan_outputs(gm, planner)
     sites = tuple(
         ObserverSite(p, None if c is None else tuple(c), ctor, planner.find(i))
@@ -629,24 +623,18 @@ def plan_observers(
 def _report(gm: fx.GraphModule, decisions: Mapping[fx.Node, Decision]) -> Report:
     entries = []
     for node in gm.graph.nodes:
-        d = decisions.get(node)
+        d = decisions.get(node, _UNDECIDED)
         pattern = None
-        if d is not None and d.match is not None:
+        if d.match is not None:
             pattern = pattern_str(d.match.payload.pattern or d.match.pattern)
             if d.quantized:
                 pattern += _precision_label(d.dtype_config)
-        entries.append(
-            NodeReport(
-                node=node.name,
-                op=node.op,
-                pattern=pattern,
-                qconfig=_qconfig_label(d.qconfig) if d is not None else None,
-                status=d.status if d is not None else NodeStatus.FLOAT,
-                reason=d.reason if d is not None else None,
-                source=node_info(node).source,
-            )
-        )
+        qconfig, source = _qconfig_label(d.qconfig), node_info(node).source
+        entries.append(NodeReport(node.name, node.op, pattern, qconfig, d.status, d.reason, source))
     return Report(entries, notes=_unfused_notes(gm, decisions))
+
+
+_UNDECIDED = Decision(None, None, None, None)  # a placeholder, get_attr or output: no op
 
 
 def _unfused_notes(gm: fx.GraphModule, decisions: Mapping[fx.Node, Decision]) -> list[str]:

@@ -64,18 +64,27 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class QConfigAssignment:
-    """The qconfig of every node, and the mapping entries that matched nothing.
+    """What the mapping chose for every node, and the mapping entries that matched nothing.
 
     Example:
         >>> QConfigAssignment({}, ()).unused
         ()
     """
 
-    qconfigs: Mapping[fx.Node, QConfig | None]
+    choices: Mapping[fx.Node, QConfigChoice]
     unused: tuple[Reason, ...]
-    named: frozenset[fx.Node] = frozenset()  # nodes whose qconfig a module-naming entry gave
     fused_types: Mapping[Any, QConfig | None] = dataclasses.field(default_factory=dict)
-    defaulted: frozenset[fx.Node] = frozenset()  # nodes whose qconfig is the global one
+    qconfigs: Mapping[fx.Node, QConfig | None] = dataclasses.field(init=False)
+    named: frozenset[fx.Node] = dataclasses.field(init=False)  # given by an entry naming a module
+    defaulted: frozenset[fx.Node] = dataclasses.field(init=False)  # given the global qconfig
+
+    def __post_init__(self) -> None:  # frozen: the views of ``choices``, read per match
+        choices = self.choices.items()
+        object.__setattr__(self, "qconfigs", {n: choice.qconfig for n, choice in choices})
+        object.__setattr__(self, "named", frozenset(n for n, c in choices if c.names_module))
+        object.__setattr__(
+            self, "defaulted", frozenset(n for n, c in choices if c.level == GLOBAL_KEY)
+        )
 
 
 def _scopes(node: fx.Node, modules: Mapping[str, nn.Module]) -> tuple[tuple[str, ...], Any]:
@@ -156,7 +165,7 @@ def assign_qconfigs(
         for t in mapping.object_type_qconfigs
         if isinstance(t, type) and issubclass(t, FusedModule)
     }
-    empty = QConfigAssignment({}, (), frozenset(), fused_types)
+    empty = QConfigAssignment({}, (), fused_types)
     return _assign(gm, modules, mapping, empty, lambda node: True)
 
 
@@ -202,28 +211,15 @@ def _assign(
 ) -> QConfigAssignment:
     """``known``'s qconfigs, but for the nodes ``resolve`` picks, resolved from ``mapping``."""
     orders = _orders(gm, modules)
-    qconfigs: dict[fx.Node, QConfig | None] = {}
-    named: set[fx.Node] = set()
-    defaulted: set[fx.Node] = set()
-    for node in gm.graph.nodes:
-        if node.op in ("placeholder", "output"):
-            continue
-        if resolve(node):
-            choice = _resolve(node, modules, mapping, orders.get(node, ()))
-            qconfigs[node], names_module = choice.qconfig, choice.names_module
-            by_global = choice.level == GLOBAL_KEY
-        else:
-            qconfigs[node], names_module = known.qconfigs[node], node in known.named
-            by_global = node in known.defaulted
-        if names_module:
-            named.add(node)
-        if by_global:
-            defaulted.add(node)
+    choices = {
+        node: _resolve(node, modules, mapping, orders.get(node, ()))
+        if resolve(node)
+        else known.choices[node]
+        for node in gm.graph.nodes
+        if node.op not in ("placeholder", "output")
+    }
     seen = {key for keys in orders.values() for key in keys}
-    unused = _unused(gm, modules, mapping, seen)
-    return QConfigAssignment(
-        qconfigs, unused, frozenset(named), known.fused_types, frozenset(defaulted)
-    )
+    return QConfigAssignment(choices, _unused(gm, modules, mapping, seen), known.fused_types)
 
 
 def _resolve(

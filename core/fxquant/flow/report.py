@@ -8,7 +8,7 @@ returns it; ``str(report)`` is the table.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Final
@@ -294,12 +294,11 @@ class Report:
             summary: 1 lowered, 1 float (qconfig_none 1)
         """
         totals: Counter[str] = Counter()
-        codes: dict[str, Counter[str]] = {}
+        codes: defaultdict[str, Counter[str]] = defaultdict(Counter)  # status -> its reasons
         for entry in self._entries.values():
             if entry.op not in ("placeholder", "get_attr", "output"):  # values, not ops
                 totals[str(entry.status)] += 1
-                reasons = codes.setdefault(str(entry.status), Counter())
-                reasons.update([str(entry.reason.code)] if entry.reason else [])
+                codes[str(entry.status)].update([str(entry.reason.code)] if entry.reason else [])
         order = [status for status in _STATUS_ORDER if status in totals]
         parts = []
         for status in order + sorted(set(totals) - set(order)):

@@ -82,6 +82,7 @@ __all__ = [
     "made_without_activations",
     "node_args",
     "positioned_args",
+    "splits",
     "value_kinds",
 ]
 
@@ -139,10 +140,10 @@ _TYPE_INFO = (torch.finfo, torch.iinfo)
 # checks the tracer writes (a specialized ``None`` argument) or a model makes: they return
 # None, a value with nothing to observe or quantize
 _CHECKS = frozenset({torch._assert, torch.fx._symbolic_trace._assert_is_none})
-# ops returning a tuple of tensors: a slice of it is a tuple (an int index gives a tensor)
+# ops returning a tuple of tensors, by name (torch.split, Tensor.split): a slice of the
+# tuple is a tuple, an int index gives a tensor
 _SPLITTING = frozenset(
-    {torch.chunk, torch.split, torch.unbind, torch.tensor_split, "chunk", "split", "unbind"}
-    | {"tensor_split", "split_with_sizes", "unsafe_chunk", "unsafe_split"}
+    {"chunk", "split", "split_with_sizes", "tensor_split", "unbind", "unsafe_chunk", "unsafe_split"}
 )
 # methods giving their first tensor the second one's shape: the first one's values
 _SHAPED_LIKE = frozenset({"expand_as", "view_as", "reshape_as"})
@@ -279,15 +280,24 @@ def _call_kind(node: fx.Node, kinds: Mapping[fx.Node, ValueKind]) -> ValueKind:
     return _mix(node, args, kinds)
 
 
+def splits(node: object) -> bool:
+    """Whether ``node`` calls an op returning a tuple of tensors (``chunk``, ``split``...).
+
+    Example:
+        >>> g = fx.Graph(); x = g.placeholder("x")
+        >>> splits(g.call_function(torch.chunk, (x, 2))), splits(g.call_method("relu", (x,)))
+        (True, False)
+    """
+    if not isinstance(node, fx.Node) or node.op not in ("call_function", "call_method"):
+        return False
+    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+    return name in _SPLITTING
+
+
 def _slices_a_sequence(node: fx.Node) -> bool:
     """Whether getitem ``node`` slices the tuple of a splitting op (an observer got the tuple)."""
-    source, index = node.args[0], node.args[1] if len(node.args) > 1 else None
-    return (
-        isinstance(index, slice)
-        and isinstance(source, fx.Node)
-        and source.op in ("call_function", "call_method")
-        and source.target in _SPLITTING
-    )
+    index = node.args[1] if len(node.args) > 1 else None
+    return isinstance(index, slice) and splits(node.args[0])
 
 
 def _minus_infinity(value: object) -> bool:
@@ -399,13 +409,12 @@ def value_kinds(
         ['float', 'scalar', 'float']
     """
     kinds: dict[fx.Node, ValueKind] = {}
-    position = 0
+    inputs = iter(example_inputs)  # the placeholders' values, in order
     for node in gm.graph.nodes:
         if node.op == "placeholder":
-            value = example_inputs[position] if position < len(example_inputs) else None
+            value = next(inputs, None)
             kind = MASK if _is_mask_input(value) else _kind_of_value(value)
             kinds[node] = FLOAT if value is None else kind
-            position += 1
         elif node.op == "get_attr":
             value = attribute_value(gm, node)
             kinds[node] = MASK if _holds_minus_infinity(value) else _kind_of_value(value)
