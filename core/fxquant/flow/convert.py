@@ -37,13 +37,7 @@ from fxquant.flow.calibrated import (
 from fxquant.flow.context import FlowContext, as_backend_config, as_config
 from fxquant.flow.convert_copy import copy_model, observed_constant, preserve
 from fxquant.flow.convert_modules import is_observer, swap_weighted_module
-from fxquant.flow.convert_qconfig import (
-    float_observers,
-    report_not_calibrated,
-    report_turned_off,
-    turn_off,
-    turned_off_nodes,
-)
+from fxquant.flow.convert_qconfig import report_kept_float, turn_off, turned_off_nodes
 from fxquant.flow.convert_qdq import replace_observer
 from fxquant.flow.equalization.convert import apply_equalization
 from fxquant.flow.equalization.prepare import EQUALIZATION_KEY
@@ -81,33 +75,31 @@ def _flow_state(graph_module: object, step: str) -> FlowState:
     return state
 
 
-def _swap_custom_modules(
-    root: nn.Module, graph: fx.Graph, modules: dict[str, nn.Module], config: ConvertCustomConfig
-) -> None:
-    mappings = config.observed_to_quantized_mapping.values()
-    swaps = {observed: cls for mapping in mappings for observed, cls in mapping.items()}
-    if not swaps:
-        return
-    for node in graph.nodes:
-        module = modules.get(str(node.target)) if node.op == "call_module" else None
-        cls = swaps.get(type(module))
-        if module is None or cls is None:
-            continue
-        from_observed = getattr(cls, "from_observed", None)
-        if not callable(from_observed):
-            msg = (
-                f"observed_to_quantized mapping names {cls!r} for {type(module).__name__} at "
-                f"{node.target!r}, but it has no from_observed(observed_module) classmethod"
-            )
-            raise ConfigTypeError(msg)
-        quantized = from_observed(module)
-        root.set_submodule(str(node.target), quantized)
-        modules[str(node.target)] = quantized
+def _swap_custom_module(root: nn.Module, node: Node, module: nn.Module, cls: type) -> nn.Module:
+    from_observed = getattr(cls, "from_observed", None)
+    if not callable(from_observed):
+        msg = (
+            f"observed_to_quantized mapping names {cls!r} for {type(module).__name__} at "
+            f"{node.target!r}, but it has no from_observed(observed_module) classmethod"
+        )
+        raise ConfigTypeError(msg)
+    quantized: nn.Module = from_observed(module)
+    root.set_submodule(str(node.target), quantized)
+    return quantized
 
 
 def _rewrite(
-    root: nn.Module, graph: fx.Graph, modules: dict[str, nn.Module], drop: set[Node]
+    root: nn.Module,
+    graph: fx.Graph,
+    modules: dict[str, nn.Module],
+    drop: set[Node],
+    config: ConvertCustomConfig,
 ) -> None:
+    """Every module call of the copy, in one pass: a dropped observer goes, a custom module
+    becomes its quantized class, an observer its quantize/dequantize steps, a weighted module
+    its reference module."""
+    mappings = config.observed_to_quantized_mapping.values()
+    swaps = {observed: cls for mapping in mappings for observed, cls in mapping.items()}
     for node in list(graph.nodes):
         if node.op != "call_module":
             continue
@@ -115,6 +107,8 @@ def _rewrite(
         if node in drop:
             node.replace_all_uses_with(node.args[0])
             graph.erase_node(node)
+        elif type(module) in swaps:  # the quantized module is at its path for its other calls
+            modules[str(node.target)] = _swap_custom_module(root, node, module, swaps[type(module)])
         elif is_observer(module):
             if observed_constant(node):
                 # weights on a functional's edge: observed now, as torch.ao does
@@ -222,13 +216,11 @@ def reference_model(
     stays_float = {n for nodes in not_calibrated.values() for n in nodes} - turned_off
     off = turned_off | stays_float
     root, graph, modules = copy_model(graph_module, source_modules, off)
-    _swap_custom_modules(root, graph, modules, config)
     equalized = apply_equalization(root, graph, modules)  # before observers go
-    turn_off(graph, off)
-    drop = float_observers(graph, modules, off)
+    drop = turn_off(graph, modules, off)
     drop |= {n for n in graph.nodes if n.op == "call_module" and n.target in not_calibrated}
     with torch.no_grad():
-        _rewrite(root, graph, modules, drop)
+        _rewrite(root, graph, modules, drop, config)
     _quantized_outputs(graph, list(state.prepare_custom_config.output_quantized_indexes))
     _tidy(graph)
     # graph._tracer_cls stays None: torch.load re-traces the code with the recorded
@@ -239,9 +231,8 @@ def reference_model(
     if equalized:
         gm.meta[EQUALIZATION_KEY] = equalized
     warn_if_converted_in_training(gm, step)
-    report = report_turned_off(state.report, turned_off)
-    report = _mark_reference(report_not_calibrated(report, not_calibrated, stays_float))
-    return gm, state, report
+    report = report_kept_float(state.report, turned_off, not_calibrated, stays_float)
+    return gm, state, _mark_reference(report)
 
 
 def convert_to_reference_fx(
@@ -296,9 +287,7 @@ def convert_to_reference_fx(
     step = "convert_to_reference_fx"
     remove = _check_remove_qconfig(_remove_qconfig, step)
     chosen = as_backend_config(backend_config)  # the patterns were decided at prepare; see Args
-    recorded = _flow_state(graph_module, step).backend
-    if chosen is not None and recorded is not None and recorded.name != chosen.name:
-        _check_same_backend(recorded.name, chosen.name, step)
+    _check_same_backend(_flow_state(graph_module, step).backend, chosen, step)
     gm, state, report = reference_model(graph_module, convert_custom_config, qconfig_mapping, step)
     if remove:
         _remove_qconfig_attributes(gm)
@@ -316,18 +305,22 @@ def _lowering_backend(state: FlowState, chosen: BackendConfig | None) -> Resolve
     """
     config = state.backend_config if chosen is None else chosen
     recorded = state.backend
-    if recorded is not None and recorded.name != config.name:
-        _check_same_backend(recorded.name, config.name, "convert_fx")
+    _check_same_backend(recorded, config, "convert_fx")
     if recorded is None or recorded.name != config.name:
         return resolve_backend(config, "convert_fx")
     return recorded if recorded.config is config else recorded.with_config(config)
 
 
-def _check_same_backend(prepared: str, chosen: str, step: str) -> None:
+def _check_same_backend(
+    recorded: ResolvedBackend | None, config: BackendConfig | None, step: str
+) -> None:
     """Refuse kernels of another backend than the one whose observers prepare chose:
     they may not honour them (fbgemm's kernels saturate on the full-range activations
     x86 and qnnpack observe; qnnpack's want the ranges it observes)."""
-    if "reference" in (prepared, chosen):  # generic patterns; no kernels to disagree
+    if recorded is None or config is None:
+        return
+    prepared, chosen = recorded.name, config.name
+    if prepared == chosen or "reference" in (prepared, chosen):  # generic: no kernels to differ
         return
     msg = (
         f"{step}: backend_config names backend {chosen!r}, but the model was prepared "
