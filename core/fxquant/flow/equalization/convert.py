@@ -30,7 +30,7 @@ from fxquant.flow.equalization.observers import (
 from fxquant.flow.equalization.prepare import (
     EqualizedPair,
     is_linear,
-    linear_module,
+    linear_params,
     reads_shared_weight,
 )
 from fxquant.flow.names import unique_name
@@ -48,37 +48,29 @@ def _set(root: nn.Module, path: str, value: Any) -> None:
     setattr(target, name, value)  # a new tensor: the prepared model keeps its own
 
 
-def _constant_path(node: object, modules: Mapping[str, nn.Module], root: nn.Module) -> str | None:
-    """The attribute path of a functional's weight/bias (through its observer, if any)."""
-    observer = observer_node(node, modules)
-    if observer is not None:
-        # convert observes it again on the scaled weight: forget calibration's range
-        fresh = copy.deepcopy(modules[str(observer.target)])
-        reset = getattr(fresh, "reset_min_max_vals", None)
-        if callable(reset):
-            reset()
-        _set(root, str(observer.target), fresh)
-        modules[str(observer.target)] = fresh  # type: ignore[index]
-        node = observer.args[0]
-    if isinstance(node, Node) and node.op == "get_attr":
-        return str(node.target)
-    return None
+def _own_observer(root: nn.Module, modules: dict[str, nn.Module], target: str) -> nn.Module:
+    """A copy of observer ``target`` put at its path: the prepared model keeps its own."""
+    observer = copy.deepcopy(modules[target])
+    _set(root, target, observer)
+    modules[target] = observer
+    return observer
 
 
-def _weight_and_bias(
-    node: Node, modules: Mapping[str, nn.Module], root: nn.Module
+def _scaled_params(
+    node: Node, modules: dict[str, nn.Module], root: nn.Module
 ) -> tuple[str | None, str | None]:
-    """Paths (from ``root``) of a Linear node's weight and bias."""
-    if node.op == "call_module":
-        path = str(node.target)
-        module = modules[path]
-        prefix = f"{path}.0" if not isinstance(module, nn.Linear) else path
-        linear = linear_module(node, modules)
-        bias = f"{prefix}.bias" if linear is not None and linear.bias is not None else None
-        return f"{prefix}.weight", bias
-    weight_arg = node.args[1] if len(node.args) > 1 else node.kwargs.get("weight")
-    bias_arg = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
-    return _constant_path(weight_arg, modules, root), _constant_path(bias_arg, modules, root)
+    """Paths of a Linear node's weight and bias (``linear_params``), about to be scaled: the
+    observers of a functional's weight and bias forget calibration's range (convert observes
+    the scaled values again)."""
+    if node.op != "call_module":
+        for value in (*node.args[1:3], node.kwargs.get("weight"), node.kwargs.get("bias")):
+            observer = observer_node(value, modules)
+            if observer is not None:
+                fresh = _own_observer(root, modules, str(observer.target))
+                reset = getattr(fresh, "reset_min_max_vals", None)
+                if callable(reset):
+                    reset()
+    return linear_params(node, modules)
 
 
 def _scale_columns(root: nn.Module, path: str, scale: torch.Tensor) -> None:
@@ -97,16 +89,14 @@ def _scale_rows(root: nn.Module, path: str | None, scale: torch.Tensor) -> None:
 def _rescale_observer(
     root: nn.Module, modules: dict[str, nn.Module], target: str, ranges: tuple[torch.Tensor, ...]
 ) -> None:
-    """Give observer ``target`` the range of the scaled input (a copy: the prepared model's
-    observer keeps its own); one without a range (fixed qparams) is left as it is."""
-    observer = copy.deepcopy(modules[target])
+    """Give observer ``target`` the range of the scaled input (on its own copy); one without
+    a range (fixed qparams) keeps its qparams."""
+    observer = _own_observer(root, modules, target)
     low, high = ranges
     old_min, old_max = getattr(observer, "min_val", None), getattr(observer, "max_val", None)
     if isinstance(old_min, torch.Tensor) and isinstance(old_max, torch.Tensor):
         observer.min_val = low.reshape(old_min.shape).to(old_min.dtype)
         observer.max_val = high.reshape(old_max.shape).to(old_max.dtype)
-        _set(root, target, observer)
-        modules[target] = observer
 
 
 def _single_user(node: object, user: Node) -> bool:
@@ -171,33 +161,25 @@ def _apply(
     observer = eq_node.args[0]
     assert isinstance(observer, Node)  # insert_observers put it there
     linears = list(eq_node.users)
-    names = tuple(n.name for n in linears)
+    names, source = tuple(n.name for n in linears), str(observer.args[0])
     eq_node.replace_all_uses_with(observer)
     graph.erase_node(eq_node)
     if not torch.all(torch.isfinite(eq.min_val)):
-        return EqualizedPair(
-            str(observer.args[0]), names, eq.alpha, "not equalized: no data observed"
-        )
-    paths = [_weight_and_bias(n, modules, root) for n in linears]
-    weights = []
-    for linear, (weight, _) in zip(linears, paths, strict=True):
-        assert weight is not None, linear.format_node()
-        stored = getattr(eq, "weight_observers", {})
-        w_obs = (
-            copy.deepcopy(stored[linear.name])
-            if linear.name in stored
-            else WeightEqualizationObserver()
-        )
-        w_obs(operator.attrgetter(weight)(root).detach())
-        weights.append(w_obs)
-    source = str(observer.args[0])
-    matrices = [operator.attrgetter(str(weight))(root) for weight, _ in paths]
+        return EqualizedPair(source, names, eq.alpha, "not equalized: no data observed")
+    paths = [str(_scaled_params(n, modules, root)[0]) for n in linears]  # prepare checked each
+    matrices = [operator.attrgetter(path)(root) for path in paths]
+    stored = getattr(eq, "weight_observers", {})
+    weights = [
+        copy.deepcopy(stored[n]) if n in stored else WeightEqualizationObserver() for n in names
+    ]
+    for weight_observer, matrix in zip(weights, matrices, strict=True):
+        weight_observer(matrix.detach())
     alpha = _strength(eq, modules[str(observer.target)], matrices, weights[0])
     if alpha is None:
         return EqualizedPair(source, names, AUTO, "not equalized: less noise estimated unscaled")
     scale = equalization_scale(eq, weights, alpha)
-    for weight, _ in paths:
-        _scale_columns(root, str(weight), scale)
+    for path in paths:
+        _scale_columns(root, path, scale)
     ranges = (torch.min(eq.min_val * scale), torch.max(eq.max_val * scale))
     applied, scaled = _apply_input_scale(root, graph, modules, (observer, linears), scale, ranges)
     return EqualizedPair(source, names, alpha, applied, scale.detach().clone(), scaled)
@@ -273,7 +255,7 @@ def _fold_into_rows(
     ranges: tuple[torch.Tensor, torch.Tensor],
 ) -> tuple[str, tuple[str, ...]]:
     producer, observer = ends
-    weight, bias = _weight_and_bias(producer, modules, root)
+    weight, bias = _scaled_params(producer, modules, root)
     _scale_rows(root, weight, scale)
     _scale_rows(root, bias, scale)
     chain = [producer, *_nodes_between(producer, observer)]
@@ -304,8 +286,7 @@ def _multiply_input(
         _rescale_observer(root, modules, str(observer.target), ranges)
         return f"mul node {mul.name}", ()
     target = unique_name(root, f"{observer.target}_equalized")
-    _set(root, target, modules[str(observer.target)])
-    modules[target] = modules[str(observer.target)]
+    modules[target] = modules[str(observer.target)]  # its own copy, rescaled below
     with graph.inserting_after(observer):
         constant = graph.get_attr(name)
     with graph.inserting_after(constant):  # from the float value: not quantized twice
