@@ -30,7 +30,7 @@ from fxquant.flow.equalization.observers import (
 from fxquant.flow.equalization.prepare import (
     EqualizedPair,
     is_linear,
-    linear_params,
+    param_paths,
     reads_shared_weight,
 )
 from fxquant.flow.names import unique_name
@@ -59,7 +59,7 @@ def _own_observer(root: nn.Module, modules: dict[str, nn.Module], target: str) -
 def _scaled_params(
     node: Node, modules: dict[str, nn.Module], root: nn.Module
 ) -> tuple[str | None, str | None]:
-    """Paths of a Linear node's weight and bias (``linear_params``), about to be scaled: the
+    """Paths of a Linear node's weight and bias (``param_paths``), about to be scaled: the
     observers of a functional's weight and bias forget calibration's range (convert observes
     the scaled values again)."""
     if node.op != "call_module":
@@ -70,7 +70,7 @@ def _scaled_params(
                 reset = getattr(fresh, "reset_min_max_vals", None)
                 if callable(reset):
                     reset()
-    return linear_params(node, modules)
+    return param_paths(node, modules)
 
 
 def _scale_columns(root: nn.Module, path: str, scale: torch.Tensor) -> None:
@@ -103,30 +103,29 @@ def _single_user(node: object, user: Node) -> bool:
     return isinstance(node, Node) and list(node.users) == [user]
 
 
-def _producer(
-    source: object, observer: Node, modules: Mapping[str, nn.Module]
-) -> tuple[str, Node | None]:
-    """Where ``s`` can go: ``("layer_norm", ln)``, ``("rows", linear)`` or ``("mul", None)``."""
+def _producer(source: object, observer: Node, modules: Mapping[str, nn.Module]) -> Node | None:
+    """Where ``s`` can be folded: a LayerNorm (its weight and bias), a Linear (its rows),
+    through a ReLU if any; None: a ``mul`` node multiplies the input instead."""
     if not _single_user(source, observer) or not isinstance(source, Node):
-        return "mul", None
+        return None
     module = modules.get(str(source.target)) if source.op == "call_module" else None
     if isinstance(module, nn.LayerNorm) and module.elementwise_affine and module.bias is not None:
-        return "layer_norm", source
+        return source
     if is_linear(source, modules):
-        return "rows", source
+        return source
     is_relu = isinstance(module, nn.ReLU) or (
         source.op in ("call_function", "call_method") and source.target in _RELUS
     )
     if not is_relu or not source.args or not _single_user(source.args[0], source):
-        return "mul", None
+        return None
     before = source.args[0]
     observed = observer_node(before, modules)
     linear = observed.args[0] if observed is not None else before
     if not isinstance(linear, Node) or not is_linear(linear, modules):
-        return "mul", None
+        return None
     if observed is not None and not _single_user(linear, observed):
-        return "mul", None
-    return "rows", linear
+        return None
+    return linear
 
 
 def _nodes_between(start: Node, end: Node) -> list[Node]:
@@ -205,25 +204,22 @@ def _strength(
 
 def _fold_plan(
     root: nn.Module, graph: fx.Graph, modules: dict[str, nn.Module], site: tuple[Node, list[Node]]
-) -> tuple[str, Node | None, bool]:
-    """Where the input scale goes (pure): ``(kind, producer, exclusive)``; kind ``layer_norm``
-    or ``rows`` folds it into the producer, ``mul`` multiplies the observed input (also when
-    the producer's parameters are read by another call: ALBERT runs one layer twice)."""
+) -> tuple[Node | None, bool]:
+    """Where the input scale goes (pure): ``(producer, exclusive)``; a producer takes it in its
+    parameters, None multiplies the observed input (also when the producer's parameters are
+    read by another call: ALBERT runs one layer twice, or when the observer is shared beyond
+    the path from the producer)."""
     observer, linears = site
     sharers = [n for n in graph.nodes if n.op == "call_module" and n.target == observer.target]
     exclusive = set(observer.users) == set(linears) and sharers == [observer]
-    kind, producer = ("mul", None)
+    producer = None
     if set(observer.users) == set(linears):
-        kind, producer = _producer(observer.args[0], observer, modules)
+        producer = _producer(observer.args[0], observer, modules)
     if producer is not None and reads_shared_weight(root, graph, modules, producer):
-        kind, producer = "mul", None
-    if kind == "rows" and producer is not None:
-        path = set(_nodes_between(producer, observer))
-        if not all(n in path for n in sharers):  # an observer shared beyond the path
-            kind, producer = "mul", None
-    elif not exclusive:
-        kind, producer = "mul", None
-    return kind, producer, exclusive
+        producer = None
+    if producer is not None and not set(sharers) <= set(_nodes_between(producer, observer)):
+        producer = None
+    return producer, exclusive
 
 
 def _apply_input_scale(
@@ -235,35 +231,33 @@ def _apply_input_scale(
     ranges: tuple[torch.Tensor, torch.Tensor],
 ) -> tuple[str, tuple[str, ...]]:
     # plan first, then one edit
-    observer = site[0]
-    kind, producer, exclusive = _fold_plan(root, graph, modules, site)
-    if kind == "layer_norm" and producer is not None:
-        _scale_rows(root, f"{producer.target}.weight", scale)
-        _scale_rows(root, f"{producer.target}.bias", scale)
-        _rescale_observer(root, modules, str(observer.target), ranges)
-        return f"folded into {producer.name}", (producer.name,)
-    if kind == "rows" and producer is not None:
-        return _fold_into_rows(root, modules, (producer, observer), scale, ranges)
+    producer, exclusive = _fold_plan(root, graph, modules, site)
+    if producer is not None:
+        return _fold_into(root, modules, (producer, site[0]), scale, ranges)
     return _multiply_input(root, graph, modules, site, (scale, ranges), exclusive=exclusive)
 
 
-def _fold_into_rows(
+def _fold_into(
     root: nn.Module,
     modules: dict[str, nn.Module],
     ends: tuple[Node, Node],
     scale: torch.Tensor,
     ranges: tuple[torch.Tensor, torch.Tensor],
 ) -> tuple[str, tuple[str, ...]]:
+    """``s`` into a LayerNorm's weight and bias, or into a Linear's rows; the observers from
+    there to the input's observer get the scaled range."""
     producer, observer = ends
     weight, bias = _scaled_params(producer, modules, root)
     _scale_rows(root, weight, scale)
     _scale_rows(root, bias, scale)
+    rows = not isinstance(modules.get(str(producer.target)), nn.LayerNorm)
+    ranges = _with_zero(ranges) if rows else ranges
     chain = [producer, *_nodes_between(producer, observer)]
     for between in chain:
         if observer_node(between, modules) is not None:
-            _rescale_observer(root, modules, str(between.target), _with_zero(ranges))
-    scaled = tuple(n.name for n in chain if observer_node(n, modules) is None)
-    return f"folded into rows of {producer.name}", scaled
+            _rescale_observer(root, modules, str(between.target), ranges)
+    where = f"rows of {producer.name}" if rows else producer.name
+    return f"folded into {where}", tuple(n.name for n in chain if observer_node(n, modules) is None)
 
 
 def _multiply_input(

@@ -47,7 +47,7 @@ __all__ = [
     "insert_observers",
     "is_linear",
     "linear_module",
-    "linear_params",
+    "param_paths",
     "reads_shared_weight",
 ]
 
@@ -117,22 +117,23 @@ _SHARED = (
 _COMPUTED = "not equalized: its weight is computed in forward, not a parameter to scale"
 
 
-def linear_params(node: Node, modules: Mapping[str, nn.Module]) -> tuple[str | None, str | None]:
-    """Attribute paths (from the root) of a Linear node's weight and bias: None for a bias it
-    has not, or for an ``F.linear`` argument computed in ``forward`` (no parameter to scale).
+def param_paths(node: Node, modules: Mapping[str, nn.Module]) -> tuple[str | None, str | None]:
+    """Attribute paths (from the root) of a Linear (or LayerNorm) node's weight and bias: None
+    for a bias it has not, or for an ``F.linear`` argument computed in ``forward`` (no
+    parameter to scale).
 
     ``nn.MultiheadAttention`` splits its packed in-projection weight in ``forward`` when query
     and key differ (``nn.Transformer``'s decoder): that weight has no parameter to scale.
 
     Example:
         >>> gm = torch.fx.symbolic_trace(nn.Sequential(nn.Linear(2, 2, bias=False)))
-        >>> linear_params(list(gm.graph.nodes)[1], dict(gm.named_modules()))
+        >>> param_paths(list(gm.graph.nodes)[1], dict(gm.named_modules()))
         ('0.weight', None)
     """
-    linear = linear_module(node, modules)
-    if linear is not None:
-        prefix = str(node.target) if linear is modules[str(node.target)] else f"{node.target}.0"
-        return f"{prefix}.weight", None if linear.bias is None else f"{prefix}.bias"
+    module = _leading_module(node, modules)
+    if module is not None:
+        prefix = str(node.target) if module is modules[str(node.target)] else f"{node.target}.0"
+        return f"{prefix}.weight", None if module.bias is None else f"{prefix}.bias"
     paths: list[str | None] = []
     for index, name in ((1, "weight"), (2, "bias")):
         value = node.args[index] if len(node.args) > index else node.kwargs.get(name)
@@ -145,7 +146,7 @@ def linear_params(node: Node, modules: Mapping[str, nn.Module]) -> tuple[str | N
 
 def _weight(root: nn.Module, node: Node, modules: Mapping[str, nn.Module]) -> Any:
     """A Linear node's weight tensor, or None for an ``F.linear`` whose weight is computed."""
-    path = linear_params(node, modules)[0]
+    path = param_paths(node, modules)[0]
     return None if path is None else operator.attrgetter(path)(root)
 
 
