@@ -85,6 +85,12 @@ class _ColumnRanges(torch.nn.Module):
         """A factory building this observer with ``kwargs`` bound."""
         return ModuleFactory(cls, kwargs)
 
+    def _record(self, x: torch.Tensor, fits: bool, what: str) -> None:
+        if not fits:
+            msg = f"{type(self).__name__} observes Linear {what}, got shape {tuple(x.shape)}"
+            raise ConfigError(msg)
+        self.columns(x)
+
     @property
     def min_val(self) -> torch.Tensor:
         """Per column minimum seen."""
@@ -134,13 +140,7 @@ class InputEqualizationObserver(_ColumnRanges):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Record ``x``'s per-channel range; return ``x`` unchanged."""
-        if x.dim() < 2:
-            msg = (
-                f"{type(self).__name__} observes Linear inputs (2-d or more), "
-                f"got shape {tuple(x.shape)}"
-            )
-            raise ConfigError(msg)
-        self.columns(x)
+        self._record(x, x.dim() >= 2, "inputs (2-d or more)")
         if self.alpha == AUTO:
             self._add_squares(x.detach().float().reshape(-1, x.shape[-1]))
         return x
@@ -198,13 +198,7 @@ class WeightEqualizationObserver(_ColumnRanges):
 
     def forward(self, weight: torch.Tensor) -> torch.Tensor:
         """Record the weight's per-column range; return it unchanged."""
-        if weight.dim() != 2:
-            msg = (
-                f"{type(self).__name__} observes Linear weights (2-d), "
-                f"got shape {tuple(weight.shape)}"
-            )
-            raise ConfigError(msg)
-        self.columns(weight)
+        self._record(weight, weight.dim() == 2, "weights (2-d)")
         return weight
 
 
