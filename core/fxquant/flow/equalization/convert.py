@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import operator
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -40,63 +41,63 @@ __all__ = ["apply_equalization"]
 _RELUS = (torch.relu, F.relu, "relu")
 
 
-def _set(root: nn.Module, path: str, value: Any) -> None:
-    owner, _, name = path.rpartition(".")
-    target = root.get_submodule(owner) if owner else root
-    if isinstance(getattr(target, name, None), nn.Parameter):
-        value = nn.Parameter(value, requires_grad=False)
-    setattr(target, name, value)  # a new tensor: the prepared model keeps its own
+@dataclass(frozen=True, slots=True)
+class _Copy:
+    """Convert's copy of the prepared model: the module tree, its graph, its modules by path
+    (kept up to date as observers get copies of their own)."""
 
+    root: nn.Module
+    graph: fx.Graph
+    modules: dict[str, nn.Module]
 
-def _own_observer(root: nn.Module, modules: dict[str, nn.Module], target: str) -> nn.Module:
-    """A copy of observer ``target`` put at its path: the prepared model keeps its own."""
-    observer = copy.deepcopy(modules[target])
-    _set(root, target, observer)
-    modules[target] = observer
-    return observer
+    def set(self, path: str, value: Any) -> None:
+        """Put ``value`` at ``path``: a new tensor or module, the prepared model keeps its own."""
+        owner, _, name = path.rpartition(".")
+        target = self.root.get_submodule(owner) if owner else self.root
+        if isinstance(getattr(target, name, None), nn.Parameter):
+            value = nn.Parameter(value, requires_grad=False)
+        setattr(target, name, value)
 
+    def own_observer(self, target: str) -> nn.Module:
+        """A copy of observer ``target`` put at its path."""
+        observer = copy.deepcopy(self.modules[target])
+        self.set(target, observer)
+        self.modules[target] = observer
+        return observer
 
-def _scaled_params(
-    node: Node, modules: dict[str, nn.Module], root: nn.Module
-) -> tuple[str | None, str | None]:
-    """Paths of a Linear node's weight and bias (``param_paths``), about to be scaled: the
-    observers of a functional's weight and bias forget calibration's range (convert observes
-    the scaled values again)."""
-    if node.op != "call_module":
-        for value in (*node.args[1:3], node.kwargs.get("weight"), node.kwargs.get("bias")):
-            observer = observer_node(value, modules)
-            if observer is not None:
-                fresh = _own_observer(root, modules, str(observer.target))
-                reset = getattr(fresh, "reset_min_max_vals", None)
-                if callable(reset):
-                    reset()
-    return param_paths(node, modules)
+    def scaled_params(self, node: Node) -> tuple[str | None, str | None]:
+        """Paths of a Linear (or LayerNorm) node's weight and bias (``param_paths``), about to
+        be scaled: the observers of a functional's weight and bias forget calibration's range
+        (convert observes the scaled values again)."""
+        if node.op != "call_module":
+            for value in (*node.args[1:3], node.kwargs.get("weight"), node.kwargs.get("bias")):
+                observer = observer_node(value, self.modules)
+                if observer is not None:
+                    fresh = self.own_observer(str(observer.target))
+                    reset = getattr(fresh, "reset_min_max_vals", None)
+                    if callable(reset):
+                        reset()
+        return param_paths(node, self.modules)
 
+    def scale_columns(self, path: str, scale: torch.Tensor) -> None:
+        # times the reciprocal (not a division): torch.ao's rounding, so both quantize alike
+        self.set(path, operator.attrgetter(path)(self.root).detach() * torch.reciprocal(scale))
 
-def _scale_columns(root: nn.Module, path: str, scale: torch.Tensor) -> None:
-    # times the reciprocal (not a division): torch.ao's rounding, so both quantize alike
-    _set(root, path, operator.attrgetter(path)(root).detach() * torch.reciprocal(scale))
+    def scale_rows(self, path: str | None, scale: torch.Tensor) -> None:
+        if path is None:
+            return
+        value = operator.attrgetter(path)(self.root).detach()
+        self.set(path, value * scale.reshape((-1,) + (1,) * (value.dim() - 1)))
 
-
-def _scale_rows(root: nn.Module, path: str | None, scale: torch.Tensor) -> None:
-    if path is None:
-        return
-    value = operator.attrgetter(path)(root).detach()
-    shape = (-1,) + (1,) * (value.dim() - 1)
-    _set(root, path, value * scale.reshape(shape))
-
-
-def _rescale_observer(
-    root: nn.Module, modules: dict[str, nn.Module], target: str, ranges: tuple[torch.Tensor, ...]
-) -> None:
-    """Give observer ``target`` the range of the scaled input (on its own copy); one without
-    a range (fixed qparams) keeps its qparams."""
-    observer = _own_observer(root, modules, target)
-    low, high = ranges
-    old_min, old_max = getattr(observer, "min_val", None), getattr(observer, "max_val", None)
-    if isinstance(old_min, torch.Tensor) and isinstance(old_max, torch.Tensor):
-        observer.min_val = low.reshape(old_min.shape).to(old_min.dtype)
-        observer.max_val = high.reshape(old_max.shape).to(old_max.dtype)
+    def rescale_observer(self, target: str, ranges: tuple[torch.Tensor, ...]) -> None:
+        """Give observer ``target`` the range of the scaled input (on its own copy); one
+        without a range (fixed qparams) keeps its qparams."""
+        observer = self.own_observer(target)
+        low, high = ranges
+        old_min, old_max = getattr(observer, "min_val", None), getattr(observer, "max_val", None)
+        if isinstance(old_min, torch.Tensor) and isinstance(old_max, torch.Tensor):
+            observer.min_val = low.reshape(old_min.shape).to(old_min.dtype)
+            observer.max_val = high.reshape(old_max.shape).to(old_max.dtype)
 
 
 def _single_user(node: object, user: Node) -> bool:
@@ -145,42 +146,46 @@ def apply_equalization(
     Example:
         >>> # see tests/numerics/test_equalization.py
     """
+    work = _Copy(root, graph, modules)
     pairs = []
     for node in list(graph.nodes):
         module = modules.get(str(node.target)) if node.op == "call_module" else None
         if isinstance(module, InputEqualizationObserver):
-            pairs.append(_apply(root, graph, modules, node))
+            pairs.append(_apply(work, node))
     return tuple(pairs)
 
 
-def _apply(
-    root: nn.Module, graph: fx.Graph, modules: dict[str, nn.Module], eq_node: Node
-) -> EqualizedPair:
-    eq: InputEqualizationObserver = modules[str(eq_node.target)]  # type: ignore[assignment]
+def _apply(work: _Copy, eq_node: Node) -> EqualizedPair:
+    eq: InputEqualizationObserver = work.modules[str(eq_node.target)]  # type: ignore[assignment]
     observer = eq_node.args[0]
     assert isinstance(observer, Node)  # insert_observers put it there
     linears = list(eq_node.users)
     names, source = tuple(n.name for n in linears), str(observer.args[0])
     eq_node.replace_all_uses_with(observer)
-    graph.erase_node(eq_node)
+    work.graph.erase_node(eq_node)
     if not torch.all(torch.isfinite(eq.min_val)):
         return EqualizedPair(source, names, eq.alpha, "not equalized: no data observed")
-    paths = [str(_scaled_params(n, modules, root)[0]) for n in linears]  # prepare checked each
-    matrices = [operator.attrgetter(path)(root) for path in paths]
+    paths = [str(work.scaled_params(n)[0]) for n in linears]  # prepare checked each
+    matrices = [operator.attrgetter(path)(work.root) for path in paths]
     stored = getattr(eq, "weight_observers", {})
     weights = [
         copy.deepcopy(stored[n]) if n in stored else WeightEqualizationObserver() for n in names
     ]
     for weight_observer, matrix in zip(weights, matrices, strict=True):
         weight_observer(matrix.detach())
-    alpha = _strength(eq, modules[str(observer.target)], matrices, weights[0])
+    alpha = _strength(eq, work.modules[str(observer.target)], matrices, weights[0])
     if alpha is None:
         return EqualizedPair(source, names, AUTO, "not equalized: less noise estimated unscaled")
     scale = equalization_scale(eq, weights, alpha)
     for path in paths:
-        _scale_columns(root, path, scale)
+        work.scale_columns(path, scale)
     ranges = (torch.min(eq.min_val * scale), torch.max(eq.max_val * scale))
-    applied, scaled = _apply_input_scale(root, graph, modules, (observer, linears), scale, ranges)
+    # plan first, then one edit
+    producer, exclusive = _fold_plan(work, observer, linears)
+    if producer is not None:
+        applied, scaled = _fold_into(work, (producer, observer), scale, ranges)
+    else:
+        applied, scaled = _multiply_input(work, (observer, linears), (scale, ranges), exclusive)
     return EqualizedPair(source, names, alpha, applied, scale.detach().clone(), scaled)
 
 
@@ -202,85 +207,61 @@ def _strength(
     )
 
 
-def _fold_plan(
-    root: nn.Module, graph: fx.Graph, modules: dict[str, nn.Module], site: tuple[Node, list[Node]]
-) -> tuple[Node | None, bool]:
+def _fold_plan(work: _Copy, observer: Node, linears: list[Node]) -> tuple[Node | None, bool]:
     """Where the input scale goes (pure): ``(producer, exclusive)``; a producer takes it in its
     parameters, None multiplies the observed input (also when the producer's parameters are
     read by another call: ALBERT runs one layer twice, or when the observer is shared beyond
     the path from the producer)."""
-    observer, linears = site
+    graph, modules = work.graph, work.modules
     sharers = [n for n in graph.nodes if n.op == "call_module" and n.target == observer.target]
     exclusive = set(observer.users) == set(linears) and sharers == [observer]
     producer = None
     if set(observer.users) == set(linears):
         producer = _producer(observer.args[0], observer, modules)
-    if producer is not None and reads_shared_weight(root, graph, modules, producer):
+    if producer is not None and reads_shared_weight(work.root, graph, modules, producer):
         producer = None
     if producer is not None and not set(sharers) <= set(_nodes_between(producer, observer)):
         producer = None
     return producer, exclusive
 
 
-def _apply_input_scale(
-    root: nn.Module,
-    graph: fx.Graph,
-    modules: dict[str, nn.Module],
-    site: tuple[Node, list[Node]],
-    scale: torch.Tensor,
-    ranges: tuple[torch.Tensor, torch.Tensor],
-) -> tuple[str, tuple[str, ...]]:
-    # plan first, then one edit
-    producer, exclusive = _fold_plan(root, graph, modules, site)
-    if producer is not None:
-        return _fold_into(root, modules, (producer, site[0]), scale, ranges)
-    return _multiply_input(root, graph, modules, site, (scale, ranges), exclusive=exclusive)
-
-
 def _fold_into(
-    root: nn.Module,
-    modules: dict[str, nn.Module],
-    ends: tuple[Node, Node],
-    scale: torch.Tensor,
-    ranges: tuple[torch.Tensor, torch.Tensor],
+    work: _Copy, ends: tuple[Node, Node], scale: torch.Tensor, ranges: tuple[torch.Tensor, ...]
 ) -> tuple[str, tuple[str, ...]]:
     """``s`` into a LayerNorm's weight and bias, or into a Linear's rows; the observers from
     there to the input's observer get the scaled range."""
     producer, observer = ends
-    weight, bias = _scaled_params(producer, modules, root)
-    _scale_rows(root, weight, scale)
-    _scale_rows(root, bias, scale)
-    rows = not isinstance(modules.get(str(producer.target)), nn.LayerNorm)
+    weight, bias = work.scaled_params(producer)
+    work.scale_rows(weight, scale)
+    work.scale_rows(bias, scale)
+    rows = not isinstance(work.modules.get(str(producer.target)), nn.LayerNorm)
     ranges = _with_zero(ranges) if rows else ranges
     chain = [producer, *_nodes_between(producer, observer)]
-    for between in chain:
-        if observer_node(between, modules) is not None:
-            _rescale_observer(root, modules, str(between.target), ranges)
+    observers = [n for n in chain if observer_node(n, work.modules) is not None]
+    for between in observers:
+        work.rescale_observer(str(between.target), ranges)
     where = f"rows of {producer.name}" if rows else producer.name
-    return f"folded into {where}", tuple(n.name for n in chain if observer_node(n, modules) is None)
+    return f"folded into {where}", tuple(n.name for n in chain if n not in observers)
 
 
 def _multiply_input(
-    root: nn.Module,
-    graph: fx.Graph,
-    modules: dict[str, nn.Module],
+    work: _Copy,
     site: tuple[Node, list[Node]],
-    scaling: tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]],
-    *,
+    scaling: tuple[torch.Tensor, tuple[torch.Tensor, ...]],
     exclusive: bool,
 ) -> tuple[str, tuple[str, ...]]:
-    (observer, linears), (scale, ranges) = site, scaling
+    (observer, linears), (scale, ranges), graph = site, scaling, work.graph
     source = observer.args[0]
-    name = unique_name(root, f"{observer.name}_equalization_scale")
-    root.register_buffer(name, scale.detach().clone())
+    name = unique_name(work.root, f"{observer.name}_equalization_scale")
+    work.root.register_buffer(name, scale.detach().clone())
     if exclusive and isinstance(source, Node):
         with graph.inserting_before(observer):
             mul = graph.call_function(torch.mul, (source, graph.get_attr(name)))
         observer.replace_input_with(source, mul)
-        _rescale_observer(root, modules, str(observer.target), ranges)
+        work.rescale_observer(str(observer.target), ranges)
         return f"mul node {mul.name}", ()
-    target = unique_name(root, f"{observer.target}_equalized")
-    modules[target] = modules[str(observer.target)]  # its own copy, rescaled below
+    target = unique_name(work.root, f"{observer.target}_equalized")
+    work.modules[target] = work.modules[str(observer.target)]  # its own copy, rescaled below
     with graph.inserting_after(observer):
         constant = graph.get_attr(name)
     with graph.inserting_after(constant):  # from the float value: not quantized twice
@@ -289,11 +270,11 @@ def _multiply_input(
         own = graph.call_module(target, (mul,))
     for linear in linears:
         linear.replace_input_with(observer, own)
-    _rescale_observer(root, modules, target, ranges)
+    work.rescale_observer(target, ranges)
     return f"mul node {mul.name} (its input also feeds other nodes)", ()
 
 
-def _with_zero(ranges: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+def _with_zero(ranges: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor]:
     # an observer before a ReLU: its negative values become 0 anyway, so the ReLU output's
     # range (widened to hold 0) quantizes what matters exactly
     low, high = ranges
