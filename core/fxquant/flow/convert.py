@@ -35,7 +35,7 @@ from fxquant.flow.calibrated import (
     warn_calibration,
 )
 from fxquant.flow.context import FlowContext, as_backend_config, as_config
-from fxquant.flow.convert_copy import copy_model, observed_constant, preserve
+from fxquant.flow.convert_copy import ModelCopy, copy_model, observed_constant, preserve
 from fxquant.flow.convert_modules import is_observer, swap_weighted_module
 from fxquant.flow.convert_qconfig import report_kept_float, turn_off, turned_off_nodes
 from fxquant.flow.convert_qdq import replace_observer
@@ -88,16 +88,11 @@ def _swap_custom_module(root: nn.Module, node: Node, module: nn.Module, cls: typ
     return quantized
 
 
-def _rewrite(
-    root: nn.Module,
-    graph: fx.Graph,
-    modules: dict[str, nn.Module],
-    drop: set[Node],
-    config: ConvertCustomConfig,
-) -> None:
+def _rewrite(model: ModelCopy, drop: set[Node], config: ConvertCustomConfig) -> None:
     """Every module call of the copy, in one pass: a dropped observer goes, a custom module
     becomes its quantized class, an observer its quantize/dequantize steps, a weighted module
     its reference module."""
+    root, graph, modules = model.root, model.graph, model.modules
     mappings = config.observed_to_quantized_mapping.values()
     swaps = {observed: cls for mapping in mappings for observed, cls in mapping.items()}
     for node in list(graph.nodes):
@@ -215,17 +210,18 @@ def reference_model(
         warn_if_calibrated_in_training(graph_module, step)
     stays_float = {n for nodes in not_calibrated.values() for n in nodes} - turned_off
     off = turned_off | stays_float
-    root, graph, modules = copy_model(graph_module, source_modules, off)
-    equalized = apply_equalization(root, graph, modules)  # before observers go
-    drop = turn_off(graph, modules, off)
+    model = copy_model(graph_module, source_modules, off)
+    equalized = apply_equalization(model)  # before observers go
+    drop = turn_off(model, off)
+    graph = model.graph
     drop |= {n for n in graph.nodes if n.op == "call_module" and n.target in not_calibrated}
     with torch.no_grad():
-        _rewrite(root, graph, modules, drop, config)
+        _rewrite(model, drop, config)
     _quantized_outputs(graph, list(state.prepare_custom_config.output_quantized_indexes))
     _tidy(graph)
     # graph._tracer_cls stays None: torch.load re-traces the code with the recorded
     # tracer class, and the quantization tracer needs constructor arguments
-    gm = GraphModule(root, graph, class_name=type(graph_module).__name__)
+    gm = GraphModule(model.root, graph, class_name=type(graph_module).__name__)
     preserved = [*state.prepare_custom_config.preserved_attributes, *config.preserved_attributes]
     preserve(graph_module, gm, preserved)
     if equalized:

@@ -10,9 +10,10 @@ quantize/dequantize pair. Other qconfigs stay those chosen at prepare.
 from __future__ import annotations
 
 from torch import nn
-from torch.fx import Graph, GraphModule, Node
+from torch.fx import GraphModule, Node
 
 from fxquant.config.qconfig_mapping import QConfigMapping
+from fxquant.flow.convert_copy import ModelCopy
 from fxquant.flow.convert_modules import is_observer
 from fxquant.flow.qconfig_assign import assign_qconfigs
 from fxquant.flow.report import NodeStatus, Reason, ReasonCode, Report
@@ -39,14 +40,14 @@ def turned_off_nodes(
     }
 
 
-def turn_off(graph: Graph, modules: dict[str, nn.Module], names: set[str]) -> set[Node]:
+def turn_off(model: ModelCopy, names: set[str]) -> set[Node]:
     """Clear the qconfig (and dtype config) of the nodes named ``names``, in a graph's copy;
     return the observer nodes next to one of them whose neighbours are all float now.
 
     Example:
         >>> # see turned_off_nodes
     """
-    for node in graph.nodes:
+    for node in model.graph.nodes:
         if node.name in names:  # quantized at prepare: each has its NodeInfo
             update_info(node, qconfig=None, dtype_config=None)
 
@@ -55,8 +56,8 @@ def turn_off(graph: Graph, modules: dict[str, nn.Module], names: set[str]) -> se
         turned = any(n.name in names for n in neighbours)
         return turned and not any(node_info(n).quantized for n in neighbours)
 
-    calls = [n for n in graph.nodes if n.op == "call_module"]
-    return {n for n in calls if is_observer(modules[str(n.target)]) and beside_turned_off(n)}
+    calls = [n for n in model.graph.nodes if n.op == "call_module"]
+    return {n for n in calls if is_observer(model.modules[str(n.target)]) and beside_turned_off(n)}
 
 
 def report_kept_float(

@@ -241,6 +241,7 @@ def multihead_attention(  # noqa: PLR0913, PLR0917 (torch's forward signature)
     if attn_mask is not None or key_padding_mask is not None:
         mask = _call(attention_mask, attn_mask, key_padding_mask, q, heads)
     dropout = m.dropout if m.training else 0.0
+    weights = None
     # written out (not one scaled_dot_product_attention call): ExecuTorch's runtime lacks
     # kernels for SDPA's decomposition, and x86/onednn fuse these ops back into SDPA
     scores = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(m.head_dim))

@@ -17,9 +17,10 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F  # the usual alias
-from torch import fx, nn
+from torch import nn
 from torch.fx import Node
 
+from fxquant.flow.convert_copy import ModelCopy
 from fxquant.flow.convert_modules import observer_node
 from fxquant.flow.equalization.observers import (
     AUTO,
@@ -42,13 +43,8 @@ _RELUS = (torch.relu, F.relu, "relu")
 
 
 @dataclass(frozen=True, slots=True)
-class _Copy:
-    """Convert's copy of the prepared model: the module tree, its graph, its modules by path
-    (kept up to date as observers get copies of their own)."""
-
-    root: nn.Module
-    graph: fx.Graph
-    modules: dict[str, nn.Module]
+class _Copy(ModelCopy):
+    """Convert's copy, with the edits equalization makes in it."""
 
     def set(self, path: str, value: Any) -> None:
         """Put ``value`` at ``path``: a new tensor or module, the prepared model keeps its own."""
@@ -138,18 +134,16 @@ def _nodes_between(start: Node, end: Node) -> list[Node]:
     return found
 
 
-def apply_equalization(
-    root: nn.Module, graph: fx.Graph, modules: dict[str, nn.Module]
-) -> tuple[EqualizedPair, ...]:
+def apply_equalization(model: ModelCopy) -> tuple[EqualizedPair, ...]:
     """Convert's step: scale weights, fold or insert the input scale, drop the observers.
 
     Example:
         >>> # see tests/numerics/test_equalization.py
     """
-    work = _Copy(root, graph, modules)
+    work = _Copy(model.root, model.graph, model.modules)
     pairs = []
-    for node in list(graph.nodes):
-        module = modules.get(str(node.target)) if node.op == "call_module" else None
+    for node in list(work.graph.nodes):
+        module = work.modules.get(str(node.target)) if node.op == "call_module" else None
         if isinstance(module, InputEqualizationObserver):
             pairs.append(_apply(work, node))
     return tuple(pairs)
