@@ -37,7 +37,7 @@ from fxquant.flow.calibrated import (
 from fxquant.flow.context import FlowContext, as_backend_config, as_config
 from fxquant.flow.convert_copy import ModelCopy, copy_model, observed_constant, preserve
 from fxquant.flow.convert_modules import is_observer, swap_weighted_module
-from fxquant.flow.convert_qconfig import report_kept_float, turn_off, turned_off_nodes
+from fxquant.flow.convert_qconfig import converted_report, turn_off, turned_off_nodes
 from fxquant.flow.convert_qdq import replace_observer
 from fxquant.flow.equalization.convert import apply_equalization
 from fxquant.flow.equalization.prepare import EQUALIZATION_KEY
@@ -45,7 +45,7 @@ from fxquant.flow.kept_reference import release_replaced_weights
 from fxquant.flow.lower import lower
 from fxquant.flow.lowered_model import as_lowered
 from fxquant.flow.names import attribute_value
-from fxquant.flow.report import NodeStatus, Report, raise_if_skipped
+from fxquant.flow.report import Report, raise_if_skipped
 from fxquant.flow.state import META_KEY, FlowMeta, FlowState, flow_state, is_converted, node_info
 from fxquant.flow.trace import drop_string_annotations
 from fxquant.flow.user_model import warn_if_calibrated_in_training, warn_if_converted_in_training
@@ -126,11 +126,6 @@ def _quantized_outputs(graph: fx.Graph, indexes: list[int]) -> None:
             values[index] = item.args[0]
     new = type(value)(values) if isinstance(value, (tuple, list)) else values[0]
     output.args = (new,)
-
-
-def _mark_reference(report: Report) -> Report:
-    quantized = [e.node for e in report.entries() if e.status == NodeStatus.QUANTIZED]
-    return report.with_changes({node: {"status": NodeStatus.REFERENCE} for node in quantized})
 
 
 def _tidy(graph: fx.Graph) -> None:
@@ -227,8 +222,8 @@ def reference_model(
     if equalized:
         gm.meta[EQUALIZATION_KEY] = equalized
     warn_if_converted_in_training(gm, step)
-    report = report_kept_float(state.report, turned_off, not_calibrated, stays_float)
-    return gm, state, _mark_reference(report)
+    report = converted_report(state.report, turned_off, not_calibrated, stays_float)
+    return gm, state, report
 
 
 def convert_to_reference_fx(

@@ -9,6 +9,8 @@ quantize/dequantize pair. Other qconfigs stay those chosen at prepare.
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import nn
 from torch.fx import GraphModule, Node
 
@@ -19,7 +21,7 @@ from fxquant.flow.qconfig_assign import assign_qconfigs
 from fxquant.flow.report import NodeStatus, Reason, ReasonCode, Report
 from fxquant.flow.state import node_info, update_info
 
-__all__ = ["report_kept_float", "turn_off", "turned_off_nodes"]
+__all__ = ["converted_report", "turn_off", "turned_off_nodes"]
 
 
 def turned_off_nodes(
@@ -60,15 +62,16 @@ def turn_off(model: ModelCopy, names: set[str]) -> set[Node]:
     return {n for n in calls if is_observer(model.modules[str(n.target)]) and beside_turned_off(n)}
 
 
-def report_kept_float(
+def converted_report(
     report: Report, turned_off: set[str], observers: dict[str, list[str]], stays_float: set[str]
 ) -> Report:
-    """The report with every node kept float ``skipped``: ``qconfig_none`` for those the
-    convert ``qconfig_mapping`` turned off, ``not_calibrated`` (naming the observer) for
-    those ``stays_float`` holds for a never-calibrated observer.
+    """Prepare's report as convert leaves it: quantized nodes ``reference``, and every node
+    kept float ``skipped``: ``qconfig_none`` for those the convert ``qconfig_mapping`` turned
+    off, ``not_calibrated`` (naming the observer) for those ``stays_float`` holds for a
+    never-calibrated observer.
 
     Example:
-        >>> report_kept_float(Report(), set(), {}, set()).entries()
+        >>> converted_report(Report(), set(), {}, set()).entries()
         []
     """
     # the first observer that names each node (reversed: a dict keeps the last write)
@@ -80,6 +83,7 @@ def report_kept_float(
     }
     none = "the qconfig_mapping given to convert sets its qconfig to None"
     reasons |= {n: Reason(ReasonCode.QCONFIG_NONE, f"{n}: {none}") for n in turned_off}
-    return report.with_changes(
-        {node: {"status": NodeStatus.SKIPPED, "reason": why} for node, why in reasons.items()}
-    )
+    quantized = [e.node for e in report.entries() if e.status == NodeStatus.QUANTIZED]
+    changes: dict[str, dict[str, Any]] = {n: {"status": NodeStatus.REFERENCE} for n in quantized}
+    changes |= {n: {"status": NodeStatus.SKIPPED, "reason": why} for n, why in reasons.items()}
+    return report.with_changes(changes)
