@@ -65,11 +65,6 @@ __all__ = [
 ]
 
 
-def _column_observer(dtype: torch.dtype, qscheme: object) -> PerChannelMinMaxObserver:
-    per_channel = str(qscheme).replace("per_tensor", "per_channel").removeprefix("torch.")
-    return PerChannelMinMaxObserver(ch_axis=-1, dtype=dtype, qscheme=per_channel)
-
-
 class _ColumnRanges(torch.nn.Module):
     """Per column (last axis) min and max; not a quantization observer (convert never
     turns it into quantize/dequantize: the flow removes it first)."""
@@ -78,7 +73,8 @@ class _ColumnRanges(torch.nn.Module):
         super().__init__()
         self.dtype = dtype
         self.qscheme = qscheme
-        self.columns = _column_observer(dtype, qscheme)
+        per_channel = str(qscheme).replace("per_tensor", "per_channel").removeprefix("torch.")
+        self.columns = PerChannelMinMaxObserver(ch_axis=-1, dtype=dtype, qscheme=per_channel)
 
     @classmethod
     def with_args(cls, **kwargs: Any) -> ModuleFactory:
@@ -320,11 +316,9 @@ def estimated_noise(  # noqa: PLR0913  # the statistics, the matrices and the tw
     for weight in weights:
         scaled = weight.detach().double() / scale.double()
         input_noise = x_range.double().square() * scaled.square().sum()
-        peak = (
-            scaled.abs().amax(dim=1)
-            if per_channel_weight
-            else scaled.abs().amax().expand(scaled.shape[0])
-        )
+        peak = scaled.abs().amax(dim=1)  # per output channel; per tensor: the largest, each
+        if not per_channel_weight:
+            peak = peak.amax().expand_as(peak)
         weight_noise = (2 * peak).square().sum() * weighted_squares.double().sum()
         total += input_noise + weight_noise
     return float(total)
