@@ -46,7 +46,6 @@ __all__ = [
     "EqualizedPair",
     "insert_observers",
     "is_linear",
-    "linear_module",
     "param_paths",
     "reads_shared_weight",
 ]
@@ -88,17 +87,10 @@ def _leading_module(node: Node, modules: Mapping[str, nn.Module]) -> nn.Module |
     return module[0] if isinstance(module, nn.Sequential) and len(module) else module
 
 
-def linear_module(node: Node, modules: Mapping[str, nn.Module]) -> nn.Linear | None:
-    """The ``nn.Linear`` a module call runs (the first of a fused LinearReLU), if any."""
-    module = _leading_module(node, modules)
-    return module if isinstance(module, nn.Linear) else None
-
-
 def is_linear(node: Node, modules: Mapping[str, nn.Module]) -> bool:
     """A Linear module call (fused or not) or an ``F.linear`` call."""
-    return linear_module(node, modules) is not None or (
-        node.op == "call_function" and node.target is F.linear
-    )
+    functional = node.op == "call_function" and node.target is F.linear
+    return functional or isinstance(_leading_module(node, modules), nn.Linear)
 
 
 _CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
