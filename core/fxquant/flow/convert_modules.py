@@ -81,12 +81,10 @@ def will_swap(info: NodeInfo | None, module: nn.Module) -> bool:
         >>> will_swap(None, nn.Linear(1, 1))
         False
     """
-    if info is None or info.qconfig is None or info.dtype_config is None:
+    if info is None or not info.quantized or not info.is_root:
         return False
     config = info.pattern_config
     if config is None or config.reference_quantized_module is None:
-        return False
-    if not info.is_root:
         return False
     return hasattr(module, "weight") or _is_fused(module) or _is_recurrent(module)
 
