@@ -416,12 +416,9 @@ def root_concrete_args(
     rewrite = leaf_rewrite(module)
     if rewrite is None:
         return given
-    concrete = dict(given or {})
     parameters = list(inspect.signature(rewrite).parameters.values())[1 + n_inputs :]
-    for parameter in parameters:
-        if parameter.default is not inspect.Parameter.empty:
-            concrete.setdefault(parameter.name, parameter.default)
-    return concrete
+    defaults = {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
+    return {**defaults, **(given or {})}  # what the user fixed wins
 
 
 def traceable_root(module: nn.Module) -> nn.Module:
