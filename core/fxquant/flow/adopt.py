@@ -81,11 +81,8 @@ def adopt(
 def _check_leaves(model: fx.GraphModule, ctx: FlowContext) -> None:
     config = ctx.prepare_custom_config
     calls = {str(n.target) for n in model.graph.nodes if n.op == "call_module"}
-    for setting, names in (
-        ("non_traceable_module_names", config.non_traceable_module_names),
-        ("standalone_module_names", config.standalone_module_names),
-    ):
-        traced = [name for name in names if name not in calls]
+    for setting in ("non_traceable_module_names", "standalone_module_names"):
+        traced = [name for name in getattr(config, setting) if name not in calls]
         if traced:
             msg = (
                 f"prepare_custom_config {setting} lists {', '.join(map(repr, traced))}, but "

@@ -35,15 +35,9 @@ from fxquant.flow.calibrated import (
     warn_calibration,
 )
 from fxquant.flow.context import FlowContext, as_backend_config, as_config
-from fxquant.flow.convert_copy import copy_model, observed_constant, preserve
+from fxquant.flow.convert_copy import ModelCopy, copy_model, observed_constant, preserve
 from fxquant.flow.convert_modules import is_observer, swap_weighted_module
-from fxquant.flow.convert_qconfig import (
-    float_observers,
-    report_not_calibrated,
-    report_turned_off,
-    turn_off,
-    turned_off_nodes,
-)
+from fxquant.flow.convert_qconfig import converted_report, turn_off, turned_off_nodes
 from fxquant.flow.convert_qdq import replace_observer
 from fxquant.flow.equalization.convert import apply_equalization
 from fxquant.flow.equalization.prepare import EQUALIZATION_KEY
@@ -51,7 +45,7 @@ from fxquant.flow.kept_reference import release_replaced_weights
 from fxquant.flow.lower import lower
 from fxquant.flow.lowered_model import as_lowered
 from fxquant.flow.names import attribute_value
-from fxquant.flow.report import NodeStatus, Report, raise_if_skipped
+from fxquant.flow.report import Report, raise_if_skipped
 from fxquant.flow.state import META_KEY, FlowMeta, FlowState, flow_state, is_converted, node_info
 from fxquant.flow.trace import drop_string_annotations
 from fxquant.flow.user_model import warn_if_calibrated_in_training, warn_if_converted_in_training
@@ -81,33 +75,26 @@ def _flow_state(graph_module: object, step: str) -> FlowState:
     return state
 
 
-def _swap_custom_modules(
-    root: nn.Module, graph: fx.Graph, modules: dict[str, nn.Module], config: ConvertCustomConfig
-) -> None:
+def _swap_custom_module(root: nn.Module, node: Node, module: nn.Module, cls: type) -> nn.Module:
+    from_observed = getattr(cls, "from_observed", None)
+    if not callable(from_observed):
+        msg = (
+            f"observed_to_quantized mapping names {cls!r} for {type(module).__name__} at "
+            f"{node.target!r}, but it has no from_observed(observed_module) classmethod"
+        )
+        raise ConfigTypeError(msg)
+    quantized: nn.Module = from_observed(module)
+    root.set_submodule(str(node.target), quantized)
+    return quantized
+
+
+def _rewrite(model: ModelCopy, drop: set[Node], config: ConvertCustomConfig) -> None:
+    """Every module call of the copy, in one pass: a dropped observer goes, a custom module
+    becomes its quantized class, an observer its quantize/dequantize steps, a weighted module
+    its reference module."""
+    root, graph, modules = model.root, model.graph, model.modules
     mappings = config.observed_to_quantized_mapping.values()
     swaps = {observed: cls for mapping in mappings for observed, cls in mapping.items()}
-    if not swaps:
-        return
-    for node in graph.nodes:
-        module = modules.get(str(node.target)) if node.op == "call_module" else None
-        cls = swaps.get(type(module))
-        if module is None or cls is None:
-            continue
-        from_observed = getattr(cls, "from_observed", None)
-        if not callable(from_observed):
-            msg = (
-                f"observed_to_quantized mapping names {cls!r} for {type(module).__name__} at "
-                f"{node.target!r}, but it has no from_observed(observed_module) classmethod"
-            )
-            raise ConfigTypeError(msg)
-        quantized = from_observed(module)
-        root.set_submodule(str(node.target), quantized)
-        modules[str(node.target)] = quantized
-
-
-def _rewrite(
-    root: nn.Module, graph: fx.Graph, modules: dict[str, nn.Module], drop: set[Node]
-) -> None:
     for node in list(graph.nodes):
         if node.op != "call_module":
             continue
@@ -115,6 +102,8 @@ def _rewrite(
         if node in drop:
             node.replace_all_uses_with(node.args[0])
             graph.erase_node(node)
+        elif type(module) in swaps:  # the quantized module is at its path for its other calls
+            modules[str(node.target)] = _swap_custom_module(root, node, module, swaps[type(module)])
         elif is_observer(module):
             if observed_constant(node):
                 # weights on a functional's edge: observed now, as torch.ao does
@@ -137,11 +126,6 @@ def _quantized_outputs(graph: fx.Graph, indexes: list[int]) -> None:
             values[index] = item.args[0]
     new = type(value)(values) if isinstance(value, (tuple, list)) else values[0]
     output.args = (new,)
-
-
-def _mark_reference(report: Report) -> Report:
-    quantized = [e.node for e in report.entries() if e.status == NodeStatus.QUANTIZED]
-    return report.with_changes({node: {"status": NodeStatus.REFERENCE} for node in quantized})
 
 
 def _tidy(graph: fx.Graph) -> None:
@@ -221,26 +205,24 @@ def reference_model(
         warn_if_calibrated_in_training(graph_module, step)
     stays_float = {n for nodes in not_calibrated.values() for n in nodes} - turned_off
     off = turned_off | stays_float
-    root, graph, modules = copy_model(graph_module, source_modules, off)
-    _swap_custom_modules(root, graph, modules, config)
-    equalized = apply_equalization(root, graph, modules)  # before observers go
-    turn_off(graph, off)
-    drop = float_observers(graph, modules, off)
+    model = copy_model(graph_module, source_modules, off)
+    equalized = apply_equalization(model)  # before observers go
+    drop = turn_off(model, off)
+    graph = model.graph
     drop |= {n for n in graph.nodes if n.op == "call_module" and n.target in not_calibrated}
     with torch.no_grad():
-        _rewrite(root, graph, modules, drop)
+        _rewrite(model, drop, config)
     _quantized_outputs(graph, list(state.prepare_custom_config.output_quantized_indexes))
     _tidy(graph)
     # graph._tracer_cls stays None: torch.load re-traces the code with the recorded
     # tracer class, and the quantization tracer needs constructor arguments
-    gm = GraphModule(root, graph, class_name=type(graph_module).__name__)
+    gm = GraphModule(model.root, graph, class_name=type(graph_module).__name__)
     preserved = [*state.prepare_custom_config.preserved_attributes, *config.preserved_attributes]
     preserve(graph_module, gm, preserved)
     if equalized:
         gm.meta[EQUALIZATION_KEY] = equalized
     warn_if_converted_in_training(gm, step)
-    report = report_turned_off(state.report, turned_off)
-    report = _mark_reference(report_not_calibrated(report, not_calibrated, stays_float))
+    report = converted_report(state.report, turned_off, not_calibrated, stays_float)
     return gm, state, report
 
 
@@ -296,9 +278,7 @@ def convert_to_reference_fx(
     step = "convert_to_reference_fx"
     remove = _check_remove_qconfig(_remove_qconfig, step)
     chosen = as_backend_config(backend_config)  # the patterns were decided at prepare; see Args
-    recorded = _flow_state(graph_module, step).backend
-    if chosen is not None and recorded is not None and recorded.name != chosen.name:
-        _check_same_backend(recorded.name, chosen.name, step)
+    _check_same_backend(_flow_state(graph_module, step).backend, chosen, step)
     gm, state, report = reference_model(graph_module, convert_custom_config, qconfig_mapping, step)
     if remove:
         _remove_qconfig_attributes(gm)
@@ -316,18 +296,22 @@ def _lowering_backend(state: FlowState, chosen: BackendConfig | None) -> Resolve
     """
     config = state.backend_config if chosen is None else chosen
     recorded = state.backend
-    if recorded is not None and recorded.name != config.name:
-        _check_same_backend(recorded.name, config.name, "convert_fx")
+    _check_same_backend(recorded, config, "convert_fx")
     if recorded is None or recorded.name != config.name:
         return resolve_backend(config, "convert_fx")
     return recorded if recorded.config is config else recorded.with_config(config)
 
 
-def _check_same_backend(prepared: str, chosen: str, step: str) -> None:
+def _check_same_backend(
+    recorded: ResolvedBackend | None, config: BackendConfig | None, step: str
+) -> None:
     """Refuse kernels of another backend than the one whose observers prepare chose:
     they may not honour them (fbgemm's kernels saturate on the full-range activations
     x86 and qnnpack observe; qnnpack's want the ranges it observes)."""
-    if "reference" in (prepared, chosen):  # generic patterns; no kernels to disagree
+    if recorded is None or config is None:
+        return
+    prepared, chosen = recorded.name, config.name
+    if prepared == chosen or "reference" in (prepared, chosen):  # generic: no kernels to differ
         return
     msg = (
         f"{step}: backend_config names backend {chosen!r}, but the model was prepared "

@@ -9,6 +9,7 @@ records are immutable), so the extra memory stays about one copy of the weights.
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import Any
 
 from torch import fx, nn
@@ -17,7 +18,17 @@ from torch.fx import GraphModule, Node
 from fxquant.flow.convert_modules import is_observer, will_swap
 from fxquant.flow.state import node_info
 
-__all__ = ["copy_model", "observed_constant", "preserve"]
+__all__ = ["ModelCopy", "copy_model", "observed_constant", "preserve"]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCopy:
+    """Convert's copy of the prepared model: the module tree, its graph, and its modules by
+    path (the steps that replace a module keep ``modules`` up to date)."""
+
+    root: nn.Module
+    graph: fx.Graph
+    modules: dict[str, nn.Module]
 
 
 def preserve(source: GraphModule, target: GraphModule, names: list[str]) -> None:
@@ -34,9 +45,7 @@ def preserve(source: GraphModule, target: GraphModule, names: list[str]) -> None
             setattr(target, name, copy.deepcopy(getattr(source, name)))
 
 
-def copy_model(
-    gm: GraphModule, modules: dict[str, nn.Module], keep: set[str]
-) -> tuple[nn.Module, fx.Graph, dict[str, nn.Module]]:
+def copy_model(gm: GraphModule, modules: dict[str, nn.Module], keep: set[str]) -> ModelCopy:
     """The module tree (deep-copied, sharing what convert only reads) and a copy of the graph.
 
     Observers are shared (convert only calls ``calculate_qparams`` on them, then drops
@@ -45,8 +54,7 @@ def copy_model(
 
     Example:
         >>> gm = fx.symbolic_trace(nn.Sequential(nn.ReLU()))
-        >>> root, graph, modules = copy_model(gm, dict(gm.named_modules()), set())
-        >>> sorted(modules)
+        >>> sorted(copy_model(gm, dict(gm.named_modules()), set()).modules)
         ['', '0']
     """
     memo: dict[int, Any] = {}
@@ -78,7 +86,7 @@ def copy_model(
     output = graph.graph_copy(gm.graph, {})
     graph.output(output)
     # the GraphModule is built once at the end (building it compiles the code)
-    return holder, graph, dict(holder.named_modules())
+    return ModelCopy(holder, graph, dict(holder.named_modules()))
 
 
 def observed_constant(node: Node) -> bool:

@@ -81,12 +81,10 @@ def will_swap(info: NodeInfo | None, module: nn.Module) -> bool:
         >>> will_swap(None, nn.Linear(1, 1))
         False
     """
-    if info is None or info.qconfig is None or info.dtype_config is None:
+    if info is None or not info.quantized or not info.is_root:
         return False
     config = info.pattern_config
     if config is None or config.reference_quantized_module is None:
-        return False
-    if not info.is_root:
         return False
     return hasattr(module, "weight") or _is_fused(module) or _is_recurrent(module)
 
@@ -136,26 +134,25 @@ def qparams_dict(observer: nn.Module) -> dict[str, Any]:
     return params
 
 
-def _root_of(module: nn.Module) -> nn.Module:
-    if _is_fused(module):
-        first: nn.Module = module[0]  # type: ignore[index]  # a Sequential, checked by _is_fused
-        return first
-    return module
-
-
-def _weight_observer(
-    info: NodeInfo, module: nn.Module, qat_fake_quant: nn.Module | None, path: str
-) -> Any:
-    if qat_fake_quant is not None:
-        return qat_fake_quant
-    assert info.qconfig is not None  # checked by will_swap
-    observer = info.qconfig.weight()
-    # its warnings (a NaN weight) name the module, as activation observers name their edge
-    object.__setattr__(observer, "_fxquant_name", f"of the weight of {path!r}")
-    weight = getattr(module, "weight", None)
-    if isinstance(weight, torch.Tensor):
+def _weight_qparams(
+    info: NodeInfo, weight: torch.Tensor, where: str, fake_quant: nn.Module | None = None
+) -> dict[str, Any] | None:
+    """The ``weight_qparams`` of ``weight``, from the QAT module's own fake quant or a new
+    weight observer run on it; None when its dtype quantizes nothing (the module stays float).
+    """
+    observer = fake_quant
+    if observer is None:
+        assert info.qconfig is not None  # checked by will_swap
+        observer = info.qconfig.weight()
+        # its warnings (a NaN weight) name the module, as activation observers name their edge
+        object.__setattr__(observer, "_fxquant_name", f"of the {where}")
         observer.to(weight.device)
-    return observer
+    if not observable(getattr(observer, "dtype", None)):
+        return None
+    # torch.ao runs the weight observer here for PTQ and QAT alike (its qparams need a
+    # first call to get their shapes); kept for numerics parity.
+    observer(weight)
+    return qparams_dict(observer)
 
 
 def swap_weighted_module(
@@ -185,13 +182,11 @@ def swap_weighted_module(
     assert info.pattern_config is not None  # checked by will_swap
     if _is_recurrent(module):
         return _swap_recurrent(root, path, module, info)
-    float_root = _root_of(module)
-    observer = _weight_observer(info, float_root, fake_quant, path)
-    if not observable(getattr(observer, "dtype", None)):
+    # a fused module is a Sequential whose first module holds the weight (_is_fused)
+    float_root: Any = module[0] if _is_fused(module) else module  # type: ignore[index]
+    qparams = _weight_qparams(info, float_root.weight, f"weight of {path!r}", fake_quant)
+    if qparams is None:
         return module
-    # torch.ao runs the weight observer here for PTQ and QAT alike (its qparams need a
-    # first call to get their shapes); kept for numerics parity.
-    observer(float_root.weight)
     declared = info.pattern_config.reference_quantized_module
     assert declared is not None  # checked by will_swap
     # a torch.ao class named in a user's config computes with torch.quint8/qint8 tensors,
@@ -205,7 +200,7 @@ def swap_weighted_module(
             "use a class from fxquant.nn.reference or one with that classmethod"
         )
         raise ConfigTypeError(msg)
-    reference = from_float(float_root, qparams_dict(observer))
+    reference = from_float(float_root, qparams)
     if _is_fused(module):
         setattr(module, "0", reference)  # Sequential's item 0
         return module
@@ -221,14 +216,10 @@ def _swap_recurrent(root: nn.Module, path: str, module: nn.Module, info: NodeInf
     assert info.qconfig is not None  # checked by will_swap
     qparams: dict[str, Any] = {}
     for name in recurrent.weight_names(module):
-        observer = info.qconfig.weight()
-        weight = getattr(module, name)
-        observer.to(weight.device)
-        if not observable(getattr(observer, "dtype", None)):
+        found = _weight_qparams(info, getattr(module, name), f"{name} of {path!r}")
+        if found is None:
             return module
-        if dtypes.is_quantized_dtype(observer.dtype):  # type: ignore[arg-type]  # checked by observable
-            observer(weight)
-        qparams[name] = qparams_dict(observer)
+        qparams[name] = found
     activation = info.qconfig.activation()
     act_range = dtypes.quant_range(torch.uint8)  # fp16 weights: activations stay float
     if dtypes.is_quantized_dtype(getattr(activation, "dtype", None)):

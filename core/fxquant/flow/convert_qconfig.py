@@ -9,24 +9,19 @@ quantize/dequantize pair. Other qconfigs stay those chosen at prepare.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from typing import Any
 
 from torch import nn
-from torch.fx import Graph, GraphModule, Node
+from torch.fx import GraphModule, Node
 
 from fxquant.config.qconfig_mapping import QConfigMapping
+from fxquant.flow.convert_copy import ModelCopy
 from fxquant.flow.convert_modules import is_observer
 from fxquant.flow.qconfig_assign import assign_qconfigs
 from fxquant.flow.report import NodeStatus, Reason, ReasonCode, Report
 from fxquant.flow.state import node_info, update_info
 
-__all__ = [
-    "float_observers",
-    "report_not_calibrated",
-    "report_turned_off",
-    "turn_off",
-    "turned_off_nodes",
-]
+__all__ = ["converted_report", "turn_off", "turned_off_nodes"]
 
 
 def turned_off_nodes(
@@ -47,65 +42,36 @@ def turned_off_nodes(
     }
 
 
-def turn_off(graph: Graph, names: set[str]) -> None:
-    """Clear the qconfig (and dtype config) of the nodes named ``names``, in a graph's copy.
+def turn_off(model: ModelCopy, names: set[str]) -> set[Node]:
+    """Clear the qconfig (and dtype config) of the nodes named ``names``, in a graph's copy;
+    return the observer nodes next to one of them whose neighbours are all float now.
 
     Example:
         >>> # see turned_off_nodes
     """
-    for node in graph.nodes:
+    for node in model.graph.nodes:
         if node.name in names:  # quantized at prepare: each has its NodeInfo
             update_info(node, qconfig=None, dtype_config=None)
 
-
-def float_observers(graph: Graph, modules: dict[str, nn.Module], turned_off: set[str]) -> set[Node]:
-    """Observer nodes next to a turned-off node whose neighbours are all float now.
-
-    Example:
-        >>> # see apply_convert_qconfigs
-    """
-    found: set[Node] = set()
-    if not turned_off:
-        return found
-    for node in graph.nodes:
-        if node.op != "call_module" or not is_observer(modules[str(node.target)]):
-            continue
+    def beside_turned_off(node: Node) -> bool:
         neighbours = [*node.all_input_nodes, *node.users]
-        if any(n.name in turned_off for n in neighbours) and not any(
-            node_info(n).quantized for n in neighbours
-        ):
-            found.add(node)
-    return found
+        turned = any(n.name in names for n in neighbours)
+        return turned and not any(node_info(n).quantized for n in neighbours)
+
+    calls = [n for n in model.graph.nodes if n.op == "call_module"]
+    return {n for n in calls if is_observer(model.modules[str(n.target)]) and beside_turned_off(n)}
 
 
-def report_turned_off(report: Report, turned_off: set[str]) -> Report:
-    """The report with every turned-off node ``skipped`` for ``qconfig_none``.
-
-    Example:
-        >>> report_turned_off(Report(), set()).entries()
-        []
-    """
-    words = "the qconfig_mapping given to convert sets its qconfig to None"
-    return _skipped(
-        report, {n: Reason(ReasonCode.QCONFIG_NONE, f"{n}: {words}") for n in turned_off}
-    )
-
-
-def _skipped(report: Report, reasons: Mapping[str, Reason]) -> Report:
-    """The report with the entry of every node in ``reasons`` skipped for its reason."""
-    return report.with_changes(
-        {node: {"status": NodeStatus.SKIPPED, "reason": why} for node, why in reasons.items()}
-    )
-
-
-def report_not_calibrated(
-    report: Report, observers: dict[str, list[str]], stays_float: set[str]
+def converted_report(
+    report: Report, turned_off: set[str], observers: dict[str, list[str]], stays_float: set[str]
 ) -> Report:
-    """The report with every node kept float for a never-calibrated observer ``skipped``
-    for ``not_calibrated``, naming the observer.
+    """Prepare's report as convert leaves it: quantized nodes ``reference``, and every node
+    kept float ``skipped``: ``qconfig_none`` for those the convert ``qconfig_mapping`` turned
+    off, ``not_calibrated`` (naming the observer) for those ``stays_float`` holds for a
+    never-calibrated observer.
 
     Example:
-        >>> report_not_calibrated(Report(), {}, set()).entries()
+        >>> converted_report(Report(), set(), {}, set()).entries()
         []
     """
     # the first observer that names each node (reversed: a dict keeps the last write)
@@ -115,4 +81,9 @@ def report_not_calibrated(
         n: Reason(ReasonCode.NOT_CALIBRATED, f"{n}: observer {by_node[n]} {words}")
         for n in stays_float
     }
-    return _skipped(report, reasons)
+    none = "the qconfig_mapping given to convert sets its qconfig to None"
+    reasons |= {n: Reason(ReasonCode.QCONFIG_NONE, f"{n}: {none}") for n in turned_off}
+    quantized = [e.node for e in report.entries() if e.status == NodeStatus.QUANTIZED]
+    changes: dict[str, dict[str, Any]] = {n: {"status": NodeStatus.REFERENCE} for n in quantized}
+    changes |= {n: {"status": NodeStatus.SKIPPED, "reason": why} for n, why in reasons.items()}
+    return report.with_changes(changes)

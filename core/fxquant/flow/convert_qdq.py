@@ -63,15 +63,14 @@ def _static(root: nn.Module, graph: Graph, node: Node, observer: nn.Module) -> N
     scale, zero_point = observer.calculate_qparams()  # type: ignore[operator]  # duck-typed
     if dtypes.is_per_channel(getattr(observer, "qscheme", None)):
         axis = int(observer.ch_axis)  # type: ignore[arg-type]  # per-channel observers have it
-        buffers = []
+        attributes = []
         for value, what in ((scale, "scale"), (zero_point, "zero_point")):
             name = unique_name(root, f"{node.name}_{what}")
             root.register_buffer(name, value.detach().clone())
-            buffers.append(name)
-        attributes = tuple(graph.get_attr(name) for name in buffers)
+            attributes.append(graph.get_attr(name))
         tail = (axis, quant_min, quant_max, plain)
         op = _OPS.quantize_per_channel.default
-        return _quantize_dequantize(graph, op, node, attributes, tail)
+        return _quantize_dequantize(graph, op, node, tuple(attributes), tail)
     qparams = (float(scale), int(zero_point))
     op = _OPS.quantize_per_tensor.default
     return _quantize_dequantize(graph, op, node, qparams, (quant_min, quant_max, plain))
@@ -113,32 +112,27 @@ def _cast(graph: Graph, node: Node, dtype: torch.dtype) -> Node:
     return graph.call_method("to", (low, torch.float32))
 
 
-def replace_observer(root: nn.Module, graph: Graph, node: Node, observer: nn.Module) -> str:
+def replace_observer(root: nn.Module, graph: Graph, node: Node, observer: nn.Module) -> None:
     """Replace the observer call ``node`` by its quantize/dequantize steps (or by its input).
-
-    Returns:
-        What was written: ``"static"``, ``"dynamic"``, ``"per_token"``, ``"cast"`` or
-        ``"removed"``.
 
     Example:
         >>> # see tests/flow/test_convert.py: observers become quantize -> dequantize
     """
     dtype: Any = getattr(observer, "dtype", None)
-    kind = "removed"
-    replacement: Node | Any = node.args[0]
+    replacement: Node | Any = node.args[0]  # removed: float32 placeholders, unused observers
     if node.users and isinstance(dtype, torch.dtype):
         with graph.inserting_before(node):
+            per_token = getattr(observer, "is_per_token", False)
             if dtype in _FLOAT_CASTS:
-                kind, replacement = "cast", _cast(graph, node, dtype)
-            elif dtypes.is_quantized_dtype(dtype) and getattr(observer, "is_per_token", False):
-                kind, replacement = "per_token", _dynamic(graph, node, observer, per_token=True)
-            elif dtypes.is_quantized_dtype(dtype) and getattr(observer, "is_dynamic", False):
-                kind, replacement = "dynamic", _dynamic(graph, node, observer, per_token=False)
+                replacement = _cast(graph, node, dtype)
+            elif dtypes.is_quantized_dtype(dtype) and (
+                per_token or getattr(observer, "is_dynamic", False)
+            ):
+                replacement = _dynamic(graph, node, observer, per_token=per_token)
             elif dtypes.is_quantized_dtype(dtype):
-                kind, replacement = "static", _static(root, graph, node, observer)
+                replacement = _static(root, graph, node, observer)
     node.replace_all_uses_with(replacement)
     graph.erase_node(node)
-    return kind
 
 
 def node_qparams(gm: GraphModule, node: Node) -> QParams:

@@ -232,27 +232,42 @@ def _op_texts(gm: GraphModule) -> dict[str, str]:
 
 def _update_report(
     report: Report,
-    lowered: set[str],
-    declined: dict[str, str],
+    outcomes: dict[str, str | None],
     ctx: FlowContext,
-    ops: dict[str, str],
+    texts: tuple[dict[str, str], dict[str, str]],
 ) -> Report:
-    """Lowered nodes -> ``lowered``; other quantized ones say which rule declined, or that none
-    exists for their pattern: a user fixes those two differently."""
+    """Lowered nodes (``None`` in ``outcomes``) -> ``lowered``; other quantized ones say which
+    rule declined (their words in ``outcomes``), or that none exists for their pattern: a user
+    fixes those two differently. A float op on a reduced float side (``texts[1]``: its dtype)
+    has no integer to compute: its reference form (the op between casts to that dtype) is what
+    its qconfig asks, not a miss for strict mode; a note says so."""
+    ops, sides = texts
     backend = ctx.backend_config.name
     quiet = ctx.deployed and not ctx.lowering_rules  # its toolchain takes the reference form
     changes: dict[str, dict[str, Any]] = {}
+    kept: list[str] = []
     for entry in report.entries():
-        if entry.node in lowered:
+        if entry.node in outcomes and outcomes[entry.node] is None:
             changes[entry.node] = {"status": NodeStatus.LOWERED, "reason": None}
+        elif entry.status == NodeStatus.REFERENCE and entry.node in sides:
+            if entry.reason is not None or not quiet:
+                changes[entry.node] = {"reason": None}
+                kept.append(entry.node)
         elif entry.status == NodeStatus.REFERENCE and not quiet:
-            why = declined.get(entry.node)
-            if why is None:
-                what = entry.pattern or ops.get(entry.node, entry.op)
-                why = f"no lowering rule in backend {backend!r} for {what}"
+            what = entry.pattern or ops.get(entry.node, entry.op)
+            why = outcomes.get(entry.node) or f"no lowering rule in backend {backend!r} for {what}"
             words = f"{why}; it stays in reference form"
             changes[entry.node] = {"reason": Reason(ReasonCode.NO_LOWERING_KERNEL, words)}
-    return report.with_changes(changes)
+    if not kept:
+        return report.with_changes(changes)
+    dtypes = " / ".join(sorted({sides[node] for node in kept}))
+    note = (
+        f"{len(kept)} node(s) run as float ops in {dtypes}, as their qconfig asks: no integer "
+        f"kernel applies to them, so they keep their reference form (eager computes them "
+        f"between casts to {dtypes}; a deployment that compiles the reference form runs them "
+        "in that dtype)"
+    )
+    return report.with_changes(changes).with_notes([note])
 
 
 def _reduced_float_ops(gm: GraphModule) -> dict[str, str]:
@@ -262,26 +277,6 @@ def _reduced_float_ops(gm: GraphModule) -> dict[str, str]:
     return {
         name: str(side).removeprefix("torch.") for name, side in sides.items() if side is not None
     }
-
-
-def _as_asked(report: Report, sides: dict[str, str]) -> Report:
-    """A float op on a reduced float side has no integer to compute: its reference form (the
-    op between casts to that dtype) is what its qconfig asks, not a miss for strict mode."""
-    kept = [
-        e.node
-        for e in report.entries()
-        if e.node in sides and e.status == NodeStatus.REFERENCE and e.reason is not None
-    ]
-    if not kept:
-        return report
-    dtypes = " / ".join(sorted({sides[node] for node in kept}))
-    note = (
-        f"{len(kept)} node(s) run as float ops in {dtypes}, as their qconfig asks: no integer "
-        f"kernel applies to them, so they keep their reference form (eager computes them "
-        f"between casts to {dtypes}; a deployment that compiles the reference form runs them "
-        "in that dtype)"
-    )
-    return report.with_changes({node: {"reason": None} for node in kept}).with_notes([note])
 
 
 def lower(gm: GraphModule, ctx: FlowContext, report: Report) -> Report:
@@ -295,10 +290,8 @@ def lower(gm: GraphModule, ctx: FlowContext, report: Report) -> Report:
         >>> # see tests/flow/test_lower.py: a test backend lowers linear, conv and add
     """
     rules, backend = ctx.lowering_rules, ctx.backend_config.name
-    lowered: set[str] = set()
-    declined: dict[str, str] = {}
-    ops = _op_texts(gm)  # before lowering replaces the nodes
-    sides = _reduced_float_ops(gm)
+    outcomes: dict[str, str | None] = {}  # by node: None lowered, else why a rule declined it
+    texts = (_op_texts(gm), _reduced_float_ops(gm))  # before lowering replaces the nodes
     if rules:
         by_name = dict(gm.named_modules())
         uses = Counter(str(n.target) for n in gm.graph.nodes if n.op == "call_module")
@@ -311,10 +304,9 @@ def lower(gm: GraphModule, ctx: FlowContext, report: Report) -> Report:
             # a float rule's float32 nodes were never quantized; reduced float ones now run in
             # the kernel, and a float rule that declines leaves nothing to report
             names = [n.name for n in match.nodes if rule.quantized or node_info(n).quantized]
-            if why is None:
-                lowered.update(names)
-            elif rule.quantized:
-                declined.update(dict.fromkeys(names, f"lowering rule {rule.name} declined: {why}"))
+            if why is None or rule.quantized:
+                words = None if why is None else f"lowering rule {rule.name} declined: {why}"
+                outcomes.update(dict.fromkeys(names, words))
         _fold_weights(gm)
         epilogues.shape_reads_from_integers(gm)
         # first: a dead dequantize would count as a second reader
@@ -330,4 +322,4 @@ def lower(gm: GraphModule, ctx: FlowContext, report: Report) -> Report:
         # the root) that kernels replaced
         replaced = [n for n, m in gm.named_children() if getattr(m, "_IS_REFERENCE", False)]
         drop_unread_modules(gm, [*called, *replaced])
-    return _as_asked(_update_report(report, lowered, declined, ctx, ops), sides)
+    return _update_report(report, outcomes, ctx, texts)

@@ -259,8 +259,7 @@ def trace(model: nn.Module, ctx: FlowContext) -> fx.GraphModule:
     if isinstance(model, fx.GraphModule):
         fresh = not any(META_KEY in n.meta for n in model.graph.nodes)
         gm = adopt(model, ctx, _is_internal)
-        if any(isinstance(n.type, str) for n in gm.graph.nodes):
-            drop_string_annotations(gm.graph)
+        if drop_string_annotations(gm.graph):
             gm.recompile()
     else:
         fresh, gm = True, _trace_module(model, ctx)
@@ -276,37 +275,35 @@ def _trace_module(model: nn.Module, ctx: FlowContext) -> fx.GraphModule:
     if root is not model:  # our copy: torch.compile'd submodules become their modules
         _drop_compile_wrappers(root)
     concrete = _check_concrete_args(root, ctx)
+    tracer = QuantizationTracer(*_leaves(ctx))
+    tracer.owns_modules = root is not model  # own_copy returns the model it cannot copy
     # a training-mode copy: its traced modules' self.training follows the graph module's mode
-    flags = (
-        mode_flags(root, QuantizationTracer(*_leaves(ctx)).is_leaf_module)
-        if root is not model and root.training
-        else contextlib.nullcontext()
-    )
+    owned_training = tracer.owns_modules and root.training
+    flags = mode_flags(root, tracer.is_leaf_module) if owned_training else contextlib.nullcontext()
     try:
         with flags:
-            tracer, graph = _run_tracer(root, model, ctx, concrete)
+            traced_by, graph = _run_tracer(root, tracer, ctx, concrete)
     except FxquantError:
         raise
     except Exception as error:  # any failure inside user code while tracing
         raise _untraceable(root, error) from error
     drop_string_annotations(graph)
-    gm = fx.GraphModule(tracer.root, graph, type(model).__name__)
+    gm = fx.GraphModule(traced_by.root, graph, type(model).__name__)
     gm.train(model.training)
     return gm
 
 
 def _run_tracer(
-    root: nn.Module, model: nn.Module, ctx: FlowContext, concrete: dict[str, Any] | None
+    root: nn.Module, tracer: QuantizationTracer, ctx: FlowContext, concrete: dict[str, Any] | None
 ) -> tuple[fx.Tracer, fx.Graph]:
     """The tracer that fits ``root`` (transformers' for a transformers model), run on it."""
     hf_trace = _hf_tracing(root)
     if hf_trace is not None:
+        leaves = (tracer.leaf_names, tracer.leaf_classes)
         traced: tuple[fx.Tracer, fx.Graph] = hf_trace.trace_transformers_model(
-            root, ctx, _leaves(ctx), owns_modules=root is not model
+            root, ctx, leaves, owns_modules=tracer.owns_modules
         )
         return traced
-    tracer = QuantizationTracer(*_leaves(ctx))
-    tracer.owns_modules = root is not model  # own_copy returns the model it cannot copy
     if not tracer.is_leaf_module(root, ""):  # a torch transformer module as the root
         concrete = root_concrete_args(root, len(ctx.example_inputs), concrete)
         if tracer.owns_modules:
@@ -359,20 +356,21 @@ def _hf_tracing(root: nn.Module) -> types.ModuleType | None:
     return next((found for find in MODEL_TRACERS if (found := find(root)) is not None), None)
 
 
-def drop_string_annotations(graph: fx.Graph) -> None:
-    """Clear node types that are strings, so the generated code pickles.
+def drop_string_annotations(graph: fx.Graph) -> bool:
+    """Clear node types that are strings, so the generated code pickles; whether any was.
 
     Example:
         >>> g = fx.Graph(); g.placeholder("x", type_expr="torch.Tensor").type
         'torch.Tensor'
-        >>> drop_string_annotations(g); [n.type for n in g.nodes]
-        [None]
+        >>> drop_string_annotations(g), [n.type for n in g.nodes]
+        (True, [None])
     """
     # `x: torch.Tensor` under `from __future__ import annotations` is the string
     # "torch.Tensor"; fx writes it into the code as a global that torch.save cannot pickle
-    for node in graph.nodes:
-        if isinstance(node.type, str):
-            node.type = None
+    annotated = [node for node in graph.nodes if isinstance(node.type, str)]
+    for node in annotated:
+        node.type = None
+    return bool(annotated)
 
 
 def _keep_attributes(model: nn.Module, gm: fx.GraphModule, ctx: FlowContext) -> fx.GraphModule:

@@ -389,18 +389,14 @@ def leaf_rewrite(module: nn.Module) -> Rewrite | None:
         >>> leaf_rewrite(nn.Linear(2, 2)) is None
         True
     """
-    for cls in type(module).__mro__:
-        rewrite = _REWRITES.get(cls)
-        if rewrite is None:
-            continue
-        if type(module).forward is not cls.forward:  # type: ignore[attr-defined]
-            return None  # the user's own forward: traced as written
-        if isinstance(module, nn.MultiheadAttention) and (
-            module.bias_k is not None or module.add_zero_attn
-        ):
-            return None  # rare options, not rewritten: one float call
-        return rewrite
-    return None
+    cls = next((c for c in type(module).__mro__ if c in _REWRITES), None)
+    if cls is None or type(module).forward is not cls.forward:
+        return None  # not torch's, or the user's own forward: traced as written
+    if isinstance(module, nn.MultiheadAttention) and (
+        module.bias_k is not None or module.add_zero_attn
+    ):
+        return None  # rare options, not rewritten: one float call
+    return _REWRITES[cls]
 
 
 def root_concrete_args(
@@ -420,12 +416,9 @@ def root_concrete_args(
     rewrite = leaf_rewrite(module)
     if rewrite is None:
         return given
-    concrete = dict(given or {})
     parameters = list(inspect.signature(rewrite).parameters.values())[1 + n_inputs :]
-    for parameter in parameters:
-        if parameter.default is not inspect.Parameter.empty:
-            concrete.setdefault(parameter.name, parameter.default)
-    return concrete
+    defaults = {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
+    return {**defaults, **(given or {})}  # what the user fixed wins
 
 
 def traceable_root(module: nn.Module) -> nn.Module:

@@ -146,17 +146,22 @@ def _changes_in_training(module: nn.Module) -> bool:
     return isinstance(module, (nn.modules.dropout._DropoutNd, nn.RReLU))
 
 
+def _mode_dependent(model: nn.Module, *, training_only: bool) -> list[str]:
+    """``'path' (Class)`` of each module of ``model`` whose forward depends on the mode."""
+    return [
+        f"{name!r} ({type(m).__name__})"
+        for name, m in model.named_modules()
+        if _changes_in_training(m) and (m.training or not training_only)
+    ]
+
+
 def warn_if_converted_in_training(converted: nn.Module, step: str) -> None:
     """One :class:`CalibrationWarning` when ``converted`` runs mode-dependent modules in training.
 
     Example:
         >>> warn_if_converted_in_training(nn.Dropout().eval(), "convert_fx")  # eval: no warning
     """
-    trained = [
-        f"{name!r} ({type(m).__name__})"
-        for name, m in converted.named_modules()
-        if m.training and _changes_in_training(m)
-    ]
+    trained = _mode_dependent(converted, training_only=True)
     if not trained:
         return
     msg = (
@@ -194,11 +199,7 @@ def warn_if_calibrated_in_training(prepared: nn.Module, step: str) -> None:
         >>> warn_if_calibrated_in_training(nn.Dropout(), "convert_fx")  # no observer: silent
     """
     observed = [m for m in prepared.modules() if getattr(m, "observed_in_training", False)]
-    changed = [
-        f"{name!r} ({type(m).__name__})"
-        for name, m in prepared.named_modules()
-        if _changes_in_training(m)
-    ]
+    changed = _mode_dependent(prepared, training_only=False)
     if not observed or not changed:
         return
     msg = (

@@ -12,13 +12,15 @@ from __future__ import annotations
 import copy
 import operator
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F  # the usual alias
-from torch import fx, nn
+from torch import nn
 from torch.fx import Node
 
+from fxquant.flow.convert_copy import ModelCopy
 from fxquant.flow.convert_modules import observer_node
 from fxquant.flow.equalization.observers import (
     AUTO,
@@ -30,7 +32,7 @@ from fxquant.flow.equalization.observers import (
 from fxquant.flow.equalization.prepare import (
     EqualizedPair,
     is_linear,
-    linear_module,
+    param_paths,
     reads_shared_weight,
 )
 from fxquant.flow.names import unique_name
@@ -40,103 +42,87 @@ __all__ = ["apply_equalization"]
 _RELUS = (torch.relu, F.relu, "relu")
 
 
-def _set(root: nn.Module, path: str, value: Any) -> None:
-    owner, _, name = path.rpartition(".")
-    target = root.get_submodule(owner) if owner else root
-    if isinstance(getattr(target, name, None), nn.Parameter):
-        value = nn.Parameter(value, requires_grad=False)
-    setattr(target, name, value)  # a new tensor: the prepared model keeps its own
+@dataclass(frozen=True, slots=True)
+class _Copy(ModelCopy):
+    """Convert's copy, with the edits equalization makes in it."""
 
+    def set(self, path: str, value: Any) -> None:
+        """Put ``value`` at ``path``: a new tensor or module, the prepared model keeps its own."""
+        owner, _, name = path.rpartition(".")
+        target = self.root.get_submodule(owner) if owner else self.root
+        if isinstance(getattr(target, name, None), nn.Parameter):
+            value = nn.Parameter(value, requires_grad=False)
+        setattr(target, name, value)
 
-def _constant_path(node: object, modules: Mapping[str, nn.Module], root: nn.Module) -> str | None:
-    """The attribute path of a functional's weight/bias (through its observer, if any)."""
-    observer = observer_node(node, modules)
-    if observer is not None:
-        # convert observes it again on the scaled weight: forget calibration's range
-        fresh = copy.deepcopy(modules[str(observer.target)])
-        reset = getattr(fresh, "reset_min_max_vals", None)
-        if callable(reset):
-            reset()
-        _set(root, str(observer.target), fresh)
-        modules[str(observer.target)] = fresh  # type: ignore[index]
-        node = observer.args[0]
-    if isinstance(node, Node) and node.op == "get_attr":
-        return str(node.target)
-    return None
+    def own_observer(self, target: str) -> nn.Module:
+        """A copy of observer ``target`` put at its path."""
+        observer = copy.deepcopy(self.modules[target])
+        self.set(target, observer)
+        self.modules[target] = observer
+        return observer
 
+    def scaled_params(self, node: Node) -> tuple[str | None, str | None]:
+        """Paths of a Linear (or LayerNorm) node's weight and bias (``param_paths``), about to
+        be scaled: the observers of a functional's weight and bias forget calibration's range
+        (convert observes the scaled values again)."""
+        if node.op != "call_module":
+            for value in (*node.args[1:3], node.kwargs.get("weight"), node.kwargs.get("bias")):
+                observer = observer_node(value, self.modules)
+                if observer is not None:
+                    fresh = self.own_observer(str(observer.target))
+                    reset = getattr(fresh, "reset_min_max_vals", None)
+                    if callable(reset):
+                        reset()
+        return param_paths(node, self.modules)
 
-def _weight_and_bias(
-    node: Node, modules: Mapping[str, nn.Module], root: nn.Module
-) -> tuple[str | None, str | None]:
-    """Paths (from ``root``) of a Linear node's weight and bias."""
-    if node.op == "call_module":
-        path = str(node.target)
-        module = modules[path]
-        prefix = f"{path}.0" if not isinstance(module, nn.Linear) else path
-        linear = linear_module(node, modules)
-        bias = f"{prefix}.bias" if linear is not None and linear.bias is not None else None
-        return f"{prefix}.weight", bias
-    weight_arg = node.args[1] if len(node.args) > 1 else node.kwargs.get("weight")
-    bias_arg = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
-    return _constant_path(weight_arg, modules, root), _constant_path(bias_arg, modules, root)
+    def scale_columns(self, path: str, scale: torch.Tensor) -> None:
+        # times the reciprocal (not a division): torch.ao's rounding, so both quantize alike
+        self.set(path, operator.attrgetter(path)(self.root).detach() * torch.reciprocal(scale))
 
+    def scale_rows(self, path: str | None, scale: torch.Tensor) -> None:
+        if path is None:
+            return
+        value = operator.attrgetter(path)(self.root).detach()
+        self.set(path, value * scale.reshape((-1,) + (1,) * (value.dim() - 1)))
 
-def _scale_columns(root: nn.Module, path: str, scale: torch.Tensor) -> None:
-    # times the reciprocal (not a division): torch.ao's rounding, so both quantize alike
-    _set(root, path, operator.attrgetter(path)(root).detach() * torch.reciprocal(scale))
-
-
-def _scale_rows(root: nn.Module, path: str | None, scale: torch.Tensor) -> None:
-    if path is None:
-        return
-    value = operator.attrgetter(path)(root).detach()
-    shape = (-1,) + (1,) * (value.dim() - 1)
-    _set(root, path, value * scale.reshape(shape))
-
-
-def _rescale_observer(
-    root: nn.Module, modules: dict[str, nn.Module], target: str, ranges: tuple[torch.Tensor, ...]
-) -> None:
-    """Give observer ``target`` the range of the scaled input (a copy: the prepared model's
-    observer keeps its own); one without a range (fixed qparams) is left as it is."""
-    observer = copy.deepcopy(modules[target])
-    low, high = ranges
-    old_min, old_max = getattr(observer, "min_val", None), getattr(observer, "max_val", None)
-    if isinstance(old_min, torch.Tensor) and isinstance(old_max, torch.Tensor):
-        observer.min_val = low.reshape(old_min.shape).to(old_min.dtype)
-        observer.max_val = high.reshape(old_max.shape).to(old_max.dtype)
-        _set(root, target, observer)
-        modules[target] = observer
+    def rescale_observer(self, target: str, ranges: tuple[torch.Tensor, ...]) -> None:
+        """Give observer ``target`` the range of the scaled input (on its own copy); one
+        without a range (fixed qparams) keeps its qparams."""
+        observer = self.own_observer(target)
+        low, high = ranges
+        old_min, old_max = getattr(observer, "min_val", None), getattr(observer, "max_val", None)
+        if isinstance(old_min, torch.Tensor) and isinstance(old_max, torch.Tensor):
+            observer.min_val = low.reshape(old_min.shape).to(old_min.dtype)
+            observer.max_val = high.reshape(old_max.shape).to(old_max.dtype)
 
 
 def _single_user(node: object, user: Node) -> bool:
     return isinstance(node, Node) and list(node.users) == [user]
 
 
-def _producer(
-    source: object, observer: Node, modules: Mapping[str, nn.Module]
-) -> tuple[str, Node | None]:
-    """Where ``s`` can go: ``("layer_norm", ln)``, ``("rows", linear)`` or ``("mul", None)``."""
+def _producer(source: object, observer: Node, modules: Mapping[str, nn.Module]) -> Node | None:
+    """Where ``s`` can be folded: a LayerNorm (its weight and bias), a Linear (its rows),
+    through a ReLU if any; None: a ``mul`` node multiplies the input instead."""
     if not _single_user(source, observer) or not isinstance(source, Node):
-        return "mul", None
+        return None
     module = modules.get(str(source.target)) if source.op == "call_module" else None
     if isinstance(module, nn.LayerNorm) and module.elementwise_affine and module.bias is not None:
-        return "layer_norm", source
+        return source
     if is_linear(source, modules):
-        return "rows", source
+        return source
     is_relu = isinstance(module, nn.ReLU) or (
         source.op in ("call_function", "call_method") and source.target in _RELUS
     )
     if not is_relu or not source.args or not _single_user(source.args[0], source):
-        return "mul", None
+        return None
     before = source.args[0]
     observed = observer_node(before, modules)
     linear = observed.args[0] if observed is not None else before
     if not isinstance(linear, Node) or not is_linear(linear, modules):
-        return "mul", None
+        return None
     if observed is not None and not _single_user(linear, observed):
-        return "mul", None
-    return "rows", linear
+        return None
+    return linear
 
 
 def _nodes_between(start: Node, end: Node) -> list[Node]:
@@ -148,58 +134,52 @@ def _nodes_between(start: Node, end: Node) -> list[Node]:
     return found
 
 
-def apply_equalization(
-    root: nn.Module, graph: fx.Graph, modules: dict[str, nn.Module]
-) -> tuple[EqualizedPair, ...]:
+def apply_equalization(model: ModelCopy) -> tuple[EqualizedPair, ...]:
     """Convert's step: scale weights, fold or insert the input scale, drop the observers.
 
     Example:
         >>> # see tests/numerics/test_equalization.py
     """
+    work = _Copy(model.root, model.graph, model.modules)
     pairs = []
-    for node in list(graph.nodes):
-        module = modules.get(str(node.target)) if node.op == "call_module" else None
+    for node in list(work.graph.nodes):
+        module = work.modules.get(str(node.target)) if node.op == "call_module" else None
         if isinstance(module, InputEqualizationObserver):
-            pairs.append(_apply(root, graph, modules, node))
+            pairs.append(_apply(work, node))
     return tuple(pairs)
 
 
-def _apply(
-    root: nn.Module, graph: fx.Graph, modules: dict[str, nn.Module], eq_node: Node
-) -> EqualizedPair:
-    eq: InputEqualizationObserver = modules[str(eq_node.target)]  # type: ignore[assignment]
+def _apply(work: _Copy, eq_node: Node) -> EqualizedPair:
+    eq: InputEqualizationObserver = work.modules[str(eq_node.target)]  # type: ignore[assignment]
     observer = eq_node.args[0]
     assert isinstance(observer, Node)  # insert_observers put it there
     linears = list(eq_node.users)
-    names = tuple(n.name for n in linears)
+    names, source = tuple(n.name for n in linears), str(observer.args[0])
     eq_node.replace_all_uses_with(observer)
-    graph.erase_node(eq_node)
+    work.graph.erase_node(eq_node)
     if not torch.all(torch.isfinite(eq.min_val)):
-        return EqualizedPair(
-            str(observer.args[0]), names, eq.alpha, "not equalized: no data observed"
-        )
-    paths = [_weight_and_bias(n, modules, root) for n in linears]
-    weights = []
-    for linear, (weight, _) in zip(linears, paths, strict=True):
-        assert weight is not None, linear.format_node()
-        stored = getattr(eq, "weight_observers", {})
-        w_obs = (
-            copy.deepcopy(stored[linear.name])
-            if linear.name in stored
-            else WeightEqualizationObserver()
-        )
-        w_obs(operator.attrgetter(weight)(root).detach())
-        weights.append(w_obs)
-    source = str(observer.args[0])
-    matrices = [operator.attrgetter(str(weight))(root) for weight, _ in paths]
-    alpha = _strength(eq, modules[str(observer.target)], matrices, weights[0])
+        return EqualizedPair(source, names, eq.alpha, "not equalized: no data observed")
+    paths = [str(work.scaled_params(n)[0]) for n in linears]  # prepare checked each
+    matrices = [operator.attrgetter(path)(work.root) for path in paths]
+    stored = getattr(eq, "weight_observers", {})
+    weights = [
+        copy.deepcopy(stored[n]) if n in stored else WeightEqualizationObserver() for n in names
+    ]
+    for weight_observer, matrix in zip(weights, matrices, strict=True):
+        weight_observer(matrix.detach())
+    alpha = _strength(eq, work.modules[str(observer.target)], matrices, weights[0])
     if alpha is None:
         return EqualizedPair(source, names, AUTO, "not equalized: less noise estimated unscaled")
     scale = equalization_scale(eq, weights, alpha)
-    for weight, _ in paths:
-        _scale_columns(root, str(weight), scale)
+    for path in paths:
+        work.scale_columns(path, scale)
     ranges = (torch.min(eq.min_val * scale), torch.max(eq.max_val * scale))
-    applied, scaled = _apply_input_scale(root, graph, modules, (observer, linears), scale, ranges)
+    # plan first, then one edit
+    producer, exclusive = _fold_plan(work, observer, linears)
+    if producer is not None:
+        applied, scaled = _fold_into(work, (producer, observer), scale, ranges)
+    else:
+        applied, scaled = _multiply_input(work, (observer, linears), (scale, ranges), exclusive)
     return EqualizedPair(source, names, alpha, applied, scale.detach().clone(), scaled)
 
 
@@ -221,91 +201,61 @@ def _strength(
     )
 
 
-def _fold_plan(
-    root: nn.Module, graph: fx.Graph, modules: dict[str, nn.Module], site: tuple[Node, list[Node]]
-) -> tuple[str, Node | None, bool]:
-    """Where the input scale goes (pure): ``(kind, producer, exclusive)``; kind ``layer_norm``
-    or ``rows`` folds it into the producer, ``mul`` multiplies the observed input (also when
-    the producer's parameters are read by another call: ALBERT runs one layer twice)."""
-    observer, linears = site
+def _fold_plan(work: _Copy, observer: Node, linears: list[Node]) -> tuple[Node | None, bool]:
+    """Where the input scale goes (pure): ``(producer, exclusive)``; a producer takes it in its
+    parameters, None multiplies the observed input (also when the producer's parameters are
+    read by another call: ALBERT runs one layer twice, or when the observer is shared beyond
+    the path from the producer)."""
+    graph, modules = work.graph, work.modules
     sharers = [n for n in graph.nodes if n.op == "call_module" and n.target == observer.target]
     exclusive = set(observer.users) == set(linears) and sharers == [observer]
-    kind, producer = ("mul", None)
+    producer = None
     if set(observer.users) == set(linears):
-        kind, producer = _producer(observer.args[0], observer, modules)
-    if producer is not None and reads_shared_weight(root, graph, modules, producer):
-        kind, producer = "mul", None
-    if kind == "rows" and producer is not None:
-        path = set(_nodes_between(producer, observer))
-        if not all(n in path for n in sharers):  # an observer shared beyond the path
-            kind, producer = "mul", None
-    elif not exclusive:
-        kind, producer = "mul", None
-    return kind, producer, exclusive
+        producer = _producer(observer.args[0], observer, modules)
+    if producer is not None and reads_shared_weight(work.root, graph, modules, producer):
+        producer = None
+    if producer is not None and not set(sharers) <= set(_nodes_between(producer, observer)):
+        producer = None
+    return producer, exclusive
 
 
-def _apply_input_scale(
-    root: nn.Module,
-    graph: fx.Graph,
-    modules: dict[str, nn.Module],
-    site: tuple[Node, list[Node]],
-    scale: torch.Tensor,
-    ranges: tuple[torch.Tensor, torch.Tensor],
+def _fold_into(
+    work: _Copy, ends: tuple[Node, Node], scale: torch.Tensor, ranges: tuple[torch.Tensor, ...]
 ) -> tuple[str, tuple[str, ...]]:
-    # plan first, then one edit
-    observer = site[0]
-    kind, producer, exclusive = _fold_plan(root, graph, modules, site)
-    if kind == "layer_norm" and producer is not None:
-        _scale_rows(root, f"{producer.target}.weight", scale)
-        _scale_rows(root, f"{producer.target}.bias", scale)
-        _rescale_observer(root, modules, str(observer.target), ranges)
-        return f"folded into {producer.name}", (producer.name,)
-    if kind == "rows" and producer is not None:
-        return _fold_into_rows(root, modules, (producer, observer), scale, ranges)
-    return _multiply_input(root, graph, modules, site, (scale, ranges), exclusive=exclusive)
-
-
-def _fold_into_rows(
-    root: nn.Module,
-    modules: dict[str, nn.Module],
-    ends: tuple[Node, Node],
-    scale: torch.Tensor,
-    ranges: tuple[torch.Tensor, torch.Tensor],
-) -> tuple[str, tuple[str, ...]]:
+    """``s`` into a LayerNorm's weight and bias, or into a Linear's rows; the observers from
+    there to the input's observer get the scaled range."""
     producer, observer = ends
-    weight, bias = _weight_and_bias(producer, modules, root)
-    _scale_rows(root, weight, scale)
-    _scale_rows(root, bias, scale)
+    weight, bias = work.scaled_params(producer)
+    work.scale_rows(weight, scale)
+    work.scale_rows(bias, scale)
+    rows = not isinstance(work.modules.get(str(producer.target)), nn.LayerNorm)
+    ranges = _with_zero(ranges) if rows else ranges
     chain = [producer, *_nodes_between(producer, observer)]
-    for between in chain:
-        if observer_node(between, modules) is not None:
-            _rescale_observer(root, modules, str(between.target), _with_zero(ranges))
-    scaled = tuple(n.name for n in chain if observer_node(n, modules) is None)
-    return f"folded into rows of {producer.name}", scaled
+    observers = [n for n in chain if observer_node(n, work.modules) is not None]
+    for between in observers:
+        work.rescale_observer(str(between.target), ranges)
+    where = f"rows of {producer.name}" if rows else producer.name
+    return f"folded into {where}", tuple(n.name for n in chain if n not in observers)
 
 
 def _multiply_input(
-    root: nn.Module,
-    graph: fx.Graph,
-    modules: dict[str, nn.Module],
+    work: _Copy,
     site: tuple[Node, list[Node]],
-    scaling: tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]],
-    *,
+    scaling: tuple[torch.Tensor, tuple[torch.Tensor, ...]],
     exclusive: bool,
 ) -> tuple[str, tuple[str, ...]]:
-    (observer, linears), (scale, ranges) = site, scaling
+    (observer, linears), (scale, ranges), graph = site, scaling, work.graph
     source = observer.args[0]
-    name = unique_name(root, f"{observer.name}_equalization_scale")
-    root.register_buffer(name, scale.detach().clone())
+    name = unique_name(work.root, f"{observer.name}_equalization_scale")
+    work.root.register_buffer(name, scale.detach().clone())
     if exclusive and isinstance(source, Node):
         with graph.inserting_before(observer):
             mul = graph.call_function(torch.mul, (source, graph.get_attr(name)))
         observer.replace_input_with(source, mul)
-        _rescale_observer(root, modules, str(observer.target), ranges)
+        work.rescale_observer(str(observer.target), ranges)
         return f"mul node {mul.name}", ()
-    target = unique_name(root, f"{observer.target}_equalized")
-    _set(root, target, modules[str(observer.target)])
-    modules[target] = modules[str(observer.target)]
+    target = unique_name(work.root, f"{observer.target}_equalized")
+    work.modules[target] = work.modules[str(observer.target)]  # its own copy, rescaled below
     with graph.inserting_after(observer):
         constant = graph.get_attr(name)
     with graph.inserting_after(constant):  # from the float value: not quantized twice
@@ -314,11 +264,11 @@ def _multiply_input(
         own = graph.call_module(target, (mul,))
     for linear in linears:
         linear.replace_input_with(observer, own)
-    _rescale_observer(root, modules, target, ranges)
+    work.rescale_observer(target, ranges)
     return f"mul node {mul.name} (its input also feeds other nodes)", ()
 
 
-def _with_zero(ranges: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+def _with_zero(ranges: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor]:
     # an observer before a ReLU: its negative values become 0 anyway, so the ReLU output's
     # range (widened to hold 0) quantizes what matters exactly
     low, high = ranges

@@ -65,11 +65,6 @@ __all__ = [
 ]
 
 
-def _column_observer(dtype: torch.dtype, qscheme: object) -> PerChannelMinMaxObserver:
-    per_channel = str(qscheme).replace("per_tensor", "per_channel").removeprefix("torch.")
-    return PerChannelMinMaxObserver(ch_axis=-1, dtype=dtype, qscheme=per_channel)
-
-
 class _ColumnRanges(torch.nn.Module):
     """Per column (last axis) min and max; not a quantization observer (convert never
     turns it into quantize/dequantize: the flow removes it first)."""
@@ -78,12 +73,19 @@ class _ColumnRanges(torch.nn.Module):
         super().__init__()
         self.dtype = dtype
         self.qscheme = qscheme
-        self.columns = _column_observer(dtype, qscheme)
+        per_channel = str(qscheme).replace("per_tensor", "per_channel").removeprefix("torch.")
+        self.columns = PerChannelMinMaxObserver(ch_axis=-1, dtype=dtype, qscheme=per_channel)
 
     @classmethod
     def with_args(cls, **kwargs: Any) -> ModuleFactory:
         """A factory building this observer with ``kwargs`` bound."""
         return ModuleFactory(cls, kwargs)
+
+    def _record(self, x: torch.Tensor, fits: bool, what: str) -> None:
+        if not fits:
+            msg = f"{type(self).__name__} observes Linear {what}, got shape {tuple(x.shape)}"
+            raise ConfigError(msg)
+        self.columns(x)
 
     @property
     def min_val(self) -> torch.Tensor:
@@ -134,13 +136,7 @@ class InputEqualizationObserver(_ColumnRanges):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Record ``x``'s per-channel range; return ``x`` unchanged."""
-        if x.dim() < 2:
-            msg = (
-                f"{type(self).__name__} observes Linear inputs (2-d or more), "
-                f"got shape {tuple(x.shape)}"
-            )
-            raise ConfigError(msg)
-        self.columns(x)
+        self._record(x, x.dim() >= 2, "inputs (2-d or more)")
         if self.alpha == AUTO:
             self._add_squares(x.detach().float().reshape(-1, x.shape[-1]))
         return x
@@ -198,13 +194,7 @@ class WeightEqualizationObserver(_ColumnRanges):
 
     def forward(self, weight: torch.Tensor) -> torch.Tensor:
         """Record the weight's per-column range; return it unchanged."""
-        if weight.dim() != 2:
-            msg = (
-                f"{type(self).__name__} observes Linear weights (2-d), "
-                f"got shape {tuple(weight.shape)}"
-            )
-            raise ConfigError(msg)
-        self.columns(weight)
+        self._record(weight, weight.dim() == 2, "weights (2-d)")
         return weight
 
 
@@ -326,11 +316,9 @@ def estimated_noise(  # noqa: PLR0913  # the statistics, the matrices and the tw
     for weight in weights:
         scaled = weight.detach().double() / scale.double()
         input_noise = x_range.double().square() * scaled.square().sum()
-        peak = (
-            scaled.abs().amax(dim=1)
-            if per_channel_weight
-            else scaled.abs().amax().expand(scaled.shape[0])
-        )
+        peak = scaled.abs().amax(dim=1)  # per output channel; per tensor: the largest, each
+        if not per_channel_weight:
+            peak = peak.amax().expand_as(peak)
         weight_noise = (2 * peak).square().sum() * weighted_squares.double().sum()
         total += input_noise + weight_noise
     return float(total)

@@ -22,6 +22,7 @@ model quantizes the values it now computes.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -45,7 +46,7 @@ __all__ = [
     "EqualizedPair",
     "insert_observers",
     "is_linear",
-    "linear_module",
+    "param_paths",
     "reads_shared_weight",
 ]
 
@@ -80,23 +81,16 @@ class EqualizedPair:
         return f"{self.input} -> {', '.join(self.linears)} (alpha {alpha}): {self.applied}"
 
 
-def linear_module(node: Node, modules: Mapping[str, nn.Module]) -> nn.Linear | None:
-    """The ``nn.Linear`` a module call runs (the first of a fused LinearReLU), if any."""
-    if node.op != "call_module":
-        return None
-    module = modules.get(str(node.target))
-    if isinstance(module, nn.Linear):
-        return module
-    if isinstance(module, nn.Sequential) and len(module) and isinstance(module[0], nn.Linear):
-        return module[0]  # a fused LinearReLU
-    return None
+def _leading_module(node: Node, modules: Mapping[str, nn.Module]) -> nn.Module | None:
+    """The module a call runs, or the first of a fused sequence (LinearReLU, ConvReLU2d)."""
+    module = modules.get(str(node.target)) if node.op == "call_module" else None
+    return module[0] if isinstance(module, nn.Sequential) and len(module) else module
 
 
 def is_linear(node: Node, modules: Mapping[str, nn.Module]) -> bool:
     """A Linear module call (fused or not) or an ``F.linear`` call."""
-    return linear_module(node, modules) is not None or (
-        node.op == "call_function" and node.target is F.linear
-    )
+    functional = node.op == "call_function" and node.target is F.linear
+    return functional or isinstance(_leading_module(node, modules), nn.Linear)
 
 
 _CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
@@ -104,11 +98,8 @@ _NO_CONV = "not equalized: fxquant equalizes Linear and F.linear inputs, not con
 
 
 def _is_conv(node: Node, modules: Mapping[str, nn.Module]) -> bool:
-    if node.op == "call_module":
-        module = modules.get(str(node.target))
-        first = module[0] if isinstance(module, nn.Sequential) and len(module) else module
-        return isinstance(first, _CONVS)
-    return node.op == "call_function" and node.target in (F.conv1d, F.conv2d, F.conv3d)
+    functional = node.op == "call_function" and node.target in (F.conv1d, F.conv2d, F.conv3d)
+    return functional or isinstance(_leading_module(node, modules), _CONVS)
 
 
 _SHARED = (
@@ -118,21 +109,37 @@ _SHARED = (
 _COMPUTED = "not equalized: its weight is computed in forward, not a parameter to scale"
 
 
-def _weight(gm: nn.Module, node: Node, modules: Mapping[str, nn.Module]) -> Any:
-    """A Linear node's weight tensor, or None for an ``F.linear`` whose weight is computed.
+def param_paths(node: Node, modules: Mapping[str, nn.Module]) -> tuple[str | None, str | None]:
+    """Attribute paths (from the root) of a Linear (or LayerNorm) node's weight and bias: None
+    for a bias it has not, or for an ``F.linear`` argument computed in ``forward`` (no
+    parameter to scale).
 
     ``nn.MultiheadAttention`` splits its packed in-projection weight in ``forward`` when query
     and key differ (``nn.Transformer``'s decoder): that weight has no parameter to scale.
+
+    Example:
+        >>> gm = torch.fx.symbolic_trace(nn.Sequential(nn.Linear(2, 2, bias=False)))
+        >>> param_paths(list(gm.graph.nodes)[1], dict(gm.named_modules()))
+        ('0.weight', None)
     """
-    linear = linear_module(node, modules)
-    if linear is not None:
-        return linear.weight
-    weight = node.args[1] if len(node.args) > 1 else node.kwargs.get("weight")
-    observer = observer_node(weight, modules)
-    if observer is not None:
-        weight = observer.args[0]
-    value = attribute_value(gm, weight)  # the weight node itself unless it reads an attribute
-    return value if isinstance(value, torch.Tensor) else None
+    module = _leading_module(node, modules)
+    if module is not None:
+        prefix = str(node.target) if module is modules[str(node.target)] else f"{node.target}.0"
+        return f"{prefix}.weight", None if module.bias is None else f"{prefix}.bias"
+    paths: list[str | None] = []
+    for index, name in ((1, "weight"), (2, "bias")):
+        value = node.args[index] if len(node.args) > index else node.kwargs.get(name)
+        observer = observer_node(value, modules)
+        value = value if observer is None else observer.args[0]
+        attribute = value if isinstance(value, Node) and value.op == "get_attr" else None
+        paths.append(None if attribute is None else str(attribute.target))
+    return paths[0], paths[1]
+
+
+def _weight(root: nn.Module, node: Node, modules: Mapping[str, nn.Module]) -> Any:
+    """A Linear node's weight tensor, or None for an ``F.linear`` whose weight is computed."""
+    path = param_paths(node, modules)[0]
+    return None if path is None else operator.attrgetter(path)(root)
 
 
 def reads_shared_weight(
