@@ -56,9 +56,13 @@ of issue 30 (`tests/invariants/checks.py`):
 The moves: `default`, `module_none` (the last Linear or Conv set to None), `object_type`
 (Linear, else Conv2d, with per-tensor weights), `no_backend_config`, `strict`, `qat`
 (`prepare_qat_fx`, two steps of torchvision's QAT recipe distilling the float model,
-BatchNorm statistics frozen, convert), `state_dict`, `threads`. `nox -s tests` runs a
-seeded slice of 24 cells (`tests/invariants/test_matrix.py`); `nox -s matrix` runs all of
-them and writes this page:
+BatchNorm statistics frozen, convert), `state_dict`, `threads`. `object_type` gives the
+type torch.ao's `default_weight_observer`, as a user copies it from torch.ao's docs
+(symmetric -128..127, eps 2**-23): qnnpack and executorch, whose kernels take weights in
+-127..127 with a scale of at least 2**-12, keep that type float, and explain's reason
+`quant_range` names the observer arguments that fit; their cells check the rest of the
+model. `nox -s tests` runs a seeded slice of 24 cells (`tests/invariants/test_matrix.py`);
+`nox -s matrix` runs all of them and writes this page:
 
 ```bash
 nox -s matrix

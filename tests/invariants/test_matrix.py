@@ -308,3 +308,30 @@ def test_a_plain_run_after_a_compiled_one_keeps_the_compiled_row_on_the_page(
     assert f"| resnet | x86 | {mark} |" in page
     if not compiled_ok:
         assert f"`{compiled.id}`" in page, "the compiled cell's failure is listed"
+
+
+@pytest.mark.parametrize("backend", ["qnnpack", "executorch"])
+def test_the_object_type_move_on_127_weight_backends_is_a_float_row_the_page_explains(
+    backend: str,
+) -> None:
+    """The move's weight observer is torch.ao's ``default_weight_observer`` (-128..127, eps
+    2**-23), as a user writes it from torch.ao's docs: the backends whose kernels take
+    -127..127 weights keep the type float, saying which arguments fit, and the page says so."""
+    from tests.invariants.checks import _qconfig_mapping, customized_type
+
+    if backend not in fxquant.list_backends():
+        pytest.skip(f"{backend} is not installed")
+    cell = Cell("resnet", backend, "object_type")
+    zoo = ZOO[cell.model]
+    model = zoo.build()
+    mapping = _qconfig_mapping(cell, model)
+    config = fxquant.get_backend_config(backend)
+    prepared = fxquant.prepare_fx(model, mapping, zoo.inputs(0), backend_config=config)
+    kind = customized_type(model)
+    paths = {n for n, m in model.named_modules() if isinstance(m, kind)}
+    changed = {n.name for n in prepared.graph.nodes if n.op == "call_module" and n.target in paths}
+    entries = [e for e in fxquant.explain(prepared, show=False).entries() if e.node in changed]
+    assert entries
+    assert all(e.reason is not None and e.reason.code == "quant_range" for e in entries)
+    assert all("quant_min=-127, quant_max=127" in e.reason.words for e in entries)
+    assert "qnnpack and executorch, whose kernels take weights in\n-127..127" in matrix.render([])
