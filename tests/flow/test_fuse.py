@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import operator
+
 import fxquant
+import pytest
 import torch
 import torch.nn.functional as F
 from fxquant.config.qconfig_mapping import QConfigMapping
@@ -336,3 +339,48 @@ def test_an_object_type_entry_for_a_part_is_the_user_speaking_for_it_and_refuses
     report = fxquant.flow.explain(gm, show=False)
     [note] = [n for n in report.notes() if n.startswith("not fused")]
     assert "(_2 differs)" in note
+
+
+class ResidualBlock(nn.Module):
+    """ResNet's block tail: conv + BN, the residual add, ReLU."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 3, 3, padding=1)
+        self.bn = nn.BatchNorm2d(3)
+        self.relu = nn.ReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.relu(self.bn(self.conv(x)) + x)
+
+
+def _unfused_notes(backend: str, mapping: QConfigMapping) -> list[str]:
+    torch.manual_seed(0)
+    config = fxquant.get_backend_config(backend)
+    gm = prepare_fx(
+        ResidualBlock().eval(), mapping, (torch.randn(1, 3, 6, 6),), backend_config=config
+    )
+    return [n for n in fxquant.flow.explain(gm, show=False).notes() if n.startswith("not fused")]
+
+
+@pytest.mark.parametrize("backend", ["qnnpack", "fbgemm"])
+def test_a_residual_add_the_default_keeps_float_is_noted_without_advising_one_qconfig(
+    backend: str,
+) -> None:
+    # the engines' defaults keep residual adds float on purpose (accuracy): the note says
+    # the conv + add + relu fusion is lost because the add is kept float, and does not
+    # advise giving the parts one qconfig, which would undo the default's choice
+    [note] = _unfused_notes(backend, fxquant.get_default_qconfig_mapping(backend))
+    assert "add kept float by the mapping (qconfig None)" in note
+    assert "give them one qconfig" not in note
+
+
+def test_parts_given_different_int8_qconfigs_are_advised_one_and_the_advice_fuses() -> None:
+    mapping = fxquant.get_default_qconfig_mapping("qnnpack")
+    for add in (operator.add, torch.add):
+        mapping.set_object_type(add, mapping.global_qconfig)
+    mapping.set_module_name("relu", _per_tensor(mapping))
+    [note] = _unfused_notes("qnnpack", mapping)
+    assert note.endswith("give them one qconfig to fuse and quantize them")
+    mapping.set_module_name("relu", mapping.global_qconfig)  # one qconfig: the advice followed
+    assert _unfused_notes("qnnpack", mapping) == []

@@ -56,9 +56,13 @@ of issue 30 (`tests/invariants/checks.py`):
 The moves: `default`, `module_none` (the last Linear or Conv set to None), `object_type`
 (Linear, else Conv2d, with per-tensor weights), `no_backend_config`, `strict`, `qat`
 (`prepare_qat_fx`, two steps of torchvision's QAT recipe distilling the float model,
-BatchNorm statistics frozen, convert), `state_dict`, `threads`. `nox -s tests` runs a
-seeded slice of 24 cells (`tests/invariants/test_matrix.py`); `nox -s matrix` runs all of
-them and writes this page:
+BatchNorm statistics frozen, convert), `state_dict`, `threads`. `object_type` gives the
+type torch.ao's `default_weight_observer`, as a user copies it from torch.ao's docs
+(symmetric -128..127, eps 2**-23): qnnpack and executorch, whose kernels take weights in
+-127..127 with a scale of at least 2**-12, keep that type float, and explain's reason
+`quant_range` names the observer arguments that fit; their cells check the rest of the
+model. `nox -s tests` runs a seeded slice of 24 cells (`tests/invariants/test_matrix.py`);
+`nox -s matrix` runs all of them and writes this page:
 
 ```bash
 nox -s matrix
@@ -115,8 +119,12 @@ def _run(cells: list[Any], done: set[str]) -> list[dict[str, Any]]:
 
 
 def load(path: Path | None = None) -> list[dict[str, Any]]:
-    """The rows of the results file, the last row of each model, backend and move (a rerun
-    replaces a row, a compiled run the row of a run without it)."""
+    """The rows of the results file, the last row of each cell (a rerun replaces its row).
+
+    A compiled run's row (``resnet-x86-default-compiled``) and a plain run's row of the same
+    model, backend and move are two cells: a later run with ``--no-compiled`` never replaces
+    the compiled deployment's row (the page merges them, :func:`by_cell`).
+    """
     path = path or RESULTS
     if not path.exists():
         return []
@@ -124,8 +132,35 @@ def load(path: Path | None = None) -> list[dict[str, Any]]:
     for line in path.read_text().splitlines():
         if line.strip():
             row = json.loads(line)
-            rows[row["model"], row["backend"], row["move"]] = row
+            rows[row["cell"]] = row
     return list(rows.values())
+
+
+def by_cell(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per model, backend and move: its compiled and plain rows merged (ok when both
+    are, their broken invariants together, their seconds summed), so the tables count it once.
+
+    Example:
+        >>> row = {"cell": "a", "model": "m", "backend": "x86", "move": "default", "ok": True,
+        ...        "broken": [], "seconds": 1.0}
+        >>> [r["ok"] for r in by_cell([row, {**row, "cell": "a-compiled", "ok": False}])]
+        [False]
+    """
+    merged: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for row in rows:
+        key = (row["model"], row["backend"], row["move"])
+        seen = merged.get(key)
+        if seen is None:
+            merged[key] = row
+            continue
+        times = [t for t in (seen.get("seconds"), row.get("seconds")) if t is not None]
+        merged[key] = {
+            **seen,
+            "ok": seen["ok"] and row["ok"],
+            "broken": [*seen["broken"], *row["broken"]],
+            "seconds": sum(times) if times else None,
+        }
+    return list(merged.values())
 
 
 def _known(row: dict[str, Any]) -> str:
@@ -151,9 +186,10 @@ def _coverage(rows: list[dict[str, Any]]) -> list[str]:
 
     whole = len(ZOO) * len(BACKENDS) * len(MOVES)
     column = len(ZOO) * len(MOVES)
+    cells = by_cell(rows)
     lines = [
         f"The whole matrix is {whole} cells ({len(ZOO)} models x {len(BACKENDS)} backends x "
-        f"{len(MOVES)} moves); {len(rows)} were run, {sum(r['ok'] for r in rows)} pass.",
+        f"{len(MOVES)} moves); {len(cells)} were run, {sum(r['ok'] for r in cells)} pass.",
         "",
         "| backend | cells run | of | pass | fail | cell time (h) | run (UTC) |",
         "| --- | --- | --- | --- | --- | --- | --- |",
@@ -163,21 +199,22 @@ def _coverage(rows: list[dict[str, Any]]) -> list[str]:
         if not mine:
             lines.append(f"| {backend} | 0 | {column} | | | | not run |")
             continue
-        passed = sum(r["ok"] for r in mine)
+        counted = [r for r in cells if r["backend"] == backend]
+        passed = sum(r["ok"] for r in counted)
         timed = [r["seconds"] for r in mine if r.get("seconds") is not None]
         hours = f"{sum(timed) / 3600:.1f}" if timed else "not recorded"
         when = sorted(r.get("when", "") for r in mine)
         span = when[0] if when[0] == when[-1] else f"{when[0]} to {when[-1]}"
         lines.append(
-            f"| {backend} | {len(mine)} | {column} | {passed} | {len(mine) - passed} "
+            f"| {backend} | {len(counted)} | {column} | {passed} | {len(counted) - passed} "
             f"| {hours} | {span} |"
         )
     return [*lines, "", _compiled(rows)]
 
 
 def _compiled(rows: list[dict[str, Any]]) -> str:
-    """How many x86 default cells checked the compiled deployment (their row replaces the
-    row of a run without it, so the table above counts them once)."""
+    """How many x86 default cells checked the compiled deployment (the table above merges
+    their row with the plain run's, :func:`by_cell`, and counts each cell once)."""
     from tests.zoo.runner import ZOO
 
     compiled = [r for r in rows if r["cell"].endswith("-compiled")]
@@ -228,11 +265,12 @@ def render(rows: list[dict[str, Any]]) -> str:
     from tests.invariants.cells import MOVES
     from tests.zoo.runner import ZOO
 
-    known = sum(1 for r in rows if not r["ok"] and _known(r))
-    invariants = Counter(name for r in rows for name in {n for n, _ in r["broken"]})
+    cells = by_cell(rows)
+    known = sum(1 for r in cells if not r["ok"] and _known(r))
+    invariants = Counter(name for r in cells for name in {n for n, _ in r["broken"]})
     lines = [_HEAD, "## The last run", "", *_coverage(rows), ""]
     lines.append(
-        f"{known} of the {len(rows) - sum(r['ok'] for r in rows)} failing cells carry a finding "
+        f"{known} of the {len(cells) - sum(r['ok'] for r in cells)} failing cells carry a finding "
         "noted in tests/invariants/cells.py (FINDINGS). Broken invariants (cells): "
         + (", ".join(f"{k} {v}" for k, v in invariants.most_common()) or "none")
         + "."
@@ -241,7 +279,7 @@ def render(rows: list[dict[str, Any]]) -> str:
     lines.append("| --- | --- |" + " --- |" * len(MOVES))
     grid: dict[tuple[str, str], dict[str, str]] = {}
     order = {name: index for index, name in enumerate(ZOO)}
-    for r in sorted(rows, key=lambda r: (BACKENDS.index(r["backend"]), order.get(r["model"], 0))):
+    for r in sorted(cells, key=lambda r: (BACKENDS.index(r["backend"]), order.get(r["model"], 0))):
         grid.setdefault((r["model"], r["backend"]), {})[r["move"]] = _mark(r)
     for (model, backend), marks in grid.items():
         lines.append(

@@ -271,3 +271,67 @@ def test_the_page_counts_the_cells_that_ran_the_compiled_deployment(tmp_path: Pa
     )
     none = matrix.render([rows[2]])
     assert f"0 of {len(ZOO)} cells run with it, 0 pass (every run passed `--no-compiled`)" in none
+
+
+def _row(cell: Cell, ok: bool, when: str) -> dict[str, object]:
+    broken = [] if ok else [["untouched", f"{cell.backend}: calling it modified inputs"]]
+    return {
+        "cell": cell.id,
+        "model": cell.model,
+        "backend": cell.backend,
+        "move": cell.move,
+        "ok": ok,
+        "broken": broken,
+        "forms": [],
+        "seconds": 10.0,
+        "when": when,
+    }
+
+
+@pytest.mark.parametrize("compiled_ok", [True, False])
+def test_a_plain_run_after_a_compiled_one_keeps_the_compiled_row_on_the_page(
+    tmp_path: Path, compiled_ok: bool
+) -> None:
+    """``--fresh --no-compiled`` after a full run: the plain x86 default row comes later in
+    the file; the page still counts the compiled deployment's cell (and its failure), and
+    the model's default cell once."""
+    compiled = Cell("resnet", "x86", "default", compiled=True)
+    plain = Cell("resnet", "x86", "default")
+    path = tmp_path / "matrix.jsonl"
+    rows = [_row(compiled, compiled_ok, "2026-12-06 18:00"), _row(plain, True, "2026-12-06 19:00")]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    page = matrix.render(matrix.load(path))
+    passed = 1 if compiled_ok else 0
+    assert f"on the default move: 1 of {len(ZOO)} cells run with it, {passed} pass" in page
+    assert f"; 1 were run, {passed} pass." in page
+    mark = "ok" if compiled_ok else "untouched"
+    assert f"| resnet | x86 | {mark} |" in page
+    if not compiled_ok:
+        assert f"`{compiled.id}`" in page, "the compiled cell's failure is listed"
+
+
+@pytest.mark.parametrize("backend", ["qnnpack", "executorch"])
+def test_the_object_type_move_on_127_weight_backends_is_a_float_row_the_page_explains(
+    backend: str,
+) -> None:
+    """The move's weight observer is torch.ao's ``default_weight_observer`` (-128..127, eps
+    2**-23), as a user writes it from torch.ao's docs: the backends whose kernels take
+    -127..127 weights keep the type float, saying which arguments fit, and the page says so."""
+    from tests.invariants.checks import _qconfig_mapping, customized_type
+
+    if backend not in fxquant.list_backends():
+        pytest.skip(f"{backend} is not installed")
+    cell = Cell("resnet", backend, "object_type")
+    zoo = ZOO[cell.model]
+    model = zoo.build()
+    mapping = _qconfig_mapping(cell, model)
+    config = fxquant.get_backend_config(backend)
+    prepared = fxquant.prepare_fx(model, mapping, zoo.inputs(0), backend_config=config)
+    kind = customized_type(model)
+    paths = {n for n, m in model.named_modules() if isinstance(m, kind)}
+    changed = {n.name for n in prepared.graph.nodes if n.op == "call_module" and n.target in paths}
+    entries = [e for e in fxquant.explain(prepared, show=False).entries() if e.node in changed]
+    assert entries
+    assert all(e.reason is not None and e.reason.code == "quant_range" for e in entries)
+    assert all("quant_min=-127, quant_max=127" in e.reason.words for e in entries)
+    assert "qnnpack and executorch, whose kernels take weights in\n-127..127" in matrix.render([])

@@ -31,6 +31,7 @@ from fxquant.flow.fuse import fuse as _fuse
 from fxquant.flow.fuse import fuse_assigned
 from fxquant.flow.graph_mode import ComposedMode, compose, warn_composed
 from fxquant.flow.inplace import functionalize
+from fxquant.flow.mode_flag import drop_eval_identities
 from fxquant.flow.prepare import prepare as _prepare_graph
 from fxquant.flow.report import Report, raise_if_skipped
 from fxquant.flow.state import META_KEY, FlowMeta, FlowState, flow_state, raise_if_flow_model
@@ -52,6 +53,7 @@ __all__ = [
 def _capture(model: nn.Module, ctx: FlowContext) -> fx.GraphModule:
     gm = _trace(model, ctx)
     functionalize(gm)  # in-place ops out of place before any step reads the graph
+    drop_eval_identities(gm)  # before fusion: a conv and the add after the identity fuse
     alias_module_attributes(gm)  # a fused or swapped module's weight still reads the same
     return gm
 

@@ -21,6 +21,12 @@ reads :data:`MODE` as its ``training``:
   both sides of a Python ``if``.
 
 The modules' own flags are put back when the trace ends (they are the flow's copy anyway).
+
+An eval-mode trace freezes ``training=False`` into the call instead: torchvision's
+``stochastic_depth(x, p, mode, False)`` (EfficientNet, ConvNeXt, Swin) is then its input,
+whatever mode the model is put in later. :func:`drop_eval_identities` removes those calls,
+as the identity they are, so the conv before and the add after fuse and quantize as they do
+without one (an eval ``nn.Dropout`` is a leaf module, which lowering drops).
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from typing import Any
 
 from torch import fx, nn
 
-__all__ = ["MODE", "ModeFlag", "carries_mode", "mode_flags"]
+__all__ = ["MODE", "ModeFlag", "carries_mode", "drop_eval_identities", "mode_flags"]
 
 MODE_ATTRIBUTE = "training"
 """The graph module attribute the flag's node reads (``nn.Module.training``)."""
@@ -96,3 +102,36 @@ def mode_flags(root: nn.Module, is_leaf: Callable[[nn.Module, str], bool]) -> It
         for module in patched:
             if module.__dict__.get(MODE_ATTRIBUTE) is MODE:
                 module.__dict__[MODE_ATTRIBUTE] = True
+
+
+# wrapped calls (kept whole by the tracer) that return their input when ``training`` is
+# False: (module, name) -> the position of ``training``
+_IDENTITY_UNLESS_TRAINING = {("torchvision.ops.stochastic_depth", "stochastic_depth"): 3}
+
+
+def _frozen_eval_identity(node: fx.Node) -> bool:
+    if node.op != "call_function" or not node.args or not isinstance(node.args[0], fx.Node):
+        return False
+    key = (getattr(node.target, "__module__", ""), getattr(node.target, "__name__", ""))
+    position = _IDENTITY_UNLESS_TRAINING.get(key)
+    if position is None:
+        return False
+    given = node.args[position] if len(node.args) > position else True
+    return node.kwargs.get("training", given) is False
+
+
+def drop_eval_identities(gm: fx.GraphModule) -> int:
+    """Remove the calls an eval-mode trace froze into the identity (see the module); returns
+    how many, and recompiles ``gm`` when there was any.
+
+    Example:
+        >>> drop_eval_identities(fx.symbolic_trace(nn.Dropout().eval()))
+        0
+    """
+    dropped = [node for node in gm.graph.nodes if _frozen_eval_identity(node)]
+    for node in dropped:
+        node.replace_all_uses_with(node.args[0])
+        gm.graph.erase_node(node)
+    if dropped:
+        gm.recompile()
+    return len(dropped)

@@ -306,15 +306,24 @@ def _with_fused_type(
     return found
 
 
-def _mismatch_reason(match: Match[BackendPatternConfig], odd: Collection[fx.Node]) -> Reason:
+def _mismatch_reason(
+    match: Match[BackendPatternConfig], odd: Collection[fx.Node], found: Mapping[fx.Node, Any]
+) -> Reason:
     names = ", ".join(n.name for n in match.nodes)
     named = ", ".join(n.name for n in odd)
     differ = "differs" if len(odd) == 1 else "differ"
+    # a part the mapping keeps float (a residual add in fbgemm's and qnnpack's defaults):
+    # one qconfig would undo that choice, so the note says what runs instead of advising it
+    kept = [n.name for n in match.nodes if found[n] is None]
+    advice = (
+        f"{', '.join(kept)} kept float by the mapping (qconfig None), the rest quantized alone"
+        if kept
+        else "give them one qconfig to fuse and quantize them"
+    )
     return Reason(
         "fusion_qconfig_mismatch",
         f"{pattern_str(match.payload.pattern or match.pattern)}: nodes {names} have different "
-        f"qconfigs ({named} {differ}), so they cannot be fused; give them one qconfig to fuse "
-        "and quantize them",
+        f"qconfigs ({named} {differ}), so they cannot be fused; {advice}",
         field="qconfig",
     )
 
@@ -334,7 +343,7 @@ def qconfig_mismatch(
     found = _with_fused_type(match, qconfigs, assignment)
     first = found[match.nodes[0]]
     odd = [n for n, q in found.items() if q != first]
-    return _mismatch_reason(match, odd) if odd else None
+    return _mismatch_reason(match, odd, found) if odd else None
 
 
 def fusion_mismatch(
@@ -369,4 +378,4 @@ def fusion_mismatch(
         return node not in folded and spoken
 
     odd = [n for n, q in found.items() if refuses(n, q)]
-    return _mismatch_reason(match, odd) if odd else None
+    return _mismatch_reason(match, odd, found) if odd else None
