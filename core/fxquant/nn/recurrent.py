@@ -86,20 +86,18 @@ class WeightQParams(nn.Module):
         self.dtype = dtype
         self.quantized = qscheme is not None and dtypes.is_quantized_dtype(dtype)
         self.qscheme = None if qscheme is None else dtypes.qscheme_name(qscheme)
-        self.axis: int | None = None
         low, high = dtypes.quant_range(dtype) if self.quantized else (0, 0)
         self.quant_min = int(qparams.get("quant_min", low))
         self.quant_max = int(qparams.get("quant_max", high))
         scale, zero_point = qparams.get("scale", 1.0), qparams.get("zero_point", 0)
-        if self.quantized:
-            if self.qscheme == "per_channel_affine_float_qparams":
-                msg = (
-                    "recurrent weights take integer zero points, got the qscheme "
-                    "per_channel_affine_float_qparams; use per_channel_affine"
-                )
-                raise ConfigError(msg)
-            if self.qscheme is not None and self.qscheme.startswith("per_channel"):
-                self.axis = int(qparams.get("axis", 0))
+        if self.quantized and self.qscheme == "per_channel_affine_float_qparams":
+            msg = (
+                "recurrent weights take integer zero points, got the qscheme "
+                "per_channel_affine_float_qparams; use per_channel_affine"
+            )
+            raise ConfigError(msg)
+        per_channel = self.quantized and str(self.qscheme).startswith("per_channel")
+        self.axis: int | None = int(qparams.get("axis", 0)) if per_channel else None
         self.register_buffer("scale", torch.as_tensor(scale, dtype=torch.float32).detach().clone())
         zp = torch.as_tensor(zero_point).detach().clone().to(torch.int32)
         self.register_buffer("zero_point", zp)
