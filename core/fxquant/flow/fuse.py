@@ -116,9 +116,8 @@ def _is_batch_norm(node: fx.Node, modules: Mapping[str, nn.Module]) -> bool:
 
 def _root_first(match: Match[BackendPatternConfig], root: fx.Node) -> tuple[Any, ...]:
     """The ops of the pattern, the root's first: the fused module answers to its type."""
-    heads = [p[0] if isinstance(p, tuple) else p for p in _chain(match.pattern)]
-    nodes = [s[0] if isinstance(s, tuple) else s for s in _chain(match.structure)]
-    at = next((i for i, node in enumerate(nodes) if node is root), 0)
+    heads = _chain(match.pattern)  # the chain's items are its ops (nodes): never tuples
+    at = next((i for i, node in enumerate(_chain(match.structure)) if node is root), 0)
     return (heads[at], *heads[:at], *heads[at + 1 :])
 
 
