@@ -334,3 +334,22 @@ def test_a_per_token_observer_passes_values_through_and_refuses_static_use() -> 
         fxobs.PerTokenObserver(quant_min=-127, quant_max=127)
     with pytest.raises(ConfigError, match="cannot be observed"):
         fxobs.PerTokenObserver(dtype=torch.float16)
+
+
+@pytest.mark.parametrize(
+    ("observer", "low", "high"),
+    [
+        (fxobs.MinMaxObserver(), [3.0], [1.0]),
+        (fxobs.PerChannelMinMaxObserver(), [float("inf"), 3.0], [float("-inf"), 2.0]),
+    ],
+    ids=["per tensor", "per channel, beside a channel that saw nothing"],
+)
+def test_an_inverted_range_is_refused_with_both_ends(
+    observer: torch.nn.Module, low: list[float], high: list[float]
+) -> None:
+    """A state dict or a hand-set range with min_val > max_val names the two ends."""
+    shape = () if len(low) == 1 else (len(low),)
+    observer.min_val.resize_(shape).copy_(torch.tensor(low).reshape(shape))
+    observer.max_val.resize_(shape).copy_(torch.tensor(high).reshape(shape))
+    with pytest.raises(ConfigError, match=r"observer range is inverted: min_val=.* > max_val="):
+        observer.calculate_qparams()

@@ -385,15 +385,21 @@ class UniformQuantizationObserverBase(ObserverBase):
     def _calculate_qparams(
         self, min_val: torch.Tensor, max_val: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(scale, zero_point)`` for the range ``[min_val, max_val]`` (per tensor or channel)."""
-        if not _has_statistics(min_val, max_val):
+        """``(scale, zero_point)`` for the range ``[min_val, max_val]`` (per tensor or channel).
+
+        An observer that saw no data (per channel: no finite value in any channel) gets
+        ``scale=1.0, zero_point=0``, and so does each channel that saw none.
+        """
+        nothing = min_val.numel() == 0 or max_val.numel() == 0
+        empty = None if nothing else (min_val == float("inf")) & (max_val == float("-inf"))
+        if empty is None or bool(empty.all()):
             device = min_val.device.type
             return torch.tensor([1.0], device=device), torch.tensor([0], device=device)
+        if bool(torch.any((min_val > max_val) & ~empty)):
+            msg = f"observer range is inverted: min_val={min_val} > max_val={max_val}"
+            raise ConfigError(msg)
         if min_val.dim() == 0:
             return self._range_qparams(min_val, max_val)
-        # channels that never saw a finite value: scale 1, zero point 0, as an observer that
-        # saw no data
-        empty = (min_val == float("inf")) & (max_val == float("-inf"))
         scale, zero_point = self._range_qparams(
             torch.where(empty, 0.0, min_val), torch.where(empty, 0.0, max_val)
         )
@@ -491,19 +497,6 @@ def is_calibrated(observer: torch.nn.Module) -> bool:
         and bool(torch.isfinite(min_val[seen]).all())
         and bool(torch.isfinite(max_val[seen]).all())
     )
-
-
-def _has_statistics(min_val: torch.Tensor, max_val: torch.Tensor) -> bool:
-    """False for an observer that saw no data; raises on an inverted range."""
-    if min_val.numel() == 0 or max_val.numel() == 0:
-        return False
-    empty = (min_val == float("inf")) & (max_val == float("-inf"))
-    if bool(empty.all()):
-        return False  # no data, or (per channel) no finite value in any channel
-    if bool(torch.any((min_val > max_val) & ~empty)):
-        msg = f"observer range is inverted: min_val={min_val} > max_val={max_val}"
-        raise ConfigError(msg)
-    return True
 
 
 def _affine_qparams(
