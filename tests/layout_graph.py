@@ -10,12 +10,16 @@ Definitions (the same code gives every figure):
   when that is a module of the core, else at ``P``; parents are not implied;
 - a *cycle* is a strongly connected component of more than one module of that graph;
 - a function's *length* is its line count (as above) without its docstring.
+- a *code line* (the mechanism's size target) is a line outside every docstring: a module's,
+  class's or function's, and PEP 257's attribute docstrings (a string right after an
+  assignment in a module, a class or ``__init__``).
 """
 
 from __future__ import annotations
 
 import ast
 import io
+import itertools
 import sys
 import tokenize
 from collections.abc import Iterable, Iterator
@@ -236,17 +240,33 @@ def lines_without_tools(graph: Graph) -> int:
     )
 
 
+def _is_string(statement: ast.stmt) -> bool:
+    value = statement.value if isinstance(statement, ast.Expr) else None
+    return isinstance(value, ast.Constant) and isinstance(value.value, str)
+
+
+def _docstrings(node: ast.AST) -> Iterator[ast.stmt]:
+    """A node's docstring and, in a module, a class or ``__init__``, its attribute docstrings.
+
+    An attribute docstring is PEP 257's string literal right after an assignment (Sphinx and
+    IDEs show it as the attribute's documentation).
+    """
+    body: list[ast.stmt] = getattr(node, "body", [])
+    if body and _is_string(body[0]):
+        yield body[0]
+    if isinstance(node, ast.Module | ast.ClassDef) or getattr(node, "name", "") == "__init__":
+        for before, statement in itertools.pairwise(body):
+            if isinstance(before, ast.Assign | ast.AnnAssign) and _is_string(statement):
+                yield statement
+
+
 def docstring_lines(module: Module) -> frozenset[int]:
-    """The lines of the module's, its classes' and its functions' docstrings."""
+    """The lines of the module's, its classes' and its functions' docstrings, attributes' too."""
     found: set[int] = set()
     for node in ast.walk(module.tree):
-        body = getattr(node, "body", None)
-        if not isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
-            continue
-        first = body[0] if body else None
-        value = first.value if isinstance(first, ast.Expr) else None
-        if first is not None and isinstance(value, ast.Constant) and isinstance(value.value, str):
-            found.update(range(first.lineno, (first.end_lineno or first.lineno) + 1))
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            for doc in _docstrings(node):
+                found.update(range(doc.lineno, (doc.end_lineno or doc.lineno) + 1))
     return frozenset(found)
 
 

@@ -228,6 +228,29 @@ def test_a_function_level_import_without_a_reason_is_found(tmp_path: Path) -> No
     assert function_level_imports_without_a_reason(found) == ["fxquant.a:2: fxquant.b"]
 
 
+def test_the_code_line_count_leaves_out_every_docstring_attribute_docstrings_too(
+    tmp_path: Path,
+) -> None:
+    package = tmp_path / "fxquant"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        '"""The module."""\n'
+        "LIMIT = 3\n"
+        '"""An attribute docstring (PEP 257)."""\n\n'
+        "class A:\n"
+        '    """The class."""\n\n'
+        "    size: int = 1\n"
+        '    """Its size."""\n\n'
+        "    def f(self) -> int:\n"
+        "        x = 1\n"
+        '        "a string statement in a function body is code"\n'
+        "        return x\n"
+    )
+    graph = layout_graph.build_graph(tmp_path)
+    # LIMIT, class A, size, def f, x = 1, the string statement, return x
+    assert layout_graph.code_lines_without_tools(graph) == 7
+
+
 def test_no_core_module_imports_a_moved_module_by_its_old_path(graph: layout_graph.Graph) -> None:
     old = [
         f"{i.source}:{i.line}: {i.target}"
