@@ -9,6 +9,7 @@ shapes of the node's inputs. Nothing runs per node, and nothing on a call that s
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Iterable
 from typing import Any
 
@@ -55,16 +56,15 @@ def _failing_node(
 ) -> tuple[fx.Node, dict[str, Any]] | None:
     """The node whose line of the generated ``forward`` raised, and that frame's locals."""
     code = type(gm).forward.__code__
-    tb = error.__traceback__
-    while tb is not None and tb.tb_frame.f_code is not code:
-        tb = tb.tb_next
+    frames = traceback.walk_tb(error.__traceback__)
+    found = next(((frame, line) for frame, line in frames if frame.f_code is code), None)
     lines = getattr(gm, "_lineno_map", None)  # torch.fx's generated line -> node index
-    if tb is None or not lines:
+    if found is None or not lines:
         return None
-    index = lines.get(tb.tb_lineno - code.co_firstlineno)
+    index = lines.get(found[1] - code.co_firstlineno)
     if index is None:
         return None
-    return list(gm.graph.nodes)[index], tb.tb_frame.f_locals
+    return list(gm.graph.nodes)[index], found[0].f_locals
 
 
 def _shape(value: object) -> str:

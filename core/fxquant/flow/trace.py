@@ -25,6 +25,7 @@ import inspect
 import os
 import sys
 import threading
+import traceback
 import types
 from collections.abc import Callable
 from typing import Any
@@ -386,15 +387,12 @@ def _keep_attributes(model: nn.Module, gm: fx.GraphModule, ctx: FlowContext) -> 
 def _untraceable(root: nn.Module, error: Exception) -> UntraceableModelError:
     paths = {id(m): name for name, m in root.named_modules()}
     module_path, module_cls, source = None, None, None
-    tb = error.__traceback__
-    while tb is not None:  # innermost frame wins: walk to the end
-        frame = tb.tb_frame
+    for frame, line in traceback.walk_tb(error.__traceback__):  # innermost frame wins
         if not _is_internal(frame.f_code.co_filename):
-            source = f"{frame.f_code.co_filename}:{tb.tb_lineno}"
+            source = f"{frame.f_code.co_filename}:{line}"
             owner = frame.f_locals.get("self")
             if isinstance(owner, nn.Module) and id(owner) in paths:
                 module_path, module_cls = paths[id(owner)], type(owner).__name__
-        tb = tb.tb_next
     where = "the root module" if not module_path else f"module {module_path!r} ({module_cls})"
     fix = (
         f"PrepareCustomConfig().set_non_traceable_module_names([{module_path!r}])"
