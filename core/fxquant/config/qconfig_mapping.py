@@ -88,9 +88,7 @@ def _functions_named(name: str) -> list[str]:
     found += [
         f"torch.nn.{attr}"
         for attr, value in vars(torch.nn).items()
-        if attr.lower() == lowered
-        and isinstance(value, type)
-        and issubclass(value, torch.nn.Module)
+        if attr.lower() == lowered and _is_module_class(value)
     ]
     return found
 
@@ -99,8 +97,7 @@ def _check_method_name(name: str, argument: str) -> None:
     """A string object type matches ``call_method`` nodes (``x.relu()``) only: a module class
     name, or a function's name that no tensor method has, would match nothing, silently in
     torch.ao, where the user meant the class or the function."""
-    found = getattr(torch.nn, name, None)
-    if isinstance(found, type) and issubclass(found, torch.nn.Module):
+    if _is_module_class(getattr(torch.nn, name, None)):
         msg = (
             f"{argument} {name!r} is the name of a module class, and a string object type "
             f"matches method calls only (e.g. 'relu' for x.relu()): pass the class, "
