@@ -215,8 +215,6 @@ def pattern_str(pattern: object) -> str:
     """
     if isinstance(pattern, (tuple, list)):
         return "(" + ", ".join(pattern_str(p) for p in pattern) + ")"
-    if isinstance(pattern, str):
-        return repr(pattern)
     if is_match_all(pattern):
         return "MatchAllNode"
     if isinstance(pattern, type):

@@ -324,13 +324,10 @@ class QConfigMapping(serialize.DictForm):
             >>> m.qconfig_for("conv3", torch.nn.Conv2d, 3) is q
             True
         """
-        types = () if object_type is None else (object_type,)
-        orders = (
-            ()
-            if object_type is None or index is None
-            else (order_key(module_name, object_type, index),)
-        )
-        return self.resolve(module_name, types, orders).qconfig
+        if object_type is None:
+            return self.resolve(module_name).qconfig
+        orders = () if index is None else (order_key(module_name, object_type, index),)
+        return self.resolve(module_name, (object_type,), orders).qconfig
 
     def resolve(
         self,
