@@ -228,7 +228,6 @@ class QConfigMapping(serialize.DictForm):
         self.module_name_regex_qconfigs: dict[str, QConfigAny] = {}
         self.module_name_qconfigs: dict[str, QConfigAny] = {}
         self.module_name_object_type_order_qconfigs: dict[OrderKey, QConfigAny] = {}
-        self._compiled: dict[str, re.Pattern[str]] = {}
 
     def set_global(self, global_qconfig: QConfigAny) -> QConfigMapping:
         """Set the QConfig used where no other level matches.
@@ -271,7 +270,6 @@ class QConfigMapping(serialize.DictForm):
         """
         compiled = _compile(module_name_regex)
         checked = _check_qconfig(qconfig, "qconfig")
-        self._compiled[compiled.pattern] = compiled
         self.module_name_regex_qconfigs[compiled.pattern] = checked
         return self
 
@@ -372,18 +370,14 @@ class QConfigMapping(serialize.DictForm):
             if name in self.module_name_qconfigs:
                 return QConfigChoice(self.module_name_qconfigs[name], MODULE_NAME_KEY)
         for regex, qconfig in self.module_name_regex_qconfigs.items():
-            if self._regex(regex).match(module_name):
+            # compiled through re's own cache; attributes are public (torch.ao's names), so a
+            # regex assigned directly is checked here
+            if _compile(regex).match(module_name):
                 return QConfigChoice(qconfig, MODULE_NAME_REGEX_KEY)
         for object_type in object_types:
             if object_type is not None and object_type in self.object_type_qconfigs:
                 return QConfigChoice(self.object_type_qconfigs[object_type], OBJECT_TYPE_KEY)
         return QConfigChoice(self.global_qconfig, GLOBAL_KEY)
-
-    def _regex(self, regex: str) -> re.Pattern[str]:
-        # attributes are public (torch.ao's names): compile what was assigned directly too
-        if regex not in self._compiled:
-            self._compiled[regex] = _compile(regex)
-        return self._compiled[regex]
 
     def to_dict(self) -> dict[str, Any]:
         """The dict form (torch.ao's keys): the global QConfig and lists of tuples.
