@@ -579,7 +579,7 @@ def list_codec(item: Codec) -> Codec:
     )
 
 
-def coded(data: object, path: str, codecs: Codecs, side: int) -> Any:
+def coded(data: object, path: str, codecs: Codecs, side: int) -> dict[str, Any]:
     """``data``'s values through their key's encoder (``side`` 0) or decoder (1).
 
     Keys without a codec pass through as they are (``from_dict`` names unknown ones).
@@ -628,8 +628,7 @@ def from_json(text: object, owner: str, codecs: Codecs) -> dict[str, Any]:
     """
     data = loads(text, owner)
     with one_scan():
-        decoded: dict[str, Any] = coded(data, "", codecs, 1)
-    return decoded
+        return coded(data, "", codecs, 1)
 
 
 def json_list(data: object, path: str) -> list[Any]:
