@@ -231,18 +231,16 @@ class DTypeConfig:
         bias_dtype: torch.dtype | None = None,
         is_dynamic: bool | None = None,
     ) -> None:
+        # frozen: the fields are set through object.__setattr__
         given = (input_dtype, output_dtype, weight_dtype)
-        values: dict[str, object] = {
-            f"{key}_with_constraints": DTypeWithConstraints.coerce(value, key)
-            for key, value in zip(_CONSTRAINED_KEYS, given, strict=True)
-        }
-        values["bias_dtype"] = _check_dtype(bias_dtype, "bias_dtype")
+        for key, value in zip(_CONSTRAINED_KEYS, given, strict=True):
+            checked = DTypeWithConstraints.coerce(value, key)
+            object.__setattr__(self, f"{key}_with_constraints", checked)
+        object.__setattr__(self, "bias_dtype", _check_dtype(bias_dtype, "bias_dtype"))
         if is_dynamic is not None and not isinstance(is_dynamic, bool):
             msg = f"is_dynamic must be True, False or None, got {is_dynamic!r}"
             raise ConfigTypeError(msg)
-        values["is_dynamic"] = is_dynamic
-        for name, value in values.items():
-            object.__setattr__(self, name, value)
+        object.__setattr__(self, "is_dynamic", is_dynamic)
 
     @property
     def input_dtype(self) -> torch.dtype | None:

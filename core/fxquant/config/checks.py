@@ -143,16 +143,13 @@ def unknown_keys(
     if not unknown:
         return
     where = ", ".join(f"{owner}[{k!r}]" for k in unknown)
+    found = f"{owner}: unknown key(s) {', '.join(map(repr, unknown))} at {where}"
     listed = ", ".join(map(repr, valid))
     if strict:
-        msg = (
-            f"{owner}: unknown key(s) {', '.join(map(repr, unknown))} at {where}; "
-            f"valid keys: {listed}"
-        )
+        msg = f"{found}; valid keys: {listed}"
         raise ConfigError(msg)
     msg = (
-        f"{owner}: unknown key(s) {', '.join(map(repr, unknown))} at {where} ignored, as "
-        f"torch.ao does; valid keys: {listed} (strict=True makes this an error)"
+        f"{found} ignored, as torch.ao does; valid keys: {listed} (strict=True makes this an error)"
     )
     warnings.warn(msg, ConfigWarning, stacklevel=stacklevel)
 

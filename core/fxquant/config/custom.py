@@ -116,21 +116,18 @@ class StandaloneModuleConfigEntry:
     backend_config: BackendConfig | None
 
     def __post_init__(self) -> None:
-        checks = {
-            "qconfig_mapping": _optional(self.qconfig_mapping, QConfigMapping, "qconfig_mapping"),
-            "prepare_custom_config": _optional(
-                self.prepare_custom_config, PrepareCustomConfig, "prepare_custom_config"
-            ),
-            "backend_config": _optional(self.backend_config, BackendConfig, "backend_config"),
-        }
+        for name, cls in (
+            ("qconfig_mapping", QConfigMapping),
+            ("prepare_custom_config", PrepareCustomConfig),
+            ("backend_config", BackendConfig),
+        ):
+            object.__setattr__(self, name, _optional(getattr(self, name), cls, name))
         if not isinstance(self.example_inputs, tuple):
             msg = (
                 f"example_inputs must be a tuple of the module's positional inputs, got "
                 f"{self.example_inputs!r}; wrap a single input as (x,)"
             )
             raise ConfigTypeError(msg)
-        for name, value in checks.items():
-            object.__setattr__(self, name, value)
 
     def as_tuple(self, key: object) -> tuple[Any, ...]:
         """The dict-form entry ``(key, qconfig dict, example_inputs, prepare dict, backend)``."""

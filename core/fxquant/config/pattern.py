@@ -124,13 +124,12 @@ def validate_simple(pattern: object) -> Pattern:
             "patterns with _set_pattern_complex_format"
         )
         raise ConfigError(msg)
-    for op in pattern:
-        if isinstance(op, (tuple, list)):
-            msg = (
-                f"pattern {pattern_str(pattern)} nests a tuple; the simple format is a flat "
-                "sequence of ops; use _set_pattern_complex_format for nested patterns"
-            )
-            raise ConfigError(msg)
+    if any(isinstance(op, (tuple, list)) for op in pattern):
+        msg = (
+            f"pattern {pattern_str(pattern)} nests a tuple; the simple format is a flat "
+            "sequence of ops; use _set_pattern_complex_format for nested patterns"
+        )
+        raise ConfigError(msg)
     return tuple(validate_op(op) for op in pattern)
 
 
@@ -216,8 +215,6 @@ def pattern_str(pattern: object) -> str:
     """
     if isinstance(pattern, (tuple, list)):
         return "(" + ", ".join(pattern_str(p) for p in pattern) + ")"
-    if isinstance(pattern, str):
-        return repr(pattern)
     if is_match_all(pattern):
         return "MatchAllNode"
     if isinstance(pattern, type):

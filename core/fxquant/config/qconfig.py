@@ -58,7 +58,17 @@ class QConfig:
     output_dtype: torch.dtype | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
-        self._check_output_dtype()
+        output: Any = self.output_dtype
+        if output is not None and output not in OUTPUT_DTYPES:
+            choices = ", ".join(str(d) for d in OUTPUT_DTYPES)
+            if not isinstance(output, torch.dtype):
+                expected = f"None or a torch.dtype ({choices})"
+                raise wrong_type(output, "QConfig output_dtype", expected)
+            msg = (
+                f"QConfig output_dtype={output!r} is not a float side fxquant runs; expected "
+                f"None (the output observed by activation) or one of {choices}"
+            )
+            raise ConfigError(msg)
         for field_name in ("activation", "weight"):
             value: Any = getattr(self, field_name)
             if isinstance(value, torch.nn.Module):
@@ -69,20 +79,6 @@ class QConfig:
                 raise ConfigTypeError(msg)
             if not callable(value):
                 raise wrong_type(value, f"QConfig {field_name}", "an observer class or factory")
-
-    def _check_output_dtype(self) -> None:
-        value: Any = self.output_dtype
-        if value is None or value in OUTPUT_DTYPES:
-            return
-        choices = ", ".join(str(d) for d in OUTPUT_DTYPES)
-        if not isinstance(value, torch.dtype):
-            expected = f"None or a torch.dtype ({choices})"
-            raise wrong_type(value, "QConfig output_dtype", expected)
-        msg = (
-            f"QConfig output_dtype={value!r} is not a float side fxquant runs; expected None "
-            f"(the output observed by activation) or one of {choices}"
-        )
-        raise ConfigError(msg)
 
 
 QConfigAny = QConfig | None

@@ -88,9 +88,7 @@ def _functions_named(name: str) -> list[str]:
     found += [
         f"torch.nn.{attr}"
         for attr, value in vars(torch.nn).items()
-        if attr.lower() == lowered
-        and isinstance(value, type)
-        and issubclass(value, torch.nn.Module)
+        if attr.lower() == lowered and _is_module_class(value)
     ]
     return found
 
@@ -99,8 +97,7 @@ def _check_method_name(name: str, argument: str) -> None:
     """A string object type matches ``call_method`` nodes (``x.relu()``) only: a module class
     name, or a function's name that no tensor method has, would match nothing, silently in
     torch.ao, where the user meant the class or the function."""
-    found = getattr(torch.nn, name, None)
-    if isinstance(found, type) and issubclass(found, torch.nn.Module):
+    if _is_module_class(getattr(torch.nn, name, None)):
         msg = (
             f"{argument} {name!r} is the name of a module class, and a string object type "
             f"matches method calls only (e.g. 'relu' for x.relu()): pass the class, "
@@ -231,7 +228,6 @@ class QConfigMapping(serialize.DictForm):
         self.module_name_regex_qconfigs: dict[str, QConfigAny] = {}
         self.module_name_qconfigs: dict[str, QConfigAny] = {}
         self.module_name_object_type_order_qconfigs: dict[OrderKey, QConfigAny] = {}
-        self._compiled: dict[str, re.Pattern[str]] = {}
 
     def set_global(self, global_qconfig: QConfigAny) -> QConfigMapping:
         """Set the QConfig used where no other level matches.
@@ -274,7 +270,6 @@ class QConfigMapping(serialize.DictForm):
         """
         compiled = _compile(module_name_regex)
         checked = _check_qconfig(qconfig, "qconfig")
-        self._compiled[compiled.pattern] = compiled
         self.module_name_regex_qconfigs[compiled.pattern] = checked
         return self
 
@@ -327,13 +322,10 @@ class QConfigMapping(serialize.DictForm):
             >>> m.qconfig_for("conv3", torch.nn.Conv2d, 3) is q
             True
         """
-        types = () if object_type is None else (object_type,)
-        orders = (
-            ()
-            if object_type is None or index is None
-            else (order_key(module_name, object_type, index),)
-        )
-        return self.resolve(module_name, types, orders).qconfig
+        if object_type is None:
+            return self.resolve(module_name).qconfig
+        orders = () if index is None else (order_key(module_name, object_type, index),)
+        return self.resolve(module_name, (object_type,), orders).qconfig
 
     def resolve(
         self,
@@ -378,18 +370,14 @@ class QConfigMapping(serialize.DictForm):
             if name in self.module_name_qconfigs:
                 return QConfigChoice(self.module_name_qconfigs[name], MODULE_NAME_KEY)
         for regex, qconfig in self.module_name_regex_qconfigs.items():
-            if self._regex(regex).match(module_name):
+            # compiled through re's own cache; attributes are public (torch.ao's names), so a
+            # regex assigned directly is checked here
+            if _compile(regex).match(module_name):
                 return QConfigChoice(qconfig, MODULE_NAME_REGEX_KEY)
         for object_type in object_types:
             if object_type is not None and object_type in self.object_type_qconfigs:
                 return QConfigChoice(self.object_type_qconfigs[object_type], OBJECT_TYPE_KEY)
         return QConfigChoice(self.global_qconfig, GLOBAL_KEY)
-
-    def _regex(self, regex: str) -> re.Pattern[str]:
-        # attributes are public (torch.ao's names): compile what was assigned directly too
-        if regex not in self._compiled:
-            self._compiled[regex] = _compile(regex)
-        return self._compiled[regex]
 
     def to_dict(self) -> dict[str, Any]:
         """The dict form (torch.ao's keys): the global QConfig and lists of tuples.

@@ -39,7 +39,7 @@ import importlib
 import json
 import types
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import torch
 
@@ -75,6 +75,9 @@ __all__ = [
     "unsafe",
     "with_path",
 ]
+
+
+T = TypeVar("T")
 
 
 class DictForm:
@@ -149,19 +152,15 @@ def trusted_roots(kind: str) -> frozenset[str]:
         >>> "torch" in trusted_roots("pattern op"), "torch" in trusted_roots("fuser function")
         (True, False)
     """
-    return _base_roots(kind) | _plugin_roots()
-
-
-def _base_roots(kind: str) -> frozenset[str]:
-    return frozenset(_root(module) for module in ALLOWED_MODULES[kind])
-
-
-def _plugin_roots() -> frozenset[str]:
     # the registry owns discovery and keeps its scan until fxquant.registry.refresh(), as for
     # backends: a scan costs 25 ms, a hostile or fuzzed config is refused in microseconds;
     # it answers through fxquant.plugin_roots, as the configs sit below the registry
     scanned = _SCANNED_ROOTS.get()
-    return scanned if scanned is not None else plugin_roots.plugin_roots()
+    return _base_roots(kind) | (scanned if scanned is not None else plugin_roots.plugin_roots())
+
+
+def _base_roots(kind: str) -> frozenset[str]:
+    return frozenset(_root(module) for module in ALLOWED_MODULES[kind])
 
 
 # the roots read once per to_json/from_json call: a backend has hundreds of names
@@ -281,30 +280,23 @@ def _check_dotted(text: object, path: str) -> str:
     return text
 
 
-def _module_allowed(module: str, kind: str) -> bool:
-    """Whether ``module`` is one fxquant reads names of ``kind`` from (text only)."""
-    return any(
+def _check_module(module: str, name: str, path: str, kind: str) -> None:
+    """Refuse a name under a base root but outside its kind's modules (decided from the text
+    alone, before any import), and fxquant's own functions its module does not list in
+    ``__all__``."""
+    if _root(module) not in _base_roots(kind):
+        return  # a plugin's own package: installed code the user chose (roots checked before)
+    if not any(
         module == allowed.removesuffix(".*")
         or (allowed.endswith(".*") and module.startswith(allowed[:-1]))
         for allowed in ALLOWED_MODULES[kind]
-    )
-
-
-def _check_module(module: str, name: str, path: str, kind: str) -> None:
-    """Refuse, from the text alone, a name under a base root but outside its kind's modules."""
-    if _root(module) not in _base_roots(kind):
-        return  # a plugin's own package: installed code the user chose (roots checked before)
-    if not _module_allowed(module, kind):
+    ):
         allowed = ", ".join(ALLOWED_MODULES[kind])
         why = f"is not in a module fxquant reads {_a(kind)} from ({allowed})"
         raise unsafe(path, f"{module}.{name}", why)
     if "." in name:
         why = f"is not a top-level name of {module} (a dotted name would reach other modules)"
         raise unsafe(path, f"{module}.{name}", why)
-
-
-def _check_listed(module: str, name: str, path: str, kind: str) -> None:
-    """fxquant's own functions: only those its module lists in ``__all__``."""
     if kind in (FUSER, GETTER) and _root(module) == "fxquant":
         listed = getattr(importlib.import_module(module), "__all__", ())
         if name not in listed:
@@ -339,9 +331,8 @@ def resolve(ref: object, path: str, kind: str) -> Any:
         raise unsafe(
             path, f"{module}.{name}", f"is outside the modules trusted for {_a(kind)} ({allowed})"
         )
-    _check_module(module, name, path, kind)
     try:
-        _check_listed(module, name, path, kind)
+        _check_module(module, name, path, kind)
         found = _lookup(module, name)
     except (ImportError, AttributeError) as error:
         msg = f"{path}: {module}.{name} does not exist ({error})"
@@ -450,9 +441,7 @@ def _decode_value(data: object, path: str) -> Any:
         if set(data) == {"qscheme"}:
             return qscheme_object(data["qscheme"])
         if set(data) == {"tuple"} and isinstance(data["tuple"], list):
-            return tuple(
-                _decode_value(v, f"{path}.tuple[{i}]") for i, v in enumerate(data["tuple"])
-            )
+            return tuple(_decode_value(data["tuple"], f"{path}.tuple"))
         if "module" in data:
             return _decode_constructor(data, path)
     msg = f"{path}: cannot read {data!r} as a constructor argument"
@@ -487,16 +476,9 @@ def _decode_constructor(data: object, path: str) -> Any:
     factory = ModuleFactory(
         cls, {k: _decode_value(v, f"{path}.kwargs.{k}") for k, v in kwargs.items()}
     )
-    _try_build(factory, path)
-    return factory
-
-
-def _try_build(factory: ModuleFactory, path: str) -> None:
-    """Build the observer once, so a bad argument fails here with its JSON path.
-
-    Observers validate their arguments in their constructors; without this, ``eps``
-    NaN from a file would only fail (or silently give NaN scales) inside prepare_fx.
-    """
+    # built once, so a bad argument fails here with its JSON path: observers validate their
+    # arguments in their constructors; without this, ``eps`` NaN from a file would only fail
+    # (or silently give NaN scales) inside prepare_fx
     try:
         factory()
     except (ConfigError, ConfigTypeError) as error:
@@ -508,6 +490,7 @@ def _try_build(factory: ModuleFactory, path: str) -> None:
     except Exception as error:  # torch refusing a value (a device, a dtype...)
         msg = f"{path}.kwargs: {factory!r} cannot be built: {type(error).__name__}: {error}"
         raise ConfigError(msg) from error
+    return factory
 
 
 def encode_qconfig(qconfig: object, path: str) -> Any:
@@ -555,8 +538,7 @@ def decode_dtype(name: object, path: str) -> torch.dtype:
         >>> decode_dtype("torch.int8", "weight_dtype")
         torch.int8
     """
-    decoded: torch.dtype = with_path(path, dtype_from_name, name)
-    return decoded
+    return with_path(path, dtype_from_name, name)
 
 
 # ---------------------------------------------------------------- the config classes' JSON
@@ -597,7 +579,7 @@ def list_codec(item: Codec) -> Codec:
     )
 
 
-def coded(data: object, path: str, codecs: Codecs, side: int) -> Any:
+def coded(data: object, path: str, codecs: Codecs, side: int) -> dict[str, Any]:
     """``data``'s values through their key's encoder (``side`` 0) or decoder (1).
 
     Keys without a codec pass through as they are (``from_dict`` names unknown ones).
@@ -646,8 +628,7 @@ def from_json(text: object, owner: str, codecs: Codecs) -> dict[str, Any]:
     """
     data = loads(text, owner)
     with one_scan():
-        decoded: dict[str, Any] = coded(data, "", codecs, 1)
-    return decoded
+        return coded(data, "", codecs, 1)
 
 
 def json_list(data: object, path: str) -> list[Any]:
@@ -663,7 +644,7 @@ def json_list(data: object, path: str) -> list[Any]:
     raise ConfigError(msg)
 
 
-def with_path(path: str, build: Callable[[Any], Any], data: Any) -> Any:
+def with_path(path: str, build: Callable[[Any], T], data: Any) -> T:
     """Run ``build(data)``, prefixing a config error's message with the JSON path.
 
     Example:
