@@ -203,10 +203,6 @@ def _qconfig_label(qconfig: QConfig | None) -> str | None:
     return label
 
 
-def _label(node: fx.Node, modules: Mapping[str, nn.Module]) -> str:
-    return f"{node.name} ({_op_name(node, modules, qualified=False)})"
-
-
 def _unmatched_reason(
     node: fx.Node, qconfig: QConfig | None, planner: _Planner, label: str
 ) -> Reason:
@@ -258,10 +254,6 @@ def _no_value(node: fx.Node, planner: _Planner, label: str) -> Reason | None:
     return None
 
 
-def _bfloat16_side(qconfig: QConfig | None, planner: _Planner) -> bool:
-    return qconfig is not None and planner.probe(qconfig).activation.dtype == torch.bfloat16
-
-
 def _decide(
     node: fx.Node,
     match: Match[BackendPatternConfig] | None,
@@ -272,7 +264,7 @@ def _decide(
     """The backend's dtype config that quantizes ``node``'s pattern, or why it stays float."""
     # a bfloat16 side observes no range (float32's exponent: -1e4 stays -1e4), so a mask
     # sets nothing there and attention runs in bfloat16 as the mapping asks
-    bfloat16 = _bfloat16_side(qconfig, planner)
+    bfloat16 = qconfig is not None and planner.probe(qconfig).activation.dtype == torch.bfloat16
     if not bfloat16 and any(
         planner.kinds.get(n) in (ValueKind.MASK, ValueKind.MASKED) for n in (node, *node_args(node))
     ):
@@ -311,7 +303,8 @@ def _decide_and_plan(
             match = matches.get(node)
             anchor = match.anchor if match is not None else node
             qconfig = qconfigs.get(anchor)
-            outcome = _decide(anchor, match, qconfig, planner, _label(anchor, planner.modules))
+            label = f"{anchor.name} ({_op_name(anchor, planner.modules, qualified=False)})"
+            outcome = _decide(anchor, match, qconfig, planner, label)
             dtype_config = outcome if isinstance(outcome, DTypeConfig) else None
             reason = outcome if isinstance(outcome, Reason) else None
             decision = Decision(match, qconfig, dtype_config, reason)
@@ -482,16 +475,16 @@ def _plan_inputs(node: fx.Node, decision: Decision, planner: _Planner) -> None:
         planner.site_of_edge[(arg, node)] = site
 
 
-def _input_site(node: fx.Node, arg: fx.Node, planner: _Planner) -> int | None:
-    site = planner.site_of_edge.get((arg, node))
-    return site if site is not None else planner.out_site.get(arg)
-
-
 def _share(node: fx.Node, site: int, planner: _Planner) -> bool:
     """Join the output site with the first tensor input's (all of a list's) observers."""
     first = next((a for a in node.args if isinstance(a, (fx.Node, list, tuple))), None)
     args = list(first) if isinstance(first, (list, tuple)) else [first]
-    found = [_input_site(node, a, planner) for a in args if isinstance(a, fx.Node)]
+    # the input's own observer for this node, else its producer's output observer
+    found = [
+        planner.site_of_edge.get((a, node), planner.out_site.get(a))
+        for a in args
+        if isinstance(a, fx.Node)
+    ]
     if not found or found[0] is None:
         return False
     for other in (*found[1:], site):
@@ -621,32 +614,28 @@ def plan_observers(
 
 
 def _report(gm: fx.GraphModule, decisions: Mapping[fx.Node, Decision]) -> Report:
-    entries = []
+    """Each node's entry, and a note per fusion refused for its qconfigs whose parts are
+    quantized anyway: each node's entry is "quantized", so without the note the lost fusion
+    would go unsaid."""
+    entries: list[NodeReport] = []
+    notes: dict[str, None] = {}
     for node in gm.graph.nodes:
-        d = decisions.get(node, _UNDECIDED)
+        d, info = decisions.get(node, _UNDECIDED), node_info(node)
         pattern = None
         if d.match is not None:
             pattern = pattern_str(d.match.payload.pattern or d.match.pattern)
             if d.quantized:
                 pattern += _precision_label(d.dtype_config)
-        qconfig, source = _qconfig_label(d.qconfig), node_info(node).source
-        entries.append(NodeReport(node.name, node.op, pattern, qconfig, d.status, d.reason, source))
-    return Report(entries, notes=_unfused_notes(gm, decisions))
+        if info.fusion_reason is not None and d.quantized:
+            notes[f"not fused: {info.fusion_reason.words}"] = None
+        qconfig = _qconfig_label(d.qconfig)
+        entries.append(
+            NodeReport(node.name, node.op, pattern, qconfig, d.status, d.reason, info.source)
+        )
+    return Report(entries, notes=list(notes))
 
 
 _UNDECIDED = Decision(None, None, None, None)  # a placeholder, get_attr or output: no op
-
-
-def _unfused_notes(gm: fx.GraphModule, decisions: Mapping[fx.Node, Decision]) -> list[str]:
-    """A note per fusion refused for its qconfigs whose parts are quantized anyway: each
-    node's entry is "quantized", so without the note the lost fusion would go unsaid."""
-    notes: dict[str, None] = {}
-    for node in gm.graph.nodes:
-        reason = node_info(node).fusion_reason
-        decision = decisions.get(node)
-        if reason is not None and decision is not None and decision.quantized:
-            notes[f"not fused: {reason.words}"] = None
-    return list(notes)
 
 
 def _precision_label(config: DTypeConfig | None) -> str:
