@@ -234,6 +234,13 @@ def _unmatched_reason(
     return Reason(ReasonCode.NO_PATTERN, words)
 
 
+# what a node no pattern matched computes instead of a float value, by its kind
+_NO_VALUE = {
+    ValueKind.SCALAR: "returns no tensor (a size, a dtype, a device, a Python number)",
+    ValueKind.INT: "computes an integer or boolean tensor (indices, a comparison), not a float one",
+}
+
+
 def _no_value(node: fx.Node, planner: _Planner, label: str) -> Reason | None:
     """Why an op no pattern matched holds no float value to quantize, or None when it does.
 
@@ -241,12 +248,9 @@ def _no_value(node: fx.Node, planner: _Planner, label: str) -> Reason | None:
     (its summary counts them) and strict mode counts none of them.
     """
     kind = planner.kinds.get(node)
-    if kind == ValueKind.SCALAR:
-        words = "returns no tensor (a size, a dtype, a device, a Python number)"
-        return Reason(ReasonCode.NON_FLOAT_TENSOR, f"{label}: {words}: nothing to quantize")
-    if kind == ValueKind.INT:
-        words = "computes an integer or boolean tensor (indices, a comparison), not a float one"
-        return Reason(ReasonCode.NON_FLOAT_TENSOR, f"{label}: {words}: nothing to quantize")
+    if kind in _NO_VALUE:
+        words = f"{label}: {_NO_VALUE[kind]}: nothing to quantize"
+        return Reason(ReasonCode.NON_FLOAT_TENSOR, words)
     if kind in (ValueKind.MASK, ValueKind.MASKED):  # a bfloat16 side reaches here
         name = planner.ctx.backend_config.name
         words = f"carries an additive attention mask, and no pattern in backend {name!r} runs it"
@@ -516,7 +520,7 @@ def _plan_node(node: fx.Node, planner: _Planner) -> None:
         return
     shared = kind is ObservationType.OUTPUT_SHARE_OBSERVER_WITH_INPUT and rounded is None
     if _returns_pieces(node, planner):  # a tuple has no range: observe each tensor piece
-        for piece in _pieces(node, planner):
+        for piece in _pieces(node):
             _plan_output(piece, node, ctor, dtype, shared, planner)
         return
     _plan_output(node, node, ctor, dtype, shared, planner)
@@ -524,23 +528,20 @@ def _plan_node(node: fx.Node, planner: _Planner) -> None:
 
 def _returns_pieces(node: fx.Node, planner: _Planner) -> bool:
     """Whether ``node`` returns a tuple (``chunk``, ``split``, ``unbind``, an RNN module...)."""
-    return _tuple_module(node, planner) or splits(node)
-
-
-def _tuple_module(node: fx.Node, planner: _Planner) -> bool:
     module = planner.modules.get(str(node.target)) if node.op == "call_module" else None
-    return isinstance(module, _TUPLE_MODULES)
+    return isinstance(module, _TUPLE_MODULES) or splits(node)
 
 
-def _pieces(node: fx.Node, planner: _Planner) -> list[fx.Node]:
-    """The getitem readers of ``node`` that are tensors: every piece of a ``chunk``; only the
-    output sequence (index 0) of an RNN module, whose index 1 is a state or a tuple of them."""
+def _pieces(node: fx.Node) -> list[fx.Node]:
+    """The getitem readers of tuple-returning ``node`` that are tensors: every piece of a
+    ``chunk``; only the output sequence (index 0) of a module (an RNN, attention), whose
+    index 1 is a state or a tuple of them."""
     pieces = [
         u
         for u in node.users
         if u.op == "call_function" and u.target is getitem and not isinstance(u.args[1], slice)
     ]  # chunk(...)[::-1] is a tuple again: an observer of it failed at calibration
-    if _tuple_module(node, planner):
+    if not splits(node):
         pieces = [u for u in pieces if len(u.args) > 1 and u.args[1] == 0]
     return pieces
 
@@ -557,14 +558,6 @@ def _plan_output(
     if shared and not _share(node, site, planner):
         planner.sites[site][2] = None  # nothing to share with: torch.ao drops it too
         del planner.out_site[value]
-
-
-def _plan_boundaries(gm: fx.GraphModule, planner: _Planner) -> None:
-    config = planner.ctx.prepare_custom_config
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    for i in config.input_quantized_indexes:
-        if i < len(placeholders):
-            planner.out_dtype[placeholders[i]] = torch.uint8  # arrives quantized
 
 
 def _plan_outputs(gm: fx.GraphModule, planner: _Planner) -> None:
@@ -602,7 +595,10 @@ def plan_observers(
     """
     kinds = value_kinds(gm, modules, ctx.example_inputs)
     planner = _Planner(ctx, kinds, modules, input_roles=input_roles_by_op(ctx.backend_config))
-    _plan_boundaries(gm, planner)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for i in ctx.prepare_custom_config.input_quantized_indexes:
+        if i < len(placeholders):
+            planner.out_dtype[placeholders[i]] = torch.uint8  # arrives quantized
     _decide_and_plan(gm, matches, qconfigs, planner)
     _plan_outputs(gm, planner)
     sites = tuple(
