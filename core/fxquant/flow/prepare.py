@@ -168,7 +168,7 @@ class _Planner:
     out_dtype: dict[fx.Node, torch.dtype] = field(default_factory=dict)
     edge_site: dict[tuple[fx.Node, type, torch.dtype], int] = field(default_factory=dict)
     site_of_edge: dict[tuple[fx.Node, fx.Node], int] = field(default_factory=dict)
-    sites: list[list[Any]] = field(default_factory=list)  # [producer, consumers, ctor, group]
+    sites: list[tuple[fx.Node, list[fx.Node] | None, Ctor]] = field(default_factory=list)
     parent: list[int] = field(default_factory=list)
 
     def probe(self, qconfig: QConfig) -> QConfigProbe:
@@ -178,7 +178,7 @@ class _Planner:
         return self.probes[key]
 
     def new_site(self, producer: fx.Node, consumers: list[fx.Node] | None, ctor: Ctor) -> int:
-        self.sites.append([producer, consumers, ctor])
+        self.sites.append((producer, consumers, ctor))
         self.parent.append(len(self.parent))
         return len(self.sites) - 1
 
@@ -475,26 +475,24 @@ def _plan_inputs(node: fx.Node, decision: Decision, planner: _Planner) -> None:
         if key not in planner.edge_site:
             planner.edge_site[key] = planner.new_site(arg, [], ctor)
         site = planner.edge_site[key]
-        planner.sites[site][1].append(node)
+        consumers = planner.sites[site][1]
+        assert consumers is not None  # an input site lists its consumers
+        consumers.append(node)
         planner.site_of_edge[(arg, node)] = site
 
 
-def _share(node: fx.Node, site: int, planner: _Planner) -> bool:
-    """Join the output site with the first tensor input's (all of a list's) observers."""
+def _input_sites(node: fx.Node, planner: _Planner) -> list[int]:
+    """The observers of the first tensor input (all of a list's) of ``node``: each input's
+    own observer for ``node``, else its producer's output observer; none when the first
+    input has none."""
     first = next((a for a in node.args if isinstance(a, (fx.Node, list, tuple))), None)
     args = list(first) if isinstance(first, (list, tuple)) else [first]
-    # the input's own observer for this node, else its producer's output observer
     found = [
         planner.site_of_edge.get((a, node), planner.out_site.get(a))
         for a in args
         if isinstance(a, fx.Node)
     ]
-    if not found or found[0] is None:
-        return False
-    for other in (*found[1:], site):
-        if other is not None:
-            planner.union(found[0], other)
-    return True
+    return [s for s in found if s is not None] if found and found[0] is not None else []
 
 
 def _plan_node(node: fx.Node, planner: _Planner) -> None:
@@ -552,12 +550,13 @@ def _plan_output(
     """An output observer on ``value`` (``node`` itself or one of its pieces)."""
     if value in planner.out_site:
         return  # a piece its tuple's op already observes
-    site = planner.new_site(value, None, ctor)
     planner.out_dtype[value] = dtype
-    planner.out_site[value] = site
-    if shared and not _share(node, site, planner):
-        planner.sites[site][2] = None  # nothing to share with: torch.ao drops it too
-        del planner.out_site[value]
+    joined = _input_sites(node, planner) if shared else []
+    if shared and not joined:
+        return  # nothing to share with: torch.ao drops it too
+    site = planner.out_site[value] = planner.new_site(value, None, ctor)
+    for other in joined:  # one observer instance for the output and its inputs
+        planner.union(other, site)
 
 
 def _plan_outputs(gm: fx.GraphModule, planner: _Planner) -> None:
@@ -604,7 +603,6 @@ def plan_observers(
     sites = tuple(
         ObserverSite(p, None if c is None else tuple(c), ctor, planner.find(i))
         for i, (p, c, ctor) in enumerate(planner.sites)
-        if ctor is not None
     )
     return ObserverPlan(sites, planner.decisions, _report(gm, planner.decisions))
 
