@@ -351,10 +351,9 @@ def _name_unmatched_chains(gm: fx.GraphModule, planner: _Planner) -> None:
         qat = {type(modules[str(n.target)]) for n in chain if n.op == "call_module"}
         hints = [missing_qat_config(cls, planner.ctx.backend_config) for cls in qat]
         words = "; ".join([words, *sorted(h for h in hints if h)])
+        reason = Reason(ReasonCode.NO_PATTERN, words, field="pattern", bound=None)
         for node in chain:
-            old = planner.decisions[node]
-            reason = Reason(ReasonCode.NO_PATTERN, words, field="pattern", bound=None)
-            planner.decisions[node] = dataclasses.replace(old, reason=reason)
+            planner.decisions[node] = dataclasses.replace(planner.decisions[node], reason=reason)
 
 
 def _observation_type(
@@ -418,11 +417,9 @@ def _edge_request(
         dtype = probe.weight.dtype
         observed = wanted is not None and observable(canonical_dtype(wanted))
         return (qconfig.weight, dtype) if observed and observable(dtype) else None
-    if position == roles.get("bias"):
-        if probe.bias_dtype != torch.float16:
-            return None
-
-        return PlaceholderObserver.with_args(dtype=torch.float16), torch.float16
+    if position == roles.get("bias"):  # observed only as a static float16 bias (torch.ao)
+        half = probe.bias_dtype == torch.float16
+        return (PlaceholderObserver.with_args(dtype=torch.float16), torch.float16) if half else None
     dtype = probe.activation.dtype
     if probe.activation.is_dynamic:
         return (qconfig.activation, dtype) if position == 0 else None
