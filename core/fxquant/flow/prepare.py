@@ -414,9 +414,8 @@ def _edge_request(
         # a backend that keeps the weight in float (layer_norm's affine weight) wants
         # no observer on it, whatever the qconfig's weight observer is
         wanted = decision.dtype_config.weight_dtype if decision.dtype_config else None
-        dtype = probe.weight.dtype
-        observed = wanted is not None and observable(canonical_dtype(wanted))
-        return (qconfig.weight, dtype) if observed and observable(dtype) else None
+        observed = observable(wanted) and observable(probe.weight.dtype)
+        return (qconfig.weight, probe.weight.dtype) if observed else None
     if position == roles.get("bias"):  # observed only as a static float16 bias (torch.ao)
         half = probe.bias_dtype == torch.float16
         return (PlaceholderObserver.with_args(dtype=torch.float16), torch.float16) if half else None
