@@ -168,7 +168,7 @@ class _Planner:
     out_dtype: dict[fx.Node, torch.dtype] = field(default_factory=dict)
     edge_site: dict[tuple[fx.Node, type, torch.dtype], int] = field(default_factory=dict)
     site_of_edge: dict[tuple[fx.Node, fx.Node], int] = field(default_factory=dict)
-    sites: list[list[Any]] = field(default_factory=list)  # [producer, consumers, ctor, group]
+    sites: list[tuple[fx.Node, list[fx.Node] | None, Ctor]] = field(default_factory=list)
     parent: list[int] = field(default_factory=list)
 
     def probe(self, qconfig: QConfig) -> QConfigProbe:
@@ -178,7 +178,7 @@ class _Planner:
         return self.probes[key]
 
     def new_site(self, producer: fx.Node, consumers: list[fx.Node] | None, ctor: Ctor) -> int:
-        self.sites.append([producer, consumers, ctor])
+        self.sites.append((producer, consumers, ctor))
         self.parent.append(len(self.parent))
         return len(self.sites) - 1
 
@@ -201,10 +201,6 @@ def _qconfig_label(qconfig: QConfig | None) -> str | None:
     if qconfig.output_dtype is not None:
         label += f" -> {str(qconfig.output_dtype).removeprefix('torch.')}"
     return label
-
-
-def _label(node: fx.Node, modules: Mapping[str, nn.Module]) -> str:
-    return f"{node.name} ({_op_name(node, modules, qualified=False)})"
 
 
 def _unmatched_reason(
@@ -238,6 +234,13 @@ def _unmatched_reason(
     return Reason(ReasonCode.NO_PATTERN, words)
 
 
+# what a node no pattern matched computes instead of a float value, by its kind
+_NO_VALUE = {
+    ValueKind.SCALAR: "returns no tensor (a size, a dtype, a device, a Python number)",
+    ValueKind.INT: "computes an integer or boolean tensor (indices, a comparison), not a float one",
+}
+
+
 def _no_value(node: fx.Node, planner: _Planner, label: str) -> Reason | None:
     """Why an op no pattern matched holds no float value to quantize, or None when it does.
 
@@ -245,21 +248,14 @@ def _no_value(node: fx.Node, planner: _Planner, label: str) -> Reason | None:
     (its summary counts them) and strict mode counts none of them.
     """
     kind = planner.kinds.get(node)
-    if kind == ValueKind.SCALAR:
-        words = "returns no tensor (a size, a dtype, a device, a Python number)"
-        return Reason(ReasonCode.NON_FLOAT_TENSOR, f"{label}: {words}: nothing to quantize")
-    if kind == ValueKind.INT:
-        words = "computes an integer or boolean tensor (indices, a comparison), not a float one"
-        return Reason(ReasonCode.NON_FLOAT_TENSOR, f"{label}: {words}: nothing to quantize")
+    if kind in _NO_VALUE:
+        words = f"{label}: {_NO_VALUE[kind]}: nothing to quantize"
+        return Reason(ReasonCode.NON_FLOAT_TENSOR, words)
     if kind in (ValueKind.MASK, ValueKind.MASKED):  # a bfloat16 side reaches here
         name = planner.ctx.backend_config.name
         words = f"carries an additive attention mask, and no pattern in backend {name!r} runs it"
         return Reason(ReasonCode.ADDITIVE_MASK, f"{label}: {words}: kept in float32")
     return None
-
-
-def _bfloat16_side(qconfig: QConfig | None, planner: _Planner) -> bool:
-    return qconfig is not None and planner.probe(qconfig).activation.dtype == torch.bfloat16
 
 
 def _decide(
@@ -272,7 +268,7 @@ def _decide(
     """The backend's dtype config that quantizes ``node``'s pattern, or why it stays float."""
     # a bfloat16 side observes no range (float32's exponent: -1e4 stays -1e4), so a mask
     # sets nothing there and attention runs in bfloat16 as the mapping asks
-    bfloat16 = _bfloat16_side(qconfig, planner)
+    bfloat16 = qconfig is not None and planner.probe(qconfig).activation.dtype == torch.bfloat16
     if not bfloat16 and any(
         planner.kinds.get(n) in (ValueKind.MASK, ValueKind.MASKED) for n in (node, *node_args(node))
     ):
@@ -311,7 +307,8 @@ def _decide_and_plan(
             match = matches.get(node)
             anchor = match.anchor if match is not None else node
             qconfig = qconfigs.get(anchor)
-            outcome = _decide(anchor, match, qconfig, planner, _label(anchor, planner.modules))
+            label = f"{anchor.name} ({_op_name(anchor, planner.modules, qualified=False)})"
+            outcome = _decide(anchor, match, qconfig, planner, label)
             dtype_config = outcome if isinstance(outcome, DTypeConfig) else None
             reason = outcome if isinstance(outcome, Reason) else None
             decision = Decision(match, qconfig, dtype_config, reason)
@@ -354,10 +351,9 @@ def _name_unmatched_chains(gm: fx.GraphModule, planner: _Planner) -> None:
         qat = {type(modules[str(n.target)]) for n in chain if n.op == "call_module"}
         hints = [missing_qat_config(cls, planner.ctx.backend_config) for cls in qat]
         words = "; ".join([words, *sorted(h for h in hints if h)])
+        reason = Reason(ReasonCode.NO_PATTERN, words, field="pattern", bound=None)
         for node in chain:
-            old = planner.decisions[node]
-            reason = Reason(ReasonCode.NO_PATTERN, words, field="pattern", bound=None)
-            planner.decisions[node] = dataclasses.replace(old, reason=reason)
+            planner.decisions[node] = dataclasses.replace(planner.decisions[node], reason=reason)
 
 
 def _observation_type(
@@ -418,14 +414,11 @@ def _edge_request(
         # a backend that keeps the weight in float (layer_norm's affine weight) wants
         # no observer on it, whatever the qconfig's weight observer is
         wanted = decision.dtype_config.weight_dtype if decision.dtype_config else None
-        dtype = probe.weight.dtype
-        observed = wanted is not None and observable(canonical_dtype(wanted))
-        return (qconfig.weight, dtype) if observed and observable(dtype) else None
-    if position == roles.get("bias"):
-        if probe.bias_dtype != torch.float16:
-            return None
-
-        return PlaceholderObserver.with_args(dtype=torch.float16), torch.float16
+        observed = observable(wanted) and observable(probe.weight.dtype)
+        return (qconfig.weight, probe.weight.dtype) if observed else None
+    if position == roles.get("bias"):  # observed only as a static float16 bias (torch.ao)
+        half = probe.bias_dtype == torch.float16
+        return (PlaceholderObserver.with_args(dtype=torch.float16), torch.float16) if half else None
     dtype = probe.activation.dtype
     if probe.activation.is_dynamic:
         return (qconfig.activation, dtype) if position == 0 else None
@@ -478,26 +471,24 @@ def _plan_inputs(node: fx.Node, decision: Decision, planner: _Planner) -> None:
         if key not in planner.edge_site:
             planner.edge_site[key] = planner.new_site(arg, [], ctor)
         site = planner.edge_site[key]
-        planner.sites[site][1].append(node)
+        consumers = planner.sites[site][1]
+        assert consumers is not None  # an input site lists its consumers
+        consumers.append(node)
         planner.site_of_edge[(arg, node)] = site
 
 
-def _input_site(node: fx.Node, arg: fx.Node, planner: _Planner) -> int | None:
-    site = planner.site_of_edge.get((arg, node))
-    return site if site is not None else planner.out_site.get(arg)
-
-
-def _share(node: fx.Node, site: int, planner: _Planner) -> bool:
-    """Join the output site with the first tensor input's (all of a list's) observers."""
+def _input_sites(node: fx.Node, planner: _Planner) -> list[int]:
+    """The observers of the first tensor input (all of a list's) of ``node``: each input's
+    own observer for ``node``, else its producer's output observer; none when the first
+    input has none."""
     first = next((a for a in node.args if isinstance(a, (fx.Node, list, tuple))), None)
     args = list(first) if isinstance(first, (list, tuple)) else [first]
-    found = [_input_site(node, a, planner) for a in args if isinstance(a, fx.Node)]
-    if not found or found[0] is None:
-        return False
-    for other in (*found[1:], site):
-        if other is not None:
-            planner.union(found[0], other)
-    return True
+    found = [
+        planner.site_of_edge.get((a, node), planner.out_site.get(a))
+        for a in args
+        if isinstance(a, fx.Node)
+    ]
+    return [s for s in found if s is not None] if found and found[0] is not None else []
 
 
 def _plan_node(node: fx.Node, planner: _Planner) -> None:
@@ -523,7 +514,7 @@ def _plan_node(node: fx.Node, planner: _Planner) -> None:
         return
     shared = kind is ObservationType.OUTPUT_SHARE_OBSERVER_WITH_INPUT and rounded is None
     if _returns_pieces(node, planner):  # a tuple has no range: observe each tensor piece
-        for piece in _pieces(node, planner):
+        for piece in _pieces(node):
             _plan_output(piece, node, ctor, dtype, shared, planner)
         return
     _plan_output(node, node, ctor, dtype, shared, planner)
@@ -531,23 +522,20 @@ def _plan_node(node: fx.Node, planner: _Planner) -> None:
 
 def _returns_pieces(node: fx.Node, planner: _Planner) -> bool:
     """Whether ``node`` returns a tuple (``chunk``, ``split``, ``unbind``, an RNN module...)."""
-    return _tuple_module(node, planner) or splits(node)
-
-
-def _tuple_module(node: fx.Node, planner: _Planner) -> bool:
     module = planner.modules.get(str(node.target)) if node.op == "call_module" else None
-    return isinstance(module, _TUPLE_MODULES)
+    return isinstance(module, _TUPLE_MODULES) or splits(node)
 
 
-def _pieces(node: fx.Node, planner: _Planner) -> list[fx.Node]:
-    """The getitem readers of ``node`` that are tensors: every piece of a ``chunk``; only the
-    output sequence (index 0) of an RNN module, whose index 1 is a state or a tuple of them."""
+def _pieces(node: fx.Node) -> list[fx.Node]:
+    """The getitem readers of tuple-returning ``node`` that are tensors: every piece of a
+    ``chunk``; only the output sequence (index 0) of a module (an RNN, attention), whose
+    index 1 is a state or a tuple of them."""
     pieces = [
         u
         for u in node.users
         if u.op == "call_function" and u.target is getitem and not isinstance(u.args[1], slice)
     ]  # chunk(...)[::-1] is a tuple again: an observer of it failed at calibration
-    if _tuple_module(node, planner):
+    if not splits(node):
         pieces = [u for u in pieces if len(u.args) > 1 and u.args[1] == 0]
     return pieces
 
@@ -558,20 +546,13 @@ def _plan_output(
     """An output observer on ``value`` (``node`` itself or one of its pieces)."""
     if value in planner.out_site:
         return  # a piece its tuple's op already observes
-    site = planner.new_site(value, None, ctor)
     planner.out_dtype[value] = dtype
-    planner.out_site[value] = site
-    if shared and not _share(node, site, planner):
-        planner.sites[site][2] = None  # nothing to share with: torch.ao drops it too
-        del planner.out_site[value]
-
-
-def _plan_boundaries(gm: fx.GraphModule, planner: _Planner) -> None:
-    config = planner.ctx.prepare_custom_config
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    for i in config.input_quantized_indexes:
-        if i < len(placeholders):
-            planner.out_dtype[placeholders[i]] = torch.uint8  # arrives quantized
+    joined = _input_sites(node, planner) if shared else []
+    if shared and not joined:
+        return  # nothing to share with: torch.ao drops it too
+    site = planner.out_site[value] = planner.new_site(value, None, ctor)
+    for other in joined:  # one observer instance for the output and its inputs
+        planner.union(other, site)
 
 
 def _plan_outputs(gm: fx.GraphModule, planner: _Planner) -> None:
@@ -609,44 +590,42 @@ def plan_observers(
     """
     kinds = value_kinds(gm, modules, ctx.example_inputs)
     planner = _Planner(ctx, kinds, modules, input_roles=input_roles_by_op(ctx.backend_config))
-    _plan_boundaries(gm, planner)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for i in ctx.prepare_custom_config.input_quantized_indexes:
+        if i < len(placeholders):
+            planner.out_dtype[placeholders[i]] = torch.uint8  # arrives quantized
     _decide_and_plan(gm, matches, qconfigs, planner)
     _plan_outputs(gm, planner)
     sites = tuple(
         ObserverSite(p, None if c is None else tuple(c), ctor, planner.find(i))
         for i, (p, c, ctor) in enumerate(planner.sites)
-        if ctor is not None
     )
     return ObserverPlan(sites, planner.decisions, _report(gm, planner.decisions))
 
 
 def _report(gm: fx.GraphModule, decisions: Mapping[fx.Node, Decision]) -> Report:
-    entries = []
+    """Each node's entry, and a note per fusion refused for its qconfigs whose parts are
+    quantized anyway: each node's entry is "quantized", so without the note the lost fusion
+    would go unsaid."""
+    entries: list[NodeReport] = []
+    notes: dict[str, None] = {}
     for node in gm.graph.nodes:
-        d = decisions.get(node, _UNDECIDED)
+        d, info = decisions.get(node, _UNDECIDED), node_info(node)
         pattern = None
         if d.match is not None:
             pattern = pattern_str(d.match.payload.pattern or d.match.pattern)
             if d.quantized:
                 pattern += _precision_label(d.dtype_config)
-        qconfig, source = _qconfig_label(d.qconfig), node_info(node).source
-        entries.append(NodeReport(node.name, node.op, pattern, qconfig, d.status, d.reason, source))
-    return Report(entries, notes=_unfused_notes(gm, decisions))
+        if info.fusion_reason is not None and d.quantized:
+            notes[f"not fused: {info.fusion_reason.words}"] = None
+        qconfig = _qconfig_label(d.qconfig)
+        entries.append(
+            NodeReport(node.name, node.op, pattern, qconfig, d.status, d.reason, info.source)
+        )
+    return Report(entries, notes=list(notes))
 
 
 _UNDECIDED = Decision(None, None, None, None)  # a placeholder, get_attr or output: no op
-
-
-def _unfused_notes(gm: fx.GraphModule, decisions: Mapping[fx.Node, Decision]) -> list[str]:
-    """A note per fusion refused for its qconfigs whose parts are quantized anyway: each
-    node's entry is "quantized", so without the note the lost fusion would go unsaid."""
-    notes: dict[str, None] = {}
-    for node in gm.graph.nodes:
-        reason = node_info(node).fusion_reason
-        decision = decisions.get(node)
-        if reason is not None and decision is not None and decision.quantized:
-            notes[f"not fused: {reason.words}"] = None
-    return list(notes)
 
 
 def _precision_label(config: DTypeConfig | None) -> str:
