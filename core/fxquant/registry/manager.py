@@ -311,9 +311,8 @@ class Registry:
             UnknownBackendError: no plugin at all declares ``name``.
         """
         with self._lock:
-            plugins = [*self._load_all(name)]
-        plugins += self._registered_for(name)
-        infos = tuple(p.info for p in plugins)
+            loaded = self._load_all(name)
+        infos = tuple(p.info for p in [*loaded, *self._registered_for(name)])
         if not infos:
             raise self._unknown(name)
         statuses = {i.status for i in infos}
