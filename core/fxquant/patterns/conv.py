@@ -119,7 +119,6 @@ def conv_configs(
     """
     configs: list[BackendPatternConfig] = []
     for family in map(conv_family, dims):
-        configs += _plain_conv_configs(family, dtype_configs)
         configs += _conv_relu_configs(family, dtype_configs)
         configs += _conv_bn_configs(family, dtype_configs)
     if transpose:
@@ -157,25 +156,18 @@ def conv_transpose_configs(
     return configs
 
 
-def _plain_conv_configs(
-    family: ConvFamily, dtype_configs: Sequence[DTypeConfig]
-) -> list[BackendPatternConfig]:
-    root = {"root": family.conv, "reference": family.reference}
-    return [
-        module_config(family.conv, dtype_configs, qat=family.qat, **root),
-        module_config(family.qat, dtype_configs, **root),
-        op_config(family.func, dtype_configs, inputs=_WEIGHT_BIAS_INDEX),
-    ]
-
-
 def _conv_relu_configs(
     family: ConvFamily, dtype_configs: Sequence[DTypeConfig]
 ) -> list[BackendPatternConfig]:
+    """The conv alone (module, QAT module, functional), then fused with a ReLU."""
     root = {"root": family.conv, "reference": family.reference}
     relu_fusions = relu_fusion_configs(
         (family.conv,), dtype_configs, fuser=fusers.fuse_conv_relu, fused=family.conv_relu
     )
     return [
+        module_config(family.conv, dtype_configs, qat=family.qat, **root),
+        module_config(family.qat, dtype_configs, **root),
+        op_config(family.func, dtype_configs, inputs=_WEIGHT_BIAS_INDEX),
         *relu_fusions,
         module_config(family.conv_relu, dtype_configs, qat=family.qat_relu, **root),
         module_config(family.qat_relu, dtype_configs, **root),

@@ -159,11 +159,9 @@ class Registry:
         return UnknownBackendError(msg)
 
     def _load_all(self, name: str) -> list[LoadedPlugin]:
-        loaded = self._loaded.get(name)
-        if loaded is None:
-            loaded = [load(r) for r in self.records() if r.backend == name]
-            self._loaded[name] = loaded
-        return loaded
+        if name not in self._loaded:
+            self._loaded[name] = [load(r) for r in self.records() if r.backend == name]
+        return self._loaded[name]
 
     def _plugins_of(self, name: str) -> list[LoadedPlugin]:
         loaded = self._load_all(name)
