@@ -142,17 +142,12 @@ def conv_transpose_configs(
     configs: list[BackendPatternConfig] = []
     for family in map(conv_family, dims):
         root = {"root": family.transpose, "reference": family.transpose_reference}
-        configs.append(module_config(family.transpose, dtype_configs, **root))
-        fold = fusion_config(
-            (family.transpose, family.bn),
-            dtype_configs,
-            fuser=fusers.fuse_convtranspose_bn,
-            fused=None,
-        )
-        fold.set_root_module(family.transpose)
-        fold.set_reference_quantized_module(family.transpose_reference)
-        configs.append(fold)
-        configs.append(op_config(family.func_transpose, dtype_configs, inputs=_WEIGHT_BIAS_INDEX))
+        fold = module_config((family.transpose, family.bn), dtype_configs, **root)
+        configs += [
+            module_config(family.transpose, dtype_configs, **root),
+            fold.set_fuser_method(fusers.fuse_convtranspose_bn),
+            op_config(family.func_transpose, dtype_configs, inputs=_WEIGHT_BIAS_INDEX),
+        ]
     return configs
 
 
