@@ -327,13 +327,11 @@ def _incompatible_reason(record: EntryPointRecord) -> str:
 
 
 def _failure(info: PluginInfo, error: BaseException, what: str) -> LoadedPlugin:
-    msg = (
-        f"{info.label} for backend {info.backend!r} failed {what}: {type(error).__name__}: {error}"
-    )
-    wrapped = PluginError(msg)
+    described = f"{type(error).__name__}: {error}"
+    wrapped = PluginError(f"{info.label} for backend {info.backend!r} failed {what}: {described}")
     wrapped.__cause__ = error
-    reason = f"{type(error).__name__}: {error}".splitlines()[0]
-    return LoadedPlugin(replace(info, status=PluginStatus.FAILED, reason=reason), None, wrapped)
+    failed = replace(info, status=PluginStatus.FAILED, reason=described.splitlines()[0])
+    return LoadedPlugin(failed, None, wrapped)
 
 
 def load(record: EntryPointRecord) -> LoadedPlugin:
