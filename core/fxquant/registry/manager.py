@@ -142,8 +142,8 @@ class Registry:
 
     def _unknown(self, name: str) -> UnknownBackendError:
         installed = self.list_backends()
-        records = [r for r in self.records() if r.backend == name]
-        if records:  # known, but every plugin is switched off or incompatible
+        # known, but every plugin is switched off or incompatible
+        if any(r.backend == name for r in self.records()):
             outcomes = [p.info for p in self._load_all(name)]
             why = "; ".join(
                 f"{i.distribution} {i.version} is {i.status} ({i.reason})" for i in outcomes
