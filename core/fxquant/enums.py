@@ -49,7 +49,8 @@ def member(kind: type[_Member], value: object, what: str) -> _Member:
         ValueError: color 'green' is not one of red, blue
     """
     try:
-        return kind(value)  # a member, or the member whose value it is
+        # a member, or the member whose value it is; the lookup refuses anything else
+        return kind(value)  # type: ignore[arg-type]  # any object: ValueError if not a value
     except ValueError:
         choices = ", ".join(m.value for m in kind)
         msg = f"{what} {value!r} is not one of {choices}"
