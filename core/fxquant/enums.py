@@ -48,11 +48,10 @@ def member(kind: type[_Member], value: object, what: str) -> _Member:
         Traceback (most recent call last):
         ValueError: color 'green' is not one of red, blue
     """
-    if isinstance(value, kind):
-        return value
-    found = next((m for m in kind if m.value == value), None)
-    if found is not None:
-        return found
-    choices = ", ".join(m.value for m in kind)
-    msg = f"{what} {value!r} is not one of {choices}"
-    raise ValueError(msg)
+    try:
+        # a member, or the member whose value it is; the lookup refuses anything else
+        return kind(value)  # type: ignore[arg-type]  # any object: ValueError if not a value
+    except ValueError:
+        choices = ", ".join(m.value for m in kind)
+        msg = f"{what} {value!r} is not one of {choices}"
+        raise ValueError(msg) from None

@@ -71,11 +71,10 @@ def _kwargs_equal(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
 
 def _values_equal(left: object, right: object) -> bool:
     if isinstance(left, torch.Tensor) or isinstance(right, torch.Tensor):
-        # == on tensors is elementwise: equal means same shape and same values
+        # == on tensors is elementwise: torch.equal is same shape and same values
         return (
             isinstance(left, torch.Tensor)
             and isinstance(right, torch.Tensor)
-            and left.shape == right.shape
             and bool(torch.equal(left, right))
         )
     if isinstance(left, torch.dtype) and isinstance(right, torch.dtype):

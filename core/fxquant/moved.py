@@ -135,11 +135,9 @@ def import_tracers() -> list[str]:
         >>> set(import_tracers()) <= {package for package, _ in TRACERS.values()}
         True
     """
-    found = []
-    for package, _ in TRACERS.values():
-        if _importable(package):
-            importlib.import_module(package)
-            found.append(package)
+    found = [package for package, _ in TRACERS.values() if _importable(package)]
+    for package in found:
+        importlib.import_module(package)
     return found
 
 

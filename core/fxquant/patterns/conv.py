@@ -119,7 +119,6 @@ def conv_configs(
     """
     configs: list[BackendPatternConfig] = []
     for family in map(conv_family, dims):
-        configs += _plain_conv_configs(family, dtype_configs)
         configs += _conv_relu_configs(family, dtype_configs)
         configs += _conv_bn_configs(family, dtype_configs)
     if transpose:
@@ -143,39 +142,27 @@ def conv_transpose_configs(
     configs: list[BackendPatternConfig] = []
     for family in map(conv_family, dims):
         root = {"root": family.transpose, "reference": family.transpose_reference}
-        configs.append(module_config(family.transpose, dtype_configs, **root))
-        fold = fusion_config(
-            (family.transpose, family.bn),
-            dtype_configs,
-            fuser=fusers.fuse_convtranspose_bn,
-            fused=None,
-        )
-        fold.set_root_module(family.transpose)
-        fold.set_reference_quantized_module(family.transpose_reference)
-        configs.append(fold)
-        configs.append(op_config(family.func_transpose, dtype_configs, inputs=_WEIGHT_BIAS_INDEX))
+        fold = module_config((family.transpose, family.bn), dtype_configs, **root)
+        configs += [
+            module_config(family.transpose, dtype_configs, **root),
+            fold.set_fuser_method(fusers.fuse_convtranspose_bn),
+            op_config(family.func_transpose, dtype_configs, inputs=_WEIGHT_BIAS_INDEX),
+        ]
     return configs
-
-
-def _plain_conv_configs(
-    family: ConvFamily, dtype_configs: Sequence[DTypeConfig]
-) -> list[BackendPatternConfig]:
-    root = {"root": family.conv, "reference": family.reference}
-    return [
-        module_config(family.conv, dtype_configs, qat=family.qat, **root),
-        module_config(family.qat, dtype_configs, **root),
-        op_config(family.func, dtype_configs, inputs=_WEIGHT_BIAS_INDEX),
-    ]
 
 
 def _conv_relu_configs(
     family: ConvFamily, dtype_configs: Sequence[DTypeConfig]
 ) -> list[BackendPatternConfig]:
+    """The conv alone (module, QAT module, functional), then fused with a ReLU."""
     root = {"root": family.conv, "reference": family.reference}
     relu_fusions = relu_fusion_configs(
         (family.conv,), dtype_configs, fuser=fusers.fuse_conv_relu, fused=family.conv_relu
     )
     return [
+        module_config(family.conv, dtype_configs, qat=family.qat, **root),
+        module_config(family.qat, dtype_configs, **root),
+        op_config(family.func, dtype_configs, inputs=_WEIGHT_BIAS_INDEX),
         *relu_fusions,
         module_config(family.conv_relu, dtype_configs, qat=family.qat_relu, **root),
         module_config(family.qat_relu, dtype_configs, **root),

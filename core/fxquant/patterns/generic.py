@@ -168,7 +168,4 @@ def reference_pattern_configs() -> list[BackendPatternConfig]:
         >>> len(linear.dtype_configs)
         5
     """
-    configs: list[BackendPatternConfig] = []
-    for build, dtype_configs in _families():
-        configs += build(dtype_configs)
-    return configs
+    return [config for build, dtype_configs in _families() for config in build(dtype_configs)]

@@ -81,12 +81,9 @@ def default_registry() -> Registry:
 
 def _plugin_roots() -> frozenset[str]:
     """The top-level packages of enabled entry points (trusted names in JSON configs)."""
-    roots = set()
-    for record in default_registry().records():
-        module = record.value.split(":", 1)[0].strip()
-        if module and not record.disabled:
-            roots.add(module.split(".", 1)[0])
-    return frozenset(roots)
+    records = [r for r in default_registry().records() if not r.disabled]
+    modules = (record.value.split(":", 1)[0].strip() for record in records)  # module:attribute
+    return frozenset(module.split(".", 1)[0] for module in modules if module)
 
 
 plugin_roots.answer_with(_plugin_roots)  # the configs ask through fxquant.plugin_roots

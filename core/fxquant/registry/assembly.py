@@ -133,12 +133,12 @@ def hook_manager(
     return manager, members
 
 
-def _call(
-    manager: pluggy.PluginManager,
-    members: Mapping[str, PluginInfo],
-    hook: str,
-    kwargs: dict[str, Any],
-) -> list[tuple[PluginInfo, Any]]:
+_Hooks = tuple[pluggy.PluginManager, Mapping[str, PluginInfo]]  # what hook_manager returns
+
+
+def _call(hooks: _Hooks, hook: str, kwargs: dict[str, Any]) -> list[tuple[PluginInfo, Any]]:
+    """Each plugin's answer but None, in pluggy's order; a raise is the plugin's PluginError."""
+    manager, members = hooks
     answers = []
     caller = getattr(manager.hook, hook)
     for impl in reversed(caller.get_hookimpls()):  # pluggy's call order, tryfirst/trylast applied
@@ -168,6 +168,16 @@ def _wrong_type(
     return _plugin_error(info, hook, problem, None)
 
 
+def _unwrapped(
+    info: PluginInfo, hook: str, raw: object, expected: type, what: str, item: bool = False
+) -> Any:
+    """``raw``'s answer (an ``Override``'s item), refused unless it is an ``expected``."""
+    answer = raw.item if isinstance(raw, Override) else raw
+    if not isinstance(answer, expected):
+        raise _wrong_type(info, hook, raw, what, item)
+    return answer
+
+
 def _add(merged: _Merged, key: Hashable, raw: Any, info: PluginInfo, hook: str) -> None:
     override = raw if isinstance(raw, Override) else None
     reason = override.reason if override is not None else ""
@@ -194,20 +204,20 @@ def _add(merged: _Merged, key: Hashable, raw: Any, info: PluginInfo, hook: str) 
 
 
 def _merge(
-    answers: list[tuple[PluginInfo, Any]],
+    hooks: _Hooks,
     hook: str,
+    kwargs: dict[str, Any],
     expected: type,
     key_of: Callable[[Any], Hashable],
 ) -> _Merged:
+    """Ask ``hook`` of every plugin for a list of ``expected``, merged by ``key_of``."""
     merged = _Merged()
     what = f"a list of {expected.__name__}"
-    for info, answer in answers:
+    for info, answer in _call(hooks, hook, kwargs):
         if not isinstance(answer, (list, tuple)):
             raise _wrong_type(info, hook, answer, what)
         for raw in answer:
-            item = raw.item if isinstance(raw, Override) else raw
-            if not isinstance(item, expected):
-                raise _wrong_type(info, hook, raw, what, item=True)
+            item = _unwrapped(info, hook, raw, expected, what, item=True)
             try:
                 key = key_of(item)
             except Exception as error:
@@ -339,28 +349,13 @@ def assemble(name: str, plugins: Sequence[LoadedPlugin]) -> AssembledBackend:
         >>> assemble("nothing", []).lowering_rules
         ()
     """
-    manager, members = hook_manager(plugins)
+    hooks = hook_manager(plugins)
     kwargs = {"backend": name}
-    patterns = _merge(
-        _call(manager, members, _PATTERN_HOOK, kwargs),
-        _PATTERN_HOOK,
-        BackendPatternConfig,
-        _pattern_key,
-    )
-    kernels = _merge(
-        _call(manager, members, _KERNEL_HOOK, kwargs),
-        _KERNEL_HOOK,
-        LoweringRule,
-        lambda rule: rule.key,
-    )
+    patterns = _merge(hooks, _PATTERN_HOOK, kwargs, BackendPatternConfig, _pattern_key)
+    kernels = _merge(hooks, _KERNEL_HOOK, kwargs, LoweringRule, lambda rule: rule.key)
     _check_rules_can_match(patterns, kernels)
-    deployment = _single_answer(
-        _call(manager, members, _DEPLOYMENT_HOOK, kwargs),
-        name,
-        _DEPLOYMENT_HOOK,
-        Deployment,
-        ("a Deployment", "Deployment"),
-    )
+    what = ("a Deployment", "Deployment")
+    deployment = _single_answer(hooks, _DEPLOYMENT_HOOK, kwargs, Deployment, what)
     return AssembledBackend(
         name=name,
         # _merge checked each config's pattern: building the BackendConfig cannot fail
@@ -369,32 +364,31 @@ def assemble(name: str, plugins: Sequence[LoadedPlugin]) -> AssembledBackend:
         pattern_origins=dict(patterns.origins),
         kernel_origins=dict(kernels.origins),
         plugins=tuple(p.info for p in plugins),
-        manager=manager,
-        members=members,
+        manager=hooks[0],
+        members=hooks[1],
         deployment=None if deployment is None else deployment[1],
     )
 
 
 def _single_answer(
-    answers: list[tuple[PluginInfo, Any]],
-    backend: str,
+    hooks: _Hooks,
     hook: str,
+    kwargs: dict[str, Any],
     expected: type,
     what: tuple[str, str],
 ) -> tuple[PluginInfo, Any] | None:
-    """The answer of a hook only one plugin may answer (a later ``Override`` replaces it).
+    """Ask ``hook``, which only one plugin may answer (a later ``Override`` replaces it);
+    the answering plugin and its answer, or None.
 
     ``what``: how the conflict message names the answer, as (``"a default
     QConfigMapping"``, ``"mapping"``).
     """
     chosen: tuple[PluginInfo, Any] | None = None
-    for info, answer in answers:
-        item = answer.item if isinstance(answer, Override) else answer
-        if not isinstance(item, expected):
-            raise _wrong_type(info, hook, answer, f"a {expected.__name__}")
+    for info, answer in _call(hooks, hook, kwargs):
+        item = _unwrapped(info, hook, answer, expected, f"a {expected.__name__}")
         if chosen is not None and not isinstance(answer, Override):
             msg = (
-                f"backend {backend!r}: both {chosen[0].label} and {info.label} return "
+                f"backend {kwargs['backend']!r}: both {chosen[0].label} and {info.label} return "
                 f"{what[0]}; the later plugin must wrap its {what[1]} in "
                 "fxquant.registry.Override(...) to replace it"
             )
@@ -418,9 +412,9 @@ def default_qconfig_mapping(backend: AssembledBackend, is_qat: bool) -> Any:
         fxquant.errors.MissingDefaultQConfigError: backend 'nothing' has no default ...
     """
     kwargs = {"backend": backend.name, "is_qat": is_qat}
-    answers = _call(backend.manager, backend.members, _QCONFIG_HOOK, kwargs)
     what = (f"a default QConfigMapping (is_qat={is_qat})", "mapping")
-    chosen = _single_answer(answers, backend.name, _QCONFIG_HOOK, QConfigMapping, what)
+    hooks = (backend.manager, backend.members)
+    chosen = _single_answer(hooks, _QCONFIG_HOOK, kwargs, QConfigMapping, what)
     if chosen is None:
         kind = "QAT" if is_qat else "post-training"
         msg = (
@@ -452,9 +446,9 @@ def graph_mode(
         "qconfig_mapping": qconfig_mapping,
         "is_qat": is_qat,
     }
-    answers = _call(backend.manager, backend.members, _GRAPH_MODE_HOOK, kwargs)
     what = ("a GraphMode for one graph", "mode")
-    chosen = _single_answer(answers, backend.name, _GRAPH_MODE_HOOK, GraphMode, what)
+    hooks = (backend.manager, backend.members)
+    chosen = _single_answer(hooks, _GRAPH_MODE_HOOK, kwargs, GraphMode, what)
     if chosen is None:
         return None
     info, mode = chosen

@@ -50,9 +50,7 @@ def fxquant_requirement(requires: Iterable[str] | None) -> str | None:
     for line in requires or ():
         requirement, _, marker = line.partition(";")
         match = _NAME.match(requirement)
-        if match is None or normalize_dist_name(match.group(1)) != "fxquant":
-            continue
-        if "extra" in marker:
+        if match is None or normalize_dist_name(match.group(1)) != "fxquant" or "extra" in marker:
             continue
         return requirement[match.end() :].strip().strip("()").strip()
     return None
@@ -104,13 +102,8 @@ def version_satisfies(version: str, specifier: str) -> bool:
         False
     """
     installed = _release(version)
-    for clause in filter(None, (part.strip() for part in specifier.split(","))):
-        match = _CLAUSE.match(clause)
-        if match is None:
-            continue
-        if not _clause_holds(match.group(1), match.group(2), installed):
-            return False
-    return True
+    matches = (_CLAUSE.match(clause) for clause in specifier.split(","))  # None: unparsable
+    return all(_clause_holds(m[1], m[2], installed) for m in matches if m is not None)
 
 
 def check_plugin_api(plugin: object, label: str) -> None:

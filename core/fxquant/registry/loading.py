@@ -264,14 +264,6 @@ def _dist_key(dist: Any) -> str:
     return normalize_dist_name(name)
 
 
-def _builtin_records(seen: set[tuple[str, str]]) -> list[EntryPointRecord]:
-    return [
-        EntryPointRecord(backend, value, BUILTIN_DISTRIBUTION, None)
-        for backend, value in _BUILTIN_ENTRY_POINTS.items()
-        if (BUILTIN_DISTRIBUTION, backend) not in seen
-    ]
-
-
 def _entry_points_text(dist: Any) -> str | None:
     path = getattr(dist, "_path", None)
     if path is None:
@@ -316,8 +308,12 @@ def scan() -> list[EntryPointRecord]:
         if first.setdefault(key, dist) is not dist:
             continue  # the same distribution again, further down sys.path
         records.extend(_records_of(dist, key))
-    seen = {(r.dist_key, r.backend) for r in records}
-    records.extend(_builtin_records(seen))
+    seen = {r.backend for r in records if r.builtin}  # the core's metadata, when installed
+    records += [
+        EntryPointRecord(backend, value, BUILTIN_DISTRIBUTION, None)
+        for backend, value in _BUILTIN_ENTRY_POINTS.items()
+        if backend not in seen
+    ]
     return sorted(records, key=lambda r: (not r.builtin, r.dist_key))
 
 
@@ -331,13 +327,11 @@ def _incompatible_reason(record: EntryPointRecord) -> str:
 
 
 def _failure(info: PluginInfo, error: BaseException, what: str) -> LoadedPlugin:
-    msg = (
-        f"{info.label} for backend {info.backend!r} failed {what}: {type(error).__name__}: {error}"
-    )
-    wrapped = PluginError(msg)
+    described = f"{type(error).__name__}: {error}"
+    wrapped = PluginError(f"{info.label} for backend {info.backend!r} failed {what}: {described}")
     wrapped.__cause__ = error
-    reason = f"{type(error).__name__}: {error}".splitlines()[0]
-    return LoadedPlugin(replace(info, status=PluginStatus.FAILED, reason=reason), None, wrapped)
+    failed = replace(info, status=PluginStatus.FAILED, reason=described.splitlines()[0])
+    return LoadedPlugin(failed, None, wrapped)
 
 
 def load(record: EntryPointRecord) -> LoadedPlugin:
@@ -365,12 +359,10 @@ def load(record: EntryPointRecord) -> LoadedPlugin:
         raise
     except BaseException as error:  # SystemExit too: a plugin's sys.exit() is its failure
         return _failure(info, error, "to import")
-    seconds = time.perf_counter() - start
+    imported = replace(info, status=PluginStatus.OK, import_seconds=time.perf_counter() - start)
     try:
         check_plugin_api(plugin, info.label)
     except PluginAPIVersionError as error:
-        failed = replace(
-            info, status=PluginStatus.FAILED, reason=str(error), import_seconds=seconds
-        )
+        failed = replace(imported, status=PluginStatus.FAILED, reason=str(error))
         return LoadedPlugin(failed, None, error)
-    return LoadedPlugin(replace(info, status=PluginStatus.OK, import_seconds=seconds), plugin)
+    return LoadedPlugin(imported, plugin)

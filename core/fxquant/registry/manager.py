@@ -142,8 +142,8 @@ class Registry:
 
     def _unknown(self, name: str) -> UnknownBackendError:
         installed = self.list_backends()
-        records = [r for r in self.records() if r.backend == name]
-        if records:  # known, but every plugin is switched off or incompatible
+        # known, but every plugin is switched off or incompatible
+        if any(r.backend == name for r in self.records()):
             outcomes = [p.info for p in self._load_all(name)]
             why = "; ".join(
                 f"{i.distribution} {i.version} is {i.status} ({i.reason})" for i in outcomes
@@ -159,11 +159,9 @@ class Registry:
         return UnknownBackendError(msg)
 
     def _load_all(self, name: str) -> list[LoadedPlugin]:
-        loaded = self._loaded.get(name)
-        if loaded is None:
-            loaded = [load(r) for r in self.records() if r.backend == name]
-            self._loaded[name] = loaded
-        return loaded
+        if name not in self._loaded:
+            self._loaded[name] = [load(r) for r in self.records() if r.backend == name]
+        return self._loaded[name]
 
     def _plugins_of(self, name: str) -> list[LoadedPlugin]:
         loaded = self._load_all(name)
@@ -311,9 +309,8 @@ class Registry:
             UnknownBackendError: no plugin at all declares ``name``.
         """
         with self._lock:
-            plugins = [*self._load_all(name)]
-        plugins += self._registered_for(name)
-        infos = tuple(p.info for p in plugins)
+            loaded = self._load_all(name)
+        infos = tuple(p.info for p in [*loaded, *self._registered_for(name)])
         if not infos:
             raise self._unknown(name)
         statuses = {i.status for i in infos}
