@@ -191,3 +191,30 @@ def test_float16_dynamic_qconfig_gives_fp16_weights() -> None:
     assert isinstance(reference.lstm, recurrent.LSTM)
     assert reference.lstm.get_weight_qparams("weight_ih_l0")["dtype"] == torch.float16
     assert (reference(x) - model(x)).abs().max() < 1e-3
+
+
+def test_a_static_qconfig_on_an_lstm_is_refused_saying_how_to_quantize_it() -> None:
+    # a backend's default mapping is static, and its LSTM patterns are dynamic only
+    class Tagger(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lstm = nn.LSTM(4, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.lstm(x)[0]
+
+    x = torch.randn(3, 2, 4)
+    config = fxquant.get_backend_config("x86")
+    mapping = fxquant.get_default_qconfig_mapping("x86")
+    prepared = prepare_fx(Tagger().eval(), mapping, (x,), backend_config=config)
+    (skipped,) = fxquant.explain(prepared).skipped()
+    assert skipped.reason.code.value == "is_dynamic"
+    assert "set a dynamic qconfig for it (docs/guide/torch-modules.md" in skipped.reason.words
+
+    activation = observer.PlaceholderObserver.with_args(
+        dtype=torch.uint8, quant_min=0, quant_max=127, is_dynamic=True
+    )
+    qconfig = fxquant.QConfig(activation=activation, weight=observer.default_weight_observer)
+    mapping.set_object_type(nn.LSTM, qconfig)  # what the message points at
+    prepared = prepare_fx(Tagger().eval(), mapping, (x,), backend_config=config)
+    assert fxquant.explain(prepared).skipped() == []

@@ -203,10 +203,15 @@ def _check_dtypes(config: DTypeConfig, probe: QConfigProbe, label: str) -> Reaso
     act = probe.activation
     if bool(config.is_dynamic) != act.is_dynamic:
         kind = "dynamic" if config.is_dynamic else "static"
+        fix = (  # a backend's default mapping is static; its recurrent modules are dynamic only
+            "docs/guide/torch-modules.md shows one for recurrent modules"
+            if config.is_dynamic
+            else "the backend's default mapping has one"
+        )
         return Reason(
             ReasonCode.IS_DYNAMIC,
             f"{label}: qconfig activation is_dynamic={act.is_dynamic} but the backend wants "
-            f"{kind} quantization",
+            f"{kind} quantization; set a {kind} qconfig for it ({fix})",
             field="is_dynamic",
             bound=config.is_dynamic,
         )
