@@ -136,22 +136,21 @@ class ReferenceQuantizedModule(nn.Module):
                 msg = f"weight_qparams needs the key {key!r}, got keys {sorted(params)}"
                 raise ConfigError(msg)
         self._set_scheme(params["qscheme"], params["dtype"], params)
-        device = self.weight.device
-        if self.is_weight_quantized():
+        quantized = self.is_weight_quantized()
+        if quantized:
             for key in ("scale", "zero_point", *(("axis",) if self._per_channel() else ())):
                 if key not in params:
                     msg = f"weight_qparams for {self.weight_qscheme} needs the key {key!r}"
                     raise ConfigError(msg)
-            float_zero_point = self._scheme_name() == "per_channel_affine_float_qparams"
-            zp_dtype = torch.float32 if float_zero_point else torch.int32
-            scale = _as_tensor(params["scale"], torch.float32, device)
-            zero_point = _as_tensor(params["zero_point"], zp_dtype, device).to(zp_dtype)
-            axis = _as_tensor(params.get("axis", 0), torch.int32, device)
-        else:
-            # kept so every reference module has the same buffers (and state_dict keys)
-            scale = torch.tensor(1.0, device=device)
-            zero_point = torch.tensor(0, dtype=torch.int32, device=device)
-            axis = torch.tensor(0, dtype=torch.int32, device=device)
+        # an unquantized weight keeps identity qparams, so every reference module has the
+        # same buffers (and state_dict keys)
+        given = params if quantized else {}
+        float_zero_point = quantized and self._scheme_name() == "per_channel_affine_float_qparams"
+        zp_dtype = torch.float32 if float_zero_point else torch.int32
+        device = self.weight.device
+        scale = _as_tensor(given.get("scale", 1.0), torch.float32, device)
+        zero_point = _as_tensor(given.get("zero_point", 0), zp_dtype, device).to(zp_dtype)
+        axis = _as_tensor(given.get("axis", 0), torch.int32, device)
         self.register_buffer("weight_scale", scale)
         self.register_buffer("weight_zero_point", zero_point)
         self.register_buffer("weight_axis", axis)
@@ -428,13 +427,6 @@ class Conv3d(_PlainConv, nn.Conv3d):
     """
 
 
-_CONV_TRANSPOSE_FN: dict[int, Callable[..., torch.Tensor]] = {
-    1: F.conv_transpose1d,
-    2: F.conv_transpose2d,
-    3: F.conv_transpose3d,
-}
-
-
 class _TransposedConv(_Reference):
     """Forward of ``ConvTranspose1d/2d/3d``, with ``output_size`` as in ``nn.ConvTranspose*``.
 
@@ -462,7 +454,8 @@ class _TransposedConv(_Reference):
             len(self.kernel_size),
             self.dilation,
         )
-        conv = _CONV_TRANSPOSE_FN[len(self.kernel_size)]
+        # the op of the float module, by dimension
+        conv: Callable[..., torch.Tensor] = getattr(F, f"conv_transpose{len(self.kernel_size)}d")
         return conv(
             x,
             self.get_weight(),
