@@ -29,7 +29,7 @@ from fxquant import dtypes
 from fxquant.errors import ConfigError, ConfigTypeError, wrong_type
 from fxquant.nn import FloatTwin, init_arguments
 from fxquant.nn.intrinsic import type_label
-from fxquant.nn.qat import Lookup, Pool, root_of
+from fxquant.nn.qat import Affine, Convolving, Lookup, Pool, root_of
 
 # the recurrent reference modules live in fxquant.nn.recurrent; named here too, where
 # the seed's reference namespace has them, so a config naming that class finds fxquant's
@@ -334,6 +334,10 @@ class _Reference(FloatTwin, ReferenceQuantizedModule):
         self._float_class.__init__(self, *args, **kwargs)
         self._init_weight_qparams(weight_qparams)
 
+    def used_weight(self) -> torch.Tensor:
+        """The quantize->dequantized weight: what the forward computes with."""
+        return self.get_weight()
+
     @classmethod
     def from_float(cls, float_module: nn.Module, weight_qparams: Mapping[str, Any] | None) -> Any:
         """Copy ``float_module``: a ``_float_class`` module, a fused module whose first part
@@ -356,7 +360,7 @@ class _Reference(FloatTwin, ReferenceQuantizedModule):
         return ref
 
 
-class Linear(_Reference, nn.Linear):
+class Linear(_Reference, Affine, nn.Linear):
     """Reference quantized ``nn.Linear``: ``F.linear(x, get_weight(), bias)``.
 
     Args:
@@ -371,28 +375,8 @@ class Linear(_Reference, nn.Linear):
         torch.Size([2, 3])
     """
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Linear with the quantize->dequantized weight."""
-        return F.linear(x, self.get_weight(), self.bias)
 
-
-class _PlainConv(_Reference):
-    """Forward of ``Conv1d/2d/3d``: the float module's own ``_conv_forward`` (padding modes too).
-
-    Example:
-        >>> issubclass(Conv3d, _PlainConv)
-        True
-    """
-
-    _conv_forward: Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
-    bias: torch.Tensor | None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Convolution (any padding mode) with the quantize->dequantized weight."""
-        return self._conv_forward(x, self.get_weight(), self.bias)
-
-
-class Conv1d(_PlainConv, nn.Conv1d):
+class Conv1d(_Reference, Convolving, nn.Conv1d):
     """Reference quantized ``nn.Conv1d``.
 
     Example:
@@ -403,7 +387,7 @@ class Conv1d(_PlainConv, nn.Conv1d):
     """
 
 
-class Conv2d(_PlainConv, nn.Conv2d):
+class Conv2d(_Reference, Convolving, nn.Conv2d):
     """Reference quantized ``nn.Conv2d``.
 
     Example:
@@ -416,7 +400,7 @@ class Conv2d(_PlainConv, nn.Conv2d):
     """
 
 
-class Conv3d(_PlainConv, nn.Conv3d):
+class Conv3d(_Reference, Convolving, nn.Conv3d):
     """Reference quantized ``nn.Conv3d``.
 
     Example:
@@ -504,15 +488,7 @@ class ConvTranspose3d(_TransposedConv, nn.ConvTranspose3d):
     """
 
 
-class _Table(_Reference):
-    """The reference embeddings: ``from_float`` copies the float table's settings."""
-
-    def table_weight(self) -> torch.Tensor:
-        """The quantize->dequantized table."""
-        return self.get_weight()
-
-
-class Embedding(_Table, Lookup, nn.Embedding):
+class Embedding(_Reference, Lookup, nn.Embedding):
     """Reference quantized ``nn.Embedding`` (usually per-channel float qparams, axis 0).
 
     Example:
@@ -525,7 +501,7 @@ class Embedding(_Table, Lookup, nn.Embedding):
     """
 
 
-class EmbeddingBag(_Table, Pool, nn.EmbeddingBag):
+class EmbeddingBag(_Reference, Pool, nn.EmbeddingBag):
     """Reference quantized ``nn.EmbeddingBag``.
 
     Example:
