@@ -411,7 +411,7 @@ class Conv3d(_Reference, Convolving, nn.Conv3d):
     """
 
 
-class _TransposedConv(_Reference):
+class _TransposedConv(_Reference, nn.modules.conv._ConvTransposeNd):
     """Forward of ``ConvTranspose1d/2d/3d``, with ``output_size`` as in ``nn.ConvTranspose*``.
 
     Example:
@@ -419,13 +419,8 @@ class _TransposedConv(_Reference):
         (3, 3)
     """
 
+    # torch types its geometry arguments as lists; its own forward passes these tuples too
     _output_padding: Callable[..., list[int]]
-    bias: torch.Tensor | None
-    stride: tuple[int, ...]
-    padding: str | tuple[int, ...]
-    kernel_size: tuple[int, ...]
-    dilation: tuple[int, ...]
-    groups: int
 
     def forward(self, x: torch.Tensor, output_size: list[int] | None = None) -> torch.Tensor:
         """Transposed convolution with the quantize->dequantized weight."""
