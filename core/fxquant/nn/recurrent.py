@@ -343,12 +343,8 @@ def _gru_step(ih: torch.Tensor, hh: torch.Tensor, state: State) -> State:
     return ((state[0] - new) * update + new,)
 
 
-class _Sequence(RecurrentReference):
+class _Sequence(RecurrentReference, nn.RNNBase):
     """LSTM and GRU: layers x directions over the sequence, as torch's kernels loop."""
-
-    num_layers: int
-    bidirectional: bool
-    batch_first: bool
 
     def _run(self, x: object, hx: State | None) -> tuple[torch.Tensor, State]:
         if isinstance(x, nn.utils.rnn.PackedSequence):
