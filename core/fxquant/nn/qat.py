@@ -131,11 +131,8 @@ class Affine(WeightOp):
         return F.linear(x, self.used_weight(), self.bias)
 
 
-class Convolving(WeightOp):
+class Convolving(WeightOp, nn.modules.conv._ConvNd):
     """``nn.Conv1d/2d/3d``'s forward over ``used_weight()``, any padding mode."""
-
-    _conv_forward: Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
-    bias: torch.Tensor | None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Convolution with the weight the subclass computes with."""
@@ -237,7 +234,7 @@ class Linear(_QATWeighted, Affine, nn.Linear):
         )
 
 
-class _QATConv(_QATWeighted, Convolving, nn.modules.conv._ConvNd):
+class _QATConv(_QATWeighted, Convolving):
     """The convolution with ``weight_fake_quant(weight)``; ``nn.ConvNd``'s arguments and a
     keyword ``qconfig`` (required).
 

@@ -221,7 +221,6 @@ class RecurrentReference(FloatTwin, nn.Module):
     weight_qparams: nn.ModuleDict
     activation_quant_min: int
     activation_quant_max: int
-    hidden_size: int
     _step: Callable[[torch.Tensor, torch.Tensor, State], State]
     # lowering drops a reference module its kernels fully replaced (and its float weights)
     _IS_REFERENCE: ClassVar[bool] = True
@@ -458,7 +457,7 @@ class LSTMCell(RecurrentReference, nn.LSTMCell):
         return h, c
 
 
-class _StateCell(RecurrentReference):
+class _StateCell(RecurrentReference, nn.RNNCellBase):
     """The cells whose state is ``h`` alone (GRU, RNN).
 
     Example:
