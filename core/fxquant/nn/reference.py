@@ -300,23 +300,6 @@ class ReferenceQuantizedModule(nn.Module):
         return f"Reference{type(self).__name__}"
 
 
-def _root(owner: type, float_module: nn.Module, expected: type[nn.Module]) -> nn.Module:
-    """The weighted module to copy: ``float_module``, a fused module's first part, or the
-    float form of a QAT module (whose ``to_float()`` folds any BatchNorm first)."""
-    module = float_module
-    to_float = getattr(module, "to_float", None)
-    if callable(to_float):
-        module = to_float()
-    module = root_of(module)
-    if not isinstance(module, expected):
-        msg = (
-            f"reference {owner.__name__}.from_float expects a {type_label(expected)} (or a fused "
-            f"module whose first part is one), got {float_module!r}"
-        )
-        raise ConfigTypeError(msg)
-    return module
-
-
 class _Reference(FloatTwin, ReferenceQuantizedModule):
     """The reference modules of this file: ``_float_class`` is the float class mixed in.
 
@@ -343,8 +326,15 @@ class _Reference(FloatTwin, ReferenceQuantizedModule):
         """Copy ``float_module``: a ``_float_class`` module, a fused module whose first part
         is one, or a QAT module (whose ``to_float()`` folds any BatchNorm first): its
         configuration, and its weight and bias as new Parameters."""
-        mod = _root(cls, float_module, cls._float_class)
-        weight: torch.Tensor = mod.weight  # type: ignore[assignment]  # checked by _root
+        to_float = getattr(float_module, "to_float", None)
+        mod = root_of(to_float() if callable(to_float) else float_module)
+        if not isinstance(mod, cls._float_class):
+            msg = (
+                f"reference {cls.__name__}.from_float expects a {type_label(cls._float_class)} "
+                f"(or a fused module whose first part is one), got {float_module!r}"
+            )
+            raise ConfigTypeError(msg)
+        weight: torch.Tensor = mod.weight  # type: ignore[assignment]  # a weighted float module
         kwargs = init_arguments(mod, cls._float_class)
         token = _COPYING_PARAMS.set(True)
         try:
