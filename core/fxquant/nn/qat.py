@@ -121,10 +121,8 @@ class WeightOp(nn.Module):
     used_weight: Callable[[], torch.Tensor]
 
 
-class Affine(WeightOp):
+class Affine(WeightOp, nn.Linear):
     """``nn.Linear``'s forward over ``used_weight()``."""
-
-    bias: nn.Parameter  # typed as nn.Linear has it (None when built with bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Linear with the weight the subclass computes with."""
