@@ -379,10 +379,11 @@ class QConfigMapping(serialize.DictForm):
         entries = {key: getattr(self, f"{key}_qconfigs").items() for key in _LEVELS}
         return {
             GLOBAL_KEY: self.global_qconfig,
-            # an order entry's key is (module_name, object_type, index): its items come first
+            # an order entry's key is the tuple (module_name, object_type, index): its items
+            # come first; the other levels' keys are one name, type or function each
             **{
-                key: [(*k, q) if size == 4 else (k, q) for k, q in entries[key]]
-                for key, (_, size, _) in _LEVELS.items()
+                key: [(*k, q) if isinstance(k, tuple) else (k, q) for k, q in items]
+                for key, items in entries.items()
             },
         }
 
