@@ -20,6 +20,7 @@ from fxquant.config import (
     ObservationType,
     QConfig,
     QConfigMapping,
+    serialize,
 )
 from fxquant.errors import ConfigError, UnsafeNameError
 from fxquant.nn import fusers
@@ -260,6 +261,20 @@ def test_pattern_outside_trusted_roots_is_refused() -> None:
     text = json.dumps({"name": "b", "configs": [{"pattern": {"module": "os", "name": "system"}}]})
     with pytest.raises(UnsafeNameError, match=r"configs\[0\]\.pattern: 'os\.system' is outside"):
         BackendConfig.from_json(text)
+
+
+def test_trusted_roots_per_kind_are_pinned() -> None:
+    # a security allow-list derived from ALLOWED_MODULES: widening it must show up here
+    with fake_plugin.installed():
+        roots = {kind: serialize.trusted_roots(kind) for kind in serialize.ALLOWED_MODULES}
+    ops = {"torch", "operator", "fxquant", "tests"}
+    assert roots == {
+        serialize.OP: ops,
+        serialize.MODULE_CLASS: ops,
+        serialize.FUSER: {"fxquant", "tests"},
+        serialize.GETTER: {"fxquant", "tests"},
+        serialize.CONSTRUCTOR: {"fxquant", "tests"},
+    }
 
 
 def test_observer_class_from_torch_is_refused() -> None:

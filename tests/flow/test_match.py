@@ -32,6 +32,14 @@ def test_longer_pattern_wins_over_its_suffix() -> None:
     assert match.structure == (match.nodes[2], (match.nodes[1], match.nodes[0]))
 
 
+def test_pattern_index_is_an_identity_keyed_object_with_a_short_repr() -> None:
+    entries = [((nn.ReLU, nn.Conv2d), "conv-relu"), (nn.Conv2d, "conv")]
+    index, twin = PatternIndex.build(entries), PatternIndex.build(entries)
+    assert {index: "a", twin: "b"}[index] == "a"  # hashable, and two builds stay apart
+    assert index != twin
+    assert repr(index).startswith("<fxquant.flow.match.PatternIndex object at 0x")
+
+
 def test_complex_pattern_with_match_all_node_binds_but_does_not_claim_it() -> None:
     gm = fx.symbolic_trace(ConvAdd())
     pattern = (nn.ReLU, (operator.add, (nn.BatchNorm2d, nn.Conv2d), MatchAllNode))

@@ -12,6 +12,7 @@ from fxquant.flow.fuse import fuse_assigned
 from fxquant.flow.qconfig_assign import assign_qconfigs
 from fxquant.flow.state import node_info
 from fxquant.flow.trace import trace
+from fxquant.registry.resolution import ResolvedBackend
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import fx, nn
@@ -40,7 +41,7 @@ class Net(nn.Module):
 
 
 def qconfigs(mapping: QConfigMapping) -> dict[str, object]:
-    gm: fx.GraphModule = trace(Net(), FlowContext(BackendConfig("b")))
+    gm: fx.GraphModule = trace(Net(), FlowContext(ResolvedBackend(BackendConfig("b"))))
     result = assign_qconfigs(gm, dict(gm.named_modules()), mapping)
     return {n.name: q for n, q in result.qconfigs.items()}
 
@@ -63,7 +64,7 @@ def test_five_levels_apply_in_priority_order() -> None:
 
 
 def test_module_name_entry_that_matches_nothing_is_reported() -> None:
-    gm = trace(Net(), FlowContext(BackendConfig("b")))
+    gm = trace(Net(), FlowContext(ResolvedBackend(BackendConfig("b"))))
     mapping = QConfigMapping().set_module_name("c", A).set_module_name_regex("zz.*", A)
     unused = assign_qconfigs(gm, dict(gm.named_modules()), mapping).unused
     assert [r.field for r in unused] == ["module_name", "module_name_regex"]
@@ -85,7 +86,7 @@ class FiveConvs(nn.Module):
 
 
 def conv_qconfigs(mapping: QConfigMapping) -> dict[str, object]:
-    gm = trace(FiveConvs(), FlowContext(BackendConfig("b")))
+    gm = trace(FiveConvs(), FlowContext(ResolvedBackend(BackendConfig("b"))))
     result = assign_qconfigs(gm, dict(gm.named_modules()), mapping)
     return {str(n.target): q for n, q in result.qconfigs.items() if n.op == "call_module"}
 

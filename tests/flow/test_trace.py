@@ -9,6 +9,7 @@ from fxquant.config.custom import PrepareCustomConfig
 from fxquant.flow.context import FlowContext
 from fxquant.flow.state import node_info
 from fxquant.flow.trace import UntraceableModelError, trace
+from fxquant.registry.resolution import ResolvedBackend
 from torch import nn
 
 
@@ -30,7 +31,9 @@ class Outer(nn.Module):
 
 
 def ctx(config: PrepareCustomConfig | None = None) -> FlowContext:
-    return FlowContext(BackendConfig("b"), prepare_custom_config=config or PrepareCustomConfig())
+    return FlowContext(
+        ResolvedBackend(BackendConfig("b")), prepare_custom_config=config or PrepareCustomConfig()
+    )
 
 
 def test_untraceable_module_error_names_path_line_and_fix() -> None:

@@ -212,8 +212,9 @@ def _fxquant_graph(model: nn.Module, inputs: tuple[torch.Tensor, ...]) -> fx.Gra
     from fxquant.config.backend import BackendConfig
     from fxquant.flow.context import FlowContext
     from fxquant.flow.trace import trace
+    from fxquant.registry.resolution import ResolvedBackend
 
-    gm = trace(model, FlowContext(BackendConfig("graph"), example_inputs=inputs))
+    gm = trace(model, FlowContext(ResolvedBackend(BackendConfig("graph")), example_inputs=inputs))
     for node in gm.graph.nodes:
         node.meta.pop("fxquant", None)  # torch.ao's graph: none of fxquant's records
     return gm

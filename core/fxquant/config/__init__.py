@@ -11,13 +11,27 @@ serialize.py        the JSON forms and safe name resolution
 
 from __future__ import annotations
 
-from fxquant.config import backend, custom
-from fxquant.config.backend import *  # noqa: F403  # the classes its __all__ lists
-from fxquant.config.custom import *  # noqa: F403  # the classes its __all__ lists
+from fxquant.config.backend import (
+    BackendConfig,
+    BackendPatternConfig,
+    DTypeConfig,
+    DTypeWithConstraints,
+    ObservationType,
+)
+from fxquant.config.custom import (
+    ConvertCustomConfig,
+    FuseCustomConfig,
+    PrepareCustomConfig,
+    QuantType,
+    StandaloneModuleConfigEntry,
+)
 from fxquant.config.pattern import MatchAllNode, Pattern, pattern_str
 from fxquant.config.qconfig import QConfig, QConfigAny
 from fxquant.config.qconfig_mapping import QConfigMapping
 
-__all__ = ["MatchAllNode", "Pattern", "QConfig", "QConfigAny", "QConfigMapping", "pattern_str"]
-__all__ += backend.__all__
-__all__ += custom.__all__
+__all__ = [
+    "BackendConfig", "BackendPatternConfig", "ConvertCustomConfig", "DTypeConfig",
+    "DTypeWithConstraints", "FuseCustomConfig", "MatchAllNode", "ObservationType", "Pattern",
+    "PrepareCustomConfig", "QConfig", "QConfigAny", "QConfigMapping", "QuantType",
+    "StandaloneModuleConfigEntry", "pattern_str",
+]  # fmt: skip

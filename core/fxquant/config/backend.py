@@ -545,7 +545,7 @@ class BackendPatternConfig(serialize.DictForm):
 
     def _set(self, key: str, value: object) -> BackendPatternConfig:
         """Set the field of dict key ``key`` to ``value`` checked by its :data:`_FIELDS` check."""
-        attribute, check, _ = _FIELDS[key]
+        attribute, check, _, _ = _FIELDS[key]
         setattr(self, attribute, check(value, attribute.lstrip("_")))
         return self
 
@@ -574,7 +574,7 @@ class BackendPatternConfig(serialize.DictForm):
             ['dtype_configs', 'observation_type', 'pattern']
         """
         result: dict[str, Any] = {}
-        for key, (attribute, _, _) in _FIELDS.items():
+        for key, (attribute, *_) in _FIELDS.items():
             value = getattr(self, attribute)
             if key == "dtype_configs":
                 value = [c.to_dict() for c in value]
@@ -596,11 +596,8 @@ class BackendPatternConfig(serialize.DictForm):
         data = _check_keys(backend_pattern_config_dict, _FROM_DICT_ORDER, cls.__name__)
         config = cls()
         for key in _FROM_DICT_ORDER:
-            if key in data:
-                attribute = _FIELDS[key][0]
-                # the public setter: set_pattern and its twin refuse a second pattern format
-                setter = f"_set_{attribute[1:]}" if attribute[0] == "_" else f"set_{attribute}"
-                getattr(config, setter)(data[key])
+            if key in data:  # through the setter: set_pattern refuses a second format
+                _FIELDS[key][3](config, data[key])
         return config
 
 
@@ -836,39 +833,49 @@ _PATTERNS: Final = (serialize.encode_pattern, serialize.decode_pattern)
 _OBSERVATION: Final = (_observation_type_name, _observation_type)
 _DTYPE_CONFIGS: Final = serialize.list_codec(_record_codec(_DTYPE_CONFIG_JSON, None))
 
+_B = BackendPatternConfig
 # BackendPatternConfig's fields, in torch.ao's to_dict order: dict key -> (attribute, the
-# setter's check, the JSON codec or None to pass the value through); a setter's argument is
-# named as the attribute, and an attribute ``_x`` has the setter ``_set_x`` (torch.ao's
-# private setters), ``x`` has ``set_x``
-_FIELDS: Final[dict[str, tuple[str, Callable[[Any, str], Any], serialize.Codec | None]]] = {
-    "observation_type": ("observation_type", _check_observation_type, _OBSERVATION),
-    "dtype_configs": ("dtype_configs", _check_dtype_configs, _DTYPE_CONFIGS),
-    "pattern": ("pattern", lambda value, _: patterns.validate_simple(value), _PATTERNS),
-    "root_module": ("root_module", *_MODULE),
-    "qat_module": ("qat_module", *_MODULE),
-    "reference_quantized_module_for_root": ("reference_quantized_module", *_MODULE),
-    "fused_module": ("fused_module", *_MODULE),
-    "fuser_method": ("fuser_method", _check_callable, serialize.name_codec(serialize.FUSER)),
-    "root_node_getter": ("_root_node_getter", *_GETTER),
-    "extra_inputs_getter": ("_extra_inputs_getter", *_GETTER),
+# setter's check, the JSON codec or None to pass the value through, the setter from_dict
+# calls); a setter's argument is named as the attribute
+_FIELDS: Final[
+    dict[str, tuple[str, Callable[[Any, str], Any], serialize.Codec | None, Callable[..., _B]]]
+] = {
+    "observation_type": (
+        "observation_type", _check_observation_type, _OBSERVATION, _B.set_observation_type
+    ),
+    "dtype_configs": ("dtype_configs", _check_dtype_configs, _DTYPE_CONFIGS, _B.set_dtype_configs),
+    "pattern": (
+        "pattern", lambda value, _: patterns.validate_simple(value), _PATTERNS, _B.set_pattern
+    ),
+    "root_module": ("root_module", *_MODULE, _B.set_root_module),
+    "qat_module": ("qat_module", *_MODULE, _B.set_qat_module),
+    "reference_quantized_module_for_root": (
+        "reference_quantized_module", *_MODULE, _B.set_reference_quantized_module
+    ),
+    "fused_module": ("fused_module", *_MODULE, _B.set_fused_module),
+    "fuser_method": (
+        "fuser_method", _check_callable, serialize.name_codec(serialize.FUSER), _B.set_fuser_method
+    ),
+    "root_node_getter": ("_root_node_getter", *_GETTER, _B._set_root_node_getter),
+    "extra_inputs_getter": ("_extra_inputs_getter", *_GETTER, _B._set_extra_inputs_getter),
     "num_tensor_args_to_observation_type": (
-        "_num_tensor_args_to_observation_type",
-        _check_observation_types,
-        (_encode_num_args, _decode_num_args),
+        "_num_tensor_args_to_observation_type", _check_observation_types,
+        (_encode_num_args, _decode_num_args), _B._set_num_tensor_args_to_observation_type,
     ),
-    "input_type_to_index": ("_input_type_to_index", _check_input_type_to_index, None),
+    "input_type_to_index": (
+        "_input_type_to_index", _check_input_type_to_index, None, _B._set_input_type_to_index
+    ),
     "pattern_complex_format": (
-        "_pattern_complex_format",
-        lambda value, _: patterns.validate_complex(value),
-        _PATTERNS,
+        "_pattern_complex_format", lambda value, _: patterns.validate_complex(value), _PATTERNS,
+        _B._set_pattern_complex_format,
     ),
-}
+}  # fmt: skip
 # from_dict sets the pattern first, as torch.ao does: a bad pattern is the error reported
 _FROM_DICT_ORDER: Final = sorted(_FIELDS, key=lambda key: not key.startswith("pattern"))
 _BACKEND_CONFIG_JSON: Final[serialize.Codecs] = {
     "configs": serialize.list_codec(
         _record_codec(
-            {key: codec for key, (_, _, codec) in _FIELDS.items() if codec},
+            {key: codec for key, (_, _, codec, _) in _FIELDS.items() if codec},
             BackendPatternConfig.from_dict,
         )
     ),

@@ -188,12 +188,6 @@ class _Preserved(DictForm):
     ignores it).
     """
 
-    # dict key (torch.ao's, in its order) -> (attribute, form); from_dict calls the setter
-    # ``set_<attribute>``, for a standalone module ``set_<key>`` (one module per call)
-    _FIELDS: ClassVar[dict[str, tuple[str, _Form]]] = {
-        "preserved_attributes": ("preserved_attributes", _LIST)
-    }
-
     def __init__(self) -> None:
         self.preserved_attributes: list[str] = []
 
@@ -208,10 +202,16 @@ class _Preserved(DictForm):
         self.preserved_attributes = checked  # type: ignore[attr-defined]  # T is a _Preserved
         return self
 
+    # dict key (torch.ao's, in its order) -> (attribute, form, the setter from_dict calls,
+    # for a standalone module once per module)
+    _FIELDS: ClassVar[dict[str, tuple[str, _Form, Callable[..., Any]]]] = {
+        "preserved_attributes": ("preserved_attributes", _LIST, set_preserved_attributes)
+    }
+
     def to_dict(self) -> dict[str, Any]:
         """The dict form with torch.ao's keys; empty settings are left out."""
         fields = self._FIELDS.items()
-        return {key: form.write(getattr(self, a)) for key, (a, form) in fields if getattr(self, a)}
+        return {k: form.write(getattr(self, a)) for k, (a, form, _) in fields if getattr(self, a)}
 
     @classmethod
     def _build(cls: type[P], data: object, strict: bool) -> P:
@@ -219,10 +219,9 @@ class _Preserved(DictForm):
         # the warning's stacklevel points at the caller of from_dict, two frames up
         unknown_keys(data, tuple(cls._FIELDS), f"{cls.__name__}.from_dict", strict)
         config = cls()
-        for key, (attribute, form) in cls._FIELDS.items():
-            setter = getattr(config, f"set_{key if form is _ENTRIES else attribute}")
+        for key, (_, form, setter) in cls._FIELDS.items():
             for arguments in form.calls(data[key], key) if key in data else ():
-                setter(*arguments)
+                setter(config, *arguments)
         return config
 
 
@@ -258,17 +257,6 @@ class PrepareCustomConfig(_Preserved):
         >>> sorted(config.to_dict())
         ['input_quantized_idxs', 'non_traceable_module_name', 'preserved_attributes']
     """
-
-    _FIELDS: ClassVar = {
-        "standalone_module_name": ("standalone_module_names", _ENTRIES),
-        "standalone_module_class": ("standalone_module_classes", _ENTRIES),
-        "float_to_observed_custom_module_class": ("float_to_observed_mapping", _CLASSES),
-        "non_traceable_module_name": ("non_traceable_module_names", _LIST),
-        "non_traceable_module_class": ("non_traceable_module_classes", _LIST),
-        "input_quantized_idxs": ("input_quantized_indexes", _LIST),
-        "output_quantized_idxs": ("output_quantized_indexes", _LIST),
-        **_Preserved._FIELDS,
-    }
 
     def __init__(self) -> None:
         super().__init__()
@@ -400,6 +388,25 @@ class PrepareCustomConfig(_Preserved):
         self.output_quantized_indexes = _list_of(indexes, "indexes", _index)
         return self
 
+    _FIELDS: ClassVar = {
+        "standalone_module_name": ("standalone_module_names", _ENTRIES, set_standalone_module_name),
+        "standalone_module_class": (
+            "standalone_module_classes", _ENTRIES, set_standalone_module_class
+        ),
+        "float_to_observed_custom_module_class": (
+            "float_to_observed_mapping", _CLASSES, set_float_to_observed_mapping
+        ),
+        "non_traceable_module_name": (
+            "non_traceable_module_names", _LIST, set_non_traceable_module_names
+        ),
+        "non_traceable_module_class": (
+            "non_traceable_module_classes", _LIST, set_non_traceable_module_classes
+        ),
+        "input_quantized_idxs": ("input_quantized_indexes", _LIST, set_input_quantized_indexes),
+        "output_quantized_idxs": ("output_quantized_indexes", _LIST, set_output_quantized_indexes),
+        **_Preserved._FIELDS,
+    }  # fmt: skip
+
     @classmethod
     def from_dict(
         cls, prepare_custom_config_dict: Mapping[str, Any], *, strict: bool = False
@@ -422,11 +429,6 @@ class ConvertCustomConfig(_Preserved):
         >>> list(config.to_dict()["observed_to_quantized_custom_module_class"])
         ['static']
     """
-
-    _FIELDS: ClassVar = {
-        "observed_to_quantized_custom_module_class": ("observed_to_quantized_mapping", _CLASSES),
-        **_Preserved._FIELDS,
-    }
 
     def __init__(self) -> None:
         super().__init__()
@@ -451,6 +453,13 @@ class ConvertCustomConfig(_Preserved):
         kind = QuantType.coerce(quant_type)
         self.observed_to_quantized_mapping.setdefault(kind, {})[observed_cls] = quantized_cls
         return self
+
+    _FIELDS: ClassVar = {
+        "observed_to_quantized_custom_module_class": (
+            "observed_to_quantized_mapping", _CLASSES, set_observed_to_quantized_mapping
+        ),
+        **_Preserved._FIELDS,
+    }  # fmt: skip
 
     @classmethod
     def from_dict(

@@ -51,16 +51,6 @@ OBJECT_TYPE_KEY: Final = "object_type"
 MODULE_NAME_REGEX_KEY: Final = "module_name_regex"
 MODULE_NAME_KEY: Final = "module_name"
 MODULE_NAME_OBJECT_TYPE_ORDER_KEY: Final = "module_name_object_type_order"
-# the levels with entries, lowest priority first: dict key -> (the positions of object types
-# in an entry ``(key..., qconfig)``, the entry's length); a level's entries are the attribute
-# ``<key>_qconfigs`` and set by ``set_<key>``
-_LEVELS: Final = {
-    OBJECT_TYPE_KEY: ((0,), 2),
-    MODULE_NAME_REGEX_KEY: ((), 2),
-    MODULE_NAME_KEY: ((), 2),
-    MODULE_NAME_OBJECT_TYPE_ORDER_KEY: ((1,), 4),
-}
-DICT_KEYS: Final = (GLOBAL_KEY, *_LEVELS)
 
 
 def _check_qconfig(qconfig: object, argument: str) -> QConfigAny:
@@ -389,10 +379,11 @@ class QConfigMapping(serialize.DictForm):
         entries = {key: getattr(self, f"{key}_qconfigs").items() for key in _LEVELS}
         return {
             GLOBAL_KEY: self.global_qconfig,
-            # an order entry's key is (module_name, object_type, index): its items come first
+            # an order entry's key is the tuple (module_name, object_type, index): its items
+            # come first; the other levels' keys are one name, type or function each
             **{
-                key: [(*k, q) if size == 4 else (k, q) for k, q in entries[key]]
-                for key, (_, size) in _LEVELS.items()
+                key: [(*k, q) if isinstance(k, tuple) else (k, q) for k, q in items]
+                for key, items in entries.items()
             },
         }
 
@@ -417,11 +408,11 @@ class QConfigMapping(serialize.DictForm):
         mapping = cls()
         if GLOBAL_KEY in qconfig_dict:
             mapping.set_global(qconfig_dict[GLOBAL_KEY])
-        for key, (_, size) in _LEVELS.items():
+        for key, (_, size, setter) in _LEVELS.items():
             listed, entry = f"a list of tuples of {size} items", f"a tuple of {size} items"
             argument = f"QConfigMapping.from_dict: {key}"
             for items in check_entries(qconfig_dict.get(key, []), argument, size, listed, entry):
-                getattr(mapping, f"set_{key}")(*items)
+                setter(mapping, *items)
         return mapping
 
     def to_json(self) -> str:
@@ -486,7 +477,17 @@ def _entry_codec(object_positions: tuple[int, ...]) -> serialize.Codec:
     return (encode, decode)
 
 
+# the levels with entries, lowest priority first: dict key -> (the positions of object types
+# in an entry ``(key..., qconfig)``, the entry's length, the setter from_dict calls with an
+# entry); a level's entries are the attribute ``<key>_qconfigs``
+_LEVELS: Final[dict[str, tuple[tuple[int, ...], int, Callable[..., QConfigMapping]]]] = {
+    OBJECT_TYPE_KEY: ((0,), 2, QConfigMapping.set_object_type),
+    MODULE_NAME_REGEX_KEY: ((), 2, QConfigMapping.set_module_name_regex),
+    MODULE_NAME_KEY: ((), 2, QConfigMapping.set_module_name),
+    MODULE_NAME_OBJECT_TYPE_ORDER_KEY: ((1,), 4, QConfigMapping.set_module_name_object_type_order),
+}
+DICT_KEYS: Final = (GLOBAL_KEY, *_LEVELS)
 _MAPPING_JSON: Final[serialize.Codecs] = {
     GLOBAL_KEY: (serialize.encode_qconfig, serialize.decode_qconfig),
-    **{key: serialize.list_codec(_entry_codec(objects)) for key, (objects, _) in _LEVELS.items()},
+    **{key: serialize.list_codec(_entry_codec(o)) for key, (o, _, _) in _LEVELS.items()},
 }

@@ -280,17 +280,23 @@ def _check_dotted(text: object, path: str) -> str:
     return text
 
 
+def _module_allowed(module: str, kind: str) -> bool:
+    """Whether ``module`` is one fxquant reads names of ``kind`` from (text only): an entry
+    ``a.*`` allows ``a`` and its submodules, any other entry only itself."""
+    for allowed in ALLOWED_MODULES[kind]:
+        package = allowed.removesuffix(".*")
+        if module == package or (allowed.endswith(".*") and module.startswith(package + ".")):
+            return True
+    return False
+
+
 def _check_module(module: str, name: str, path: str, kind: str) -> None:
     """Refuse a name under a base root but outside its kind's modules (decided from the text
     alone, before any import), and fxquant's own functions its module does not list in
     ``__all__``."""
     if _root(module) not in _base_roots(kind):
         return  # a plugin's own package: installed code the user chose (roots checked before)
-    if not any(
-        module == allowed.removesuffix(".*")
-        or (allowed.endswith(".*") and module.startswith(allowed[:-1]))
-        for allowed in ALLOWED_MODULES[kind]
-    ):
+    if not _module_allowed(module, kind):
         allowed = ", ".join(ALLOWED_MODULES[kind])
         why = f"is not in a module fxquant reads {_a(kind)} from ({allowed})"
         raise unsafe(path, f"{module}.{name}", why)

@@ -54,8 +54,9 @@ def adopt(
     Example:
         >>> import torch
         >>> from fxquant.config.backend import BackendConfig
+        >>> from fxquant.registry.resolution import ResolvedBackend
         >>> user = fx.symbolic_trace(torch.nn.Sequential(torch.nn.Linear(2, 2)))
-        >>> gm = adopt(user, FlowContext(BackendConfig("b")), lambda f: False)
+        >>> gm = adopt(user, FlowContext(ResolvedBackend(BackendConfig("b"))), lambda f: False)
         >>> gm.get_submodule("0").weight is user.get_submodule("0").weight, gm.graph is user.graph
         (True, False)
     """

@@ -99,8 +99,8 @@ class FlowContext:
 
     ``backend`` is what the entry point's one registry call resolved ``backend_config``
     to: lowering rules, deployment, graph modes, how ``None`` was resolved. A context
-    built by hand (tests) may pass the ``BackendConfig`` alone, which stands for
-    ``ResolvedBackend(config)``: no kernels, no graph modes.
+    built by hand (tests) holds ``ResolvedBackend(config)``: no kernels, no graph modes;
+    the ``for_*`` builders take the ``BackendConfig`` alone too.
 
     Example:
         >>> from fxquant.config.backend import BackendConfig
@@ -117,9 +117,6 @@ class FlowContext:
     strict: bool = False
     example_inputs: tuple[Any, ...] = ()
     concrete_args: Mapping[str, Any] | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "backend", _resolved(self.backend))  # frozen: see the class
 
     @property
     def backend_config(self) -> BackendConfig:

@@ -55,7 +55,7 @@ def fusion_index(ctx: FlowContext) -> PatternIndex[BackendPatternConfig]:
 
     Example:
         >>> from fxquant.config.backend import BackendConfig
-        >>> len(fusion_index(FlowContext(BackendConfig("empty"))))
+        >>> len(fusion_index(FlowContext.for_fuse(None, BackendConfig("empty"))))
         0
     """
     configs = ctx.backend_config.configs

@@ -64,12 +64,13 @@ from fxquant.flow.state import node_info
 __all__ = ["InPlaceProxy", "functionalize", "on_copy", "setitem_copy"]
 
 # Python's augmented assignments (operator.iadd for ``y += 1``), each to its plain operator
-_ARITHMETIC = ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul")
-_BITWISE = ("and_", "or_", "xor", "lshift", "rshift")
 _OPERATORS: dict[Callable[..., Any], Callable[..., Any]] = {
-    getattr(operator, f"i{name.rstrip('_')}"): getattr(operator, name)
-    for name in (*_ARITHMETIC, *_BITWISE)
-}
+    operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
+    operator.itruediv: operator.truediv, operator.ifloordiv: operator.floordiv,
+    operator.imod: operator.mod, operator.ipow: operator.pow, operator.imatmul: operator.matmul,
+    operator.iand: operator.and_, operator.ior: operator.or_, operator.ixor: operator.xor,
+    operator.ilshift: operator.lshift, operator.irshift: operator.rshift,
+}  # fmt: skip
 
 # methods ending in "_" that change no tensor values (or only autograd state)
 _NOT_MUTATING = frozenset(
@@ -87,10 +88,16 @@ _VIEW_METHODS = frozenset(
         "view_as_real", "view_as_complex", "squeeze_", "unsqueeze_", "align_as",
     }
 )  # fmt: skip
-# a torch function is a view where its method is (torch.reshape, torch.split_with_sizes...)
 _VIEW_FUNCTIONS: frozenset[Any] = frozenset(
-    {operator.getitem, *(getattr(torch, name) for name in _VIEW_METHODS if hasattr(torch, name))}
-)
+    {
+        operator.getitem, torch.reshape, torch.flatten, torch.transpose, torch.permute,
+        torch.t, torch.narrow, torch.select, torch.squeeze, torch.unsqueeze, torch.chunk,
+        torch.split, torch.split_with_sizes, torch.unbind, torch.tensor_split, torch.movedim,
+        torch.moveaxis, torch.swapaxes, torch.swapdims, torch.diagonal, torch.as_strided,
+        torch.detach, torch.unflatten, torch.view_as_real, torch.view_as_complex, torch.real,
+        torch.imag,
+    }
+)  # fmt: skip
 _VIEW_MODULES = (nn.Identity, nn.Flatten, nn.Unflatten, nn.Dropout)
 
 # the dropouts: in eval mode (or training=False) each returns its input, changing nothing

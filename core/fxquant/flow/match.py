@@ -117,7 +117,7 @@ def _head(pattern: object) -> object:
     return pattern[0] if isinstance(pattern, tuple) else pattern
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False, repr=False)  # identity, as Match; repr: huge
 class PatternIndex(Generic[T]):
     """Patterns bucketed by anchor op, longest first within a bucket.
 

@@ -583,8 +583,9 @@ def plan_observers(
     Example:
         >>> import fxquant
         >>> from fxquant.flow.context import FlowContext
+        >>> from fxquant.registry.resolution import ResolvedBackend
         >>> gm = fx.symbolic_trace(nn.Sequential(nn.Linear(2, 2)))
-        >>> ctx = FlowContext(fxquant.BackendConfig("empty"))
+        >>> ctx = FlowContext(ResolvedBackend(fxquant.BackendConfig("empty")))
         >>> plan_observers(gm, {}, {}, dict(gm.named_modules()), ctx).sites
         ()
     """
@@ -698,7 +699,8 @@ def observation_index(ctx: FlowContext) -> PatternIndex[BackendPatternConfig]:
 
     Example:
         >>> from fxquant.config.backend import BackendConfig
-        >>> len(observation_index(FlowContext(BackendConfig("empty"))))
+        >>> from fxquant.registry.resolution import ResolvedBackend
+        >>> len(observation_index(FlowContext(ResolvedBackend(BackendConfig("empty")))))
         0
     """
     # the QAT classes prepare_qat_fx swaps in match what their float classes match
@@ -717,8 +719,10 @@ def prepare(
     Example:
         >>> import fxquant
         >>> from fxquant.flow.context import FlowContext
+        >>> from fxquant.registry.resolution import ResolvedBackend
         >>> gm = fx.symbolic_trace(nn.Sequential(nn.ReLU()))
-        >>> ctx = FlowContext(fxquant.BackendConfig("empty"), fxquant.QConfigMapping())
+        >>> config = ResolvedBackend(fxquant.BackendConfig("empty"))
+        >>> ctx = FlowContext(config, fxquant.QConfigMapping())
         >>> prepare(gm, ctx)[1].skipped()
         []
     """

@@ -167,8 +167,10 @@ def swap_qat_modules(
     Only where a pattern naming the module's class accepts the qconfig (module docstring).
 
     Example:
+        >>> from fxquant.registry.resolution import ResolvedBackend
         >>> gm = fx.symbolic_trace(nn.Sequential(nn.Linear(2, 2)))
-        >>> swap_qat_modules(gm, dict(gm.named_modules()), {}, FlowContext(BackendConfig("b")))
+        >>> ctx = FlowContext(ResolvedBackend(BackendConfig("b")))
+        >>> swap_qat_modules(gm, dict(gm.named_modules()), {}, ctx)
         >>> type(gm.get_submodule("0")).__name__
         'Linear'
     """

@@ -249,7 +249,9 @@ def trace(model: nn.Module, ctx: FlowContext) -> fx.GraphModule:
 
     Example:
         >>> from fxquant.config.backend import BackendConfig
-        >>> gm = trace(nn.Sequential(nn.Linear(2, 2)), FlowContext(BackendConfig("b")))
+        >>> from fxquant.registry.resolution import ResolvedBackend
+        >>> ctx = FlowContext(ResolvedBackend(BackendConfig("b")))
+        >>> gm = trace(nn.Sequential(nn.Linear(2, 2)), ctx)
         >>> gm.meta["fxquant"] if "fxquant" in gm.meta else "no state yet"
         'no state yet'
     """
