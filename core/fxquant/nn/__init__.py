@@ -71,7 +71,9 @@ class FloatTwin:
 
     A concrete class names it by mixing it in (``class Linear(_Reference, nn.Linear)``);
     a family's base (``_QATConv``) or a user's subclass of a concrete class mixes none
-    in, and keeps what it inherits.
+    in, and keeps what it inherits. (A family base deriving from a public torch base, as
+    the recurrent ``_Sequence`` from ``nn.RNNBase``, names that one; its concrete classes
+    name their own.)
 
     Example:
         >>> from fxquant.nn.reference import Linear

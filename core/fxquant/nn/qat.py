@@ -105,6 +105,38 @@ def root_of(mod: nn.Module) -> Any:
     return mod[0] if isinstance(mod, FusedModule) else mod
 
 
+class WeightOp(nn.Module):
+    """Base of the forwards shared by the QAT and reference modules: the float module's op
+    on ``used_weight()`` (the fake-quantized weight, or the quantize->dequantized one)
+    in place of ``weight``.
+
+    Example:
+        >>> from fxquant.nn import reference
+        >>> issubclass(Conv3d, Convolving), issubclass(reference.Conv3d, Convolving)
+        (True, True)
+        >>> issubclass(reference.Embedding, Lookup), issubclass(Linear, Affine)
+        (True, True)
+    """
+
+    used_weight: Callable[[], torch.Tensor]
+
+
+class Affine(WeightOp, nn.Linear):
+    """``nn.Linear``'s forward over ``used_weight()``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Linear with the weight the subclass computes with."""
+        return F.linear(x, self.used_weight(), self.bias)
+
+
+class Convolving(WeightOp, nn.modules.conv._ConvNd):
+    """``nn.Conv1d/2d/3d``'s forward over ``used_weight()``, any padding mode."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Convolution with the weight the subclass computes with."""
+        return self._conv_forward(x, self.used_weight(), self.bias)
+
+
 class _QATWeighted(FloatTwin, nn.Module):
     """Shared by the QAT modules: the float class mixed in (``_float_class``),
     ``weight_fake_quant`` built from a required ``qconfig``, and the round trip to float.
@@ -144,6 +176,11 @@ class _QATWeighted(FloatTwin, nn.Module):
             qat.bias = root.bias
         return qat
 
+    def used_weight(self) -> torch.Tensor:
+        """``weight_fake_quant(weight)``: the weight the forward computes with."""
+        weight: torch.Tensor = self.weight_fake_quant(self.weight)
+        return weight
+
     def to_float(self) -> nn.Module:
         """The plain float module, in this module's training mode, with its weight and bias as
         new Parameters that share their storage (no copy) but not their autograd history.
@@ -163,7 +200,7 @@ class _QATWeighted(FloatTwin, nn.Module):
         return module.train(self.training)
 
 
-class Linear(_QATWeighted, nn.Linear):
+class Linear(_QATWeighted, Affine, nn.Linear):
     """``nn.Linear`` whose forward uses ``weight_fake_quant(weight)``.
 
     Args:
@@ -194,12 +231,8 @@ class Linear(_QATWeighted, nn.Linear):
             in_features, out_features, bias, qconfig=qconfig, device=device, dtype=dtype
         )
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Linear with the fake-quantized weight."""
-        return F.linear(x, self.weight_fake_quant(self.weight), self.bias)
 
-
-class _QATConv(_QATWeighted, nn.modules.conv._ConvNd):
+class _QATConv(_QATWeighted, Convolving):
     """The convolution with ``weight_fake_quant(weight)``; ``nn.ConvNd``'s arguments and a
     keyword ``qconfig`` (required).
 
@@ -212,12 +245,6 @@ class _QATConv(_QATWeighted, nn.modules.conv._ConvNd):
         >>> issubclass(Conv2d, _QATConv), Conv2d._float_class.__name__
         (True, 'Conv2d')
     """
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Convolution (any padding mode) with the fake-quantized weight."""
-        weight = self.weight_fake_quant(self.weight)
-        out: torch.Tensor = self._conv_forward(x, weight, self.bias)
-        return out
 
 
 class Conv1d(_QATConv, nn.Conv1d):
@@ -268,20 +295,16 @@ def embedding_settings(table: nn.Module) -> dict[str, Any]:
     return {name: getattr(table, name) for name in names}
 
 
-class Lookup(nn.Module):
-    """``nn.Embedding``'s forward over ``table_weight()``: the QAT and reference tables'."""
-
-    table_weight: Callable[[], torch.Tensor]
+class Lookup(WeightOp):
+    """``nn.Embedding``'s forward over ``used_weight()``."""
 
     def forward(self, indices: torch.Tensor) -> torch.Tensor:
         """Look up rows of the table the subclass computes with."""
-        return F.embedding(indices, self.table_weight(), **embedding_settings(self))
+        return F.embedding(indices, self.used_weight(), **embedding_settings(self))
 
 
-class Pool(nn.Module):
-    """``nn.EmbeddingBag``'s forward over ``table_weight()``: the QAT and reference bags'."""
-
-    table_weight: Callable[[], torch.Tensor]
+class Pool(WeightOp):
+    """``nn.EmbeddingBag``'s forward over ``used_weight()``."""
 
     def forward(
         self,
@@ -290,7 +313,7 @@ class Pool(nn.Module):
         per_sample_weights: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Pool rows of the table the subclass computes with."""
-        weight, settings = self.table_weight(), embedding_settings(self)
+        weight, settings = self.used_weight(), embedding_settings(self)
         return F.embedding_bag(
             indices, weight, offsets, per_sample_weights=per_sample_weights, **settings
         )
@@ -308,12 +331,6 @@ class _QATEmbedding(_QATWeighted):
     """
 
     _build_fake_quant = staticmethod(_embedding_fake_quant)
-
-    def table_weight(self) -> torch.Tensor:
-        """The fake-quantized table."""
-        fake_quant: nn.Module = self.weight_fake_quant
-        weight: torch.Tensor = fake_quant(self.weight)
-        return weight
 
 
 class Embedding(_QATEmbedding, Lookup, nn.Embedding):

@@ -89,7 +89,6 @@ class WeightQParams(nn.Module):
         low, high = dtypes.quant_range(dtype) if self.quantized else (0, 0)
         self.quant_min = int(qparams.get("quant_min", low))
         self.quant_max = int(qparams.get("quant_max", high))
-        scale, zero_point = qparams.get("scale", 1.0), qparams.get("zero_point", 0)
         if self.quantized and self.qscheme == "per_channel_affine_float_qparams":
             msg = (
                 "recurrent weights take integer zero points, got the qscheme "
@@ -98,9 +97,10 @@ class WeightQParams(nn.Module):
             raise ConfigError(msg)
         per_channel = self.quantized and str(self.qscheme).startswith("per_channel")
         self.axis: int | None = int(qparams.get("axis", 0)) if per_channel else None
-        self.register_buffer("scale", torch.as_tensor(scale, dtype=torch.float32).detach().clone())
-        zp = torch.as_tensor(zero_point).detach().clone().to(torch.int32)
-        self.register_buffer("zero_point", zp)
+        scale = torch.as_tensor(qparams.get("scale", 1.0), dtype=torch.float32)
+        zero_point = torch.as_tensor(qparams.get("zero_point", 0)).to(torch.int32)
+        self.register_buffer("scale", scale.detach().clone())
+        self.register_buffer("zero_point", zero_point.detach().clone())
 
     def _qdq_arguments(self) -> tuple[Any, ...]:
         """The q/dq ops' arguments after the tensor (per channel ones carry the axis)."""
@@ -221,7 +221,6 @@ class RecurrentReference(FloatTwin, nn.Module):
     weight_qparams: nn.ModuleDict
     activation_quant_min: int
     activation_quant_max: int
-    hidden_size: int
     _step: Callable[[torch.Tensor, torch.Tensor, State], State]
     # lowering drops a reference module its kernels fully replaced (and its float weights)
     _IS_REFERENCE: ClassVar[bool] = True
@@ -312,7 +311,12 @@ class RecurrentReference(FloatTwin, nn.Module):
         activation: tuple[int, int] = (0, 255),
     ) -> Any:
         """The reference module of float ``mod`` (its parameters copied)."""
-        cls._check_float(mod)
+        if type(mod) is not cls._float_class and not isinstance(mod, cls):
+            msg = (
+                f"reference {cls.__name__}.from_float expects an nn.{cls._float_class.__name__}, "
+                f"got {type(mod).__name__}"
+            )
+            raise ConfigTypeError(msg)
         weight = getattr(mod, weight_names(mod)[0])
         ref = cls(
             **init_arguments(mod, cls._float_class), device=weight.device, dtype=weight.dtype,
@@ -321,15 +325,6 @@ class RecurrentReference(FloatTwin, nn.Module):
         for name, value in mod.named_parameters(recurse=False):
             setattr(ref, name, nn.Parameter(value.detach().clone()))
         return ref
-
-    @classmethod
-    def _check_float(cls, mod: nn.Module) -> None:
-        if type(mod) is not cls._float_class and not isinstance(mod, cls):
-            msg = (
-                f"reference {cls.__name__}.from_float expects an nn.{cls._float_class.__name__}, "
-                f"got {type(mod).__name__}"
-            )
-            raise ConfigTypeError(msg)
 
 
 def _lstm_step(ih: torch.Tensor, hh: torch.Tensor, state: State) -> State:
@@ -347,12 +342,8 @@ def _gru_step(ih: torch.Tensor, hh: torch.Tensor, state: State) -> State:
     return ((state[0] - new) * update + new,)
 
 
-class _Sequence(RecurrentReference):
+class _Sequence(RecurrentReference, nn.RNNBase):
     """LSTM and GRU: layers x directions over the sequence, as torch's kernels loop."""
-
-    num_layers: int
-    bidirectional: bool
-    batch_first: bool
 
     def _run(self, x: object, hx: State | None) -> tuple[torch.Tensor, State]:
         if isinstance(x, nn.utils.rnn.PackedSequence):
@@ -466,7 +457,7 @@ class LSTMCell(RecurrentReference, nn.LSTMCell):
         return h, c
 
 
-class _StateCell(RecurrentReference):
+class _StateCell(RecurrentReference, nn.RNNCellBase):
     """The cells whose state is ``h`` alone (GRU, RNN).
 
     Example:

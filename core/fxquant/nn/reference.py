@@ -29,7 +29,7 @@ from fxquant import dtypes
 from fxquant.errors import ConfigError, ConfigTypeError, wrong_type
 from fxquant.nn import FloatTwin, init_arguments
 from fxquant.nn.intrinsic import type_label
-from fxquant.nn.qat import Lookup, Pool, root_of
+from fxquant.nn.qat import Affine, Convolving, Lookup, Pool, root_of
 
 # the recurrent reference modules live in fxquant.nn.recurrent; named here too, where
 # the seed's reference namespace has them, so a config naming that class finds fxquant's
@@ -136,22 +136,21 @@ class ReferenceQuantizedModule(nn.Module):
                 msg = f"weight_qparams needs the key {key!r}, got keys {sorted(params)}"
                 raise ConfigError(msg)
         self._set_scheme(params["qscheme"], params["dtype"], params)
-        device = self.weight.device
-        if self.is_weight_quantized():
+        quantized = self.is_weight_quantized()
+        if quantized:
             for key in ("scale", "zero_point", *(("axis",) if self._per_channel() else ())):
                 if key not in params:
                     msg = f"weight_qparams for {self.weight_qscheme} needs the key {key!r}"
                     raise ConfigError(msg)
-            float_zero_point = self._scheme_name() == "per_channel_affine_float_qparams"
-            zp_dtype = torch.float32 if float_zero_point else torch.int32
-            scale = _as_tensor(params["scale"], torch.float32, device)
-            zero_point = _as_tensor(params["zero_point"], zp_dtype, device).to(zp_dtype)
-            axis = _as_tensor(params.get("axis", 0), torch.int32, device)
-        else:
-            # kept so every reference module has the same buffers (and state_dict keys)
-            scale = torch.tensor(1.0, device=device)
-            zero_point = torch.tensor(0, dtype=torch.int32, device=device)
-            axis = torch.tensor(0, dtype=torch.int32, device=device)
+        # an unquantized weight keeps identity qparams, so every reference module has the
+        # same buffers (and state_dict keys)
+        given = params if quantized else {}
+        float_zero_point = quantized and self._scheme_name() == "per_channel_affine_float_qparams"
+        zp_dtype = torch.float32 if float_zero_point else torch.int32
+        device = self.weight.device
+        scale = _as_tensor(given.get("scale", 1.0), torch.float32, device)
+        zero_point = _as_tensor(given.get("zero_point", 0), zp_dtype, device).to(zp_dtype)
+        axis = _as_tensor(given.get("axis", 0), torch.int32, device)
         self.register_buffer("weight_scale", scale)
         self.register_buffer("weight_zero_point", zero_point)
         self.register_buffer("weight_axis", axis)
@@ -301,23 +300,6 @@ class ReferenceQuantizedModule(nn.Module):
         return f"Reference{type(self).__name__}"
 
 
-def _root(owner: type, float_module: nn.Module, expected: type[nn.Module]) -> nn.Module:
-    """The weighted module to copy: ``float_module``, a fused module's first part, or the
-    float form of a QAT module (whose ``to_float()`` folds any BatchNorm first)."""
-    module = float_module
-    to_float = getattr(module, "to_float", None)
-    if callable(to_float):
-        module = to_float()
-    module = root_of(module)
-    if not isinstance(module, expected):
-        msg = (
-            f"reference {owner.__name__}.from_float expects a {type_label(expected)} (or a fused "
-            f"module whose first part is one), got {float_module!r}"
-        )
-        raise ConfigTypeError(msg)
-    return module
-
-
 class _Reference(FloatTwin, ReferenceQuantizedModule):
     """The reference modules of this file: ``_float_class`` is the float class mixed in.
 
@@ -335,13 +317,24 @@ class _Reference(FloatTwin, ReferenceQuantizedModule):
         self._float_class.__init__(self, *args, **kwargs)
         self._init_weight_qparams(weight_qparams)
 
+    def used_weight(self) -> torch.Tensor:
+        """The quantize->dequantized weight: what the forward computes with."""
+        return self.get_weight()
+
     @classmethod
     def from_float(cls, float_module: nn.Module, weight_qparams: Mapping[str, Any] | None) -> Any:
         """Copy ``float_module``: a ``_float_class`` module, a fused module whose first part
         is one, or a QAT module (whose ``to_float()`` folds any BatchNorm first): its
         configuration, and its weight and bias as new Parameters."""
-        mod = _root(cls, float_module, cls._float_class)
-        weight: torch.Tensor = mod.weight  # type: ignore[assignment]  # checked by _root
+        to_float = getattr(float_module, "to_float", None)
+        mod = root_of(to_float() if callable(to_float) else float_module)
+        if not isinstance(mod, cls._float_class):
+            msg = (
+                f"reference {cls.__name__}.from_float expects a {type_label(cls._float_class)} "
+                f"(or a fused module whose first part is one), got {float_module!r}"
+            )
+            raise ConfigTypeError(msg)
+        weight: torch.Tensor = mod.weight  # type: ignore[assignment]  # a weighted float module
         kwargs = init_arguments(mod, cls._float_class)
         token = _COPYING_PARAMS.set(True)
         try:
@@ -357,7 +350,7 @@ class _Reference(FloatTwin, ReferenceQuantizedModule):
         return ref
 
 
-class Linear(_Reference, nn.Linear):
+class Linear(_Reference, Affine, nn.Linear):
     """Reference quantized ``nn.Linear``: ``F.linear(x, get_weight(), bias)``.
 
     Args:
@@ -372,28 +365,8 @@ class Linear(_Reference, nn.Linear):
         torch.Size([2, 3])
     """
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Linear with the quantize->dequantized weight."""
-        return F.linear(x, self.get_weight(), self.bias)
 
-
-class _PlainConv(_Reference):
-    """Forward of ``Conv1d/2d/3d``: the float module's own ``_conv_forward`` (padding modes too).
-
-    Example:
-        >>> issubclass(Conv3d, _PlainConv)
-        True
-    """
-
-    _conv_forward: Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
-    bias: torch.Tensor | None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Convolution (any padding mode) with the quantize->dequantized weight."""
-        return self._conv_forward(x, self.get_weight(), self.bias)
-
-
-class Conv1d(_PlainConv, nn.Conv1d):
+class Conv1d(_Reference, Convolving, nn.Conv1d):
     """Reference quantized ``nn.Conv1d``.
 
     Example:
@@ -404,7 +377,7 @@ class Conv1d(_PlainConv, nn.Conv1d):
     """
 
 
-class Conv2d(_PlainConv, nn.Conv2d):
+class Conv2d(_Reference, Convolving, nn.Conv2d):
     """Reference quantized ``nn.Conv2d``.
 
     Example:
@@ -417,7 +390,7 @@ class Conv2d(_PlainConv, nn.Conv2d):
     """
 
 
-class Conv3d(_PlainConv, nn.Conv3d):
+class Conv3d(_Reference, Convolving, nn.Conv3d):
     """Reference quantized ``nn.Conv3d``.
 
     Example:
@@ -428,14 +401,7 @@ class Conv3d(_PlainConv, nn.Conv3d):
     """
 
 
-_CONV_TRANSPOSE_FN: dict[int, Callable[..., torch.Tensor]] = {
-    1: F.conv_transpose1d,
-    2: F.conv_transpose2d,
-    3: F.conv_transpose3d,
-}
-
-
-class _TransposedConv(_Reference):
+class _TransposedConv(_Reference, nn.modules.conv._ConvTransposeNd):
     """Forward of ``ConvTranspose1d/2d/3d``, with ``output_size`` as in ``nn.ConvTranspose*``.
 
     Example:
@@ -443,13 +409,8 @@ class _TransposedConv(_Reference):
         (3, 3)
     """
 
+    # torch types its geometry arguments as lists; its own forward passes these tuples too
     _output_padding: Callable[..., list[int]]
-    bias: torch.Tensor | None
-    stride: tuple[int, ...]
-    padding: str | tuple[int, ...]
-    kernel_size: tuple[int, ...]
-    dilation: tuple[int, ...]
-    groups: int
 
     def forward(self, x: torch.Tensor, output_size: list[int] | None = None) -> torch.Tensor:
         """Transposed convolution with the quantize->dequantized weight."""
@@ -462,7 +423,8 @@ class _TransposedConv(_Reference):
             len(self.kernel_size),
             self.dilation,
         )
-        conv = _CONV_TRANSPOSE_FN[len(self.kernel_size)]
+        # the op of the float module, by dimension
+        conv: Callable[..., torch.Tensor] = getattr(F, f"conv_transpose{len(self.kernel_size)}d")
         return conv(
             x,
             self.get_weight(),
@@ -511,15 +473,7 @@ class ConvTranspose3d(_TransposedConv, nn.ConvTranspose3d):
     """
 
 
-class _Table(_Reference):
-    """The reference embeddings: ``from_float`` copies the float table's settings."""
-
-    def table_weight(self) -> torch.Tensor:
-        """The quantize->dequantized table."""
-        return self.get_weight()
-
-
-class Embedding(_Table, Lookup, nn.Embedding):
+class Embedding(_Reference, Lookup, nn.Embedding):
     """Reference quantized ``nn.Embedding`` (usually per-channel float qparams, axis 0).
 
     Example:
@@ -532,7 +486,7 @@ class Embedding(_Table, Lookup, nn.Embedding):
     """
 
 
-class EmbeddingBag(_Table, Pool, nn.EmbeddingBag):
+class EmbeddingBag(_Reference, Pool, nn.EmbeddingBag):
     """Reference quantized ``nn.EmbeddingBag``.
 
     Example:

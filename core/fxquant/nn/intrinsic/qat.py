@@ -110,7 +110,6 @@ class _BnFolding(_Fused):
     """
 
     weight: torch.Tensor
-    weight_fake_quant: nn.Module
     bn: BatchNorm
     freeze_bn: bool
 
@@ -216,8 +215,7 @@ class _ConvBn(_BnFolding, nnqat._QATConv):
         self._attach_bn(eps, momentum, freeze_bn)
 
     def _layer(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self._conv_forward(x, weight, None)
-        return out
+        return self._conv_forward(x, weight, None)
 
 
 class ConvBn1d(_ConvBn, nn.Conv1d):
