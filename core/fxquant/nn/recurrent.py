@@ -115,12 +115,18 @@ class WeightQParams(nn.Module):
         quantize = qdq.quantize_per_tensor if self.axis is None else qdq.quantize_per_channel
         return quantize(weight, *self._qdq_arguments())
 
+    @property
+    def is_half(self) -> bool:
+        """An fp16 / bf16 weight (``{"qscheme": None, "dtype": torch.float16}``)."""
+        return not self.quantized and self.dtype in (torch.float16, torch.bfloat16)
+
     def fake_quantize(self, weight: torch.Tensor) -> torch.Tensor:
         """quantize -> dequantize: the weight as the integer kernel computes with it
         (fp16 / bf16: rounded to that dtype and back)."""
+        if self.is_half:
+            return weight.to(self.dtype).to(weight.dtype)
         if not self.quantized:
-            half = self.dtype in (torch.float16, torch.bfloat16)
-            return weight.to(self.dtype).to(weight.dtype) if half else weight
+            return weight
         per_tensor = self.axis is None
         dequantize = qdq.dequantize_per_tensor if per_tensor else qdq.dequantize_per_channel
         q = self.quantize(weight)
