@@ -38,7 +38,7 @@ from torch import nn
 
 from fxquant import dtypes
 from fxquant.errors import ConfigError, ConfigTypeError
-from fxquant.nn import FloatTwin, init_arguments
+from fxquant.nn.float_twin import FloatTwin, init_arguments
 from fxquant.numerics import qdq
 from fxquant.numerics.saved_shapes import adopt_saved_buffers
 
