@@ -28,8 +28,6 @@ code written against torch.ao, while ``FxquantError`` catches everything of ours
 
 from __future__ import annotations
 
-from typing import Any
-
 __all__ = [
     "CalibrationWarning",
     "CheckpointError",
@@ -176,11 +174,10 @@ class PluginWarning(UserWarning):
     """A plugin extending a backend failed; the backend loaded without it."""
 
 
-def extension_skipped_warning(info: Any) -> str:
+def extension_skipped_warning(info: object) -> str:
     """The one warning for a broken extension: who failed, why, and how to switch it off.
 
-    ``info`` is the extension's ``fxquant.registry.loading.PluginInfo`` (typed ``Any``:
-    this module, the base layer, imports nothing of fxquant).
+    ``info`` is the extension's ``fxquant.registry.loading.PluginInfo``.
 
     Example:
         >>> from fxquant.registry.loading import PluginInfo
@@ -189,10 +186,14 @@ def extension_skipped_warning(info: Any) -> str:
         ... )[:60]
         "backend 'x86' loaded without acme-x86 1.0 (entry point 'x86 "
     """
+    backend = getattr(info, "backend", "?")
+    label = getattr(info, "label", repr(info))
+    dist = getattr(info, "distribution", "?")
+    reason = getattr(info, "reason", "")
     return (
-        f"backend {info.backend!r} loaded without {info.label}, which extends it and failed: "
-        f"{info.reason}; switch it off with FXQUANT_DISABLE_PLUGINS={info.distribution}, or set "
-        "FXQUANT_STRICT_PLUGINS=1 to make a failing extension an error"
+        f"backend {backend!r} loaded without {label}, which extends it and failed: {reason}; "
+        f"switch it off with FXQUANT_DISABLE_PLUGINS={dist}, or set FXQUANT_STRICT_PLUGINS=1 "
+        "to make a failing extension an error"
     )
 
 

@@ -1,7 +1,7 @@
 """The QAT and reference modules rebuild their float module's every setting.
 
 They read the float class off their bases and its configuration off the
-float module's attributes (``fxquant.nn.init_arguments``), so a setting the
+float module's attributes (``fxquant.nn.float_twin.init_arguments``), so a setting the
 rule missed would silently come back as its default: these tests build each
 float class with non-default settings and compare the whole ``repr``.
 """
@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 from fxquant.config.defaults import default_embedding_qat_qconfig
-from fxquant.nn import init_arguments, qat, recurrent, reference
+from fxquant.nn import qat, recurrent, reference
+from fxquant.nn.float_twin import init_arguments
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 from fxquant.errors import ConfigError, ConfigTypeError
@@ -207,3 +209,8 @@ def test_folding_keeps_whether_the_layer_trains(frozen: bool) -> None:
         layer.requires_grad_(not frozen)
     for folded in (fusers.fold_bn_into_conv(conv, bn), fusers.fold_bn_into_linear(linear, bn1)):
         assert [p.requires_grad for p in folded.parameters()] == [not frozen, not frozen]
+
+
+def test_fusers_exports_only_its_functions() -> None:
+    """``from fxquant.nn.fusers import *`` gives the fold / fuse functions, not their tables."""
+    assert [n for n in fusers.__all__ if not inspect.isfunction(getattr(fusers, n))] == []

@@ -106,6 +106,22 @@ def test_conv_add_relu_checks_relu_type() -> None:
         nni.ConvAddReLU2d(nn.Conv2d(1, 1, 1), torch.add, nn.Sigmoid())  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("conv", "add", "relu", "named"),
+    [
+        (nn.Linear(1, 1), nn.Identity(), "relu", "'add'"),
+        (nn.Linear(1, 1), torch.add, "relu", "'relu'"),
+        (nn.Linear(1, 1), torch.add, nn.ReLU(), "'conv'"),
+    ],
+)
+def test_conv_add_relu_names_the_first_wrong_argument(
+    conv: object, add: object, relu: object, named: str
+) -> None:
+    """Arguments are checked in the order add, relu, conv: the error names the first wrong one."""
+    with pytest.raises(ConfigTypeError, match=f"argument {named}"):
+        nni.ConvAddReLU2d(conv, add, relu)  # type: ignore[arg-type]
+
+
 def test_conv_add_survives_pickle() -> None:
     fused = nni.ConvAddReLU2d(nn.Conv2d(2, 2, 1), torch.add, nn.ReLU())
     x = torch.randn(1, 2, 3, 3)

@@ -125,6 +125,22 @@ def test_fp16_weights_are_rounded_and_proj_size_projects() -> None:
     assert (out - lstm(x)[0]).abs().max() < 0.05
 
 
+@pytest.mark.parametrize(
+    ("qparams", "is_half"),
+    [
+        ({"qscheme": None, "dtype": torch.float16}, True),
+        ({"qscheme": None, "dtype": torch.bfloat16}, True),
+        ({"qscheme": None, "dtype": torch.float32}, False),
+        (PER_TENSOR, False),
+    ],
+)
+def test_weight_qparams_say_whether_the_weight_is_half_precision(
+    qparams: dict[str, object], is_half: bool
+) -> None:
+    """``is_half`` is public (a custom lowering picks an fp16 / bf16 kernel by it)."""
+    assert recurrent.WeightQParams(qparams).is_half is is_half
+
+
 def test_state_dict_round_trips_and_deepcopy() -> None:
     torch.manual_seed(0)
     gru = nn.GRU(5, 7)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 
 import fxquant
@@ -46,3 +47,25 @@ def test_every_installed_backend_round_trips_through_json(name: str) -> None:
     again = BackendConfig.from_json(text)
     assert again == backend
     assert again.to_json() == text
+
+
+# sha256 of each backend's to_json text: the patterns in the order users see them
+# in `fxquant show` and saved JSON. A change here is a change users see: update the
+# digest only when the new order is meant.
+_SAVED_JSON_DIGESTS = {
+    "executorch": "508dbedf3a60c7d9",
+    "fbgemm": "b3b2b8e7cab12da3",
+    "onednn": "aaacd42dc5224a85",
+    "qnnpack": "31f1d54a7dc08acb",
+    "reference": "f19c6359c8ac58f5",
+    "tensorrt": "432882de4583aba6",
+    "x86": "52a106df1fd09eea",
+}
+
+
+@pytest.mark.parametrize("name", sorted(_SAVED_JSON_DIGESTS))
+def test_each_backend_saves_its_patterns_in_the_same_order(name: str) -> None:
+    if name not in fxquant.list_backends():
+        pytest.skip(f"backend {name!r} is not installed")
+    text = fxquant.get_backend_config(name).to_json()
+    assert hashlib.sha256(text.encode()).hexdigest()[:16] == _SAVED_JSON_DIGESTS[name]

@@ -16,6 +16,7 @@ from fxquant.errors import (
     PluginConflictError,
     PluginError,
     UnknownBackendError,
+    extension_skipped_warning,
 )
 from fxquant.registry import Override, hookimpl
 from fxquant.registry.install import checkout_root, install_command, install_hint
@@ -471,3 +472,11 @@ def test_refresh_rescans_entry_points(installed: Installed, registry: Registry) 
     registry.refresh()
     assert registry.list_backends() == ["late", "reference"]
     assert patterns_of(registry, "late") == [linear]
+
+
+def test_the_extension_warning_words_a_record_missing_plugin_info_fields() -> None:
+    """A record without PluginInfo's fields (an older loader's) still gives the warning."""
+    record = types.SimpleNamespace(backend="x86", reason="ImportError: no")
+    text = extension_skipped_warning(record)
+    assert text.startswith(f"backend 'x86' loaded without {record!r}, which extends it")
+    assert "failed: ImportError: no; switch it off with FXQUANT_DISABLE_PLUGINS=?," in text

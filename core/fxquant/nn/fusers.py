@@ -32,7 +32,6 @@ from fxquant.nn.intrinsic import relu_module, type_label
 _M = TypeVar("_M", bound=nn.Module)
 
 __all__ = [
-    "BN_AFTER",
     "bn_scale_and_shift",
     "check_qat_bn",
     "fold_bn_into_conv",
@@ -55,7 +54,7 @@ BatchNormNd = nn.BatchNorm1d | nn.BatchNorm2d | nn.BatchNorm3d
 ReLULike = nn.ReLU | Callable[[torch.Tensor], torch.Tensor]
 
 # the BatchNorm that normalizes each foldable layer's output
-BN_AFTER: dict[type[nn.Module], type[nn.modules.batchnorm._BatchNorm]] = {
+_BN_AFTER: dict[type[nn.Module], type[nn.modules.batchnorm._BatchNorm]] = {
     nn.Linear: nn.BatchNorm1d,
     nn.Conv1d: nn.BatchNorm1d,
     nn.Conv2d: nn.BatchNorm2d,
@@ -64,7 +63,7 @@ BN_AFTER: dict[type[nn.Module], type[nn.modules.batchnorm._BatchNorm]] = {
     nn.ConvTranspose2d: nn.BatchNorm2d,
     nn.ConvTranspose3d: nn.BatchNorm3d,
 }
-_CONVS = tuple(layer for layer in BN_AFTER if layer is not nn.Linear)
+_CONVS = tuple(layer for layer in _BN_AFTER if layer is not nn.Linear)
 
 
 def _by_first_part(*classes: type[nni.FusedModule]) -> dict[type[nn.Module], type[nni.FusedModule]]:
@@ -237,7 +236,7 @@ def _check_layer_bn(
             f"got {layer!r} of type {type_label(type(layer))}"
         )
         raise ConfigTypeError(msg)
-    expected_bn = BN_AFTER[type(layer)]  # type: ignore[index]  # one of layers, checked above
+    expected_bn = _BN_AFTER[type(layer)]  # type: ignore[index]  # one of layers, checked above
     if type(bn) is not expected_bn:
         msg = (
             f"{fuser}: argument 'bn' must be a {type_label(expected_bn)} to follow "

@@ -23,7 +23,7 @@ from torch import nn
 
 from fxquant import dtypes
 from fxquant.errors import ConfigError, ConfigTypeError
-from fxquant.nn import FloatTwin, init_arguments
+from fxquant.nn.float_twin import FloatTwin, init_arguments
 from fxquant.nn.intrinsic import FusedModule, type_label
 
 __all__ = ["Conv1d", "Conv2d", "Conv3d", "Embedding", "EmbeddingBag", "Linear"]

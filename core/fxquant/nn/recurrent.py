@@ -38,7 +38,7 @@ from torch import nn
 
 from fxquant import dtypes
 from fxquant.errors import ConfigError, ConfigTypeError
-from fxquant.nn import FloatTwin, init_arguments
+from fxquant.nn.float_twin import FloatTwin, init_arguments
 from fxquant.numerics import qdq
 from fxquant.numerics.saved_shapes import adopt_saved_buffers
 
@@ -115,12 +115,18 @@ class WeightQParams(nn.Module):
         quantize = qdq.quantize_per_tensor if self.axis is None else qdq.quantize_per_channel
         return quantize(weight, *self._qdq_arguments())
 
+    @property
+    def is_half(self) -> bool:
+        """An fp16 / bf16 weight (``{"qscheme": None, "dtype": torch.float16}``)."""
+        return not self.quantized and self.dtype in (torch.float16, torch.bfloat16)
+
     def fake_quantize(self, weight: torch.Tensor) -> torch.Tensor:
         """quantize -> dequantize: the weight as the integer kernel computes with it
         (fp16 / bf16: rounded to that dtype and back)."""
+        if self.is_half:
+            return weight.to(self.dtype).to(weight.dtype)
         if not self.quantized:
-            half = self.dtype in (torch.float16, torch.bfloat16)
-            return weight.to(self.dtype).to(weight.dtype) if half else weight
+            return weight
         per_tensor = self.axis is None
         dequantize = qdq.dequantize_per_tensor if per_tensor else qdq.dequantize_per_channel
         q = self.quantize(weight)
@@ -287,9 +293,11 @@ class RecurrentReference(FloatTwin, nn.Module):
             return F.linear(x, weight, bias)
         return dynamic_linear(x, weight, bias, self.activation_range)
 
-    def _direction(self, x: torch.Tensor, state: State, suffix: str, reverse: bool) -> State:
-        """Run over ``x`` (steps first) from ``state``; returns the outputs, stacked, and then
-        the last state."""
+    def _direction(
+        self, x: torch.Tensor, state: State, suffix: str, reverse: bool
+    ) -> tuple[torch.Tensor, State]:
+        """Run over ``x`` (steps first) from ``state``; returns the outputs, stacked, and the
+        last state."""
         ih = self._linear(x, suffix, "ih")
         steps = range(x.shape[0] - 1, -1, -1) if reverse else range(x.shape[0])
         outputs: list[torch.Tensor] = [x.new_empty(0)] * x.shape[0]
@@ -298,7 +306,7 @@ class RecurrentReference(FloatTwin, nn.Module):
             if getattr(self, "proj_size", 0):
                 state = (self._linear(state[0], suffix, "hr"), *state[1:])
             outputs[t] = state[0]
-        return (torch.stack(outputs), *state)
+        return torch.stack(outputs), state
 
     def _get_name(self) -> str:
         return f"Reference{type(self).__name__}"
@@ -371,9 +379,9 @@ class _Sequence(RecurrentReference, nn.RNNBase):
             for direction in range(directions):
                 state = tuple(h[layer * directions + direction] for h in hx)
                 suffix = f"_l{layer}" + ("_reverse" if direction else "")
-                out, *last = self._direction(x, state, suffix, reverse=bool(direction))
+                out, last = self._direction(x, state, suffix, reverse=bool(direction))
                 outputs.append(out)
-                lasts.append(tuple(last))
+                lasts.append(last)
             x = torch.cat(outputs, -1) if directions > 1 else outputs[0]
         hidden = tuple(torch.stack(final) for final in zip(*lasts, strict=True))
         if not batched:
@@ -453,7 +461,7 @@ class LSTMCell(RecurrentReference, nn.LSTMCell):
         if hx is None:
             zeros = input.new_zeros((*input.shape[:-1], self.hidden_size))
             hx = (zeros, zeros)
-        _, h, c = self._direction(input[None], hx, "", reverse=False)
+        _, (h, c) = self._direction(input[None], hx, "", reverse=False)
         return h, c
 
 
@@ -472,7 +480,8 @@ class _StateCell(RecurrentReference, nn.RNNCellBase):
     def forward(self, input: torch.Tensor, hx: torch.Tensor | None = None) -> torch.Tensor:
         """``h_1`` as the float cell returns it."""
         h = input.new_zeros((*input.shape[:-1], self.hidden_size)) if hx is None else hx
-        return self._direction(input[None], (h,), "", reverse=False)[1]
+        _, (h,) = self._direction(input[None], (h,), "", reverse=False)
+        return h
 
 
 class GRUCell(_StateCell, nn.GRUCell):

@@ -27,7 +27,7 @@ from torch import nn
 
 from fxquant import dtypes
 from fxquant.errors import ConfigError, ConfigTypeError, wrong_type
-from fxquant.nn import FloatTwin, init_arguments
+from fxquant.nn.float_twin import FloatTwin, init_arguments
 from fxquant.nn.intrinsic import type_label
 from fxquant.nn.qat import Affine, Convolving, Lookup, Pool, root_of
 

@@ -17,7 +17,6 @@ QAT uses fake-quantize versions of the same, so a model prepared with
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -29,7 +28,6 @@ from fxquant.config.qconfig import QConfig
 from fxquant.config.qconfig_mapping import QConfigMapping
 from fxquant.errors import ConfigError
 from fxquant.numerics import fake_quantize, observer
-from fxquant.patterns.conv import conv_family
 from fxquant.patterns.fixed_qparams import FixedQParams, fixed_qparams_ops
 
 __all__ = [
@@ -40,9 +38,13 @@ __all__ = [
     "reference_default_qconfig_mapping",
 ]
 
-_TRANSPOSED: tuple[Callable[..., Any], ...] = (
-    *(conv_family(dims).transpose for dims in (1, 2, 3)),
-    *(conv_family(dims).func_transpose for dims in (1, 2, 3)),
+_TRANSPOSED = (
+    nn.ConvTranspose1d,
+    nn.ConvTranspose2d,
+    nn.ConvTranspose3d,
+    F.conv_transpose1d,
+    F.conv_transpose2d,
+    F.conv_transpose3d,
 )
 
 

@@ -67,10 +67,18 @@ def share_qparams_ops() -> tuple[Pattern, ...]:
         nn.ReLU6,
     )
     functions = (
-        *(getattr(F, f"{kind}{d}d") for kind in _POOL_FUNCTIONS for d in (1, 2, 3)),
+        F.adaptive_avg_pool1d,
+        F.adaptive_avg_pool2d,
+        F.adaptive_avg_pool3d,
+        F.avg_pool1d,
+        F.avg_pool2d,
+        F.avg_pool3d,
         F.hardtanh,
         F.hardtanh_,
         F.interpolate,
+        F.max_pool1d,
+        F.max_pool2d,
+        F.max_pool3d,
         F.pixel_shuffle,
         F.pixel_unshuffle,
         F.relu,
@@ -93,9 +101,7 @@ def share_qparams_ops() -> tuple[Pattern, ...]:
     return (*modules, *functions, *_METHODS)
 
 
-# pooling picks or averages input values, in 1, 2 and 3 dimensions: modules and functions
 _POOLS = ("AdaptiveAvgPool", "AvgPool", "MaxPool")
-_POOL_FUNCTIONS = ("adaptive_avg_pool", "avg_pool", "max_pool")
 
 
 def share_qparams_op_configs(

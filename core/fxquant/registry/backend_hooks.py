@@ -81,22 +81,42 @@ def backend_hooks(
         True
     """
 
-    def written(answer: Callable[..., Any], doc: str | None) -> Any:
-        answer.__doc__ = doc  # before only_for: its wrapper copies it
-        return hookimpl(only_for(backend)(answer))
+    def written(hook: Callable[..., Any], doc: str | None) -> Any:
+        hook.__doc__ = doc  # before only_for: its wrapper copies it
+        return hookimpl(only_for(backend)(hook))
 
-    # each lambda takes the hookspec's arguments it uses, by their names: pluggy passes those
-    # (graph_mode: the flow merges the mode under the user's entries, so no qconfig_mapping);
-    # an answer not given leaves its hook unwritten
+    def fxquant_pattern_configs(backend: str) -> list[BackendPatternConfig]:
+        return pattern_configs()
+
+    def fxquant_default_qconfig_mapping(backend: str, is_qat: bool) -> QConfigMapping:
+        return default_qconfig_mapping(is_qat)
+
+    kernels_hook = deployment_hook = graph_mode_hook = None
+    if lowering_kernels is not None:
+
+        def fxquant_lowering_kernels(backend: str) -> list[LoweringRule]:
+            return lowering_kernels()
+
+        kernels_hook = written(fxquant_lowering_kernels, f"{backend}'s lowering rules.")
+    if deployment is not None:
+
+        def fxquant_deployment(backend: str) -> Deployment:
+            return deployment()
+
+        deployment_hook = written(fxquant_deployment, deployment.__doc__)
+    if graph_mode is not None:
+
+        def fxquant_graph_mode(
+            backend: str, model: fx.GraphModule, qconfig_mapping: QConfigMapping, is_qat: bool
+        ) -> GraphMode | None:
+            del qconfig_mapping  # the flow merges the mode under the user's entries (the hookspec)
+            return graph_mode(model, is_qat)
+
+        graph_mode_hook = written(fxquant_graph_mode, graph_mode.__doc__)
     return BackendHooks(
-        written(lambda backend: pattern_configs(), f"The patterns {backend} quantizes."),
-        written(
-            lambda backend, is_qat: default_qconfig_mapping(is_qat),
-            f"{backend}'s default mapping, given is_qat.",
-        ),
-        lowering_kernels
-        and written(lambda backend: lowering_kernels(), f"{backend}'s lowering rules."),
-        deployment and written(lambda backend: deployment(), deployment.__doc__),
-        graph_mode
-        and written(lambda backend, model, is_qat: graph_mode(model, is_qat), graph_mode.__doc__),
+        written(fxquant_pattern_configs, f"The patterns {backend} quantizes."),
+        written(fxquant_default_qconfig_mapping, f"{backend}'s default mapping, given is_qat."),
+        kernels_hook,
+        deployment_hook,
+        graph_mode_hook,
     )

@@ -227,18 +227,22 @@ class BNReLU3d(FusedModule):
     PARTS = (("batch_norm", nn.BatchNorm3d), _RELU)
 
 
+def _check_add(owner: str, add: object) -> None:
+    if isinstance(add, nn.Module) or not callable(add):
+        msg = (
+            f"{owner} argument 'add' must be an add function such as torch.add or "
+            f"operator.add, got {add!r}"
+        )
+        raise ConfigTypeError(msg)
+
+
 class _ConvAdd(FusedModule):
     """``add(conv(x1), x2)``, then ``self.relu`` where the subclass has one."""
 
     PARTS = (("conv", nn.Conv2d),)
 
     def __init__(self, conv: nn.Conv2d, add: AddFn) -> None:
-        if isinstance(add, nn.Module) or not callable(add):
-            msg = (
-                f"{type(self).__name__} argument 'add' must be an add function such as "
-                f"torch.add or operator.add, got {add!r}"
-            )
-            raise ConfigTypeError(msg)
+        _check_add(type(self).__name__, add)
         super().__init__(conv)
         self.add = add
 
@@ -280,6 +284,8 @@ class ConvAddReLU2d(_ConvAdd):
     """
 
     def __init__(self, conv: nn.Conv2d, add: AddFn, relu: nn.ReLU) -> None:
+        # arguments are checked in order (add, relu, then conv): a user sees the first wrong one
+        _check_add(type(self).__name__, add)
         relu = relu_module(type(self).__name__, relu)
         super().__init__(conv, add)
         self.relu = relu

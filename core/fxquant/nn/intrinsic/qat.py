@@ -24,7 +24,7 @@ from torch import nn
 
 from fxquant.nn import intrinsic as nni
 from fxquant.nn import qat as nnqat
-from fxquant.nn.fusers import BN_AFTER, check_qat_bn, fold_bn_weights
+from fxquant.nn.fusers import _BN_AFTER, check_qat_bn, fold_bn_weights
 
 # the twins of the fused modules that hold a weight to fake-quantize (every one but
 # BNReLU and ConvAdd, which keep their float forms in QAT), and the BatchNorm switches
@@ -115,7 +115,7 @@ class _BnFolding(_Fused):
 
     def _attach_bn(self, eps: float, momentum: float | None, freeze_bn: bool) -> None:
         """A fresh BatchNorm of the layer's dimension and width, BatchNorm's defaults else."""
-        bn_cls = BN_AFTER[self._float_class]
+        bn_cls = _BN_AFTER[self._float_class]
         width = self.weight.shape[0]  # out_channels / out_features: the weight's first dim
         self._use_bn(bn_cls(width, eps, momentum, device=self.weight.device), freeze_bn)
 
