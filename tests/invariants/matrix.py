@@ -1,4 +1,4 @@
-"""The whole invariant matrix (issue 30): every zoo model x installed backend x user move,
+"""The whole invariant matrix: every zoo model x installed backend x user move,
 with x86's compiled deployment on the default move; a table for docs/guide/matrix.md.
 
     OMP_NUM_THREADS=1 python -m tests.invariants.matrix [--models resnet,bert]
@@ -33,8 +33,8 @@ _HEAD = """# The invariant matrix
 
 Every zoo model (`tests/zoo`) on every installed backend under eight user moves, each
 checked on every output form the backend has (`convert_fx`, `convert_to_reference_fx`,
-its deployment; x86's compiled deployment on the default move), against the invariants
-of issue 30 (`tests/invariants/checks.py`):
+its deployment; x86's compiled deployment on the default move), against these
+invariants (`tests/invariants/checks.py`):
 
 - **untouched**: the caller's model, example inputs and call inputs are never modified;
 - **agrees**: the lowered and deployed models agree with their reference model within one
