@@ -409,8 +409,12 @@ class UniformQuantizationObserverBase(ObserverBase):
         self, min_val: torch.Tensor, max_val: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         name = qscheme_name(self.qscheme)
+        steps = float(self.quant_max - self.quant_min)
         if name == "per_channel_affine_float_qparams":
-            found = _float_qparams(min_val, max_val, self.quant_min, self.quant_max, self.eps)
+            scale = (max_val - min_val) / steps
+            scale = torch.where(scale > self.eps, scale, torch.ones_like(scale))
+            # a float zero point makes q = round((x - min) / scale): no rounding of the offset
+            found = scale, -1 * min_val / scale
         else:
             # the range is widened to include 0 so that 0.0 is exactly representable
             min_neg = torch.min(min_val, torch.zeros_like(min_val))
@@ -418,7 +422,9 @@ class UniformQuantizationObserverBase(ObserverBase):
             if is_symmetric(name):
                 found = self._symmetric_qparams(min_neg, max_pos)
             else:
-                found = _affine_qparams(min_neg, max_pos, self.quant_min, self.quant_max, self.eps)
+                scale = torch.max((max_pos - min_neg) / steps, self.eps)
+                zero_point = self.quant_min - torch.round(min_neg / scale).to(torch.int)
+                found = scale, torch.clamp(zero_point, self.quant_min, self.quant_max)
         if min_val.dim() == 0:  # per-tensor results are shaped [1], like FakeQuantize's buffers
             return found[0].reshape(1), found[1].reshape(1)
         return found
@@ -497,23 +503,6 @@ def is_calibrated(observer: torch.nn.Module) -> bool:
         and bool(torch.isfinite(min_val[seen]).all())
         and bool(torch.isfinite(max_val[seen]).all())
     )
-
-
-def _affine_qparams(
-    min_neg: torch.Tensor, max_pos: torch.Tensor, quant_min: int, quant_max: int, eps: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    scale = torch.max((max_pos - min_neg) / float(quant_max - quant_min), eps)
-    zero_point = quant_min - torch.round(min_neg / scale).to(torch.int)
-    return scale, torch.clamp(zero_point, quant_min, quant_max)
-
-
-def _float_qparams(
-    min_val: torch.Tensor, max_val: torch.Tensor, quant_min: int, quant_max: int, eps: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    scale = (max_val - min_val) / float(quant_max - quant_min)
-    scale = torch.where(scale > eps, scale, torch.ones_like(scale))
-    # a float zero point makes q = round((x - min) / scale): no rounding of the offset
-    return scale, -1 * min_val / scale
 
 
 class _RunningRange(UniformQuantizationObserverBase):
