@@ -193,17 +193,6 @@ class ObserverBase(torch.nn.Module):
         first, second = self.batch_peaks
         self.batch_peaks = (peak, first) if peak >= first else (first, max(second, peak))
 
-    def _finite_min_max(
-        self, x: torch.Tensor, ch_axis: int | None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Min and max of the finite values of ``x`` (per slice along ``ch_axis``); ``inf``
-        and ``-inf`` where there is none. The slow path: the batch holds NaN or inf."""
-        finite = torch.isfinite(x)
-        self._note_nonfinite(int(x.numel() - int(finite.sum())), x.numel())
-        inf = torch.tensor(float("inf"), dtype=x.dtype, device=x.device)
-        low = _min_max(torch.where(finite, x, inf), ch_axis)[0]
-        return low, _min_max(torch.where(finite, x, -inf), ch_axis)[1]
-
     def _batch_min_max(
         self, x: torch.Tensor, dtype: torch.dtype, ch_axis: int | None = None
     ) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -226,7 +215,13 @@ class ObserverBase(torch.nn.Module):
             # min and max carry any NaN or inf of the batch: the fast path tests just them
             # (one tiny op, no second pass over x); only a poisoned batch is filtered
             if not _all_finite(low, high):
-                low, high = self._finite_min_max(x, ch_axis)
+                # the slow path: the min and max of the finite values, inf and -inf (per
+                # slice) where there is none
+                finite = torch.isfinite(x)
+                self._note_nonfinite(int(x.numel() - int(finite.sum())), x.numel())
+                inf = torch.tensor(float("inf"), dtype=x.dtype, device=x.device)
+                low = _min_max(torch.where(finite, x, inf), ch_axis)[0]
+                high = _min_max(torch.where(finite, x, -inf), ch_axis)[1]
                 if reducer is None and ch_axis is None and bool(low > high):
                     return None  # nothing finite in the batch: the observer stays as it was
         if reducer is not None:
