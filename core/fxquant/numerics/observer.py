@@ -555,10 +555,8 @@ class _RunningRange(UniformQuantizationObserverBase):
 
     def _fold(self, batch_min: torch.Tensor, batch_max: torch.Tensor) -> None:
         if self.min_val.numel() > 0 and self.max_val.numel() > 0:
-            batch_min, batch_max = (
-                torch.min(batch_min, self.min_val),
-                torch.max(batch_max, self.max_val),
-            )
+            batch_min = torch.min(batch_min, self.min_val)
+            batch_max = torch.max(batch_max, self.max_val)
         self._store(batch_min, batch_max)
 
     def calculate_qparams(self) -> tuple[torch.Tensor, torch.Tensor]:
