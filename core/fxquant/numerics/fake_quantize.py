@@ -111,14 +111,6 @@ class FakeQuantizeBase(torch.nn.Module):
         self.enable_observer(False)
 
 
-def _observer_dtype(observer: Callable[..., torch.nn.Module], kwargs: dict[str, Any]) -> Any:
-    if "dtype" in kwargs:
-        return kwargs["dtype"]
-    if isinstance(observer, ModuleFactory) and "dtype" in observer.kwargs:
-        return observer.kwargs["dtype"]
-    return torch.uint8
-
-
 class FakeQuantize(FakeQuantizeBase):
     """Observe, then quantize and dequantize in float, per tensor or per channel.
 
@@ -161,9 +153,13 @@ class FakeQuantize(FakeQuantizeBase):
             )
             raise ConfigTypeError(msg)
         if quant_min is not None and quant_max is not None:
-            _check_fake_quant_range(
-                quant_min, quant_max, _observer_dtype(observer, observer_kwargs)
-            )
+            if quant_min > quant_max:
+                msg = f"quant_min={quant_min!r} must not exceed quant_max={quant_max!r}"
+                raise ConfigError(msg)
+            # the dtype the observer will get: passed here, else bound in its factory
+            bound = observer.kwargs if isinstance(observer, ModuleFactory) else {}
+            dtype = observer_kwargs.get("dtype", bound.get("dtype", torch.uint8))
+            check_fits(quant_min, quant_max, dtype)
             observer_kwargs.update(quant_min=quant_min, quant_max=quant_max)
         observer_kwargs["is_dynamic"] = is_dynamic
         self.activation_post_process: Any = observer(**observer_kwargs)
@@ -187,10 +183,6 @@ class FakeQuantize(FakeQuantizeBase):
         )
         return qparams
 
-    def _update_qparams(self, x: torch.Tensor) -> None:
-        self.activation_post_process(x.detach())
-        self._refresh_qparams()
-
     def _refresh_qparams(self) -> None:
         """Recompute ``scale`` and ``zero_point`` from the observer's current statistics."""
         scale, zero_point = self.calculate_qparams()
@@ -210,7 +202,8 @@ class FakeQuantize(FakeQuantizeBase):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Update qparams (if observing), then fake-quantize ``x`` (if enabled)."""
         if self.observer_enabled[0] == 1:
-            self._update_qparams(x)
+            self.activation_post_process(x.detach())
+            self._refresh_qparams()
         if self.fake_quant_enabled[0] == 1:
             x = self._fake_quantize(x)
         return x
@@ -228,13 +221,6 @@ class FakeQuantize(FakeQuantizeBase):
     ) -> None:
         take_saved_shapes(self, state_dict, prefix, ("scale", "zero_point"))
         super()._load_from_state_dict(state_dict, prefix, local_metadata, *rest)
-
-
-def _check_fake_quant_range(quant_min: int, quant_max: int, dtype: torch.dtype) -> None:
-    if quant_min > quant_max:
-        msg = f"quant_min={quant_min!r} must not exceed quant_max={quant_max!r}"
-        raise ConfigError(msg)
-    check_fits(quant_min, quant_max, dtype)
 
 
 class FixedQParamsFakeQuantize(FakeQuantize):
