@@ -295,8 +295,10 @@ class FusedMovingAvgObsFakeQuantize(FakeQuantize):
         """Observe and fake-quantize ``x`` in one kernel call."""
         observer_enabled = self.observer_enabled
         observing = bool(observer_enabled[0] == 1)
-        saved = self._state() if observing else None
-        if self.activation_post_process._batch_reducer is not None and observing:
+        post = self.activation_post_process
+        state = (post.min_val, post.max_val, self.scale, self.zero_point)
+        saved = tuple(t.clone() for t in state) if observing else None
+        if post._batch_reducer is not None and observing:
             self._observe_global_batch(x)
             observer_enabled = torch.zeros_like(observer_enabled)
         try:
@@ -311,14 +313,11 @@ class FusedMovingAvgObsFakeQuantize(FakeQuantize):
             # the kernel folded a NaN or inf of x into the moving averages, which would then
             # never recover: undo it and take the unfused steps, whose observer leaves
             # non-finite values out (and warns once)
-            self._restore(saved)
+            for target, value in zip(state, saved, strict=True):
+                target.resize_(value.shape).copy_(value)
             return super().forward(x)
         assert result is not None  # set unless the state was restored above
         return result
-
-    def _state(self) -> tuple[torch.Tensor, ...]:
-        post = self.activation_post_process
-        return tuple(t.clone() for t in (post.min_val, post.max_val, self.scale, self.zero_point))
 
     def _finite_state(self) -> bool:
         """False when the running min/max took a NaN or an infinity (checked on the tiny
@@ -332,12 +331,6 @@ class FusedMovingAvgObsFakeQuantize(FakeQuantize):
             and bool(torch.isfinite(post.max_val[seen]).all())
             and not bool(torch.isnan(post.min_val).any() | torch.isnan(post.max_val).any())
         )
-
-    def _restore(self, saved: tuple[torch.Tensor, ...]) -> None:
-        post = self.activation_post_process
-        targets = (post.min_val, post.max_val, self.scale, self.zero_point)
-        for target, value in zip(targets, saved, strict=True):
-            target.resize_(value.shape).copy_(value)
 
     def _run_fused(
         self, x: torch.Tensor, observer_enabled: torch.Tensor, fake_quant_enabled: torch.Tensor
