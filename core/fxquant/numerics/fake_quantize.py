@@ -111,14 +111,6 @@ class FakeQuantizeBase(torch.nn.Module):
         self.enable_observer(False)
 
 
-def _observer_dtype(observer: Callable[..., torch.nn.Module], kwargs: dict[str, Any]) -> Any:
-    if "dtype" in kwargs:
-        return kwargs["dtype"]
-    if isinstance(observer, ModuleFactory) and "dtype" in observer.kwargs:
-        return observer.kwargs["dtype"]
-    return torch.uint8
-
-
 class FakeQuantize(FakeQuantizeBase):
     """Observe, then quantize and dequantize in float, per tensor or per channel.
 
@@ -161,9 +153,13 @@ class FakeQuantize(FakeQuantizeBase):
             )
             raise ConfigTypeError(msg)
         if quant_min is not None and quant_max is not None:
-            _check_fake_quant_range(
-                quant_min, quant_max, _observer_dtype(observer, observer_kwargs)
-            )
+            if quant_min > quant_max:
+                msg = f"quant_min={quant_min!r} must not exceed quant_max={quant_max!r}"
+                raise ConfigError(msg)
+            # the dtype the observer will get: passed here, else bound in its factory
+            bound = observer.kwargs if isinstance(observer, ModuleFactory) else {}
+            dtype = observer_kwargs.get("dtype", bound.get("dtype", torch.uint8))
+            check_fits(quant_min, quant_max, dtype)
             observer_kwargs.update(quant_min=quant_min, quant_max=quant_max)
         observer_kwargs["is_dynamic"] = is_dynamic
         self.activation_post_process: Any = observer(**observer_kwargs)
@@ -187,10 +183,6 @@ class FakeQuantize(FakeQuantizeBase):
         )
         return qparams
 
-    def _update_qparams(self, x: torch.Tensor) -> None:
-        self.activation_post_process(x.detach())
-        self._refresh_qparams()
-
     def _refresh_qparams(self) -> None:
         """Recompute ``scale`` and ``zero_point`` from the observer's current statistics."""
         scale, zero_point = self.calculate_qparams()
@@ -210,7 +202,8 @@ class FakeQuantize(FakeQuantizeBase):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Update qparams (if observing), then fake-quantize ``x`` (if enabled)."""
         if self.observer_enabled[0] == 1:
-            self._update_qparams(x)
+            self.activation_post_process(x.detach())
+            self._refresh_qparams()
         if self.fake_quant_enabled[0] == 1:
             x = self._fake_quantize(x)
         return x
@@ -228,13 +221,6 @@ class FakeQuantize(FakeQuantizeBase):
     ) -> None:
         take_saved_shapes(self, state_dict, prefix, ("scale", "zero_point"))
         super()._load_from_state_dict(state_dict, prefix, local_metadata, *rest)
-
-
-def _check_fake_quant_range(quant_min: int, quant_max: int, dtype: torch.dtype) -> None:
-    if quant_min > quant_max:
-        msg = f"quant_min={quant_min!r} must not exceed quant_max={quant_max!r}"
-        raise ConfigError(msg)
-    check_fits(quant_min, quant_max, dtype)
 
 
 class FixedQParamsFakeQuantize(FakeQuantize):
@@ -309,8 +295,10 @@ class FusedMovingAvgObsFakeQuantize(FakeQuantize):
         """Observe and fake-quantize ``x`` in one kernel call."""
         observer_enabled = self.observer_enabled
         observing = bool(observer_enabled[0] == 1)
-        saved = self._state() if observing else None
-        if self.activation_post_process._batch_reducer is not None and observing:
+        post = self.activation_post_process
+        state = (post.min_val, post.max_val, self.scale, self.zero_point)
+        saved = tuple(t.clone() for t in state) if observing else None
+        if post._batch_reducer is not None and observing:
             self._observe_global_batch(x)
             observer_enabled = torch.zeros_like(observer_enabled)
         try:
@@ -325,14 +313,11 @@ class FusedMovingAvgObsFakeQuantize(FakeQuantize):
             # the kernel folded a NaN or inf of x into the moving averages, which would then
             # never recover: undo it and take the unfused steps, whose observer leaves
             # non-finite values out (and warns once)
-            self._restore(saved)
+            for target, value in zip(state, saved, strict=True):
+                target.resize_(value.shape).copy_(value)
             return super().forward(x)
         assert result is not None  # set unless the state was restored above
         return result
-
-    def _state(self) -> tuple[torch.Tensor, ...]:
-        post = self.activation_post_process
-        return tuple(t.clone() for t in (post.min_val, post.max_val, self.scale, self.zero_point))
 
     def _finite_state(self) -> bool:
         """False when the running min/max took a NaN or an infinity (checked on the tiny
@@ -346,12 +331,6 @@ class FusedMovingAvgObsFakeQuantize(FakeQuantize):
             and bool(torch.isfinite(post.max_val[seen]).all())
             and not bool(torch.isnan(post.min_val).any() | torch.isnan(post.max_val).any())
         )
-
-    def _restore(self, saved: tuple[torch.Tensor, ...]) -> None:
-        post = self.activation_post_process
-        targets = (post.min_val, post.max_val, self.scale, self.zero_point)
-        for target, value in zip(targets, saved, strict=True):
-            target.resize_(value.shape).copy_(value)
 
     def _run_fused(
         self, x: torch.Tensor, observer_enabled: torch.Tensor, fake_quant_enabled: torch.Tensor

@@ -193,17 +193,6 @@ class ObserverBase(torch.nn.Module):
         first, second = self.batch_peaks
         self.batch_peaks = (peak, first) if peak >= first else (first, max(second, peak))
 
-    def _finite_min_max(
-        self, x: torch.Tensor, ch_axis: int | None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Min and max of the finite values of ``x`` (per slice along ``ch_axis``); ``inf``
-        and ``-inf`` where there is none. The slow path: the batch holds NaN or inf."""
-        finite = torch.isfinite(x)
-        self._note_nonfinite(int(x.numel() - int(finite.sum())), x.numel())
-        inf = torch.tensor(float("inf"), dtype=x.dtype, device=x.device)
-        low = _min_max(torch.where(finite, x, inf), ch_axis)[0]
-        return low, _min_max(torch.where(finite, x, -inf), ch_axis)[1]
-
     def _batch_min_max(
         self, x: torch.Tensor, dtype: torch.dtype, ch_axis: int | None = None
     ) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -226,7 +215,13 @@ class ObserverBase(torch.nn.Module):
             # min and max carry any NaN or inf of the batch: the fast path tests just them
             # (one tiny op, no second pass over x); only a poisoned batch is filtered
             if not _all_finite(low, high):
-                low, high = self._finite_min_max(x, ch_axis)
+                # the slow path: the min and max of the finite values, inf and -inf (per
+                # slice) where there is none
+                finite = torch.isfinite(x)
+                self._note_nonfinite(int(x.numel() - int(finite.sum())), x.numel())
+                inf = torch.tensor(float("inf"), dtype=x.dtype, device=x.device)
+                low = _min_max(torch.where(finite, x, inf), ch_axis)[0]
+                high = _min_max(torch.where(finite, x, -inf), ch_axis)[1]
                 if reducer is None and ch_axis is None and bool(low > high):
                     return None  # nothing finite in the batch: the observer stays as it was
         if reducer is not None:
@@ -409,8 +404,12 @@ class UniformQuantizationObserverBase(ObserverBase):
         self, min_val: torch.Tensor, max_val: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         name = qscheme_name(self.qscheme)
+        steps = float(self.quant_max - self.quant_min)
         if name == "per_channel_affine_float_qparams":
-            found = _float_qparams(min_val, max_val, self.quant_min, self.quant_max, self.eps)
+            scale = (max_val - min_val) / steps
+            scale = torch.where(scale > self.eps, scale, torch.ones_like(scale))
+            # a float zero point makes q = round((x - min) / scale): no rounding of the offset
+            found = scale, -1 * min_val / scale
         else:
             # the range is widened to include 0 so that 0.0 is exactly representable
             min_neg = torch.min(min_val, torch.zeros_like(min_val))
@@ -418,7 +417,9 @@ class UniformQuantizationObserverBase(ObserverBase):
             if is_symmetric(name):
                 found = self._symmetric_qparams(min_neg, max_pos)
             else:
-                found = _affine_qparams(min_neg, max_pos, self.quant_min, self.quant_max, self.eps)
+                scale = torch.max((max_pos - min_neg) / steps, self.eps)
+                zero_point = self.quant_min - torch.round(min_neg / scale).to(torch.int)
+                found = scale, torch.clamp(zero_point, self.quant_min, self.quant_max)
         if min_val.dim() == 0:  # per-tensor results are shaped [1], like FakeQuantize's buffers
             return found[0].reshape(1), found[1].reshape(1)
         return found
@@ -499,23 +500,6 @@ def is_calibrated(observer: torch.nn.Module) -> bool:
     )
 
 
-def _affine_qparams(
-    min_neg: torch.Tensor, max_pos: torch.Tensor, quant_min: int, quant_max: int, eps: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    scale = torch.max((max_pos - min_neg) / float(quant_max - quant_min), eps)
-    zero_point = quant_min - torch.round(min_neg / scale).to(torch.int)
-    return scale, torch.clamp(zero_point, quant_min, quant_max)
-
-
-def _float_qparams(
-    min_val: torch.Tensor, max_val: torch.Tensor, quant_min: int, quant_max: int, eps: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    scale = (max_val - min_val) / float(quant_max - quant_min)
-    scale = torch.where(scale > eps, scale, torch.ones_like(scale))
-    # a float zero point makes q = round((x - min) / scale): no rounding of the offset
-    return scale, -1 * min_val / scale
-
-
 class _RunningRange(UniformQuantizationObserverBase):
     """The min/max observers' round: measure a batch, fold it into ``min_val``/``max_val``.
 
@@ -571,10 +555,8 @@ class _RunningRange(UniformQuantizationObserverBase):
 
     def _fold(self, batch_min: torch.Tensor, batch_max: torch.Tensor) -> None:
         if self.min_val.numel() > 0 and self.max_val.numel() > 0:
-            batch_min, batch_max = (
-                torch.min(batch_min, self.min_val),
-                torch.max(batch_max, self.max_val),
-            )
+            batch_min = torch.min(batch_min, self.min_val)
+            batch_max = torch.max(batch_max, self.max_val)
         self._store(batch_min, batch_max)
 
     def calculate_qparams(self) -> tuple[torch.Tensor, torch.Tensor]:

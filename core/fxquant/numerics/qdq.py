@@ -212,13 +212,12 @@ def _dequantize_per_channel_impl(  # noqa: PLR0913, PLR0917  # the op's schema
 ) -> torch.Tensor:
     _check_range(quant_min, quant_max, dtype)
     zps = _zero_point_view(zero_points, q, axis)
+    scales = _channel_view(scales, q, axis, "scales")
     if zps.is_floating_point():
         # float zero points (per_channel_affine_float_qparams): torch stays in float32
-        scales32 = _channel_view(scales, q, axis, "scales").to(torch.float32)
-        y = (q.to(torch.float32) - zps) * scales32
+        y = (q.to(torch.float32) - zps) * scales.to(torch.float32)
     else:
-        scales64 = _channel_view(scales, q, axis, "scales").to(torch.float64)
-        y = (q.to(torch.int64) - zps).to(torch.float64) * scales64
+        y = (q.to(torch.int64) - zps).to(torch.float64) * scales.to(torch.float64)
     return y.to(out_dtype or torch.float32)
 
 
@@ -226,8 +225,7 @@ def _choose_qparams_per_tensor_impl(
     x: torch.Tensor, quant_min: int, quant_max: int, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:
     _check_range(quant_min, quant_max, dtype)
-    x = _float_input(x)
-    x = x.detach()
+    x = _float_input(x).detach()
     low, high = 0.0, 0.0  # no values: an empty tensor, or shapes only (FakeTensor)
     if not x.is_meta and x.numel() > 0:
         # amin + amax: 0.6x the time of torch 2.13's aminmax on CPU, the same exact values
