@@ -122,9 +122,7 @@ def add_mask(scores: Tensor, mask: Tensor) -> Tensor:
 
 def _additive(mask: Tensor, dtype: torch.dtype) -> Tensor:
     if mask.dtype == torch.bool:
-        return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(
-            mask, float("-inf")
-        )
+        return torch.zeros_like(mask, dtype=dtype).masked_fill(mask, float("-inf"))
     return mask.to(dtype)
 
 
