@@ -121,12 +121,11 @@ def replace_observer(root: nn.Module, graph: Graph, node: Node, observer: nn.Mod
             if dtype in _FLOAT_CASTS:
                 low = graph.call_method("to", (node.args[0], dtype))
                 replacement = graph.call_method("to", (low, torch.float32))
-            elif dtypes.is_quantized_dtype(dtype) and (
-                per_token or getattr(observer, "is_dynamic", False)
-            ):
-                replacement = _dynamic(graph, node, observer, per_token=per_token)
             elif dtypes.is_quantized_dtype(dtype):
-                replacement = _static(root, graph, node, observer)
+                if per_token or getattr(observer, "is_dynamic", False):
+                    replacement = _dynamic(graph, node, observer, per_token=per_token)
+                else:
+                    replacement = _static(root, graph, node, observer)
     node.replace_all_uses_with(replacement)
     graph.erase_node(node)
 
