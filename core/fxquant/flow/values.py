@@ -263,7 +263,8 @@ def _call_kind(node: fx.Node, kinds: Mapping[fx.Node, ValueKind]) -> ValueKind:
     if target in _SHAPED_LIKE:
         return args[0] if args else SCALAR  # mask.expand_as(scores): the mask's values
     if target is operator.getitem:
-        if _slices_a_sequence(node):
+        index = node.args[1] if len(node.args) > 1 else None
+        if isinstance(index, slice) and splits(node.args[0]):
             return SCALAR  # y.chunk(2)[::-1]: a tuple of tensors, not one to observe
         return args[0] if args else SCALAR
     if target in _INT_METHODS or target in _COMPARISONS:
@@ -292,12 +293,6 @@ def splits(node: object) -> bool:
         return False
     name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
     return name in _SPLITTING
-
-
-def _slices_a_sequence(node: fx.Node) -> bool:
-    """Whether getitem ``node`` slices the tuple of a splitting op (an observer got the tuple)."""
-    index = node.args[1] if len(node.args) > 1 else None
-    return isinstance(index, slice) and splits(node.args[0])
 
 
 def _minus_infinity(value: object) -> bool:
