@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import sys
 import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -112,11 +111,6 @@ def _merge(
     return merged, applied, kept
 
 
-def _owned(user: dict[_Key, QConfigAny], base: dict[_Key, QConfigAny]) -> Iterator[_Key]:
-    """The user's keys that say something of their own (not the default's entry)."""
-    return (key for key in user if user[key] != base.get(key, _ABSENT))
-
-
 @dataclass(frozen=True, slots=True)
 class ComposedMode:
     """A mode merged into the user's mapping: what prepare quantizes with, and what it kept.
@@ -194,7 +188,8 @@ def compose(
         equalization=_build(merged_eq) if has_eq else None,
         applied=(*(_words(k) for k in applied), *equalize),
         kept=(*(_words(k) for k in kept), *(f"equalization {_words(k)}" for k in kept_eq)),
-        owned=tuple(_words(k) for k in _owned(user, default)),
+        # the user's keys that say something of their own (not the default's entry)
+        owned=tuple(_words(k) for k in user if user[k] != default.get(k, _ABSENT)),
         own_global=user.get(("", "")) != default.get(("", ""), _ABSENT),
     )
 
