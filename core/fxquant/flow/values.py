@@ -66,7 +66,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterator, Mapping
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 import torch
 from torch import fx, nn
@@ -428,13 +428,10 @@ def _is_mask_input(value: object) -> bool:
     """Rule 7: a float example input that is an additive mask (no value above 0, one at most
     :data:`MASK_FILL_MAX`): ``nn.Transformer.generate_square_subsequent_mask(n)`` passed to
     ``forward``. An unnormalized input (audio samples) has positive values too."""
-    if not _holds_minus_infinity(value):
-        return False
-    assert isinstance(value, torch.Tensor)  # checked by _holds_minus_infinity
-    return not bool((value.detach() > 0).any())
+    return _holds_minus_infinity(value) and not bool((value.detach() > 0).any())
 
 
-def _holds_minus_infinity(value: object) -> bool:
+def _holds_minus_infinity(value: object) -> TypeGuard[torch.Tensor]:
     """Rule 6: a float constant (not a parameter) with a value at most :data:`MASK_FILL_MAX`."""
     if not isinstance(value, torch.Tensor) or isinstance(value, nn.Parameter):
         return False
