@@ -98,16 +98,15 @@ def _merge(
         if part == base.get(key, _ABSENT):
             continue  # not the mode's: the default's own entry
         mine = user.get(key, _ABSENT)
-        if mine == part:
-            applied.append(key)
-        elif mine == base.get(key, _ABSENT):
-            applied.append(key)
+        if mine != part and mine != base.get(key, _ABSENT):
+            kept.append(key)  # the user's own entry
+            continue
+        applied.append(key)
+        if mine != part:  # the user's is the default's entry: the mode's part replaces it
             if part is _ABSENT:
                 merged.pop(key, None)
             else:
                 merged[key] = mode[key]
-        else:
-            kept.append(key)
     return merged, applied, kept
 
 
