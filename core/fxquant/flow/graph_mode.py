@@ -60,8 +60,7 @@ def _build(entries: dict[_Key, QConfigAny]) -> QConfigMapping:
             table.setdefault(level, []).append(
                 (*key, qconfig) if level.endswith("order") else (key, qconfig)
             )
-    mapping = QConfigMapping.from_dict(table)
-    return mapping.set_global(entries.get(("", "")))
+    return QConfigMapping.from_dict(table).set_global(entries.get(("", "")))
 
 
 _NAMESPACES: Final = ("torch", "torch.nn", "torch.nn.functional", "operator")
