@@ -50,16 +50,12 @@ def alias_module_attributes(gm: fx.GraphModule) -> None:
         if not isinstance(value, torch.Tensor):
             continue
         if node.target not in aliases:
-            aliases[str(node.target)] = _register(gm, str(node.target), value)
+            alias = unique_name(gm, str(node.target).replace(".", "_"))
+            if isinstance(value, nn.Parameter):
+                gm.register_parameter(alias, value)
+            else:
+                gm.register_buffer(alias, value)
+            aliases[str(node.target)] = alias
         node.target = aliases[str(node.target)]
     if aliases:
         gm.recompile()
-
-
-def _register(gm: fx.GraphModule, target: str, value: torch.Tensor) -> str:
-    alias = unique_name(gm, target.replace(".", "_"))
-    if isinstance(value, nn.Parameter):
-        gm.register_parameter(alias, value)
-    else:
-        gm.register_buffer(alias, value)
-    return alias

@@ -107,11 +107,6 @@ def _dynamic(graph: Graph, node: Node, observer: nn.Module, *, per_token: bool) 
     return _quantize_dequantize(graph, _OPS.quantize_per_tensor.tensor, node, qparams, tail)
 
 
-def _cast(graph: Graph, node: Node, dtype: torch.dtype) -> Node:
-    low = graph.call_method("to", (node.args[0], dtype))
-    return graph.call_method("to", (low, torch.float32))
-
-
 def replace_observer(root: nn.Module, graph: Graph, node: Node, observer: nn.Module) -> None:
     """Replace the observer call ``node`` by its quantize/dequantize steps (or by its input).
 
@@ -124,13 +119,13 @@ def replace_observer(root: nn.Module, graph: Graph, node: Node, observer: nn.Mod
         with graph.inserting_before(node):
             per_token = getattr(observer, "is_per_token", False)
             if dtype in _FLOAT_CASTS:
-                replacement = _cast(graph, node, dtype)
-            elif dtypes.is_quantized_dtype(dtype) and (
-                per_token or getattr(observer, "is_dynamic", False)
-            ):
-                replacement = _dynamic(graph, node, observer, per_token=per_token)
+                low = graph.call_method("to", (node.args[0], dtype))
+                replacement = graph.call_method("to", (low, torch.float32))
             elif dtypes.is_quantized_dtype(dtype):
-                replacement = _static(root, graph, node, observer)
+                if per_token or getattr(observer, "is_dynamic", False):
+                    replacement = _dynamic(graph, node, observer, per_token=per_token)
+                else:
+                    replacement = _static(root, graph, node, observer)
     node.replace_all_uses_with(replacement)
     graph.erase_node(node)
 

@@ -185,20 +185,6 @@ def float_side(config: DTypeConfig | None) -> torch.dtype | None:
     return side if side in _REDUCED and not config.is_dynamic else None
 
 
-def _same(a: torch.dtype | None, b: torch.dtype) -> bool:
-    return a is None or canonical_dtype(a) == b
-
-
-def _dtype_reason(what: str, got: torch.dtype, wanted: torch.dtype | None, label: str) -> Reason:
-    wanted_name = dtype_name(wanted) if wanted is not None else "any"
-    return Reason(
-        ReasonCode.DTYPE_MISMATCH,
-        f"{label}: qconfig {what} dtype {dtype_name(got)} is not the backend's {wanted_name}",
-        field=f"{what}_dtype",
-        bound=wanted,
-    )
-
-
 def _check_dtypes(config: DTypeConfig, probe: QConfigProbe, label: str) -> Reason | None:
     act = probe.activation
     if bool(config.is_dynamic) != act.is_dynamic:
@@ -228,8 +214,14 @@ def _check_dtypes(config: DTypeConfig, probe: QConfigProbe, label: str) -> Reaso
         ("bias", probe.bias_dtype, config.bias_dtype),
     )
     for what, got, wanted in checks:
-        if not _same(wanted, got):
-            return _dtype_reason(what, got, wanted, label)
+        if wanted is not None and canonical_dtype(wanted) != got:  # None: any dtype will do
+            return Reason(
+                ReasonCode.DTYPE_MISMATCH,
+                f"{label}: qconfig {what} dtype {dtype_name(got)} is not the backend's "
+                f"{dtype_name(wanted)}",
+                field=f"{what}_dtype",
+                bound=wanted,
+            )
     return None
 
 
@@ -277,27 +269,23 @@ def _symmetric_zero_point(facts: ObserverFacts) -> int | None:
     return 0
 
 
-def _check_zero_point(
-    zero_point: int, facts: ObserverFacts, what: str, label: str
-) -> Reason | None:
-    """``zero_point_exact_match`` alone: the observer must be symmetric around that zero point."""
-    got = facts.fixed[1] if facts.fixed is not None else _symmetric_zero_point(facts)
-    if got == zero_point:
-        return None
-    found = f"zero point {got}" if got is not None else f"qscheme {facts.qscheme}"
-    words = (
-        f"{label}: the backend needs {what} zero point {zero_point} (symmetric quantization) "
-        f"but the qconfig {what} observer has {found}; use a *_symmetric qscheme"
-    )
-    return Reason(ReasonCode.ZERO_POINT, words, field="zero_point_exact_match", bound=zero_point)
-
-
 def _check_fixed(
     constraints: DTypeWithConstraints, facts: ObserverFacts, what: str, label: str
 ) -> Reason | None:
     scale, zero_point = constraints.scale_exact_match, constraints.zero_point_exact_match
     if scale is None and zero_point is not None:
-        return _check_zero_point(zero_point, facts, what, label)
+        # zero_point_exact_match alone: the observer must be symmetric around that zero point
+        got = facts.fixed[1] if facts.fixed is not None else _symmetric_zero_point(facts)
+        if got == zero_point:
+            return None
+        found = f"zero point {got}" if got is not None else f"qscheme {facts.qscheme}"
+        words = (
+            f"{label}: the backend needs {what} zero point {zero_point} (symmetric "
+            f"quantization) but the qconfig {what} observer has {found}; use a *_symmetric qscheme"
+        )
+        return Reason(
+            ReasonCode.ZERO_POINT, words, field="zero_point_exact_match", bound=zero_point
+        )
     if scale is None or zero_point is None:
         return None
     if facts.fixed == (float(scale), int(zero_point)):

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import sys
 import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -61,8 +60,7 @@ def _build(entries: dict[_Key, QConfigAny]) -> QConfigMapping:
             table.setdefault(level, []).append(
                 (*key, qconfig) if level.endswith("order") else (key, qconfig)
             )
-    mapping = QConfigMapping.from_dict(table)
-    return mapping.set_global(entries.get(("", "")))
+    return QConfigMapping.from_dict(table).set_global(entries.get(("", "")))
 
 
 _NAMESPACES: Final = ("torch", "torch.nn", "torch.nn.functional", "operator")
@@ -99,22 +97,16 @@ def _merge(
         if part == base.get(key, _ABSENT):
             continue  # not the mode's: the default's own entry
         mine = user.get(key, _ABSENT)
-        if mine == part:
-            applied.append(key)
-        elif mine == base.get(key, _ABSENT):
-            applied.append(key)
+        if mine != part and mine != base.get(key, _ABSENT):
+            kept.append(key)  # the user's own entry
+            continue
+        applied.append(key)
+        if mine != part:  # the user's is the default's entry: the mode's part replaces it
             if part is _ABSENT:
                 merged.pop(key, None)
             else:
                 merged[key] = mode[key]
-        else:
-            kept.append(key)
     return merged, applied, kept
-
-
-def _owned(user: dict[_Key, QConfigAny], base: dict[_Key, QConfigAny]) -> Iterator[_Key]:
-    """The user's keys that say something of their own (not the default's entry)."""
-    return (key for key in user if user[key] != base.get(key, _ABSENT))
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +186,8 @@ def compose(
         equalization=_build(merged_eq) if has_eq else None,
         applied=(*(_words(k) for k in applied), *equalize),
         kept=(*(_words(k) for k in kept), *(f"equalization {_words(k)}" for k in kept_eq)),
-        owned=tuple(_words(k) for k in _owned(user, default)),
+        # the user's keys that say something of their own (not the default's entry)
+        owned=tuple(_words(k) for k in user if user[k] != default.get(k, _ABSENT)),
         own_global=user.get(("", "")) != default.get(("", ""), _ABSENT),
     )
 

@@ -113,10 +113,6 @@ def pattern_size(pattern: object, *, match_all: bool = False) -> int:
     return 1 if match_all or not is_match_all(pattern) else 0
 
 
-def _head(pattern: object) -> object:
-    return pattern[0] if isinstance(pattern, tuple) else pattern
-
-
 @dataclass(frozen=True, slots=True, eq=False, repr=False)  # identity, as Match; repr: huge
 class PatternIndex(Generic[T]):
     """Patterns bucketed by anchor op, longest first within a bucket.
@@ -147,7 +143,7 @@ class PatternIndex(Generic[T]):
         """Index ``(normalized pattern, payload)`` pairs; earlier entries win ties."""
         buckets: dict[Hashable, list[tuple[Hashable, T]]] = {}
         for pattern, payload in entries:
-            head = _head(pattern)
+            head = pattern[0] if isinstance(pattern, tuple) else pattern
             if is_match_all(head):
                 continue  # nothing to anchor on
             buckets.setdefault(head, []).append((pattern, payload))
@@ -290,8 +286,7 @@ def match_graph(
             found = Match(node, nodes, pattern, payload, dict(matcher.bindings), structure)
             if accept is not None and not accept(found):
                 continue
-            for covered in nodes:
-                taken.add(covered)
-                result[covered] = found
+            taken.update(nodes)
+            result.update(dict.fromkeys(nodes, found))
             break
     return result

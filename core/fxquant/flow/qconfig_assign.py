@@ -30,8 +30,10 @@ Entries naming modules (name, regex, order) that match nothing are returned too.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections import defaultdict
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,17 +127,13 @@ def number_calls(
         >>> list(number_calls(gm.graph, dict(gm.named_modules())).values())[1]
         (('', <class 'torch.nn.modules.activation.ReLU'>, 1),)
     """
-    counts: dict[tuple[str, Any], int] = {}
+    counters: defaultdict[tuple[str, Any], Iterator[int]] = defaultdict(itertools.count)
     numbered: dict[fx.Node, tuple[OrderKey, ...]] = {}
     for node in graph.nodes:
         scopes, object_type = _scopes(node, modules)
-        keys = []
-        for scope in scopes:
-            index = counts.get((scope, object_type), 0)
-            counts[(scope, object_type)] = index + 1
-            keys.append((scope, object_type, index))
+        keys = tuple((scope, object_type, next(counters[scope, object_type])) for scope in scopes)
         if keys:
-            numbered[node] = tuple(keys)
+            numbered[node] = keys
     return numbered
 
 

@@ -105,11 +105,13 @@ class NodeStatus(StrEnum):
 
 
 CODES: Final = tuple(code.value for code in ReasonCode)
-_STATUS_ORDER: Final = ("quantized", "lowered", "reference", "float", "skipped")
 """Every reason code's string; the words may change, the codes do not."""
 
 STATUSES: Final = tuple(status.value for status in NodeStatus)
 """Every status's string."""
+
+_STATUS_ORDER: Final = ("quantized", "lowered", "reference", "float", "skipped")
+"""The order in which :meth:`Report.summary` counts the statuses."""
 
 
 @dataclass(frozen=True, slots=True, init=False)

@@ -300,7 +300,8 @@ def _run_tracer(
     root: nn.Module, tracer: QuantizationTracer, ctx: FlowContext, concrete: dict[str, Any] | None
 ) -> tuple[fx.Tracer, fx.Graph]:
     """The tracer that fits ``root`` (transformers' for a transformers model), run on it."""
-    hf_trace = _hf_tracing(root)
+    # the registered tracer for root (transformers' for a transformers model), or None
+    hf_trace = next((found for find in MODEL_TRACERS if (found := find(root)) is not None), None)
     if hf_trace is not None:
         leaves = (tracer.leaf_names, tracer.leaf_classes)
         traced: tuple[fx.Tracer, fx.Graph] = hf_trace.trace_transformers_model(
@@ -352,11 +353,6 @@ def _check_concrete_args(root: nn.Module, ctx: FlowContext) -> dict[str, Any] | 
 # `import fxquant` imports when installed: fxquant.moved.TRACERS), so the flow imports no
 # optional part
 MODEL_TRACERS: list[Callable[[nn.Module], types.ModuleType | None]] = []
-
-
-def _hf_tracing(root: nn.Module) -> types.ModuleType | None:
-    """The registered tracer for ``root`` (transformers' for a transformers model), or None."""
-    return next((found for find in MODEL_TRACERS if (found := find(root)) is not None), None)
 
 
 def drop_string_annotations(graph: fx.Graph) -> bool:

@@ -122,9 +122,7 @@ def add_mask(scores: Tensor, mask: Tensor) -> Tensor:
 
 def _additive(mask: Tensor, dtype: torch.dtype) -> Tensor:
     if mask.dtype == torch.bool:
-        return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(
-            mask, float("-inf")
-        )
+        return torch.zeros_like(mask, dtype=dtype).masked_fill(mask, float("-inf"))
     return mask.to(dtype)
 
 
@@ -240,19 +238,17 @@ def multihead_attention(  # noqa: PLR0913, PLR0917 (torch's forward signature)
     mask = None
     if attn_mask is not None or key_padding_mask is not None:
         mask = _call(attention_mask, attn_mask, key_padding_mask, q, heads)
-    dropout = m.dropout if m.training else 0.0
-    weights = None
     # written out (not one scaled_dot_product_attention call): ExecuTorch's runtime lacks
     # kernels for SDPA's decomposition, and x86/onednn fuse these ops back into SDPA
     scores = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(m.head_dim))
     if mask is not None:  # one float node: a backend quantizing adds must not round -inf
         scores = _call(add_mask, scores, mask)
-    weights = F.softmax(scores, dim=-1)
+    weights: Any = F.softmax(scores, dim=-1)  # None below when need_weights=False
     module_dropout = m._modules.get(ATTN_DROPOUT)
     if module_dropout is not None:  # the child split_projections added: follows eval()
         attended = module_dropout(weights)
     else:
-        attended = F.dropout(weights, p=dropout) if dropout > 0.0 else weights
+        attended = F.dropout(weights, p=m.dropout) if m.training and m.dropout > 0.0 else weights
     out = torch.matmul(attended, v)
     if not need_weights:
         weights = None

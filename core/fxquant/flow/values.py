@@ -66,7 +66,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterator, Mapping
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 import torch
 from torch import fx, nn
@@ -263,7 +263,8 @@ def _call_kind(node: fx.Node, kinds: Mapping[fx.Node, ValueKind]) -> ValueKind:
     if target in _SHAPED_LIKE:
         return args[0] if args else SCALAR  # mask.expand_as(scores): the mask's values
     if target is operator.getitem:
-        if _slices_a_sequence(node):
+        index = node.args[1] if len(node.args) > 1 else None
+        if isinstance(index, slice) and splits(node.args[0]):
             return SCALAR  # y.chunk(2)[::-1]: a tuple of tensors, not one to observe
         return args[0] if args else SCALAR
     if target in _INT_METHODS or target in _COMPARISONS:
@@ -292,12 +293,6 @@ def splits(node: object) -> bool:
         return False
     name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
     return name in _SPLITTING
-
-
-def _slices_a_sequence(node: fx.Node) -> bool:
-    """Whether getitem ``node`` slices the tuple of a splitting op (an observer got the tuple)."""
-    index = node.args[1] if len(node.args) > 1 else None
-    return isinstance(index, slice) and splits(node.args[0])
 
 
 def _minus_infinity(value: object) -> bool:
@@ -433,13 +428,10 @@ def _is_mask_input(value: object) -> bool:
     """Rule 7: a float example input that is an additive mask (no value above 0, one at most
     :data:`MASK_FILL_MAX`): ``nn.Transformer.generate_square_subsequent_mask(n)`` passed to
     ``forward``. An unnormalized input (audio samples) has positive values too."""
-    if not _holds_minus_infinity(value):
-        return False
-    assert isinstance(value, torch.Tensor)  # checked by _holds_minus_infinity
-    return not bool((value.detach() > 0).any())
+    return _holds_minus_infinity(value) and not bool((value.detach() > 0).any())
 
 
-def _holds_minus_infinity(value: object) -> bool:
+def _holds_minus_infinity(value: object) -> TypeGuard[torch.Tensor]:
     """Rule 6: a float constant (not a parameter) with a value at most :data:`MASK_FILL_MAX`."""
     if not isinstance(value, torch.Tensor) or isinstance(value, nn.Parameter):
         return False

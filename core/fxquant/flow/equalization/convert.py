@@ -229,7 +229,11 @@ def _fold_into(
     work.scale_rows(weight, scale)
     work.scale_rows(bias, scale)
     rows = not isinstance(work.modules.get(str(producer.target)), nn.LayerNorm)
-    ranges = _with_zero(ranges) if rows else ranges
+    if rows:
+        # an observer before a ReLU: its negative values become 0 anyway, so the ReLU output's
+        # range (widened to hold 0) quantizes what matters exactly
+        low, high = ranges
+        ranges = (torch.clamp(low, max=0.0), torch.clamp(high, min=0.0))
     chain = [producer, *_nodes_between(producer, observer)]
     observers = [n for n in chain if observer_node(n, work.modules) is not None]
     for between in observers:
@@ -266,10 +270,3 @@ def _multiply_input(
         linear.replace_input_with(observer, own)
     work.rescale_observer(target, ranges)
     return f"mul node {mul.name} (its input also feeds other nodes)", ()
-
-
-def _with_zero(ranges: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor]:
-    # an observer before a ReLU: its negative values become 0 anyway, so the ReLU output's
-    # range (widened to hold 0) quantizes what matters exactly
-    low, high = ranges
-    return torch.clamp(low, max=0.0), torch.clamp(high, min=0.0)
