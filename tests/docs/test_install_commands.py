@@ -83,8 +83,7 @@ def test_the_error_hint_installs_what_a_documented_command_installs(name: str) -
     "readme", sorted(ROOT.glob("plugins/*/README.md")), ids=lambda p: p.parent.name
 )
 def test_plugin_readmes_give_the_pattern_count_fxquant_show_prints(readme: Path) -> None:
-    # the command itself, in a fresh process: what a reader running it sees (an xdist worker's
-    # earlier tests once left executorch one pattern short in-process; cause not found)
+    # the command itself, in a fresh process: what a reader running it sees
     # "(240 patterns; 248 where the CPU computes bfloat16)": a count that depends on the host
     pattern = r"fxquant show (\w+) .*?\((\d+) patterns(?:; (\d+) where [^)]*)?\)"
     for name, *counts in re.findall(pattern, readme.read_text()):

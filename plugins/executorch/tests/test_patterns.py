@@ -163,3 +163,24 @@ def test_an_embedding_is_looked_up_in_its_int8_table_by_the_portable_runtime(
         assert float((program(ids) - reference(ids)).abs().max()) <= step * 1.001
     # the table stays int8 in the program: 100 x 16 bytes, not 4x that
     assert program.size < 100 * 16 * 4
+
+
+def test_batch_norm_patterns_are_chosen_by_class_whatever_their_functions_addresses(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a pattern's str holds its functions' addresses: F.relu at 0x...3d... once dropped
+    # (BatchNorm2d, F.relu) from the backend in about one process of twenty
+    from fxquant.config.backend import BackendPatternConfig
+    from fxquant_executorch import patterns
+
+    def relu_at_0x7f3d(x: torch.Tensor) -> torch.Tensor:
+        return F.relu(x)
+
+    given = [
+        BackendPatternConfig((torch.nn.BatchNorm2d, relu_at_0x7f3d)),
+        BackendPatternConfig((torch.nn.BatchNorm3d, F.relu)),
+        BackendPatternConfig(torch.nn.BatchNorm2d),
+    ]
+    monkeypatch.setattr(patterns, "bn_configs", lambda static: given)
+    kept = [c.pattern for c in patterns._batch_norm_configs([])]
+    assert kept == [(torch.nn.BatchNorm2d, relu_at_0x7f3d), torch.nn.BatchNorm2d]

@@ -41,6 +41,7 @@ from fxquant.config.backend import (
     DTypeWithConstraints,
     ObservationType,
 )
+from fxquant.nn.intrinsic import BNReLU3d
 from fxquant.patterns.binary import binary_op_configs
 from fxquant.patterns.builders import Pattern, op_config
 from fxquant.patterns.conv import conv_configs
@@ -242,8 +243,14 @@ def pattern_configs() -> list[BackendPatternConfig]:
 
 def _batch_norm_configs(static: Sequence[DTypeConfig]) -> list[BackendPatternConfig]:
     # 2-d only: XNNPACK folds a batch norm into the conv before it, or runs it as a
-    # per-channel multiply-add; there is no 3-d path
-    return [c for c in bn_configs(static) if "3d" not in str(c.pattern)]
+    # per-channel multiply-add; there is no 3-d path. Compared as objects: a pattern's
+    # str holds its functions' addresses, which may contain "3d"
+    three_d = {nn.BatchNorm3d, BNReLU3d}
+    return [
+        c
+        for c in bn_configs(static)
+        if three_d.isdisjoint(c.pattern if isinstance(c.pattern, tuple) else (c.pattern,))
+    ]
 
 
 def _weight_only() -> DTypeConfig:
