@@ -39,23 +39,25 @@ BatchNorm = nn.modules.batchnorm._BatchNorm
 
 class _Fused(nnqat._QATWeighted):
     """The QAT twin of the fused module of its name in :mod:`fxquant.nn.intrinsic`:
-    ``from_float`` takes that module (``_FLOAT_MODULE``), and ``ConvBnReLUNd.to_float()``
-    gives a ``ConvReLUNd`` (``_FUSED_FLOAT``). A subclass under another name keeps its
-    parent's."""
+    ``from_float`` takes that module (``_FLOAT_MODULE``), and ``to_float()`` of a twin
+    ending in ReLU gives the float layer + ReLU container (``_FUSED_FLOAT``: ``ConvReLUNd``
+    for ``ConvReLUNd`` and ``ConvBnReLUNd``, ``LinearReLU``). A subclass under another
+    name keeps its parent's."""
 
-    _FUSED_FLOAT: ClassVar[type[nni.FusedModule] | None] = None
+    _FUSED_FLOAT: ClassVar[type[nni.FusedModule]]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         fused = getattr(nni, cls.__name__, None)
         if isinstance(fused, type) and issubclass(fused, nni.FusedModule):
             cls._FLOAT_MODULE = fused
-            if cls.__name__.startswith("ConvBnReLU"):
+            if "ReLU" in cls.__name__:
                 cls._FUSED_FLOAT = getattr(nni, cls.__name__.replace("Bn", "", 1))
 
 
 class _ReLU(_Fused):
-    """The QAT layer, then ReLU; ``to_float`` rebuilds the float ``ConvReLUNd``/``LinearReLU``.
+    """The QAT layer (with BN folded in, for ``ConvBnReLUNd``), then ReLU; ``to_float``
+    wraps the float layer (BN folded in) with an ``nn.ReLU`` in ``_FUSED_FLOAT``.
 
     Example:
         >>> from fxquant.config.qconfig import QConfig
@@ -72,7 +74,7 @@ class _ReLU(_Fused):
 
     def to_float(self) -> nn.Module:
         """The float fused container of the plain layer and ``nn.ReLU``."""
-        return self._FLOAT_MODULE(super().to_float(), nn.ReLU()).train(self.training)
+        return self._FUSED_FLOAT(super().to_float(), nn.ReLU()).train(self.training)
 
 
 class LinearReLU(_ReLU, nnqat.Linear):
@@ -102,7 +104,7 @@ class ConvReLU3d(_ReLU, nnqat._QATConv, nn.Conv3d):
 
 class _BnFolding(_Fused):
     """Shared by ConvBn*/LinearBn1d: the BN child, its freezing, and the folded forward,
-    ``bn(layer(x, fake_quant(w * s)) / s + b)`` (then ReLU for ``ConvBnReLUNd``).
+    ``bn(layer(x, fake_quant(w * s)) / s + b)`` (``ConvBnReLUNd`` adds ReLU: :class:`_ReLU`).
 
     Example:
         >>> issubclass(ConvBnReLU2d, _BnFolding), issubclass(LinearBn1d, _BnFolding)
@@ -128,7 +130,7 @@ class _BnFolding(_Fused):
     _layer: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # the layer without its bias
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """The layer with the BN-scaled fake-quantized weight, unscaled, then BN (then ReLU)."""
+        """The layer with the BN-scaled fake-quantized weight, unscaled, then BN."""
         running_var: torch.Tensor = self.bn.running_var  # type: ignore[assignment]  # tracked: checked in _use_bn
         gamma: torch.Tensor = self.bn.weight
         scale = gamma / torch.sqrt(running_var + self.bn.eps)
@@ -139,8 +141,8 @@ class _BnFolding(_Fused):
         bias = getattr(self, "bias", None)
         if bias is not None:
             out = out + bias.reshape(channel_shape)
-        out = self.bn(out)
-        return F.relu(out) if self._FUSED_FLOAT is not None else out
+        normalized: torch.Tensor = self.bn(out)
+        return normalized
 
     @classmethod
     def from_float(cls, mod: nn.Module) -> Any:
@@ -150,15 +152,13 @@ class _BnFolding(_Fused):
         return qat
 
     def to_float(self) -> nn.Module:
-        """The float layer with BN folded in (in a ``ConvReLUNd`` when a ReLU follows)."""
+        """The float layer with BN folded in."""
         layer = super().to_float()
         with torch.no_grad():  # new leaf Parameters, as the layer's own are detached
             weight, bias = fold_bn_weights(self.weight, getattr(self, "bias", None), self.bn)
         layer.weight = nn.Parameter(weight)
         layer.bias = nn.Parameter(bias)
-        if self._FUSED_FLOAT is None:
-            return layer
-        return self._FUSED_FLOAT(layer, nn.ReLU()).train(self.training)
+        return layer
 
     def train(self, mode: bool = True) -> Any:
         """Set training mode; a frozen BN stays in eval mode (running statistics)."""
@@ -184,7 +184,7 @@ class _BnFolding(_Fused):
 
 
 class _ConvBn(_BnFolding, nnqat._QATConv):
-    """QAT conv + BatchNorm (+ ReLU when ``_FUSED_FLOAT`` is set), BN folded into the weight.
+    """QAT conv + BatchNorm (+ ReLU for ``ConvBnReLUNd``), BN folded into the weight.
 
     ``ConvBnNd``/``ConvBnReLUNd`` take ``nn.ConvNd``'s arguments plus keywords ``eps``,
     ``momentum`` (BN's), ``freeze_bn`` and ``qconfig`` (required); ``to_float()`` gives
@@ -230,15 +230,15 @@ class ConvBn3d(_ConvBn, nn.Conv3d):
     """QAT ``ConvBn3d``, built from ``nni.ConvBn3d``: see :class:`_ConvBn`."""
 
 
-class ConvBnReLU1d(_ConvBn, nn.Conv1d):
+class ConvBnReLU1d(_ReLU, _ConvBn, nn.Conv1d):
     """QAT ``ConvBnReLU1d``, built from ``nni.ConvBnReLU1d``: see :class:`_ConvBn`."""
 
 
-class ConvBnReLU2d(_ConvBn, nn.Conv2d):
+class ConvBnReLU2d(_ReLU, _ConvBn, nn.Conv2d):
     """QAT ``ConvBnReLU2d``, built from ``nni.ConvBnReLU2d``: see :class:`_ConvBn`."""
 
 
-class ConvBnReLU3d(_ConvBn, nn.Conv3d):
+class ConvBnReLU3d(_ReLU, _ConvBn, nn.Conv3d):
     """QAT ``ConvBnReLU3d``, built from ``nni.ConvBnReLU3d``: see :class:`_ConvBn`."""
 
 
