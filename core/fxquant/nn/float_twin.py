@@ -3,17 +3,26 @@
 A QAT or reference class (``fxquant.nn.qat.Linear``, ``fxquant.nn.reference.Conv2d``)
 converts from and back to one public ``torch.nn`` class: :class:`FloatTwin` finds that
 class among its bases, and :func:`init_arguments` reads a module's constructor
-arguments off its attributes so ``from_float`` / ``to_float`` rebuild it with every setting.
+arguments off its attributes so ``from_float`` / ``to_float`` rebuild it with every setting;
+:func:`rebuilt` makes a reference module that way, its tensors copied from the float module.
 """
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterable
+from contextvars import ContextVar
 from typing import Any, ClassVar
 
+import torch
 from torch import nn
 
-__all__ = ["FloatTwin", "init_arguments"]
+__all__ = ["FloatTwin", "init_arguments", "rebuilt"]
+
+# Set while rebuilt() builds a module whose parameters it then copies from the float module:
+# the reference modules skip their random init, which would be thrown away (half of convert's
+# time); see fxquant.nn.reference.ReferenceQuantizedModule.reset_parameters.
+COPYING_PARAMS: ContextVar[bool] = ContextVar("fxquant_reference_copying_params", default=False)
 
 
 class FloatTwin:
@@ -70,3 +79,32 @@ def init_arguments(module: nn.Module, float_class: type[nn.Module]) -> dict[str,
         if value != param.default:
             arguments[param.name] = value
     return arguments
+
+
+def rebuilt(cls: Any, mod: nn.Module, names: Iterable[str], **kwargs: Any) -> Any:
+    """A ``cls`` (a :class:`FloatTwin`) with ``mod``'s configuration and ``kwargs``, on the
+    device and dtype of ``mod``'s first tensor of ``names``, its tensors ``names`` copied.
+
+    Each of ``mod``'s attributes ``names`` that is a tensor becomes a new Parameter (a copy)
+    of the same name; ``cls`` skips its random init meanwhile where it reads ``COPYING_PARAMS``.
+
+    Example:
+        >>> from fxquant.nn.reference import Linear
+        >>> linear = nn.Linear(2, 3, bias=False)
+        >>> ref = rebuilt(Linear, linear, ["weight", "bias"], weight_qparams=None)
+        >>> torch.equal(ref.weight, linear.weight), ref.weight is linear.weight, ref.bias
+        (True, False, None)
+    """
+    tensors = {name: getattr(mod, name, None) for name in names}
+    like = next(t for t in tensors.values() if isinstance(t, torch.Tensor))
+    token = COPYING_PARAMS.set(True)
+    try:
+        twin = cls(
+            **init_arguments(mod, cls._float_class), device=like.device, dtype=like.dtype, **kwargs
+        )
+    finally:
+        COPYING_PARAMS.reset(token)
+    for name, value in tensors.items():
+        if isinstance(value, torch.Tensor):
+            setattr(twin, name, nn.Parameter(value.detach().clone()))
+    return twin

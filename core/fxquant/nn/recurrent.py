@@ -38,7 +38,7 @@ from torch import nn
 
 from fxquant import dtypes
 from fxquant.errors import ConfigError, ConfigTypeError
-from fxquant.nn.float_twin import FloatTwin, init_arguments
+from fxquant.nn.float_twin import FloatTwin, rebuilt
 from fxquant.numerics import qdq
 from fxquant.numerics.saved_shapes import adopt_saved_buffers
 
@@ -325,14 +325,9 @@ class RecurrentReference(FloatTwin, nn.Module):
                 f"got {type(mod).__name__}"
             )
             raise ConfigTypeError(msg)
-        weight = getattr(mod, weight_names(mod)[0])
-        ref = cls(
-            **init_arguments(mod, cls._float_class), device=weight.device, dtype=weight.dtype,
-            weight_qparams_dict=weight_qparams_dict, activation=activation,
-        )  # fmt: skip
-        for name, value in mod.named_parameters(recurse=False):
-            setattr(ref, name, nn.Parameter(value.detach().clone()))
-        return ref
+        names = [name for name, _ in mod.named_parameters(recurse=False)]
+        qparams = {"weight_qparams_dict": weight_qparams_dict, "activation": activation}
+        return rebuilt(cls, mod, names, **qparams)
 
 
 def _lstm_step(ih: torch.Tensor, hh: torch.Tensor, state: State) -> State:

@@ -18,7 +18,6 @@ Integer weights are plain ``uint8``/``int8``/``int32`` tensors made by
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from contextvars import ContextVar
 from typing import Any, ClassVar
 
 import torch
@@ -27,7 +26,7 @@ from torch import nn
 
 from fxquant import dtypes
 from fxquant.errors import ConfigError, ConfigTypeError, wrong_type
-from fxquant.nn.float_twin import FloatTwin, init_arguments
+from fxquant.nn.float_twin import COPYING_PARAMS, FloatTwin, rebuilt
 from fxquant.nn.intrinsic import type_label
 from fxquant.nn.qat import Affine, Convolving, Lookup, Pool, root_of
 
@@ -72,11 +71,6 @@ def _storage_dtype(dtype: torch.dtype) -> torch.dtype:
     return plain if plain in (torch.uint8, torch.int8, torch.int32) else torch.uint8
 
 
-# Set while from_float builds a module whose parameters it then copies from the float module:
-# the float module's random init would be thrown away, and it is half of convert's time.
-_COPYING_PARAMS: ContextVar[bool] = ContextVar("fxquant_reference_copying_params", default=False)
-
-
 def _as_tensor(value: object, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     if isinstance(value, torch.Tensor):
         return value.detach().clone().to(device)
@@ -118,7 +112,7 @@ class ReferenceQuantizedModule(nn.Module):
 
     def reset_parameters(self) -> None:
         """Initialize like the float module, except inside ``from_float`` (which copies them)."""
-        if _COPYING_PARAMS.get():
+        if COPYING_PARAMS.get():
             return
         # the float module's reset_parameters, next in the MRO (nn.Module has none)
         getattr(super(), "reset_parameters")()  # noqa: B009
@@ -334,20 +328,7 @@ class _Reference(FloatTwin, ReferenceQuantizedModule):
                 f"(or a fused module whose first part is one), got {float_module!r}"
             )
             raise ConfigTypeError(msg)
-        weight: torch.Tensor = mod.weight  # type: ignore[assignment]  # a weighted float module
-        kwargs = init_arguments(mod, cls._float_class)
-        token = _COPYING_PARAMS.set(True)
-        try:
-            ref = cls(
-                **kwargs, device=weight.device, dtype=weight.dtype, weight_qparams=weight_qparams
-            )
-        finally:
-            _COPYING_PARAMS.reset(token)
-        for name in ("weight", "bias"):
-            value = getattr(mod, name, None)
-            if isinstance(value, torch.Tensor):
-                setattr(ref, name, nn.Parameter(value.detach().clone()))
-        return ref
+        return rebuilt(cls, mod, ("weight", "bias"), weight_qparams=weight_qparams)
 
 
 class Linear(_Reference, Affine, nn.Linear):
