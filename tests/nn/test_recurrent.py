@@ -169,6 +169,39 @@ def test_bad_arguments_say_what_to_do() -> None:
         lstm(packed)
 
 
+def test_a_weight_left_out_of_the_dict_stays_float() -> None:
+    """A weight the dict does not name is used as it is, and its repr says so."""
+    torch.manual_seed(0)
+    cell = nn.GRUCell(4, 6)
+    ref = recurrent.GRUCell.from_float(cell, {"weight_ih": _qparams(cell)["weight_ih"]})
+    assert torch.equal(ref.get_weight("weight_hh"), cell.weight_hh)
+    assert torch.equal(ref.get_quantized_weight("weight_hh"), cell.weight_hh)
+    assert ref.get_quantized_weight("weight_ih").dtype == torch.int8
+    assert "(weight_hh): WeightQParams(qscheme=None, dtype=torch.float32, 0..0)" in repr(ref)
+    assert "(weight_ih): WeightQParams(qscheme=per_tensor_affine, dtype=torch.qint8" in repr(ref)
+    x, h = torch.randn(3, 4), torch.randn(3, 6)
+    torch.testing.assert_close(ref(x, h), cell(x, h), atol=0.05, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("qparams", "error", "match"),
+    [
+        ([PER_TENSOR], ConfigTypeError, r"weight qparams must be a dict, got \[\{"),
+        ({"qscheme": None, "dtype": "float16"}, ConfigTypeError, "'dtype' must be a torch.dtype"),
+        (
+            {"qscheme": torch.per_channel_affine_float_qparams, "dtype": torch.quint8, "axis": 0},
+            ConfigError,
+            "integer zero points.*use per_channel_affine",
+        ),
+    ],
+)
+def test_bad_weight_qparams_say_what_is_wrong(
+    qparams: object, error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        recurrent.LSTMCell.from_float(nn.LSTMCell(2, 3), {"weight_hh": qparams})
+
+
 class Tagger(nn.Module):
     def __init__(self) -> None:
         super().__init__()
