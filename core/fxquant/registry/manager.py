@@ -309,13 +309,11 @@ class Registry:
         infos = tuple(p.info for p in [*loaded, *self._registered_for(name)])
         if not infos:
             raise self._unknown(name)
-        statuses = {i.status for i in infos}
-        disabled, incompatible = PluginStatus.DISABLED, PluginStatus.INCOMPATIBLE
-        if statuses <= {disabled}:
-            return BackendReport(name, disabled, infos[0].reason, infos, 0, 0)
-        if statuses <= {disabled, incompatible}:
-            reason = next(i.reason for i in infos if i.status == incompatible)
-            return BackendReport(name, incompatible, reason, infos, 0, 0)
+        incompatible = PluginStatus.INCOMPATIBLE
+        if all(i.status in (PluginStatus.DISABLED, incompatible) for i in infos):
+            # nothing to assemble: the first incompatible plugin says why, else the first one
+            why = next((i for i in infos if i.status == incompatible), infos[0])
+            return BackendReport(name, why.status, why.reason, infos, 0, 0)
         try:
             backend = self.assembled(name)
         except PluginError as error:
