@@ -53,7 +53,7 @@ from fxquant.flow.report import NodeReport, NodeStatus, Reason, ReasonCode, Repo
 from fxquant.flow.state import node_info, update_info
 from fxquant.flow.values import (
     ValueKind,
-    made_without_activations,
+    constant_nodes,
     node_args,
     positioned_args,
     splits,
@@ -161,6 +161,7 @@ class _Planner:
     ctx: FlowContext
     kinds: Mapping[fx.Node, ValueKind]
     modules: Mapping[str, nn.Module]
+    constants: set[fx.Node] = field(default_factory=set)  # values that read no activation
     decisions: dict[fx.Node, Decision] = field(default_factory=dict)
     input_roles: Mapping[object, Mapping[str, int]] = field(default_factory=dict)
     probes: dict[int, QConfigProbe] = field(default_factory=dict)
@@ -221,7 +222,7 @@ def _unmatched_reason(
         return no_value
     if qconfig is None:
         return Reason(ReasonCode.QCONFIG_NONE, f"{label}: qconfig is None")
-    if made_without_activations(node, planner.kinds):
+    if node in planner.constants:
         words = (
             "computed from the model's attributes and the inputs' shapes only, never from "
             "an activation: a constant, nothing to calibrate (an op taking it as its weight "
@@ -590,7 +591,8 @@ def plan_observers(
         ()
     """
     kinds = value_kinds(gm, modules, ctx.example_inputs)
-    planner = _Planner(ctx, kinds, modules, input_roles=input_roles_by_op(ctx.backend_config))
+    roles = input_roles_by_op(ctx.backend_config)
+    planner = _Planner(ctx, kinds, modules, constant_nodes(gm.graph), input_roles=roles)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for i in ctx.prepare_custom_config.input_quantized_indexes:
         if i < len(placeholders):
