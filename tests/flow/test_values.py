@@ -392,16 +392,21 @@ def test_a_fill_reads_no_values_so_prepare_calls_it_constant_and_convert_names_i
         fxquant.convert_fx(prepared)
 
 
-def test_a_value_read_or_a_number_input_is_no_constant() -> None:
-    # .item() reads an activation's values, and a Python number passed to forward is an
-    # input: a tensor computed from either changes from call to call
+def test_a_value_read_a_number_input_or_reversed_pieces_are_no_constant() -> None:
+    # .item() reads an activation's values, a Python number passed to forward is an input,
+    # and chunk(...)[::-1] holds the activation's pieces: a tensor computed from any of them
+    # changes from call to call (the value kinds call all three scalars)
     g = fx.Graph()
     x, k = g.placeholder("x"), g.placeholder("k")
     ones = g.call_function(torch.ones, (4,))
     read = g.call_function(operator.mul, (g.call_method("item", (g.call_method("sum", (x,)),)), 2))
     scaled, times_k = g.call_method("mul", (ones, read)), g.call_method("mul", (ones, k))
+    reversed_pieces = g.call_function(
+        operator.getitem, (g.call_method("chunk", (x, 2)), slice(None, None, -1))
+    )
+    joined = g.call_function(torch.cat, (reversed_pieces,))
     shape = g.call_method("mul", (ones, g.call_method("size", (x, 0))))
-    g.output((scaled, times_k, shape))
+    g.output((scaled, times_k, joined, shape))
     assert constant_nodes(g) == {ones, shape.args[1], shape}
 
 
