@@ -514,11 +514,17 @@ def _plan_node(node: fx.Node, planner: _Planner) -> None:
     if not _carries(planner.kinds.get(node), dtype) or not observable(dtype):
         return
     shared = kind is ObservationType.OUTPUT_SHARE_OBSERVER_WITH_INPUT and rounded is None
-    if _returns_pieces(node, planner):  # a tuple has no range: observe each tensor piece
-        for piece in _pieces(node):
-            _plan_output(piece, node, ctor, dtype, shared, planner)
-        return
-    _plan_output(node, node, ctor, dtype, shared, planner)
+    joined = _input_sites(node, planner) if shared else []
+    # a tuple has no range: each tensor piece gets the output observer
+    for value in _pieces(node) if _returns_pieces(node, planner) else [node]:
+        if value in planner.out_site:
+            continue  # a piece its tuple's op already observes
+        planner.out_dtype[value] = dtype
+        if shared and not joined:
+            continue  # nothing to share with: torch.ao drops it too
+        site = planner.out_site[value] = planner.new_site(value, None, ctor)
+        for other in joined:  # one observer instance for the output and its inputs
+            planner.union(other, site)
 
 
 def _returns_pieces(node: fx.Node, planner: _Planner) -> bool:
@@ -539,21 +545,6 @@ def _pieces(node: fx.Node) -> list[fx.Node]:
     if not splits(node):
         pieces = [u for u in pieces if len(u.args) > 1 and u.args[1] == 0]
     return pieces
-
-
-def _plan_output(
-    value: fx.Node, node: fx.Node, ctor: Ctor, dtype: torch.dtype, shared: bool, planner: _Planner
-) -> None:
-    """An output observer on ``value`` (``node`` itself or one of its pieces)."""
-    if value in planner.out_site:
-        return  # a piece its tuple's op already observes
-    planner.out_dtype[value] = dtype
-    joined = _input_sites(node, planner) if shared else []
-    if shared and not joined:
-        return  # nothing to share with: torch.ao drops it too
-    site = planner.out_site[value] = planner.new_site(value, None, ctor)
-    for other in joined:  # one observer instance for the output and its inputs
-        planner.union(other, site)
 
 
 def _plan_outputs(gm: fx.GraphModule, planner: _Planner) -> None:
