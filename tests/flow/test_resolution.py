@@ -251,3 +251,22 @@ def test_convert_with_another_backends_config_than_prepares_names_both_and_the_f
     # the generic patterns go with any backend, either side
     reference = convert(prepared, backend_config=fxquant.get_backend_config("reference"))
     assert flow_state(reference).backend is not None
+
+
+def test_an_unnamed_backend_config_quantizes_with_its_own_patterns_and_no_kernels() -> None:
+    unnamed = fxquant.BackendConfig().set_backend_pattern_configs(
+        fxquant.get_backend_config("reference").configs
+    )
+    x = torch.randn(2, 3, 8, 8)
+    mapping = fxquant.get_default_qconfig_mapping("reference")
+    prepared = fxquant.prepare_fx(Net().eval(), mapping, (x,), backend_config=unnamed)
+    prepared(x)
+    converted = fxquant.convert_fx(prepared)
+    notes = fxquant.explain(converted, show=False).notes()
+    assert [n for n in notes if n.startswith("kernels:")] == [
+        "kernels: no installed plugin provides backend '': no lowering rules (a config "
+        "lowers with the kernels of the backend it is named after)"
+    ]
+    torch.testing.assert_close(
+        converted(x), fxquant.convert_to_reference_fx(prepared)(x), rtol=0, atol=0
+    )

@@ -22,7 +22,8 @@ e.g. data of zeros) is calibrated, but its range is a point: every other value a
 run time is clamped to it. Convert quantizes it as asked and warns, naming the
 observers and the value (:func:`single_valued`). An edge the model makes constant
 itself (``torch.zeros_like(x)``, ``y.fill_(0.5)``, ``torch.tensor(1.0, dtype=x.dtype)``,
-a ``get_attr``) is one value by design and is not named.
+a ``get_attr``: :func:`fxquant.flow.values.constant_nodes`) is one value by design and is
+not named.
 
 An observer whose range was set by one batch far beyond every other (a corrupt or
 unnormalized batch: one value of 1e30 among values near 1) quantizes every other value into
@@ -43,8 +44,8 @@ from torch.fx import GraphModule, Node
 from fxquant.errors import CalibrationWarning
 from fxquant.flow.convert_copy import observed_constant
 from fxquant.flow.convert_modules import is_observer, observer_node
-from fxquant.flow.inplace import on_copy
 from fxquant.flow.state import node_info
+from fxquant.flow.values import constant_nodes
 from fxquant.numerics.observer import is_calibrated
 
 __all__ = [
@@ -128,48 +129,6 @@ def uncalibrated(gm: GraphModule, modules: Mapping[str, nn.Module]) -> dict[str,
     return found
 
 
-# Calls whose output values do not depend on their tensor inputs' values (shape, dtype only)
-_FACTORIES = frozenset(
-    {"zeros", "ones", "full", "empty", "zeros_like", "ones_like", "full_like", "empty_like"}
-)
-_FILLING_METHODS = frozenset({"new_zeros", "new_ones", "new_full", "new_empty", "fill_", "zero_"})
-
-
-def _fills(node: Node) -> bool:
-    """Whether ``node`` makes a tensor of one value whatever its inputs hold."""
-    if node.op == "call_function" and node.target is on_copy and node.args:
-        return node.args[0] in _FILLING_METHODS  # an in-place fill_ made functional at prepare
-    if node.op == "call_function":
-        return getattr(node.target, "__name__", "") in _FACTORIES
-    return node.op == "get_attr" or (node.op == "call_method" and node.target in _FILLING_METHODS)
-
-
-def _reads_metadata(node: Node) -> bool:
-    """Whether ``node`` reads a tensor's shape, dtype or device, never its values."""
-    if node.op == "call_method":
-        return node.target in ("size", "dim", "numel")
-    if node.target is getattr and len(node.args) > 1:
-        return node.args[1] in ("shape", "dtype", "device", "ndim")
-    return node.op == "call_function" and node.target is len
-
-
-def _made_constant(node: Node, seen: dict[Node, bool], modules: Mapping[str, nn.Module]) -> bool:
-    """Whether the model computes ``node``'s value without looking at any input's values
-    (from literals, shapes and dtypes, its own attributes, or a fill); an observer passes
-    its input's answer on (a view shares its input's observer)."""
-    if node not in seen:
-        observer = observer_node(node, modules) is not None
-        computed = observer or node.op in ("call_function", "call_method")
-        seen[node] = _fills(node) or (
-            computed
-            and (
-                _reads_metadata(node)
-                or all(_made_constant(n, seen, modules) for n in node.all_input_nodes)
-            )
-        )
-    return seen[node]
-
-
 def single_valued(gm: GraphModule, modules: Mapping[str, nn.Module]) -> dict[str, float]:
     """Calibrated activation observers whose range is one point: observer name -> the value.
 
@@ -180,13 +139,12 @@ def single_valued(gm: GraphModule, modules: Mapping[str, nn.Module]) -> dict[str
         >>> # see tests/flow/test_not_calibrated.py
     """
     found: dict[str, float] = {}
-    seen: dict[Node, bool] = {}
-    for node, module in _observers(gm, modules):
-        if observed_constant(node) or not is_calibrated(module):
-            continue
+    observers = _observers(gm, modules)
+    constants = constant_nodes(gm.graph, through={node for node, _ in observers})
+    for node, module in observers:
         source = node.args[0] if node.args else None
-        if isinstance(source, Node) and _made_constant(source, seen, modules):
-            continue
+        if source in constants or not is_calibrated(module):
+            continue  # one value by design (a get_attr too: a functional's weight)
         inner = getattr(module, "activation_post_process", module)
         low, high = getattr(inner, "min_val", None), getattr(inner, "max_val", None)
         if not isinstance(low, torch.Tensor) or not isinstance(high, torch.Tensor):

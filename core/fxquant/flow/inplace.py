@@ -88,16 +88,10 @@ _VIEW_METHODS = frozenset(
         "view_as_real", "view_as_complex", "squeeze_", "unsqueeze_", "align_as",
     }
 )  # fmt: skip
+# the torch functions of the same names (torch.reshape, torch.chunk...), and ``x[i]``
 _VIEW_FUNCTIONS: frozenset[Any] = frozenset(
-    {
-        operator.getitem, torch.reshape, torch.flatten, torch.transpose, torch.permute,
-        torch.t, torch.narrow, torch.select, torch.squeeze, torch.unsqueeze, torch.chunk,
-        torch.split, torch.split_with_sizes, torch.unbind, torch.tensor_split, torch.movedim,
-        torch.moveaxis, torch.swapaxes, torch.swapdims, torch.diagonal, torch.as_strided,
-        torch.detach, torch.unflatten, torch.view_as_real, torch.view_as_complex, torch.real,
-        torch.imag,
-    }
-)  # fmt: skip
+    {operator.getitem} | {getattr(torch, name) for name in _VIEW_METHODS if hasattr(torch, name)}
+)
 _VIEW_MODULES = (nn.Identity, nn.Flatten, nn.Unflatten, nn.Dropout)
 
 # the dropouts: in eval mode (or training=False) each returns its input, changing nothing

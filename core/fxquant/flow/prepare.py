@@ -53,7 +53,7 @@ from fxquant.flow.report import NodeReport, NodeStatus, Reason, ReasonCode, Repo
 from fxquant.flow.state import node_info, update_info
 from fxquant.flow.values import (
     ValueKind,
-    made_without_activations,
+    constant_nodes,
     node_args,
     positioned_args,
     splits,
@@ -161,6 +161,7 @@ class _Planner:
     ctx: FlowContext
     kinds: Mapping[fx.Node, ValueKind]
     modules: Mapping[str, nn.Module]
+    constants: set[fx.Node] = field(default_factory=set)  # values that read no activation
     decisions: dict[fx.Node, Decision] = field(default_factory=dict)
     input_roles: Mapping[object, Mapping[str, int]] = field(default_factory=dict)
     probes: dict[int, QConfigProbe] = field(default_factory=dict)
@@ -221,7 +222,7 @@ def _unmatched_reason(
         return no_value
     if qconfig is None:
         return Reason(ReasonCode.QCONFIG_NONE, f"{label}: qconfig is None")
-    if made_without_activations(node, planner.kinds):
+    if node in planner.constants:
         words = (
             "computed from the model's attributes and the inputs' shapes only, never from "
             "an activation: a constant, nothing to calibrate (an op taking it as its weight "
@@ -513,11 +514,17 @@ def _plan_node(node: fx.Node, planner: _Planner) -> None:
     if not _carries(planner.kinds.get(node), dtype) or not observable(dtype):
         return
     shared = kind is ObservationType.OUTPUT_SHARE_OBSERVER_WITH_INPUT and rounded is None
-    if _returns_pieces(node, planner):  # a tuple has no range: observe each tensor piece
-        for piece in _pieces(node):
-            _plan_output(piece, node, ctor, dtype, shared, planner)
-        return
-    _plan_output(node, node, ctor, dtype, shared, planner)
+    joined = _input_sites(node, planner) if shared else []
+    # a tuple has no range: each tensor piece gets the output observer
+    for value in _pieces(node) if _returns_pieces(node, planner) else [node]:
+        if value in planner.out_site:
+            continue  # a piece its tuple's op already observes
+        planner.out_dtype[value] = dtype
+        if shared and not joined:
+            continue  # nothing to share with: torch.ao drops it too
+        site = planner.out_site[value] = planner.new_site(value, None, ctor)
+        for other in joined:  # one observer instance for the output and its inputs
+            planner.union(other, site)
 
 
 def _returns_pieces(node: fx.Node, planner: _Planner) -> bool:
@@ -538,21 +545,6 @@ def _pieces(node: fx.Node) -> list[fx.Node]:
     if not splits(node):
         pieces = [u for u in pieces if len(u.args) > 1 and u.args[1] == 0]
     return pieces
-
-
-def _plan_output(
-    value: fx.Node, node: fx.Node, ctor: Ctor, dtype: torch.dtype, shared: bool, planner: _Planner
-) -> None:
-    """An output observer on ``value`` (``node`` itself or one of its pieces)."""
-    if value in planner.out_site:
-        return  # a piece its tuple's op already observes
-    planner.out_dtype[value] = dtype
-    joined = _input_sites(node, planner) if shared else []
-    if shared and not joined:
-        return  # nothing to share with: torch.ao drops it too
-    site = planner.out_site[value] = planner.new_site(value, None, ctor)
-    for other in joined:  # one observer instance for the output and its inputs
-        planner.union(other, site)
 
 
 def _plan_outputs(gm: fx.GraphModule, planner: _Planner) -> None:
@@ -590,7 +582,8 @@ def plan_observers(
         ()
     """
     kinds = value_kinds(gm, modules, ctx.example_inputs)
-    planner = _Planner(ctx, kinds, modules, input_roles=input_roles_by_op(ctx.backend_config))
+    roles = input_roles_by_op(ctx.backend_config)
+    planner = _Planner(ctx, kinds, modules, constant_nodes(gm.graph), input_roles=roles)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for i in ctx.prepare_custom_config.input_quantized_indexes:
         if i < len(placeholders):

@@ -65,21 +65,22 @@ The attention-mask rule, in full (``masked`` values stay float, reported
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any, Final, TypeGuard
 
 import torch
 from torch import fx, nn
 
 from fxquant.enums import StrEnum
+from fxquant.flow.inplace import on_copy
 from fxquant.flow.names import attribute_value
 from fxquant.flow.transformer import add_mask, attention_mask
 
 __all__ = [
     "MASK_FILL_MAX",
     "ValueKind",
+    "constant_nodes",
     "fills_a_mask",
-    "made_without_activations",
     "node_args",
     "positioned_args",
     "splits",
@@ -131,6 +132,13 @@ _FILLED: Final[dict[object, int]] = {  # the ops making a tensor of one value: i
 }
 _SCALAR_METHODS = frozenset({"size", "dim", "numel", "nelement", "tolist", "item", "__len__"})
 _VALUE_READS = frozenset({"tolist", "item"})  # scalars that read a tensor's values
+_SHAPE_READS = _SCALAR_METHODS - _VALUE_READS
+_METADATA = ("shape", "dtype", "device", "ndim")  # a tensor's attributes that are no values
+# ops whose value depends on their inputs' shapes, dtypes and devices only, never their values
+_FILLS = frozenset(
+    {"zeros", "ones", "full", "empty", "zeros_like", "ones_like", "full_like", "empty_like"}
+    | {"new_zeros", "new_ones", "new_full", "new_empty", "fill_", "zero_"}
+)
 _COMPARED = ("eq", "ne", "lt", "gt", "le", "ge")
 _INT_METHODS = frozenset(
     {"long", "int", "bool", "byte", "short", "char", "argmax", "argmin", "nonzero"}
@@ -191,39 +199,56 @@ def positioned_args(node: fx.Node) -> Iterator[tuple[int, fx.Node]]:
             yield from ((position, v) for v in value if isinstance(v, fx.Node))
 
 
-def made_without_activations(node: fx.Node, kinds: Mapping[fx.Node, ValueKind]) -> bool:
-    """Whether ``node``'s value reads no activation: attributes, shapes and literals only.
+def constant_nodes(graph: fx.Graph, through: Collection[fx.Node] = ()) -> set[fx.Node]:
+    """The nodes whose value reads no activation's values: constants for a given input shape.
 
-    Such a value is a constant for a given input shape: a slice of a weight (a query
-    projection's rows cut from MultiheadAttention's packed ``in_proj_weight``, which the op
-    reading it quantizes as its weight), or a tensor made in the input's size
-    (transformers' ``torch.ones(input_shape)`` padding mask when no mask is passed). A
-    size or a shape read of an activation (a ``scalar``) counts as a shape; ``.item()``
-    and ``.tolist()`` read values.
+    A node is one when it reads an attribute (``get_attr``), fills a tensor (``zeros``,
+    ``torch.zeros_like(x)``, ``x.new_full(shape, 0.5)``, ``y.fill_(0)``: one value whatever
+    ``x`` and ``y`` hold), reads a shape, a dtype or a device (``x.size(0)``, ``x.dtype``), or
+    computes from such nodes and literals only. So a slice of a weight (a query projection's
+    rows cut from MultiheadAttention's packed ``in_proj_weight``, which the op reading it
+    quantizes as its weight) is one, and so is a tensor made in the input's size
+    (transformers' ``torch.ones(input_shape)`` padding mask when no mask is passed);
+    ``.item()`` and ``.tolist()`` read values. A node of ``through`` returns its input (a
+    prepared model's observers): it is one when its input is. Prepare reports such a node
+    it cannot match ``constant``, not skipped; convert names no observer of one that saw a
+    single value.
 
     Example:
         >>> class Head(nn.Linear):
         ...     def forward(self, x):
-        ...         return nn.functional.linear(x, self.weight[: x.size(-1)])
+        ...         return nn.functional.linear(x, self.weight[: x.size(-1)]) + torch.zeros_like(x)
         >>> gm = fx.symbolic_trace(Head(4, 4))
-        >>> kinds = value_kinds(gm, {}, (torch.randn(3, 4),))
-        >>> calls = [n for n in gm.graph.nodes if n.op != "output"]
-        >>> [n.name for n in calls if made_without_activations(n, kinds)]
-        ['weight', 'size', 'getitem']
+        >>> [n.name for n in gm.graph.nodes if n in constant_nodes(gm.graph)]
+        ['weight', 'size', 'getitem', 'zeros_like']
     """
-    seen: set[fx.Node] = set()
-    todo = [node]
-    while todo:  # a walk, not a recursion: a deep model's chain of ops has no depth limit
-        current = todo.pop()
-        if current in seen or current.op == "get_attr":
-            continue
-        seen.add(current)
-        if kinds.get(current) == SCALAR and current.target not in _VALUE_READS:
-            continue  # a shape: the same for every input of that shape
-        if current.op not in ("call_function", "call_method"):
-            return False  # an input, a module's output
-        todo += node_args(current)
-    return True
+    found: set[fx.Node] = set()
+    for node in graph.nodes:
+        call = node.op in ("call_function", "call_method")
+        if node.op == "get_attr" or (call and (_fills(node) or _reads_shape(node))):
+            found.add(node)  # whatever its inputs hold
+        elif (call or node in through) and all(a in found for a in node.all_input_nodes):
+            found.add(node)
+    return found
+
+
+def _op_name(node: fx.Node) -> object:
+    """A call's op by name: the method's, the function's ``__name__``."""
+    return node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+
+
+def _fills(node: fx.Node) -> bool:
+    """Whether the call ``node`` makes a tensor of one value whatever its inputs hold."""
+    if node.target is on_copy:  # an in-place fill_ made functional at capture
+        return bool(node.args) and node.args[0] in _FILLS
+    return _op_name(node) in _FILLS
+
+
+def _reads_shape(node: fx.Node) -> bool:
+    """Whether the call ``node`` reads a tensor's shape, dtype or device, never its values."""
+    if node.target is getattr:
+        return node.args[1] in _METADATA
+    return node.target is len or node.target in _SHAPE_READS
 
 
 def _constants(node: fx.Node) -> list[Any]:
@@ -259,7 +284,7 @@ def _call_kind(node: fx.Node, kinds: Mapping[fx.Node, ValueKind]) -> ValueKind:
     if target is attention_mask or target is add_mask:  # rule 8
         return MASK if target is attention_mask else MASKED
     if target is getattr:
-        return SCALAR if node.args[1] in ("shape", "dtype", "device", "ndim") else args[0]
+        return SCALAR if node.args[1] in _METADATA else args[0]
     if target in _SHAPED_LIKE:
         return args[0] if args else SCALAR  # mask.expand_as(scores): the mask's values
     if target is operator.getitem:
@@ -291,8 +316,7 @@ def splits(node: object) -> bool:
     """
     if not isinstance(node, fx.Node) or node.op not in ("call_function", "call_method"):
         return False
-    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
-    return name in _SPLITTING
+    return _op_name(node) in _SPLITTING
 
 
 def _minus_infinity(value: object) -> bool:

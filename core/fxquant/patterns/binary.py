@@ -75,17 +75,14 @@ def binary_op_configs(
         >>> [pattern_str(c.pattern) for c in binary_op_configs([], ops=[operator.add])][:2]
         ['operator.add', '(operator.add, ReLU)']
     """
-    if num_tensor_args_to_observation_type is None:
-        num_tensor_args_to_observation_type = default_num_tensor_args_to_observation_type()
-    configs: list[BackendPatternConfig] = []
-    for op in ops:
-        for pattern in (op, *((op, relu) for relu in _RELUS)):
-            config = op_config(pattern, dtype_configs)
-            config._set_num_tensor_args_to_observation_type(
-                dict(num_tensor_args_to_observation_type)
-            )
-            configs.append(config)
-    return configs
+    counts = num_tensor_args_to_observation_type
+    if counts is None:
+        counts = default_num_tensor_args_to_observation_type()
+    patterns = [pattern for op in ops for pattern in (op, *((op, relu) for relu in _RELUS))]
+    return [
+        op_config(pattern, dtype_configs)._set_num_tensor_args_to_observation_type(dict(counts))
+        for pattern in patterns
+    ]
 
 
 def matmul_configs(

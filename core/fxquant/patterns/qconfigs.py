@@ -107,17 +107,6 @@ def fixed_qparams_qconfig(grid: FixedQParams, is_qat: bool) -> QConfig:
     return QConfig(activation=fixed, weight=observer.default_weight_observer)
 
 
-def _global_qconfig(is_qat: bool) -> QConfig:
-
-    if not is_qat:
-        return defaults.default_per_channel_qconfig
-    # per-channel weights in QAT too, so PTQ and QAT convert to the same kind of model
-    return QConfig(
-        activation=fake_quantize.default_fake_quant,
-        weight=fake_quantize.default_per_channel_weight_fake_quant,
-    )
-
-
 def reference_default_qconfig_mapping(is_qat: bool = False) -> QConfigMapping:
     """A QConfigMapping that the ``reference`` backend accepts for every pattern it lists.
 
@@ -136,11 +125,13 @@ def reference_default_qconfig_mapping(is_qat: bool = False) -> QConfigMapping:
         >>> float(scale), int(zero_point)
         (0.0078125, 128)
     """
-    base = _global_qconfig(is_qat)
-    per_tensor_weight = (
-        fake_quantize.default_weight_fake_quant if is_qat else observer.default_weight_observer
-    )
-    return mapping_with_overrides(base, per_tensor_weight, is_qat)
+    if not is_qat:
+        base = defaults.default_per_channel_qconfig
+        return mapping_with_overrides(base, observer.default_weight_observer, is_qat)
+    # per-channel weights in QAT too, so PTQ and QAT convert to the same kind of model
+    weight = fake_quantize.default_per_channel_weight_fake_quant
+    base = QConfig(activation=fake_quantize.default_fake_quant, weight=weight)
+    return mapping_with_overrides(base, fake_quantize.default_weight_fake_quant, is_qat)
 
 
 def mapping_with_overrides(base: QConfig, per_tensor_weight: Any, is_qat: bool) -> QConfigMapping:

@@ -31,6 +31,7 @@ from fxquant.registry.loading import LoadedPlugin, PluginInfo
 
 __all__ = [
     "AssembledBackend",
+    "Hooks",
     "Origin",
     "assemble",
     "copied_config",
@@ -60,6 +61,65 @@ class Origin:
     reason: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class Hooks:
+    """A backend's plugins in one pluggy manager (``hook_manager``), asked one at a time.
+
+    Example:
+        >>> hook_manager("b", []).answers("fxquant_deployment")
+        []
+    """
+
+    backend: str
+    manager: pluggy.PluginManager
+    members: Mapping[str, PluginInfo]
+
+    def answers(self, hook: str, **kwargs: Any) -> list[tuple[PluginInfo, Any]]:
+        """Each plugin's answer but None, in pluggy's order; a raise is the plugin's PluginError.
+
+        ``kwargs``: the hook's arguments but ``backend``, which is the backend's name.
+        """
+        kwargs["backend"] = self.backend
+        answers = []
+        # reversed: pluggy's call order, tryfirst/trylast applied
+        for impl in reversed(getattr(self.manager.hook, hook).get_hookimpls()):
+            info = self.members[impl.plugin_name]
+            if impl.hookwrapper or impl.wrapper:
+                wrapper = "declares a wrapper (fxquant hooks take none)"
+                raise _plugin_error(info, hook, wrapper, None)
+            try:
+                answer = impl.function(*(kwargs[arg] for arg in impl.argnames))
+            except KeyboardInterrupt:
+                raise
+            except BaseException as error:  # SystemExit too: a hook's sys.exit() is its failure
+                raise _plugin_error(info, hook, "raised", error) from error
+            if answer is not None:
+                answers.append((info, answer))
+        return answers
+
+    def single(
+        self, hook: str, expected: type, what: tuple[str, str], **kwargs: Any
+    ) -> tuple[PluginInfo, Any] | None:
+        """Ask ``hook``, which only one plugin may answer (a later ``Override`` replaces it);
+        the answering plugin and its answer, or None.
+
+        ``what``: how the conflict message names the answer, as (``"a default
+        QConfigMapping"``, ``"mapping"``).
+        """
+        chosen: tuple[PluginInfo, Any] | None = None
+        for info, answer in self.answers(hook, **kwargs):
+            item = _unwrapped(info, hook, answer, expected, f"a {expected.__name__}")
+            if chosen is not None and not isinstance(answer, Override):
+                msg = (
+                    f"backend {self.backend!r}: both {chosen[0].label} and {info.label} "
+                    f"return {what[0]}; the later plugin must wrap its {what[1]} in "
+                    "fxquant.registry.Override(...) to replace it"
+                )
+                raise PluginConflictError(msg)
+            chosen = (info, item)
+        return chosen
+
+
 @dataclass(frozen=True)
 class AssembledBackend:
     """A backend as its plugins made it: configs, kernels, provenance, manager.
@@ -76,8 +136,7 @@ class AssembledBackend:
     pattern_origins: Mapping[Hashable, Origin]
     kernel_origins: Mapping[Hashable, Origin]
     plugins: tuple[PluginInfo, ...]
-    manager: pluggy.PluginManager = field(repr=False)
-    members: Mapping[str, PluginInfo] = field(repr=False)
+    hooks: Hooks = field(repr=False)
     deployment: Deployment | None = None
     """How the backend runs converted models outside PyTorch eager (``fxquant_deployment``)."""
 
@@ -106,16 +165,15 @@ def _plugin_error(
     return error
 
 
-def hook_manager(
-    plugins: Sequence[LoadedPlugin],
-) -> tuple[pluggy.PluginManager, dict[str, PluginInfo]]:
-    """A pluggy manager holding ``plugins``, whose hooks pluggy checks as each registers.
+def hook_manager(backend: str, plugins: Sequence[LoadedPlugin]) -> Hooks:
+    """A pluggy manager holding ``backend``'s ``plugins``, whose hooks pluggy checks as each
+    registers.
 
     Raises:
         PluginError: pluggy refused a plugin (an unknown hook, wrong arguments).
 
     Example:
-        >>> hook_manager([])[1]
+        >>> hook_manager("b", []).members
         {}
     """
     manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
@@ -130,30 +188,7 @@ def hook_manager(
             manager.check_pending()
         except (pluggy.PluginValidationError, ValueError) as error:
             raise _plugin_error(loaded.info, "registration", "was refused", error) from error
-    return manager, members
-
-
-_Hooks = tuple[pluggy.PluginManager, Mapping[str, PluginInfo]]  # what hook_manager returns
-
-
-def _call(hooks: _Hooks, hook: str, kwargs: dict[str, Any]) -> list[tuple[PluginInfo, Any]]:
-    """Each plugin's answer but None, in pluggy's order; a raise is the plugin's PluginError."""
-    manager, members = hooks
-    answers = []
-    caller = getattr(manager.hook, hook)
-    for impl in reversed(caller.get_hookimpls()):  # pluggy's call order, tryfirst/trylast applied
-        info = members[impl.plugin_name]
-        if impl.hookwrapper or impl.wrapper:
-            raise _plugin_error(info, hook, "declares a wrapper (fxquant hooks take none)", None)
-        try:
-            answer = impl.function(*(kwargs[arg] for arg in impl.argnames))
-        except KeyboardInterrupt:
-            raise
-        except BaseException as error:  # SystemExit too: a hook's sys.exit() is its failure
-            raise _plugin_error(info, hook, "raised", error) from error
-        if answer is not None:
-            answers.append((info, answer))
-    return answers
+    return Hooks(backend, manager, members)
 
 
 _SHORT = reprlib.Repr()
@@ -203,17 +238,11 @@ def _add(merged: _Merged, key: Hashable, raw: Any, info: PluginInfo, hook: str) 
     merged.owners[key] = info
 
 
-def _merge(
-    hooks: _Hooks,
-    hook: str,
-    kwargs: dict[str, Any],
-    expected: type,
-    key_of: Callable[[Any], Hashable],
-) -> _Merged:
+def _merge(hooks: Hooks, hook: str, expected: type, key_of: Callable[[Any], Hashable]) -> _Merged:
     """Ask ``hook`` of every plugin for a list of ``expected``, merged by ``key_of``."""
     merged = _Merged()
     what = f"a list of {expected.__name__}"
-    for info, answer in _call(hooks, hook, kwargs):
+    for info, answer in hooks.answers(hook):
         if not isinstance(answer, (list, tuple)):
             raise _wrong_type(info, hook, answer, what)
         for raw in answer:
@@ -349,13 +378,12 @@ def assemble(name: str, plugins: Sequence[LoadedPlugin]) -> AssembledBackend:
         >>> assemble("nothing", []).lowering_rules
         ()
     """
-    hooks = hook_manager(plugins)
-    kwargs = {"backend": name}
-    patterns = _merge(hooks, _PATTERN_HOOK, kwargs, BackendPatternConfig, _pattern_key)
-    kernels = _merge(hooks, _KERNEL_HOOK, kwargs, LoweringRule, lambda rule: rule.key)
+    hooks = hook_manager(name, plugins)
+    patterns = _merge(hooks, _PATTERN_HOOK, BackendPatternConfig, _pattern_key)
+    kernels = _merge(hooks, _KERNEL_HOOK, LoweringRule, lambda rule: rule.key)
     _check_rules_can_match(patterns, kernels)
     what = ("a Deployment", "Deployment")
-    deployment = _single_answer(hooks, _DEPLOYMENT_HOOK, kwargs, Deployment, what)
+    deployment = hooks.single(_DEPLOYMENT_HOOK, Deployment, what)
     return AssembledBackend(
         name=name,
         # _merge checked each config's pattern: building the BackendConfig cannot fail
@@ -364,37 +392,9 @@ def assemble(name: str, plugins: Sequence[LoadedPlugin]) -> AssembledBackend:
         pattern_origins=dict(patterns.origins),
         kernel_origins=dict(kernels.origins),
         plugins=tuple(p.info for p in plugins),
-        manager=hooks[0],
-        members=hooks[1],
+        hooks=hooks,
         deployment=None if deployment is None else deployment[1],
     )
-
-
-def _single_answer(
-    hooks: _Hooks,
-    hook: str,
-    kwargs: dict[str, Any],
-    expected: type,
-    what: tuple[str, str],
-) -> tuple[PluginInfo, Any] | None:
-    """Ask ``hook``, which only one plugin may answer (a later ``Override`` replaces it);
-    the answering plugin and its answer, or None.
-
-    ``what``: how the conflict message names the answer, as (``"a default
-    QConfigMapping"``, ``"mapping"``).
-    """
-    chosen: tuple[PluginInfo, Any] | None = None
-    for info, answer in _call(hooks, hook, kwargs):
-        item = _unwrapped(info, hook, answer, expected, f"a {expected.__name__}")
-        if chosen is not None and not isinstance(answer, Override):
-            msg = (
-                f"backend {kwargs['backend']!r}: both {chosen[0].label} and {info.label} return "
-                f"{what[0]}; the later plugin must wrap its {what[1]} in "
-                "fxquant.registry.Override(...) to replace it"
-            )
-            raise PluginConflictError(msg)
-        chosen = (info, item)
-    return chosen
 
 
 def default_qconfig_mapping(backend: AssembledBackend, is_qat: bool) -> Any:
@@ -411,10 +411,8 @@ def default_qconfig_mapping(backend: AssembledBackend, is_qat: bool) -> Any:
         ...
         fxquant.errors.MissingDefaultQConfigError: backend 'nothing' has no default ...
     """
-    kwargs = {"backend": backend.name, "is_qat": is_qat}
     what = (f"a default QConfigMapping (is_qat={is_qat})", "mapping")
-    hooks = (backend.manager, backend.members)
-    chosen = _single_answer(hooks, _QCONFIG_HOOK, kwargs, QConfigMapping, what)
+    chosen = backend.hooks.single(_QCONFIG_HOOK, QConfigMapping, what, is_qat=is_qat)
     if chosen is None:
         kind = "QAT" if is_qat else "post-training"
         msg = (
@@ -440,15 +438,9 @@ def graph_mode(
         >>> graph_mode(assemble("nothing", []), None, QConfigMapping(), is_qat=False) is None
         True
     """
-    kwargs = {
-        "backend": backend.name,
-        "model": model,
-        "qconfig_mapping": qconfig_mapping,
-        "is_qat": is_qat,
-    }
     what = ("a GraphMode for one graph", "mode")
-    hooks = (backend.manager, backend.members)
-    chosen = _single_answer(hooks, _GRAPH_MODE_HOOK, kwargs, GraphMode, what)
+    arguments = {"model": model, "qconfig_mapping": qconfig_mapping, "is_qat": is_qat}
+    chosen = backend.hooks.single(_GRAPH_MODE_HOOK, GraphMode, what, **arguments)
     if chosen is None:
         return None
     info, mode = chosen
@@ -458,4 +450,4 @@ def graph_mode(
             "which takes none (return equalization=None when is_qat is True)"
         )
         raise _plugin_error(info, _GRAPH_MODE_HOOK, problem, None)
-    return mode  # type: ignore[no-any-return]  # checked by _single_answer
+    return mode  # type: ignore[no-any-return]  # checked by Hooks.single

@@ -113,8 +113,8 @@ class Registry:
         self._records: list[EntryPointRecord] | None = None
         self._registered: list[LoadedPlugin] = []  # register_plugin's, in call order
         self._loaded: dict[str, list[LoadedPlugin]] = {}
-        self._backends: dict[str, AssembledBackend] = {}
-        self._failures: dict[str, PluginError] = {}
+        # each backend's assembly as it went: the backend, or the error raised again on each ask
+        self._backends: dict[str, AssembledBackend | PluginError] = {}
         self._assembling: set[str] = set()
 
     # --- discovery (metadata only) -------------------------------------------------------------
@@ -192,15 +192,16 @@ class Registry:
             UnknownBackendError: no enabled plugin provides ``name``.
             PluginError: one of its plugins failed (the same error on every call).
         """
-        backend = self._backends.get(name)
-        if backend is not None:
-            return backend
+        found = self._backends.get(name)
+        if isinstance(found, AssembledBackend):
+            return found
         _backend_name(name)
         with self._lock:
-            if name in self._backends:
-                return self._backends[name]
-            if name in self._failures:
-                raise _copy_error(self._failures[name])
+            found = self._backends.get(name)
+            if isinstance(found, PluginError):
+                raise _copy_error(found)
+            if found is not None:
+                return found
             if name not in self._all_names():
                 raise self._unknown(name)
             if name in self._assembling:
@@ -213,7 +214,7 @@ class Registry:
             try:
                 backend = assemble(name, self._plugins_of(name))
             except PluginError as error:
-                self._failures[name] = error
+                self._backends[name] = error
                 raise
             finally:
                 self._assembling.discard(name)
@@ -257,10 +258,6 @@ class Registry:
 
     # --- explicit registration -----------------------------------------------------------------
 
-    def _drop(self, backend: str) -> None:
-        self._backends.pop(backend, None)
-        self._failures.pop(backend, None)
-
     def register_plugin(self, plugin: object, backend: str) -> None:
         """Register ``plugin`` for ``backend`` now; checked at once, used from the next call."""
         backend = _backend_name(backend)
@@ -272,9 +269,9 @@ class Registry:
                 msg = f"{info.label} is already registered for backend {backend!r}"
                 raise ConfigError(msg)
             entry = LoadedPlugin(info, plugin)
-            hook_manager([entry])  # pluggy checks its hooks now
+            hook_manager(backend, [entry])  # pluggy checks its hooks now
             self._registered.append(entry)
-            self._drop(backend)
+            self._backends.pop(backend, None)
 
     def unregister_plugin(self, plugin: object) -> None:
         """Remove ``plugin`` from every backend it was registered for."""
@@ -289,7 +286,7 @@ class Registry:
                 raise ConfigError(msg)
             self._registered = [e for e in self._registered if e.plugin is not plugin]
             for entry in gone:
-                self._drop(entry.info.backend)
+                self._backends.pop(entry.info.backend, None)
 
     def refresh(self) -> None:
         """Forget everything scanned, loaded and assembled; keep registered objects."""
@@ -298,7 +295,6 @@ class Registry:
             self._records = None
             self._loaded.clear()
             self._backends.clear()
-            self._failures.clear()
 
     # --- reports for the command line ----------------------------------------------------------
 
@@ -313,13 +309,11 @@ class Registry:
         infos = tuple(p.info for p in [*loaded, *self._registered_for(name)])
         if not infos:
             raise self._unknown(name)
-        statuses = {i.status for i in infos}
-        disabled, incompatible = PluginStatus.DISABLED, PluginStatus.INCOMPATIBLE
-        if statuses <= {disabled}:
-            return BackendReport(name, disabled, infos[0].reason, infos, 0, 0)
-        if statuses <= {disabled, incompatible}:
-            reason = next(i.reason for i in infos if i.status == incompatible)
-            return BackendReport(name, incompatible, reason, infos, 0, 0)
+        incompatible = PluginStatus.INCOMPATIBLE
+        if all(i.status in (PluginStatus.DISABLED, incompatible) for i in infos):
+            # nothing to assemble: the first incompatible plugin says why, else the first one
+            why = next((i for i in infos if i.status == incompatible), infos[0])
+            return BackendReport(name, why.status, why.reason, infos, 0, 0)
         try:
             backend = self.assembled(name)
         except PluginError as error:

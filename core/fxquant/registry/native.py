@@ -25,7 +25,6 @@ from fxquant.registry.install import install_command
 __all__ = ["NativeBackend", "host_native_backend", "native_backend"]
 
 _X86 = ("x86_64", "amd64", "x64", "i386", "i486", "i586", "i686", "x86")
-_ARM = ("arm64", "aarch64", "armv7l", "armv8l", "armv7", "armv8", "arm")
 _PREFERRED = {
     "x86": ("x86", "fbgemm", "onednn"),
     "ARM": ("qnnpack",),
@@ -40,7 +39,7 @@ def _family(machine: str) -> str | None:
     name = machine.lower()
     if name in _X86:
         return "x86"
-    if name in _ARM or name.startswith("arm"):
+    if name == "aarch64" or name.startswith("arm"):  # arm64, armv7l, armv8l...
         return "ARM"
     return None
 
