@@ -749,14 +749,11 @@ class BackendConfig(serialize.DictForm):
 # (QConfigMapping's table is in config/qconfig_mapping.py)
 
 
-def _encode_constrained(value: object, path: str) -> Any:
-    if isinstance(value, torch.dtype):
-        return dtype_name(value)
-    if isinstance(value, DTypeWithConstraints):
-        bounds = {f.name: getattr(value, f.name) for f in fields(value) if f.name != "dtype"}
-        dtype = None if value.dtype is None else dtype_name(value.dtype)
-        return {"dtype": dtype, **{k: v for k, v in bounds.items() if v is not None}}
-    raise serialize.unsafe(path, value, "is not a dtype or DTypeWithConstraints")
+def _encode_constrained(value: DTypeWithConstraints, path: str) -> dict[str, Any]:
+    # DTypeConfig.to_dict writes input/output/weight as a DTypeWithConstraints, and only those
+    # whose dtype is set: the dtype by name, then the bounds that are set
+    items = ((f.name, getattr(value, f.name)) for f in fields(value))
+    return {k: dtype_name(v) if k == "dtype" else v for k, v in items if v is not None}
 
 
 def _decode_constrained(data: object, path: str) -> Any:
