@@ -264,12 +264,12 @@ class DTypeConfig:
             >>> DTypeConfig(bias_dtype=torch.float16).to_dict()
             {'bias_dtype': torch.float16}
         """
-        values = [getattr(self, f"{key}_with_constraints") for key in _CONSTRAINED_KEYS]
-        values += [self.bias_dtype, self.is_dynamic]
+        # input/output/weight: the dtype decides whether the entry is set; the entry is the
+        # dtype with its constraints
         return {
-            key: value
-            for key, value in zip(_DTYPE_CONFIG_KEYS, values, strict=True)
-            if (value.dtype if key in _CONSTRAINED_KEYS else value) is not None
+            key: getattr(self, f"{key}_with_constraints" if key in _CONSTRAINED_KEYS else key)
+            for key in _DTYPE_CONFIG_KEYS
+            if getattr(self, key) is not None
         }
 
     @classmethod
@@ -814,11 +814,8 @@ def _record_codec(codecs: serialize.Codecs, build: Callable[[Any], Any] | None) 
     return (lambda value, path: serialize.coded(value, path, codecs, 0), decode)
 
 
-_CONSTRAINED: Final = (_encode_constrained, _decode_constrained)
 _DTYPE_CONFIG_JSON: Final[serialize.Codecs] = {
-    "input_dtype": _CONSTRAINED,
-    "output_dtype": _CONSTRAINED,
-    "weight_dtype": _CONSTRAINED,
+    **dict.fromkeys(_CONSTRAINED_KEYS, (_encode_constrained, _decode_constrained)),
     "bias_dtype": (lambda value, _: dtype_name(value), serialize.decode_dtype),
 }
 _MODULE: Final = (
