@@ -390,16 +390,13 @@ class QConfigMapping(serialize.DictForm):
             >>> QConfigMapping().set_module_name("fc", None).to_dict()["module_name"]
             [('fc', None)]
         """
-        entries = {key: getattr(self, f"{key}_qconfigs").items() for key in _LEVELS}
-        return {
-            GLOBAL_KEY: self.global_qconfig,
+        result: dict[str, Any] = {GLOBAL_KEY: self.global_qconfig}
+        for key in _LEVELS:
             # an order entry's key is the tuple (module_name, object_type, index): its items
             # come first; the other levels' keys are one name, type or function each
-            **{
-                key: [(*k, q) if isinstance(k, tuple) else (k, q) for k, q in items]
-                for key, items in entries.items()
-            },
-        }
+            items = getattr(self, f"{key}_qconfigs").items()
+            result[key] = [(*k, q) if isinstance(k, tuple) else (k, q) for k, q in items]
+        return result
 
     @classmethod
     def from_dict(cls, qconfig_dict: Mapping[str, Any], *, strict: bool = False) -> QConfigMapping:
