@@ -340,6 +340,16 @@ def test_configs_is_a_copy() -> None:
     assert list(backend.configs_by_pattern) == ["relu"]
 
 
+def test_backend_config_repr_names_the_backend_and_lists_its_configs() -> None:
+    relu = BackendPatternConfig(torch.nn.ReLU).add_dtype_config(DTypeConfig(torch.quint8))
+    backend = BackendConfig("b").set_backend_pattern_configs([relu, BackendPatternConfig("add")])
+    assert repr(backend) == (
+        f"BackendConfig(name='b', configs=[{relu!r}, BackendPatternConfig({{'observation_type': "
+        "<ObservationType.OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT: 0>, 'dtype_configs': [], "
+        "'pattern': 'add'})])"
+    )
+
+
 def test_set_backend_pattern_configs_is_all_or_nothing() -> None:
     backend = BackendConfig("b")
     with pytest.raises(ConfigError, match="has no pattern"):

@@ -67,6 +67,15 @@ def test_prepare_custom_config_round_trips_through_its_dict() -> None:
     assert PrepareCustomConfig.from_dict(config.to_dict()) == config
 
 
+def test_torch_aos_quant_type_is_taken_by_its_member_name(ao: Any) -> None:
+    with oracle.quiet():
+        theirs = importlib.import_module("torch.ao.quantization.quant_type").QuantType
+    config = ConvertCustomConfig().set_observed_to_quantized_mapping(
+        torch.nn.LSTM, torch.nn.LSTM, theirs.DYNAMIC
+    )
+    assert list(config.observed_to_quantized_mapping) == [QuantType.DYNAMIC]  # theirs is 0
+
+
 def test_prepare_custom_config_dict_matches_torch_ao(ao: Any) -> None:
     with oracle.quiet():
         custom_config = importlib.import_module("torch.ao.quantization.fx.custom_config")

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import copy
 import importlib
+import pickle
+import re
 from types import ModuleType
 from typing import Any
 
@@ -126,6 +129,66 @@ def test_regex_that_does_not_compile_is_rejected() -> None:
         mapping.set_module_name_regex("foo[", Q1)
     assert str(info.value).startswith("module_name_regex 'foo[' is not a valid regular expression")
     assert mapping.module_name_regex_qconfigs == {}
+
+
+def test_a_lookup_compiles_each_regex_once_even_when_res_cache_is_emptied(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # re's own cache holds 512 patterns for the whole process: a model's other regexes
+    # evicted the mapping's, and every node's lookup compiled them again
+    compiled: list[str] = []
+    real_compile = re.compile
+
+    def counting_compile(pattern: str, flags: int = 0) -> re.Pattern[str]:
+        compiled.append(pattern)
+        return real_compile(pattern, flags)
+
+    monkeypatch.setattr(re, "compile", counting_compile)
+    mapping = QConfigMapping().set_module_name_regex("enc.*", Q1).set_module_name_regex("x", Q2)
+    mapping.module_name_regex_qconfigs["dec.*"] = Q3  # the attribute is public, as in torch.ao
+    for _ in range(3):
+        re.purge()
+        assert mapping.qconfig_for("enc.fc", Linear) is Q1
+        assert mapping.qconfig_for("dec.fc", Linear) is Q3
+        assert mapping.qconfig_for("head", Linear) is None
+    assert sorted(compiled) == ["dec.*", "enc.*", "x"]
+
+
+def test_a_regex_assigned_directly_is_still_checked_at_lookup() -> None:
+    mapping = QConfigMapping()
+    mapping.module_name_regex_qconfigs = {"foo[": Q1}
+    with pytest.raises(ConfigError, match="module_name_regex 'foo\\[' is not a valid regular"):
+        mapping.qconfig_for("foo", Linear)
+    mapping.module_name_regex_qconfigs = {3: Q1}  # type: ignore[dict-item]
+    with pytest.raises(ConfigTypeError, match="module_name_regex must be a str, got 3"):
+        mapping.qconfig_for("foo", Linear)
+
+
+# pickle.dumps(mapping, protocol=4) on fxquant before the compiled regexes were kept with
+# the mapping: the pickle holds the five levels, as it did then
+_PICKLED = (
+    b"\x80\x04\x95\xde\x00\x00\x00\x00\x00\x00\x00\x8c\x1efxquant.config.qconfig_mapping"
+    b"\x94\x8c\x0eQConfigMapping\x94\x93\x94)\x81\x94}\x94(\x8c\x0eglobal_qconfig\x94N"
+    b"\x8c\x14object_type_qconfigs\x94}\x94\x8c\x1amodule_name_regex_qconfigs\x94}\x94"
+    b"\x8c\x05enc.*\x94Ns\x8c\x14module_name_qconfigs\x94}\x94\x8c\x04head\x94Ns"
+    b"\x8c&module_name_object_type_order_qconfigs\x94}\x94ub."
+)
+
+
+def test_pickles_and_copies_hold_the_levels_only_and_look_up_alike() -> None:
+    mapping = QConfigMapping().set_module_name_regex("enc.*", None).set_module_name("head", None)
+    mapping.set_global(Q1)
+    assert mapping.qconfig_for("enc.fc", Linear) is None  # compiles and keeps "enc.*"
+    mapping.set_global(None)
+    assert pickle.dumps(mapping, protocol=4) == _PICKLED
+    assert copy.copy(mapping).qconfig_for("enc.fc", Linear) is None
+    for other in (pickle.loads(_PICKLED), copy.deepcopy(mapping)):
+        assert other == mapping
+        other.set_global(Q2).set_module_name_regex("dec.*", Q3)
+        assert other.qconfig_for("enc.fc", Linear) is None
+        assert other.qconfig_for("dec.fc", Linear) is Q3
+        assert other.qconfig_for("body", Linear) is Q2
+    assert mapping.qconfig_for("dec.fc", Linear) is None  # a copy's entries stay its own
 
 
 def test_object_type_must_be_a_class_function_or_method_name() -> None:

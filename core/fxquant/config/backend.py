@@ -264,12 +264,12 @@ class DTypeConfig:
             >>> DTypeConfig(bias_dtype=torch.float16).to_dict()
             {'bias_dtype': torch.float16}
         """
-        values = [getattr(self, f"{key}_with_constraints") for key in _CONSTRAINED_KEYS]
-        values += [self.bias_dtype, self.is_dynamic]
+        # input/output/weight: the dtype decides whether the entry is set; the entry is the
+        # dtype with its constraints
         return {
-            key: value
-            for key, value in zip(_DTYPE_CONFIG_KEYS, values, strict=True)
-            if (value.dtype if key in _CONSTRAINED_KEYS else value) is not None
+            key: getattr(self, f"{key}_with_constraints" if key in _CONSTRAINED_KEYS else key)
+            for key in _DTYPE_CONFIG_KEYS
+            if getattr(self, key) is not None
         }
 
     @classmethod
@@ -749,14 +749,11 @@ class BackendConfig(serialize.DictForm):
 # (QConfigMapping's table is in config/qconfig_mapping.py)
 
 
-def _encode_constrained(value: object, path: str) -> Any:
-    if isinstance(value, torch.dtype):
-        return dtype_name(value)
-    if isinstance(value, DTypeWithConstraints):
-        bounds = {f.name: getattr(value, f.name) for f in fields(value) if f.name != "dtype"}
-        dtype = None if value.dtype is None else dtype_name(value.dtype)
-        return {"dtype": dtype, **{k: v for k, v in bounds.items() if v is not None}}
-    raise serialize.unsafe(path, value, "is not a dtype or DTypeWithConstraints")
+def _encode_constrained(value: DTypeWithConstraints, path: str) -> dict[str, Any]:
+    # DTypeConfig.to_dict writes input/output/weight as a DTypeWithConstraints, and only those
+    # whose dtype is set: the dtype by name, then the bounds that are set
+    items = ((f.name, getattr(value, f.name)) for f in fields(value))
+    return {k: dtype_name(v) if k == "dtype" else v for k, v in items if v is not None}
 
 
 def _decode_constrained(data: object, path: str) -> Any:
@@ -817,11 +814,8 @@ def _record_codec(codecs: serialize.Codecs, build: Callable[[Any], Any] | None) 
     return (lambda value, path: serialize.coded(value, path, codecs, 0), decode)
 
 
-_CONSTRAINED: Final = (_encode_constrained, _decode_constrained)
 _DTYPE_CONFIG_JSON: Final[serialize.Codecs] = {
-    "input_dtype": _CONSTRAINED,
-    "output_dtype": _CONSTRAINED,
-    "weight_dtype": _CONSTRAINED,
+    **dict.fromkeys(_CONSTRAINED_KEYS, (_encode_constrained, _decode_constrained)),
     "bias_dtype": (lambda value, _: dtype_name(value), serialize.decode_dtype),
 }
 _MODULE: Final = (

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from numbers import Real
 from typing import Any
 
@@ -117,9 +117,9 @@ def check_flag(value: object, argument: str) -> bool:
 
 
 def unknown_keys(
-    data: object, valid: tuple[str, ...], owner: str, strict: bool, *, stacklevel: int = 4
+    data: Iterable[str], valid: tuple[str, ...], owner: str, strict: bool, *, stacklevel: int = 4
 ) -> None:
-    """Warn once about keys of ``data`` outside ``valid`` (raise when ``strict``).
+    """Warn once about keys of ``data`` (a dict form) outside ``valid`` (raise when ``strict``).
 
     torch.ao ignores keys it does not know, so a saved torch.ao dict with a stray key
     loads there: it loads here too, with one warning naming the keys. ``stacklevel`` is
@@ -137,9 +137,7 @@ def unknown_keys(
         >>> str(caught[0].message)[:60]
         "Config.from_dict: unknown key(s) 'x' at Config.from_dict['x'"
     """
-    if not hasattr(data, "keys"):
-        return
-    unknown = [k for k in data.keys() if k not in valid]  # noqa: SIM118  # any Mapping
+    unknown = [k for k in data if k not in valid]
     if not unknown:
         return
     where = ", ".join(f"{owner}[{k!r}]" for k in unknown)

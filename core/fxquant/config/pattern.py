@@ -15,7 +15,6 @@ three ops converts back to the simple form.
 
 from __future__ import annotations
 
-import operator
 import types
 from collections.abc import Callable
 from typing import Any, TypeAlias
@@ -241,7 +240,5 @@ def _function_str(func: Callable[..., Any]) -> str:
     module = getattr(func, "__module__", None)
     if isinstance(func, (types.BuiltinFunctionType, types.FunctionType)) and module:
         prefix = _SHORT_PREFIX.get(module)
-        if prefix is None and func is getattr(operator, name, None):
-            prefix = "operator"
         return f"{prefix}.{name}" if prefix else f"{module}.{name}"
     return name

@@ -218,6 +218,15 @@ class QConfigMapping(serialize.DictForm):
         self.module_name_regex_qconfigs: dict[str, QConfigAny] = {}
         self.module_name_qconfigs: dict[str, QConfigAny] = {}
         self.module_name_object_type_order_qconfigs: dict[OrderKey, QConfigAny] = {}
+        self._compiled_regexes: dict[str, re.Pattern[str]] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the compiled regexes are a cache: pickles and copies hold the five levels only
+        return {k: v for k, v in vars(self).items() if k != "_compiled_regexes"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        vars(self).update(state)
+        self._compiled_regexes = {}
 
     def set_global(self, global_qconfig: QConfigAny) -> QConfigMapping:
         """Set the QConfig used where no other level matches.
@@ -261,6 +270,7 @@ class QConfigMapping(serialize.DictForm):
         compiled = _compile(module_name_regex)
         checked = _check_qconfig(qconfig, "qconfig")
         self.module_name_regex_qconfigs[compiled.pattern] = checked
+        self._compiled_regexes[compiled.pattern] = compiled
         return self
 
     def set_module_name(self, module_name: str, qconfig: QConfigAny) -> QConfigMapping:
@@ -359,10 +369,14 @@ class QConfigMapping(serialize.DictForm):
         for name in _parent_names(module_name):
             if name in self.module_name_qconfigs:
                 return QConfigChoice(self.module_name_qconfigs[name], MODULE_NAME_KEY)
+        compiled = self._compiled_regexes
         for regex, qconfig in self.module_name_regex_qconfigs.items():
-            # compiled through re's own cache; attributes are public (torch.ao's names), so a
-            # regex assigned directly is checked here
-            if _compile(regex).match(module_name):
+            # compiled once and kept: a call of re.compile, even answered from re's cache
+            # (which drops patterns past 512), costs more than the match; attributes are public
+            # (torch.ao's names), so a regex assigned directly is checked and compiled here
+            if regex not in compiled:
+                compiled[regex] = _compile(regex)
+            if compiled[regex].match(module_name):
                 return QConfigChoice(qconfig, MODULE_NAME_REGEX_KEY)
         for object_type in object_types:
             if object_type is not None and object_type in self.object_type_qconfigs:
@@ -376,16 +390,13 @@ class QConfigMapping(serialize.DictForm):
             >>> QConfigMapping().set_module_name("fc", None).to_dict()["module_name"]
             [('fc', None)]
         """
-        entries = {key: getattr(self, f"{key}_qconfigs").items() for key in _LEVELS}
-        return {
-            GLOBAL_KEY: self.global_qconfig,
+        result: dict[str, Any] = {GLOBAL_KEY: self.global_qconfig}
+        for key in _LEVELS:
             # an order entry's key is the tuple (module_name, object_type, index): its items
             # come first; the other levels' keys are one name, type or function each
-            **{
-                key: [(*k, q) if isinstance(k, tuple) else (k, q) for k, q in items]
-                for key, items in entries.items()
-            },
-        }
+            items = getattr(self, f"{key}_qconfigs").items()
+            result[key] = [(*k, q) if isinstance(k, tuple) else (k, q) for k, q in items]
+        return result
 
     @classmethod
     def from_dict(cls, qconfig_dict: Mapping[str, Any], *, strict: bool = False) -> QConfigMapping:
