@@ -251,6 +251,19 @@ def test_the_code_line_count_leaves_out_every_docstring_attribute_docstrings_too
     assert layout_graph.code_lines_without_tools(graph) == 7
 
 
+def test_the_core_is_in_ruffs_layout_so_the_line_count_measures_code() -> None:
+    # A `fmt: skip` or `fmt: off` packs a table or a call past ruff's layout: the code-line
+    # count would then measure how tightly lines were packed, not how much code there is.
+    markers = re.compile(r"#\s*fmt:\s*(skip|off)\b")
+    found = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sorted(CORE.rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if markers.search(line)
+    ]
+    assert found == [], "leave the layout to `ruff format`"
+
+
 def test_no_core_module_imports_a_moved_module_by_its_old_path(graph: layout_graph.Graph) -> None:
     old = [
         f"{i.source}:{i.line}: {i.target}"

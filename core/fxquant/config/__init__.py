@@ -30,8 +30,20 @@ from fxquant.config.qconfig import QConfig, QConfigAny
 from fxquant.config.qconfig_mapping import QConfigMapping
 
 __all__ = [
-    "BackendConfig", "BackendPatternConfig", "ConvertCustomConfig", "DTypeConfig",
-    "DTypeWithConstraints", "FuseCustomConfig", "MatchAllNode", "ObservationType", "Pattern",
-    "PrepareCustomConfig", "QConfig", "QConfigAny", "QConfigMapping", "QuantType",
-    "StandaloneModuleConfigEntry", "pattern_str",
-]  # fmt: skip
+    "BackendConfig",
+    "BackendPatternConfig",
+    "ConvertCustomConfig",
+    "DTypeConfig",
+    "DTypeWithConstraints",
+    "FuseCustomConfig",
+    "MatchAllNode",
+    "ObservationType",
+    "Pattern",
+    "PrepareCustomConfig",
+    "QConfig",
+    "QConfigAny",
+    "QConfigMapping",
+    "QuantType",
+    "StandaloneModuleConfigEntry",
+    "pattern_str",
+]

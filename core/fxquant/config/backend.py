@@ -835,35 +835,53 @@ _FIELDS: Final[
     dict[str, tuple[str, Callable[[Any, str], Any], serialize.Codec | None, Callable[..., _B]]]
 ] = {
     "observation_type": (
-        "observation_type", _check_observation_type, _OBSERVATION, _B.set_observation_type
+        "observation_type",
+        _check_observation_type,
+        _OBSERVATION,
+        _B.set_observation_type,
     ),
     "dtype_configs": ("dtype_configs", _check_dtype_configs, _DTYPE_CONFIGS, _B.set_dtype_configs),
     "pattern": (
-        "pattern", lambda value, _: patterns.validate_simple(value), _PATTERNS, _B.set_pattern
+        "pattern",
+        lambda value, _: patterns.validate_simple(value),
+        _PATTERNS,
+        _B.set_pattern,
     ),
     "root_module": ("root_module", *_MODULE, _B.set_root_module),
     "qat_module": ("qat_module", *_MODULE, _B.set_qat_module),
     "reference_quantized_module_for_root": (
-        "reference_quantized_module", *_MODULE, _B.set_reference_quantized_module
+        "reference_quantized_module",
+        *_MODULE,
+        _B.set_reference_quantized_module,
     ),
     "fused_module": ("fused_module", *_MODULE, _B.set_fused_module),
     "fuser_method": (
-        "fuser_method", _check_callable, serialize.name_codec(serialize.FUSER), _B.set_fuser_method
+        "fuser_method",
+        _check_callable,
+        serialize.name_codec(serialize.FUSER),
+        _B.set_fuser_method,
     ),
     "root_node_getter": ("_root_node_getter", *_GETTER, _B._set_root_node_getter),
     "extra_inputs_getter": ("_extra_inputs_getter", *_GETTER, _B._set_extra_inputs_getter),
     "num_tensor_args_to_observation_type": (
-        "_num_tensor_args_to_observation_type", _check_observation_types,
-        (_encode_num_args, _decode_num_args), _B._set_num_tensor_args_to_observation_type,
+        "_num_tensor_args_to_observation_type",
+        _check_observation_types,
+        (_encode_num_args, _decode_num_args),
+        _B._set_num_tensor_args_to_observation_type,
     ),
     "input_type_to_index": (
-        "_input_type_to_index", _check_input_type_to_index, None, _B._set_input_type_to_index
+        "_input_type_to_index",
+        _check_input_type_to_index,
+        None,
+        _B._set_input_type_to_index,
     ),
     "pattern_complex_format": (
-        "_pattern_complex_format", lambda value, _: patterns.validate_complex(value), _PATTERNS,
+        "_pattern_complex_format",
+        lambda value, _: patterns.validate_complex(value),
+        _PATTERNS,
         _B._set_pattern_complex_format,
     ),
-}  # fmt: skip
+}
 # from_dict sets the pattern first, as torch.ao does: a bad pattern is the error reported
 _FROM_DICT_ORDER: Final = sorted(_FIELDS, key=lambda key: not key.startswith("pattern"))
 _BACKEND_CONFIG_JSON: Final[serialize.Codecs] = {

@@ -391,21 +391,29 @@ class PrepareCustomConfig(_Preserved):
     _FIELDS: ClassVar = {
         "standalone_module_name": ("standalone_module_names", _ENTRIES, set_standalone_module_name),
         "standalone_module_class": (
-            "standalone_module_classes", _ENTRIES, set_standalone_module_class
+            "standalone_module_classes",
+            _ENTRIES,
+            set_standalone_module_class,
         ),
         "float_to_observed_custom_module_class": (
-            "float_to_observed_mapping", _CLASSES, set_float_to_observed_mapping
+            "float_to_observed_mapping",
+            _CLASSES,
+            set_float_to_observed_mapping,
         ),
         "non_traceable_module_name": (
-            "non_traceable_module_names", _LIST, set_non_traceable_module_names
+            "non_traceable_module_names",
+            _LIST,
+            set_non_traceable_module_names,
         ),
         "non_traceable_module_class": (
-            "non_traceable_module_classes", _LIST, set_non_traceable_module_classes
+            "non_traceable_module_classes",
+            _LIST,
+            set_non_traceable_module_classes,
         ),
         "input_quantized_idxs": ("input_quantized_indexes", _LIST, set_input_quantized_indexes),
         "output_quantized_idxs": ("output_quantized_indexes", _LIST, set_output_quantized_indexes),
         **_Preserved._FIELDS,
-    }  # fmt: skip
+    }
 
     @classmethod
     def from_dict(
@@ -456,10 +464,12 @@ class ConvertCustomConfig(_Preserved):
 
     _FIELDS: ClassVar = {
         "observed_to_quantized_custom_module_class": (
-            "observed_to_quantized_mapping", _CLASSES, set_observed_to_quantized_mapping
+            "observed_to_quantized_mapping",
+            _CLASSES,
+            set_observed_to_quantized_mapping,
         ),
         **_Preserved._FIELDS,
-    }  # fmt: skip
+    }
 
     @classmethod
     def from_dict(

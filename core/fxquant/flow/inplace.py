@@ -65,12 +65,20 @@ __all__ = ["InPlaceProxy", "functionalize", "on_copy", "setitem_copy"]
 
 # Python's augmented assignments (operator.iadd for ``y += 1``), each to its plain operator
 _OPERATORS: dict[Callable[..., Any], Callable[..., Any]] = {
-    operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
-    operator.itruediv: operator.truediv, operator.ifloordiv: operator.floordiv,
-    operator.imod: operator.mod, operator.ipow: operator.pow, operator.imatmul: operator.matmul,
-    operator.iand: operator.and_, operator.ior: operator.or_, operator.ixor: operator.xor,
-    operator.ilshift: operator.lshift, operator.irshift: operator.rshift,
-}  # fmt: skip
+    operator.iadd: operator.add,
+    operator.isub: operator.sub,
+    operator.imul: operator.mul,
+    operator.itruediv: operator.truediv,
+    operator.ifloordiv: operator.floordiv,
+    operator.imod: operator.mod,
+    operator.ipow: operator.pow,
+    operator.imatmul: operator.matmul,
+    operator.iand: operator.and_,
+    operator.ior: operator.or_,
+    operator.ixor: operator.xor,
+    operator.ilshift: operator.lshift,
+    operator.irshift: operator.rshift,
+}
 
 # methods ending in "_" that change no tensor values (or only autograd state)
 _NOT_MUTATING = frozenset(
@@ -80,14 +88,50 @@ _NOT_MUTATING = frozenset(
 # ops whose result may share memory with their first argument: a view of it
 _VIEW_METHODS = frozenset(
     {
-        "view", "view_as", "reshape", "reshape_as", "transpose", "transpose_", "permute",
-        "t", "T", "mT", "narrow", "select", "expand", "expand_as", "squeeze", "unsqueeze",
-        "flatten", "unflatten", "chunk", "split", "unbind", "tensor_split", "movedim",
-        "moveaxis", "swapaxes", "swapdims", "diagonal", "as_strided", "unfold", "detach",
-        "contiguous", "real", "imag", "__getitem__", "split_with_sizes", "to", "type_as",
-        "view_as_real", "view_as_complex", "squeeze_", "unsqueeze_", "align_as",
+        "view",
+        "view_as",
+        "reshape",
+        "reshape_as",
+        "transpose",
+        "transpose_",
+        "permute",
+        "t",
+        "T",
+        "mT",
+        "narrow",
+        "select",
+        "expand",
+        "expand_as",
+        "squeeze",
+        "unsqueeze",
+        "flatten",
+        "unflatten",
+        "chunk",
+        "split",
+        "unbind",
+        "tensor_split",
+        "movedim",
+        "moveaxis",
+        "swapaxes",
+        "swapdims",
+        "diagonal",
+        "as_strided",
+        "unfold",
+        "detach",
+        "contiguous",
+        "real",
+        "imag",
+        "__getitem__",
+        "split_with_sizes",
+        "to",
+        "type_as",
+        "view_as_real",
+        "view_as_complex",
+        "squeeze_",
+        "unsqueeze_",
+        "align_as",
     }
-)  # fmt: skip
+)
 # the torch functions of the same names (torch.reshape, torch.chunk...), and ``x[i]``
 _VIEW_FUNCTIONS: frozenset[Any] = frozenset(
     {operator.getitem} | {getattr(torch, name) for name in _VIEW_METHODS if hasattr(torch, name)}
@@ -96,8 +140,13 @@ _VIEW_MODULES = (nn.Identity, nn.Flatten, nn.Unflatten, nn.Dropout)
 
 # the dropouts: in eval mode (or training=False) each returns its input, changing nothing
 _DROPOUT_MODULES = (
-    nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout
-)  # fmt: skip
+    nn.Dropout,
+    nn.Dropout1d,
+    nn.Dropout2d,
+    nn.Dropout3d,
+    nn.AlphaDropout,
+    nn.FeatureAlphaDropout,
+)
 _DROPOUT_FUNCTIONS: frozenset[Any] = frozenset(
     {F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout, F.feature_alpha_dropout}
 )

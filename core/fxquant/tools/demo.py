@@ -187,9 +187,12 @@ class DemoNet(torch.nn.Module):
             nn.Conv2d(3, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU()
         )
         self.block = nn.Sequential(
-            nn.Conv2d(width, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU(),
-            nn.Conv2d(width, width, 3, padding=1), nn.BatchNorm2d(width),
-        )  # fmt: skip
+            nn.Conv2d(width, width, 3, padding=1),
+            nn.BatchNorm2d(width),
+            nn.ReLU(),
+            nn.Conv2d(width, width, 3, padding=1),
+            nn.BatchNorm2d(width),
+        )
         self.relu = nn.ReLU()
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.fc = nn.Linear(width, classes)

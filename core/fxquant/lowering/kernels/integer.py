@@ -40,9 +40,13 @@ class IntegerClamp(nn.Module):
         assert out.scale is not None  # static qparams
         assert out.zero_point is not None
         bounds = qdq.quantize_per_tensor(
-            torch.tensor([low, high]), out.scale, out.zero_point, out.quant_min,
-            out.quant_max, out.dtype,
-        )  # fmt: skip
+            torch.tensor([low, high]),
+            out.scale,
+            out.zero_point,
+            out.quant_min,
+            out.quant_max,
+            out.dtype,
+        )
         return cls(int(bounds[0]), int(bounds[1]))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -46,9 +46,11 @@ def _dynamic_recurrent(backend: str) -> object:
     # 7-bit dynamic activations (torch's reduce_range), full range on qnnpack (its kernels
     # ignore reduce_range): what the engines' recurrent kernels run exactly on any CPU
     activation = observer.PlaceholderObserver.with_args(
-        dtype=torch.uint8, quant_min=0, quant_max=255 if backend == "qnnpack" else 127,
+        dtype=torch.uint8,
+        quant_min=0,
+        quant_max=255 if backend == "qnnpack" else 127,
         is_dynamic=True,
-    )  # fmt: skip
+    )
     qconfig = QConfig(activation=activation, weight=observer.default_weight_observer)
     mapping = QConfigMapping()
     for cls in (nn.LSTM, nn.GRU, nn.LSTMCell, nn.GRUCell, nn.RNNCell):
