@@ -450,3 +450,40 @@ def test_torchvision_efficientnets_are_quantized_not_refused(name: str) -> None:
         expected = model(x)
     assert out.shape == expected.shape == (1, 1000)
     assert bool(torch.isfinite(out).all())
+
+
+def test_the_view_functions_are_torchs_functions_named_as_the_view_methods() -> None:
+    # the functions are derived from the method names: a torch release that adds a function
+    # of a view method's name that is no view (or removes one) shows here, not in a model
+    from fxquant.flow import inplace
+
+    expected = {
+        operator.getitem,
+        torch.reshape,
+        torch.flatten,
+        torch.transpose,
+        torch.permute,
+        torch.t,
+        torch.narrow,
+        torch.select,
+        torch.squeeze,
+        torch.unsqueeze,
+        torch.chunk,
+        torch.split,
+        torch.split_with_sizes,
+        torch.unbind,
+        torch.tensor_split,
+        torch.movedim,
+        torch.moveaxis,
+        torch.swapaxes,
+        torch.swapdims,
+        torch.diagonal,
+        torch.as_strided,
+        torch.detach,
+        torch.unflatten,
+        torch.view_as_real,
+        torch.view_as_complex,
+        torch.real,
+        torch.imag,
+    }
+    assert expected == inplace._VIEW_FUNCTIONS
