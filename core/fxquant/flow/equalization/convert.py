@@ -260,11 +260,10 @@ def _multiply_input(
         return f"mul node {mul.name}", ()
     target = unique_name(work.root, f"{observer.target}_equalized")
     work.modules[target] = work.modules[str(observer.target)]  # its own copy, rescaled below
-    with graph.inserting_after(observer):
+    with graph.inserting_before(observer.next):  # right after the observer, in this order
         constant = graph.get_attr(name)
-    with graph.inserting_after(constant):  # from the float value: not quantized twice
+        # from the float value: not quantized twice
         mul = graph.call_function(torch.mul, (source, constant))
-    with graph.inserting_after(mul):
         own = graph.call_module(target, (mul,))
     for linear in linears:
         linear.replace_input_with(observer, own)
