@@ -225,9 +225,8 @@ def _fold_into(
     """``s`` into a LayerNorm's weight and bias, or into a Linear's rows; the observers from
     there to the input's observer get the scaled range."""
     producer, observer = ends
-    weight, bias = work.scaled_params(producer)
-    work.scale_rows(weight, scale)
-    work.scale_rows(bias, scale)
+    for path in work.scaled_params(producer):  # its weight, and its bias if any
+        work.scale_rows(path, scale)
     rows = not isinstance(work.modules.get(str(producer.target)), nn.LayerNorm)
     if rows:
         # an observer before a ReLU: its negative values become 0 anyway, so the ReLU output's
