@@ -131,3 +131,29 @@ def test_save_writes_the_report_next_to_the_artifact_and_load_reads_it(tmp_path:
     assert fxquant.explain(loaded, show=False).notes() == ["runs in a pickle"]
     with pytest.raises(FileNotFoundError, match=r"PickledModel.load: no file at .*save\(path\)"):
         PickledModel.load(tmp_path / "missing.pt")
+
+
+def test_save_to_a_folder_is_refused_and_load_without_the_report_says_so(tmp_path: Path) -> None:
+    class Echo(DeployedModel):
+        def __init__(self, report: Report) -> None:
+            self.report = report
+
+        def __call__(self, *inputs: Any) -> Any:
+            return inputs[0]
+
+        def save_artifact(self, path: Path, **options: Any) -> Mapping[str, Any]:
+            path.write_text("echo")
+            return {}
+
+        @classmethod
+        def load_artifact(cls, path: Path, report: Report, extras: Mapping[str, Any]) -> Echo:
+            return cls(report)
+
+    model = Echo(Report(notes=["kept"]))
+    with pytest.raises(fxquant.errors.ConfigError, match="writes a file, got the folder"):
+        model.save(tmp_path)
+    saved = model.save(tmp_path / "echo.bin")
+    report_path(saved).unlink()
+    assert Echo.load(saved).report.notes() == [
+        "no report: echo.bin.fxquant.json is not next to echo.bin"
+    ]

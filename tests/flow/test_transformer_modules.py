@@ -314,6 +314,20 @@ def test_a_subclass_with_its_own_forward_is_traced_as_written() -> None:
     assert targets == ["linear1", "linear2"]
 
 
+@pytest.mark.parametrize("option", [{"add_bias_kv": True}, {"add_zero_attn": True}])
+def test_attention_with_bias_kv_or_zero_attn_stays_one_float_call(option: dict[str, bool]) -> None:
+    torch.manual_seed(0)
+    mha = nn.MultiheadAttention(D, HEADS, batch_first=True, **option).eval()
+    model = Call(mha, lambda m, x, _y, _z: m(x, x, x)[0])
+    x = _seq(True)
+    prepared = _prepared(model, (x,), get_default_qconfig_mapping("x86"), "x86")
+    calls = [n for n in prepared.graph.nodes if n.op == "call_module"]
+    assert [type(prepared.get_submodule(str(n.target))) for n in calls] == [type(mha)]
+    with torch.no_grad():
+        prepared(x)
+        torch.testing.assert_close(convert_fx(prepared)(x), model(x))
+
+
 def test_is_causal_without_the_mask_is_refused_as_torch_does() -> None:
     mha = nn.MultiheadAttention(D, HEADS).eval()
     model = Call(mha, lambda m, x, _y, _z: m(x, x, x, is_causal=True, need_weights=False))

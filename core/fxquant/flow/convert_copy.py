@@ -67,8 +67,7 @@ def copy_model(gm: GraphModule, modules: dict[str, nn.Module], keep: set[str]) -
         if is_observer(module) and not observed_constant(node):
             memo[id(module)] = module  # only read (calculate_qparams), then dropped
         elif will_swap(node_info(node), module):
-            for tensor in module.parameters():
-                memo[id(tensor)] = tensor
+            memo.update((id(tensor), tensor) for tensor in module.parameters())
     # the module tree is deep-copied; the graph is copied node by node with shallow metas
     # (NodeInfo records are immutable): GraphModule's own deepcopy copies every meta deeply
     holder = nn.Module()

@@ -121,9 +121,7 @@ def _root_first(match: Match[BackendPatternConfig], root: fx.Node) -> tuple[Any,
     return (heads[at], *heads[:at], *heads[at + 1 :])
 
 
-def _apply(
-    gm: fx.GraphModule, match: Match[BackendPatternConfig], fused: nn.Module, erased: set[str]
-) -> fx.Node:
+def _apply(gm: fx.GraphModule, match: Match[BackendPatternConfig], fused: nn.Module) -> fx.Node:
     config = match.payload
     root = root_node(match)  # returned: it holds the fused module
     extra = (
@@ -139,8 +137,6 @@ def _apply(
     root.args = (*root.args, *extra)
     for node in reversed(match.nodes):
         if node is not root:
-            if node.op == "call_module":
-                erased.add(str(node.target))
             node.graph.erase_node(node)
     update_info(
         root,
@@ -269,13 +265,11 @@ def _fuse_matches(
     matches = {m.anchor: m for m in claimed.values()}
     if not matches:
         return []
-    erased: set[str] = set()
     calls = Counter(str(n.target) for n in gm.graph.nodes if n.op == "call_module")
     shared = {target for target, count in calls.items() if count > 1}
-    roots = [
-        _apply(gm, match, _fused_module(match, modules, shared, ctx.is_qat), erased)
-        for match in matches.values()
-    ]
+    roots = [_apply(gm, m, _fused_module(m, modules, shared, ctx.is_qat)) for m in matches.values()]
     gm.graph.lint()
-    drop_unread_modules(gm, erased)  # the modules fusion absorbed, unless still called
+    # the modules fusion absorbed, unless still called (a root calls its fused module)
+    called = [str(n.target) for m in matches.values() for n in m.nodes if n.op == "call_module"]
+    drop_unread_modules(gm, called)
     return roots

@@ -219,15 +219,20 @@ def _kept_when_unused(node: Node) -> bool:
     return not (removable or node.op == "get_attr")
 
 
-def _op_texts(gm: GraphModule) -> dict[str, str]:
-    """Each node's op as reports name it: ``Linear``, ``operator.add``, ``'relu'``."""
-    texts = {}
+def _op_texts(gm: GraphModule) -> tuple[dict[str, str], dict[str, str]]:
+    """Each node's op as reports name it (``Linear``, ``operator.add``, ``'relu'``), and the
+    nodes whose dtype config asks for a float op in bfloat16 or float16 (no integer side),
+    with that dtype's name."""
+    ops: dict[str, str] = {}
+    sides: dict[str, str] = {}
     for node in gm.graph.nodes:
         if node.op == "call_module":
-            texts[node.name] = type(gm.get_submodule(str(node.target))).__name__
+            ops[node.name] = type(gm.get_submodule(str(node.target))).__name__
         elif node.op in ("call_function", "call_method"):
-            texts[node.name] = pattern_str(node.target)
-    return texts
+            ops[node.name] = pattern_str(node.target)
+        if (side := _reduced_float_side(node)) is not None:
+            sides[node.name] = str(side).removeprefix("torch.")
+    return ops, sides
 
 
 def _update_report(
@@ -270,15 +275,6 @@ def _update_report(
     return report.with_changes(changes).with_notes([note])
 
 
-def _reduced_float_ops(gm: GraphModule) -> dict[str, str]:
-    """Nodes whose dtype config asks for a float op in bfloat16 or float16 (no integer side),
-    by name, with that dtype's name."""
-    sides = {node.name: _reduced_float_side(node) for node in gm.graph.nodes}
-    return {
-        name: str(side).removeprefix("torch.") for name, side in sides.items() if side is not None
-    }
-
-
 def lower(gm: GraphModule, ctx: FlowContext, report: Report) -> Report:
     """Lower ``gm`` (a reference model) in place with ``ctx.lowering_rules``; return the report.
 
@@ -291,7 +287,7 @@ def lower(gm: GraphModule, ctx: FlowContext, report: Report) -> Report:
     """
     rules, backend = ctx.lowering_rules, ctx.backend_config.name
     outcomes: dict[str, str | None] = {}  # by node: None lowered, else why a rule declined it
-    texts = (_op_texts(gm), _reduced_float_ops(gm))  # before lowering replaces the nodes
+    texts = _op_texts(gm)  # before lowering replaces the nodes
     if rules:
         by_name = dict(gm.named_modules())
         uses = Counter(str(n.target) for n in gm.graph.nodes if n.op == "call_module")

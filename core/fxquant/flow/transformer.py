@@ -282,8 +282,14 @@ def _feed_forward(m: Any, dropout: nn.Module, x: Any) -> Any:
     return dropout(m.linear2(m.dropout(m.activation(m.linear1(x)))))
 
 
+# torch's module class -> the function traced in its place (:func:`leaf_rewrite`). The hints
+# (is_causal...) are not passed on: the mask they describe is always applied, which gives the
+# numbers of the hinted kernels
+_REWRITES: dict[type[nn.Module], Rewrite] = {nn.MultiheadAttention: multihead_attention}
+
+
 def _rewrite_of(cls: type[nn.Module]) -> Callable[[Callable[[Any, Arguments], Any]], Rewrite]:
-    """Make ``body(m, arguments)`` a rewrite taking the arguments of ``cls.forward``.
+    """Make ``body(m, arguments)`` the rewrite of ``cls``, taking the arguments of ``cls.forward``.
 
     The rewrite binds what it is given by torch's own signature (defaults applied), so
     ``body`` reads each argument by its name; its ``__wrapped__`` is ``cls.forward``,
@@ -300,6 +306,7 @@ def _rewrite_of(cls: type[nn.Module]) -> Callable[[Callable[[Any, Arguments], An
 
         functools.update_wrapper(rewrite, body)
         rewrite.__wrapped__ = cls.forward  # type: ignore[attr-defined]  # read by inspect.unwrap
+        _REWRITES[cls] = rewrite
         return rewrite
 
     return decorate
@@ -362,18 +369,6 @@ def transformer(m: nn.Transformer, a: Arguments) -> Any:
     """``nn.Transformer.forward``: ``encoder(src)`` then ``decoder(tgt, memory)``."""
     memory = m.encoder(a["src"], mask=a["src_mask"], src_key_padding_mask=a["src_key_padding_mask"])
     return m.decoder(a["tgt"], memory, **{name: a[name] for name in _DECODER_MASKS})
-
-
-# the hints (is_causal...) are not passed on: the mask they describe is always applied,
-# which gives the numbers of the hinted kernels
-_REWRITES: dict[type[nn.Module], Rewrite] = {
-    nn.MultiheadAttention: multihead_attention,
-    nn.TransformerEncoderLayer: encoder_layer,
-    nn.TransformerDecoderLayer: decoder_layer,
-    nn.TransformerEncoder: encoder,
-    nn.TransformerDecoder: decoder,
-    nn.Transformer: transformer,
-}
 
 
 def leaf_rewrite(module: nn.Module) -> Rewrite | None:

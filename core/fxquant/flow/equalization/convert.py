@@ -225,9 +225,8 @@ def _fold_into(
     """``s`` into a LayerNorm's weight and bias, or into a Linear's rows; the observers from
     there to the input's observer get the scaled range."""
     producer, observer = ends
-    weight, bias = work.scaled_params(producer)
-    work.scale_rows(weight, scale)
-    work.scale_rows(bias, scale)
+    for path in work.scaled_params(producer):  # its weight, and its bias if any
+        work.scale_rows(path, scale)
     rows = not isinstance(work.modules.get(str(producer.target)), nn.LayerNorm)
     if rows:
         # an observer before a ReLU: its negative values become 0 anyway, so the ReLU output's
@@ -260,11 +259,10 @@ def _multiply_input(
         return f"mul node {mul.name}", ()
     target = unique_name(work.root, f"{observer.target}_equalized")
     work.modules[target] = work.modules[str(observer.target)]  # its own copy, rescaled below
-    with graph.inserting_after(observer):
+    with graph.inserting_before(observer.next):  # right after the observer, in this order
         constant = graph.get_attr(name)
-    with graph.inserting_after(constant):  # from the float value: not quantized twice
+        # from the float value: not quantized twice
         mul = graph.call_function(torch.mul, (source, constant))
-    with graph.inserting_after(mul):
         own = graph.call_module(target, (mul,))
     for linear in linears:
         linear.replace_input_with(observer, own)
