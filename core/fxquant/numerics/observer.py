@@ -181,15 +181,9 @@ class ObserverBase(torch.nn.Module):
         """Fold one batch's (finite) min and max into :attr:`batch_peaks`; note the mode."""
         if self.training:
             self.observed_in_training = True
-        if low.numel() == 0:
-            return
-        peak = float(torch.maximum(low.detach().abs().amax(), high.detach().abs().amax()))
-        if not math.isfinite(peak):  # a channel without finite values: leave it out
-            ends = torch.cat([low.detach().reshape(-1), high.detach().reshape(-1)]).abs()
-            ends = ends[torch.isfinite(ends)]
-            if ends.numel() == 0:
-                return
-            peak = float(ends.max())
+        # a channel without finite values holds inf and -inf: 0 stands in for them, and a peak
+        # of 0 leaves batch_peaks (which are >= 0) as they are
+        peak = float(torch.stack([low.detach(), high.detach()]).abs().nan_to_num(posinf=0.0).amax())
         first, second = self.batch_peaks
         self.batch_peaks = (peak, first) if peak >= first else (first, max(second, peak))
 
