@@ -1069,22 +1069,16 @@ class HistogramObserver(UniformQuantizationObserverBase):
             # histc skips NaN and infinities outside its range, but reads the range off the
             # data when it is 0..0: it must see finite values only
             x = x[torch.isfinite(x)]
-        reducer = self._batch_reducer
-        if bool(self.min_val == float("inf")) or bool(self.max_val == float("-inf")):
-            first = torch.histc(x, self.bins, min=float(x_min), max=float(x_max))
-            self._set_state(first if reducer is None else reducer.sum(first), x_min, x_max)
-            return x_orig
         new_min = torch.min(self.min_val, x_min).detach()
         new_max = torch.max(self.max_val, x_max).detach()
         batch = torch.histc(x, self.bins, min=float(new_min), max=float(new_max))
         batch = batch.to(self.histogram.device)
-        if reducer is not None:
-            batch = reducer.sum(batch)
-        if bool(new_min == self.min_val) and bool(new_max == self.max_val):
-            self._set_state(self.histogram + batch, new_min, new_max)
-        else:
+        if self._batch_reducer is not None:
+            batch = self._batch_reducer.sum(batch)
+        old = self.histogram
+        if bool(new_min != self.min_val) or bool(new_max != self.max_val):
             old = self._rebin(self.histogram, self.min_val, self.max_val, new_min, new_max)
-            self._set_state(batch + old, new_min, new_max)
+        self._set_state(batch + old, new_min, new_max)
         return x_orig
 
     def _set_state(self, histogram: torch.Tensor, low: torch.Tensor, high: torch.Tensor) -> None:
@@ -1101,6 +1095,8 @@ class HistogramObserver(UniformQuantizationObserverBase):
         new_high: torch.Tensor,
     ) -> torch.Tensor:
         """Move ``histogram`` over ``[low, high]`` onto ``bins`` bins over the wider range."""
+        if bool(low > high):  # nothing recorded yet (inf, -inf): no mass to move
+            return torch.zeros_like(histogram)
         if bool(low == high):
             # a single value: all its mass goes to the bin that value falls in
             point = torch.histc(low, bins=self.bins, min=float(new_low), max=float(new_high))
