@@ -297,27 +297,24 @@ class FusedMovingAvgObsFakeQuantize(FakeQuantize):
         observing = bool(observer_enabled[0] == 1)
         post = self.activation_post_process
         state = (post.min_val, post.max_val, self.scale, self.zero_point)
-        saved = tuple(t.clone() for t in state) if observing else None
+        saved = tuple(t.clone() for t in state) if observing else ()
         if post._batch_reducer is not None and observing:
             self._observe_global_batch(x)
             observer_enabled = torch.zeros_like(observer_enabled)
         try:
-            result: torch.Tensor | None = self._run_fused(
-                x, observer_enabled, self.fake_quant_enabled
-            )
+            result = self._run_fused(x, observer_enabled, self.fake_quant_enabled)
         except RuntimeError:  # a NaN zero point (per channel) fails the kernel's own check
-            if saved is None or self._finite_state():
+            if not observing or self._finite_state():
                 raise
-            result = None
-        if saved is not None and (result is None or not self._finite_state()):
-            # the kernel folded a NaN or inf of x into the moving averages, which would then
-            # never recover: undo it and take the unfused steps, whose observer leaves
-            # non-finite values out (and warns once)
-            for target, value in zip(state, saved, strict=True):
-                target.resize_(value.shape).copy_(value)
-            return super().forward(x)
-        assert result is not None  # set unless the state was restored above
-        return result
+        else:
+            if not observing or self._finite_state():
+                return result
+        # the kernel folded a NaN or inf of x into the moving averages, which would then never
+        # recover: undo it and take the unfused steps, whose observer leaves non-finite values
+        # out (and warns once)
+        for target, value in zip(state, saved, strict=True):
+            target.resize_(value.shape).copy_(value)
+        return super().forward(x)
 
     def _finite_state(self) -> bool:
         """False when the running min/max took a NaN or an infinity (checked on the tiny
