@@ -1112,19 +1112,18 @@ class HistogramObserver(UniformQuantizationObserverBase):
         target = target.clamp_(0, self.bins - 1)
         return torch.bincount(target, weights=fine, minlength=self.bins)
 
-    def _l2_error(
-        self, start: int, end: int, search: tuple[float, torch.Tensor, torch.Tensor]
-    ) -> float:
+    def _l2_error(self, start: int, end: int) -> float:
         """Estimated L2 quantization error when bins ``start..end`` become the range.
 
-        ``search``: (bin width, bin indices, density), the same for every candidate of one
-        :meth:`_search_range`.
+        A search evaluates a handful of candidates (it stops at the first that does worse):
+        the bin width and density are recomputed for each, at no measurable cost.
         """
-        bin_width, indices, density = search
+        bin_width = (self.max_val.item() - self.min_val.item()) / self.bins
         dst_width = bin_width * (end - start + 1) / self.dst_nbins
         if dst_width == 0.0:
             return 0.0
-        src_begin = (indices - start) * bin_width
+        density = self.histogram / bin_width
+        src_begin = (torch.arange(self.bins, device=self.histogram.device) - start) * bin_width
         src_end = src_begin + bin_width
         last = self.dst_nbins - 1
         dst_of_begin = torch.div(src_begin, dst_width, rounding_mode="floor").clamp_(0, last)
@@ -1149,10 +1148,6 @@ class HistogramObserver(UniformQuantizationObserverBase):
         alpha, beta = 0.0, 1.0
         start, end = 0, self.bins - 1
         best = float("inf")
-        # one per search, not one per candidate
-        bin_width = (self.max_val.item() - self.min_val.item()) / self.bins
-        indices = torch.arange(self.bins, device=self.histogram.device)
-        constants = bin_width, indices, self.histogram / bin_width
         while alpha < beta:
             next_alpha, next_beta = alpha + step, beta - step
             low_mass = float32_value(next_alpha * total)
@@ -1168,7 +1163,7 @@ class HistogramObserver(UniformQuantizationObserverBase):
                 candidate, beta = (start, right), next_beta
             if candidate == (start, end):
                 continue
-            error = self._l2_error(*candidate, constants)
+            error = self._l2_error(*candidate)
             if error > best:
                 break
             best = error
