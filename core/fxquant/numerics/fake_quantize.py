@@ -190,7 +190,13 @@ class FakeQuantize(FakeQuantizeBase):
         self.scale.resize_(scale.shape).copy_(scale)
         self.zero_point.resize_(zero_point.shape).copy_(zero_point)
 
-    def _fake_quantize(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Update qparams (if observing), then fake-quantize ``x`` (if enabled)."""
+        if self.observer_enabled[0] == 1:
+            self.activation_post_process(x.detach())
+            self._refresh_qparams()
+        if self.fake_quant_enabled[0] != 1:
+            return x
         if self.is_per_channel:
             return torch.fake_quantize_per_channel_affine(
                 x, self.scale, self.zero_point, self.ch_axis, self.quant_min, self.quant_max
@@ -198,15 +204,6 @@ class FakeQuantize(FakeQuantizeBase):
         return torch.fake_quantize_per_tensor_affine(
             x, self.scale, self.zero_point, self.quant_min, self.quant_max
         )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Update qparams (if observing), then fake-quantize ``x`` (if enabled)."""
-        if self.observer_enabled[0] == 1:
-            self.activation_post_process(x.detach())
-            self._refresh_qparams()
-        if self.fake_quant_enabled[0] == 1:
-            x = self._fake_quantize(x)
-        return x
 
     def extra_repr(self) -> str:
         return (
