@@ -484,9 +484,7 @@ def is_calibrated(observer: torch.nn.Module) -> bool:
     max_val = getattr(inner, "max_val", None)
     if not isinstance(min_val, torch.Tensor) or not isinstance(max_val, torch.Tensor):
         return True  # fixed qparams, placeholders, recorders: nothing to calibrate
-    if min_val.numel() == 0 or max_val.numel() == 0:
-        return False
-    seen = min_val <= max_val
+    seen = min_val <= max_val  # empty for a per-channel observer that saw no batch
     return (
         bool(seen.any())
         and bool(torch.isfinite(min_val[seen]).all())
