@@ -26,6 +26,7 @@ from fxquant.numerics.observer import (
     HistogramObserver,
     MovingAverageMinMaxObserver,
     MovingAveragePerChannelMinMaxObserver,
+    _MovingAverage,
     default_fixed_qparams_range_0to1_observer,
     default_fixed_qparams_range_neg1to1_observer,
 )
@@ -275,9 +276,7 @@ class FusedMovingAvgObsFakeQuantize(FakeQuantize):
     ) -> None:
         super().__init__(observer, quant_min, quant_max, **observer_kwargs)
         post = self.activation_post_process
-        if not isinstance(
-            post, (MovingAverageMinMaxObserver, MovingAveragePerChannelMinMaxObserver)
-        ):
+        if not isinstance(post, _MovingAverage):  # the two moving-average min/max observers
             msg = (
                 f"FusedMovingAvgObsFakeQuantize needs a moving-average min/max observer, "
                 f"got {type(post).__name__}; use FakeQuantize for other observers"
