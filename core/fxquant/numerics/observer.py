@@ -496,8 +496,9 @@ class _RunningRange(UniformQuantizationObserverBase):
     """The min/max observers' round: measure a batch, fold it into ``min_val``/``max_val``.
 
     Per tensor (``_PER_CHANNEL`` False) the buffers are 0-d, ``inf`` and ``-inf`` while
-    nothing is recorded; per channel they are empty until the first batch tells how many
-    channels there are. Subclasses with another fold (moving averages) override :meth:`_fold`.
+    nothing is recorded; per channel they are empty until the first batch, which is stored as
+    the range (it tells how many channels there are). Every other batch goes through
+    :meth:`_fold`, which subclasses with another fold (moving averages) override.
     """
 
     _PER_CHANNEL: ClassVar[bool] = False
@@ -537,7 +538,9 @@ class _RunningRange(UniformQuantizationObserverBase):
         """Fold ``x``'s min and max (per channel for per-channel observers) in; return ``x``."""
         ch_axis = self.ch_axis if self._PER_CHANNEL else None
         found = self._batch_min_max(x_orig, self.min_val.dtype, ch_axis)
-        if found is not None:
+        if found is not None and (self.min_val.numel() == 0 or self.max_val.numel() == 0):
+            self._store(*found)  # per channel, the first batch is the range (and the channels)
+        elif found is not None:
             self._fold(*found)
         return x_orig
 
@@ -546,10 +549,8 @@ class _RunningRange(UniformQuantizationObserverBase):
         self.max_val.resize_(new_max.shape).copy_(new_max)
 
     def _fold(self, batch_min: torch.Tensor, batch_max: torch.Tensor) -> None:
-        if self.min_val.numel() > 0 and self.max_val.numel() > 0:
-            batch_min = torch.min(batch_min, self.min_val)
-            batch_max = torch.max(batch_max, self.max_val)
-        self._store(batch_min, batch_max)
+        """Widen the recorded range to cover the batch's (per channel: channel by channel)."""
+        self._store(torch.min(batch_min, self.min_val), torch.max(batch_max, self.max_val))
 
     def calculate_qparams(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(scale, zero_point)``: shape ``[1]`` per tensor, one entry per channel otherwise."""
@@ -575,9 +576,6 @@ class _MovingAverage(_RunningRange):
     averaging_constant: float
 
     def _fold(self, batch_min: torch.Tensor, batch_max: torch.Tensor) -> None:
-        if self.min_val.numel() == 0 or self.max_val.numel() == 0:
-            self._store(batch_min, batch_max)
-            return
         c = self.averaging_constant
         new_min = self.min_val + c * (batch_min - self.min_val)
         new_max = self.max_val + c * (batch_max - self.max_val)
