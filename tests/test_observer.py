@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import torch
+from fxquant.dtypes import quant_range
 from fxquant.errors import CalibrationWarning, ConfigError, ConfigTypeError
 from fxquant.factory import ModuleFactory
 from fxquant.numerics import observer as fxobs
@@ -133,6 +134,25 @@ def test_float_dtype_is_rejected_by_integer_observers():
 def test_dtype_must_be_a_torch_dtype():
     with pytest.raises(ConfigTypeError, match=r"dtype must be a torch\.dtype"):
         fxobs.MinMaxObserver(dtype="uint8")  # type: ignore[arg-type]  # the mistake under test
+
+
+@pytest.mark.skipif(not hasattr(torch, "quint4x2"), reason="this torch has no 4-bit packed dtype")
+def test_packed_4bit_weights_are_observed_on_their_own_range():
+    # torch.ao's 4-bit embedding weights: per row, float zero points, 0..15
+    obs = fxobs.PerChannelMinMaxObserver(
+        dtype=torch.quint4x2, qscheme="per_channel_affine_float_qparams"
+    )
+    assert (obs.quant_min, obs.quant_max) == (0, 15)
+    obs(torch.tensor([[0.0, 1.5], [-3.0, 0.0]]))
+    scale, zero_point = obs.calculate_qparams()
+    assert scale.tolist() == pytest.approx([1.5 / 15, 3.0 / 15])
+    assert zero_point.tolist() == [-0.0, 15.0]
+
+
+def test_quant_range_of_a_non_dtype_names_the_value():
+    for value in ("uint8", [torch.uint8]):
+        with pytest.raises(ConfigTypeError, match=r"expected a torch\.dtype, got .*uint8"):
+            quant_range(value)  # type: ignore[arg-type]  # the mistake under test
 
 
 @pytest.mark.parametrize(

@@ -61,8 +61,8 @@ _PACKED_RANGES: dict[torch.dtype, tuple[int, int]] = {
     if isinstance(dtype := getattr(torch, name, None), torch.dtype)
 }
 
-# uint16 and uint32 where this torch has them
-_INTEGER_RANGES: dict[torch.dtype, tuple[int, int]] = {
+# every integer dtype's full range: the packed ones, uint16 and uint32 where this torch has them
+_INTEGER_RANGES: dict[torch.dtype, tuple[int, int]] = _PACKED_RANGES | {
     dtype: (torch.iinfo(dtype).min, torch.iinfo(dtype).max)
     for name in ("uint8", "int8", "int16", "int32", "uint16", "uint32")
     if isinstance(dtype := getattr(torch, name, None), torch.dtype)
@@ -105,7 +105,7 @@ def dtypes_match(a: torch.dtype | None, b: torch.dtype | None) -> bool:
 
 def is_quantized_dtype(dtype: torch.dtype | None) -> bool:
     """True for the integer dtypes quantization produces (uint8, int8, int32, quint8, ...)."""
-    return dtype in _QUANTIZED_TO_PLAIN or dtype in _PACKED_RANGES or dtype in _INTEGER_RANGES
+    return dtype in _QUANTIZED_TO_PLAIN or dtype in _INTEGER_RANGES
 
 
 def is_float_dtype(dtype: torch.dtype | None) -> bool:
@@ -148,8 +148,6 @@ def quant_range(dtype: torch.dtype) -> tuple[int, int]:
         >>> quant_range(torch.qint8)
         (-128, 127)
     """
-    if dtype in _PACKED_RANGES:
-        return _PACKED_RANGES[dtype]
     plain = canonical_dtype(dtype)
     if plain not in _INTEGER_RANGES:
         msg = (

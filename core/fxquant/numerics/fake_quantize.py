@@ -26,6 +26,7 @@ from fxquant.numerics.observer import (
     HistogramObserver,
     MovingAverageMinMaxObserver,
     MovingAveragePerChannelMinMaxObserver,
+    _MovingAverage,
     default_fixed_qparams_range_0to1_observer,
     default_fixed_qparams_range_neg1to1_observer,
 )
@@ -190,7 +191,13 @@ class FakeQuantize(FakeQuantizeBase):
         self.scale.resize_(scale.shape).copy_(scale)
         self.zero_point.resize_(zero_point.shape).copy_(zero_point)
 
-    def _fake_quantize(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Update qparams (if observing), then fake-quantize ``x`` (if enabled)."""
+        if self.observer_enabled[0] == 1:
+            self.activation_post_process(x.detach())
+            self._refresh_qparams()
+        if self.fake_quant_enabled[0] != 1:
+            return x
         if self.is_per_channel:
             return torch.fake_quantize_per_channel_affine(
                 x, self.scale, self.zero_point, self.ch_axis, self.quant_min, self.quant_max
@@ -198,15 +205,6 @@ class FakeQuantize(FakeQuantizeBase):
         return torch.fake_quantize_per_tensor_affine(
             x, self.scale, self.zero_point, self.quant_min, self.quant_max
         )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Update qparams (if observing), then fake-quantize ``x`` (if enabled)."""
-        if self.observer_enabled[0] == 1:
-            self.activation_post_process(x.detach())
-            self._refresh_qparams()
-        if self.fake_quant_enabled[0] == 1:
-            x = self._fake_quantize(x)
-        return x
 
     def extra_repr(self) -> str:
         return (
@@ -278,9 +276,7 @@ class FusedMovingAvgObsFakeQuantize(FakeQuantize):
     ) -> None:
         super().__init__(observer, quant_min, quant_max, **observer_kwargs)
         post = self.activation_post_process
-        if not isinstance(
-            post, (MovingAverageMinMaxObserver, MovingAveragePerChannelMinMaxObserver)
-        ):
+        if not isinstance(post, _MovingAverage):  # the two moving-average min/max observers
             msg = (
                 f"FusedMovingAvgObsFakeQuantize needs a moving-average min/max observer, "
                 f"got {type(post).__name__}; use FakeQuantize for other observers"
@@ -297,27 +293,24 @@ class FusedMovingAvgObsFakeQuantize(FakeQuantize):
         observing = bool(observer_enabled[0] == 1)
         post = self.activation_post_process
         state = (post.min_val, post.max_val, self.scale, self.zero_point)
-        saved = tuple(t.clone() for t in state) if observing else None
+        saved = tuple(t.clone() for t in state) if observing else ()
         if post._batch_reducer is not None and observing:
             self._observe_global_batch(x)
             observer_enabled = torch.zeros_like(observer_enabled)
         try:
-            result: torch.Tensor | None = self._run_fused(
-                x, observer_enabled, self.fake_quant_enabled
-            )
+            result = self._run_fused(x, observer_enabled, self.fake_quant_enabled)
         except RuntimeError:  # a NaN zero point (per channel) fails the kernel's own check
-            if saved is None or self._finite_state():
+            if not observing or self._finite_state():
                 raise
-            result = None
-        if saved is not None and (result is None or not self._finite_state()):
-            # the kernel folded a NaN or inf of x into the moving averages, which would then
-            # never recover: undo it and take the unfused steps, whose observer leaves
-            # non-finite values out (and warns once)
-            for target, value in zip(state, saved, strict=True):
-                target.resize_(value.shape).copy_(value)
-            return super().forward(x)
-        assert result is not None  # set unless the state was restored above
-        return result
+        else:
+            if not observing or self._finite_state():
+                return result
+        # the kernel folded a NaN or inf of x into the moving averages, which would then never
+        # recover: undo it and take the unfused steps, whose observer leaves non-finite values
+        # out (and warns once)
+        for target, value in zip(state, saved, strict=True):
+            target.resize_(value.shape).copy_(value)
+        return super().forward(x)
 
     def _finite_state(self) -> bool:
         """False when the running min/max took a NaN or an infinity (checked on the tiny

@@ -181,15 +181,9 @@ class ObserverBase(torch.nn.Module):
         """Fold one batch's (finite) min and max into :attr:`batch_peaks`; note the mode."""
         if self.training:
             self.observed_in_training = True
-        if low.numel() == 0:
-            return
-        peak = float(torch.maximum(low.detach().abs().amax(), high.detach().abs().amax()))
-        if not math.isfinite(peak):  # a channel without finite values: leave it out
-            ends = torch.cat([low.detach().reshape(-1), high.detach().reshape(-1)]).abs()
-            ends = ends[torch.isfinite(ends)]
-            if ends.numel() == 0:
-                return
-            peak = float(ends.max())
+        # a channel without finite values holds inf and -inf: 0 stands in for them, and a peak
+        # of 0 leaves batch_peaks (which are >= 0) as they are
+        peak = float(torch.stack([low.detach(), high.detach()]).abs().nan_to_num(posinf=0.0).amax())
         first, second = self.batch_peaks
         self.batch_peaks = (peak, first) if peak >= first else (first, max(second, peak))
 
@@ -490,9 +484,7 @@ def is_calibrated(observer: torch.nn.Module) -> bool:
     max_val = getattr(inner, "max_val", None)
     if not isinstance(min_val, torch.Tensor) or not isinstance(max_val, torch.Tensor):
         return True  # fixed qparams, placeholders, recorders: nothing to calibrate
-    if min_val.numel() == 0 or max_val.numel() == 0:
-        return False
-    seen = min_val <= max_val
+    seen = min_val <= max_val  # empty for a per-channel observer that saw no batch
     return (
         bool(seen.any())
         and bool(torch.isfinite(min_val[seen]).all())
@@ -504,8 +496,9 @@ class _RunningRange(UniformQuantizationObserverBase):
     """The min/max observers' round: measure a batch, fold it into ``min_val``/``max_val``.
 
     Per tensor (``_PER_CHANNEL`` False) the buffers are 0-d, ``inf`` and ``-inf`` while
-    nothing is recorded; per channel they are empty until the first batch tells how many
-    channels there are. Subclasses with another fold (moving averages) override :meth:`_fold`.
+    nothing is recorded; per channel they are empty until the first batch, which is stored as
+    the range (it tells how many channels there are). Every other batch goes through
+    :meth:`_fold`, which subclasses with another fold (moving averages) override.
     """
 
     _PER_CHANNEL: ClassVar[bool] = False
@@ -545,7 +538,9 @@ class _RunningRange(UniformQuantizationObserverBase):
         """Fold ``x``'s min and max (per channel for per-channel observers) in; return ``x``."""
         ch_axis = self.ch_axis if self._PER_CHANNEL else None
         found = self._batch_min_max(x_orig, self.min_val.dtype, ch_axis)
-        if found is not None:
+        if found is not None and (self.min_val.numel() == 0 or self.max_val.numel() == 0):
+            self._store(*found)  # per channel, the first batch is the range (and the channels)
+        elif found is not None:
             self._fold(*found)
         return x_orig
 
@@ -554,10 +549,8 @@ class _RunningRange(UniformQuantizationObserverBase):
         self.max_val.resize_(new_max.shape).copy_(new_max)
 
     def _fold(self, batch_min: torch.Tensor, batch_max: torch.Tensor) -> None:
-        if self.min_val.numel() > 0 and self.max_val.numel() > 0:
-            batch_min = torch.min(batch_min, self.min_val)
-            batch_max = torch.max(batch_max, self.max_val)
-        self._store(batch_min, batch_max)
+        """Widen the recorded range to cover the batch's (per channel: channel by channel)."""
+        self._store(torch.min(batch_min, self.min_val), torch.max(batch_max, self.max_val))
 
     def calculate_qparams(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(scale, zero_point)``: shape ``[1]`` per tensor, one entry per channel otherwise."""
@@ -583,9 +576,6 @@ class _MovingAverage(_RunningRange):
     averaging_constant: float
 
     def _fold(self, batch_min: torch.Tensor, batch_max: torch.Tensor) -> None:
-        if self.min_val.numel() == 0 or self.max_val.numel() == 0:
-            self._store(batch_min, batch_max)
-            return
         c = self.averaging_constant
         new_min = self.min_val + c * (batch_min - self.min_val)
         new_max = self.max_val + c * (batch_max - self.max_val)
@@ -1075,22 +1065,16 @@ class HistogramObserver(UniformQuantizationObserverBase):
             # histc skips NaN and infinities outside its range, but reads the range off the
             # data when it is 0..0: it must see finite values only
             x = x[torch.isfinite(x)]
-        reducer = self._batch_reducer
-        if bool(self.min_val == float("inf")) or bool(self.max_val == float("-inf")):
-            first = torch.histc(x, self.bins, min=float(x_min), max=float(x_max))
-            self._set_state(first if reducer is None else reducer.sum(first), x_min, x_max)
-            return x_orig
         new_min = torch.min(self.min_val, x_min).detach()
         new_max = torch.max(self.max_val, x_max).detach()
         batch = torch.histc(x, self.bins, min=float(new_min), max=float(new_max))
         batch = batch.to(self.histogram.device)
-        if reducer is not None:
-            batch = reducer.sum(batch)
-        if bool(new_min == self.min_val) and bool(new_max == self.max_val):
-            self._set_state(self.histogram + batch, new_min, new_max)
-        else:
+        if self._batch_reducer is not None:
+            batch = self._batch_reducer.sum(batch)
+        old = self.histogram
+        if bool(new_min != self.min_val) or bool(new_max != self.max_val):
             old = self._rebin(self.histogram, self.min_val, self.max_val, new_min, new_max)
-            self._set_state(batch + old, new_min, new_max)
+        self._set_state(batch + old, new_min, new_max)
         return x_orig
 
     def _set_state(self, histogram: torch.Tensor, low: torch.Tensor, high: torch.Tensor) -> None:
@@ -1107,6 +1091,8 @@ class HistogramObserver(UniformQuantizationObserverBase):
         new_high: torch.Tensor,
     ) -> torch.Tensor:
         """Move ``histogram`` over ``[low, high]`` onto ``bins`` bins over the wider range."""
+        if bool(low > high):  # nothing recorded yet (inf, -inf): no mass to move
+            return torch.zeros_like(histogram)
         if bool(low == high):
             # a single value: all its mass goes to the bin that value falls in
             point = torch.histc(low, bins=self.bins, min=float(new_low), max=float(new_high))
@@ -1122,19 +1108,18 @@ class HistogramObserver(UniformQuantizationObserverBase):
         target = target.clamp_(0, self.bins - 1)
         return torch.bincount(target, weights=fine, minlength=self.bins)
 
-    def _l2_error(
-        self, start: int, end: int, search: tuple[float, torch.Tensor, torch.Tensor]
-    ) -> float:
+    def _l2_error(self, start: int, end: int) -> float:
         """Estimated L2 quantization error when bins ``start..end`` become the range.
 
-        ``search``: (bin width, bin indices, density), the same for every candidate of one
-        :meth:`_search_range`.
+        A search evaluates a handful of candidates (it stops at the first that does worse):
+        the bin width and density are recomputed for each, at no measurable cost.
         """
-        bin_width, indices, density = search
+        bin_width = (self.max_val.item() - self.min_val.item()) / self.bins
         dst_width = bin_width * (end - start + 1) / self.dst_nbins
         if dst_width == 0.0:
             return 0.0
-        src_begin = (indices - start) * bin_width
+        density = self.histogram / bin_width
+        src_begin = (torch.arange(self.bins, device=self.histogram.device) - start) * bin_width
         src_end = src_begin + bin_width
         last = self.dst_nbins - 1
         dst_of_begin = torch.div(src_begin, dst_width, rounding_mode="floor").clamp_(0, last)
@@ -1159,10 +1144,6 @@ class HistogramObserver(UniformQuantizationObserverBase):
         alpha, beta = 0.0, 1.0
         start, end = 0, self.bins - 1
         best = float("inf")
-        # one per search, not one per candidate
-        bin_width = (self.max_val.item() - self.min_val.item()) / self.bins
-        indices = torch.arange(self.bins, device=self.histogram.device)
-        constants = bin_width, indices, self.histogram / bin_width
         while alpha < beta:
             next_alpha, next_beta = alpha + step, beta - step
             low_mass = float32_value(next_alpha * total)
@@ -1178,7 +1159,7 @@ class HistogramObserver(UniformQuantizationObserverBase):
                 candidate, beta = (start, right), next_beta
             if candidate == (start, end):
                 continue
-            error = self._l2_error(*candidate, constants)
+            error = self._l2_error(*candidate)
             if error > best:
                 break
             best = error

@@ -102,12 +102,11 @@ def _quantize_per_tensor_impl(
     x = _float_input(x)
     inv_scale = _f32(1.0 / _f32(scale))
     if plain == torch.int32:
-        # torch's int32 path: float32 multiply, float32 add, then round
-        y = torch.round(x * inv_scale + zero_point).to(torch.float64)
-    else:
-        # FBGEMM fuses x * inv_scale + zp (one rounding); float64 holds the
-        # product exactly, so one cast to float32 rounds the same way.
-        y = x.to(torch.float64).mul_(inv_scale).add_(zero_point).to(torch.float32).round_()
+        # torch's int32 path: float32 multiply, float32 add, then round, as per channel
+        return _round_to_grid(x, inv_scale, zero_point, quant_min, quant_max, plain)
+    # FBGEMM fuses x * inv_scale + zp (one rounding); float64 holds the
+    # product exactly, so one cast to float32 rounds the same way.
+    y = x.to(torch.float64).mul_(inv_scale).add_(zero_point).to(torch.float32).round_()
     return y.clamp_(quant_min, quant_max).to(plain)
 
 
@@ -182,14 +181,15 @@ def _quantize_per_channel_impl(  # noqa: PLR0913, PLR0917  # the op's schema
 
 def _round_to_grid(
     x: torch.Tensor,
-    inv_scales: torch.Tensor,
-    zps: torch.Tensor,
+    inv_scales: torch.Tensor | float,
+    zps: torch.Tensor | int,
     quant_min: int,
     quant_max: int,
     plain: torch.dtype,
 ) -> torch.Tensor:
     """``clamp(round(x * inv_scales + zps))`` in float32, ties to even: the per-channel and
-    per-token quantize ops (their scales already broadcast against ``x``)."""
+    per-token quantize ops (their scales already broadcast against ``x``), and the per-tensor
+    one to int32."""
     y = x * inv_scales
     y.add_(zps).round_()
     if plain == torch.int32:  # int32 bounds are not float32 numbers: clamp in float64
