@@ -386,6 +386,10 @@ class LoweringMatch:
         output: the qparams of the output ``quantize`` step, or ``None`` when
             the pattern's output stays float (dynamic and weight-only patterns).
 
+    Two shortcuts: ``match.anchor`` is the last node (its result is the pattern's),
+    ``match.module`` the first module among ``modules`` (the weighted one: a reference
+    Linear or Conv), or ``None``.
+
     Copy what the kernel needs out of the match: keeping the match itself
     (it holds graph nodes) would keep the whole reference model alive.
 
