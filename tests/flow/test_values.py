@@ -410,6 +410,27 @@ def test_a_value_read_a_number_input_or_reversed_pieces_are_no_constant() -> Non
     assert constant_nodes(g) == {ones, shape.args[1], shape}
 
 
+def test_a_fill_of_an_activations_value_or_a_users_function_named_ones_is_no_constant() -> None:
+    # torch.full_like(x, v) reads v's values (x's shape only): with v from an activation it
+    # changes from call to call; a function of the user's that is called ``ones`` is no fill
+    g = fx.Graph()
+    x = g.placeholder("x")
+    peak = g.call_method("max", (x,))
+    full_like = g.call_function(torch.full_like, (x, peak))
+    filled = g.call_method("fill_", (g.call_method("clone", (x,)), peak))
+    new_full = g.call_method("new_full", (x, (2,), 0.5))
+    zeros = g.call_function(
+        torch.zeros_like, (x,), {"dtype": g.call_function(getattr, (x, "dtype"))}
+    )
+
+    def ones(t: torch.Tensor) -> torch.Tensor:
+        return t * 3
+
+    users = g.call_function(ones, (x,))
+    g.output((full_like, filled, new_full, zeros, users))
+    assert constant_nodes(g) == {new_full, zeros, zeros.kwargs["dtype"]}
+
+
 def _graph(build: Callable[[fx.Graph], None]) -> fx.GraphModule:
     graph = fx.Graph()
     build(graph)

@@ -134,11 +134,11 @@ _SCALAR_METHODS = frozenset({"size", "dim", "numel", "nelement", "tolist", "item
 _VALUE_READS = frozenset({"tolist", "item"})  # scalars that read a tensor's values
 _SHAPE_READS = _SCALAR_METHODS - _VALUE_READS
 _METADATA = ("shape", "dtype", "device", "ndim")  # a tensor's attributes that are no values
-# ops whose value depends on their inputs' shapes, dtypes and devices only, never their values
-_FILLS = frozenset(
-    {"zeros", "ones", "full", "empty", "zeros_like", "ones_like", "full_like", "empty_like"}
-    | {"new_zeros", "new_ones", "new_full", "new_empty", "fill_", "zero_"}
-)
+# the fills: tensors of one value, the fill value (if any) their only read of values; torch's
+# own functions by identity (a user's function of the same name is no fill)
+_FILLS = frozenset({torch.zeros, torch.ones, torch.full, torch.empty})
+_FILLS_LIKE = frozenset({torch.zeros_like, torch.ones_like, torch.full_like, torch.empty_like})
+_FILL_METHODS = frozenset({"new_zeros", "new_ones", "new_full", "new_empty", "fill_", "zero_"})
 _COMPARED = ("eq", "ne", "lt", "gt", "le", "ge")
 _INT_METHODS = frozenset(
     {"long", "int", "bool", "byte", "short", "char", "argmax", "argmin", "nonzero"}
@@ -204,7 +204,7 @@ def constant_nodes(graph: fx.Graph, through: Collection[fx.Node] = ()) -> set[fx
 
     A node is one when it reads an attribute (``get_attr``), fills a tensor (``zeros``,
     ``torch.zeros_like(x)``, ``x.new_full(shape, 0.5)``, ``y.fill_(0)``: one value whatever
-    ``x`` and ``y`` hold), reads a shape, a dtype or a device (``x.size(0)``, ``x.dtype``), or
+    ``x`` and ``y`` hold; a fill value read from an activation makes it none), reads a shape, a dtype or a device (``x.size(0)``, ``x.dtype``), or
     computes from such nodes and literals only. So a slice of a weight (a query projection's
     rows cut from MultiheadAttention's packed ``in_proj_weight``, which the op reading it
     quantizes as its weight) is one, and so is a tensor made in the input's size
@@ -225,9 +225,9 @@ def constant_nodes(graph: fx.Graph, through: Collection[fx.Node] = ()) -> set[fx
     found: set[fx.Node] = set()
     for node in graph.nodes:
         call = node.op in ("call_function", "call_method")
-        if node.op == "get_attr" or (call and (_fills(node) or _reads_shape(node))):
+        if node.op == "get_attr" or (call and _reads_shape(node)):
             found.add(node)  # whatever its inputs hold
-        elif (call or node in through) and all(a in found for a in node.all_input_nodes):
+        elif (call or node in through) and all(a in found for a in _value_inputs(node)):
             found.add(node)
     return found
 
@@ -237,11 +237,19 @@ def _op_name(node: fx.Node) -> object:
     return node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
 
 
-def _fills(node: fx.Node) -> bool:
-    """Whether the call ``node`` makes a tensor of one value whatever its inputs hold."""
-    if node.target is on_copy:  # an in-place fill_ made functional at capture
-        return bool(node.args) and node.args[0] in _FILLS
-    return _op_name(node) in _FILLS
+def _value_inputs(node: fx.Node) -> list[fx.Node]:
+    """The inputs whose values ``node`` reads: all of them, but for a fill only its fill value
+    (``torch.full_like(x, v)`` reads ``v``, and ``x``'s shape only)."""
+    shaped = 0  # the arguments before the fill value: the tensor whose shape is copied
+    if node.target is on_copy and node.args and node.args[0] in _FILL_METHODS:
+        shaped = 2  # an in-place fill_ made functional at capture: (name, tensor, value)
+    elif node.target in _FILLS_LIKE or (node.op == "call_method" and node.target in _FILL_METHODS):
+        shaped = 1
+    elif node.op != "call_function" or node.target not in _FILLS:
+        return node.all_input_nodes
+    found: list[fx.Node] = []
+    fx.node.map_arg((node.args[shaped:], node.kwargs), found.append)
+    return found
 
 
 def _reads_shape(node: fx.Node) -> bool:
