@@ -191,6 +191,24 @@ def test_pickles_and_copies_hold_the_levels_only_and_look_up_alike() -> None:
     assert mapping.qconfig_for("dec.fc", Linear) is None  # a copy's entries stay its own
 
 
+def test_a_mapping_built_without_init_looks_its_regexes_up() -> None:
+    # torch.ao's five attributes are public: a subclass that sets them itself, or a copy made
+    # with __new__, has no cache from __init__ and still resolves
+    class Mine(QConfigMapping):
+        def __init__(self) -> None:
+            self.global_qconfig = Q2
+            self.object_type_qconfigs = {}
+            self.module_name_regex_qconfigs = {"enc.*": Q1}
+            self.module_name_qconfigs = {}
+            self.module_name_object_type_order_qconfigs = {}
+
+    bare = QConfigMapping.__new__(QConfigMapping)
+    vars(bare).update(vars(Mine()))
+    for mapping in (Mine(), bare):
+        assert mapping.qconfig_for("enc.fc", Linear) is Q1
+        assert mapping.qconfig_for("body", Linear) is Q2
+
+
 def test_object_type_must_be_a_class_function_or_method_name() -> None:
     with pytest.raises(ConfigTypeError) as info:
         QConfigMapping().set_object_type(torch.nn.ReLU(), Q1)

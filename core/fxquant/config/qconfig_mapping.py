@@ -218,15 +218,16 @@ class QConfigMapping(serialize.DictForm):
         self.module_name_regex_qconfigs: dict[str, QConfigAny] = {}
         self.module_name_qconfigs: dict[str, QConfigAny] = {}
         self.module_name_object_type_order_qconfigs: dict[OrderKey, QConfigAny] = {}
-        self._compiled_regexes: dict[str, re.Pattern[str]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         # the compiled regexes are a cache: pickles and copies hold the five levels only
-        return {k: v for k, v in vars(self).items() if k != "_compiled_regexes"}
+        return {k: v for k, v in vars(self).items() if k != "_compiled"}
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        vars(self).update(state)
-        self._compiled_regexes = {}
+    def _compiled_regexes(self) -> dict[str, re.Pattern[str]]:
+        # made on first use, not in __init__: a subclass or a copy built without __init__
+        # (torch.ao's attributes set by hand) resolves as well
+        cache: dict[str, re.Pattern[str]] = vars(self).setdefault("_compiled", {})
+        return cache
 
     def set_global(self, global_qconfig: QConfigAny) -> QConfigMapping:
         """Set the QConfig used where no other level matches.
@@ -270,7 +271,7 @@ class QConfigMapping(serialize.DictForm):
         compiled = _compile(module_name_regex)
         checked = _check_qconfig(qconfig, "qconfig")
         self.module_name_regex_qconfigs[compiled.pattern] = checked
-        self._compiled_regexes[compiled.pattern] = compiled
+        self._compiled_regexes()[compiled.pattern] = compiled
         return self
 
     def set_module_name(self, module_name: str, qconfig: QConfigAny) -> QConfigMapping:
@@ -369,7 +370,7 @@ class QConfigMapping(serialize.DictForm):
         for name in _parent_names(module_name):
             if name in self.module_name_qconfigs:
                 return QConfigChoice(self.module_name_qconfigs[name], MODULE_NAME_KEY)
-        compiled = self._compiled_regexes
+        compiled = self._compiled_regexes()
         for regex, qconfig in self.module_name_regex_qconfigs.items():
             # compiled once and kept: a call of re.compile, even answered from re's cache
             # (which drops patterns past 512), costs more than the match; attributes are public
