@@ -219,7 +219,7 @@ def _kept_when_unused(node: Node) -> bool:
     return not (removable or node.op == "get_attr")
 
 
-def _op_texts(gm: GraphModule) -> tuple[dict[str, str], dict[str, str]]:
+def _ops_and_float_sides(gm: GraphModule) -> tuple[dict[str, str], dict[str, str]]:
     """Each node's op as reports name it (``Linear``, ``operator.add``, ``'relu'``), and the
     nodes whose dtype config asks for a float op in bfloat16 or float16 (no integer side),
     with that dtype's name."""
@@ -239,14 +239,14 @@ def _update_report(
     report: Report,
     outcomes: dict[str, str | None],
     ctx: FlowContext,
-    texts: tuple[dict[str, str], dict[str, str]],
+    ops_and_sides: tuple[dict[str, str], dict[str, str]],
 ) -> Report:
     """Lowered nodes (``None`` in ``outcomes``) -> ``lowered``; other quantized ones say which
     rule declined (their words in ``outcomes``), or that none exists for their pattern: a user
-    fixes those two differently. A float op on a reduced float side (``texts[1]``: its dtype)
-    has no integer to compute: its reference form (the op between casts to that dtype) is what
-    its qconfig asks, not a miss for strict mode; a note says so."""
-    ops, sides = texts
+    fixes those two differently. A float op on a reduced float side (``ops_and_sides[1]``: its
+    dtype) has no integer to compute: its reference form (the op between casts to that dtype)
+    is what its qconfig asks, not a miss for strict mode; a note says so."""
+    ops, sides = ops_and_sides
     backend = ctx.backend_config.name
     quiet = ctx.deployed and not ctx.lowering_rules  # its toolchain takes the reference form
     changes: dict[str, dict[str, Any]] = {}
@@ -287,7 +287,7 @@ def lower(gm: GraphModule, ctx: FlowContext, report: Report) -> Report:
     """
     rules, backend = ctx.lowering_rules, ctx.backend_config.name
     outcomes: dict[str, str | None] = {}  # by node: None lowered, else why a rule declined it
-    texts = _op_texts(gm)  # before lowering replaces the nodes
+    ops_and_sides = _ops_and_float_sides(gm)  # before lowering replaces the nodes
     if rules:
         by_name = dict(gm.named_modules())
         uses = Counter(str(n.target) for n in gm.graph.nodes if n.op == "call_module")
@@ -318,4 +318,4 @@ def lower(gm: GraphModule, ctx: FlowContext, report: Report) -> Report:
         # the root) that kernels replaced
         replaced = [n for n, m in gm.named_children() if getattr(m, "_IS_REFERENCE", False)]
         drop_unread_modules(gm, [*called, *replaced])
-    return _update_report(report, outcomes, ctx, texts)
+    return _update_report(report, outcomes, ctx, ops_and_sides)

@@ -207,11 +207,16 @@ class QuantizationTracer(fx.Tracer):
         return cached
 
     def create_node(  # torch.fx's signature
-        self, kind: str, target: Any, args: Any, kwargs: Any, *rest: Any, **options: Any
+        self,
+        kind: str,
+        target: Any,
+        args: Any,
+        kwargs: Any,
+        name: str | None = None,
+        type_expr: Any | None = None,
     ) -> fx.Node:
-        """torch.fx's node (``rest``, ``options``: its name and type), plus its NodeInfo
-        (owning module, user's source line)."""
-        node = super().create_node(kind, target, args, kwargs, *rest, **options)
+        """torch.fx's node, plus its NodeInfo (owning module, user's source line)."""
+        node = super().create_node(kind, target, args, kwargs, name, type_expr)
         if kind == "call_module":
             path, owner = str(target), type(self.root.get_submodule(str(target)))
         else:
