@@ -204,8 +204,9 @@ def constant_nodes(graph: fx.Graph, through: Collection[fx.Node] = ()) -> set[fx
 
     A node is one when it reads an attribute (``get_attr``), fills a tensor (``zeros``,
     ``torch.zeros_like(x)``, ``x.new_full(shape, 0.5)``, ``y.fill_(0)``: one value whatever
-    ``x`` and ``y`` hold; a fill value read from an activation makes it none), reads a shape, a dtype or a device (``x.size(0)``, ``x.dtype``), or
-    computes from such nodes and literals only. So a slice of a weight (a query projection's
+    ``x`` and ``y`` hold; a fill value read from an activation makes it none), reads a shape,
+    a dtype or a device (``x.size(0)``, ``x.dtype``), or computes from such nodes and literals
+    only. So a slice of a weight (a query projection's
     rows cut from MultiheadAttention's packed ``in_proj_weight``, which the op reading it
     quantizes as its weight) is one, and so is a tensor made in the input's size
     (transformers' ``torch.ones(input_shape)`` padding mask when no mask is passed);
