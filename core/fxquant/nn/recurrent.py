@@ -202,10 +202,8 @@ def dynamic_linear(
     """
     low, high = activation
     scale, zero_point = qdq.choose_qparams_per_tensor(x, low, high, torch.uint8)
-    q = torch.ops.fxquant.quantize_per_tensor.tensor(x, scale, zero_point, low, high, torch.uint8)
-    xq = torch.ops.fxquant.dequantize_per_tensor.tensor(
-        q, scale, zero_point, low, high, torch.uint8, out_dtype=x.dtype
-    )
+    q = qdq.quantize_per_tensor(x, scale, zero_point, low, high, torch.uint8)
+    xq = qdq.dequantize_per_tensor(q, scale, zero_point, low, high, torch.uint8, out_dtype=x.dtype)
     return F.linear(xq, weight, bias)
 
 
