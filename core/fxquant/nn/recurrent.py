@@ -127,10 +127,8 @@ class WeightQParams(nn.Module):
             return weight.to(self.dtype).to(weight.dtype)
         if not self.quantized:
             return weight
-        per_tensor = self.axis is None
-        dequantize = qdq.dequantize_per_tensor if per_tensor else qdq.dequantize_per_channel
-        q = self.quantize(weight)
-        return dequantize(q, *self._qdq_arguments(), out_dtype=weight.dtype)
+        dequantize = qdq.dequantize_per_tensor if self.axis is None else qdq.dequantize_per_channel
+        return dequantize(self.quantize(weight), *self._qdq_arguments(), out_dtype=weight.dtype)
 
     def as_dict(self) -> dict[str, Any]:
         """The qparams in the ``from_float`` dict form (what lowering reads)."""
