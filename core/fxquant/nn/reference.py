@@ -393,17 +393,12 @@ class _TransposedConv(_Reference, nn.modules.conv._ConvTransposeNd):
 
     def forward(self, x: torch.Tensor, output_size: list[int] | None = None) -> torch.Tensor:
         """Transposed convolution with the quantize->dequantized weight."""
+        dims = len(self.kernel_size)
         output_padding = self._output_padding(
-            x,
-            output_size,
-            self.stride,
-            self.padding,
-            self.kernel_size,
-            len(self.kernel_size),
-            self.dilation,
+            x, output_size, self.stride, self.padding, self.kernel_size, dims, self.dilation
         )
         # the op of the float module, by dimension
-        conv: Callable[..., torch.Tensor] = getattr(F, f"conv_transpose{len(self.kernel_size)}d")
+        conv: Callable[..., torch.Tensor] = getattr(F, f"conv_transpose{dims}d")
         return conv(
             x,
             self.get_weight(),
