@@ -100,10 +100,8 @@ def _info(gm: fx.GraphModule, node: fx.Node, is_internal: Callable[[str], bool])
         path, owner = str(node.target), type(gm.get_submodule(str(node.target)))
     else:
         path, owner = _owner(node.meta.get("nn_module_stack"))
-    source = None
-    if node.op.startswith("call"):
-        source = _source(node.meta.get("stack_trace"), is_internal)
-    return NodeInfo(module_path=path, module_type=owner, source=source)
+    trace = node.meta.get("stack_trace") if node.op.startswith("call") else None
+    return NodeInfo(module_path=path, module_type=owner, source=_source(trace, is_internal))
 
 
 def _owner(stack: Any) -> tuple[str, type | None]:

@@ -46,9 +46,8 @@ def as_backend_config(backend_config: object) -> BackendConfig | None:
 
 
 def _resolved(backend: ResolvedBackend | BackendConfig) -> ResolvedBackend:
-    if isinstance(backend, ResolvedBackend):
-        return backend
-    return ResolvedBackend(backend)  # a config given by hand: no kernels, no graph modes
+    # a config given by hand: no kernels, no graph modes
+    return backend if isinstance(backend, ResolvedBackend) else ResolvedBackend(backend)
 
 
 _Config = TypeVar("_Config")

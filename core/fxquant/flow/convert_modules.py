@@ -127,11 +127,8 @@ def qparams_dict(observer: nn.Module) -> dict[str, Any]:
     }
     if per_channel:
         params["axis"] = int(observer.ch_axis)  # type: ignore[arg-type]  # per-channel observers
-    for key in ("quant_min", "quant_max"):
-        value = getattr(observer, key, None)
-        if value is not None:
-            params[key] = int(value)
-    return params
+    bounds = {key: getattr(observer, key, None) for key in ("quant_min", "quant_max")}
+    return params | {key: int(value) for key, value in bounds.items() if value is not None}
 
 
 def _weight_qparams(

@@ -286,9 +286,7 @@ def _check_fixed(
         return Reason(
             ReasonCode.ZERO_POINT, words, field="zero_point_exact_match", bound=zero_point
         )
-    if scale is None or zero_point is None:
-        return None
-    if facts.fixed == (float(scale), int(zero_point)):
+    if scale is None or zero_point is None or facts.fixed == (float(scale), int(zero_point)):
         return None
     words = (
         f"{label}: the backend needs fixed qparams (scale {scale}, zero_point {zero_point}) "

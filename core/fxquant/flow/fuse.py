@@ -102,9 +102,8 @@ def _fused_module(
     config = match.payload
     parts = _as_modules(match.pattern, match.structure, modules, shared)
     fuser: Callable[..., nn.Module] = config.fuser_method  # type: ignore[assignment]  # filtered
-    if config.pattern is not None:  # simple format: fuser takes the ops in execution order
-        return fuser(is_qat, *_chain(parts))
-    return fuser(is_qat, *parts)
+    # the simple format's fuser takes the ops in execution order
+    return fuser(is_qat, *(_chain(parts) if config.pattern is not None else parts))
 
 
 def _is_batch_norm(node: fx.Node, modules: Mapping[str, nn.Module]) -> bool:
@@ -177,10 +176,7 @@ def _reads_itself(match: Match[BackendPatternConfig]) -> bool:
     matches conv -> add with ``y`` as the add's other operand, which the fused module
     would have to read before computing it."""
     getter = match.payload._extra_inputs_getter
-    if getter is None:
-        return False
-    own = set(match.nodes)
-    return any(node in own for node in getter(match.structure))
+    return getter is not None and not set(match.nodes).isdisjoint(getter(match.structure))
 
 
 def fuse(gm: fx.GraphModule, ctx: FlowContext, *, recompile: bool = True) -> fx.GraphModule:

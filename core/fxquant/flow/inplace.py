@@ -139,14 +139,6 @@ _VIEW_FUNCTIONS: frozenset[Any] = frozenset(
 _VIEW_MODULES = (nn.Identity, nn.Flatten, nn.Unflatten, nn.Dropout)
 
 # the dropouts: in eval mode (or training=False) each returns its input, changing nothing
-_DROPOUT_MODULES = (
-    nn.Dropout,
-    nn.Dropout1d,
-    nn.Dropout2d,
-    nn.Dropout3d,
-    nn.AlphaDropout,
-    nn.FeatureAlphaDropout,
-)
 _DROPOUT_FUNCTIONS: frozenset[Any] = frozenset(
     {F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout, F.feature_alpha_dropout}
 )
@@ -328,7 +320,8 @@ def _out_of_place(node: fx.Node, modules: dict[str, nn.Module]) -> _Form | None:
         return "call_function", on_copy, (name, *args), kwargs
     if op == "call_module":
         module = modules.get(str(target))
-        if isinstance(module, _DROPOUT_MODULES) and not module.training:
+        # torch's dropout modules (Dropout, Dropout1d-3d, AlphaDropout...) share one base
+        if isinstance(module, nn.modules.dropout._DropoutNd) and not module.training:
             return None
         return (op, target, args, kwargs) if getattr(module, "inplace", False) is True else None
     if op != "call_function" or (target in _DROPOUT_FUNCTIONS and not _dropout_trains(node)):

@@ -101,10 +101,8 @@ def _external_inputs(nodes: Sequence[Node]) -> list[Node]:
 
 
 def _output_quantize(anchor: Node) -> Node | None:
-    users = list(anchor.users)
-    if len(users) != 1 or users[0].op != "call_function":
-        return None
-    return users[0] if users[0].target in STATIC_QUANTIZE_OPS else None
+    users = list(anchor.users)  # an op overload is the target of call_function nodes only
+    return users[0] if len(users) == 1 and users[0].target in STATIC_QUANTIZE_OPS else None
 
 
 def _kernel_name(gm: GraphModule, match: Match[LoweringRule], modules: _Modules) -> str:

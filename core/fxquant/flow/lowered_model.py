@@ -59,10 +59,8 @@ def _failing_node(
     frames = traceback.walk_tb(error.__traceback__)
     found = next(((frame, line) for frame, line in frames if frame.f_code is code), None)
     lines = getattr(gm, "_lineno_map", None)  # torch.fx's generated line -> node index
-    if found is None or not lines:
-        return None
-    index = lines.get(found[1] - code.co_firstlineno)
-    if index is None:
+    index = lines.get(found[1] - code.co_firstlineno) if found and lines else None
+    if found is None or index is None:
         return None
     return list(gm.graph.nodes)[index], found[0].f_locals
 

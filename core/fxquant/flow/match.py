@@ -161,9 +161,7 @@ class PatternIndex(Generic[T]):
             if alias != op
             for e in self.buckets.get(alias, [])
         ]
-        if not others:
-            return own
-        return sorted([*own, *others], key=lambda entry: -pattern_size(entry[0]))
+        return sorted([*own, *others], key=lambda entry: -pattern_size(entry[0])) if others else own
 
     def same_op(self, op: Hashable | None, head: object) -> bool:
         """Whether a node whose op is ``op`` matches a pattern op ``head``."""
@@ -272,10 +270,8 @@ def match_graph(
     order = {node: i for i, node in enumerate(gm.graph.nodes)}
     result: dict[fx.Node, Match[T]] = {}
     for node in reversed(gm.graph.nodes):
-        if node in taken:
-            continue
         op = node_op(node, modules)
-        if op is None:
+        if node in taken or op is None:
             continue
         for pattern, payload in index.candidates(op):
             matcher = _Matcher(modules, taken, index.same_op)

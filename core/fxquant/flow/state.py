@@ -119,9 +119,7 @@ def flow_state(model: object) -> FlowState | None:
         >>> flow_state(gm).backend_config.name, flow_state(m)
         ('reference', None)
     """
-    if not isinstance(model, GraphModule):
-        return None
-    state = model.meta.get(META_KEY)
+    state = model.meta.get(META_KEY) if isinstance(model, GraphModule) else None
     return state if isinstance(state, FlowState) else None
 
 

@@ -172,9 +172,7 @@ def _folded_copy(
 
 
 def fold_bn_into_conv(
-    conv: ConvNd | ConvTransposeNd,
-    bn: nn.modules.batchnorm._BatchNorm,
-    transpose: bool = False,
+    conv: ConvNd | ConvTransposeNd, bn: nn.modules.batchnorm._BatchNorm, transpose: bool = False
 ) -> nn.Module:
     """A copy of ``conv`` with the eval-mode ``bn`` folded into its weight and bias.
 

@@ -127,10 +127,8 @@ class WeightQParams(nn.Module):
             return weight.to(self.dtype).to(weight.dtype)
         if not self.quantized:
             return weight
-        per_tensor = self.axis is None
-        dequantize = qdq.dequantize_per_tensor if per_tensor else qdq.dequantize_per_channel
-        q = self.quantize(weight)
-        return dequantize(q, *self._qdq_arguments(), out_dtype=weight.dtype)
+        dequantize = qdq.dequantize_per_tensor if self.axis is None else qdq.dequantize_per_channel
+        return dequantize(self.quantize(weight), *self._qdq_arguments(), out_dtype=weight.dtype)
 
     def as_dict(self) -> dict[str, Any]:
         """The qparams in the ``from_float`` dict form (what lowering reads)."""
@@ -202,10 +200,8 @@ def dynamic_linear(
     """
     low, high = activation
     scale, zero_point = qdq.choose_qparams_per_tensor(x, low, high, torch.uint8)
-    q = torch.ops.fxquant.quantize_per_tensor.tensor(x, scale, zero_point, low, high, torch.uint8)
-    xq = torch.ops.fxquant.dequantize_per_tensor.tensor(
-        q, scale, zero_point, low, high, torch.uint8, out_dtype=x.dtype
-    )
+    q = qdq.quantize_per_tensor(x, scale, zero_point, low, high, torch.uint8)
+    xq = qdq.dequantize_per_tensor(q, scale, zero_point, low, high, torch.uint8, out_dtype=x.dtype)
     return F.linear(xq, weight, bias)
 
 

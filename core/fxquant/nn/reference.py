@@ -175,8 +175,7 @@ class ReferenceQuantizedModule(nn.Module):
         return None if self.weight_qscheme is None else dtypes.qscheme_name(self.weight_qscheme)
 
     def _per_channel(self) -> bool:
-        name = self._scheme_name()
-        return name is not None and name.startswith("per_channel")
+        return self.weight_qscheme is not None and dtypes.is_per_channel(self.weight_qscheme)
 
     def is_weight_quantized(self) -> bool:
         """True when the weight is simulated as integers (not float, fp16 or unquantized).
@@ -234,8 +233,7 @@ class ReferenceQuantizedModule(nn.Module):
             return quantized.to(self.weight.dtype)
         per_channel = self._per_channel()
         dequantize = qdq.dequantize_per_channel if per_channel else qdq.dequantize_per_tensor
-        qparams = self._weight_qparams()
-        return dequantize(quantized, *qparams, out_dtype=self.weight.dtype)
+        return dequantize(quantized, *self._weight_qparams(), out_dtype=self.weight.dtype)
 
     def get_weight_qparams(self) -> dict[str, Any]:
         """The weight qparams in the ``from_float`` dict form (what lowering reads).
@@ -395,17 +393,12 @@ class _TransposedConv(_Reference, nn.modules.conv._ConvTransposeNd):
 
     def forward(self, x: torch.Tensor, output_size: list[int] | None = None) -> torch.Tensor:
         """Transposed convolution with the quantize->dequantized weight."""
+        dims = len(self.kernel_size)
         output_padding = self._output_padding(
-            x,
-            output_size,
-            self.stride,
-            self.padding,
-            self.kernel_size,
-            len(self.kernel_size),
-            self.dilation,
+            x, output_size, self.stride, self.padding, self.kernel_size, dims, self.dilation
         )
         # the op of the float module, by dimension
-        conv: Callable[..., torch.Tensor] = getattr(F, f"conv_transpose{len(self.kernel_size)}d")
+        conv: Callable[..., torch.Tensor] = getattr(F, f"conv_transpose{dims}d")
         return conv(
             x,
             self.get_weight(),

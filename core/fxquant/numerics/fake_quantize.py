@@ -396,9 +396,7 @@ def _channels_along(pairs: torch.Tensor, ch_axis: int) -> torch.Tensor:
     return pairs.t().reshape([2, pairs.shape[0]] + [1] * (-ch_axis - 1))
 
 
-def _switch(
-    method: str,
-) -> Callable[[torch.nn.Module], None]:
+def _switch(method: str) -> Callable[[torch.nn.Module], None]:
     def apply(module: torch.nn.Module) -> None:
         if isinstance(module, FakeQuantizeBase):
             getattr(module, method)()
