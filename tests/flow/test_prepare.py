@@ -503,3 +503,41 @@ def test_a_refusal_names_a_zero_point_the_backend_needs_beside_a_broken_range() 
     assert "quant_min=-127, quant_max=127" in entry.reason.words
     assert "zero point 0" in entry.reason.words
     assert "_symmetric qscheme" in entry.reason.words
+
+
+def _projected(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    return nn.functional.linear(x, weight, bias).relu()
+
+
+torch.fx.wrap("_projected")  # torch.fx calls it as one function: torchvision's Swin attention
+
+
+class _Wrapped(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+        self.head = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(_projected(x, self.proj.weight, self.proj.bias))
+
+
+@pytest.mark.parametrize("backend", ["x86", "qnnpack"])
+def test_a_function_traced_as_one_call_says_the_layers_it_takes_run_in_float(backend: str) -> None:
+    # a skipped call hides the Linear whose weight it takes: the report names it, as no row
+    # of its own does
+    gm = prepare_fx(
+        _Wrapped().eval(),
+        fxquant.get_default_qconfig_mapping(backend),
+        (torch.randn(2, 4),),
+        backend_config=fxquant.get_backend_config(backend),
+    )
+    entry = explain(gm, show=False).entry("_projected")
+    assert entry is not None
+    assert entry.reason is not None
+    assert entry.reason.code == "no_pattern"
+    assert entry.reason.words.endswith(
+        "; torch.fx traced _projected as one call, not into it: it runs in float with the 2 "
+        "parameters it takes (proj.weight, proj.bias)"
+    )
+    assert explain(gm, show=False).entry("head").status == "quantized"

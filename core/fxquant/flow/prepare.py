@@ -17,6 +17,7 @@ carrying an additive attention mask stay in float (their -1e4s would set the ran
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from operator import getitem
@@ -351,10 +352,27 @@ def _name_unmatched_chains(gm: fx.GraphModule, planner: _Planner) -> None:
         )
         qat = {type(modules[str(n.target)]) for n in chain if n.op == "call_module"}
         hints = [missing_qat_config(cls, planner.ctx.backend_config) for cls in qat]
+        hints += [_kept_whole(n) for n in chain]
         words = "; ".join([words, *sorted(h for h in hints if h)])
         reason = Reason(ReasonCode.NO_PATTERN, words, field="pattern", bound=None)
         for node in chain:
             planner.decisions[node] = dataclasses.replace(planner.decisions[node], reason=reason)
+
+
+def _kept_whole(node: fx.Node) -> str | None:
+    """What a library function traced as one call hides: the layers whose parameters it takes
+    (torchvision's Swin attention takes its qkv and proj Linears' weights) run in float."""
+    target = node.target
+    if node.op != "call_function" or not inspect.isfunction(target):
+        return None
+    weights = [str(n.target) for n in node.all_input_nodes if n.op == "get_attr"]
+    if not weights or target.__module__.startswith("torch."):  # torch's functions: their ops
+        return None
+    shown = ", ".join(weights[:3]) + (", ..." if len(weights) > 3 else "")
+    return (
+        f"torch.fx traced {target.__qualname__} as one call, not into it: it runs in float "
+        f"with the {len(weights)} parameters it takes ({shown})"
+    )
 
 
 def _observation_type(
