@@ -147,6 +147,32 @@ def test_calibration_data_of_one_value_warns_naming_the_observer(backend: str) -
     assert lowered  # a warning, not a fallback: the user may mean it
 
 
+@pytest.mark.parametrize("backend", ["x86", "qnnpack", "reference"])
+def test_activations_within_one_quantization_step_warn_naming_the_observer(backend: str) -> None:
+    # a layer whose outputs are ~1e-8 (an untrained or mis-scaled one): its observer's range
+    # is below eps, every value quantizes to the zero point, the model's output is zeros
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4)).eval()
+    with torch.no_grad():
+        model[0].weight.mul_(1e-8)
+        model[0].bias.zero_()
+        model[2].bias.zero_()
+    x = torch.randn(8, 16)
+    prepared = _prepare(model, backend, x)
+    prepared(x)
+    with pytest.warns(CalibrationWarning, match="less than one quantization step") as caught:
+        converted = fxquant.convert_fx(prepared)
+    assert len(caught) == 1
+    assert caught[0].filename == __file__
+    words = str(caught[0].message)
+    assert "activation_post_process_1 saw 0..1." in words  # the ReLU's output, ~1e-8
+    assert "(eps " in words  # float32's eps on x86, 2**-12 on qnnpack
+    assert "activation_post_process_0" not in words  # the input varies over [-3, 3]
+    with torch.no_grad():  # the zeros the warning is about
+        assert bool(model(x).abs().max() > 0)
+        assert bool(converted(x).abs().max() == 0)
+
+
 class AroundLinear(nn.Module):
     """``fc`` with ``edit`` applied to its input and output: ``edit(fc(edit(x)))``."""
 

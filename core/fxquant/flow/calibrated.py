@@ -35,7 +35,7 @@ quantizes as asked.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import torch
 from torch import nn
@@ -55,6 +55,7 @@ __all__ = [
     "single_valued",
     "uncalibrated",
     "warn_calibration",
+    "within_one_step",
 ]
 
 OUTLIER_RATIO = 1000.0
@@ -129,16 +130,11 @@ def uncalibrated(gm: GraphModule, modules: Mapping[str, nn.Module]) -> dict[str,
     return found
 
 
-def single_valued(gm: GraphModule, modules: Mapping[str, nn.Module]) -> dict[str, float]:
-    """Calibrated activation observers whose range is one point: observer name -> the value.
-
-    Such an observer saw the same value everywhere (a constant edge in the calibration
-    data); quantizing with its range clamps every other value to that point.
-
-    Example:
-        >>> # see tests/flow/test_not_calibrated.py
-    """
-    found: dict[str, float] = {}
+def _calibrated_ranges(
+    gm: GraphModule, modules: Mapping[str, nn.Module]
+) -> Iterator[tuple[str, torch.Tensor, torch.Tensor, nn.Module]]:
+    """(observer name, min_val, max_val, observer) of each calibrated activation observer
+    with finite statistics, but those of constants (one value by design)."""
     observers = _observers(gm, modules)
     constants = constant_nodes(gm.graph, through={node for node, _ in observers})
     for node, module in observers:
@@ -149,8 +145,41 @@ def single_valued(gm: GraphModule, modules: Mapping[str, nn.Module]) -> dict[str
         low, high = getattr(inner, "min_val", None), getattr(inner, "max_val", None)
         if not isinstance(low, torch.Tensor) or not isinstance(high, torch.Tensor):
             continue  # fixed qparams, placeholders: no statistics to be degenerate
-        if low.numel() and bool(torch.equal(low, high)) and bool(torch.isfinite(low).all()):
-            found[str(node.target)] = float(low.flatten()[0])
+        if low.numel() and bool(torch.isfinite(low).all() and torch.isfinite(high).all()):
+            yield str(node.target), low, high, inner
+
+
+def single_valued(gm: GraphModule, modules: Mapping[str, nn.Module]) -> dict[str, float]:
+    """Calibrated activation observers whose range is one point: observer name -> the value.
+
+    Such an observer saw the same value everywhere (a constant edge in the calibration
+    data); quantizing with its range clamps every other value to that point.
+
+    Example:
+        >>> # see tests/flow/test_not_calibrated.py
+    """
+    ranges = _calibrated_ranges(gm, modules)
+    return {name: float(low.flatten()[0]) for name, low, high, _ in ranges if low.equal(high)}
+
+
+def within_one_step(
+    gm: GraphModule, modules: Mapping[str, nn.Module]
+) -> dict[str, tuple[float, float, float]]:
+    """Calibrated activation observers whose values, zero included, span less than their
+    ``eps`` (the smallest scale they choose): observer name -> (min, max, eps).
+
+    Every value on such an edge quantizes to the zero point or the step next to it: the
+    output of an untrained or mis-scaled layer (activations around 1e-8) becomes zeros.
+
+    Example:
+        >>> # see tests/flow/test_not_calibrated.py
+    """
+    found: dict[str, tuple[float, float, float]] = {}
+    for name, low, high, observer in _calibrated_ranges(gm, modules):
+        span = float(high.max().clamp(min=0) - low.min().clamp(max=0))
+        eps = float(getattr(observer, "eps", 0.0))
+        if not low.equal(high) and 0 < span < eps:
+            found[name] = (float(low.min()), float(high.max()), eps)
     return found
 
 
@@ -187,6 +216,13 @@ _SINGLE_VALUED = (
     "Calibrate on representative data (inputs that vary), or keep those nodes float "
     "(QConfigMapping().set_module_name(name, None))",
 )
+_WITHIN_ONE_STEP = (
+    "{n} activation observer(s) saw values that span less than one quantization step (their "
+    "eps), so every value on their edge quantizes to the zero point or next to it",
+    "Such small activations come from an untrained or mis-scaled layer: check the model, keep "
+    "those nodes float (QConfigMapping().set_module_name(name, None)), or give the observer "
+    "a smaller eps",
+)
 _OUTLIER_BATCHES = (
     "the range of {n} activation observer(s) was set by a single calibration batch, "
     "{ratio:g} times or more beyond every other",
@@ -201,11 +237,13 @@ def warn_calibration(
     not_calibrated: Mapping[str, list[str]],
     single: Mapping[str, float],
     outliers: Mapping[str, tuple[float, float]],
+    narrow: Mapping[str, tuple[float, float, float]] | None = None,
 ) -> None:
     """One :class:`CalibrationWarning` per kind of finding, naming every observer concerned.
 
     The findings are those of :func:`uncalibrated` (with the nodes kept float),
-    :func:`single_valued` (with the value) and :func:`outlier_batches` (with both peaks).
+    :func:`single_valued` (with the value), :func:`outlier_batches` (with both peaks) and
+    :func:`within_one_step` (with the range and eps).
 
     Example:
         >>> warn_calibration("convert_fx", {}, {}, {})  # nothing to say
@@ -216,7 +254,16 @@ def warn_calibration(
         f"{obs}: one batch reached {peak:.3g}, every other at most {other:.3g}"
         for obs, (peak, other) in outliers.items()
     ]
-    findings = ((_NOT_CALIBRATED, stale), (_SINGLE_VALUED, flat), (_OUTLIER_BATCHES, peaks))
+    small = [
+        f"{obs} saw {lo:.3g}..{hi:.3g} (eps {eps:.3g})"
+        for obs, (lo, hi, eps) in (narrow or {}).items()
+    ]
+    findings = (
+        (_NOT_CALIBRATED, stale),
+        (_SINGLE_VALUED, flat),
+        (_WITHIN_ONE_STEP, small),
+        (_OUTLIER_BATCHES, peaks),
+    )
     for (what, advice), listed in findings:
         if listed:
             said = what.format(n=len(listed), ratio=OUTLIER_RATIO)

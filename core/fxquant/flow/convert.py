@@ -33,6 +33,7 @@ from fxquant.flow.calibrated import (
     single_valued,
     uncalibrated,
     warn_calibration,
+    within_one_step,
 )
 from fxquant.flow.context import FlowContext, as_backend_config, as_config
 from fxquant.flow.convert_copy import ModelCopy, copy_model, observed_constant, preserve
@@ -200,6 +201,7 @@ def reference_model(
         {} if strict else not_calibrated,  # strict raises naming them instead
         single_valued(graph_module, source_modules),
         outlier_batches(graph_module, source_modules),
+        within_one_step(graph_module, source_modules),
     )
     if not state.is_qat:  # QAT observes in training mode by design
         warn_if_calibrated_in_training(graph_module, step)
