@@ -70,13 +70,11 @@ def _kwargs_equal(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
 
 
 def _values_equal(left: object, right: object) -> bool:
+    # == on tensors is elementwise: torch.equal is same shape and same values
+    if isinstance(left, torch.Tensor) and isinstance(right, torch.Tensor):
+        return bool(torch.equal(left, right))
     if isinstance(left, torch.Tensor) or isinstance(right, torch.Tensor):
-        # == on tensors is elementwise: torch.equal is same shape and same values
-        return (
-            isinstance(left, torch.Tensor)
-            and isinstance(right, torch.Tensor)
-            and bool(torch.equal(left, right))
-        )
+        return False
     if isinstance(left, torch.dtype) and isinstance(right, torch.dtype):
         return dtypes_match(left, right)  # quint8 and uint8 are one dtype to fxquant
     return bool(left == right)

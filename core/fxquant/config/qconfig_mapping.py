@@ -301,7 +301,15 @@ class QConfigMapping(serialize.DictForm):
             >>> len(m.module_name_object_type_order_qconfigs)
             1
         """
-        key = _order_key(module_name, object_type, index)
+        name = check_str(module_name, "module_name")
+        checked = _check_object_type(object_type, "object_type")
+        if not isinstance(index, int) or isinstance(index, bool):
+            msg = f"index must be an int (the call's position in its module), got {index!r}"
+            raise ConfigTypeError(msg)
+        if index < 0:
+            msg = f"index must be >= 0 (0 is the first call in the module), got {index!r}"
+            raise ConfigError(msg)
+        key = (name, checked, index)
         self.module_name_object_type_order_qconfigs[key] = _check_qconfig(qconfig, "qconfig")
         return self
 
@@ -449,18 +457,6 @@ class QConfigMapping(serialize.DictForm):
     def __repr__(self) -> str:
         entries = {k: v for k, v in self.to_dict().items() if v}
         return f"QConfigMapping({entries!r})"
-
-
-def _order_key(module_name: object, object_type: object, index: object) -> OrderKey:
-    name = check_str(module_name, "module_name")
-    checked = _check_object_type(object_type, "object_type")
-    if not isinstance(index, int) or isinstance(index, bool):
-        msg = f"index must be an int (the call's position in its module), got {index!r}"
-        raise ConfigTypeError(msg)
-    if index < 0:
-        msg = f"index must be >= 0 (0 is the first call in the module), got {index!r}"
-        raise ConfigError(msg)
-    return (name, checked, index)
 
 
 # ---------------------------------------------------------------- the JSON form

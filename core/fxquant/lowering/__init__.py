@@ -357,11 +357,8 @@ class LoweringRule:
     @property
     def key(self) -> Hashable:
         """The pattern in the reversed nested format: the key for matching and conflicts."""
-        key: Hashable = (
-            validate_complex(self.pattern)
-            if self.complex_format
-            else simple_to_complex(self.pattern)
-        )
+        to_key = validate_complex if self.complex_format else simple_to_complex
+        key: Hashable = to_key(self.pattern)
         return key
 
 

@@ -14,11 +14,13 @@ order, tryfirst/trylast included) so that a failure names its plugin::
 from __future__ import annotations
 
 import reprlib
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+import sys
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pluggy
+import torch
 
 from fxquant.config.backend import BackendConfig, BackendPatternConfig
 from fxquant.config.pattern import complex_to_simple, pattern_str
@@ -238,8 +240,8 @@ def _add(merged: _Merged, key: Hashable, raw: Any, info: PluginInfo, hook: str) 
     merged.owners[key] = info
 
 
-def _merge(hooks: Hooks, hook: str, expected: type, key_of: Callable[[Any], Hashable]) -> _Merged:
-    """Ask ``hook`` of every plugin for a list of ``expected``, merged by ``key_of``."""
+def _merge(hooks: Hooks, hook: str, expected: type, key: str) -> _Merged:
+    """Ask ``hook`` of every plugin for a list of ``expected``, merged by attribute ``key``."""
     merged = _Merged()
     what = f"a list of {expected.__name__}"
     for info, answer in hooks.answers(hook):
@@ -248,26 +250,16 @@ def _merge(hooks: Hooks, hook: str, expected: type, key_of: Callable[[Any], Hash
         for raw in answer:
             item = _unwrapped(info, hook, raw, expected, what, item=True)
             try:
-                key = key_of(item)
+                item_key = getattr(item, key)
             except Exception as error:
                 problem = f"returned an invalid {expected.__name__} {item!r}"
                 raise _plugin_error(info, hook, problem, error) from error
-            _add(merged, key, raw, info, hook)
+            _add(merged, item_key, raw, info, hook)
     return merged
-
-
-def _pattern_key(config: Any) -> Hashable:
-    key = config.normalized_pattern
-    if key is None:
-        msg = "it has no pattern; call set_pattern(...) on it"
-        raise ValueError(msg)
-    return key  # type: ignore[no-any-return]  # BackendPatternConfig is typed by its owner
 
 
 def _qualified(cls: type) -> str:
     """The shortest import path of ``cls`` (``torch.nn.Linear``, not ``torch.nn.modules...``)."""
-    import sys
-
     parts = cls.__module__.split(".")
     for cut in range(1, len(parts) + 1):
         module = sys.modules.get(".".join(parts[:cut]))
@@ -278,17 +270,13 @@ def _qualified(cls: type) -> str:
 
 def _quantizes_every_weight(config: Any) -> bool:
     """Every dtype config gives the weight an integer or half dtype: convert always swaps it."""
-    import torch
-
     weights = [d.weight_dtype for d in config.dtype_configs]
     return bool(weights) and all(w is not None and w != torch.float32 for w in weights)
 
 
 def _is_fused_class(cls: type) -> bool:
     # a fused module (LinearReLU, ConvReLU2d...) stays, holding the reference module inside
-    from torch import nn
-
-    return issubclass(cls, nn.Sequential)
+    return issubclass(cls, torch.nn.Sequential)
 
 
 def _replaced_in_reference(patterns: _Merged) -> dict[Hashable, str]:
@@ -379,8 +367,9 @@ def assemble(name: str, plugins: Sequence[LoadedPlugin]) -> AssembledBackend:
         ()
     """
     hooks = hook_manager(name, plugins)
-    patterns = _merge(hooks, _PATTERN_HOOK, BackendPatternConfig, _pattern_key)
-    kernels = _merge(hooks, _KERNEL_HOOK, LoweringRule, lambda rule: rule.key)
+    # a config without a pattern raises in normalized_pattern: _merge names the plugin
+    patterns = _merge(hooks, _PATTERN_HOOK, BackendPatternConfig, "normalized_pattern")
+    kernels = _merge(hooks, _KERNEL_HOOK, LoweringRule, "key")
     _check_rules_can_match(patterns, kernels)
     what = ("a Deployment", "Deployment")
     deployment = hooks.single(_DEPLOYMENT_HOOK, Deployment, what)

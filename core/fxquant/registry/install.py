@@ -54,11 +54,7 @@ def checkout_root() -> Path | None:
     """
     package = Path(__file__).resolve().parents[1]  # .../core/fxquant
     for root in (package.parents[1], _installed_from()):
-        if (
-            root is not None
-            and (root / "core" / "fxquant").is_dir()
-            and (root / "plugins").is_dir()
-        ):
+        if root is not None and all((root / part).is_dir() for part in ("core/fxquant", "plugins")):
             return root
     return None
 

@@ -223,8 +223,7 @@ class Registry:
 
     def get_backend_config(self, name: str) -> Any:
         """A new ``BackendConfig`` holding the backend's pattern configs (see the module doc)."""
-        assembled = self.assembled(name)
-        return copied_config(name, assembled.config.configs)
+        return copied_config(name, self.assembled(name).config.configs)
 
     def resolve(
         self, backend_config: BackendConfig | None, step: str, *, stacklevel: int = 2
