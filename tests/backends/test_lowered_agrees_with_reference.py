@@ -13,11 +13,13 @@ quantize rounding them up put the next conv 5-8 steps from its reference).
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import fxquant
 import pytest
 import torch
+from fxquant.errors import CalibrationWarning
 from fxquant.numerics import compare
 from torch import nn
 
@@ -119,8 +121,15 @@ def _disagreements(backend: str, name: str, *, per_tensor_linears: bool = False)
     with torch.no_grad():
         for batch in data:
             prepared(*batch)
-    reference = fxquant.convert_to_reference_fx(prepared)
-    lowered = fxquant.convert_fx(prepared)
+    with warnings.catch_warnings():
+        # the half gate's activations are under qnnpack's and executorch's eps (2**-12):
+        # convert warns that they collapse; the two models' agreement is what is checked here
+        if name == "half_gate":
+            warnings.filterwarnings(
+                "ignore", ".*less than one quantization step", CalibrationWarning
+            )
+        reference = fxquant.convert_to_reference_fx(prepared)
+        lowered = fxquant.convert_fx(prepared)
     rows = [row for row in compare(reference, lowered, data) if row.node != "output"]
     assert rows, "nothing compared"
     bad = []

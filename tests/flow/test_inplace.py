@@ -24,7 +24,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from fxquant.config.qconfig import QConfig
-from fxquant.errors import UntraceableModelError
+from fxquant.errors import CalibrationWarning, UntraceableModelError
 from fxquant.flow.inplace import functionalize
 from fxquant.numerics import qdq
 from fxquant.numerics.observer import MinMaxObserver
@@ -446,7 +446,9 @@ def test_torchvision_efficientnets_are_quantized_not_refused(name: str) -> None:
     prepared = fxquant.prepare_fx(model, mapping, (x,), backend_config=config)
     with torch.no_grad():
         prepared(x)
-        out = fxquant.convert_fx(prepared)(x)
+        # random weights shrink the activations of the later blocks to ~1e-8, under one step
+        with pytest.warns(CalibrationWarning, match="less than one quantization step"):
+            out = fxquant.convert_fx(prepared)(x)
         expected = model(x)
     assert out.shape == expected.shape == (1, 1000)
     assert bool(torch.isfinite(out).all())
