@@ -140,14 +140,14 @@ def test_calibration_data_of_one_value_warns_naming_the_observer(backend: str) -
     assert len(caught) == 1
     assert caught[0].filename == __file__  # the user's convert_fx call
     words = str(caught[0].message)
-    assert "activation_post_process_0 saw only 0" in words
+    assert "activation_post_process_0 on input_1 saw only 0" in words  # the model's input
     assert "representative data" in words
     assert "activation_post_process_1" not in words  # the Linear's output varied (bias)
     lowered = [e for e in fxquant.explain(converted, show=False).entries() if e.status == "lowered"]
     assert lowered  # a warning, not a fallback: the user may mean it
 
 
-@pytest.mark.parametrize("backend", ["x86", "qnnpack", "reference"])
+@pytest.mark.parametrize("backend", ["x86", "qnnpack", "onednn", "reference"])
 def test_activations_within_one_quantization_step_warn_naming_the_observer(backend: str) -> None:
     # a layer whose outputs are ~1e-8 (an untrained or mis-scaled one): its observer's range
     # is below eps, every value quantizes to the zero point, the model's output is zeros
@@ -165,7 +165,8 @@ def test_activations_within_one_quantization_step_warn_naming_the_observer(backe
     assert len(caught) == 1
     assert caught[0].filename == __file__
     words = str(caught[0].message)
-    assert "activation_post_process_1 saw 0..1." in words  # the ReLU's output, ~1e-8
+    # the ReLU's output, ~1e-8: the observer, the node it watches and the module to name
+    assert "activation_post_process_1 on _0 (module '0') saw 0..1." in words
     assert "(eps " in words  # float32's eps on x86, 2**-12 on qnnpack
     assert "activation_post_process_0" not in words  # the input varies over [-3, 3]
     with torch.no_grad():  # the zeros the warning is about

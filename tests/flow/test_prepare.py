@@ -541,3 +541,35 @@ def test_a_function_traced_as_one_call_says_the_layers_it_takes_run_in_float(bac
         "parameters it takes (proj.weight, proj.bias)"
     )
     assert explain(gm, show=False).entry("head").status == "quantized"
+
+
+def _masked(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return x * mask
+
+
+torch.fx.wrap("_masked")
+
+
+class _MaskedBuffer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.register_buffer("mask", torch.ones(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(_masked(x, self.mask))
+
+
+def test_a_function_traced_as_one_call_that_takes_no_parameter_gets_no_hint() -> None:
+    # a buffer (a mask, a table) is no layer: nothing float hides behind the call
+    gm = prepare_fx(
+        _MaskedBuffer().eval(),
+        fxquant.get_default_qconfig_mapping("x86"),
+        (torch.randn(2, 4),),
+        backend_config=fxquant.get_backend_config("x86"),
+    )
+    entry = explain(gm, show=False).entry("_masked")
+    assert entry is not None
+    assert entry.reason is not None
+    assert entry.reason.code == "no_pattern"
+    assert "traced" not in entry.reason.words

@@ -133,8 +133,9 @@ def uncalibrated(gm: GraphModule, modules: Mapping[str, nn.Module]) -> dict[str,
 def _calibrated_ranges(
     gm: GraphModule, modules: Mapping[str, nn.Module]
 ) -> Iterator[tuple[str, torch.Tensor, torch.Tensor, nn.Module]]:
-    """(observer name, min_val, max_val, observer) of each calibrated activation observer
-    with finite statistics, but those of constants (one value by design)."""
+    """(label, min_val, max_val, observer) of each calibrated activation observer with finite
+    statistics, but those of constants (one value by design). The label names the observer,
+    the node it watches and that node's module: the name ``set_module_name`` takes."""
     observers = _observers(gm, modules)
     constants = constant_nodes(gm.graph, through={node for node, _ in observers})
     for node, module in observers:
@@ -146,11 +147,19 @@ def _calibrated_ranges(
         if not isinstance(low, torch.Tensor) or not isinstance(high, torch.Tensor):
             continue  # fixed qparams, placeholders: no statistics to be degenerate
         if low.numel() and bool(torch.isfinite(low).all() and torch.isfinite(high).all()):
-            yield str(node.target), low, high, inner
+            yield _label(node, source), low, high, inner
+
+
+def _label(observer: Node, source: object) -> str:
+    if not isinstance(source, Node):
+        return str(observer.target)
+    path = str(source.target) if source.op == "call_module" else node_info(source).module_path
+    return f"{observer.target} on {source.name}" + (f" (module {path!r})" if path else "")
 
 
 def single_valued(gm: GraphModule, modules: Mapping[str, nn.Module]) -> dict[str, float]:
-    """Calibrated activation observers whose range is one point: observer name -> the value.
+    """Calibrated activation observers whose range is one point: label (the observer, the node
+    it watches, its module) -> the value.
 
     Such an observer saw the same value everywhere (a constant edge in the calibration
     data); quantizing with its range clamps every other value to that point.
@@ -166,7 +175,8 @@ def within_one_step(
     gm: GraphModule, modules: Mapping[str, nn.Module]
 ) -> dict[str, tuple[float, float, float]]:
     """Calibrated activation observers whose values, zero included, span less than their
-    ``eps`` (the smallest scale they choose): observer name -> (min, max, eps).
+    ``eps`` (the smallest scale they choose): label (as :func:`single_valued`'s) -> (min,
+    max, eps).
 
     Every value on such an edge quantizes to the zero point or the step next to it: the
     output of an untrained or mis-scaled layer (activations around 1e-8) becomes zeros.
@@ -214,14 +224,14 @@ _SINGLE_VALUED = (
     "{n} activation observer(s) saw a single value during calibration, so every other value "
     "on their edge is clamped to it",
     "Calibrate on representative data (inputs that vary), or keep those nodes float "
-    "(QConfigMapping().set_module_name(name, None))",
+    "(QConfigMapping().set_module_name(module, None), with the module named)",
 )
 _WITHIN_ONE_STEP = (
     "{n} activation observer(s) saw values that span less than one quantization step (their "
     "eps), so every value on their edge quantizes to the zero point or next to it",
-    "Such small activations come from an untrained or mis-scaled layer: check the model, keep "
-    "those nodes float (QConfigMapping().set_module_name(name, None)), or give the observer "
-    "a smaller eps",
+    "Such small activations come from an untrained or mis-scaled layer (random weights "
+    "shrink a deep model's activations): check the model, or keep those nodes float "
+    "(QConfigMapping().set_module_name(module, None), with the module named)",
 )
 _OUTLIER_BATCHES = (
     "the range of {n} activation observer(s) was set by a single calibration batch, "

@@ -42,7 +42,7 @@ from fxquant.flow.dtype_check import (
     select_dtype_config,
 )
 from fxquant.flow.match import Match, PatternIndex, match_graph, module_table, root_node
-from fxquant.flow.names import unique_name
+from fxquant.flow.names import attribute_value, unique_name
 from fxquant.flow.qat_swap import (
     float_class_of,
     missing_qat_config,
@@ -352,26 +352,31 @@ def _name_unmatched_chains(gm: fx.GraphModule, planner: _Planner) -> None:
         )
         qat = {type(modules[str(n.target)]) for n in chain if n.op == "call_module"}
         hints = [missing_qat_config(cls, planner.ctx.backend_config) for cls in qat]
-        hints += [_kept_whole(n) for n in chain]
+        hints += [_kept_whole(n, gm) for n in chain]
         words = "; ".join([words, *sorted(h for h in hints if h)])
         reason = Reason(ReasonCode.NO_PATTERN, words, field="pattern", bound=None)
         for node in chain:
             planner.decisions[node] = dataclasses.replace(planner.decisions[node], reason=reason)
 
 
-def _kept_whole(node: fx.Node) -> str | None:
+def _kept_whole(node: fx.Node, root: nn.Module) -> str | None:
     """What a library function traced as one call hides: the layers whose parameters it takes
     (torchvision's Swin attention takes its qkv and proj Linears' weights) run in float."""
     target = node.target
     if node.op != "call_function" or not inspect.isfunction(target):
         return None
-    weights = [str(n.target) for n in node.all_input_nodes if n.op == "get_attr"]
+    weights = [
+        str(n.target)
+        for n in node.all_input_nodes
+        if isinstance(attribute_value(root, n), nn.Parameter)  # a layer's, not a mask buffer
+    ]
     if not weights or target.__module__.startswith("torch."):  # torch's functions: their ops
         return None
     shown = ", ".join(weights[:3]) + (", ..." if len(weights) > 3 else "")
+    count = f"{len(weights)} parameters" if len(weights) > 1 else "parameter"
     return (
         f"torch.fx traced {target.__qualname__} as one call, not into it: it runs in float "
-        f"with the {len(weights)} parameters it takes ({shown})"
+        f"with the {count} it takes ({shown})"
     )
 
 
