@@ -153,7 +153,7 @@ def _calibrated_ranges(
 def _label(observer: Node, source: object) -> str:
     if not isinstance(source, Node):
         return str(observer.target)
-    path = str(source.target) if source.op == "call_module" else node_info(source).module_path
+    path = node_info(source).module_path  # a called module's own path, else its caller's
     return f"{observer.target} on {source.name}" + (f" (module {path!r})" if path else "")
 
 
